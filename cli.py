@@ -1,0 +1,253 @@
+"""The `tosca` command line: parse, call the packages, render. No logic of its own lives here."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from featcache.errors import UserError
+
+app = typer.Typer(
+    help="Continual post-training of frozen foundation models (TOSCA/LuCA on cached [CLS] features).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+out = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """A UserError becomes one line on stderr and exit code 2; anything else is a bug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal and not _force_progress(),
+    )
+
+
+def _force_progress() -> bool:
+    import os
+
+    return os.environ.get("TOSCA_PROGRESS", "") == "1"
+
+
+# ------------------------------------------------------------------------------------------- extract
+
+
+@app.command()
+@user_errors
+def extract(
+    model: str = typer.Option(..., "--model", "-m", help="Backbone alias (vit_b16, effnet_lite0, ...) or a timm name."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset name (eurosat, cifar10, cifar100, imagefolder, ...)."),
+    data_root: Path | None = typer.Option(None, help="Folder or archive (.zip/.tar/.tar.gz) with the images."),
+    cache_dir: Path = typer.Option(Path("cache"), help="Root under which stores are created and found."),
+    store: Path | None = typer.Option(None, help="Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr)."),
+    weights: Path | None = typer.Option(None, help="Local checkpoint: .safetensors or a torch state dict."),
+    random_init: bool = typer.Option(False, "--random-init", help="Untrained weights, always the same (torch seed 0); recorded in the store."),
+    policy: str | None = typer.Option(None, help="Preprocessing: pilot (the paper's) or timm (default per model)."),
+    views: int = typer.Option(0, help="Augmented views cached per training image (one per epoch)."),
+    seed: int = typer.Option(0, help="Seed of the augmented views."),
+    dtype: str = typer.Option("float32", help="float32 or float16 (halves the store)."),
+    batch_size: int | None = typer.Option(None, help="Images per forward pass (default: 12 on CPU, 128 on CUDA)."),
+    workers: int | None = typer.Option(None, help="Image-decoding processes (default: cores - 1; 0 = in-process)."),
+    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N."),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16."),
+    chunk_size: int = typer.Option(512, help="Samples per store chunk (the unit of resume and of distribution)."),
+    limit_per_class: int | None = typer.Option(None, help="Keep the first N images per class in each split."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing store made differently."),
+    scheduler: str | None = typer.Option(None, help="Dask scheduler address (tcp://host:8786) to spread chunks."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Run a frozen backbone once over a dataset and store its final features (resumable)."""
+    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+
+    request = ExtractRequest(
+        model=model, dataset=dataset, data_root=data_root, cache_dir=cache_dir, store=store, weights=weights,
+        random_init=random_init, policy=policy, views=views, seed=seed, dtype=dtype, batch_size=batch_size,
+        workers=workers, device=device, precision=precision, chunk_size=chunk_size,
+        limit_per_class=limit_per_class, overwrite=overwrite, scheduler=scheduler,
+    )
+    plan = plan_extraction(request)
+    if plan.backbone.random_init:
+        err.print("[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge")
+    with progress_bar() as bar:
+        tasks: dict[str, Any] = {}
+
+        def on_progress(split: str, n: int, total: int) -> None:
+            if split not in tasks:
+                tasks[split] = bar.add_task(f"extract {split}", total=total, rate="")
+            bar.advance(tasks[split], n)
+            speed = bar.tasks[tasks[split]].speed
+            bar.update(tasks[split], rate=f"{speed:.1f} img/s" if speed else "")
+
+        summary = run_extraction(plan, on_progress)
+    if as_json:
+        out.print_json(json.dumps({**summary.__dict__, "store": str(summary.store)}, default=str))
+        return
+    if summary.already_done:
+        out.print(f"nothing to do: {summary.store} is complete ({summary.chunks_skipped} chunks done)")
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    rows = [
+        ("store", str(summary.store)),
+        ("samples", ", ".join(f"{k} {v:,}" for k, v in summary.samples.items())),
+        ("feature dim", str(summary.dim)),
+        ("views", str(summary.views)),
+        ("chunks", f"{summary.chunks_computed} computed, {summary.chunks_skipped} already done"),
+        ("images", f"{summary.images_computed:,} in {summary.seconds:.1f} s ({summary.images_per_second:.1f} img/s)"),
+        ("store size", human_bytes(summary.store_bytes)),
+    ]
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(table)
+
+
+# ------------------------------------------------------------------------------------------- cache
+
+
+def _open_store(path: Path) -> Any:
+    from featcache.store import FeatureStore
+
+    return FeatureStore.open(path)
+
+
+@cache_app.command("ls")
+@user_errors
+def cache_ls(
+    cache_dir: Path = typer.Option(Path("cache"), help="Root to search for stores."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List the feature stores under the cache root."""
+    from featcache.store import find_stores
+
+    rows = []
+    for path in find_stores(cache_dir):
+        store = _open_store(path)
+        ident = store.identity
+        rows.append(
+            {
+                "store": str(path),
+                "dataset": ident["dataset"]["name"],
+                "backbone": ident["backbone"]["alias"],
+                "weights": ident["backbone"]["weights_source"],
+                "policy": ident["preprocessing"]["policy"],
+                "train": store.layout("train").n,
+                "test": store.layout("test").n,
+                "dim": store.dim,
+                "views": store.views,
+                "complete": store.is_complete(),
+                "bytes": store.size_bytes(),
+            }
+        )
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    if not rows:
+        out.print(f"no stores under {cache_dir}")
+        return
+    table = Table()
+    for col in ("store", "dataset", "backbone", "weights", "policy", "train", "test", "dim", "views", "complete", "size"):
+        table.add_column(col, justify="right" if col in ("train", "test", "dim", "views", "size") else "left")
+    for r in rows:
+        table.add_row(
+            r["store"], r["dataset"], r["backbone"], r["weights"], r["policy"], f"{r['train']:,}", f"{r['test']:,}",
+            str(r["dim"]), str(r["views"]), "yes" if r["complete"] else "[red]no[/]", human_bytes(r["bytes"]),
+        )
+    out.print(table)
+
+
+@cache_app.command("info")
+@user_errors
+def cache_info(store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show a store's metadata: backbone, weights, preprocessing, dataset, progress."""
+    st = _open_store(store)
+    attrs = st.attrs
+    progress = {s: f"{int(st.done(s).sum())}/{st.layout(s).n_chunks} chunks" for s in ("train", "test")}
+    if as_json:
+        out.print_json(json.dumps({**attrs, "chunks_done": progress, "bytes": st.size_bytes()}, default=str))
+        return
+    ident = attrs["identity"]
+    bb, ds, prep = ident["backbone"], ident["dataset"], ident["preprocessing"]
+    weights = bb["weights_source"] + (" [bold red](RANDOM INIT: not pretrained)[/]" if bb["random_init"] else "")
+    rows = [
+        ("store", str(store)),
+        ("backbone", f"{bb['alias']} = {bb['timm_name']} (dim {bb['feature_dim']})"),
+        ("weights", weights),
+        ("weights sha256", bb["weights_sha256"]),
+        ("preprocessing", ", ".join(f"{k}={v}" for k, v in prep.items())),
+        ("dataset", f"{ds['name']} ({ds['num_classes']} classes) from {attrs.get('dataset_source')}"),
+        ("split rule", ds["split_rule"]),
+        ("limit per class", str(ds["limit_per_class"])),
+        ("samples", ", ".join(f"{k} {v:,}" for k, v in ds["samples"].items())),
+        ("views / seed", f"{ident['views']} / {ident['seed']}"),
+        ("dtype / precision", f"{ident['dtype']} / {ident['precision']}"),
+        ("progress", ", ".join(f"{k} {v}" for k, v in progress.items())),
+        ("size", human_bytes(st.size_bytes())),
+        ("fingerprint", attrs["fingerprint"]),
+        ("created / updated", f"{attrs['created']} / {attrs['updated']}"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in attrs.get("versions", {}).items())),
+    ]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(table, highlight=False)
+
+
+@cache_app.command("verify")
+@user_errors
+def cache_verify(store: Path = typer.Argument(..., help="Store path.")) -> None:
+    """Check that every chunk is done, values are finite and shapes match the attrs (exit 1 if not)."""
+    from featcache.store import verify_store
+
+    problems = verify_store(_open_store(store))
+    if problems:
+        for problem in problems:
+            err.print(f"[red]FAIL[/] {problem}", highlight=False)
+        raise typer.Exit(1)
+    out.print(f"OK {store}")
+
+
+if __name__ == "__main__":
+    sys.exit(app())

@@ -1,0 +1,332 @@
+"""Registry of datasets: each turns a data root into labelled sample lists per split.
+
+A dataset is only a list of (stable id, label, how to open the image) per split, plus its
+class names and the rule that made the split. Nothing here decodes images eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from featcache.archives import is_archive, unpack_once
+from featcache.errors import UserError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
+SPLITS = ("train", "test")
+
+
+@dataclass
+class SplitSamples:
+    """One split: ids (relative paths or indices), integer labels, and pixels on demand."""
+
+    ids: list[str]
+    labels: np.ndarray
+    root: Path | None = None
+    arrays: np.ndarray | None = None  # (N, H, W, 3) uint8, for datasets shipped as arrays
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def describe(self, i: int) -> str:
+        return str(self.root / self.ids[i]) if self.root is not None else f"{self.ids[i]} (in-memory array)"
+
+    def open_image(self, i: int) -> Image.Image:
+        if self.arrays is not None:
+            return Image.fromarray(self.arrays[i])
+        assert self.root is not None
+        with Image.open(self.root / self.ids[i]) as img:
+            return img.convert("RGB")
+
+    def subset(self, index: np.ndarray) -> SplitSamples:
+        return SplitSamples(
+            ids=[self.ids[i] for i in index],
+            labels=self.labels[index],
+            root=self.root,
+            arrays=None if self.arrays is None else self.arrays[index],
+        )
+
+
+@dataclass
+class DatasetSource:
+    """A resolved dataset: what the store records about it and the samples of each split."""
+
+    name: str
+    class_names: list[str]
+    splits: dict[str, SplitSamples]
+    source: str
+    source_sha256: str | None
+    split_rule: str
+    limit_per_class: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "source_sha256": self.source_sha256,
+            "class_names": list(self.class_names),
+            "num_classes": len(self.class_names),
+            "split_rule": self.split_rule,
+            "limit_per_class": self.limit_per_class,
+            "samples": {split: len(samples) for split, samples in self.splits.items()},
+            **self.extra,
+        }
+
+
+Resolver = Callable[[Path | None, Path], DatasetSource]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    resolver: Resolver
+    num_classes: int | None
+    description: str
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(name: str, num_classes: int | None, description: str) -> Callable[[Resolver], Resolver]:
+    def decorate(fn: Resolver) -> Resolver:
+        if name in DATASETS:
+            raise ValueError(f"dataset {name!r} registered twice")
+        DATASETS[name] = DatasetSpec(name, fn, num_classes, description)
+        return fn
+
+    return decorate
+
+
+# ---------------------------------------------------------------- folder helpers
+
+
+def _is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def class_dirs(folder: Path) -> list[Path]:
+    return sorted((p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))), key=lambda p: p.name)
+
+
+def list_class_tree(split_dir: Path, class_names: list[str], root: Path) -> SplitSamples:
+    """`split_dir/<class>/<image>` -> samples with ids relative to `root`, class by class."""
+    ids: list[str] = []
+    labels: list[int] = []
+    for label, name in enumerate(class_names):
+        folder = split_dir / name
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and _is_image(p))
+        ids += [str(p.relative_to(root)) for p in files]
+        labels += [label] * len(files)
+    return SplitSamples(ids=ids, labels=np.asarray(labels, dtype=np.int64), root=root)
+
+
+def materialise(data_root: Path | None, cache_dir: Path, dataset: str) -> tuple[Path, str, str | None]:
+    """(folder to read, source description, archive sha256 or None) for a folder or archive."""
+    if data_root is None:
+        raise UserError(f"dataset {dataset!r} needs --data-root (a folder or an archive of it)")
+    data_root = Path(data_root).expanduser()
+    if not data_root.exists():
+        raise UserError(f"data root not found: {data_root}")
+    if is_archive(data_root):
+        folder, sha = unpack_once(data_root, cache_dir)
+        return folder, str(data_root.resolve()), sha
+    if data_root.is_file():
+        raise UserError(f"data root {data_root} is a file but not a known archive (.zip, .tar, .tar.gz, .tgz)")
+    return data_root, str(data_root.resolve()), None
+
+
+def find_split_tree(folder: Path, depth: int = 3) -> tuple[Path, str]:
+    """The folder holding `train/` and `test/` (or `val/`) at most `depth` levels down."""
+    queue = [(folder, 0)]
+    while queue:
+        here, level = queue.pop(0)
+        if (here / "train").is_dir():
+            for test_name in ("test", "val"):
+                if (here / test_name).is_dir():
+                    return here, test_name
+        if level < depth:
+            queue += [(p, level + 1) for p in sorted(here.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    raise UserError(f"no train/ with test/ or val/ folders found under {folder}")
+
+
+def folder_dataset(
+    name: str,
+    data_root: Path | None,
+    cache_dir: Path,
+    expected_classes: int | None = None,
+) -> DatasetSource:
+    """Any `train/<class>/` + `test/<class>/` (or `val/`) image-folder tree, or an archive of one."""
+    folder, source, sha = materialise(data_root, cache_dir, name)
+    root, test_name = find_split_tree(folder)
+    class_names = [p.name for p in class_dirs(root / "train")]
+    if not class_names:
+        raise UserError(f"{root / 'train'} holds no class folders")
+    if expected_classes is not None and len(class_names) != expected_classes:
+        raise UserError(f"{name} expects {expected_classes} class folders in {root / 'train'}, found {len(class_names)}")
+    test_classes = [p.name for p in class_dirs(root / test_name)]
+    unknown = sorted(set(test_classes) - set(class_names))
+    if unknown:
+        raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")
+    splits = {"train": list_class_tree(root / "train", class_names, root)}
+    splits["test"] = list_class_tree(root / test_name, class_names, root)
+    for split, samples in splits.items():
+        if len(samples) == 0:
+            raise UserError(f"no images found in the {split} split under {root}")
+    rule = f"given by the folders: train/ and {test_name}/"
+    return DatasetSource(name, class_names, splits, source, sha, rule)
+
+
+# ---------------------------------------------------------------- registered datasets
+
+
+EUROSAT_CLASSES = [
+    "AnnualCrop",
+    "Forest",
+    "HerbaceousVegetation",
+    "Highway",
+    "Industrial",
+    "Pasture",
+    "PermanentCrop",
+    "Residential",
+    "River",
+    "SeaLake",
+]
+EUROSAT_TEST_FRACTION = 0.2
+EUROSAT_SPLIT_SEED = 0
+
+
+def _find_eurosat(folder: Path) -> Path:
+    for candidate in [folder, *sorted(folder.rglob("2750"))]:
+        if candidate.is_dir() and {p.name for p in class_dirs(candidate)} >= set(EUROSAT_CLASSES):
+            return candidate
+    raise UserError(f"no EuroSAT class folders (2750/<Class>/) found under {folder}")
+
+
+def _download_torchvision(dataset: str, cache_dir: Path) -> Path:
+    import torchvision
+
+    root = cache_dir / "_downloads"
+    root.mkdir(parents=True, exist_ok=True)
+    makers = {
+        "eurosat": lambda: torchvision.datasets.EuroSAT(str(root), download=True),
+        "cifar10": lambda: torchvision.datasets.CIFAR10(str(root), download=True),
+        "cifar100": lambda: torchvision.datasets.CIFAR100(str(root), download=True),
+    }
+    try:
+        makers[dataset]()  # CIFAR's test split comes in the same archive
+    except Exception as exc:
+        raise UserError(
+            f"cannot download {dataset} ({str(exc).splitlines()[0][:120]}); pass --data-root with a local copy"
+        ) from exc
+    return root
+
+
+@register_dataset("eurosat", 10, "EuroSAT RGB, 27,000 64x64 images; stratified 80/20 split made here")
+def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+    if data_root is None:
+        folder, source, sha = _download_torchvision("eurosat", cache_dir), "torchvision download", None
+    else:
+        folder, source, sha = materialise(data_root, cache_dir, "eurosat")
+    base = _find_eurosat(folder)
+    class_names = list(EUROSAT_CLASSES)
+    rng = np.random.RandomState(EUROSAT_SPLIT_SEED)
+    parts: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "test": ([], [])}
+    for label, name in enumerate(class_names):
+        files = sorted(p.name for p in (base / name).iterdir() if _is_image(p))
+        order = rng.permutation(len(files))
+        n_test = round(EUROSAT_TEST_FRACTION * len(files))
+        for split, index in (("test", order[:n_test]), ("train", order[n_test:])):
+            parts[split][0].extend(f"{name}/{files[i]}" for i in index)
+            parts[split][1].extend([label] * len(index))
+    splits = {s: SplitSamples(ids, np.asarray(lab, dtype=np.int64), root=base) for s, (ids, lab) in parts.items()}
+    rule = (
+        f"stratified {1 - EUROSAT_TEST_FRACTION:.0%}/{EUROSAT_TEST_FRACTION:.0%}: per class in class-name order, "
+        f"file names sorted, permuted by one numpy RandomState({EUROSAT_SPLIT_SEED}); the first "
+        f"round({EUROSAT_TEST_FRACTION}*n) of each class are test; samples kept in that permuted order"
+    )
+    return DatasetSource("eurosat", class_names, splits, source, sha, rule)
+
+
+def _torchvision_cifar(name: str, folder: Path) -> DatasetSource:
+    import torchvision
+
+    cls = torchvision.datasets.CIFAR10 if name == "cifar10" else torchvision.datasets.CIFAR100
+    splits = {}
+    for split, train in (("train", True), ("test", False)):
+        ds = cls(str(folder), train=train, download=False)
+        labels = np.asarray(ds.targets, dtype=np.int64)
+        ids = [f"{split}/{i:05d}" for i in range(len(labels))]
+        splits[split] = SplitSamples(ids=ids, labels=labels, arrays=np.asarray(ds.data))
+    return DatasetSource(name, list(ds.classes), splits, str(folder.resolve()), None, "official train/test batches")
+
+
+def _cifar(name: str, data_root: Path | None, cache_dir: Path, num_classes: int) -> DatasetSource:
+    marker = "cifar-10-batches-py" if name == "cifar10" else "cifar-100-python"
+    if data_root is None:
+        return _torchvision_cifar(name, _download_torchvision(name, cache_dir))
+    if Path(data_root).is_dir() and (Path(data_root) / marker).is_dir():
+        return _torchvision_cifar(name, Path(data_root))
+    return folder_dataset(name, data_root, cache_dir, expected_classes=num_classes)
+
+
+@register_dataset("cifar10", 10, "CIFAR-10: torchvision format or train/<class>/ test/<class>/ folders")
+def cifar10(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+    return _cifar("cifar10", data_root, cache_dir, 10)
+
+
+@register_dataset("cifar100", 100, "CIFAR-100: torchvision format or train/<class>/ test/<class>/ folders")
+def cifar100(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+    return _cifar("cifar100", data_root, cache_dir, 100)
+
+
+@register_dataset("imagefolder", None, "any train/<class>/ + test/<class>/ (or val/) tree, or an archive of one")
+def imagefolder(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+    return folder_dataset("imagefolder", data_root, cache_dir)
+
+
+def _register_paper_folder(name: str, num_classes: int, description: str) -> None:
+    def resolve(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+        return folder_dataset(name, data_root, cache_dir, expected_classes=num_classes)
+
+    register_dataset(name, num_classes, description)(resolve)
+
+
+_register_paper_folder("cub200", 200, "CUB-200-2011 in train/ + test/ class folders")
+_register_paper_folder("imagenet_r", 200, "ImageNet-R (200 classes) in train/ + test/ class folders")
+_register_paper_folder("imagenet_a", 200, "ImageNet-A (200 classes) in train/ + test/ class folders")
+_register_paper_folder("omnibenchmark", 300, "OmniBenchmark-300 in train/ + test/ class folders")
+_register_paper_folder("vtab", 50, "VTAB-50 (the paper's 5x10-class subset) in train/ + test/ class folders")
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def limit_per_class(samples: SplitSamples, limit: int) -> SplitSamples:
+    """The first `limit` samples of each class, in stored order (deterministic)."""
+    keep: list[int] = []
+    seen: dict[int, int] = {}
+    for i, label in enumerate(samples.labels.tolist()):
+        if seen.get(label, 0) < limit:
+            keep.append(i)
+            seen[label] = seen.get(label, 0) + 1
+    return samples.subset(np.asarray(keep, dtype=np.int64))
+
+
+def load_dataset(name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None) -> DatasetSource:
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r}: use one of {', '.join(sorted(DATASETS))}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit-per-class must be at least 1, got {limit}")
+    source = DATASETS[name].resolver(Path(data_root) if data_root is not None else None, Path(cache_dir))
+    if limit is not None:
+        source.splits = {split: limit_per_class(s, limit) for split, s in source.splits.items()}
+        source.limit_per_class = limit
+    return source
