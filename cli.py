@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from featcache.errors import UserError
@@ -25,8 +32,10 @@ app = typer.Typer(
 cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
-out = Console()
-err = Console(stderr=True)
+# Off a terminal (pipes, logs, CI) nothing wraps at 80 columns: paths stay whole, tables stay wide.
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True, width=_WIDTH)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -79,39 +88,88 @@ def _force_progress() -> bool:
 @app.command()
 @user_errors
 def extract(
-    model: str = typer.Option(..., "--model", "-m", help="Backbone alias (vit_b16, effnet_lite0, ...) or a timm name."),
-    dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset name (eurosat, cifar10, cifar100, imagefolder, ...)."),
-    data_root: Path | None = typer.Option(None, help="Folder or archive (.zip/.tar/.tar.gz) with the images."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Backbone alias (vit_b16, effnet_lite0, ...) or a timm name."
+    ),
+    dataset: str = typer.Option(
+        ..., "--dataset", "-d", help="Dataset name (eurosat, cifar10, cifar100, imagefolder, ...)."
+    ),
+    data_root: Path | None = typer.Option(
+        None, help="Folder or archive (.zip/.tar/.tar.gz) with the images."
+    ),
     cache_dir: Path = typer.Option(Path("cache"), help="Root under which stores are created and found."),
-    store: Path | None = typer.Option(None, help="Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr)."),
+    store: Path | None = typer.Option(
+        None, help="Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr)."
+    ),
     weights: Path | None = typer.Option(None, help="Local checkpoint: .safetensors or a torch state dict."),
-    random_init: bool = typer.Option(False, "--random-init", help="Untrained weights, always the same (torch seed 0); recorded in the store."),
-    policy: str | None = typer.Option(None, help="Preprocessing: pilot (the paper's) or timm (default per model)."),
+    random_init: bool = typer.Option(
+        False,
+        "--random-init",
+        help="Untrained weights, always the same (torch seed 0); recorded in the store.",
+    ),
+    policy: str | None = typer.Option(
+        None, help="Preprocessing: pilot (the paper's) or timm (default per model)."
+    ),
     views: int = typer.Option(0, help="Augmented views cached per training image (one per epoch)."),
     seed: int = typer.Option(0, help="Seed of the augmented views."),
     dtype: str = typer.Option("float32", help="float32 or float16 (halves the store)."),
-    batch_size: int | None = typer.Option(None, help="Images per forward pass (default: 12 on CPU, 128 on CUDA)."),
-    workers: int | None = typer.Option(None, help="Image-decoding processes (default: cores - 1; 0 = in-process)."),
+    batch_size: int | None = typer.Option(
+        None, help="Images per forward pass (default: 12 on CPU, 128 on CUDA)."
+    ),
+    workers: int | None = typer.Option(
+        None, help="Image-decoding processes (default: cores - 1; 0 = in-process)."
+    ),
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16."),
-    chunk_size: int = typer.Option(512, help="Samples per store chunk (the unit of resume and of distribution)."),
+    chunk_size: int = typer.Option(
+        512, help="Samples per store chunk (the unit of resume and of distribution)."
+    ),
     limit_per_class: int | None = typer.Option(None, help="Keep the first N images per class in each split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing store made differently."),
-    scheduler: str | None = typer.Option(None, help="Dask scheduler address (tcp://host:8786) to spread chunks."),
+    scheduler: str | None = typer.Option(
+        None, help="Dask scheduler address (tcp://host:8786) to spread chunks."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run a frozen backbone once over a dataset and store its final features (resumable)."""
-    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from featcache.extract import ExtractRequest
 
     request = ExtractRequest(
-        model=model, dataset=dataset, data_root=data_root, cache_dir=cache_dir, store=store, weights=weights,
-        random_init=random_init, policy=policy, views=views, seed=seed, dtype=dtype, batch_size=batch_size,
-        workers=workers, device=device, precision=precision, chunk_size=chunk_size,
-        limit_per_class=limit_per_class, overwrite=overwrite, scheduler=scheduler,
+        model=model,
+        dataset=dataset,
+        data_root=data_root,
+        cache_dir=cache_dir,
+        store=store,
+        weights=weights,
+        random_init=random_init,
+        policy=policy,
+        views=views,
+        seed=seed,
+        dtype=dtype,
+        batch_size=batch_size,
+        workers=workers,
+        device=device,
+        precision=precision,
+        chunk_size=chunk_size,
+        limit_per_class=limit_per_class,
+        overwrite=overwrite,
+        scheduler=scheduler,
     )
+    summary = _extract_with_progress(request)
+    if as_json:
+        out.print_json(json.dumps({**summary.__dict__, "store": str(summary.store)}, default=str))
+        return
+    _print_summary(summary)
+
+
+def _extract_with_progress(request: Any) -> Any:
+    from featcache.extract import plan_extraction, run_extraction
+
     plan = plan_extraction(request)
     if plan.backbone.random_init:
-        err.print("[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge")
+        err.print(
+            "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
+        )
     with progress_bar() as bar:
         tasks: dict[str, Any] = {}
 
@@ -122,26 +180,71 @@ def extract(
             speed = bar.tasks[tasks[split]].speed
             bar.update(tasks[split], rate=f"{speed:.1f} img/s" if speed else "")
 
-        summary = run_extraction(plan, on_progress)
-    if as_json:
-        out.print_json(json.dumps({**summary.__dict__, "store": str(summary.store)}, default=str))
-        return
+        return run_extraction(plan, on_progress)
+
+
+def _print_summary(summary: Any) -> None:
     if summary.already_done:
         out.print(f"nothing to do: {summary.store} is complete ({summary.chunks_skipped} chunks done)")
         return
-    table = Table(show_header=False, box=None, pad_edge=False)
+    rate = f"{summary.images_computed:,} in {summary.seconds:.1f} s ({summary.images_per_second:.1f} img/s)"
     rows = [
         ("store", str(summary.store)),
         ("samples", ", ".join(f"{k} {v:,}" for k, v in summary.samples.items())),
         ("feature dim", str(summary.dim)),
         ("views", str(summary.views)),
         ("chunks", f"{summary.chunks_computed} computed, {summary.chunks_skipped} already done"),
-        ("images", f"{summary.images_computed:,} in {summary.seconds:.1f} s ({summary.images_per_second:.1f} img/s)"),
+        ("images", rate),
         ("store size", human_bytes(summary.store_bytes)),
     ]
+    _key_value_table(rows)
+
+
+def _key_value_table(rows: list[tuple[str, str]]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", value)
-    out.print(table)
+    out.print(table, highlight=False)
+
+
+# ------------------------------------------------------------------------------------------- demo
+
+DEMO_PER_CLASS = 100
+
+
+@app.command()
+@user_errors
+def demo(
+    data_root: Path | None = typer.Option(
+        None, help="EuroSAT archive or folder (default: $TOSCA_DATA/eurosat/...)."
+    ),
+    cache_dir: Path = typer.Option(Path("cache"), help="Root for the demo's store."),
+    per_class: int = typer.Option(DEMO_PER_CLASS, help="Images per class in each split."),
+) -> None:
+    """The main job on the embedded default: real EfficientNet-Lite0 features of a real EuroSAT subset."""
+    import os
+
+    from featcache.extract import ExtractRequest
+
+    if data_root is None:
+        data = os.environ.get("TOSCA_DATA")
+        if not data:
+            raise UserError(
+                "no local data: set TOSCA_DATA to a folder holding eurosat/EuroSAT-RGB.tar.gz, or pass --data-root "
+                "with a EuroSAT RGB download (its zip or the unpacked 2750/ folder works as it is)"
+            )
+        data_root = Path(data) / "eurosat" / "EuroSAT-RGB.tar.gz"
+    out.rule("[bold]extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
+    request = ExtractRequest(
+        model="effnet_lite0",
+        dataset="eurosat",
+        data_root=data_root,
+        cache_dir=cache_dir,
+        store=cache_dir / "eurosat" / f"effnet_lite0-demo{per_class}.zarr",
+        limit_per_class=per_class,
+        chunk_size=256,
+    )
+    _print_summary(_extract_with_progress(request))
 
 
 # ------------------------------------------------------------------------------------------- cache
@@ -188,19 +291,42 @@ def cache_ls(
         out.print(f"no stores under {cache_dir}")
         return
     table = Table()
-    for col in ("store", "dataset", "backbone", "weights", "policy", "train", "test", "dim", "views", "complete", "size"):
+    for col in (
+        "store",
+        "dataset",
+        "backbone",
+        "weights",
+        "policy",
+        "train",
+        "test",
+        "dim",
+        "views",
+        "complete",
+        "size",
+    ):
         table.add_column(col, justify="right" if col in ("train", "test", "dim", "views", "size") else "left")
     for r in rows:
         table.add_row(
-            r["store"], r["dataset"], r["backbone"], r["weights"], r["policy"], f"{r['train']:,}", f"{r['test']:,}",
-            str(r["dim"]), str(r["views"]), "yes" if r["complete"] else "[red]no[/]", human_bytes(r["bytes"]),
+            r["store"],
+            r["dataset"],
+            r["backbone"],
+            r["weights"],
+            r["policy"],
+            f"{r['train']:,}",
+            f"{r['test']:,}",
+            str(r["dim"]),
+            str(r["views"]),
+            "yes" if r["complete"] else "[red]no[/]",
+            human_bytes(r["bytes"]),
         )
     out.print(table)
 
 
 @cache_app.command("info")
 @user_errors
-def cache_info(store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")) -> None:
+def cache_info(
+    store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")
+) -> None:
     """Show a store's metadata: backbone, weights, preprocessing, dataset, progress."""
     st = _open_store(store)
     attrs = st.attrs
@@ -210,7 +336,9 @@ def cache_info(store: Path = typer.Argument(..., help="Store path."), as_json: b
         return
     ident = attrs["identity"]
     bb, ds, prep = ident["backbone"], ident["dataset"], ident["preprocessing"]
-    weights = bb["weights_source"] + (" [bold red](RANDOM INIT: not pretrained)[/]" if bb["random_init"] else "")
+    weights = bb["weights_source"] + (
+        " [bold red](RANDOM INIT: not pretrained)[/]" if bb["random_init"] else ""
+    )
     rows = [
         ("store", str(store)),
         ("backbone", f"{bb['alias']} = {bb['timm_name']} (dim {bb['feature_dim']})"),
@@ -229,10 +357,7 @@ def cache_info(store: Path = typer.Argument(..., help="Store path."), as_json: b
         ("created / updated", f"{attrs['created']} / {attrs['updated']}"),
         ("versions", ", ".join(f"{k} {v}" for k, v in attrs.get("versions", {}).items())),
     ]
-    table = Table(show_header=False, box=None, pad_edge=False)
-    for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
-    out.print(table, highlight=False)
+    _key_value_table(rows)
 
 
 @cache_app.command("verify")

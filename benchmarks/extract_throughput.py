@@ -24,7 +24,9 @@ DATA = Path(os.environ.get("TOSCA_DATA", Path(__file__).resolve().parents[2] / "
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="effnet_lite0")
     parser.add_argument("--data-root", type=Path, default=DATA / "eurosat" / "EuroSAT-RGB.tar.gz")
     parser.add_argument("--dataset", default="eurosat")
@@ -37,18 +39,32 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(os.environ.get("TOSCA_BENCH_CACHE", tmp))
         request = ExtractRequest(
-            model=args.model, dataset=args.dataset, data_root=args.data_root, cache_dir=cache,
-            store=Path(tmp) / "bench.zarr", random_init=args.random_init, batch_size=args.batch_size,
-            workers=args.workers, limit_per_class=args.per_class, chunk_size=128, overwrite=True,
+            model=args.model,
+            dataset=args.dataset,
+            data_root=args.data_root,
+            cache_dir=cache,
+            store=Path(tmp) / "bench.zarr",
+            random_init=args.random_init,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            limit_per_class=args.per_class,
+            chunk_size=128,
+            overwrite=True,
         )
         plan = plan_extraction(request)
         samples = plan.dataset.splits["train"]
         n = len(samples) + len(plan.dataset.splits["test"])
 
         # Pre-made tensors: every image of both splits decoded and transformed up front (untimed).
-        tensors = [plan.preprocessing.clean(s.open_image(i)) for s in plan.dataset.splits.values() for i in range(len(s))]
+        tensors = [
+            plan.preprocessing.clean(s.open_image(i))
+            for s in plan.dataset.splits.values()
+            for i in range(len(s))
+        ]
         batches = [torch.stack(tensors[i : i + plan.batch_size]) for i in range(0, n, plan.batch_size)]
-        mapper = FeatureMapper(plan.backbone.model, resolve_device(plan.device), plan.precision, plan.batch_size)
+        mapper = FeatureMapper(
+            plan.backbone.model, resolve_device(plan.device), plan.precision, plan.batch_size
+        )
         mapper(batches[0])  # warm-up, as the pipeline's first batch also pays it
         start = time.perf_counter()
         for batch in batches:
@@ -59,7 +75,9 @@ def main() -> None:
         summary = run_extraction(plan)
         pipeline = summary.images_computed / (time.perf_counter() - start)
 
-    print(f"model {args.model}  images {n}  batch {plan.batch_size}  workers {args.workers}  threads {torch.get_num_threads()}")
+    print(
+        f"model {args.model}  images {n}  batch {plan.batch_size}  workers {args.workers}  threads {torch.get_num_threads()}"
+    )
     print(f"bare forward    {bare:8.1f} img/s")
     print(f"whole pipeline  {pipeline:8.1f} img/s  (decode + transform + forward + write)")
     print(f"ratio           {pipeline / bare:8.3f}  (goal >= 0.9)")

@@ -65,7 +65,9 @@ def unpack_once(archive: Path, cache_dir: Path) -> tuple[Path, str]:
                 for name in zf.namelist():
                     target = (tmp / name).resolve()
                     if tmp.resolve() not in target.parents and target != tmp.resolve():
-                        raise UserError(f"archive member {name!r} would land outside {tmp}; refusing to unpack")
+                        raise UserError(
+                            f"archive member {name!r} would land outside {tmp}; refusing to unpack"
+                        )
                 zf.extractall(tmp)
         else:
             with tarfile.open(archive) as tar:

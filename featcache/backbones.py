@@ -62,8 +62,12 @@ register_backbone(
         note="IN-21k fine-tuned on IN-1k (the paper's toolbox variant)",
     )
 )
-register_backbone(BackboneSpec("vit_s16", "vit_small_patch16_224.augreg_in21k", "timm", note="ViT-S/16 IN-21k"))
-register_backbone(BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m", "timm", note="DINOv2 ViT-S/14"))
+register_backbone(
+    BackboneSpec("vit_s16", "vit_small_patch16_224.augreg_in21k", "timm", note="ViT-S/16 IN-21k")
+)
+register_backbone(
+    BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m", "timm", note="DINOv2 ViT-S/14")
+)
 register_backbone(
     BackboneSpec(
         "effnet_lite0",
@@ -152,7 +156,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 def _classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
     names = getattr(model, "pretrained_cfg", {}).get("classifier", "head")
     names = (names,) if isinstance(names, str) else tuple(names)
-    return tuple(n + "." for n in names) + ("head.fc.", "fc.")
+    return (*(n + "." for n in names), "head.fc.", "fc.")
 
 
 def load_by_name(model: nn.Module, state: dict[str, torch.Tensor], origin: str) -> None:
@@ -220,7 +224,9 @@ def _download_pretrained(spec: BackboneSpec) -> nn.Module:
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     hint = "pass --weights FILE (safetensors or torch state dict) or --random-init for untrained weights"
     if offline:
-        raise UserError(f"no weights for {spec.alias}: HF_HUB_OFFLINE is set, so timm cannot download them; {hint}")
+        raise UserError(
+            f"no weights for {spec.alias}: HF_HUB_OFFLINE is set, so timm cannot download them; {hint}"
+        )
     try:
         return _create(spec, pretrained=True)
     except Exception as exc:
@@ -232,7 +238,9 @@ RANDOM_INIT_SEED = 0
 _RANDOM_INIT_LOCK = threading.Lock()  # torch's global RNG is shared by threads (Dask thread workers)
 
 
-def load_backbone(spec: BackboneSpec, weights: Path | None = None, random_init: bool = False) -> LoadedBackbone:
+def load_backbone(
+    spec: BackboneSpec, weights: Path | None = None, random_init: bool = False
+) -> LoadedBackbone:
     """Build the frozen model from exactly one weights source (never a silent fallback)."""
     import timm
 
@@ -250,7 +258,11 @@ def load_backbone(spec: BackboneSpec, weights: Path | None = None, random_init: 
         load_by_name(model, read_state_dict(Path(weights)), str(weights))
     elif spec.packaged_weights is not None:
         path = PACKAGED_WEIGHTS[spec.packaged_weights]()
-        model, source, weights_file = _create(spec, pretrained=False), f"package:{spec.packaged_weights}", str(path)
+        model, source, weights_file = (
+            _create(spec, pretrained=False),
+            f"package:{spec.packaged_weights}",
+            str(path),
+        )
         load_by_position(model, read_state_dict(path), spec.packaged_weights)
     else:
         model, source = _download_pretrained(spec), "timm-pretrained"

@@ -111,7 +111,10 @@ def _is_image(path: Path) -> bool:
 
 
 def class_dirs(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))), key=lambda p: p.name)
+    return sorted(
+        (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))),
+        key=lambda p: p.name,
+    )
 
 
 def list_class_tree(split_dir: Path, class_names: list[str], root: Path) -> SplitSamples:
@@ -139,7 +142,9 @@ def materialise(data_root: Path | None, cache_dir: Path, dataset: str) -> tuple[
         folder, sha = unpack_once(data_root, cache_dir)
         return folder, str(data_root.resolve()), sha
     if data_root.is_file():
-        raise UserError(f"data root {data_root} is a file but not a known archive (.zip, .tar, .tar.gz, .tgz)")
+        raise UserError(
+            f"data root {data_root} is a file but not a known archive (.zip, .tar, .tar.gz, .tgz)"
+        )
     return data_root, str(data_root.resolve()), None
 
 
@@ -153,7 +158,9 @@ def find_split_tree(folder: Path, depth: int = 3) -> tuple[Path, str]:
                 if (here / test_name).is_dir():
                     return here, test_name
         if level < depth:
-            queue += [(p, level + 1) for p in sorted(here.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+            queue += [
+                (p, level + 1) for p in sorted(here.iterdir()) if p.is_dir() and not p.name.startswith(".")
+            ]
     raise UserError(f"no train/ with test/ or val/ folders found under {folder}")
 
 
@@ -170,7 +177,9 @@ def folder_dataset(
     if not class_names:
         raise UserError(f"{root / 'train'} holds no class folders")
     if expected_classes is not None and len(class_names) != expected_classes:
-        raise UserError(f"{name} expects {expected_classes} class folders in {root / 'train'}, found {len(class_names)}")
+        raise UserError(
+            f"{name} expects {expected_classes} class folders in {root / 'train'}, found {len(class_names)}"
+        )
     test_classes = [p.name for p in class_dirs(root / test_name)]
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
@@ -246,7 +255,9 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
         for split, index in (("test", order[:n_test]), ("train", order[n_test:])):
             parts[split][0].extend(f"{name}/{files[i]}" for i in index)
             parts[split][1].extend([label] * len(index))
-    splits = {s: SplitSamples(ids, np.asarray(lab, dtype=np.int64), root=base) for s, (ids, lab) in parts.items()}
+    splits = {
+        s: SplitSamples(ids, np.asarray(lab, dtype=np.int64), root=base) for s, (ids, lab) in parts.items()
+    }
     rule = (
         f"stratified {1 - EUROSAT_TEST_FRACTION:.0%}/{EUROSAT_TEST_FRACTION:.0%}: per class in class-name order, "
         f"file names sorted, permuted by one numpy RandomState({EUROSAT_SPLIT_SEED}); the first "
@@ -265,7 +276,9 @@ def _torchvision_cifar(name: str, folder: Path) -> DatasetSource:
         labels = np.asarray(ds.targets, dtype=np.int64)
         ids = [f"{split}/{i:05d}" for i in range(len(labels))]
         splits[split] = SplitSamples(ids=ids, labels=labels, arrays=np.asarray(ds.data))
-    return DatasetSource(name, list(ds.classes), splits, str(folder.resolve()), None, "official train/test batches")
+    return DatasetSource(
+        name, list(ds.classes), splits, str(folder.resolve()), None, "official train/test batches"
+    )
 
 
 def _cifar(name: str, data_root: Path | None, cache_dir: Path, num_classes: int) -> DatasetSource:
@@ -287,7 +300,9 @@ def cifar100(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     return _cifar("cifar100", data_root, cache_dir, 100)
 
 
-@register_dataset("imagefolder", None, "any train/<class>/ + test/<class>/ (or val/) tree, or an archive of one")
+@register_dataset(
+    "imagefolder", None, "any train/<class>/ + test/<class>/ (or val/) tree, or an archive of one"
+)
 def imagefolder(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     return folder_dataset("imagefolder", data_root, cache_dir)
 
@@ -320,7 +335,9 @@ def limit_per_class(samples: SplitSamples, limit: int) -> SplitSamples:
     return samples.subset(np.asarray(keep, dtype=np.int64))
 
 
-def load_dataset(name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None) -> DatasetSource:
+def load_dataset(
+    name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None
+) -> DatasetSource:
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}: use one of {', '.join(sorted(DATASETS))}")
     if limit is not None and limit < 1:

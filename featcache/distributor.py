@@ -56,7 +56,9 @@ def run_chunk_job(job: ChunkJob, samples: SplitSamples) -> int:
     backbone = _backbone_on_worker(job)
     mapper = FeatureMapper(backbone.model, resolve_device(job.device), job.precision, job.batch_size)
     store = FeatureStore.open(job.store_path, mode="r+")
-    return extract_chunks(store, job.split, list(job.chunks), samples, job.preprocessing, mapper, job.seed, job.batch_size, 0)
+    return extract_chunks(
+        store, job.split, list(job.chunks), samples, job.preprocessing, mapper, job.seed, job.batch_size, 0
+    )
 
 
 def extract_on_cluster(
@@ -72,9 +74,18 @@ def extract_on_cluster(
     device = "auto" if plan.device.startswith("cuda") else "cpu"
     jobs = [
         ChunkJob(
-            str(store.path.resolve()), split, (chunk,), plan.preprocessing, plan.spec,
-            str(req.weights) if req.weights else None, req.random_init, plan.backbone.weights_sha256,
-            req.seed, plan.batch_size, device, plan.precision,
+            str(store.path.resolve()),
+            split,
+            (chunk,),
+            plan.preprocessing,
+            plan.spec,
+            str(req.weights) if req.weights else None,
+            req.random_init,
+            plan.backbone.weights_sha256,
+            req.seed,
+            plan.batch_size,
+            device,
+            plan.precision,
         )
         for split, chunks in pending.items()
         for chunk in chunks

@@ -59,11 +59,17 @@ class ExtractRequest:
     def validate(self) -> None:
         checks = [
             (self.views >= 0, f"--views must be 0 or more, got {self.views}"),
-            (self.batch_size is None or self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}"),
+            (
+                self.batch_size is None or self.batch_size >= 1,
+                f"--batch-size must be at least 1, got {self.batch_size}",
+            ),
             (self.workers is None or self.workers >= 0, f"--workers must be 0 or more, got {self.workers}"),
             (self.chunk_size >= 1, f"--chunk-size must be at least 1, got {self.chunk_size}"),
             (self.dtype in DTYPES, f"unknown --dtype {self.dtype!r}: use one of {', '.join(DTYPES)}"),
-            (self.policy is None or self.policy in POLICIES, f"unknown --policy {self.policy!r}: use {', '.join(POLICIES)}"),
+            (
+                self.policy is None or self.policy in POLICIES,
+                f"unknown --policy {self.policy!r}: use {', '.join(POLICIES)}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -149,7 +155,11 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     prep = make_preprocessing(policy, backbone.data_config)
     device = resolve_device(request.device)
     precision = resolve_precision(request.precision, device)
-    store_path = Path(request.store) if request.store else default_store_path(request.cache_dir, request.dataset, spec, policy)
+    store_path = (
+        Path(request.store)
+        if request.store
+        else default_store_path(request.cache_dir, request.dataset, spec, policy)
+    )
     dataset_attrs = dataset.attrs()
     identity = {
         "backbone": {k: v for k, v in backbone.attrs().items() if k != "weights_file"},
@@ -230,7 +240,9 @@ def extract_chunks(
     for batch in loader:
         if batch.errors:
             chunk = batch.indices[0] // store.chunk_size
-            raise UserError(f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done")
+            raise UserError(
+                f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done"
+            )
         assert batch.images is not None
         out = mapper(batch.images)
         n = len(batch.indices)
@@ -251,8 +263,16 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
     samples = {s: len(plan.dataset.splits[s]) for s in SPLITS}
     if n_pending == 0:
         return ExtractSummary(
-            store.path, samples, store.dim, store.views, 0, 0, total_chunks, time.perf_counter() - start,
-            store.size_bytes(), already_done=True,
+            store.path,
+            samples,
+            store.dim,
+            store.views,
+            0,
+            0,
+            total_chunks,
+            time.perf_counter() - start,
+            store.size_bytes(),
+            already_done=True,
         )
     req = plan.request
     if req.scheduler:
@@ -260,16 +280,33 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
 
         images = extract_on_cluster(plan, store, pending, req.scheduler, progress)
     else:
-        mapper = FeatureMapper(plan.backbone.model, resolve_device(plan.device), plan.precision, plan.batch_size)
+        mapper = FeatureMapper(
+            plan.backbone.model, resolve_device(plan.device), plan.precision, plan.batch_size
+        )
         images = 0
         for split in SPLITS:
             if pending[split]:
                 images += extract_chunks(
-                    store, split, pending[split], plan.dataset.splits[split], plan.preprocessing, mapper,
-                    req.seed, plan.batch_size, default_workers() if req.workers is None else req.workers, progress,
+                    store,
+                    split,
+                    pending[split],
+                    plan.dataset.splits[split],
+                    plan.preprocessing,
+                    mapper,
+                    req.seed,
+                    plan.batch_size,
+                    default_workers() if req.workers is None else req.workers,
+                    progress,
                 )
     store.touch()
     return ExtractSummary(
-        store.path, samples, store.dim, store.views, images, n_pending, total_chunks - n_pending,
-        time.perf_counter() - start, store.size_bytes(),
+        store.path,
+        samples,
+        store.dim,
+        store.views,
+        images,
+        n_pending,
+        total_chunks - n_pending,
+        time.perf_counter() - start,
+        store.size_bytes(),
     )

@@ -50,13 +50,20 @@ class SampleImages(Dataset):
             clean = self.prep.clean(img)
             sample_id = self.samples.ids[i]
             views = (
-                torch.stack([self.prep.view(img, view_rng(self.seed, self.split, sample_id, k)) for k in range(self.views)])
+                torch.stack(
+                    [
+                        self.prep.view(img, view_rng(self.seed, self.split, sample_id, k))
+                        for k in range(self.views)
+                    ]
+                )
                 if self.views
                 else None
             )
             return Item(i, clean, views, None)
         except Exception as exc:  # report which file, let the runner stop before flagging its chunk
-            return Item(i, None, None, f"{self.samples.describe(i)}: {type(exc).__name__}: {exc}")
+            where = self.samples.describe(i)
+            detail = type(exc).__name__ if where in str(exc) else f"{type(exc).__name__}: {exc}"
+            return Item(i, None, None, f"{where} ({detail})")
 
 
 def collate(items: list[Item]) -> Batch:
@@ -75,7 +82,9 @@ def chunk_batches(layout: SplitLayout, chunks: list[int], batch_size: int) -> li
     batches = []
     for chunk in chunks:
         sl = layout.chunk_slice(chunk)
-        batches += [list(range(s, min(s + batch_size, sl.stop))) for s in range(sl.start, sl.stop, batch_size)]
+        batches += [
+            list(range(s, min(s + batch_size, sl.stop))) for s in range(sl.start, sl.stop, batch_size)
+        ]
     return batches
 
 

@@ -41,6 +41,11 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:40] + "..." if len(text) > 43 else text
+
+
 def identity_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
     """Human-readable list of the identity fields that differ, e.g. 'views: 0 -> 4'."""
     diffs = []
@@ -49,8 +54,7 @@ def identity_differences(old: dict[str, Any], new: dict[str, Any], prefix: str =
         if isinstance(a, dict) and isinstance(b, dict):
             diffs += identity_differences(a, b, f"{prefix}{key}.")
         elif canonical_json(a) != canonical_json(b):
-            show = (lambda v: (str(v)[:40] + "...") if len(str(v)) > 43 else str(v))
-            diffs.append(f"{prefix}{key}: {show(a)} -> {show(b)}")
+            diffs.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
     return diffs
 
 
@@ -84,7 +88,9 @@ class FeatureStore:
         group = zarr.open_group(str(path), mode=mode)
         schema = group.attrs.get("schema_version")
         if schema is None:
-            raise UserError(f"{path} is a zarr group but not a complete tosca store (no schema_version); re-extract it")
+            raise UserError(
+                f"{path} is a zarr group but not a complete tosca store (no schema_version); re-extract it"
+            )
         if schema != SCHEMA_VERSION:
             raise UserError(f"{path} has store schema {schema}, this tosca reads schema {SCHEMA_VERSION}")
         return cls(path, group)
@@ -114,13 +120,17 @@ class FeatureStore:
             n = len(ids[split])
             layout = SplitLayout(n, chunk_size)
             sub = group.create_group(split)
-            sub.create_array("features", shape=(n, dim), chunks=(chunk_size, dim), dtype=dtype, compressors=None)
+            sub.create_array(
+                "features", shape=(n, dim), chunks=(chunk_size, dim), dtype=dtype, compressors=None
+            )
             if split == "train" and views > 0:
                 sub.create_array(
                     "views", shape=(views, n, dim), chunks=(1, chunk_size, dim), dtype=dtype, compressors=None
                 )
             sub.create_array("labels", shape=(n,), chunks=(chunk_size,), dtype="int64")[:] = labels[split]
-            sub.create_array("ids", shape=(n,), chunks=(chunk_size,), dtype=str)[:] = np.asarray(ids[split], dtype=str)
+            sub.create_array("ids", shape=(n,), chunks=(chunk_size,), dtype=str)[:] = np.asarray(
+                ids[split], dtype=str
+            )
             sub.create_array("done", shape=(layout.n_chunks,), chunks=(1,), dtype=bool, fill_value=False)
         group.attrs.update(
             {
@@ -177,7 +187,9 @@ class FeatureStore:
     def is_complete(self) -> bool:
         return all(self.done(split).all() for split in SPLITS)
 
-    def write_chunk(self, split: str, chunk: int, features: np.ndarray, views: np.ndarray | None = None) -> None:
+    def write_chunk(
+        self, split: str, chunk: int, features: np.ndarray, views: np.ndarray | None = None
+    ) -> None:
         """Write one whole sample chunk (features and all its views), then flag it done."""
         sl = self.layout(split).chunk_slice(chunk)
         expected = (sl.stop - sl.start, self.dim)
@@ -240,10 +252,14 @@ def verify_store(store: FeatureStore) -> list[str]:
             problems.append(f"{split}: {layout.n} rows, attrs say {expected_n}")
         for name in ("labels", "ids"):
             if store.group[f"{split}/{name}"].shape[0] != layout.n:
-                problems.append(f"{split}/{name} has {store.group[f'{split}/{name}'].shape[0]} rows, expected {layout.n}")
+                problems.append(
+                    f"{split}/{name} has {store.group[f'{split}/{name}'].shape[0]} rows, expected {layout.n}"
+                )
         missing = np.flatnonzero(~store.done(split))
         if missing.size:
-            problems.append(f"{split}: {missing.size}/{layout.n_chunks} chunks not done (first: {missing[:5].tolist()})")
+            problems.append(
+                f"{split}: {missing.size}/{layout.n_chunks} chunks not done (first: {missing[:5].tolist()})"
+            )
         n_classes = ident.get("dataset", {}).get("num_classes")
         labels = store.labels(split)
         if n_classes is not None and labels.size and (labels.min() < 0 or labels.max() >= n_classes):

@@ -59,7 +59,9 @@ class Preprocessing:
 
     def view(self, img: Image.Image, rng: np.random.Generator) -> torch.Tensor:
         """One augmented training view, all randomness drawn from `rng`."""
-        top, left, height, width = random_resized_crop_box(img.height, img.width, self.view_scale, self.view_ratio, rng)
+        top, left, height, width = random_resized_crop_box(
+            img.height, img.width, self.view_scale, self.view_ratio, rng
+        )
         img = F.resized_crop(
             img,
             top,

@@ -19,10 +19,21 @@ from featcache.transforms import make_preprocessing
 
 @pytest.mark.parametrize("model_name", [TINY_VIT, TINY_CNN])
 @pytest.mark.parametrize("policy", ["pilot", "timm"])
-def test_stored_vector_is_model_output(tmp_path: Path, image_tree: Path, model_name: str, policy: str) -> None:
+def test_stored_vector_is_model_output(
+    tmp_path: Path, image_tree: Path, model_name: str, policy: str
+) -> None:
     request = ExtractRequest(
-        model=model_name, dataset="imagefolder", data_root=image_tree, cache_dir=tmp_path / "cache",
-        store=tmp_path / "s.zarr", random_init=True, policy=policy, seed=3, batch_size=4, workers=0, chunk_size=5,
+        model=model_name,
+        dataset="imagefolder",
+        data_root=image_tree,
+        cache_dir=tmp_path / "cache",
+        store=tmp_path / "s.zarr",
+        random_init=True,
+        policy=policy,
+        seed=3,
+        batch_size=4,
+        workers=0,
+        chunk_size=5,
     )
     summary = run_extraction(plan_extraction(request))
     store = FeatureStore.open(summary.store)
@@ -59,5 +70,5 @@ def test_pilot_policy_is_unnormalised_224(image_tree: Path) -> None:
     img = load_dataset("imagefolder", image_tree, image_tree.parent / "c").splits["train"].open_image(0)
     x = prep.clean(img)
     assert x.shape == (3, 224, 224)
-    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0
     assert prep.attrs()["mean"] is None and prep.attrs()["resize_size"] == 256

@@ -18,9 +18,30 @@ from featcache.store import FeatureStore
 
 def _cmd(tree: Path, store: Path, cache: Path) -> list[str]:
     return [
-        sys.executable, str(ROOT / "cli.py"), "extract", "--model", TINY_VIT, "--dataset", "imagefolder",
-        "--data-root", str(tree), "--store", str(store), "--cache-dir", str(cache), "--random-init",
-        "--views", "2", "--chunk-size", "4", "--batch-size", "2", "--workers", "0", "--seed", "5",
+        sys.executable,
+        str(ROOT / "cli.py"),
+        "extract",
+        "--model",
+        TINY_VIT,
+        "--dataset",
+        "imagefolder",
+        "--data-root",
+        str(tree),
+        "--store",
+        str(store),
+        "--cache-dir",
+        str(cache),
+        "--random-init",
+        "--views",
+        "2",
+        "--chunk-size",
+        "4",
+        "--batch-size",
+        "2",
+        "--workers",
+        "0",
+        "--seed",
+        "5",
     ]
 
 
@@ -34,7 +55,9 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path: Path) -> None:
     tree = make_image_tree(tmp_path / "imgs", classes=3, train=12, test=4)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     killed = tmp_path / "killed.zarr"
-    proc = subprocess.Popen(_cmd(tree, killed, tmp_path / "c"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cmd(tree, killed, tmp_path / "c"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 120
     done = 0
     while time.time() < deadline and proc.poll() is None:
@@ -52,8 +75,12 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path: Path) -> None:
     half = FeatureStore.open(killed)
     assert 2 <= int(half.done("train").sum()) < half.layout("train").n_chunks
 
-    verify = subprocess.run([sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)],
-                            env=env, capture_output=True, text=True)
+    verify = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert verify.returncode == 1
     assert "chunks not done" in verify.stderr
 
@@ -69,4 +96,9 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path: Path) -> None:
     resumed, uninterrupted = _arrays(killed), _arrays(clean)
     for name in uninterrupted:
         np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
-    assert subprocess.run([sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)], env=env).returncode == 0
+    assert (
+        subprocess.run(
+            [sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)], env=env
+        ).returncode
+        == 0
+    )
