@@ -207,6 +207,136 @@ def _key_value_table(rows: list[tuple[str, str]]) -> None:
     out.print(table, highlight=False)
 
 
+# ------------------------------------------------------------------------------------------- fit / eval
+
+MODE_SHORT = {"sample": "sample", "batch": "batch", "batch_shuffled": "batch-shuf", "oracle": "oracle"}
+
+
+def _stage_printer() -> Any:
+    """Print one aligned row per task as it finishes (loss, train acc, A_t per routing mode, seconds)."""
+    from tosca_heads.router import MODES
+
+    header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
+        f"{MODE_SHORT[m]:>10}" for m in MODES
+    )
+    out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+
+    def show(stage: Any, trained: bool) -> None:
+        accs = " ".join(f"{100 * stage.modes[m]['A_t']:>9.2f}%" for m in MODES)
+        out.print(
+            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
+            f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.modes['sample']['routing']:>6.1f}% "
+            f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
+            highlight=False,
+        )
+
+    return show
+
+
+def _print_run_summary(result: Any) -> None:
+    from tosca_heads.router import MODES
+
+    metrics = result.metrics()
+    table = Table(
+        title=f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}"
+    )
+    for col in ("routing", "A_bar", "A_last", "forgetting", "routing acc"):
+        table.add_column(col, justify="left" if col == "routing" else "right")
+    for mode in MODES:
+        m = metrics["modes"][mode]
+        table.add_row(
+            mode,
+            f"{100 * m['A_bar']:.2f}",
+            f"{100 * m['A_last']:.2f}",
+            f"{100 * m['forgetting']:.2f}",
+            f"{100 * m['routing_accuracy']:.2f}",
+        )
+    out.print(table)
+    train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
+    eval_s = sum(s.eval_seconds for s in result.stages)
+    out.print(
+        f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
+        f"{metrics['params_per_task']:,} parameters per task",
+        highlight=False,
+    )
+
+
+@app.command()
+@user_errors
+def fit(
+    task: int | None = typer.Option(None, "--task", help="Train tasks 0..TASK (default: all)."),
+    store: Path | None = typer.Option(
+        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
+    ),
+    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
+    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    run: Path | None = typer.Option(
+        None, "--run", help="Run directory (default: runs/<dataset>-<model>-...)."
+    ),
+    preset: str = typer.Option("paper", help="Recipe preset; flags below override it."),
+    r: int | None = typer.Option(None, help="Adapter bottleneck (default d/16)."),
+    s: int | None = typer.Option(None, help="Calibrator bottleneck (default d/16)."),
+    l1: float | None = typer.Option(None, help="L1 weight over the task's LuCA parameters (paper 5e-4)."),
+    lr: float | None = typer.Option(None, help="SGD learning rate (paper 0.025)."),
+    epochs: int | None = typer.Option(None, help="Epochs per task (paper 20)."),
+    batch_size: int | None = typer.Option(None, help="Batch size (paper 48)."),
+    flow: str | None = typer.Option(None, help="tosca (the method), tosca_r, adapter or calibrator."),
+    seed: int | None = typer.Option(None, help="Training seed (init, shuffling)."),
+    init_cls: int | None = typer.Option(
+        None, help="Classes in task 0 (default: the dataset's paper preset)."
+    ),
+    increment: int | None = typer.Option(None, help="Classes per later task."),
+    order_seed: int = typer.Option(1993, help="Seed of the class order (np.random.seed(1993) permutation)."),
+    as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+) -> None:
+    """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
+    from dataclasses import replace
+
+    from tosca_heads.discover import resolve_store
+    from tosca_heads.runs import StreamConfig, default_stream, fit_run
+    from tosca_heads.train import PRESETS
+
+    if preset not in PRESETS:
+        raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    flags = {
+        "r": r,
+        "s": s,
+        "l1": l1,
+        "lr": lr,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "flow": flow,
+        "seed": seed,
+    }
+    config = replace(PRESETS[preset], **{k: v for k, v in flags.items() if v is not None})
+    st = resolve_store(store, model, dataset, cache_dir)
+    ident = st.identity["dataset"]
+    base = default_stream(ident["name"], int(ident["num_classes"]))
+    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    result = fit_run(st, stream, config, task, run, on_stage=None if as_json else _stage_printer())
+    if as_json:
+        out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
+        return
+    _print_run_summary(result)
+
+
+@app.command("eval")
+@user_errors
+def eval_run(
+    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Re-evaluate a run from its saved modules and classifier snapshots (every routing mode)."""
+    from tosca_heads.runs import evaluate_run
+
+    result = evaluate_run(run)
+    if as_json:
+        out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
+        return
+    _print_run_summary(result)
+
+
 # ------------------------------------------------------------------------------------------- demo
 
 DEMO_PER_CLASS = 100
@@ -234,7 +364,7 @@ def demo(
                 "with a EuroSAT RGB download (its zip or the unpacked 2750/ folder works as it is)"
             )
         data_root = Path(data) / "eurosat" / "EuroSAT-RGB.tar.gz"
-    out.rule("[bold]extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
+    out.rule("[bold]1/2 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     request = ExtractRequest(
         model="effnet_lite0",
         dataset="eurosat",
@@ -244,7 +374,23 @@ def demo(
         limit_per_class=per_class,
         chunk_size=256,
     )
-    _print_summary(_extract_with_progress(request))
+    summary = _extract_with_progress(request)
+    _print_summary(summary)
+    from featcache.store import FeatureStore
+    from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.train import PRESETS
+
+    out.rule("[bold]2/2 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
+    result = fit_run(
+        FeatureStore.open(summary.store),
+        StreamConfig(2, 2),
+        PRESETS["paper"],
+        None,
+        Path("runs") / f"demo-eurosat-effnet_lite0-{per_class}",
+        on_stage=_stage_printer(),
+    )
+    _print_run_summary(result)
+    out.print(f"plots: {result.run_dir / 'accuracy.png'}", highlight=False)
 
 
 # ------------------------------------------------------------------------------------------- cache

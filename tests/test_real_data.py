@@ -48,3 +48,25 @@ def test_pretrained_features_are_far_above_chance_and_random_init_is_not(
         "train": 300,
         "test": 300,
     }
+
+
+@pytest.mark.parametrize("dataset", ["eurosat", "cifar10"])
+def test_paper_preset_trains_end_to_end_and_oracle_beats_simplecil(
+    dataset: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.train import PRESETS
+
+    store = FeatureStore.open(request.getfixturevalue(f"{dataset}_store"))
+    result = fit_run(store, StreamConfig(2, 2), PRESETS["paper"], None, tmp_path / "run")
+    modes = result.metrics()["modes"]
+    simplecil = nearest_class_mean_accuracy(store.path)  # all classes seen at the last task
+    print(
+        f"\n{dataset} B0 Inc2 paper preset (EfficientNet-Lite0, 30/class): SimpleCIL A_last {simplecil:.3f}; "
+        + "; ".join(
+            f"{m}: A_bar {v['A_bar']:.3f} A_last {v['A_last']:.3f} routing {v['routing_accuracy']:.3f}"
+            for m, v in modes.items()
+        )
+    )
+    assert len(result.stages) == 5
+    assert modes["oracle"]["A_last"] >= simplecil

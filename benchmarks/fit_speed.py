@@ -1,0 +1,87 @@
+"""Wall time of the paper preset on a CIFAR-100-shaped store (B0 Inc5: 20 tasks).
+
+    python benchmarks/fit_speed.py [--train 50000] [--test 10000] [--dim 768]
+
+Random class-structured features stand in for real ones (timing only). Prints seconds per task
+and the split between training and evaluation. Goal on the 2-core dev machine: the whole
+20-task run, training and all evaluations, under 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from featcache.store import FeatureStore
+from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.train import PRESETS
+
+
+def make_store(path: Path, n_train: int, n_test: int, dim: int, classes: int) -> FeatureStore:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(classes, dim)).astype(np.float32)
+    labels = {"train": np.arange(n_train) % classes, "test": np.arange(n_test) % classes}
+    identity = {
+        "dataset": {
+            "name": "cifar100",
+            "num_classes": classes,
+            "samples": {"train": n_train, "test": n_test},
+        },
+        "backbone": {"alias": "random", "feature_dim": dim},
+        "views": 0,
+    }
+    store = FeatureStore.create(
+        path,
+        identity,
+        {},
+        {s: [str(i) for i in range(len(v))] for s, v in labels.items()},
+        labels,
+        dim,
+        0,
+        4096,
+        "float32",
+    )
+    for split, y in labels.items():
+        for chunk in range(store.layout(split).n_chunks):
+            sl = store.layout(split).chunk_slice(chunk)
+            x = centres[y[sl]] + rng.normal(scale=2.0, size=(sl.stop - sl.start, dim)).astype(np.float32)
+            store.write_chunk(split, chunk, x)
+    return store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--train", type=int, default=50_000)
+    parser.add_argument("--test", type=int, default=10_000)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--increment", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp) / "bench.zarr", args.train, args.test, args.dim, args.classes)
+        start = time.perf_counter()
+        result = fit_run(
+            store, StreamConfig(args.increment, args.increment), PRESETS["paper"], None, Path(tmp) / "run"
+        )
+        total = time.perf_counter() - start
+    train_s = sum(s.stats["seconds"] for s in result.stages)
+    eval_s = sum(s.eval_seconds for s in result.stages)
+    print(f"{len(result.stages)} tasks, {args.train:,} x {args.dim} train, {args.test:,} test, paper preset")
+    for s in result.stages:
+        print(f"  task {s.task:2d}  train {s.stats['seconds']:6.2f} s  eval {s.eval_seconds:5.2f} s")
+    print(
+        f"train {train_s:.1f} s + eval {eval_s:.1f} s; whole run incl. loading and writing {total:.1f} s (goal < 30 s)"
+    )
+    print(
+        f"A_last oracle {result.metrics()['modes']['oracle']['A_last']:.3f}, sample {result.metrics()['modes']['sample']['A_last']:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

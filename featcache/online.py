@@ -1,0 +1,48 @@
+"""The online feature source: runs the frozen backbone on the images whenever features are asked for.
+
+It is what the reference code does every epoch. It answers the same questions as
+`tosca_heads.features.CachedFeatures`, so the two can be swapped under one trainer: the cache
+must change nothing but speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from featcache.datasets import SplitSamples
+from featcache.mapper import FeatureMapper
+from featcache.transforms import Preprocessing, view_rng
+
+
+class OnlineFeatures:
+    def __init__(
+        self,
+        mapper: FeatureMapper,
+        splits: dict[str, SplitSamples],
+        prep: Preprocessing,
+        seed: int,
+        views: int,
+    ):
+        self.mapper, self.splits, self.prep, self.seed, self.views = mapper, splits, prep, seed, views
+        self.images_forwarded = 0
+
+    def _forward(self, images: list[torch.Tensor]) -> torch.Tensor:
+        self.images_forwarded += len(images)
+        return torch.from_numpy(self.mapper(torch.stack(images)))
+
+    def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
+        samples = self.splits["train"]
+        if not self.views:
+            return self.clean("train", rows)
+        k = epoch % self.views
+        return self._forward(
+            [
+                self.prep.view(samples.open_image(i), view_rng(self.seed, "train", samples.ids[i], k))
+                for i in rows
+            ]
+        )
+
+    def clean(self, split: str, rows: np.ndarray) -> torch.Tensor:
+        samples = self.splits[split]
+        return self._forward([self.prep.clean(samples.open_image(i)) for i in rows])

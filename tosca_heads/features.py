@@ -1,0 +1,66 @@
+"""Feature sources: where a trainer's features come from (the one seam between cache and backbone).
+
+`CachedFeatures` reads a store; an online source (featcache.online) runs the backbone on the
+images instead. Both answer the same two questions, so "cached == online" is testable and
+the speed-up measurable side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from featcache.store import FeatureStore
+
+MEMORY_BUDGET_BYTES = 4 << 30  # load whole arrays below this; read task by task above it
+
+
+class FeatureSource(Protocol):
+    views: int
+
+    def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
+        """Training features of these train rows for this epoch: view (epoch mod V), or clean if V = 0."""
+        ...
+
+    def clean(self, split: str, rows: np.ndarray) -> torch.Tensor:
+        """Clean (evaluation-transform) features of these rows."""
+        ...
+
+
+class CachedFeatures:
+    """A complete store, held in memory when it fits, else read per task (and kept for that task)."""
+
+    def __init__(self, store: FeatureStore, memory_budget: int = MEMORY_BUDGET_BYTES):
+        store.require_complete()
+        self.store, self.views = store, store.views
+        n_train, n_test = store.layout("train").n, store.layout("test").n
+        itemsize = np.dtype(store.group["train/features"].dtype).itemsize
+        self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * itemsize <= memory_budget
+        self._arrays: dict[tuple[str, int], np.ndarray] = {}
+        self._task_cache: dict[tuple[bytes, int], torch.Tensor] = {}
+
+    def _whole(self, split: str, k: int) -> np.ndarray:
+        key = (split, k)
+        if key not in self._arrays:
+            array = self.store.features(split) if k < 0 else self.store.view(k)
+            self._arrays[key] = np.ascontiguousarray(array, dtype=np.float32)
+        return self._arrays[key]
+
+    def _read(self, split: str, k: int, rows: np.ndarray) -> torch.Tensor:
+        if self.in_memory:
+            return torch.from_numpy(self._whole(split, k)[rows])
+        key = (rows.tobytes() + split.encode(), k)
+        if key not in self._task_cache:
+            if len(self._task_cache) > 2 * (1 + self.views):  # a new task: drop the previous one's rows
+                self._task_cache.clear()
+            sel = self.store.features(split, rows) if k < 0 else self.store.view(k, rows)
+            self._task_cache[key] = torch.from_numpy(np.asarray(sel, dtype=np.float32))
+        return self._task_cache[key]
+
+    def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
+        return self._read("train", epoch % self.views if self.views else -1, rows)
+
+    def clean(self, split: str, rows: np.ndarray) -> torch.Tensor:
+        return self._read(split, -1, rows)

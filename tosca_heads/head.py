@@ -1,0 +1,47 @@
+"""The shared cosine classifier: logit_c = sigma * cos(out, w_c), rows appended per task (method.md §4)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CosineClassifier(nn.Module):
+    """One learnable sigma (init 1, carried across tasks) and one row per seen class."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.weight = nn.Parameter(torch.empty(0, dim))
+        self.sigma = nn.Parameter(torch.ones(1))
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.weight.shape[0])
+
+    def grow(self, n_new: int, generator: torch.Generator | None = None) -> None:
+        """Append rows: uniform(-1/sqrt(d), 1/sqrt(d)) for the first task, zeros after (reference quirk:
+        a zero row's first normalised gradient step is huge and fixes its direction)."""
+        if self.num_classes == 0:
+            bound = 1.0 / math.sqrt(self.dim)
+            rows = torch.empty(n_new, self.dim).uniform_(-bound, bound, generator=generator)
+        else:
+            rows = torch.zeros(n_new, self.dim)
+        self.weight = nn.Parameter(torch.cat([self.weight.detach(), rows]))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.sigma * F.linear(F.normalize(features, dim=1), F.normalize(self.weight, dim=1))
+
+    @torch.no_grad()
+    def set_rows(self, classes: range, prototypes: torch.Tensor) -> None:
+        self.weight[classes.start : classes.stop] = prototypes
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"head.weight": self.weight.detach().clone(), "head.sigma": self.sigma.detach().clone()}
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        self.weight = nn.Parameter(state["head.weight"].clone())
+        self.sigma = nn.Parameter(state["head.sigma"].clone())
