@@ -310,6 +310,7 @@ def fit(
         "seed": seed,
     }
     config = replace(PRESETS[preset], **{k: v for k, v in flags.items() if v is not None})
+    config.validate()  # before the table header, so a bad flag is the only line printed
     st = resolve_store(store, model, dataset, cache_dir)
     ident = st.identity["dataset"]
     base = default_stream(ident["name"], int(ident["num_classes"]))

@@ -263,11 +263,13 @@ def plot_curves(result: RunResult, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 4))
     tasks = [s.task for s in result.stages]
     for mode in MODES:
         ax.plot(tasks, [100 * s.modes[mode]["A_t"] for s in result.stages], marker="o", label=mode)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("task")
     ax.set_ylabel("accuracy on all seen classes (%)")
     ax.set_title(
