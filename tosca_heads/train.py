@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -49,10 +48,6 @@ class TrainConfig:
                 raise UserError(f"--{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.l1 < 0:
             raise UserError(f"--lr must be > 0 and --l1 >= 0 (got {self.lr}, {self.l1})")
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
 
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
@@ -159,7 +154,3 @@ def train_task(
     return module, TaskStats(
         task, loss_sum / max(seen, 1), correct / max(seen, 1), time.perf_counter() - start
     )
-
-
-def config_dict(config: TrainConfig) -> dict[str, Any]:
-    return asdict(config)
