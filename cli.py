@@ -338,6 +338,250 @@ def eval_run(
     _print_run_summary(result)
 
 
+# ------------------------------------------------------------------------------------------- sweep
+
+_GRID_HELP = "Comma-separated values to sweep"
+
+
+@app.command()
+@user_errors
+def sweep(
+    store: Path | None = typer.Option(
+        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
+    ),
+    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
+    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    preset: str = typer.Option("paper", help="Recipe preset for every flag not swept."),
+    r: str | None = typer.Option(None, help=f"{_GRID_HELP}: adapter bottleneck, e.g. 8,16,32,48,96."),
+    s: str | None = typer.Option(None, help=f"{_GRID_HELP}: calibrator bottleneck."),
+    l1: str | None = typer.Option(None, help=f"{_GRID_HELP}: L1 weight, e.g. 0,1e-4,5e-4,1e-3."),
+    lr: str | None = typer.Option(None, help=f"{_GRID_HELP}: learning rate."),
+    epochs: str | None = typer.Option(None, help=f"{_GRID_HELP}: epochs per task."),
+    batch_size: str | None = typer.Option(None, help=f"{_GRID_HELP}: batch size."),
+    momentum: str | None = typer.Option(None, help=f"{_GRID_HELP}: SGD momentum."),
+    weight_decay: str | None = typer.Option(None, help=f"{_GRID_HELP}: weight decay."),
+    flow: str | None = typer.Option(None, help=f"{_GRID_HELP}: tosca, tosca_r, adapter, calibrator."),
+    seeds: str = typer.Option("0", help="Training seeds; each configuration runs once per seed."),
+    init_cls: str | None = typer.Option(
+        None, help=f"{_GRID_HELP}: classes in task 0 (default: paper split)."
+    ),
+    increment: str | None = typer.Option(None, help=f"{_GRID_HELP}: classes per later task."),
+    order_seed: str = typer.Option("1993", help=f"{_GRID_HELP}: class-order seed."),
+    jobs: int | None = typer.Option(None, help="Local worker processes (default: CPU cores)."),
+    scheduler: str | None = typer.Option(
+        None, help="Dask scheduler address (tcp://host:8786); workers must see the store path."
+    ),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Sweep folder (default runs/sweep-<time>); an existing one resumes."
+    ),
+    rank_by: str = typer.Option("sample", help="Routing mode whose A_last ranks the points."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary rows as JSON."),
+) -> None:
+    """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
+    import os
+    import time
+    from dataclasses import replace
+
+    from tosca_heads.discover import resolve_store
+    from tosca_heads.router import MODES
+    from tosca_heads.runs import default_stream
+    from tosca_heads.sweep import grid_points, parse_values, run_sweep
+    from tosca_heads.sweep_table import summarise_points, varying_flags
+    from tosca_heads.train import PRESETS
+
+    if preset not in PRESETS:
+        raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    if rank_by not in MODES:
+        raise UserError(f"unknown --rank-by {rank_by!r}: use one of {', '.join(MODES)}")
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    texts = {
+        "r": r,
+        "s": s,
+        "l1": l1,
+        "lr": lr,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "momentum": momentum,
+        "weight_decay": weight_decay,
+        "flow": flow,
+        "seed": seeds,
+        "init_cls": init_cls,
+        "increment": increment,
+        "order_seed": order_seed,
+    }
+    grid = {k: parse_values(k, v) for k, v in texts.items() if v is not None}
+    st = resolve_store(store, model, dataset, cache_dir)
+    ident = st.identity["dataset"]
+    base = default_stream(ident["name"], int(ident["num_classes"]))
+    points = grid_points(
+        grid, PRESETS[preset], replace(base, order_seed=1993), st.dim, int(ident["num_classes"])
+    )
+    out_path = out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
+    workers = jobs or os.cpu_count() or 1
+    err.print(
+        f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {st.path}, "
+        f"{workers if scheduler is None else 'remote'} worker(s); folder {out_path} "
+        f"(rerun with --out {out_path} to resume)",
+        highlight=False,
+    )
+    with progress_bar() as bar:
+        progress = bar.add_task("sweep", total=None, rate="")
+        best: dict[str, Any] = {}
+
+        def on_point(row: dict[str, Any], finished: int, total: int) -> None:
+            score = row[f"A_last_{rank_by}"]
+            if not best or score > best["score"]:
+                label = ", ".join(
+                    f"{k}={row[k]:g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in grid
+                )
+                best.update(score=score, label=label)
+            bar.update(
+                progress,
+                total=total,
+                completed=finished,
+                rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
+            )
+
+        outcome = run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point)
+    frame = outcome.frame
+    if frame.empty:
+        out.print(f"sweep {outcome.out}: no results")
+        return
+    summary = summarise_points(frame, rank_by)
+    if as_json:
+        out.print_json(summary.to_json(orient="records"))
+        return
+    flags = varying_flags(frame) or ["r", "l1"]
+    table = Table(title=f"sweep {outcome.out}: best first by A_last ({rank_by} routing), mean over seeds")
+    for col in [*flags, *(f"A_last {MODE_SHORT[m]}" for m in MODES), "routing", "params/task", "seeds"]:
+        table.add_column(col, justify="right")
+    for _, row in summary.head(10).iterrows():
+        table.add_row(
+            *(f"{row[f]:g}" if isinstance(row[f], float) else str(row[f]) for f in flags),
+            *(f"{100 * row[f'A_last_{m}_mean']:.2f}" for m in MODES),
+            f"{100 * row[f'routing_{rank_by}_mean']:.2f}",
+            f"{int(row['params_per_task']):,}",
+            str(int(row["seeds"])),
+        )
+    out.print(table)
+    out.print(
+        f"{outcome.ran} run(s) in {outcome.seconds:.1f} s, {outcome.already_done} already done; "
+        f"{len(summary)} configurations"
+        + (f" (top 10 shown; all in {outcome.out / 'summary.md'})" if len(summary) > 10 else ""),
+        highlight=False,
+    )
+    for name, path in outcome.files.items():
+        out.print(f"  {name:<18} {path}", highlight=False)
+
+
+def _grid_shape(grid: dict[str, list[Any]]) -> str:
+    swept = [f"{len(v)} {k}" for k, v in grid.items() if len(v) > 1]
+    return " x ".join(swept) if swept else "one configuration"
+
+
+# ------------------------------------------------------------------------------------------- baselines
+
+
+@app.command()
+@user_errors
+def baselines(
+    store: Path | None = typer.Option(
+        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
+    ),
+    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
+    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    init_cls: int | None = typer.Option(
+        None, help="Classes in task 0 (default: the dataset's paper preset)."
+    ),
+    increment: int | None = typer.Option(None, help="Classes per later task."),
+    order_seed: int = typer.Option(1993, help="Seed of the class order."),
+    methods: str = typer.Option(
+        "simplecil,ranpac,joint_probe", help="Comma-separated baselines: simplecil, ranpac, joint_probe."
+    ),
+    ranpac_m: int = typer.Option(10_000, help="RanPAC's random projection size M (its paper: 10,000)."),
+    run: Path | None = typer.Option(
+        None,
+        "--run",
+        help="TOSCA run to put beside them (default: the paper preset's run, fitted if missing).",
+    ),
+    no_tosca: bool = typer.Option(False, "--no-tosca", help="Only the baselines."),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Output folder (default runs/baselines-<dataset>-<model>-B<init>Inc<inc>)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison rows as JSON."),
+) -> None:
+    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
+    from tosca_heads.baselines import BASELINES
+    from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline, write_comparison
+    from tosca_heads.discover import resolve_store
+    from tosca_heads.features import CachedFeatures
+    from tosca_heads.runs import StreamConfig, default_stream
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in names if m not in BASELINES]
+    if unknown or not names:
+        raise UserError(
+            f"unknown --methods {','.join(unknown) or methods!r}: use any of {', '.join(BASELINES)}"
+        )
+    if ranpac_m < 1:
+        raise UserError(f"--ranpac-m must be at least 1, got {ranpac_m}")
+    st = resolve_store(store, model, dataset, cache_dir)
+    ident = st.identity
+    base = default_stream(ident["dataset"]["name"], int(ident["dataset"]["num_classes"]))
+    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    folder = out_dir or Path("runs") / (
+        f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
+    )
+    results = []
+    if not no_tosca:
+        err.print("TOSCA (paper preset)" if run is None else f"TOSCA run {run}", highlight=False)
+        results += tosca_results(tosca_run(st, stream, run))
+    source = CachedFeatures(st)
+    with progress_bar() as bar:
+        task_bar = bar.add_task("baselines", total=None, rate="")
+
+        def on_task(name: str, task: int, tasks: int) -> None:
+            bar.update(task_bar, description=f"baseline {name}", total=tasks, completed=task + 1)
+
+        for name in names:
+            params = {"projection_dim": ranpac_m} if name == "ranpac" else {}
+            result = run_baseline(name, st, stream, source, on_task, **params)
+            write_baseline(folder / name, result, st, stream)
+            results.append(result)
+    title = (
+        f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
+    )
+    files = write_comparison(folder, results, title)
+    if as_json:
+        out.print_json(json.dumps([{**r.__dict__} for r in results], default=str))
+        return
+    _print_comparison(results, title)
+    for name, path in files.items():
+        out.print(f"  {name:<15} {path}", highlight=False)
+
+
+def _print_comparison(results: list[Any], title: str) -> None:
+    table = Table(title=title)
+    for col in ("method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"):
+        table.add_column(col, justify="left" if col in ("method", "routing") else "right")
+    for r in results:
+        m = r.metrics
+        table.add_row(
+            r.method,
+            r.routing,
+            f"{100 * m['A_bar']:.2f}",
+            f"{100 * m['A_last']:.2f}",
+            f"{100 * m['forgetting']:.2f}",
+            "–" if m["routing_accuracy"] is None else f"{100 * m['routing_accuracy']:.2f}",
+            f"{r.parameters:,}",
+            f"{r.seconds:.1f}",
+        )
+    out.print(table)
+
+
 # ------------------------------------------------------------------------------------------- demo
 
 DEMO_PER_CLASS = 100

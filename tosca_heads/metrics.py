@@ -31,13 +31,20 @@ def forgetting(matrix: list[list[float]]) -> float:
     return float(np.mean(drops))
 
 
-def summarise(curve: list[float], matrix: list[list[float]], routing: list[float]) -> dict[str, object]:
+def summarise(
+    curve: list[float], matrix: list[list[float]], routing: list[float] | None = None
+) -> dict[str, object]:
+    """The metrics block of every metrics.json (TOSCA routing modes and baselines alike).
+
+    Methods without a router (the baselines) pass routing=None and get null routing fields, so
+    every block has the same keys.
+    """
     return {
         "A_t": [float(a) for a in curve],
         "A_bar": average_incremental_accuracy(curve),
         "A_last": last_accuracy(curve),
         "forgetting": forgetting(matrix),
         "accuracy_matrix": [[float(a) for a in row] for row in matrix],
-        "routing_accuracy_t": [float(r) for r in routing],
-        "routing_accuracy": float(routing[-1]),
+        "routing_accuracy_t": None if routing is None else [float(r) for r in routing],
+        "routing_accuracy": None if routing is None else float(routing[-1]),
     }

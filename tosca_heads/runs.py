@@ -174,7 +174,11 @@ def fit_run(
     on_stage: Callable[[StageResult, bool], None] | None = None,
     write_outputs: bool = True,
 ) -> RunResult:
-    """Train tasks 0..upto_task (all when None), reusing finished tasks of a matching run."""
+    """Train tasks 0..upto_task (all when None), reusing finished tasks of a matching run.
+
+    With write_outputs=False nothing touches the disk (no run directory, nothing reused): a sweep
+    point is such a run, its numbers returned rather than saved.
+    """
     train.validate()
     store.require_complete()
     config = run_config(store, stream_cfg, train)
@@ -186,24 +190,15 @@ def fit_run(
             f"--task {last} is past the last task: this stream has tasks 0..{stream.num_tasks - 1}"
         )
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / "config.json"
-    if config_path.exists():
-        diffs = _matching(json.loads(config_path.read_text()), config)
-        if diffs:
-            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise UserError(
-                f"run {run_dir} was made with another config or store ({shown}); pass another --run"
-            )
-    else:
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
+    if write_outputs:
+        _claim_run_dir(run_dir, config)
     resolved = train.resolved(store.dim)
     source = source or CachedFeatures(store)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     head = CosineClassifier(store.dim)
     modules: list[LuCA] = []
     result = RunResult(run_dir, config, [])
-    finished = min(finished_tasks(run_dir), stream.num_tasks)
+    finished = min(finished_tasks(run_dir), stream.num_tasks) if write_outputs else 0
     for task in range(min(finished, last + 1)):
         module, head_state, stats = _load_task(run_dir, task, store.dim, resolved)
         modules.append(module)
@@ -230,6 +225,21 @@ def fit_run(
     if write_outputs:
         write_results(result)
     return result
+
+
+def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
+    """Create the run directory, or check that an existing one was made by the same config and store."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.json"
+    if config_path.exists():
+        diffs = _matching(json.loads(config_path.read_text()), config)
+        if diffs:
+            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+            raise UserError(
+                f"run {run_dir} was made with another config or store ({shown}); pass another --run"
+            )
+    else:
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def write_results(result: RunResult) -> None:

@@ -1,0 +1,200 @@
+"""Sweeps: a grid point is exactly a `tosca fit` run; a killed sweep resumes without duplicates."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from heads_fixtures import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.errors import UserError
+from tosca_heads.router import MODES
+from tosca_heads.runs import StreamConfig
+from tosca_heads.sweep import grid_points, parse_values
+from tosca_heads.sweep_table import COLUMNS, ResultsTable
+from tosca_heads.train import TrainConfig
+
+RUNNER = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--epochs", "3", "--batch-size", "8", "--init-cls", "2", "--increment", "2"]
+
+
+def test_parse_values_and_grid() -> None:
+    assert parse_values("r", "8, 16,8,32") == [8, 16, 32]
+    assert parse_values("l1", "0,1e-4") == [0.0, 1e-4]
+    with pytest.raises(UserError, match="--r: '8x' is not an integer"):
+        parse_values("r", "8x")
+    with pytest.raises(UserError, match="--l1 is empty"):
+        parse_values("l1", " , ")
+    points = grid_points(
+        {"r": [4, 8], "l1": [0.0, 1e-3], "seed": [0, 1, 2]}, TrainConfig(), StreamConfig(2, 2), 32, 6
+    )
+    assert len(points) == 12 and len({p.key for p in points}) == 12
+    assert {p.train.s for p in points} == {2}  # s resolved to d/16, as `fit` resolves it
+    # an unswept r resolves to d/16 and keys the same point as an explicit r = d/16
+    implicit = grid_points({"l1": [0.0]}, TrainConfig(), StreamConfig(2, 2), 32, 6)[0]
+    explicit = grid_points({"l1": [0.0], "r": [2]}, TrainConfig(), StreamConfig(2, 2), 32, 6)[0]
+    assert implicit.key == explicit.key
+    with pytest.raises(UserError, match="unknown --flow"):
+        grid_points({"flow": ["tosca", "nope"]}, TrainConfig(), StreamConfig(2, 2), 32, 6)
+    with pytest.raises(UserError, match="do not split"):
+        grid_points({"increment": [2, 3]}, TrainConfig(), StreamConfig(2, 2), 32, 6)
+
+
+def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=8, views=2, spread=1.2)
+    out = tmp_path / "sweep"
+    result = RUNNER.invoke(
+        app,
+        [
+            "sweep",
+            "--store",
+            str(store.path),
+            "--r",
+            "4,8",
+            "--l1",
+            "0,1e-2",
+            *COMMON,
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(out / "results.csv")
+    assert len(rows) == 4 and rows["key"].is_unique
+    assert set(rows["feature_loads"]) == {1}  # each worker read the store once, for all its points
+    assert {"results.parquet", "summary.md", "heatmap_A_last.png", "best_curves.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), rows, check_dtype=False)
+    spread = set()
+    for r in (4, 8):
+        for l1 in ("0", "1e-2"):
+            run = tmp_path / f"fit-{r}-{l1}"
+            fit = RUNNER.invoke(
+                app,
+                ["fit", "--store", str(store.path), "--r", str(r), "--l1", l1, *COMMON, "--run", str(run)],
+            )
+            assert fit.exit_code == 0, fit.output
+            metrics = json.loads((run / "metrics.json").read_text())
+            row = rows[(rows["r"] == r) & (rows["l1"] == float(l1))].iloc[0]
+            for mode in MODES:
+                m = metrics["modes"][mode]
+                assert row[f"A_last_{mode}"] == m["A_last"], (r, l1, mode)
+                assert row[f"A_bar_{mode}"] == pytest.approx(m["A_bar"], abs=1e-12)
+                assert row[f"routing_{mode}"] == m["routing_accuracy"]
+                assert json.loads(row[f"A_t_{mode}"]) == pytest.approx(m["A_t"], abs=1e-6)
+            assert row["params_per_task"] == metrics["params_per_task"]
+            spread.add(row["A_last_sample"])
+    assert len(spread) > 1  # the four points really differ: the comparison is not vacuous
+
+
+def _sweep_cmd(store: Path, out: Path) -> list[str]:
+    grid = ["--r", "2,4,8", "--l1", "0,1e-3", "--epochs", "6", "--batch-size", "8"]
+    return [
+        "sweep",
+        "--store",
+        str(store),
+        *grid,
+        "--init-cls",
+        "2",
+        "--increment",
+        "2",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+    ]
+
+
+def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, views=2, spread=1.0)
+    out = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli import app; app()", *_sweep_cmd(store.path, out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    csv_path = out / "results.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 3:  # header + 2 points
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = pd.read_csv(csv_path)
+    assert 2 <= len(before) < 6, "the kill should land mid-sweep"
+    with open(csv_path, "a") as fh:  # and a row cut short by the kill
+        fh.write("deadbeef,4,2,0.0")
+    resumed = RUNNER.invoke(app, _sweep_cmd(store.path, out))
+    assert resumed.exit_code == 0, resumed.output
+    assert f"{len(before)} already done" in resumed.output
+    after = pd.read_csv(csv_path)
+    assert len(after) == 6 and after["key"].is_unique
+    assert "deadbeef" not in set(after["key"])
+    pd.testing.assert_frame_equal(after.head(len(before)), before)  # finished rows kept as they were
+    again = RUNNER.invoke(app, _sweep_cmd(store.path, out))
+    assert "0 run(s)" in again.output and len(pd.read_csv(csv_path)) == 6
+    fresh = RUNNER.invoke(app, _sweep_cmd(store.path, tmp_path / "fresh"))
+    assert fresh.exit_code == 0, fresh.output
+    by_key = pd.read_csv(tmp_path / "fresh" / "results.csv").set_index("key")
+    resumed_by_key = after.set_index("key").loc[by_key.index]
+    for mode in MODES:
+        assert (resumed_by_key[f"A_last_{mode}"] == by_key[f"A_last_{mode}"]).all()
+
+
+def test_results_table_drops_cut_and_duplicate_rows(tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    table = ResultsTable(path)
+    row = dict.fromkeys(COLUMNS, 1)
+    table.append({**row, "key": "a"})
+    table.append({**row, "key": "a"})  # the same point twice is recorded once
+    with open(path, "a") as fh:
+        fh.write(",".join(["a", *["1"] * (len(COLUMNS) - 1)]) + "\n" + "b,1,2")
+    assert ResultsTable(path).keys() == {"a"}
+    assert path.read_text().count("\n") == 2 and path.read_text().endswith("\n")
+    path.write_text("key,other\n")
+    with pytest.raises(UserError, match="other columns"):
+        ResultsTable(path)
+
+
+def test_sweep_folder_belongs_to_one_store(tmp_path: Path) -> None:
+    a = synthetic_store(tmp_path / "a.zarr", classes=4, seed=0)
+    b = synthetic_store(tmp_path / "b.zarr", classes=4, seed=1)
+    cmd = ["--r", "2", *COMMON, "--epochs", "1", "--jobs", "1", "--out", str(tmp_path / "sw")]
+    assert RUNNER.invoke(app, ["sweep", "--store", str(a.path), *cmd]).exit_code == 0
+    other = RUNNER.invoke(app, ["sweep", "--store", str(b.path), *cmd])
+    assert other.exit_code == 2 and "holds results of another store" in other.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--r", "8x"], "--r: '8x' is not an integer"),
+        (["--flow", "tosca,nope"], "unknown --flow 'nope'"),
+        (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--rank-by", "best"], "unknown --rank-by 'best'"),
+        (["--lr", "0"], "--lr must be > 0"),
+    ],
+)
+def test_sweep_flag_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    result = RUNNER.invoke(app, ["sweep", "--store", str(store.path), *args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,183 @@
+"""Baselines on the frozen features (method.md §7), as estimators: `__init__` stores arguments,
+`partial_fit` learns one task and returns self, `predict` gives plain class-id arrays, fitted
+state ends in `_`.
+
+- SimpleCIL: the class means are the cosine classifier; nothing is trained.
+- RanPAC: a fixed random ReLU projection to M dimensions, then ridge regression onto one-hot
+  targets from Gram matrices accumulated task by task (exactly the joint ridge solution over all
+  data seen, whatever the order). The ridge is chosen once, on the first task's data, and then
+  kept. This is RanPAC without its first-session adapter training: the backbone stays frozen.
+- JointProbe: multinomial logistic regression on every seen class at once, retrained at each
+  stage: the upper bound that ignores the continual setting.
+
+Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
+PREDICT_BATCH = 2048
+
+
+class SimpleCIL:
+    """Prototype classifier: cosine similarity to each class's mean feature."""
+
+    incremental = True
+
+    def partial_fit(self, features: np.ndarray, labels: np.ndarray) -> SimpleCIL:
+        classes = np.unique(labels)
+        dim = features.shape[1]
+        known = getattr(self, "prototypes_", np.zeros((0, dim), dtype=np.float32))
+        grown = np.zeros((max(len(known), int(classes.max()) + 1), dim), dtype=np.float32)
+        grown[: len(known)] = known
+        for c in classes:
+            grown[c] = features[labels == c].mean(0)
+        self.prototypes_ = grown
+        return self
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        x = F.normalize(torch.from_numpy(np.asarray(features, dtype=np.float32)), dim=1)
+        w = F.normalize(torch.from_numpy(self.prototypes_), dim=1)
+        return (x @ w.T).argmax(1).numpy()
+
+    def num_parameters(self) -> int:
+        return int(self.prototypes_.size)
+
+
+class RanPAC:
+    """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks."""
+
+    incremental = True
+
+    def __init__(
+        self,
+        projection_dim: int = 10_000,
+        ridge: float | None = None,
+        ridges: tuple[float, ...] = RANPAC_RIDGES,
+        validation_fraction: float = 0.2,
+        seed: int = 0,
+    ):
+        self.projection_dim = projection_dim
+        self.ridge = ridge
+        self.ridges = ridges
+        self.validation_fraction = validation_fraction
+        self.seed = seed
+
+    def project(self, features: np.ndarray) -> torch.Tensor:
+        """ReLU(x W_rand) in float64 (the Gram sums stay exact enough for a 1e-8 ridge)."""
+        x = torch.from_numpy(np.asarray(features, dtype=np.float32))
+        return torch.relu(x @ self.projection_).double()
+
+    def partial_fit(self, features: np.ndarray, labels: np.ndarray) -> RanPAC:
+        if not hasattr(self, "projection_"):
+            gen = torch.Generator().manual_seed(self.seed)
+            self.projection_ = torch.randn(features.shape[1], self.projection_dim, generator=gen)
+            self.gram_ = torch.zeros(self.projection_dim, self.projection_dim, dtype=torch.float64)
+            self.targets_ = torch.zeros(self.projection_dim, 0, dtype=torch.float64)
+        h = self.project(features)
+        n_classes = max(self.targets_.shape[1], int(labels.max()) + 1)
+        y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double()
+        if not hasattr(self, "ridge_"):
+            self.ridge_, self.ridge_losses_ = (
+                (self.ridge, {}) if self.ridge is not None else self._select_ridge(h, y)
+            )
+        self.targets_ = F.pad(self.targets_, (0, n_classes - self.targets_.shape[1]))
+        self.gram_ += h.T @ h
+        self.targets_ += h.T @ y
+        self.weights_ = ridge_solve(self.gram_, self.targets_, self.ridge_)
+        return self
+
+    def _select_ridge(self, h: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
+        """RanPAC's rule: fit on 80% of the first task, keep the ridge with the least held-out MSE."""
+        order = torch.randperm(len(h), generator=torch.Generator().manual_seed(self.seed))
+        n_fit = min(len(h) - 1, int(len(h) * (1 - self.validation_fraction)))
+        fit, val = order[:n_fit], order[n_fit:]
+        losses = {
+            ridge: float(((h[val] @ w - y[val]) ** 2).mean())
+            for ridge, w in ridge_path(h[fit], y[fit], self.ridges).items()
+        }
+        return min(losses, key=losses.__getitem__), losses
+
+    def decision_function(self, features: np.ndarray) -> np.ndarray:
+        scores = [
+            (self.project(features[i : i + PREDICT_BATCH]) @ self.weights_).numpy()
+            for i in range(0, len(features), PREDICT_BATCH)
+        ]
+        return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.decision_function(features).argmax(1)
+
+    def num_parameters(self) -> int:
+        return int(self.projection_.numel() + self.weights_.numel())
+
+
+def ridge_solve(gram: torch.Tensor, targets: torch.Tensor, ridge: float) -> torch.Tensor:
+    """W = (G + ridge I)^-1 Q by Cholesky (G + ridge I is symmetric positive definite)."""
+    regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype)
+    return torch.cholesky_solve(targets, torch.linalg.cholesky(regularised))
+
+
+def ridge_path(h: torch.Tensor, y: torch.Tensor, ridges: tuple[float, ...]) -> dict[float, torch.Tensor]:
+    """Ridge solutions for many ridges from one decomposition: with H = U S V^T,
+    W(l) = V diag(s / (s^2 + l)) U^T Y. Same numbers as one solve per ridge, at the cost of one SVD
+    (of H when it has fewer rows than columns, else an eigendecomposition of the M x M Gram)."""
+    if h.shape[0] > h.shape[1]:
+        evals, evecs = torch.linalg.eigh(h.T @ h)
+        projected = evecs.T @ (h.T @ y)
+        return {ridge: evecs @ (projected / (evals + ridge)[:, None]) for ridge in ridges}
+    u, s, vh = torch.linalg.svd(h, full_matrices=False)
+    uty = u.T @ y
+    return {ridge: vh.T @ ((s / (s**2 + ridge))[:, None] * uty) for ridge in ridges}
+
+
+class JointProbe:
+    """Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage."""
+
+    incremental = False
+
+    def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100, seed: int = 0):
+        self.weight_decay = weight_decay
+        self.max_iter = max_iter
+        self.seed = seed
+
+    def fit(self, features: np.ndarray, labels: np.ndarray) -> JointProbe:
+        x = torch.from_numpy(np.asarray(features, dtype=np.float32))
+        y = torch.from_numpy(labels).long()
+        self.mean_, self.scale_ = x.mean(0), x.std(0).clamp_min(1e-6)
+        x = (x - self.mean_) / self.scale_
+        n_classes = int(labels.max()) + 1
+        weight = torch.zeros(n_classes, x.shape[1])
+        bias = torch.zeros(n_classes)
+        if hasattr(self, "weight_"):  # warm start: old rows kept, new classes start at zero
+            weight[: len(self.weight_)] = self.weight_
+            bias[: len(self.bias_)] = self.bias_
+        weight.requires_grad_(True)
+        bias.requires_grad_(True)
+        optimizer = torch.optim.LBFGS(
+            [weight, bias], lr=1.0, max_iter=self.max_iter, history_size=20, line_search_fn="strong_wolfe"
+        )
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(x @ weight.T + bias, y) + 0.5 * self.weight_decay * (weight**2).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        self.weight_, self.bias_ = weight.detach(), bias.detach()
+        return self
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        x = (torch.from_numpy(np.asarray(features, dtype=np.float32)) - self.mean_) / self.scale_
+        return (x @ self.weight_.T + self.bias_).argmax(1).numpy()
+
+    def num_parameters(self) -> int:
+        return int(self.weight_.numel() + self.bias_.numel())
+
+
+BASELINES = {"simplecil": SimpleCIL, "ranpac": RanPAC, "joint_probe": JointProbe}

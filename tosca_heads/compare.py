@@ -1,0 +1,226 @@
+"""Baselines under TOSCA's protocol (same store, class order, tasks, test rows, metrics), and the
+one comparison table with TOSCA's routing modes beside them: comparison.csv, .md and .png.
+
+Each baseline also gets a folder like a run's: metrics.json (the same metrics block as
+`tosca fit` writes, under the routing mode "none") and results.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from featcache.errors import UserError
+from featcache.store import FeatureStore
+from tosca_heads.baselines import BASELINES
+from tosca_heads.features import CachedFeatures, FeatureSource
+from tosca_heads.metrics import accuracy, block_accuracies, summarise
+from tosca_heads.router import MODES
+from tosca_heads.runs import RunResult, StreamConfig
+from tosca_heads.stream import TaskStream
+
+NO_ROUTING = "none"
+
+
+@dataclass
+class MethodResult:
+    """One row of the comparison: a baseline, or TOSCA under one routing mode."""
+
+    method: str
+    routing: str
+    metrics: dict[str, Any]
+    parameters: int
+    seconds: float
+
+
+TaskCallback = Callable[[str, int, int], None]
+
+
+def run_baseline(
+    name: str,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    source: FeatureSource | None = None,
+    on_task: TaskCallback | None = None,
+    **params: Any,
+) -> MethodResult:
+    """Learn task by task (all seen classes at once for the joint probe); evaluate after each task."""
+    if name not in BASELINES:
+        raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
+    store.require_complete()
+    stream = TaskStream.build(
+        int(store.identity["dataset"]["num_classes"]),
+        stream_cfg.init_cls,
+        stream_cfg.increment,
+        stream_cfg.order_seed,
+    )
+    source = source or CachedFeatures(store)
+    train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
+    train_x = source.clean("train", np.arange(len(train_y))).numpy()
+    test_x = source.clean("test", np.arange(len(test_y))).numpy()
+    estimator = BASELINES[name](**params)
+    curve: list[float] = []
+    matrix: list[list[float]] = []
+    start = time.perf_counter()
+    for task in range(stream.num_tasks):
+        if estimator.incremental:
+            rows = stream.rows_of_task(train_y, task)
+            estimator.partial_fit(train_x[rows], train_y[rows])
+        else:
+            rows = stream.rows_seen(train_y, task)
+            estimator.fit(train_x[rows], train_y[rows])
+        seen = stream.rows_seen(test_y, task)
+        pred = estimator.predict(test_x[seen])
+        curve.append(accuracy(pred, test_y[seen]))
+        matrix.append(block_accuracies(pred, test_y[seen], stream.task_of(test_y[seen]), task + 1))
+        if on_task:
+            on_task(name, task, stream.num_tasks)
+    metrics = summarise(curve, matrix)
+    if name == "ranpac":
+        metrics["ridge"] = estimator.ridge_
+    return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
+
+
+def tosca_results(run: RunResult) -> list[MethodResult]:
+    """TOSCA's rows: one per routing mode; parameters = all task modules plus the classifier."""
+    metrics = run.metrics()
+    tasks = metrics["finished_tasks"]
+    classes = run.config["stream"]["init_cls"] + (tasks - 1) * run.config["stream"]["increment"]
+    parameters = tasks * metrics["params_per_task"] + classes * run.config["feature_dim"] + 1
+    train_s = sum(s.stats["seconds"] for s in run.stages)
+    return [MethodResult("tosca", mode, metrics["modes"][mode], parameters, train_s) for mode in MODES]
+
+
+def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stream_cfg: StreamConfig) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "method": result.method,
+        "store": str(store.path.resolve()),
+        "store_fingerprint": store.fingerprint,
+        "stream": stream_cfg.__dict__,
+        "finished_tasks": len(result.metrics["A_t"]),
+        "parameters": result.parameters,
+        "seconds": result.seconds,
+        "modes": {NO_ROUTING: result.metrics},
+    }
+    (folder / "metrics.json").write_text(json.dumps(payload, indent=2) + "\n")
+    with open(folder / "results.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["task", "mode", "A_t"])
+        for task, a in enumerate(result.metrics["A_t"]):
+            writer.writerow([task, NO_ROUTING, f"{a:.6f}"])
+
+
+def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
+    rows = [
+        {
+            "method": r.method,
+            "routing": r.routing,
+            "A_bar": r.metrics["A_bar"],
+            "A_last": r.metrics["A_last"],
+            "forgetting": r.metrics["forgetting"],
+            "routing_accuracy": r.metrics["routing_accuracy"],
+            "parameters": r.parameters,
+            "seconds": r.seconds,
+            "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
+        }
+        for r in results
+    ]
+    return pd.DataFrame(rows)
+
+
+def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
+    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
+    lines = [f"# {title}", "", "Accuracies in %.", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    for _, r in frame.iterrows():
+        routing_acc = "–" if pd.isna(r["routing_accuracy"]) else f"{100 * r['routing_accuracy']:.2f}"
+        cells = [
+            r["method"],
+            r["routing"],
+            f"{100 * r['A_bar']:.2f}",
+            f"{100 * r['A_last']:.2f}",
+            f"{100 * r['forgetting']:.2f}",
+            routing_acc,
+            f"{int(r['parameters']):,}",
+            f"{r['seconds']:.1f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_comparison(frame: pd.DataFrame, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for _, r in frame.iterrows():
+        curve = json.loads(r["A_t"])
+        label = r["method"] if r["routing"] == NO_ROUTING else f"{r['method']} ({r['routing']})"
+        style = "-" if r["method"] == "tosca" else "--"
+        ax.plot(range(len(curve)), [100 * a for a in curve], style, marker="o", markersize=3, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("task")
+    ax.set_ylabel("accuracy on all seen classes (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    frame = comparison_frame(results)
+    frame.to_csv(out / "comparison.csv", index=False)
+    (out / "comparison.md").write_text(comparison_markdown(frame, title))
+    plot_comparison(frame, title, out / "comparison.png")
+    return {name: out / name for name in ("comparison.csv", "comparison.md", "comparison.png")}
+
+
+def tosca_run(
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    run_dir: Path | None,
+    on_stage: Callable[..., None] | None = None,
+) -> RunResult:
+    """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
+    default run, fitted now unless it is already on disk."""
+    from tosca_heads.runs import evaluate_run, fit_run
+    from tosca_heads.train import PRESETS
+
+    if run_dir is None:
+        return fit_run(store, stream_cfg, PRESETS["paper"], None, on_stage=on_stage)
+    result = evaluate_run(run_dir)
+    config = result.config
+    if config["store_fingerprint"] != store.fingerprint:
+        raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
+    if config["stream"] != stream_cfg.__dict__:
+        raise UserError(
+            f"run {run_dir} uses stream {config['stream']}, the baselines {stream_cfg.__dict__}; "
+            "pass the same --init-cls/--increment"
+        )
+    stream = TaskStream.build(
+        int(store.identity["dataset"]["num_classes"]),
+        stream_cfg.init_cls,
+        stream_cfg.increment,
+        stream_cfg.order_seed,
+    )
+    if len(result.stages) < stream.num_tasks:
+        raise UserError(
+            f"run {run_dir} has {len(result.stages)} of {stream.num_tasks} tasks; "
+            f"finish it with `tosca fit --run {run_dir}`"
+        )
+    return result

@@ -1,0 +1,266 @@
+"""Sweeps: the Cartesian grid of fit flags, each point a full multi-task run on the cached features.
+
+Points run as Dask tasks (a LocalCluster of `jobs` single-threaded processes, or any scheduler
+address); each worker process opens the store once and keeps its arrays for every point it
+runs. Finished points are appended to results.csv as they arrive, so a killed sweep resumes by
+skipping the points already there. The sweep folder's tables and plots are rebuilt at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from featcache.errors import UserError
+from featcache.store import FeatureStore, canonical_json
+from tosca_heads.features import CachedFeatures
+from tosca_heads.router import MODES
+from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.stream import TaskStream
+from tosca_heads.sweep_table import ResultsTable, write_sweep_outputs
+from tosca_heads.train import TrainConfig
+
+# Every fit flag a sweep can vary, with its parser; seed is the flag `--seeds` fills.
+TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {
+    "flow": str,
+    "r": int,
+    "s": int,
+    "l1": float,
+    "lr": float,
+    "epochs": int,
+    "batch_size": int,
+    "momentum": float,
+    "weight_decay": float,
+    "seed": int,
+}
+STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": int, "order_seed": int}
+GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
+
+
+def parse_values(flag: str, text: str) -> list[Any]:
+    """'8,16,32' -> [8, 16, 32], in the order given, duplicates dropped."""
+    parse = GRID_FLAGS[flag]
+    values: list[Any] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            value = parse(item)
+        except ValueError:
+            kind = {int: "an integer", float: "a number", str: "a name"}[parse]  # type: ignore[index]
+            raise UserError(
+                f"--{flag.replace('_', '-')}: {item!r} is not {kind}; give a comma-separated list such as 8,16,32"
+            ) from None
+        if value not in values:
+            values.append(value)
+    if not values:
+        raise UserError(f"--{flag.replace('_', '-')} is empty; give a comma-separated list such as 8,16,32")
+    return values
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of the grid: a resolved training recipe (r, s as numbers) and a stream split."""
+
+    train: TrainConfig
+    stream: StreamConfig
+
+    def flags(self) -> dict[str, Any]:
+        return {**asdict(self.train), **asdict(self.stream)}
+
+    @property
+    def key(self) -> str:
+        """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
+        import hashlib
+
+        return hashlib.sha256(canonical_json(self.flags()).encode()).hexdigest()[:16]
+
+
+def grid_points(
+    grid: dict[str, list[Any]], base_train: TrainConfig, base_stream: StreamConfig, dim: int, num_classes: int
+) -> list[SweepPoint]:
+    """The Cartesian product in a fixed flag order, each point validated before anything runs."""
+    unknown = set(grid) - set(GRID_FLAGS)
+    if unknown:
+        raise ValueError(f"not sweepable: {sorted(unknown)}")
+    names = [name for name in GRID_FLAGS if name in grid]
+    points = []
+    for values in itertools.product(*(grid[name] for name in names)):
+        chosen = dict(zip(names, values, strict=True))
+        train = replace(base_train, **{k: v for k, v in chosen.items() if k in TRAIN_FLAGS})
+        train.validate()
+        stream = replace(base_stream, **{k: v for k, v in chosen.items() if k in STREAM_FLAGS})
+        TaskStream.build(num_classes, stream.init_cls, stream.increment, stream.order_seed)
+        points.append(SweepPoint(train.resolved(dim), stream))
+    return points
+
+
+# ------------------------------------------------------------------------------------------ worker side
+
+_SOURCES: dict[tuple[str, str], tuple[FeatureStore, CachedFeatures]] = {}
+_SOURCES_LOCK = threading.Lock()
+_LOADS = {"count": 0}
+
+
+def _features_on_worker(store_path: str, fingerprint: str) -> tuple[FeatureStore, CachedFeatures]:
+    """Open the store and load its arrays once per process; every later point reuses them."""
+    key = (store_path, fingerprint)
+    with _SOURCES_LOCK:
+        if key not in _SOURCES:
+            store = FeatureStore.open(store_path)
+            if store.fingerprint != fingerprint:
+                raise RuntimeError(f"store {store_path} changed under the sweep (fingerprint differs)")
+            source = CachedFeatures(store)
+            source.clean("train", _first_row())  # touch the arrays now, not inside the first point's timing
+            _LOADS["count"] += 1
+            _SOURCES[key] = (store, source)
+        return _SOURCES[key]
+
+
+def _first_row() -> Any:
+    import numpy as np
+
+    return np.zeros(1, dtype=np.int64)
+
+
+def run_point(store_path: str, fingerprint: str, point: SweepPoint) -> dict[str, Any]:
+    """Runs on a worker: one full multi-task run (all tasks, every routing mode), nothing written."""
+    store, source = _features_on_worker(store_path, fingerprint)
+    start = time.perf_counter()
+    result = fit_run(store, point.stream, point.train, None, source=source, write_outputs=False)
+    seconds = time.perf_counter() - start
+    metrics = result.metrics()
+    row: dict[str, Any] = {"key": point.key, **point.flags()}
+    row.update(
+        dataset=result.config["dataset"],
+        backbone=result.config["backbone"],
+        tasks=metrics["finished_tasks"],
+    )
+    for mode in MODES:
+        m = metrics["modes"][mode]
+        row[f"A_bar_{mode}"] = m["A_bar"]
+        row[f"A_last_{mode}"] = m["A_last"]
+        row[f"forgetting_{mode}"] = m["forgetting"]
+        row[f"routing_{mode}"] = m["routing_accuracy"]
+        row[f"A_t_{mode}"] = json.dumps([round(a, 6) for a in m["A_t"]])
+    row.update(
+        params_per_task=metrics["params_per_task"],
+        train_seconds=sum(s.stats["seconds"] for s in result.stages),
+        eval_seconds=sum(s.eval_seconds for s in result.stages),
+        run_seconds=seconds,
+        worker_pid=os.getpid(),
+        feature_loads=_LOADS["count"],
+    )
+    return row
+
+
+# ------------------------------------------------------------------------------------------ driver side
+
+
+@dataclass
+class SweepOutcome:
+    out: Path
+    points: int
+    already_done: int
+    ran: int
+    seconds: float
+    files: dict[str, Path]
+    frame: Any  # every row of results.csv (a pandas DataFrame)
+
+
+PointCallback = Callable[[dict[str, Any], int, int], None]
+
+
+def _claim_sweep_dir(out: Path, store: FeatureStore) -> None:
+    """A sweep folder belongs to one store: resuming it on another store would mix their rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / "sweep.json"
+    ident = store.identity
+    meta = {
+        "store": str(store.path.resolve()),
+        "store_fingerprint": store.fingerprint,
+        "dataset": ident["dataset"]["name"],
+        "backbone": ident["backbone"]["alias"],
+    }
+    if meta_path.exists():
+        existing = json.loads(meta_path.read_text())
+        if existing.get("store_fingerprint") != store.fingerprint:
+            raise UserError(
+                f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
+            )
+        return
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def run_sweep(
+    store: FeatureStore,
+    points: Sequence[SweepPoint],
+    out: Path,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    rank_mode: str = "sample",
+    on_point: PointCallback | None = None,
+) -> SweepOutcome:
+    """Run the points not yet in out/results.csv; rebuild the tables and plots from all rows."""
+    if rank_mode not in MODES:
+        raise UserError(f"unknown --rank-by {rank_mode!r}: use one of {', '.join(MODES)}")
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    store.require_complete()
+    out = Path(out)
+    _claim_sweep_dir(out, store)
+    table = ResultsTable(out / "results.csv")
+    done = table.keys()
+    pending = [p for p in points if p.key not in done]
+    start = time.perf_counter()
+    total = len(pending)
+    path, fingerprint = str(store.path.resolve()), store.fingerprint
+
+    def record(row: dict[str, Any], finished: int) -> None:
+        table.append(row)
+        if on_point:
+            on_point(row, finished, total)
+
+    if pending and jobs == 1 and scheduler is None:
+        for i, point in enumerate(pending, 1):  # one process: no cluster to start
+            record(run_point(path, fingerprint, point), i)
+    elif pending:
+        _run_on_dask(pending, path, fingerprint, jobs, scheduler, record)
+    frame = table.frame()
+    files = write_sweep_outputs(out, frame, rank_mode)
+    return SweepOutcome(
+        out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame
+    )
+
+
+def _run_on_dask(
+    pending: Sequence[SweepPoint],
+    path: str,
+    fingerprint: str,
+    jobs: int,
+    scheduler: str | None,
+    record: Callable[[dict[str, Any], int], None],
+) -> None:
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        # one single-threaded process per job: the points are independent and each step is tiny
+        cluster = LocalCluster(
+            n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        )
+    try:
+        with Client(cluster if cluster is not None else scheduler) as client:
+            futures = [client.submit(run_point, path, fingerprint, p, pure=False) for p in pending]
+            for i, future in enumerate(as_completed(futures), 1):
+                record(future.result(), i)
+    finally:
+        if cluster is not None:
+            cluster.close()
