@@ -381,13 +381,12 @@ def sweep(
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
     import os
     import time
-    from dataclasses import replace
 
     from tosca_heads.discover import resolve_store
     from tosca_heads.router import MODES
     from tosca_heads.runs import default_stream
-    from tosca_heads.sweep import grid_points, parse_values, run_sweep
-    from tosca_heads.sweep_table import summarise_points, varying_flags
+    from tosca_heads.sweep import grid_points, parse_values
+    from tosca_heads.sweep_table import summarise_points
     from tosca_heads.train import PRESETS
 
     if preset not in PRESETS:
@@ -415,9 +414,7 @@ def sweep(
     st = resolve_store(store, model, dataset, cache_dir)
     ident = st.identity["dataset"]
     base = default_stream(ident["name"], int(ident["num_classes"]))
-    points = grid_points(
-        grid, PRESETS[preset], replace(base, order_seed=1993), st.dim, int(ident["num_classes"])
-    )
+    points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
     out_path = out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     workers = jobs or os.cpu_count() or 1
     err.print(
@@ -426,6 +423,31 @@ def sweep(
         f"(rerun with --out {out_path} to resume)",
         highlight=False,
     )
+    outcome = _sweep_with_progress(st, points, out_path, workers, scheduler, rank_by, list(grid))
+    if as_json:
+        from tosca_heads.sweep_table import summarise_points
+
+        out.print_json(
+            "[]"
+            if outcome.frame.empty
+            else summarise_points(outcome.frame, rank_by).to_json(orient="records")
+        )
+        return
+    _print_sweep(outcome, rank_by)
+
+
+def _sweep_with_progress(
+    st: Any,
+    points: list[Any],
+    out_path: Path,
+    workers: int,
+    scheduler: str | None,
+    rank_by: str,
+    swept: list[str],
+) -> Any:
+    """Run a sweep under a progress bar that shows the running best point."""
+    from tosca_heads.sweep import run_sweep
+
     with progress_bar() as bar:
         progress = bar.add_task("sweep", total=None, rate="")
         best: dict[str, Any] = {}
@@ -434,7 +456,7 @@ def sweep(
             score = row[f"A_last_{rank_by}"]
             if not best or score > best["score"]:
                 label = ", ".join(
-                    f"{k}={row[k]:g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in grid
+                    f"{k}={row[k]:g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in swept
                 )
                 best.update(score=score, label=label)
             bar.update(
@@ -444,20 +466,23 @@ def sweep(
                 rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
             )
 
-        outcome = run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point)
+        return run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point)
+
+
+def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
+    from tosca_heads.router import MODES
+    from tosca_heads.sweep_table import summarise_points, varying_flags
+
     frame = outcome.frame
     if frame.empty:
         out.print(f"sweep {outcome.out}: no results")
         return
     summary = summarise_points(frame, rank_by)
-    if as_json:
-        out.print_json(summary.to_json(orient="records"))
-        return
     flags = varying_flags(frame) or ["r", "l1"]
     table = Table(title=f"sweep {outcome.out}: best first by A_last ({rank_by} routing), mean over seeds")
     for col in [*flags, *(f"A_last {MODE_SHORT[m]}" for m in MODES), "routing", "params/task", "seeds"]:
         table.add_column(col, justify="right")
-    for _, row in summary.head(10).iterrows():
+    for _, row in summary.head(top).iterrows():
         table.add_row(
             *(f"{row[f]:g}" if isinstance(row[f], float) else str(row[f]) for f in flags),
             *(f"{100 * row[f'A_last_{m}_mean']:.2f}" for m in MODES),
@@ -469,7 +494,7 @@ def sweep(
     out.print(
         f"{outcome.ran} run(s) in {outcome.seconds:.1f} s, {outcome.already_done} already done; "
         f"{len(summary)} configurations"
-        + (f" (top 10 shown; all in {outcome.out / 'summary.md'})" if len(summary) > 10 else ""),
+        + (f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(summary) > top else ""),
         highlight=False,
     )
     for name, path in outcome.files.items():
@@ -515,9 +540,8 @@ def baselines(
 ) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
     from tosca_heads.baselines import BASELINES
-    from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline, write_comparison
+    from tosca_heads.compare import write_comparison
     from tosca_heads.discover import resolve_store
-    from tosca_heads.features import CachedFeatures
     from tosca_heads.runs import StreamConfig, default_stream
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
@@ -535,9 +559,29 @@ def baselines(
     folder = out_dir or Path("runs") / (
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
     )
+    results = _baselines_with_progress(st, stream, names, ranpac_m, run, folder, with_tosca=not no_tosca)
+    title = (
+        f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
+    )
+    files = write_comparison(folder, results, title)
+    if as_json:
+        out.print_json(json.dumps([{**r.__dict__} for r in results], default=str))
+        return
+    _print_comparison(results, title)
+    for name, path in files.items():
+        out.print(f"  {name:<15} {path}", highlight=False)
+
+
+def _baselines_with_progress(
+    st: Any, stream: Any, names: list[str], ranpac_m: int, run: Path | None, folder: Path, with_tosca: bool
+) -> list[Any]:
+    """TOSCA's rows (a given run, or the paper preset's) and each baseline's, under a progress bar."""
+    from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline
+    from tosca_heads.features import CachedFeatures
+
     results = []
-    if not no_tosca:
-        err.print("TOSCA (paper preset)" if run is None else f"TOSCA run {run}", highlight=False)
+    if with_tosca:
+        err.print("TOSCA: paper preset run" if run is None else f"TOSCA: run {run}", highlight=False)
         results += tosca_results(tosca_run(st, stream, run))
     source = CachedFeatures(st)
     with progress_bar() as bar:
@@ -551,16 +595,7 @@ def baselines(
             result = run_baseline(name, st, stream, source, on_task, **params)
             write_baseline(folder / name, result, st, stream)
             results.append(result)
-    title = (
-        f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
-    )
-    files = write_comparison(folder, results, title)
-    if as_json:
-        out.print_json(json.dumps([{**r.__dict__} for r in results], default=str))
-        return
-    _print_comparison(results, title)
-    for name, path in files.items():
-        out.print(f"  {name:<15} {path}", highlight=False)
+    return results
 
 
 def _print_comparison(results: list[Any], title: str) -> None:
@@ -584,32 +619,46 @@ def _print_comparison(results: list[Any], title: str) -> None:
 
 # ------------------------------------------------------------------------------------------- demo
 
-DEMO_PER_CLASS = 100
+DEMO_PER_CLASS = 300
+DEMO_SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
+EUROSAT_DOWNLOAD = "https://madm.dfki.de/files/sentinel/EuroSAT.zip"
+
+
+def _demo_data_root(data_root: Path | None) -> Path:
+    import os
+
+    hint = (
+        f"download EuroSAT RGB ({EUROSAT_DOWNLOAD}) and pass --data-root with the zip or its unpacked "
+        "2750/ folder, or set TOSCA_DATA to a folder holding eurosat/EuroSAT-RGB.tar.gz"
+    )
+    if data_root is None:
+        data = os.environ.get("TOSCA_DATA")
+        if not data:
+            raise UserError(f"no local data for the demo: {hint}")
+        data_root = Path(data) / "eurosat" / "EuroSAT-RGB.tar.gz"
+    if not data_root.exists():
+        raise UserError(f"no EuroSAT data at {data_root}: {hint}")
+    return data_root
 
 
 @app.command()
 @user_errors
 def demo(
     data_root: Path | None = typer.Option(
-        None, help="EuroSAT archive or folder (default: $TOSCA_DATA/eurosat/...)."
+        None, help="EuroSAT archive or folder (default: $TOSCA_DATA/eurosat/EuroSAT-RGB.tar.gz)."
     ),
     cache_dir: Path = typer.Option(Path("cache"), help="Root for the demo's store."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Root for the demo's run, sweep and baselines."),
     per_class: int = typer.Option(DEMO_PER_CLASS, help="Images per class in each split."),
+    jobs: int | None = typer.Option(None, help="Sweep worker processes (default: CPU cores)."),
 ) -> None:
-    """The main job on the embedded default: real EfficientNet-Lite0 features of a real EuroSAT subset."""
+    """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
     import os
 
     from featcache.extract import ExtractRequest
 
-    if data_root is None:
-        data = os.environ.get("TOSCA_DATA")
-        if not data:
-            raise UserError(
-                "no local data: set TOSCA_DATA to a folder holding eurosat/EuroSAT-RGB.tar.gz, or pass --data-root "
-                "with a EuroSAT RGB download (its zip or the unpacked 2750/ folder works as it is)"
-            )
-        data_root = Path(data) / "eurosat" / "EuroSAT-RGB.tar.gz"
-    out.rule("[bold]1/2 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
+    data_root = _demo_data_root(data_root)
+    out.rule("[bold]1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     request = ExtractRequest(
         model="effnet_lite0",
         dataset="eurosat",
@@ -622,20 +671,46 @@ def demo(
     summary = _extract_with_progress(request)
     _print_summary(summary)
     from featcache.store import FeatureStore
+    from tosca_heads.compare import write_comparison
     from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.sweep import grid_points
     from tosca_heads.train import PRESETS
 
-    out.rule("[bold]2/2 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
-    result = fit_run(
-        FeatureStore.open(summary.store),
-        StreamConfig(2, 2),
-        PRESETS["paper"],
-        None,
-        Path("runs") / f"demo-eurosat-effnet_lite0-{per_class}",
-        on_stage=_stage_printer(),
-    )
+    store = FeatureStore.open(summary.store)
+    stream = StreamConfig(2, 2)
+    name = f"demo-eurosat-effnet_lite0-{per_class}"
+    out.rule("[bold]2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
+    result = fit_run(store, stream, PRESETS["paper"], None, runs_dir / name, on_stage=_stage_printer())
     _print_run_summary(result)
-    out.print(f"plots: {result.run_dir / 'accuracy.png'}", highlight=False)
+    out.rule("[bold]3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
+    points = grid_points(DEMO_SWEEP, PRESETS["paper"], stream, store.dim, 10)
+    outcome = _sweep_with_progress(
+        store,
+        points,
+        runs_dir / f"{name}-sweep",
+        jobs or os.cpu_count() or 1,
+        None,
+        "sample",
+        list(DEMO_SWEEP),
+    )
+    _print_sweep(outcome, "sample")
+    out.rule("[bold]4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
+    folder = runs_dir / f"{name}-baselines"
+    results = _baselines_with_progress(
+        store, stream, ["simplecil", "ranpac", "joint_probe"], 10_000, result.run_dir, folder, with_tosca=True
+    )
+    title = f"eurosat / effnet_lite0, {per_class} images/class, B0 Inc2"
+    files = write_comparison(folder, results, title)
+    out.rule("[bold]5/5 comparison (accuracies in %, test images of all classes seen so far)")
+    _print_comparison(results, title)
+    out.print("plots:", highlight=False)
+    for path in (result.run_dir / "accuracy.png", files["comparison.png"], *_plots(outcome.files)):
+        out.print(f"  {path}", highlight=False)
+    out.print(f"tables: {files['comparison.md']}, {outcome.files.get('summary.md', '')}", highlight=False)
+
+
+def _plots(files: dict[str, Path]) -> list[Path]:
+    return [path for name, path in files.items() if name.endswith(".png")]
 
 
 # ------------------------------------------------------------------------------------------- cache

@@ -180,3 +180,13 @@ def test_cache_commands(tmp_path: Path, image_tree: Path) -> None:
     assert _run("cache", "verify", str(store)) == (0, f"OK {store}\n")
     code, output = _run("cache", "info", str(tmp_path))
     assert code == 2 and "not a feature store" in _one_line_error(output)
+
+
+def test_demo_without_data_says_where_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOSCA_DATA", raising=False)
+    code, output = _run("demo", "--cache-dir", str(tmp_path))
+    line = _one_line_error(output)
+    assert code == 2 and "no local data" in line and "EuroSAT" in line and "TOSCA_DATA" in line
+    code, output = _run("demo", "--data-root", str(tmp_path / "nowhere.zip"))
+    line = _one_line_error(output)
+    assert code == 2 and "no EuroSAT data at" in line and "--data-root" in line

@@ -177,7 +177,7 @@ def test_results_table_drops_cut_and_duplicate_rows(tmp_path: Path) -> None:
 def test_sweep_folder_belongs_to_one_store(tmp_path: Path) -> None:
     a = synthetic_store(tmp_path / "a.zarr", classes=4, seed=0)
     b = synthetic_store(tmp_path / "b.zarr", classes=4, seed=1)
-    cmd = ["--r", "2", *COMMON, "--epochs", "1", "--jobs", "1", "--out", str(tmp_path / "sw")]
+    cmd = ["--r", "2", *COMMON, "--jobs", "1", "--out", str(tmp_path / "sw")]
     assert RUNNER.invoke(app, ["sweep", "--store", str(a.path), *cmd]).exit_code == 0
     other = RUNNER.invoke(app, ["sweep", "--store", str(b.path), *cmd])
     assert other.exit_code == 2 and "holds results of another store" in other.output
@@ -198,3 +198,45 @@ def test_sweep_flag_errors_are_one_line(tmp_path: Path, args: list[str], message
     result = RUNNER.invoke(app, ["sweep", "--store", str(store.path), *args, "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_sweep_on_a_given_scheduler(tmp_path: Path) -> None:
+    """--scheduler takes any Dask scheduler address (here an in-process cluster's)."""
+    from distributed import LocalCluster
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        result = RUNNER.invoke(
+            app,
+            [
+                "sweep",
+                "--store",
+                str(store.path),
+                "--r",
+                "2,4",
+                *COMMON,
+                "--scheduler",
+                cluster.scheduler_address,
+                "--out",
+                str(tmp_path / "sw"),
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "sw" / "results.csv")
+    assert sorted(rows["r"]) == [2, 4] and set(rows["feature_loads"]) == {1}
+
+
+def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's default MALLOC_TRIM_THRESHOLD_=65536 doubles the cost of a tiny SGD step (page faults)."""
+    from distributed import Client
+
+    from tosca_heads import sweep
+
+    with sweep.local_cluster(1) as cluster, Client(cluster) as client:
+        seen = client.run(
+            lambda: (os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("OMP_NUM_THREADS"))
+        )
+    assert list(seen.values()) == [(None, "1")]
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # a remote worker's: raised in-process
+    sweep._keep_freed_memory()
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(sweep.KEEP_FREED_BYTES)

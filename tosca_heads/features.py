@@ -20,6 +20,13 @@ MEMORY_BUDGET_BYTES = 4 << 30  # load whole arrays below this; read task by task
 class FeatureSource(Protocol):
     views: int
 
+    def preload(self) -> CachedFeatures:
+        """Read every array now (when they fit in memory), so no later run pays for the first read."""
+        if self.in_memory:
+            for split, k in [("train", -1), ("test", -1), *(("train", v) for v in range(self.views))]:
+                self._whole(split, k)
+        return self
+
     def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
         """Training features of these train rows for this epoch: view (epoch mod V), or clean if V = 0."""
         ...
@@ -58,6 +65,13 @@ class CachedFeatures:
             sel = self.store.features(split, rows) if k < 0 else self.store.view(k, rows)
             self._task_cache[key] = torch.from_numpy(np.asarray(sel, dtype=np.float32))
         return self._task_cache[key]
+
+    def preload(self) -> CachedFeatures:
+        """Read every array now (when they fit in memory), so no later run pays for the first read."""
+        if self.in_memory:
+            for split, k in [("train", -1), ("test", -1), *(("train", v) for v in range(self.views))]:
+                self._whole(split, k)
+        return self
 
     def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
         return self._read("train", epoch % self.views if self.views else -1, rows)

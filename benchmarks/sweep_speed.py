@@ -1,0 +1,99 @@
+"""A 20-point sweep on a CIFAR-100-shaped store, against what the same 20 runs would cost if every
+run re-ran the backbone on every image of every epoch, as the reference code does.
+
+    python benchmarks/sweep_speed.py [--jobs N] [--train 50000] [--test 10000] [--model vit_b16]
+
+Both sides are measured on this machine in this run: the sweep's wall time, and the backbone's
+per-image forward time (random-init weights: the timing does not depend on the values). The
+reference's backbone work per run is counted from the protocol: every epoch's training images,
+one pass for the prototypes, and after each task the test images of all classes seen so far.
+The store itself costs one backbone pass over train + test (reported too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from fit_speed import make_store
+
+from tosca_heads.runs import StreamConfig
+from tosca_heads.stream import TaskStream
+from tosca_heads.sweep import grid_points, run_sweep
+from tosca_heads.train import PRESETS
+
+GRID = {"r": [8, 16, 32, 48, 96], "l1": [0.0, 1e-4, 5e-4, 1e-3]}
+
+
+def backbone_seconds_per_image(model: str, batch: int, batches: int) -> float:
+    from featcache.backbones import load_backbone, resolve_backbone
+
+    loaded = load_backbone(resolve_backbone(model), None, random_init=True)
+    net = loaded.model.eval()
+    x = torch.randn(batch, 3, 224, 224)
+    with torch.inference_mode():
+        net(x)  # warm-up
+        start = time.perf_counter()
+        for _ in range(batches):
+            net(x)
+    return (time.perf_counter() - start) / (batch * batches)
+
+
+def reference_forwards(train: np.ndarray, test: np.ndarray, stream: TaskStream, epochs: int) -> int:
+    """Backbone forwards of one reference run: epochs x train + prototype pass + test after each task."""
+    per_task_test = sum(len(stream.rows_seen(test, t)) for t in range(stream.num_tasks))
+    return epochs * len(train) + len(train) + per_task_test
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--train", type=int, default=50_000)
+    parser.add_argument("--test", type=int, default=10_000)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--model", default="vit_b16", help="backbone whose forward cost is measured")
+    parser.add_argument("--batches", type=int, default=3, help="timed forward batches of 8 images")
+    args = parser.parse_args()
+
+    sec_per_image = backbone_seconds_per_image(args.model, 8, args.batches)
+    print(
+        f"{args.model} forward on this machine: {sec_per_image:.3f} s/image ({1 / sec_per_image:.1f} img/s)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp) / "bench.zarr", args.train, args.test, args.dim, 100)
+        stream_cfg = StreamConfig(5, 5)
+        points = grid_points(GRID, PRESETS["paper"], stream_cfg, store.dim, 100)
+        start = time.perf_counter()
+        outcome = run_sweep(store, points, Path(tmp) / "sweep", jobs=args.jobs)
+        sweep_s = time.perf_counter() - start
+        stream = TaskStream.build(100, 5, 5)
+        train = stream.remap(store.labels("train"))
+        test = stream.remap(store.labels("test"))
+    forwards = reference_forwards(train, test, stream, PRESETS["paper"].epochs)
+    reference_s = len(points) * forwards * sec_per_image
+    extract_s = (args.train + args.test) * sec_per_image
+    frame = outcome.frame
+    print(
+        f"sweep: {len(points)} points (r {GRID['r']} x l1 {GRID['l1']}), 20 tasks each, "
+        f"{args.train:,} x {args.dim} train, {args.jobs} worker(s): {sweep_s:.1f} s wall "
+        f"({frame['run_seconds'].mean():.1f} s per point on one core)"
+    )
+    print(
+        f"reference: {forwards:,} backbone forwards per run x {len(points)} runs x {sec_per_image:.3f} s "
+        f"= {reference_s:,.0f} s ({reference_s / 86400:.1f} days) on this machine"
+    )
+    print(
+        f"ratio reference / sweep: {reference_s / sweep_s:,.0f}x; counting the one-time extraction "
+        f"({extract_s:,.0f} s for {args.train + args.test:,} images): {reference_s / (sweep_s + extract_s):,.0f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
