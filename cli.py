@@ -373,7 +373,9 @@ def sweep(
         None, help="Dask scheduler address (tcp://host:8786); workers must see the store path."
     ),
     out_dir: Path | None = typer.Option(
-        None, "--out", help="Sweep folder (default runs/sweep-<time>); an existing one resumes."
+        None,
+        "--out",
+        help="Sweep folder; an existing one resumes (default: this grid's runs/sweep-* on this store, else a new runs/sweep-<time>).",
     ),
     rank_by: str = typer.Option("sample", help="Routing mode whose A_last ranks the points."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary rows as JSON."),
@@ -385,7 +387,7 @@ def sweep(
     from tosca_heads.discover import resolve_store
     from tosca_heads.router import MODES
     from tosca_heads.runs import default_stream
-    from tosca_heads.sweep import grid_points, parse_values
+    from tosca_heads.sweep import find_sweep_dir, grid_points, parse_values
     from tosca_heads.sweep_table import summarise_points
     from tosca_heads.train import PRESETS
 
@@ -415,12 +417,17 @@ def sweep(
     ident = st.identity["dataset"]
     base = default_stream(ident["name"], int(ident["num_classes"]))
     points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
-    out_path = out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
+    found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
+    out_path = out_dir or found or _new_folder(Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S"))
     workers = jobs or os.cpu_count() or 1
+    where = (
+        f"resuming {out_path} (same grid, same store)"
+        if found
+        else f"folder {out_path} (the same command resumes it)"
+    )
     err.print(
         f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {st.path}, "
-        f"{workers if scheduler is None else 'remote'} worker(s); folder {out_path} "
-        f"(rerun with --out {out_path} to resume)",
+        f"{workers if scheduler is None else 'remote'} worker(s); {where}",
         highlight=False,
     )
     outcome = _sweep_with_progress(st, points, out_path, workers, scheduler, rank_by, list(grid))
@@ -499,6 +506,15 @@ def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
     )
     for name, path in outcome.files.items():
         out.print(f"  {name:<18} {path}", highlight=False)
+
+
+def _new_folder(path: Path) -> Path:
+    """path, or path-2, path-3, ... if a sweep started in the same second already took it."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def _grid_shape(grid: dict[str, list[Any]]) -> str:

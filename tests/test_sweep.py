@@ -240,3 +240,17 @@ def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # a remote worker's: raised in-process
     sweep._keep_freed_memory()
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(sweep.KEEP_FREED_BYTES)
+
+
+def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    cmd = ["sweep", "--store", str(store.path), "--r", "2,4", *COMMON, "--jobs", "1"]
+    first = RUNNER.invoke(app, cmd)
+    assert first.exit_code == 0, first.output
+    (folder,) = (tmp_path / "runs").glob("sweep-*")
+    again = RUNNER.invoke(app, cmd)
+    assert f"resuming {Path('runs') / folder.name}" in again.output and "0 run(s)" in again.output
+    grown = RUNNER.invoke(app, [*cmd[:4], "2,4,8", *cmd[5:]])  # another grid: a new folder
+    assert grown.exit_code == 0 and "resuming" not in grown.output, grown.output
+    assert len(list((tmp_path / "runs").glob("sweep-*"))) == 2

@@ -197,7 +197,28 @@ class SweepOutcome:
 PointCallback = Callable[[dict[str, Any], int, int], None]
 
 
-def _claim_sweep_dir(out: Path, store: FeatureStore) -> None:
+def grid_digest(points: Sequence[SweepPoint]) -> str:
+    """Identity of a grid (its set of points), recorded so the same command finds its folder again."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(p.key for p in points)).encode()).hexdigest()[:16]
+
+
+def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepPoint]) -> Path | None:
+    """The newest sweep folder under runs_root made by this grid on this store, if any: rerunning
+    a sweep command without --out resumes it instead of starting a new runs/sweep-<time>."""
+    digest = grid_digest(points)
+    for meta_path in sorted(Path(runs_root).glob("sweep-*/sweep.json"), reverse=True):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("store_fingerprint") == store.fingerprint and meta.get("grid") == digest:
+            return meta_path.parent
+    return None
+
+
+def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint]) -> None:
     """A sweep folder belongs to one store: resuming it on another store would mix their rows."""
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "sweep.json"
@@ -207,6 +228,7 @@ def _claim_sweep_dir(out: Path, store: FeatureStore) -> None:
         "store_fingerprint": store.fingerprint,
         "dataset": ident["dataset"]["name"],
         "backbone": ident["backbone"]["alias"],
+        "grid": grid_digest(points),
     }
     if meta_path.exists():
         existing = json.loads(meta_path.read_text())
@@ -234,7 +256,7 @@ def run_sweep(
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     store.require_complete()
     out = Path(out)
-    _claim_sweep_dir(out, store)
+    _claim_sweep_dir(out, store, points)
     table = ResultsTable(out / "results.csv")
     done = table.keys()
     pending = [p for p in points if p.key not in done]
