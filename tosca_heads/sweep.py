@@ -269,11 +269,12 @@ def run_sweep(
         if on_point:
             on_point(row, finished, total)
 
-    if pending and jobs == 1 and scheduler is None:
+    workers = min(jobs, total)  # no idle processes for a short remainder
+    if pending and workers == 1 and scheduler is None:
         for i, point in enumerate(pending, 1):  # one process: no cluster to start
             record(run_point(path, fingerprint, point), i)
     elif pending:
-        _run_on_dask(pending, path, fingerprint, jobs, scheduler, record)
+        _run_on_dask(pending, path, fingerprint, workers, scheduler, record)
     frame = table.frame()
     files = write_sweep_outputs(out, frame, rank_mode)
     return SweepOutcome(
