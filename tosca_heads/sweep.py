@@ -8,6 +8,7 @@ skipping the points already there. The sweep folder's tables and plots are rebui
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -79,8 +80,6 @@ class SweepPoint:
     @property
     def key(self) -> str:
         """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
-        import hashlib
-
         return hashlib.sha256(canonical_json(self.flags()).encode()).hexdigest()[:16]
 
 
@@ -199,8 +198,6 @@ PointCallback = Callable[[dict[str, Any], int, int], None]
 
 def grid_digest(points: Sequence[SweepPoint]) -> str:
     """Identity of a grid (its set of points), recorded so the same command finds its folder again."""
-    import hashlib
-
     return hashlib.sha256("\n".join(sorted(p.key for p in points)).encode()).hexdigest()[:16]
 
 
