@@ -161,3 +161,13 @@ def test_cached_training_equals_online_training(tmp_path: Path, image_tree: Path
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
     assert cached.metrics()["modes"]["oracle"]["A_t"] == online.metrics()["modes"]["oracle"]["A_t"]
+
+
+def test_store_read_task_by_task_gives_the_same_run(tmp_path: Path) -> None:
+    """Over the memory budget, features are read per task (as on a small sweep worker): same numbers."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, views=2)
+    streamed = CachedFeatures(store, memory_budget=0)
+    assert not streamed.in_memory and CachedFeatures(store).in_memory
+    a = fit_run(store, StreamConfig(2, 2), FAST, None, tmp_path / "a", source=streamed)
+    b = fit_run(store, StreamConfig(2, 2), FAST, None, tmp_path / "b")
+    assert a.metrics()["modes"] == b.metrics()["modes"]

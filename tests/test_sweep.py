@@ -254,3 +254,17 @@ def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch
     grown = RUNNER.invoke(app, [*cmd[:4], "2,4,8", *cmd[5:]])  # another grid: a new folder
     assert grown.exit_code == 0 and "resuming" not in grown.output, grown.output
     assert len(list((tmp_path / "runs").glob("sweep-*"))) == 2
+
+
+def test_worker_memory_limit_caps_the_in_memory_store() -> None:
+    from distributed import Client, LocalCluster
+
+    from tosca_heads import sweep
+    from tosca_heads.features import MEMORY_BUDGET_BYTES
+
+    assert sweep._memory_budget() == MEMORY_BUDGET_BYTES  # not on a worker
+    with (
+        LocalCluster(n_workers=1, processes=False, memory_limit="200MB", dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        assert client.submit(sweep._memory_budget).result() == 100_000_000

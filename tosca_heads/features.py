@@ -43,8 +43,8 @@ class CachedFeatures:
         store.require_complete()
         self.store, self.views = store, store.views
         n_train, n_test = store.layout("train").n, store.layout("test").n
-        itemsize = np.dtype(store.group["train/features"].dtype).itemsize
-        self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * itemsize <= memory_budget
+        held = np.dtype(np.float32).itemsize  # float16 stores too are held as float32
+        self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * held <= memory_budget
         self._arrays: dict[tuple[str, int], np.ndarray] = {}
         self._task_cache: dict[tuple[bytes, int], torch.Tensor] = {}
 

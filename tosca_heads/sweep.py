@@ -22,7 +22,7 @@ from typing import Any
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json
-from tosca_heads.features import CachedFeatures
+from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.router import MODES
 from tosca_heads.runs import StreamConfig, fit_run
 from tosca_heads.stream import TaskStream
@@ -118,7 +118,7 @@ def _features_on_worker(store_path: str, fingerprint: str) -> tuple[FeatureStore
             if store.fingerprint != fingerprint:
                 raise RuntimeError(f"store {store_path} changed under the sweep (fingerprint differs)")
             _SOURCES.clear()  # a worker that moves on to another store frees the previous one's arrays
-            _SOURCES[key] = (store, CachedFeatures(store).preload())
+            _SOURCES[key] = (store, CachedFeatures(store, _memory_budget()).preload())
             _LOADS[key] = _LOADS.get(key, 0) + 1
         return _SOURCES[key]
 
@@ -145,6 +145,19 @@ def _keep_freed_memory() -> None:
         libc.mallopt(-1, KEEP_FREED_BYTES)  # M_TRIM_THRESHOLD
         libc.mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
         os.environ[DASK_TRIM_VARIABLE] = str(KEEP_FREED_BYTES)
+
+
+def _memory_budget() -> int:
+    """Hold the store in memory only within half this Dask worker's memory limit: its nanny kills a
+    worker at 95% of the limit, and many jobs split the machine's memory between them. Above that,
+    features are read task by task (slower, same numbers)."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):  # not on a Dask worker (the serial path)
+        return MEMORY_BUDGET_BYTES
+    return min(MEMORY_BUDGET_BYTES, limit // 2) if limit else MEMORY_BUDGET_BYTES
 
 
 def run_point(store_path: str, fingerprint: str, point: SweepPoint) -> dict[str, Any]:
