@@ -209,6 +209,12 @@ def _key_value_table(rows: list[tuple[str, str]]) -> None:
 
 # ------------------------------------------------------------------------------------------- fit / eval
 
+# How fit, sweep and baselines find their store (tosca_heads.discover.resolve_store).
+STORE_OPTION = typer.Option(None, help="Store path (else found from --model/--dataset in CACHE_DIR).")
+MODEL_OPTION = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use.")
+DATASET_OPTION = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use.")
+CACHE_DIR_OPTION = typer.Option(Path("cache"), help="Where stores are searched.")
+
 MODE_SHORT = {"sample": "sample", "batch": "batch", "batch_shuffled": "batch-shuf", "oracle": "oracle"}
 
 
@@ -265,12 +271,10 @@ def _print_run_summary(result: Any) -> None:
 @user_errors
 def fit(
     task: int | None = typer.Option(None, "--task", help="Train tasks 0..TASK (default: all)."),
-    store: Path | None = typer.Option(
-        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
-    ),
-    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
-    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
-    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    store: Path | None = STORE_OPTION,
+    model: str | None = MODEL_OPTION,
+    dataset: str | None = DATASET_OPTION,
+    cache_dir: Path = CACHE_DIR_OPTION,
     run: Path | None = typer.Option(
         None, "--run", help="Run directory (default: runs/<dataset>-<model>-...)."
     ),
@@ -346,12 +350,10 @@ _GRID_HELP = "Comma-separated values to sweep"
 @app.command()
 @user_errors
 def sweep(
-    store: Path | None = typer.Option(
-        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
-    ),
-    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
-    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
-    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    store: Path | None = STORE_OPTION,
+    model: str | None = MODEL_OPTION,
+    dataset: str | None = DATASET_OPTION,
+    cache_dir: Path = CACHE_DIR_OPTION,
     preset: str = typer.Option("paper", help="Recipe preset for every flag not swept."),
     r: str | None = typer.Option(None, help=f"{_GRID_HELP}: adapter bottleneck, e.g. 8,16,32,48,96."),
     s: str | None = typer.Option(None, help=f"{_GRID_HELP}: calibrator bottleneck."),
@@ -432,8 +434,6 @@ def sweep(
     )
     outcome = _sweep_with_progress(st, points, out_path, workers, scheduler, rank_by, list(grid))
     if as_json:
-        from tosca_heads.sweep_table import summarise_points
-
         out.print_json(
             "[]"
             if outcome.frame.empty
@@ -528,12 +528,10 @@ def _grid_shape(grid: dict[str, list[Any]]) -> str:
 @app.command()
 @user_errors
 def baselines(
-    store: Path | None = typer.Option(
-        None, help="Store path (else found from --model/--dataset in CACHE_DIR)."
-    ),
-    model: str | None = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use."),
-    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use."),
-    cache_dir: Path = typer.Option(Path("cache"), help="Where stores are searched."),
+    store: Path | None = STORE_OPTION,
+    model: str | None = MODEL_OPTION,
+    dataset: str | None = DATASET_OPTION,
+    cache_dir: Path = CACHE_DIR_OPTION,
     init_cls: int | None = typer.Option(
         None, help="Classes in task 0 (default: the dataset's paper preset)."
     ),
@@ -595,11 +593,11 @@ def _baselines_with_progress(
     from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline
     from tosca_heads.features import CachedFeatures
 
+    source = CachedFeatures(st)  # read once, for TOSCA's evaluation and every baseline
     results = []
     if with_tosca:
         err.print("TOSCA: paper preset run" if run is None else f"TOSCA: run {run}", highlight=False)
-        results += tosca_results(tosca_run(st, stream, run))
-    source = CachedFeatures(st)
+        results += tosca_results(tosca_run(st, stream, run, source))
     with progress_bar() as bar:
         task_bar = bar.add_task("baselines", total=None, rate="")
 
@@ -699,7 +697,8 @@ def demo(
     result = fit_run(store, stream, PRESETS["paper"], None, runs_dir / name, on_stage=_stage_printer())
     _print_run_summary(result)
     out.rule("[bold]3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
-    points = grid_points(DEMO_SWEEP, PRESETS["paper"], stream, store.dim, 10)
+    num_classes = int(store.identity["dataset"]["num_classes"])
+    points = grid_points(DEMO_SWEEP, PRESETS["paper"], stream, store.dim, num_classes)
     outcome = _sweep_with_progress(
         store,
         points,

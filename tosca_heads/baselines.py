@@ -140,10 +140,9 @@ class JointProbe:
 
     incremental = False
 
-    def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100, seed: int = 0):
+    def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100):
         self.weight_decay = weight_decay
         self.max_iter = max_iter
-        self.seed = seed
 
     def fit(self, features: np.ndarray, labels: np.ndarray) -> JointProbe:
         x = torch.from_numpy(np.asarray(features, dtype=np.float32))

@@ -11,7 +11,7 @@ import csv
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.router import MODES
 from tosca_heads.runs import RunResult, StreamConfig
-from tosca_heads.stream import TaskStream
 
 NO_ROUTING = "none"
 
@@ -56,12 +55,7 @@ def run_baseline(
     if name not in BASELINES:
         raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
     store.require_complete()
-    stream = TaskStream.build(
-        int(store.identity["dataset"]["num_classes"]),
-        stream_cfg.init_cls,
-        stream_cfg.increment,
-        stream_cfg.order_seed,
-    )
+    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
     source = source or CachedFeatures(store)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     train_x = source.clean("train", np.arange(len(train_y))).numpy()
@@ -105,7 +99,7 @@ def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stre
         "method": result.method,
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
-        "stream": stream_cfg.__dict__,
+        "stream": asdict(stream_cfg),
         "finished_tasks": len(result.metrics["A_t"]),
         "parameters": result.parameters,
         "seconds": result.seconds,
@@ -194,7 +188,7 @@ def tosca_run(
     store: FeatureStore,
     stream_cfg: StreamConfig,
     run_dir: Path | None,
-    on_stage: Callable[..., None] | None = None,
+    source: FeatureSource | None = None,
 ) -> RunResult:
     """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
     default run, fitted now unless it is already on disk."""
@@ -202,22 +196,17 @@ def tosca_run(
     from tosca_heads.train import PRESETS
 
     if run_dir is None:
-        return fit_run(store, stream_cfg, PRESETS["paper"], None, on_stage=on_stage)
-    result = evaluate_run(run_dir)
+        return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source)
+    result = evaluate_run(run_dir, source)
     config = result.config
     if config["store_fingerprint"] != store.fingerprint:
         raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
-    if config["stream"] != stream_cfg.__dict__:
+    if config["stream"] != asdict(stream_cfg):
         raise UserError(
-            f"run {run_dir} uses stream {config['stream']}, the baselines {stream_cfg.__dict__}; "
+            f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
             "pass the same --init-cls/--increment"
         )
-    stream = TaskStream.build(
-        int(store.identity["dataset"]["num_classes"]),
-        stream_cfg.init_cls,
-        stream_cfg.increment,
-        stream_cfg.order_seed,
-    )
+    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
     if len(result.stages) < stream.num_tasks:
         raise UserError(
             f"run {run_dir} has {len(result.stages)} of {stream.num_tasks} tasks; "

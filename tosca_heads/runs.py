@@ -39,6 +39,10 @@ class StreamConfig:
     increment: int
     order_seed: int = DEFAULT_ORDER_SEED
 
+    def task_stream(self, num_classes: int) -> TaskStream:
+        """The tasks this split makes of num_classes classes (a clear error if it does not split)."""
+        return TaskStream.build(num_classes, self.init_cls, self.increment, self.order_seed)
+
 
 def default_stream(dataset: str, num_classes: int) -> StreamConfig:
     init_cls, increment = PAPER_SPLITS.get(dataset, (max(1, num_classes // 10),) * 2)
@@ -183,7 +187,7 @@ def fit_run(
     store.require_complete()
     config = run_config(store, stream_cfg, train)
     num_classes = int(store.identity["dataset"]["num_classes"])
-    stream = TaskStream.build(num_classes, stream_cfg.init_cls, stream_cfg.increment, stream_cfg.order_seed)
+    stream = stream_cfg.task_stream(num_classes)
     last = stream.num_tasks - 1 if upto_task is None else upto_task
     if not 0 <= last < stream.num_tasks:
         raise UserError(
@@ -299,7 +303,7 @@ def finished_tasks(run_dir: Path) -> int:
     return n
 
 
-def evaluate_run(run_dir: Path) -> RunResult:
+def evaluate_run(run_dir: Path, source: FeatureSource | None = None) -> RunResult:
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
     config_path = Path(run_dir) / "config.json"
     if not config_path.exists():
@@ -313,4 +317,6 @@ def evaluate_run(run_dir: Path) -> RunResult:
         raise UserError(
             f"the store at {config['store']} changed since run {run_dir} was made (fingerprint differs)"
         )
-    return fit_run(store, StreamConfig(**config["stream"]), TrainConfig(**config["train"]), done - 1, run_dir)
+    return fit_run(
+        store, StreamConfig(**config["stream"]), TrainConfig(**config["train"]), done - 1, run_dir, source
+    )

@@ -25,7 +25,6 @@ from featcache.store import FeatureStore, canonical_json
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.router import MODES
 from tosca_heads.runs import StreamConfig, fit_run
-from tosca_heads.stream import TaskStream
 from tosca_heads.sweep_table import ResultsTable, write_sweep_outputs
 from tosca_heads.train import TrainConfig
 
@@ -46,6 +45,11 @@ STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": i
 GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
 
 
+def option_name(flag: str) -> str:
+    """The command-line spelling of a grid flag (seed is given as --seeds)."""
+    return "--seeds" if flag == "seed" else f"--{flag.replace('_', '-')}"
+
+
 def parse_values(flag: str, text: str) -> list[Any]:
     """'8,16,32' -> [8, 16, 32], in the order given, duplicates dropped."""
     parse = GRID_FLAGS[flag]
@@ -58,12 +62,12 @@ def parse_values(flag: str, text: str) -> list[Any]:
         except ValueError:
             kind = {int: "an integer", float: "a number", str: "a name"}[parse]  # type: ignore[index]
             raise UserError(
-                f"--{flag.replace('_', '-')}: {item!r} is not {kind}; give a comma-separated list such as 8,16,32"
+                f"{option_name(flag)}: {item!r} is not {kind}; give a comma-separated list such as 8,16,32"
             ) from None
         if value not in values:
             values.append(value)
     if not values:
-        raise UserError(f"--{flag.replace('_', '-')} is empty; give a comma-separated list such as 8,16,32")
+        raise UserError(f"{option_name(flag)} is empty; give a comma-separated list such as 8,16,32")
     return values
 
 
@@ -97,7 +101,7 @@ def grid_points(
         train = replace(base_train, **{k: v for k, v in chosen.items() if k in TRAIN_FLAGS})
         train.validate()
         stream = replace(base_stream, **{k: v for k, v in chosen.items() if k in STREAM_FLAGS})
-        TaskStream.build(num_classes, stream.init_cls, stream.increment, stream.order_seed)
+        stream.task_stream(num_classes)  # refuses a split that does not divide the classes
         points.append(SweepPoint(train.resolved(dim), stream))
     return points
 
