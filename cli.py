@@ -214,6 +214,9 @@ STORE_OPTION = typer.Option(None, help="Store path (else found from --model/--da
 MODEL_OPTION = typer.Option(None, "--model", "-m", help="Backbone alias of the store to use.")
 DATASET_OPTION = typer.Option(None, "--dataset", "-d", help="Dataset of the store to use.")
 CACHE_DIR_OPTION = typer.Option(Path("cache"), help="Where stores are searched.")
+DEVICE_OPTION = typer.Option(
+    "auto", "--device", help="Where stage 2 runs: auto (CUDA when available), cpu, cuda or cuda:N."
+)
 
 MODE_SHORT = {"sample": "sample", "batch": "batch", "batch_shuffled": "batch-shuf", "oracle": "oracle"}
 
@@ -292,12 +295,14 @@ def fit(
     ),
     increment: int | None = typer.Option(None, help="Classes per later task."),
     order_seed: int = typer.Option(1993, help="Seed of the class order (np.random.seed(1993) permutation)."),
+    device: str = DEVICE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
 ) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from dataclasses import replace
 
     from tosca_heads.discover import resolve_store
+    from tosca_heads.engine.device import resolve_device
     from tosca_heads.runs import StreamConfig, default_stream, fit_run
     from tosca_heads.train import PRESETS
 
@@ -315,11 +320,14 @@ def fit(
     }
     config = replace(PRESETS[preset], **{k: v for k, v in flags.items() if v is not None})
     config.validate()  # before the table header, so a bad flag is the only line printed
+    resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
     ident = st.identity["dataset"]
     base = default_stream(ident["name"], int(ident["num_classes"]))
     stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
-    result = fit_run(st, stream, config, task, run, on_stage=None if as_json else _stage_printer())
+    result = fit_run(
+        st, stream, config, task, run, on_stage=None if as_json else _stage_printer(), device=resolved_device
+    )
     if as_json:
         out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
         return
@@ -330,12 +338,14 @@ def fit(
 @user_errors
 def eval_run(
     run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    device: str = DEVICE_OPTION,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every routing mode)."""
+    from tosca_heads.engine.device import resolve_device
     from tosca_heads.runs import evaluate_run
 
-    result = evaluate_run(run)
+    result = evaluate_run(run, device=resolve_device(device))
     if as_json:
         out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
         return
@@ -370,7 +380,14 @@ def sweep(
     ),
     increment: str | None = typer.Option(None, help=f"{_GRID_HELP}: classes per later task."),
     order_seed: str = typer.Option("1993", help=f"{_GRID_HELP}: class-order seed."),
-    jobs: int | None = typer.Option(None, help="Local worker processes (default: CPU cores)."),
+    jobs: int | None = typer.Option(
+        None, help="Local worker processes (default: CPU cores on the CPU, 1 on CUDA)."
+    ),
+    group: int | None = typer.Option(
+        None,
+        help="Compatible points trained together in one engine run (default: 1 on the CPU, as many as fit the GPU's memory on CUDA).",
+    ),
+    device: str = DEVICE_OPTION,
     scheduler: str | None = typer.Option(
         None, help="Dask scheduler address (tcp://host:8786); workers must see the store path."
     ),
@@ -387,6 +404,7 @@ def sweep(
     import time
 
     from tosca_heads.discover import resolve_store
+    from tosca_heads.engine.device import resolve_device
     from tosca_heads.router import MODES
     from tosca_heads.runs import default_stream
     from tosca_heads.sweep import find_sweep_dir, grid_points, parse_values
@@ -399,6 +417,9 @@ def sweep(
         raise UserError(f"unknown --rank-by {rank_by!r}: use one of {', '.join(MODES)}")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if group is not None and group < 1:
+        raise UserError(f"--group must be at least 1, got {group}")
+    resolved_device = resolve_device(device)
     texts = {
         "r": r,
         "s": s,
@@ -421,7 +442,7 @@ def sweep(
     points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
     found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
     out_path = out_dir or found or _new_folder(Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S"))
-    workers = jobs or os.cpu_count() or 1
+    workers = jobs or (1 if resolved_device.type == "cuda" else os.cpu_count() or 1)
     where = (
         f"resuming {out_path} (same grid, same store)"
         if found
@@ -429,10 +450,12 @@ def sweep(
     )
     err.print(
         f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {st.path}, "
-        f"{workers if scheduler is None else 'remote'} worker(s); {where}",
+        f"{workers if scheduler is None else 'remote'} worker(s) on {resolved_device}; {where}",
         highlight=False,
     )
-    outcome = _sweep_with_progress(st, points, out_path, workers, scheduler, rank_by, list(grid))
+    outcome = _sweep_with_progress(
+        st, points, out_path, workers, scheduler, rank_by, list(grid), group, str(resolved_device)
+    )
     if as_json:
         out.print_json(
             "[]"
@@ -451,6 +474,8 @@ def _sweep_with_progress(
     scheduler: str | None,
     rank_by: str,
     swept: list[str],
+    group: int | None = None,
+    device: str = "cpu",
 ) -> Any:
     """Run a sweep under a progress bar that shows the running best point."""
     from tosca_heads.sweep import run_sweep
@@ -473,7 +498,7 @@ def _sweep_with_progress(
                 rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
             )
 
-        return run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point)
+        return run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point, group, device)
 
 
 def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
@@ -499,7 +524,8 @@ def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
         )
     out.print(table)
     out.print(
-        f"{outcome.ran} run(s) in {outcome.seconds:.1f} s, {outcome.already_done} already done; "
+        f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), "
+        f"{outcome.already_done} already done; "
         f"{len(summary)} configurations"
         + (f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(summary) > top else ""),
         highlight=False,
@@ -550,12 +576,14 @@ def baselines(
     out_dir: Path | None = typer.Option(
         None, "--out", help="Output folder (default runs/baselines-<dataset>-<model>-B<init>Inc<inc>)."
     ),
+    device: str = DEVICE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the comparison rows as JSON."),
 ) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
     from tosca_heads.baselines import BASELINES
     from tosca_heads.compare import write_comparison
     from tosca_heads.discover import resolve_store
+    from tosca_heads.engine.device import resolve_device
     from tosca_heads.runs import StreamConfig, default_stream
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
@@ -566,6 +594,7 @@ def baselines(
         )
     if ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {ranpac_m}")
+    resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
     ident = st.identity
     base = default_stream(ident["dataset"]["name"], int(ident["dataset"]["num_classes"]))
@@ -573,7 +602,9 @@ def baselines(
     folder = out_dir or Path("runs") / (
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
     )
-    results = _baselines_with_progress(st, stream, names, ranpac_m, run, folder, with_tosca=not no_tosca)
+    results = _baselines_with_progress(
+        st, stream, names, ranpac_m, run, folder, with_tosca=not no_tosca, device=resolved_device
+    )
     title = (
         f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
     )
@@ -587,17 +618,24 @@ def baselines(
 
 
 def _baselines_with_progress(
-    st: Any, stream: Any, names: list[str], ranpac_m: int, run: Path | None, folder: Path, with_tosca: bool
+    st: Any,
+    stream: Any,
+    names: list[str],
+    ranpac_m: int,
+    run: Path | None,
+    folder: Path,
+    with_tosca: bool,
+    device: Any = "cpu",
 ) -> list[Any]:
     """TOSCA's rows (a given run, or the paper preset's) and each baseline's, under a progress bar."""
     from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline
     from tosca_heads.features import CachedFeatures
 
-    source = CachedFeatures(st)  # read once, for TOSCA's evaluation and every baseline
+    source = CachedFeatures(st, device=device)  # read once, for TOSCA's evaluation and every baseline
     results = []
     if with_tosca:
         err.print("TOSCA: paper preset run" if run is None else f"TOSCA: run {run}", highlight=False)
-        results += tosca_results(tosca_run(st, stream, run, source))
+        results += tosca_results(tosca_run(st, stream, run, source, device))
     with progress_bar() as bar:
         task_bar = bar.add_task("baselines", total=None, rate="")
 
@@ -606,7 +644,7 @@ def _baselines_with_progress(
 
         for name in names:
             params = {"projection_dim": ranpac_m} if name == "ranpac" else {}
-            result = run_baseline(name, st, stream, source, on_task, **params)
+            result = run_baseline(name, st, stream, source, on_task, device=device, **params)
             write_baseline(folder / name, result, st, stream)
             results.append(result)
     return results
@@ -664,13 +702,16 @@ def demo(
     cache_dir: Path = typer.Option(Path("cache"), help="Root for the demo's store."),
     runs_dir: Path = typer.Option(Path("runs"), help="Root for the demo's run, sweep and baselines."),
     per_class: int = typer.Option(DEMO_PER_CLASS, help="Images per class in each split."),
-    jobs: int | None = typer.Option(None, help="Sweep worker processes (default: CPU cores)."),
+    jobs: int | None = typer.Option(None, help="Sweep worker processes (default: CPU cores; 1 on CUDA)."),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
     import os
 
     from featcache.extract import ExtractRequest
+    from tosca_heads.engine.device import resolve_device
 
+    stage2 = resolve_device(device)
     data_root = _demo_data_root(data_root)
     out.rule("[bold]1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     request = ExtractRequest(
@@ -694,7 +735,9 @@ def demo(
     stream = StreamConfig(2, 2)
     name = f"demo-eurosat-effnet_lite0-{per_class}"
     out.rule("[bold]2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
-    result = fit_run(store, stream, PRESETS["paper"], None, runs_dir / name, on_stage=_stage_printer())
+    result = fit_run(
+        store, stream, PRESETS["paper"], None, runs_dir / name, on_stage=_stage_printer(), device=stage2
+    )
     _print_run_summary(result)
     out.rule("[bold]3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
     num_classes = int(store.identity["dataset"]["num_classes"])
@@ -703,16 +746,24 @@ def demo(
         store,
         points,
         runs_dir / f"{name}-sweep",
-        jobs or os.cpu_count() or 1,
+        jobs or (1 if stage2.type == "cuda" else os.cpu_count() or 1),
         None,
         "sample",
         list(DEMO_SWEEP),
+        device=str(stage2),
     )
     _print_sweep(outcome, "sample")
     out.rule("[bold]4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
     folder = runs_dir / f"{name}-baselines"
     results = _baselines_with_progress(
-        store, stream, ["simplecil", "ranpac", "joint_probe"], 10_000, result.run_dir, folder, with_tosca=True
+        store,
+        stream,
+        ["simplecil", "ranpac", "joint_probe"],
+        10_000,
+        result.run_dir,
+        folder,
+        with_tosca=True,
+        device=stage2,
     )
     title = f"eurosat / effnet_lite0, {per_class} images/class, B0 Inc2"
     files = write_comparison(folder, results, title)

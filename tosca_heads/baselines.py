@@ -10,7 +10,9 @@ state ends in `_`.
 - JointProbe: multinomial logistic regression on every seen class at once, retrained at each
   stage: the upper bound that ignores the continual setting.
 
-Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them).
+Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them). Each estimator
+takes a `device` (cpu, cuda, ...) and computes there; inputs may be numpy arrays or tensors,
+predictions are numpy arrays.
 """
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ import torch.nn.functional as F
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 PREDICT_BATCH = 2048
+Array = np.ndarray | torch.Tensor
+
+
+def as_tensor(values: Array, device: str | torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if isinstance(values, np.ndarray):
+        values = torch.from_numpy(np.ascontiguousarray(values))
+    return values.to(device=device, dtype=dtype)
+
+
+def as_labels(labels: Array) -> np.ndarray:
+    return labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
 
 
 class SimpleCIL:
@@ -28,24 +41,27 @@ class SimpleCIL:
 
     incremental = True
 
-    def partial_fit(self, features: np.ndarray, labels: np.ndarray) -> SimpleCIL:
-        classes = np.unique(labels)
-        dim = features.shape[1]
-        known = getattr(self, "prototypes_", np.zeros((0, dim), dtype=np.float32))
-        grown = np.zeros((max(len(known), int(classes.max()) + 1), dim), dtype=np.float32)
+    def __init__(self, device: str | torch.device = "cpu"):
+        self.device = device
+
+    def partial_fit(self, features: Array, labels: Array) -> SimpleCIL:
+        x, y = as_tensor(features, self.device), as_labels(labels)
+        classes = np.unique(y)
+        known = getattr(self, "prototypes_", torch.zeros(0, x.shape[1], device=x.device))
+        grown = torch.zeros(max(len(known), int(classes.max()) + 1), x.shape[1], device=x.device)
         grown[: len(known)] = known
         for c in classes:
-            grown[c] = features[labels == c].mean(0)
+            grown[c] = x[torch.from_numpy(y == c).to(x.device)].mean(0)
         self.prototypes_ = grown
         return self
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        x = F.normalize(torch.from_numpy(np.asarray(features, dtype=np.float32)), dim=1)
-        w = F.normalize(torch.from_numpy(self.prototypes_), dim=1)
-        return (x @ w.T).argmax(1).numpy()
+    def predict(self, features: Array) -> np.ndarray:
+        x = F.normalize(as_tensor(features, self.device), dim=1)
+        w = F.normalize(self.prototypes_, dim=1)
+        return (x @ w.T).argmax(1).cpu().numpy()
 
     def num_parameters(self) -> int:
-        return int(self.prototypes_.size)
+        return int(self.prototypes_.numel())
 
 
 class RanPAC:
@@ -60,27 +76,31 @@ class RanPAC:
         ridges: tuple[float, ...] = RANPAC_RIDGES,
         validation_fraction: float = 0.2,
         seed: int = 0,
+        device: str | torch.device = "cpu",
     ):
         self.projection_dim = projection_dim
         self.ridge = ridge
         self.ridges = ridges
         self.validation_fraction = validation_fraction
         self.seed = seed
+        self.device = device
 
-    def project(self, features: np.ndarray) -> torch.Tensor:
+    def project(self, features: Array) -> torch.Tensor:
         """ReLU(x W_rand) in float64 (the Gram sums stay exact enough for a 1e-8 ridge)."""
-        x = torch.from_numpy(np.asarray(features, dtype=np.float32))
-        return torch.relu(x @ self.projection_).double()
+        return torch.relu(as_tensor(features, self.device) @ self.projection_).double()
 
-    def partial_fit(self, features: np.ndarray, labels: np.ndarray) -> RanPAC:
+    def partial_fit(self, features: Array, labels: Array) -> RanPAC:
+        labels = as_labels(labels)
         if not hasattr(self, "projection_"):
-            gen = torch.Generator().manual_seed(self.seed)
-            self.projection_ = torch.randn(features.shape[1], self.projection_dim, generator=gen)
-            self.gram_ = torch.zeros(self.projection_dim, self.projection_dim, dtype=torch.float64)
-            self.targets_ = torch.zeros(self.projection_dim, 0, dtype=torch.float64)
+            gen = torch.Generator().manual_seed(self.seed)  # drawn on the CPU: the same matrix anywhere
+            projection = torch.randn(features.shape[1], self.projection_dim, generator=gen)
+            self.projection_ = projection.to(self.device)
+            m = self.projection_dim
+            self.gram_ = torch.zeros(m, m, dtype=torch.float64, device=self.projection_.device)
+            self.targets_ = torch.zeros(m, 0, dtype=torch.float64, device=self.projection_.device)
         h = self.project(features)
         n_classes = max(self.targets_.shape[1], int(labels.max()) + 1)
-        y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double()
+        y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double().to(h.device)
         if not hasattr(self, "ridge_"):
             self.ridge_, self.ridge_losses_ = (
                 (self.ridge, {}) if self.ridge is not None else self._select_ridge(h, y)
@@ -93,7 +113,7 @@ class RanPAC:
 
     def _select_ridge(self, h: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
         """RanPAC's rule: fit on 80% of the first task, keep the ridge with the least held-out MSE."""
-        order = torch.randperm(len(h), generator=torch.Generator().manual_seed(self.seed))
+        order = torch.randperm(len(h), generator=torch.Generator().manual_seed(self.seed)).to(h.device)
         n_fit = min(len(h) - 1, int(len(h) * (1 - self.validation_fraction)))
         fit, val = order[:n_fit], order[n_fit:]
         losses = {
@@ -102,14 +122,14 @@ class RanPAC:
         }
         return min(losses, key=losses.__getitem__), losses
 
-    def decision_function(self, features: np.ndarray) -> np.ndarray:
+    def decision_function(self, features: Array) -> np.ndarray:
         scores = [
-            (self.project(features[i : i + PREDICT_BATCH]) @ self.weights_).numpy()
+            (self.project(features[i : i + PREDICT_BATCH]) @ self.weights_).cpu().numpy()
             for i in range(0, len(features), PREDICT_BATCH)
         ]
         return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
+    def predict(self, features: Array) -> np.ndarray:
         return self.decision_function(features).argmax(1)
 
     def num_parameters(self) -> int:
@@ -118,7 +138,7 @@ class RanPAC:
 
 def ridge_solve(gram: torch.Tensor, targets: torch.Tensor, ridge: float) -> torch.Tensor:
     """W = (G + ridge I)^-1 Q by Cholesky (G + ridge I is symmetric positive definite)."""
-    regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype)
+    regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
     return torch.cholesky_solve(targets, torch.linalg.cholesky(regularised))
 
 
@@ -140,18 +160,20 @@ class JointProbe:
 
     incremental = False
 
-    def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100):
+    def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100, device: str | torch.device = "cpu"):
         self.weight_decay = weight_decay
         self.max_iter = max_iter
+        self.device = device
 
-    def fit(self, features: np.ndarray, labels: np.ndarray) -> JointProbe:
-        x = torch.from_numpy(np.asarray(features, dtype=np.float32))
-        y = torch.from_numpy(labels).long()
+    def fit(self, features: Array, labels: Array) -> JointProbe:
+        x = as_tensor(features, self.device)
+        labels = as_labels(labels)
+        y = torch.from_numpy(labels).long().to(x.device)
         self.mean_, self.scale_ = x.mean(0), x.std(0).clamp_min(1e-6)
         x = (x - self.mean_) / self.scale_
         n_classes = int(labels.max()) + 1
-        weight = torch.zeros(n_classes, x.shape[1])
-        bias = torch.zeros(n_classes)
+        weight = torch.zeros(n_classes, x.shape[1], device=x.device)
+        bias = torch.zeros(n_classes, device=x.device)
         if hasattr(self, "weight_"):  # warm start: old rows kept, new classes start at zero
             weight[: len(self.weight_)] = self.weight_
             bias[: len(self.bias_)] = self.bias_
@@ -171,9 +193,9 @@ class JointProbe:
         self.weight_, self.bias_ = weight.detach(), bias.detach()
         return self
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        x = (torch.from_numpy(np.asarray(features, dtype=np.float32)) - self.mean_) / self.scale_
-        return (x @ self.weight_.T + self.bias_).argmax(1).numpy()
+    def predict(self, features: Array) -> np.ndarray:
+        x = (as_tensor(features, self.device) - self.mean_) / self.scale_
+        return (x @ self.weight_.T + self.bias_).argmax(1).cpu().numpy()
 
     def num_parameters(self) -> int:
         return int(self.weight_.numel() + self.bias_.numel())

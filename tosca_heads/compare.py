@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore
@@ -49,6 +50,7 @@ def run_baseline(
     stream_cfg: StreamConfig,
     source: FeatureSource | None = None,
     on_task: TaskCallback | None = None,
+    device: str | torch.device = "cpu",
     **params: Any,
 ) -> MethodResult:
     """Learn task by task (all seen classes at once for the joint probe); evaluate after each task."""
@@ -56,23 +58,23 @@ def run_baseline(
         raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
     store.require_complete()
     stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
-    source = source or CachedFeatures(store)
+    source = source or CachedFeatures(store, device=device)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
-    train_x = source.clean("train", np.arange(len(train_y))).numpy()
-    test_x = source.clean("test", np.arange(len(test_y))).numpy()
-    estimator = BASELINES[name](**params)
+    train_x = source.clean("train", np.arange(len(train_y))).to(device)
+    test_x = source.clean("test", np.arange(len(test_y))).to(device)
+    estimator = BASELINES[name](device=device, **params)
     curve: list[float] = []
     matrix: list[list[float]] = []
     start = time.perf_counter()
     for task in range(stream.num_tasks):
         if estimator.incremental:
             rows = stream.rows_of_task(train_y, task)
-            estimator.partial_fit(train_x[rows], train_y[rows])
+            estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
         else:
             rows = stream.rows_seen(train_y, task)
-            estimator.fit(train_x[rows], train_y[rows])
+            estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
         seen = stream.rows_seen(test_y, task)
-        pred = estimator.predict(test_x[seen])
+        pred = estimator.predict(test_x[_index(seen, test_x)])
         curve.append(accuracy(pred, test_y[seen]))
         matrix.append(block_accuracies(pred, test_y[seen], stream.task_of(test_y[seen]), task + 1))
         if on_task:
@@ -81,6 +83,10 @@ def run_baseline(
     if name == "ranpac":
         metrics["ridge"] = estimator.ridge_
     return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
+
+
+def _index(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(rows).to(like.device)
 
 
 def tosca_results(run: RunResult) -> list[MethodResult]:
@@ -189,6 +195,7 @@ def tosca_run(
     stream_cfg: StreamConfig,
     run_dir: Path | None,
     source: FeatureSource | None = None,
+    device: str | torch.device = "cpu",
 ) -> RunResult:
     """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
     default run, fitted now unless it is already on disk."""
@@ -196,8 +203,8 @@ def tosca_run(
     from tosca_heads.train import PRESETS
 
     if run_dir is None:
-        return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source)
-    result = evaluate_run(run_dir, source)
+        return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source, device=device)
+    result = evaluate_run(run_dir, source, device)
     config = result.config
     if config["store_fingerprint"] != store.fingerprint:
         raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")

@@ -2,7 +2,8 @@
 
 `CachedFeatures` reads a store; an online source (featcache.online) runs the backbone on the
 images instead. Both answer the same two questions, so "cached == online" is testable and
-the speed-up measurable side by side.
+the speed-up measurable side by side. The engine moves what a source returns to its device;
+a cached source can hold its arrays there already, so features cross to a GPU once.
 """
 
 from __future__ import annotations
@@ -20,13 +21,6 @@ MEMORY_BUDGET_BYTES = 4 << 30  # load whole arrays below this; read task by task
 class FeatureSource(Protocol):
     views: int
 
-    def preload(self) -> CachedFeatures:
-        """Read every array now (when they fit in memory), so no later run pays for the first read."""
-        if self.in_memory:
-            for split, k in [("train", -1), ("test", -1), *(("train", v) for v in range(self.views))]:
-                self._whole(split, k)
-        return self
-
     def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
         """Training features of these train rows for this epoch: view (epoch mod V), or clean if V = 0."""
         ...
@@ -37,33 +31,41 @@ class FeatureSource(Protocol):
 
 
 class CachedFeatures:
-    """A complete store, held in memory when it fits, else read per task (and kept for that task)."""
+    """A complete store, held in memory (on `device`) when it fits, else read per task and kept for it."""
 
-    def __init__(self, store: FeatureStore, memory_budget: int = MEMORY_BUDGET_BYTES):
+    def __init__(
+        self,
+        store: FeatureStore,
+        memory_budget: int = MEMORY_BUDGET_BYTES,
+        device: torch.device | str = "cpu",
+    ):
         store.require_complete()
         self.store, self.views = store, store.views
+        self.device = torch.device(device)
         n_train, n_test = store.layout("train").n, store.layout("test").n
         held = np.dtype(np.float32).itemsize  # float16 stores too are held as float32
         self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * held <= memory_budget
-        self._arrays: dict[tuple[str, int], np.ndarray] = {}
+        self._arrays: dict[tuple[str, int], torch.Tensor] = {}
         self._task_cache: dict[tuple[bytes, int], torch.Tensor] = {}
 
-    def _whole(self, split: str, k: int) -> np.ndarray:
+    def _whole(self, split: str, k: int) -> torch.Tensor:
         key = (split, k)
         if key not in self._arrays:
             array = self.store.features(split) if k < 0 else self.store.view(k)
-            self._arrays[key] = np.ascontiguousarray(array, dtype=np.float32)
+            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            self._arrays[key] = host.to(self.device)
         return self._arrays[key]
 
     def _read(self, split: str, k: int, rows: np.ndarray) -> torch.Tensor:
         if self.in_memory:
-            return torch.from_numpy(self._whole(split, k)[rows])
+            whole = self._whole(split, k)
+            return whole.index_select(0, torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(self.device))
         key = (rows.tobytes() + split.encode(), k)
         if key not in self._task_cache:
             if len(self._task_cache) > 2 * (1 + self.views):  # a new task: drop the previous one's rows
                 self._task_cache.clear()
             sel = self.store.features(split, rows) if k < 0 else self.store.view(k, rows)
-            self._task_cache[key] = torch.from_numpy(np.asarray(sel, dtype=np.float32))
+            self._task_cache[key] = torch.from_numpy(np.asarray(sel, dtype=np.float32)).to(self.device)
         return self._task_cache[key]
 
     def preload(self) -> CachedFeatures:

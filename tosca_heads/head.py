@@ -9,6 +9,18 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def new_rows(
+    n_new: int, dim: int, first_task: bool, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Rows appended for a task's classes: uniform(-1/sqrt(d), 1/sqrt(d)) for the first task, zeros
+    after (reference quirk: a zero row's first normalised gradient step is huge and fixes its
+    direction)."""
+    if first_task:
+        bound = 1.0 / math.sqrt(dim)
+        return torch.empty(n_new, dim).uniform_(-bound, bound, generator=generator)
+    return torch.zeros(n_new, dim)
+
+
 class CosineClassifier(nn.Module):
     """One learnable sigma (init 1, carried across tasks) and one row per seen class."""
 
@@ -23,13 +35,7 @@ class CosineClassifier(nn.Module):
         return int(self.weight.shape[0])
 
     def grow(self, n_new: int, generator: torch.Generator | None = None) -> None:
-        """Append rows: uniform(-1/sqrt(d), 1/sqrt(d)) for the first task, zeros after (reference quirk:
-        a zero row's first normalised gradient step is huge and fixes its direction)."""
-        if self.num_classes == 0:
-            bound = 1.0 / math.sqrt(self.dim)
-            rows = torch.empty(n_new, self.dim).uniform_(-bound, bound, generator=generator)
-        else:
-            rows = torch.zeros(n_new, self.dim)
+        rows = new_rows(n_new, self.dim, self.num_classes == 0, generator)
         self.weight = nn.Parameter(torch.cat([self.weight.detach(), rows]))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:

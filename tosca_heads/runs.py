@@ -12,25 +12,25 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json, identity_differences
+from tosca_heads.engine.device import resolve_device, step_mode
+from tosca_heads.engine.evaluate import StageEvaluator
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.trainer import TaskStats
 from tosca_heads.features import CachedFeatures, FeatureSource
-from tosca_heads.head import CosineClassifier
-from tosca_heads.luca import LuCA
-from tosca_heads.metrics import block_accuracies, summarise
-from tosca_heads.router import MODES, module_outputs, predict, route
+from tosca_heads.metrics import summarise
+from tosca_heads.router import MODES
 from tosca_heads.stream import DEFAULT_ORDER_SEED, PAPER_SPLITS, TaskStream
-from tosca_heads.train import TaskStats, TrainConfig, train_task
+from tosca_heads.train import TrainConfig, group_key, make_trainer
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class RunResult:
     stages: list[StageResult]
     trained: list[int] = field(default_factory=list)
     params_per_task: int = 0
+    group_size: int = 1  # configurations trained together in its engine run
 
     def metrics(self) -> dict[str, Any]:
         modes = {}
@@ -117,55 +118,34 @@ def _task_file(run_dir: Path, task: int) -> Path:
     return run_dir / f"task_{task:03d}.safetensors"
 
 
-def _save_task(run_dir: Path, task: int, module: LuCA, head: CosineClassifier, stats: TaskStats) -> None:
-    tensors = {f"luca.{k}": v.detach().contiguous() for k, v in module.state_dict().items()}
-    tensors.update(head.state())
-    meta = {"task": str(task), "flow": module.flow, "stats": json.dumps(asdict(stats))}
+def _save_task(
+    run_dir: Path,
+    task: int,
+    module: dict[str, torch.Tensor],
+    head: dict[str, torch.Tensor],
+    flow: str,
+    stats: TaskStats,
+) -> None:
+    tensors = {f"luca.{k}": v.contiguous() for k, v in module.items()}
+    tensors.update(head)
+    meta = {"task": str(task), "flow": flow, "stats": json.dumps(asdict(stats))}
     tmp = _task_file(run_dir, task).with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=meta)
     tmp.rename(_task_file(run_dir, task))  # a task file exists whole or not at all
-    save_file(head.state(), str(run_dir / "head.safetensors"))
+    save_file(head, str(run_dir / "head.safetensors"))
 
 
-def _load_task(
-    run_dir: Path, task: int, dim: int, train: TrainConfig
-) -> tuple[LuCA, dict[str, torch.Tensor], dict]:
+def _load_task(run_dir: Path, task: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
+    """A finished task's module (reference LuCA state dict), classifier snapshot and training stats."""
     from safetensors import safe_open
 
     path = _task_file(run_dir, task)
     tensors = load_file(str(path))
     with safe_open(str(path), "pt") as fh:
         stats = json.loads(fh.metadata()["stats"])
-    module = LuCA(dim, train.r or dim // 16, train.s or dim // 16, train.flow)
-    module.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("luca.")})
-    module.eval()
+    module = {k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}
     head_state = {k: v for k, v in tensors.items() if k.startswith("head.")}
     return module, head_state, stats
-
-
-def evaluate_stage(
-    task: int,
-    stream: TaskStream,
-    test_labels: np.ndarray,
-    source: FeatureSource,
-    modules: list[LuCA],
-    head: CosineClassifier,
-) -> tuple[dict[str, dict[str, Any]], float]:
-    start = time.perf_counter()
-    rows = stream.rows_seen(test_labels, task)
-    labels = test_labels[rows]
-    true_task = stream.task_of(labels)
-    outputs = module_outputs(modules[: task + 1], head, source.clean("test", rows))
-    modes = {}
-    for mode in MODES:
-        chosen = route(mode, outputs, labels, true_task, seed=task)
-        pred = predict(outputs, chosen)
-        modes[mode] = {
-            "A_t": float((pred == labels).mean()),
-            "blocks": block_accuracies(pred, labels, true_task, task + 1),
-            "routing": float((chosen == true_task).mean()),
-        }
-    return modes, time.perf_counter() - start
 
 
 def fit_run(
@@ -177,15 +157,49 @@ def fit_run(
     source: FeatureSource | None = None,
     on_stage: Callable[[StageResult, bool], None] | None = None,
     write_outputs: bool = True,
+    device: str | torch.device = "cpu",
 ) -> RunResult:
     """Train tasks 0..upto_task (all when None), reusing finished tasks of a matching run.
 
-    With write_outputs=False nothing touches the disk (no run directory, nothing reused): a sweep
-    point is such a run, its numbers returned rather than saved.
+    The engine with G = 1. With write_outputs=False nothing touches the disk (no run directory,
+    nothing reused).
     """
-    train.validate()
+    return fit_group(
+        store,
+        stream_cfg,
+        [train],
+        upto_task,
+        [run_dir],
+        source,
+        None if on_stage is None else lambda g, stage, trained: on_stage(stage, trained),
+        write_outputs,
+        device,
+    )[0]
+
+
+def fit_group(
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    trains: list[TrainConfig],
+    upto_task: int | None,
+    run_dirs: list[Path | None] | None = None,
+    source: FeatureSource | None = None,
+    on_stage: Callable[[int, StageResult, bool], None] | None = None,
+    write_outputs: bool = True,
+    device: str | torch.device = "cpu",
+) -> list[RunResult]:
+    """Train G recipes that share flow, epochs and batch size in one engine run; one RunResult each.
+
+    A group resumes from the tasks every one of its runs has finished. A sweep's points are such
+    groups with write_outputs=False: their numbers are returned, not saved.
+    """
+    for train in trains:
+        train.validate()
+    if len({group_key(t) for t in trains}) > 1:
+        raise ValueError("recipes of one group must share flow, epochs and batch size")
     store.require_complete()
-    config = run_config(store, stream_cfg, train)
+    device = resolve_device(device) if isinstance(device, str) else device
+    configs = [run_config(store, stream_cfg, train) for train in trains]
     num_classes = int(store.identity["dataset"]["num_classes"])
     stream = stream_cfg.task_stream(num_classes)
     last = stream.num_tasks - 1 if upto_task is None else upto_task
@@ -193,42 +207,51 @@ def fit_run(
         raise UserError(
             f"--task {last} is past the last task: this stream has tasks 0..{stream.num_tasks - 1}"
         )
-    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+    dirs = [
+        Path(d) if d is not None else default_run_dir(c)
+        for d, c in zip(run_dirs or [None] * len(trains), configs, strict=True)
+    ]
     if write_outputs:
-        _claim_run_dir(run_dir, config)
-    resolved = train.resolved(store.dim)
-    source = source or CachedFeatures(store)
+        for run_dir, config in zip(dirs, configs, strict=True):
+            _claim_run_dir(run_dir, config)
+    source = source or CachedFeatures(store, device=device)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
-    head = CosineClassifier(store.dim)
-    modules: list[LuCA] = []
-    result = RunResult(run_dir, config, [])
-    finished = min(finished_tasks(run_dir), stream.num_tasks) if write_outputs else 0
-    for task in range(min(finished, last + 1)):
-        module, head_state, stats = _load_task(run_dir, task, store.dim, resolved)
-        modules.append(module)
-        head.load(head_state)
-        modes, eval_s = evaluate_stage(task, stream, test_labels, source, modules, head)
-        stage = StageResult(task, {k: stats[k] for k in ("loss", "train_acc", "seconds")}, modes, eval_s)
-        result.stages.append(stage)
-        if on_stage:
-            on_stage(stage, False)
-    for task in range(finished, last + 1):
-        module, stats = train_task(task, stream, train_labels, source, head, resolved, store.dim)
-        modules.append(module)
+    trainer = make_trainer(trains, store.dim, device)
+    evaluator = StageEvaluator(stream, test_labels, source, device)
+    results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
+    finished = min(min(finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
+
+    def record(task: int, stats: list[dict[str, float]], trained: bool) -> None:
+        modes, eval_s = evaluator.evaluate(task, trainer)
+        for g, result in enumerate(results):
+            stage = StageResult(task, stats[g], modes[g], eval_s)
+            result.stages.append(stage)
+            if trained:
+                result.trained.append(task)
+            if on_stage:
+                on_stage(g, stage, trained)
+
+    with step_mode(device):
+        for task in range(min(finished, last + 1)):
+            loaded = [_load_task(d, task) for d in dirs]
+            trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
+            record(task, [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded], False)
+        for task in range(finished, last + 1):
+            trainer.partial_fit(task, stream, train_labels, source)
+            stats = trainer.stats_[task]
+            if write_outputs:
+                for g, run_dir in enumerate(dirs):
+                    head = trainer.head_state(g)
+                    _save_task(run_dir, task, trainer.module_state(task, g), head, trains[g].flow, stats[g])
+            record(
+                task, [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats], True
+            )
+    for result, config in zip(results, trainer.configs, strict=True):
+        result.params_per_task = ParamLayout(store.dim, config.r, config.s, config.flow).size
+        result.group_size = trainer.groups
         if write_outputs:
-            _save_task(run_dir, task, module, head, stats)
-        modes, eval_s = evaluate_stage(task, stream, test_labels, source, modules, head)
-        stage = StageResult(
-            task, {"loss": stats.loss, "train_acc": stats.train_acc, "seconds": stats.seconds}, modes, eval_s
-        )
-        result.stages.append(stage)
-        result.trained.append(task)
-        if on_stage:
-            on_stage(stage, True)
-    result.params_per_task = modules[0].num_parameters() if modules else 0
-    if write_outputs:
-        write_results(result)
-    return result
+            write_results(result)
+    return results
 
 
 def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
@@ -303,7 +326,9 @@ def finished_tasks(run_dir: Path) -> int:
     return n
 
 
-def evaluate_run(run_dir: Path, source: FeatureSource | None = None) -> RunResult:
+def evaluate_run(
+    run_dir: Path, source: FeatureSource | None = None, device: str | torch.device = "cpu"
+) -> RunResult:
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
     config_path = Path(run_dir) / "config.json"
     if not config_path.exists():
@@ -318,5 +343,11 @@ def evaluate_run(run_dir: Path, source: FeatureSource | None = None) -> RunResul
             f"the store at {config['store']} changed since run {run_dir} was made (fingerprint differs)"
         )
     return fit_run(
-        store, StreamConfig(**config["stream"]), TrainConfig(**config["train"]), done - 1, run_dir, source
+        store,
+        StreamConfig(**config["stream"]),
+        TrainConfig(**config["train"]),
+        done - 1,
+        run_dir,
+        source,
+        device=device,
     )

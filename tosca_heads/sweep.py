@@ -1,9 +1,12 @@
 """Sweeps: the Cartesian grid of fit flags, each point a full multi-task run on the cached features.
 
-Points run as Dask tasks (a LocalCluster of `jobs` single-threaded processes, or any scheduler
-address); each worker process opens the store once and keeps its arrays for every point it
-runs. Finished points are appended to results.csv as they arrive, so a killed sweep resumes by
-skipping the points already there. The sweep folder's tables and plots are rebuilt at the end.
+Compatible points (same flow, epochs, batch size and task split) are grouped, up to `group` at a
+time, and each group trains as one engine run (`fit_group`): on a GPU hundreds of points step
+together. Groups run as Dask tasks (a LocalCluster of `jobs` single-threaded processes, or any
+scheduler address); each worker process opens the store once and keeps its arrays for every
+group it runs. Finished points are appended to results.csv as they arrive, so a killed sweep
+resumes by skipping the points already there. The sweep folder's tables and plots are rebuilt
+at the end.
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json
+from tosca_heads.engine.device import resolve_device
+from tosca_heads.engine.memory import default_group_size
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.router import MODES
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import RunResult, StreamConfig, fit_group
 from tosca_heads.sweep_table import ResultsTable, write_sweep_outputs
-from tosca_heads.train import TrainConfig
+from tosca_heads.train import TrainConfig, group_key
 
 # Every fit flag a sweep can vary, with its parser; seed is the flag `--seeds` fills.
 TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {
@@ -86,6 +93,19 @@ class SweepPoint:
         """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
         return hashlib.sha256(canonical_json(self.flags()).encode()).hexdigest()[:16]
 
+    @property
+    def group_key(self) -> tuple:
+        """Points with equal group keys can train together in one engine run."""
+        return (*group_key(self.train), *asdict(self.stream).values())
+
+
+def make_groups(points: Sequence[SweepPoint], size: int) -> list[list[SweepPoint]]:
+    """Compatible points in runs of at most `size`, in the grid's order."""
+    by_key: dict[tuple, list[SweepPoint]] = {}
+    for point in points:
+        by_key.setdefault(point.group_key, []).append(point)
+    return [members[i : i + size] for members in by_key.values() for i in range(0, len(members), size)]
+
 
 def grid_points(
     grid: dict[str, list[Any]], base_train: TrainConfig, base_stream: StreamConfig, dim: int, num_classes: int
@@ -108,23 +128,27 @@ def grid_points(
 
 # ------------------------------------------------------------------------------------------ worker side
 
-_SOURCES: dict[tuple[str, str], tuple[FeatureStore, CachedFeatures]] = {}
+_SOURCES: dict[tuple[str, str, str], tuple[FeatureStore, CachedFeatures]] = {}
 _SOURCES_LOCK = threading.Lock()
-_LOADS: dict[tuple[str, str], int] = {}  # times this process read each store's arrays (1 = once)
+_LOADS: dict[tuple[str, str, str], int] = {}  # times this process read each store's arrays (1 = once)
 
 
-def _features_on_worker(store_path: str, fingerprint: str) -> tuple[FeatureStore, CachedFeatures]:
-    """Open the store and load its arrays once per process; every later point reuses them."""
-    key = (store_path, fingerprint)
+def _features_on_worker(
+    store_path: str, fingerprint: str, device: torch.device
+) -> tuple[tuple[str, str, str], FeatureStore, CachedFeatures]:
+    """Open the store and load its arrays (onto the device) once per process; every later group
+    reuses them."""
+    key = (store_path, fingerprint, str(device))
     with _SOURCES_LOCK:
         if key not in _SOURCES:
             store = FeatureStore.open(store_path)
             if store.fingerprint != fingerprint:
                 raise RuntimeError(f"store {store_path} changed under the sweep (fingerprint differs)")
             _SOURCES.clear()  # a worker that moves on to another store frees the previous one's arrays
-            _SOURCES[key] = (store, CachedFeatures(store, _memory_budget()).preload())
+            budget = _memory_budget() if device.type == "cpu" else MEMORY_BUDGET_BYTES
+            _SOURCES[key] = (store, CachedFeatures(store, budget, device).preload())
             _LOADS[key] = _LOADS.get(key, 0) + 1
-        return _SOURCES[key]
+        return (key, *_SOURCES[key])
 
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, so glibc hands freed memory
@@ -164,13 +188,34 @@ def _memory_budget() -> int:
     return min(MEMORY_BUDGET_BYTES, limit // 2) if limit else MEMORY_BUDGET_BYTES
 
 
-def run_point(store_path: str, fingerprint: str, point: SweepPoint) -> dict[str, Any]:
-    """Runs on a worker: one full multi-task run (all tasks, every routing mode), nothing written."""
+def run_group(
+    store_path: str, fingerprint: str, points: Sequence[SweepPoint], device: str = "cpu"
+) -> list[dict[str, Any]]:
+    """Runs on a worker: one engine run of compatible points (all tasks, every routing mode), one row
+    per point, nothing written. Seconds are the point's share of the group's wall time."""
     _keep_freed_memory()
-    store, source = _features_on_worker(store_path, fingerprint)
+    resolved = resolve_device(device)
+    key, store, source = _features_on_worker(store_path, fingerprint, resolved)
     start = time.perf_counter()
-    result = fit_run(store, point.stream, point.train, None, source=source, write_outputs=False)
+    results = fit_group(
+        store,
+        points[0].stream,
+        [p.train for p in points],
+        None,
+        source=source,
+        write_outputs=False,
+        device=resolved,
+    )
     seconds = time.perf_counter() - start
+    return [
+        _row(p, r, seconds, len(points), str(resolved), _LOADS[key])
+        for p, r in zip(points, results, strict=True)
+    ]
+
+
+def _row(
+    point: SweepPoint, result: RunResult, group_seconds: float, group_size: int, device: str, loads: int
+) -> dict[str, Any]:
     metrics = result.metrics()
     row: dict[str, Any] = {"key": point.key, **point.flags()}
     row.update(
@@ -187,11 +232,14 @@ def run_point(store_path: str, fingerprint: str, point: SweepPoint) -> dict[str,
         row[f"A_t_{mode}"] = json.dumps([round(a, 6) for a in m["A_t"]])
     row.update(
         params_per_task=metrics["params_per_task"],
-        train_seconds=sum(s.stats["seconds"] for s in result.stages),
-        eval_seconds=sum(s.eval_seconds for s in result.stages),
-        run_seconds=seconds,
+        train_seconds=sum(s.stats["seconds"] for s in result.stages) / group_size,
+        eval_seconds=sum(s.eval_seconds for s in result.stages) / group_size,
+        run_seconds=group_seconds / group_size,
         worker_pid=os.getpid(),
-        feature_loads=_LOADS[(store_path, fingerprint)],
+        feature_loads=loads,
+        group_size=group_size,
+        group_seconds=group_seconds,
+        device=device,
     )
     return row
 
@@ -208,6 +256,7 @@ class SweepOutcome:
     seconds: float
     files: dict[str, Path]
     frame: Any  # every row of results.csv (a pandas DataFrame)
+    group: int = 1  # most points trained in one engine run
 
 
 PointCallback = Callable[[dict[str, Any], int, int], None]
@@ -262,12 +311,18 @@ def run_sweep(
     scheduler: str | None = None,
     rank_mode: str = "sample",
     on_point: PointCallback | None = None,
+    group: int | None = None,
+    device: str = "cpu",
 ) -> SweepOutcome:
-    """Run the points not yet in out/results.csv; rebuild the tables and plots from all rows."""
+    """Run the points not yet in out/results.csv, up to `group` compatible points per engine run
+    (None: 1 on the CPU, as many as fit the GPU's memory on CUDA); rebuild the tables and plots."""
     if rank_mode not in MODES:
         raise UserError(f"unknown --rank-by {rank_mode!r}: use one of {', '.join(MODES)}")
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if group is not None and group < 1:
+        raise UserError(f"--group must be at least 1, got {group}")
+    resolved = resolve_device(device)
     store.require_complete()
     out = Path(out)
     _claim_sweep_dir(out, store, points)
@@ -277,41 +332,48 @@ def run_sweep(
     start = time.perf_counter()
     total = len(pending)
     path, fingerprint = str(store.path.resolve()), store.fingerprint
+    size = group or default_group_size(store, pending, resolved)
+    groups = make_groups(pending, size)
+    finished = 0
 
-    def record(row: dict[str, Any], finished: int) -> None:
-        table.append(row)
-        if on_point:
-            on_point(row, finished, total)
+    def record(rows: list[dict[str, Any]]) -> None:
+        nonlocal finished
+        for row in rows:
+            table.append(row)
+            finished += 1
+            if on_point:
+                on_point(row, finished, total)
 
-    workers = min(jobs, total)  # no idle processes for a short remainder
-    if pending and workers == 1 and scheduler is None:
-        for i, point in enumerate(pending, 1):  # one process: no cluster to start
-            record(run_point(path, fingerprint, point), i)
-    elif pending:
-        _run_on_dask(pending, path, fingerprint, workers, scheduler, record)
+    workers = min(jobs, len(groups))  # no idle processes for a short remainder
+    if groups and workers == 1 and scheduler is None:
+        for members in groups:  # one process: no cluster to start
+            record(run_group(path, fingerprint, members, str(resolved)))
+    elif groups:
+        _run_on_dask(groups, path, fingerprint, workers, scheduler, str(resolved), record)
     frame = table.frame()
     files = write_sweep_outputs(out, frame, rank_mode)
     return SweepOutcome(
-        out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame
+        out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame, size
     )
 
 
 def _run_on_dask(
-    pending: Sequence[SweepPoint],
+    groups: Sequence[Sequence[SweepPoint]],
     path: str,
     fingerprint: str,
     jobs: int,
     scheduler: str | None,
-    record: Callable[[dict[str, Any], int], None],
+    device: str,
+    record: Callable[[list[dict[str, Any]]], None],
 ) -> None:
     from distributed import Client, as_completed
 
     cluster = local_cluster(jobs) if scheduler is None else None
     try:
         with Client(cluster if cluster is not None else scheduler) as client:
-            futures = [client.submit(run_point, path, fingerprint, p, pure=False) for p in pending]
-            for i, future in enumerate(as_completed(futures), 1):
-                record(future.result(), i)
+            futures = [client.submit(run_group, path, fingerprint, g, device, pure=False) for g in groups]
+            for future in as_completed(futures):
+                record(future.result())
     finally:
         if cluster is not None:
             cluster.close()

@@ -41,7 +41,11 @@ COLUMNS = [
     "run_seconds",
     "worker_pid",
     "feature_loads",
+    "group_size",
+    "group_seconds",
+    "device",
 ]
+ADDED_COLUMNS = ["group_size", "group_seconds", "device"]  # absent from results.csv of tosca <= 0.1
 
 
 class ResultsTable:
@@ -58,17 +62,20 @@ class ResultsTable:
         lines = list(csv.reader(io.StringIO(text)))
         if not lines:
             return []
-        if lines[0] != COLUMNS:
+        header = lines[0]
+        older = header == [c for c in COLUMNS if c not in ADDED_COLUMNS]
+        if header != COLUMNS and not older:
             raise UserError(
                 f"{self.path} has other columns than this version writes; pass another --out for a new sweep"
             )
         rows, seen = [], set()
         for line in lines[1:]:
-            if len(line) != len(COLUMNS) or line[0] in seen:
+            if len(line) != len(header) or line[0] in seen:
                 continue  # cut short by a kill, or a point recorded twice
             seen.add(line[0])
-            rows.append(dict(zip(COLUMNS, line, strict=True)))
-        if len(rows) != len(lines) - 1 or not text.endswith("\n"):
+            row = dict(zip(header, line, strict=True))
+            rows.append({c: row.get(c, "") for c in COLUMNS})
+        if older or len(rows) != len(lines) - 1 or not text.endswith("\n"):
             self._rewrite(rows)
         return rows
 

@@ -1,0 +1,76 @@
+"""Which device stage 2 runs on, and the CPU settings for thousands of tiny steps."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Callable, Iterator
+
+import torch
+
+from featcache.errors import UserError
+
+DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` is CUDA when a GPU is visible, else the CPU; a named CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name} asked for, but CUDA is not available here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(
+                f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0..)"
+            )
+    return device
+
+
+def _mkl_local_threads() -> Callable[[int], int] | None:
+    """MKL's per-thread thread count setter (C interface), when this torch build links MKL."""
+    if not torch.backends.mkl.is_available():
+        return None
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        setter = lib.MKL_Set_Num_Threads_Local
+    except (OSError, AttributeError):
+        return None
+    setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+    return setter
+
+
+@contextlib.contextmanager
+def step_mode(device: torch.device, matmul_threads: int | None = None) -> Iterator[None]:
+    """CPU settings for thousands of tiny steps, restored afterwards; nothing to set on CUDA.
+
+    - Denormals flushed: L1 drives many weights towards zero, and their denormal floats made steps
+      up to 6x slower (EuroSAT task 1: 1.51 s -> 0.26 s, same accuracy).
+    - One thread for element-wise ops: a 48 x 768 tensor is too small to share (PyTorch splits
+      anything over 32,768 elements, and the fork-join costs more than it saves).
+    - Matmuls on every core (MKL's thread-local setting, where torch links MKL): 1.3-1.6x faster
+      for the 48 x 768 x 48 products of a step on 2 cores.
+    """
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    threads = matmul_threads or before
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(1)
+    mkl = _mkl_local_threads() if threads > 1 else None
+    previous = mkl(threads) if mkl else 0
+    try:
+        yield
+    finally:
+        if mkl:
+            mkl(previous)
+        torch.set_num_threads(before)
+        torch.set_flush_denormal(False)

@@ -1,0 +1,59 @@
+"""How many configurations one engine run can hold: 1 on the CPU, as many as fit a GPU's memory.
+
+On a CPU, stacking configurations gains nothing (a step's matmuls already fill the core); sweeps
+spread points over processes instead. On a GPU one step of G configurations costs about as much
+as one of a single configuration until G is in the hundreds, so a sweep groups as many points
+as the device memory holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from featcache.store import FeatureStore
+from tosca_heads.engine.layout import ParamLayout
+
+FLOAT = 4
+ACTIVATIONS_PER_SAMPLE = 40  # [b, d]-sized tensors alive during one step (forward, backward, temporaries)
+GPU_SHARE = 0.6  # of the free memory, for the group (the rest: the store, evaluation cache, allocator slack)
+
+
+def bytes_per_configuration(
+    store: FeatureStore, tasks: int, classes: int, r: int, s: int, flow: str, batch: int
+) -> int:
+    """An upper estimate of one configuration's device memory through a whole run."""
+    dim = store.dim
+    size = ParamLayout(dim, r, s, flow).size
+    modules = size * (tasks + 6)  # frozen modules + the current one, its gradient, momentum, temporaries
+    head = classes * dim * 8  # rows, gradient, momentum, normalised rows, temporaries
+    step = batch * dim * ACTIVATIONS_PER_SAMPLE
+    n_test = store.layout("test").n
+    evaluation = tasks * n_test * 3  # entropy (float) and prediction (long) per module and test row
+    return FLOAT * (modules + head + step + evaluation)
+
+
+def default_group_size(store: FeatureStore, points: Sequence[Any], device: torch.device) -> int:
+    """1 on the CPU; on CUDA, as many of these points as fit in GPU_SHARE of the free memory."""
+    if device.type != "cuda" or not points:
+        return 1
+    first = points[0]
+    stream = first.stream.task_stream(int(store.identity["dataset"]["num_classes"]))
+    per_point = max(
+        bytes_per_configuration(
+            store,
+            stream.num_tasks,
+            stream.num_classes,
+            p.train.r,
+            p.train.s,
+            p.train.flow,
+            p.train.batch_size,
+        )
+        for p in points
+    )
+    free, _ = torch.cuda.mem_get_info(device)
+    train, test = store.layout("train").n, store.layout("test").n
+    features = (train * (1 + store.views) + test) * store.dim * FLOAT  # held on the device too
+    return max(1, min(len(points), int((free - features) * GPU_SHARE) // per_point))

@@ -1,0 +1,233 @@
+"""A group's training task by task (method.md §4): its modules, its classifier, its generators.
+
+Each configuration draws its module init, its classifier growth and its batch order from its own
+generator, seeded by (seed, task) exactly as a lone run, so a configuration trained in a group
+equals the same configuration trained alone (up to float rounding of batched matmuls).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from featcache.errors import UserError
+from tosca_heads.engine.kernels import LucaStep, luca_forward
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.optim import GroupSGD, cosine_lrs
+from tosca_heads.features import FeatureSource
+from tosca_heads.head import new_rows
+from tosca_heads.luca import new_module
+from tosca_heads.stream import TaskStream
+
+# What the configurations of one group must share: they step together over the same batches' shape.
+SHARED_FIELDS = ("flow", "epochs", "batch_size")
+PROTOTYPE_BYTES = 256 << 20  # module outputs held at once while computing prototypes
+
+
+class NumericalError(UserError):
+    """Training produced NaN or inf: stopped, with the task, epoch and configuration named."""
+
+
+@dataclass
+class TaskStats:
+    task: int
+    loss: float
+    train_acc: float
+    seconds: float
+
+
+def task_generator(seed: int, task: int) -> torch.Generator:
+    """Per-task RNG: a run resumed at task t draws exactly what an uninterrupted run draws."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + task)
+
+
+def check_group(configs: Sequence) -> None:
+    """Refuse a group whose configurations cannot step together."""
+    if not configs:
+        raise ValueError("a group needs at least one configuration")
+    for name in SHARED_FIELDS:
+        values = {getattr(c, name) for c in configs}
+        if len(values) > 1:
+            raise ValueError(f"configurations of one group must share {name}, got {sorted(values)}")
+    if any(c.r is None or c.s is None for c in configs):
+        raise ValueError("configurations must be resolved (r and s set) before grouping")
+
+
+class GroupTrainer:
+    """G configurations (resolved `TrainConfig`s sharing flow, epochs and batch size) on one stream.
+
+    Fitted state: `modules_` (one frozen `[G, size]` parameter tensor per finished task),
+    `weight_` `[G, C, d]` and `sigma_` `[G]` (the classifier after the last task).
+    """
+
+    def __init__(self, configs: Sequence, dim: int, device: torch.device | str = "cpu"):
+        self.configs = list(configs)
+        self.dim = dim
+        self.device = torch.device(device)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def layout(self) -> ParamLayout:
+        if not hasattr(self, "layout_"):
+            check_group(self.configs)
+            self.layout_ = ParamLayout(
+                self.dim,
+                max(c.r for c in self.configs),
+                max(c.s for c in self.configs),
+                self.configs[0].flow,
+            )
+            self.modules_: list[torch.Tensor] = []
+            self.weight_ = torch.zeros(len(self.configs), 0, self.dim, device=self.device)
+            self.sigma_ = torch.ones(len(self.configs), device=self.device)
+        return self.layout_
+
+    @property
+    def groups(self) -> int:
+        return len(self.configs)
+
+    def module_state(self, task: int, g: int) -> dict[str, torch.Tensor]:
+        """Configuration g's module of `task` as the reference `LuCA` state dict (padding dropped)."""
+        cfg = self.configs[g]
+        return self.layout.unpack(self.modules_[task][g].cpu(), cfg.r, cfg.s)
+
+    def head_state(self, g: int) -> dict[str, torch.Tensor]:
+        return {
+            "head.weight": self.weight_[g].detach().cpu().clone(),
+            "head.sigma": self.sigma_[g : g + 1].detach().cpu().clone(),
+        }
+
+    def load_task(
+        self, task: int, modules: Sequence[dict[str, torch.Tensor]], heads: Sequence[dict[str, torch.Tensor]]
+    ) -> GroupTrainer:
+        """Take a finished task back from run files (resume): one state dict and head per configuration."""
+        layout = self.layout
+        if task != len(self.modules_):
+            raise ValueError(f"tasks load in order: expected task {len(self.modules_)}, got {task}")
+        rows = [layout.pack(m, c.r, c.s) for m, c in zip(modules, self.configs, strict=True)]
+        self.modules_.append(torch.stack(rows).to(self.device))
+        self.weight_ = torch.stack([h["head.weight"] for h in heads]).to(self.device, torch.float32)
+        self.sigma_ = torch.cat([h["head.sigma"].reshape(1) for h in heads]).to(self.device, torch.float32)
+        return self
+
+    # ------------------------------------------------------------------ one task
+
+    def _init_task(self, task: int, n_new: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Generator]]:
+        """Each configuration's new module (flat, padded) and new classifier rows, from its generator."""
+        layout, first = self.layout, self.weight_.shape[1] == 0
+        rows, new_head, generators = [], [], []
+        for cfg in self.configs:
+            gen = task_generator(cfg.seed, task)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+                module = new_module(self.dim, cfg.r, cfg.s, cfg.flow, task)
+                new_head.append(new_rows(n_new, self.dim, first, gen))
+            rows.append(layout.pack(module.state_dict(), cfg.r, cfg.s))
+            generators.append(gen)
+        return torch.stack(rows).to(self.device), torch.stack(new_head).to(self.device), generators
+
+    def partial_fit(
+        self,
+        task: int,
+        stream: TaskStream,
+        train_labels: np.ndarray,
+        source: FeatureSource,
+        on_epoch: Callable[[int, int], None] | None = None,
+    ) -> GroupTrainer:
+        """Train `task`'s modules (and every classifier row, and sigma), then write its prototypes.
+
+        train_labels are incremental class ids of every training row. Appends one `TaskStats` per
+        configuration to `stats_[task]`.
+        """
+        layout = self.layout
+        if task != len(self.modules_):
+            raise ValueError(f"tasks train in order: expected task {len(self.modules_)}, got {task}")
+        start = time.perf_counter()
+        device, configs, groups = self.device, self.configs, self.groups
+        classes = stream.task_classes(task)
+        rows = stream.rows_of_task(train_labels, task)
+        targets = torch.from_numpy(train_labels[rows]).to(device)
+        flat, new_head, generators = self._init_task(task, len(classes))
+        weight = torch.cat([self.weight_, new_head], dim=1)
+        sigma = self.sigma_.clone()
+        grad_flat, grad_weight, grad_sigma = (torch.zeros_like(t) for t in (flat, weight, sigma))
+        optimizer = GroupSGD(
+            [flat, weight, sigma],
+            [grad_flat, grad_weight, grad_sigma],
+            [True, False, False],
+            momentum=[c.momentum for c in configs],
+            weight_decay=[c.weight_decay for c in configs],
+            l1=[c.l1 for c in configs],
+        )
+        step = LucaStep(layout, groups)
+        params, grads = step.views(flat), step.views(grad_flat)
+        head, head_grad = step.head(weight, sigma), step.head(grad_weight, grad_sigma, grad=True)
+        epochs, batch = configs[0].epochs, configs[0].batch_size
+        schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
+        l1 = torch.tensor([c.l1 for c in configs], device=device)
+        n = len(rows)
+        loss_sum = torch.zeros(groups, device=device)
+        correct = torch.zeros(groups, device=device)
+        for epoch in range(epochs):
+            features = source.epoch_features(rows, epoch).to(device)
+            order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
+            neg_lr = optimizer.learning_rates([s[epoch] for s in schedules])
+            last_epoch = epoch == epochs - 1
+            epoch_loss = torch.zeros(groups, device=device)
+            for begin in range(0, n, batch):
+                x, y = step.inputs(features, targets, order[:, begin : begin + batch])
+                result = step(params, grads, *head, *head_grad, x, y)
+                optimizer.step(neg_lr)
+                epoch_loss.add_(result.loss)
+                if last_epoch:  # the table reports the last epoch's loss (CE + L1 term) and accuracy
+                    b = y.shape[-1]
+                    penalty = flat.abs().sum(1).mul_(l1)
+                    loss_sum.add_((result.loss + penalty) * b)
+                    correct.add_((result.logits.argmax(-1) == y).sum(-1))
+            self._check_finite(epoch_loss, task, epoch)
+            if on_epoch is not None:
+                on_epoch(epoch + 1, epochs)
+        self.modules_.append(flat.detach())
+        self.weight_, self.sigma_ = weight.detach(), sigma.detach()
+        self._write_prototypes(task, stream, targets, source.clean("train", rows).to(device))
+        seconds = time.perf_counter() - start
+        loss, acc = (loss_sum / n).tolist(), (correct / n).tolist()
+        if not hasattr(self, "stats_"):
+            self.stats_: dict[int, list[TaskStats]] = {}
+        self.stats_[task] = [TaskStats(task, loss[g], acc[g], seconds) for g in range(groups)]
+        return self
+
+    def _check_finite(self, epoch_loss: torch.Tensor, task: int, epoch: int) -> None:
+        bad = (~torch.isfinite(epoch_loss)).nonzero().flatten().tolist()
+        if bad:
+            which = ", ".join(
+                f"r={self.configs[g].r} l1={self.configs[g].l1:g} lr={self.configs[g].lr:g} seed={self.configs[g].seed}"
+                for g in bad[:3]
+            )
+            raise NumericalError(
+                f"training diverged: the loss became NaN or inf at task {task}, epoch {epoch} ({which}); "
+                "lower --lr, or check the store with `tosca cache verify`"
+            )
+
+    @torch.no_grad()
+    def _write_prototypes(
+        self, task: int, stream: TaskStream, targets: torch.Tensor, clean: torch.Tensor
+    ) -> None:
+        """Each class's mean module output over its clean training features becomes its classifier row."""
+        classes = stream.task_classes(task)
+        per_config = max(1, PROTOTYPE_BYTES // max(1, clean.numel() * 4))
+        for lo in range(0, self.groups, per_config):
+            hi = min(self.groups, lo + per_config)
+            params = self.layout.views(self.modules_[task][lo:hi])
+            out = luca_forward(params, clean, self.layout.flow)
+            for c in classes:
+                mask = targets == c
+                if not bool(mask.any()):
+                    raise UserError(
+                        f"class {c} of task {task} has no training sample: its prototype is undefined"
+                    )
+                self.weight_[lo:hi, c] = out[:, mask].mean(1)
