@@ -78,7 +78,19 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
     store = synthetic_store(tmp_path / "s.zarr", classes=6, views=2, spread=1.0)
     stream = ["--init-cls", "2", "--increment", "2"]
     fit = RUNNER.invoke(
-        app, ["fit", "--store", str(store.path), *stream, "--epochs", "2", "--run", str(tmp_path / "run")]
+        app,
+        [
+            "fit",
+            "--store",
+            str(store.path),
+            *stream,
+            "--epochs",
+            "2",
+            "--device",
+            "cpu",
+            "--run",
+            str(tmp_path / "run"),
+        ],
     )
     assert fit.exit_code == 0, fit.output
     out = tmp_path / "cmp"
@@ -93,6 +105,8 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
             str(tmp_path / "run"),
             "--ranpac-m",
             "200",
+            "--device",
+            "cpu",
             "--out",
             str(out),
         ],
@@ -130,6 +144,8 @@ def test_default_tosca_row_is_the_paper_preset_run(tmp_path: Path, monkeypatch: 
             "2",
             "--methods",
             "simplecil",
+            "--device",
+            "cpu",
         ],
     )
     assert result.exit_code == 0, result.output

@@ -126,6 +126,8 @@ def test_cli_fit_prints_table_and_summary(tmp_path: Path) -> None:
             "4",
             "--s",
             "4",
+            "--device",
+            "cpu",
         ],
     )
     assert result.exit_code == 0, result.output

@@ -25,7 +25,7 @@ from tosca_heads.train import TrainConfig
 
 RUNNER = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["--epochs", "3", "--batch-size", "8", "--init-cls", "2", "--increment", "2"]
+COMMON = ["--epochs", "3", "--batch-size", "8", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
 
 
 def test_parse_values_and_grid() -> None:
@@ -113,6 +113,8 @@ def _sweep_cmd(store: Path, out: Path) -> list[str]:
         "2",
         "--jobs",
         "1",
+        "--device",
+        "cpu",
         "--out",
         str(out),
     ]
@@ -159,6 +161,40 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
         assert (resumed_by_key[f"A_last_{mode}"] == by_key[f"A_last_{mode}"]).all()
 
 
+def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
+    """--group 4 trains the 2 x 2 grid as one engine run: the same results table as --group 1 within
+    0.1 points, each row recording its group size."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=8, views=2, spread=2.0)
+    tables = {}
+    for group in (1, 4):
+        out = tmp_path / f"g{group}"
+        cmd = ["sweep", "--store", str(store.path), "--r", "4,8", "--l1", "0,1e-2", "--seeds", "0"]
+        result = RUNNER.invoke(app, [*cmd, *COMMON, "--jobs", "1", "--group", str(group), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"up to {group} per engine run" in result.output
+        tables[group] = pd.read_csv(out / "results.csv").set_index("key").sort_index()
+    assert set(tables[1]["group_size"]) == {1} and set(tables[4]["group_size"]) == {4}
+    assert len(tables[4]) == 4 and list(tables[4].index) == list(tables[1].index)
+    for mode in MODES:
+        for metric in ("A_bar", "A_last", "routing"):
+            column = f"{metric}_{mode}"
+            assert (tables[4][column] - tables[1][column]).abs().max() <= 1e-3, column
+    assert tables[1]["A_last_sample"].nunique() > 1  # the points differ: the comparison is not vacuous
+
+
+def test_groups_hold_only_compatible_points() -> None:
+    from tosca_heads.sweep import make_groups
+
+    points = grid_points(
+        {"r": [2, 4, 8], "epochs": [2, 3], "seed": [0, 1]}, TrainConfig(), StreamConfig(2, 2), 32, 6
+    )
+    groups = make_groups(points, 4)
+    assert sorted(len(g) for g in groups) == [2, 2, 4, 4]  # 6 points per epochs value, in runs of <= 4
+    for members in groups:
+        assert len({p.train.epochs for p in members}) == 1
+    assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in points)
+
+
 def test_results_table_drops_cut_and_duplicate_rows(tmp_path: Path) -> None:
     path = tmp_path / "results.csv"
     table = ResultsTable(path)
@@ -191,6 +227,8 @@ def test_sweep_folder_belongs_to_one_store(tmp_path: Path) -> None:
         (["--jobs", "0"], "--jobs must be at least 1"),
         (["--rank-by", "best"], "unknown --rank-by 'best'"),
         (["--lr", "0"], "--lr must be > 0"),
+        (["--group", "0"], "--group must be at least 1"),
+        (["--device", "tpu"], "unknown --device 'tpu'"),
     ],
 )
 def test_sweep_flag_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:

@@ -101,6 +101,13 @@ class ParamLayout:
             target[self._live(slot, r, s)] = value
         return flat
 
+    def padding_mask(self, r: int, s: int) -> torch.Tensor:
+        """True at the flat positions that pad a configuration with bottlenecks (r, s)."""
+        mask = torch.ones(self.size, dtype=torch.bool)
+        for slot in self.slots.values():
+            mask[slot.offset : slot.offset + slot.size].view(slot.shape)[self._live(slot, r, s)] = False
+        return mask
+
     def unpack(self, flat: torch.Tensor, r: int, s: int) -> dict[str, torch.Tensor]:
         """One flat row -> the reference `LuCA` state dict at bottlenecks (r, s), padding dropped."""
         state = {}

