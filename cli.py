@@ -218,23 +218,33 @@ DEVICE_OPTION = typer.Option(
     "auto", "--device", help="Where stage 2 runs: auto (CUDA when available), cpu, cuda or cuda:N."
 )
 
-MODE_SHORT = {"sample": "sample", "batch": "batch", "batch_shuffled": "batch-shuf", "oracle": "oracle"}
+MODE_SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
+ROUTER_OPTION = typer.Option(
+    None,
+    "--router",
+    help="Routers to show, comma-separated (default: all; every one is evaluated and saved).",
+)
 
 
-def _stage_printer() -> Any:
-    """Print one aligned row per task as it finishes (loss, train acc, A_t per routing mode, seconds)."""
-    from tosca_heads.router import MODES
+def _routers(text: str | None) -> list[str]:
+    from tosca_heads.routers import resolve_routers
 
+    return resolve_routers(text)
+
+
+def _stage_printer(routers: list[str]) -> Any:
+    """Print one aligned row per task as it finishes (loss, train acc, A_t per router, seconds);
+    the routing accuracy shown is the first router's."""
     header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
-        f"{MODE_SHORT[m]:>10}" for m in MODES
+        f"{MODE_SHORT.get(m, m):>10}" for m in routers
     )
     out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
 
     def show(stage: Any, trained: bool) -> None:
-        accs = " ".join(f"{100 * stage.modes[m]['A_t']:>9.2f}%" for m in MODES)
+        accs = " ".join(f"{100 * stage.modes[m]['A_t']:>9.2f}%" for m in routers)
         out.print(
             f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
-            f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.modes['sample']['routing']:>6.1f}% "
+            f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.modes[routers[0]]['routing']:>6.1f}% "
             f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
             highlight=False,
         )
@@ -242,16 +252,16 @@ def _stage_printer() -> Any:
     return show
 
 
-def _print_run_summary(result: Any) -> None:
-    from tosca_heads.router import MODES
+def _print_run_summary(result: Any, routers: list[str]) -> None:
+    from tosca_heads.routers import ROUTERS
 
     metrics = result.metrics()
     table = Table(
         title=f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}"
     )
-    for col in ("routing", "A_bar", "A_last", "forgetting", "routing acc"):
-        table.add_column(col, justify="left" if col == "routing" else "right")
-    for mode in MODES:
+    for col in ("router", "A_bar", "A_last", "forgetting", "routing acc", "task id?"):
+        table.add_column(col, justify="left" if col in ("router", "task id?") else "right")
+    for mode in routers:
         m = metrics["modes"][mode]
         table.add_row(
             mode,
@@ -259,6 +269,7 @@ def _print_run_summary(result: Any) -> None:
             f"{100 * m['A_last']:.2f}",
             f"{100 * m['forgetting']:.2f}",
             f"{100 * m['routing_accuracy']:.2f}",
+            "" if ROUTERS[mode].honest else ("told" if mode == "oracle" else "batch votes"),
         )
     out.print(table)
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
@@ -296,6 +307,7 @@ def fit(
     increment: int | None = typer.Option(None, help="Classes per later task."),
     order_seed: int = typer.Option(1993, help="Seed of the class order (np.random.seed(1993) permutation)."),
     device: str = DEVICE_OPTION,
+    router: str | None = ROUTER_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
 ) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
@@ -321,17 +333,24 @@ def fit(
     config = replace(PRESETS[preset], **{k: v for k, v in flags.items() if v is not None})
     config.validate()  # before the table header, so a bad flag is the only line printed
     resolved_device = resolve_device(device)
+    routers = _routers(router)
     st = resolve_store(store, model, dataset, cache_dir)
     ident = st.identity["dataset"]
     base = default_stream(ident["name"], int(ident["num_classes"]))
     stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
     result = fit_run(
-        st, stream, config, task, run, on_stage=None if as_json else _stage_printer(), device=resolved_device
+        st,
+        stream,
+        config,
+        task,
+        run,
+        on_stage=None if as_json else _stage_printer(routers),
+        device=resolved_device,
     )
     if as_json:
         out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
         return
-    _print_run_summary(result)
+    _print_run_summary(result, routers)
 
 
 @app.command("eval")
@@ -339,17 +358,55 @@ def fit(
 def eval_run(
     run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
     device: str = DEVICE_OPTION,
+    router: str | None = ROUTER_OPTION,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Re-evaluate a run from its saved modules and classifier snapshots (every routing mode)."""
+    """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.runs import evaluate_run
 
+    routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device))
     if as_json:
         out.print_json(json.dumps({"run": str(result.run_dir), **result.metrics()}))
         return
-    _print_run_summary(result)
+    _print_run_summary(result, routers)
+
+
+@app.command("routers")
+@user_errors
+def routers_command(
+    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per router and baseline."),
+) -> None:
+    """Every router of a finished run in one table, beside the baselines of the same store."""
+    from tosca_heads.routers.report import best_honest_router, routers_report, run_metrics
+
+    rows = routers_report(run)
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    _, metrics = run_metrics(run)
+    best = best_honest_router(metrics)
+    table = Table(title=f"routers of {run} ({metrics['finished_tasks']} tasks); accuracies in %")
+    for col in ("router", "A_bar", "A_last", "forgetting", "routing acc", "what it is"):
+        table.add_column(col, justify="left" if col in ("router", "what it is") else "right")
+    for row in rows:
+        name = row["router"] + (" *" if row["router"] == best else "")
+        if row["kind"] == "router" and not row["honest"]:
+            name += " (not honest)"
+        table.add_row(
+            name,
+            f"{row['A_bar']:.2f}",
+            f"{row['A_last']:.2f}",
+            f"{row['forgetting']:.2f}",
+            "–" if row["routing_accuracy"] is None else f"{row['routing_accuracy']:.2f}",
+            row["summary"],
+        )
+    out.print(table)
+    out.print(
+        f"* the best honest router of this run: {best} (the default of `tosca predict`)", highlight=False
+    )
 
 
 # ------------------------------------------------------------------------------------------- sweep
@@ -396,7 +453,13 @@ def sweep(
         "--out",
         help="Sweep folder; an existing one resumes (default: this grid's runs/sweep-* on this store, else a new runs/sweep-<time>).",
     ),
-    rank_by: str = typer.Option("sample", help="Routing mode whose A_last ranks the points."),
+    rank_by: str = typer.Option("entropy", help="Router whose A_last ranks the points."),
+    router: str | None = typer.Option(
+        None,
+        "--router",
+        help="Routers in the table and heatmaps, comma-separated (default: entropy, lda, batch, oracle; "
+        "results.csv has every router).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary rows as JSON."),
 ) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
@@ -406,6 +469,7 @@ def sweep(
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.router import MODES
+    from tosca_heads.routers import ALIASES, HEADLINE
     from tosca_heads.runs import default_stream
     from tosca_heads.sweep import find_sweep_dir, grid_points, parse_values
     from tosca_heads.sweep_table import summarise_points
@@ -413,8 +477,10 @@ def sweep(
 
     if preset not in PRESETS:
         raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    rank_by = ALIASES.get(rank_by, rank_by)
     if rank_by not in MODES:
         raise UserError(f"unknown --rank-by {rank_by!r}: use one of {', '.join(MODES)}")
+    shown = _routers(router) if router else list(HEADLINE)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     if group is not None and group < 1:
@@ -454,7 +520,7 @@ def sweep(
         highlight=False,
     )
     outcome = _sweep_with_progress(
-        st, points, out_path, workers, scheduler, rank_by, list(grid), group, str(resolved_device)
+        st, points, out_path, workers, scheduler, rank_by, list(grid), group, str(resolved_device), shown
     )
     if as_json:
         out.print_json(
@@ -463,7 +529,7 @@ def sweep(
             else summarise_points(outcome.frame, rank_by).to_json(orient="records")
         )
         return
-    _print_sweep(outcome, rank_by)
+    _print_sweep(outcome, rank_by, shown)
 
 
 def _sweep_with_progress(
@@ -476,6 +542,7 @@ def _sweep_with_progress(
     swept: list[str],
     group: int | None = None,
     device: str = "cpu",
+    shown: list[str] | None = None,
 ) -> Any:
     """Run a sweep under a progress bar that shows the running best point."""
     from tosca_heads.sweep import run_sweep
@@ -498,11 +565,10 @@ def _sweep_with_progress(
                 rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
             )
 
-        return run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point, group, device)
+        return run_sweep(st, points, out_path, workers, scheduler, rank_by, on_point, group, device, shown)
 
 
-def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
-    from tosca_heads.router import MODES
+def _print_sweep(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
     from tosca_heads.sweep_table import summarise_points, varying_flags
 
     frame = outcome.frame
@@ -511,13 +577,19 @@ def _print_sweep(outcome: Any, rank_by: str, top: int = 10) -> None:
         return
     summary = summarise_points(frame, rank_by)
     flags = varying_flags(frame) or ["r", "l1"]
-    table = Table(title=f"sweep {outcome.out}: best first by A_last ({rank_by} routing), mean over seeds")
-    for col in [*flags, *(f"A_last {MODE_SHORT[m]}" for m in MODES), "routing", "params/task", "seeds"]:
+    table = Table(title=f"sweep {outcome.out}: best first by A_last ({rank_by} router), mean over seeds")
+    for col in [
+        *flags,
+        *(f"A_last {MODE_SHORT.get(m, m)}" for m in shown),
+        "routing",
+        "params/task",
+        "seeds",
+    ]:
         table.add_column(col, justify="right")
     for _, row in summary.head(top).iterrows():
         table.add_row(
             *(f"{row[f]:g}" if isinstance(row[f], float) else str(row[f]) for f in flags),
-            *(f"{100 * row[f'A_last_{m}_mean']:.2f}" for m in MODES),
+            *(f"{100 * row[f'A_last_{m}_mean']:.2f}" for m in shown),
             f"{100 * row[f'routing_{rank_by}_mean']:.2f}",
             f"{int(row['params_per_task']):,}",
             str(int(row["seeds"])),
@@ -673,6 +745,7 @@ def _print_comparison(results: list[Any], title: str) -> None:
 
 DEMO_PER_CLASS = 300
 DEMO_SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
+DEMO_ROUTERS = ["entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle"]
 EUROSAT_DOWNLOAD = "https://madm.dfki.de/files/sentinel/EuroSAT.zip"
 
 
@@ -736,9 +809,15 @@ def demo(
     name = f"demo-eurosat-effnet_lite0-{per_class}"
     out.rule("[bold]2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
     result = fit_run(
-        store, stream, PRESETS["paper"], None, runs_dir / name, on_stage=_stage_printer(), device=stage2
+        store,
+        stream,
+        PRESETS["paper"],
+        None,
+        runs_dir / name,
+        on_stage=_stage_printer(DEMO_ROUTERS),
+        device=stage2,
     )
-    _print_run_summary(result)
+    _print_run_summary(result, DEMO_ROUTERS)
     out.rule("[bold]3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
     num_classes = int(store.identity["dataset"]["num_classes"])
     points = grid_points(DEMO_SWEEP, PRESETS["paper"], stream, store.dim, num_classes)
@@ -748,11 +827,11 @@ def demo(
         runs_dir / f"{name}-sweep",
         jobs or (1 if stage2.type == "cuda" else os.cpu_count() or 1),
         None,
-        "sample",
+        "entropy",
         list(DEMO_SWEEP),
         device=str(stage2),
     )
-    _print_sweep(outcome, "sample")
+    _print_sweep(outcome, "entropy", ["entropy", "lda", "batch", "oracle"])
     out.rule("[bold]4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
     folder = runs_dir / f"{name}-baselines"
     results = _baselines_with_progress(

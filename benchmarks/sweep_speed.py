@@ -1,7 +1,12 @@
-"""A 20-point sweep on a CIFAR-100-shaped store, against what the same 20 runs would cost if every
-run re-ran the backbone on every image of every epoch, as the reference code does.
+"""A sweep on a CIFAR-100-shaped store, against what the same runs would cost if every run re-ran
+the backbone on every image of every epoch, as the reference code does.
 
     python benchmarks/sweep_speed.py [--jobs N] [--train 50000] [--test 10000] [--model vit_b16]
+    python benchmarks/sweep_speed.py --device cuda --group 256 --grid 256 --no-reference
+
+`--grid 20` (default): r {8, 16, 32, 48, 96} x l1 {0, 1e-4, 5e-4, 1e-3}. `--grid 256`: r {8, 16,
+24, 32, 48, 64, 96, 128} x l1 {0, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2} x seeds {0, 1, 2, 3}.
+`--group N` trains up to N points per engine run (default: 1 on the CPU, as many as fit on CUDA).
 
 Both sides are measured on this machine in this run: the sweep's wall time, and the backbone's
 per-image forward time (random-init weights: the timing does not depend on the values). The
@@ -22,12 +27,20 @@ import numpy as np
 import torch
 from fit_speed import make_store
 
+from tosca_heads.engine.device import resolve_device
 from tosca_heads.runs import StreamConfig
 from tosca_heads.stream import TaskStream
 from tosca_heads.sweep import grid_points, run_sweep
 from tosca_heads.train import PRESETS
 
-GRID = {"r": [8, 16, 32, 48, 96], "l1": [0.0, 1e-4, 5e-4, 1e-3]}
+GRIDS = {
+    "20": {"r": [8, 16, 32, 48, 96], "l1": [0.0, 1e-4, 5e-4, 1e-3]},
+    "256": {
+        "r": [8, 16, 24, 32, 48, 64, 96, 128],
+        "l1": [0.0, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2],
+        "seed": [0, 1, 2, 3],
+    },
+}
 
 
 def backbone_seconds_per_image(model: str, batch: int, batches: int) -> float:
@@ -57,34 +70,45 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=50_000)
     parser.add_argument("--test", type=int, default=10_000)
     parser.add_argument("--dim", type=int, default=768)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores; 1 on CUDA)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--group", type=int, default=None, help="points per engine run")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="20")
     parser.add_argument("--model", default="vit_b16", help="backbone whose forward cost is measured")
     parser.add_argument("--batches", type=int, default=3, help="timed forward batches of 8 images")
+    parser.add_argument("--no-reference", action="store_true", help="skip the backbone timing and ratios")
     args = parser.parse_args()
+    device = resolve_device(args.device)
+    jobs = args.jobs or (1 if device.type == "cuda" else os.cpu_count() or 1)
+    grid = GRIDS[args.grid]
 
-    sec_per_image = backbone_seconds_per_image(args.model, 8, args.batches)
-    print(
-        f"{args.model} forward on this machine: {sec_per_image:.3f} s/image ({1 / sec_per_image:.1f} img/s)"
-    )
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp) / "bench.zarr", args.train, args.test, args.dim, 100)
         stream_cfg = StreamConfig(5, 5)
-        points = grid_points(GRID, PRESETS["paper"], stream_cfg, store.dim, 100)
+        points = grid_points(grid, PRESETS["paper"], stream_cfg, store.dim, 100)
         start = time.perf_counter()
-        outcome = run_sweep(store, points, Path(tmp) / "sweep", jobs=args.jobs)
+        outcome = run_sweep(
+            store, points, Path(tmp) / "sweep", jobs=jobs, group=args.group, device=str(device)
+        )
         sweep_s = time.perf_counter() - start
         stream = TaskStream.build(100, 5, 5)
         train = stream.remap(store.labels("train"))
         test = stream.remap(store.labels("test"))
+    frame = outcome.frame
+    print(
+        f"sweep: {len(points)} points ({' x '.join(f'{k} {v}' for k, v in grid.items())}), 20 tasks each, "
+        f"{args.train:,} x {args.dim} train, {jobs} worker(s) on {device}, up to {outcome.group} points "
+        f"per engine run: {sweep_s:.1f} s wall ({frame['run_seconds'].mean():.2f} s per point)"
+    )
+    if args.no_reference:
+        return
+    sec_per_image = backbone_seconds_per_image(args.model, 8, args.batches)
+    print(
+        f"{args.model} forward on this machine: {sec_per_image:.3f} s/image ({1 / sec_per_image:.1f} img/s)"
+    )
     forwards = reference_forwards(train, test, stream, PRESETS["paper"].epochs)
     reference_s = len(points) * forwards * sec_per_image
     extract_s = (args.train + args.test) * sec_per_image
-    frame = outcome.frame
-    print(
-        f"sweep: {len(points)} points (r {GRID['r']} x l1 {GRID['l1']}), 20 tasks each, "
-        f"{args.train:,} x {args.dim} train, {args.jobs} worker(s): {sweep_s:.1f} s wall "
-        f"({frame['run_seconds'].mean():.1f} s per point on one core)"
-    )
     print(
         f"reference: {forwards:,} backbone forwards per run x {len(points)} runs x {sec_per_image:.3f} s "
         f"= {reference_s:,.0f} s ({reference_s / 86400:.1f} days) on this machine"
@@ -101,7 +125,7 @@ def main() -> None:
     print(
         f"with {views} cached views per training image (the reference's per-epoch augmentation): extraction "
         f"{extract_views_s:,.0f} s, ratio {reference_s / (sweep_s + extract_views_s):,.1f}x for these "
-        f"{len(points)} runs; each further run costs {sweep_s / len(points) * args.jobs:,.0f} s of one core "
+        f"{len(points)} runs; each further run costs {sweep_s / len(points) * jobs:,.0f} s of one core "
         f"instead of {forwards * sec_per_image:,.0f} s"
     )
 

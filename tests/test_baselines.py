@@ -16,6 +16,7 @@ from cli import app
 from featcache.store import FeatureStore
 from tosca_heads.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.compare import run_baseline
+from tosca_heads.routers import ROUTER_NAMES
 from tosca_heads.runs import StreamConfig, fit_run
 from tosca_heads.train import TrainConfig
 
@@ -113,13 +114,15 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
     )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out / "comparison.csv")
-    assert list(frame["method"]) == ["tosca"] * 4 + ["simplecil", "ranpac", "joint_probe"]
-    assert list(frame["routing"][:4]) == ["sample", "batch", "batch_shuffled", "oracle"]
+    routers = len(ROUTER_NAMES)
+    assert list(frame["method"]) == ["tosca"] * routers + ["simplecil", "ranpac", "joint_probe"]
+    assert list(frame["routing"][:routers]) == list(ROUTER_NAMES)
     tosca = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert frame["A_last"][3] == pytest.approx(tosca["modes"]["oracle"]["A_last"])
+    oracle = list(ROUTER_NAMES).index("oracle")
+    assert frame["A_last"][oracle] == pytest.approx(tosca["modes"]["oracle"]["A_last"])
     ranpac = json.loads((out / "ranpac" / "metrics.json").read_text())
     assert set(ranpac["modes"]["none"]) >= set(tosca["modes"]["oracle"])  # the same metrics block
-    assert ranpac["modes"]["none"]["A_t"] == pytest.approx(json.loads(frame["A_t"][5]))
+    assert ranpac["modes"]["none"]["A_t"] == pytest.approx(json.loads(frame["A_t"][routers + 1]))
     assert {"comparison.md", "comparison.png"} <= {p.name for p in out.iterdir()}
     other_stream = RUNNER.invoke(
         app, ["baselines", "--store", str(store.path), "--init-cls", "4", "--run", str(tmp_path / "run")]
@@ -151,7 +154,7 @@ def test_default_tosca_row_is_the_paper_preset_run(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(next((tmp_path / "runs").glob("baselines-*")) / "comparison.csv")
     paper = fit_run(store, StreamConfig(2, 2), TrainConfig(), None, tmp_path / "again")
-    assert frame["A_last"][0] == pytest.approx(paper.metrics()["modes"]["sample"]["A_last"])
+    assert frame["A_last"][0] == pytest.approx(paper.metrics()["modes"]["entropy"]["A_last"])
 
 
 @pytest.mark.realdata

@@ -21,6 +21,7 @@ from featcache.mapper import FeatureMapper
 from featcache.online import OnlineFeatures
 from featcache.store import FeatureStore
 from tosca_heads.features import CachedFeatures
+from tosca_heads.routers import ROUTER_NAMES
 from tosca_heads.runs import StreamConfig, evaluate_run, fit_run
 from tosca_heads.stream import TaskStream, class_order
 from tosca_heads.train import TrainConfig
@@ -67,6 +68,7 @@ def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
         "metrics.json",
         "results.csv",
         "accuracy.png",
+        "router.safetensors",
     } <= files
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["train"]["r"] == 4 and config["stream"] == {
@@ -75,13 +77,14 @@ def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
         "order_seed": 1993,
     }
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert set(metrics["modes"]) == {"sample", "batch", "batch_shuffled", "oracle"}
+    assert set(metrics["modes"]) == set(ROUTER_NAMES)  # every router, honest or not
+    assert {"entropy", "batch", "batch_shuffled", "oracle", "lda", "ncm"} <= set(metrics["modes"])
     oracle = metrics["modes"]["oracle"]
     assert len(oracle["A_t"]) == 3 and oracle["routing_accuracy"] == 1.0
     assert oracle["A_bar"] == pytest.approx(np.mean(oracle["A_t"]))
     assert len(oracle["accuracy_matrix"][-1]) == 3
     frame = pd.read_csv(tmp_path / "run" / "results.csv")
-    assert len(frame) == 3 * 4 and set(frame["mode"]) == set(metrics["modes"])
+    assert len(frame) == 3 * len(ROUTER_NAMES) and set(frame["mode"]) == set(metrics["modes"])
     again = evaluate_run(tmp_path / "run")
     assert again.trained == [] and again.metrics()["modes"] == result.metrics()["modes"]
 

@@ -1,11 +1,37 @@
-"""Entropy routing: per-sample routing on confident modules, and how batch routing differs."""
+"""Routers: entropy routing on confident modules, how batch routing differs, and the frozen-feature
+routers' statistics (kept task by task, never samples)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from tosca_heads.router import entropy_and_prediction, predict, route, route_batches
+from featcache.errors import UserError
+from tosca_heads.router import predict
+from tosca_heads.routers import (
+    ROUTER_NAMES,
+    ROUTERS,
+    ClassStatistics,
+    StageView,
+    resolve_routers,
+    route_batches,
+)
+
+
+def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> StageView:
+    n = entropy.shape[-1]
+    fields = {
+        "entropy": entropy,
+        "energy": entropy,
+        "frozen": None,
+        "features": torch.zeros(n, 2),
+        "class_task": torch.arange(int(true_task.max()) + 1),
+        "true_task": true_task,
+        "class_ordered": torch.arange(n),
+        "shuffled": torch.from_numpy(np.random.default_rng(seed).permutation(n)),
+    }
+    return StageView(**{**fields, **extra})
 
 
 def _constructed(n_per_task: int = 6, tasks: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -20,25 +46,21 @@ def _constructed(n_per_task: int = 6, tasks: int = 3) -> tuple[torch.Tensor, tor
     return entropy, predictions, true_task
 
 
-def _route(mode: str, entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    n = entropy.shape[-1]
-    shuffled = torch.from_numpy(np.random.default_rng(seed).permutation(n))
-    return route(mode, entropy, true_task, torch.arange(n), shuffled)
-
-
-def test_sample_routing_routes_every_sample_right() -> None:
+def test_entropy_routing_routes_every_sample_right() -> None:
     entropy, predictions, true_task = _constructed()
-    chosen = _route("sample", entropy, true_task)
+    view = _view(entropy, true_task)
+    chosen = ROUTERS["entropy"].route(view)
     assert torch.equal(chosen[0], true_task)
     assert torch.equal(predict(predictions, chosen)[0], true_task * 2)
-    assert torch.equal(_route("oracle", entropy, true_task)[0], true_task)
+    assert torch.equal(ROUTERS["oracle"].route(view)[0], true_task)
 
 
 def test_batch_routing_differs_from_sample_routing_on_mixed_batches() -> None:
     entropy, _, true_task = _constructed(n_per_task=40)
-    sample = _route("sample", entropy, true_task)[0]
-    ordered = _route("batch", entropy, true_task)[0]
-    shuffled = _route("batch_shuffled", entropy, true_task)[0]
+    view = _view(entropy, true_task)
+    sample = ROUTERS["entropy"].route(view)[0]
+    ordered = ROUTERS["batch"].route(view)[0]
+    shuffled = ROUTERS["batch_shuffled"].route(view)[0]
     # ordered batches of 48 over 3 x 40 class-sorted samples: batches 2 and 3 mix two tasks,
     # so one module serves both and some samples go to the wrong module
     assert (ordered != sample).any() and (shuffled != sample).sum() > (ordered != sample).sum()
@@ -59,10 +81,63 @@ def test_batch_routing_is_the_reference_loop_for_every_configuration() -> None:
         np.testing.assert_array_equal(chosen[g].numpy(), expected)
 
 
-def test_entropy_is_the_reference_formula() -> None:
-    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]]])
-    entropy, prediction = entropy_and_prediction(logits)
-    p = torch.softmax(logits, -1)
-    torch.testing.assert_close(entropy, -(p * torch.log(p + 1e-9)).sum(-1))
-    assert prediction.tolist() == [[0, 0]]
-    assert abs(float(entropy[0, 1]) - np.log(3)) < 1e-6  # uniform over 3 classes
+def _gaussian_tasks(tasks: int = 3, per_class: int = 60, dim: int = 8, seed: int = 0):
+    """Two classes per task, well separated Gaussians, non-negative (so the Tukey transform applies)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(2, 6, size=(2 * tasks, dim))
+    labels = np.repeat(np.arange(2 * tasks), per_class)
+    x = np.clip(centres[labels] + 0.4 * rng.normal(size=(len(labels), dim)), 0, None).astype(np.float32)
+    return torch.from_numpy(x), labels
+
+
+def test_class_statistics_are_sufficient_statistics_built_task_by_task() -> None:
+    """Means and the within-class scatter after three tasks equal the direct computation over all the
+    data; the state holds sums and one d x d matrix, whatever the number of samples."""
+    x, labels = _gaussian_tasks()
+    stats = ClassStatistics(8)
+    for t in range(3):
+        rows = np.flatnonzero((labels >= 2 * t) & (labels < 2 * t + 2))
+        stats.partial_fit(x[rows], labels[rows], range(2 * t, 2 * t + 2))
+    assert stats.kind_ == "tukey" and len(stats.shrinkage_) == 3
+    t = x.sqrt().double()
+    means = torch.stack([t[torch.from_numpy(labels == c)].mean(0) for c in range(6)])
+    centred = t - means[torch.from_numpy(labels)]
+    torch.testing.assert_close(stats.scatter_, centred.T @ centred)
+    torch.testing.assert_close(stats.tsums_ / stats.counts_[:, None], means)
+    assert {k: tuple(v.shape) for k, v in stats.state_dict().items() if v.dim() > 1} == {
+        "sums": (6, 8),
+        "tsums": (6, 8),
+        "scatter": (8, 8),
+    }
+    model = stats.model()
+    posterior = model.lda_log_posterior(x)
+    assert float((posterior.argmax(-1) == torch.from_numpy(labels)).float().mean()) > 0.95
+    assert float((model.ncm_scores(x).argmax(-1) == torch.from_numpy(labels)).float().mean()) > 0.9
+    with pytest.raises(ValueError, match="in order"):
+        stats.partial_fit(x[:4], labels[:4], range(0, 2))
+
+
+def test_frozen_feature_routers_route_by_the_task_of_the_class() -> None:
+    x, labels = _gaussian_tasks()
+    stats = ClassStatistics(8)
+    for t in range(3):
+        rows = np.flatnonzero((labels >= 2 * t) & (labels < 2 * t + 2))
+        stats.partial_fit(x[rows], labels[rows], range(2 * t, 2 * t + 2))
+    true_task = torch.from_numpy(labels // 2)
+    confused = torch.rand(2, 3, len(labels), generator=torch.Generator().manual_seed(0))  # useless modules
+    view = _view(
+        confused, true_task, frozen=stats.model(), features=x, class_task=torch.tensor([0, 0, 1, 1, 2, 2])
+    )
+    for name in ("ncm", "lda", "fusion"):
+        chosen = ROUTERS[name].route(view)
+        assert chosen.shape == (2, len(labels))
+        assert float((chosen == true_task).float().mean()) > 0.9, name
+    assert float((ROUTERS["entropy"].route(view) == true_task).float().mean()) < 0.5
+
+
+def test_router_names_resolve_with_the_old_alias() -> None:
+    assert resolve_routers(None) == list(ROUTER_NAMES)
+    assert resolve_routers("sample, lda") == ["entropy", "lda"]
+    with pytest.raises(UserError, match="unknown --router 'knn'"):
+        resolve_routers("lda,knn")
+    assert not ROUTERS["oracle"].honest and not ROUTERS["batch"].honest and ROUTERS["lda"].honest

@@ -96,7 +96,7 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
                 assert row[f"routing_{mode}"] == m["routing_accuracy"]
                 assert json.loads(row[f"A_t_{mode}"]) == pytest.approx(m["A_t"], abs=1e-6)
             assert row["params_per_task"] == metrics["params_per_task"]
-            spread.add(row["A_last_sample"])
+            spread.add(row["A_last_entropy"])
     assert len(spread) > 1  # the four points really differ: the comparison is not vacuous
 
 
@@ -179,7 +179,7 @@ def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
         for metric in ("A_bar", "A_last", "routing"):
             column = f"{metric}_{mode}"
             assert (tables[4][column] - tables[1][column]).abs().max() <= 1e-3, column
-    assert tables[1]["A_last_sample"].nunique() > 1  # the points differ: the comparison is not vacuous
+    assert tables[1]["A_last_entropy"].nunique() > 1  # the points differ: the comparison is not vacuous
 
 
 def test_groups_hold_only_compatible_points() -> None:

@@ -21,6 +21,7 @@ import torch
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore
+from tosca_heads import atomic
 from tosca_heads.baselines import BASELINES
 from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import accuracy, block_accuracies, summarise
@@ -111,8 +112,8 @@ def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stre
         "seconds": result.seconds,
         "modes": {NO_ROUTING: result.metrics},
     }
-    (folder / "metrics.json").write_text(json.dumps(payload, indent=2) + "\n")
-    with open(folder / "results.csv", "w", newline="") as fh:
+    atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
+    with atomic.replacing(folder / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["task", "mode", "A_t"])
         for task, a in enumerate(result.metrics["A_t"]):
@@ -177,15 +178,15 @@ def plot_comparison(frame: pd.DataFrame, title: str, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
 def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     frame = comparison_frame(results)
-    frame.to_csv(out / "comparison.csv", index=False)
-    (out / "comparison.md").write_text(comparison_markdown(frame, title))
+    atomic.write_text(out / "comparison.csv", frame.to_csv(index=False))
+    atomic.write_text(out / "comparison.md", comparison_markdown(frame, title))
     plot_comparison(frame, title, out / "comparison.png")
     return {name: out / name for name in ("comparison.csv", "comparison.md", "comparison.png")}
 

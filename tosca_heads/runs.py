@@ -13,22 +13,24 @@ import csv
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json, identity_differences
-from tosca_heads.engine.device import resolve_device, step_mode
-from tosca_heads.engine.evaluate import StageEvaluator
+from tosca_heads import atomic
+from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode
+from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.trainer import TaskStats
 from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import summarise
 from tosca_heads.router import MODES
+from tosca_heads.routers import ClassStatistics
 from tosca_heads.stream import DEFAULT_ORDER_SEED, PAPER_SPLITS, TaskStream
 from tosca_heads.train import TrainConfig, group_key, make_trainer
 
@@ -70,7 +72,7 @@ class RunResult:
 
     def metrics(self) -> dict[str, Any]:
         modes = {}
-        for mode in MODES:
+        for mode in (m for m in MODES if self.stages and m in self.stages[0].modes):
             curve = [s.modes[mode]["A_t"] for s in self.stages]
             matrix = [s.modes[mode]["blocks"] for s in self.stages]
             routing = [s.modes[mode]["routing"] for s in self.stages]
@@ -94,24 +96,31 @@ def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) ->
         "views": store.views,
         "stream": asdict(stream),
         "train": asdict(train.resolved(store.dim)),
-        "routing_modes": list(MODES),
     }
 
 
 def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
     train = config["train"]
     digest = hashlib.sha256(
-        canonical_json({k: v for k, v in config.items() if k != "store"}).encode()
+        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
     ).hexdigest()
     name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
     return runs_root / name
 
 
+INFORMATIONAL = ("store", "routing_modes")  # config.json keys that do not decide a run's numbers
+
+
 def _matching(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Differences that matter: everything but the store's path (a moved store still matches)."""
+    """Differences that matter: not the store's path (a moved store still matches), nor the list of
+    routing modes that runs of tosca 0.1 recorded."""
     return identity_differences(
-        {k: v for k, v in existing.items() if k != "store"}, {k: v for k, v in new.items() if k != "store"}
+        {k: v for k, v in existing.items() if k not in INFORMATIONAL},
+        {k: v for k, v in new.items() if k not in INFORMATIONAL},
     )
+
+
+ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
 
 
 def _task_file(run_dir: Path, task: int) -> Path:
@@ -126,13 +135,11 @@ def _save_task(
     flow: str,
     stats: TaskStats,
 ) -> None:
-    tensors = {f"luca.{k}": v.contiguous() for k, v in module.items()}
+    tensors = {f"luca.{k}": v for k, v in module.items()}
     tensors.update(head)
     meta = {"task": str(task), "flow": flow, "stats": json.dumps(asdict(stats))}
-    tmp = _task_file(run_dir, task).with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    tmp.rename(_task_file(run_dir, task))  # a task file exists whole or not at all
-    save_file(head, str(run_dir / "head.safetensors"))
+    atomic.write_safetensors(_task_file(run_dir, task), tensors, meta)  # whole or not at all
+    atomic.write_safetensors(run_dir / "head.safetensors", head)
 
 
 def _load_task(run_dir: Path, task: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
@@ -218,34 +225,52 @@ def fit_group(
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     trainer = make_trainer(trains, store.dim, device)
     evaluator = StageEvaluator(stream, test_labels, source, device)
+    statistics = ClassStatistics(store.dim)
+
+    def snapshot(task: int) -> Snapshot:
+        """The modules and classifier now, and the frozen-feature routers' statistics with this task's
+        classes added (from their clean features: sums and a scatter, no sample is kept)."""
+        rows = stream.rows_of_task(train_labels, task)
+        statistics.partial_fit(source.clean("train", rows), train_labels[rows], stream.task_classes(task))
+        return replace(trainer.snapshot(), frozen=statistics.model())
+
     results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
     finished = min(min(finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
 
-    def record(task: int, stats: list[dict[str, float]], trained: bool) -> None:
-        modes, eval_s = evaluator.evaluate(task, trainer)
-        for g, result in enumerate(results):
-            stage = StageResult(task, stats[g], modes[g], eval_s)
-            result.stages.append(stage)
-            if trained:
-                result.trained.append(task)
-            if on_stage:
-                on_stage(g, stage, trained)
+    queue = StageQueue(evaluator, overlap=overlap_evaluation(device))
+
+    def record(wait: bool = False) -> None:
+        for (task, stats, trained), modes, eval_s in queue.ready(wait):
+            for g, result in enumerate(results):
+                stage = StageResult(task, stats[g], modes[g], eval_s)
+                result.stages.append(stage)
+                if trained:
+                    result.trained.append(task)
+                if on_stage:
+                    on_stage(g, stage, trained)
 
     with step_mode(device):
-        for task in range(min(finished, last + 1)):
-            loaded = [_load_task(d, task) for d in dirs]
-            trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
-            record(task, [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded], False)
-        for task in range(finished, last + 1):
-            trainer.partial_fit(task, stream, train_labels, source)
-            stats = trainer.stats_[task]
-            if write_outputs:
-                for g, run_dir in enumerate(dirs):
-                    head = trainer.head_state(g)
-                    _save_task(run_dir, task, trainer.module_state(task, g), head, trains[g].flow, stats[g])
-            record(
-                task, [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats], True
-            )
+        try:
+            for task in range(min(finished, last + 1)):
+                loaded = [_load_task(d, task) for d in dirs]
+                trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
+                stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
+                queue.submit(task, snapshot(task), (task, stats, False))
+            for task in range(finished, last + 1):
+                record()
+                trainer.partial_fit(task, stream, train_labels, source)
+                stats = trainer.stats_[task]
+                state = snapshot(task)
+                if write_outputs:
+                    for g, run_dir in enumerate(dirs):
+                        module, head = trainer.module_state(task, g), trainer.head_state(g)
+                        _save_task(run_dir, task, module, head, trains[g].flow, stats[g])
+                        atomic.write_safetensors(run_dir / ROUTER_FILE, statistics.state_dict())
+                rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
+                queue.submit(task, state, (task, rows, True))
+            record(wait=True)
+        finally:
+            queue.close()
     for result, config in zip(results, trainer.configs, strict=True):
         result.params_per_task = ParamLayout(store.dim, config.r, config.s, config.flow).size
         result.group_size = trainer.groups
@@ -255,8 +280,10 @@ def fit_group(
 
 
 def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
-    """Create the run directory, or check that an existing one was made by the same config and store."""
+    """Create the run directory, or check that an existing one was made by the same config and store
+    (and clear what a killed writer left half-written)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    atomic.remove_stale(run_dir)
     config_path = run_dir / "config.json"
     if config_path.exists():
         diffs = _matching(json.loads(config_path.read_text()), config)
@@ -266,13 +293,13 @@ def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
                 f"run {run_dir} was made with another config or store ({shown}); pass another --run"
             )
     else:
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        atomic.write_text(config_path, json.dumps(config, indent=2) + "\n")
 
 
 def write_results(result: RunResult) -> None:
     run_dir = result.run_dir
-    (run_dir / "metrics.json").write_text(json.dumps(result.metrics(), indent=2) + "\n")
-    with open(run_dir / "results.csv", "w", newline="") as fh:
+    atomic.write_text(run_dir / "metrics.json", json.dumps(result.metrics(), indent=2) + "\n")
+    with atomic.replacing(run_dir / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             ["task", "mode", "A_t", "routing_accuracy", "loss", "train_acc", "train_seconds", "eval_seconds"]
@@ -315,7 +342,7 @@ def plot_curves(result: RunResult, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(title="routing")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

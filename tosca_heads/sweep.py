@@ -27,6 +27,7 @@ import torch
 
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json
+from tosca_heads import atomic
 from tosca_heads.engine.device import resolve_device
 from tosca_heads.engine.memory import default_group_size
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
@@ -300,7 +301,7 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
             )
         return
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
 
 
 def run_sweep(
@@ -309,10 +310,11 @@ def run_sweep(
     out: Path,
     jobs: int = 1,
     scheduler: str | None = None,
-    rank_mode: str = "sample",
+    rank_mode: str = "entropy",
     on_point: PointCallback | None = None,
     group: int | None = None,
     device: str = "cpu",
+    shown: Sequence[str] | None = None,
 ) -> SweepOutcome:
     """Run the points not yet in out/results.csv, up to `group` compatible points per engine run
     (None: 1 on the CPU, as many as fit the GPU's memory on CUDA); rebuild the tables and plots."""
@@ -351,7 +353,7 @@ def run_sweep(
     elif groups:
         _run_on_dask(groups, path, fingerprint, workers, scheduler, str(resolved), record)
     frame = table.frame()
-    files = write_sweep_outputs(out, frame, rank_mode)
+    files = write_sweep_outputs(out, frame, rank_mode, shown)
     return SweepOutcome(
         out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame, size
     )

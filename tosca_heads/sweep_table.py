@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from featcache.errors import UserError
+from tosca_heads import atomic
 from tosca_heads.router import MODES
+from tosca_heads.routers import HEADLINE
 from tosca_heads.runs import StreamConfig
 from tosca_heads.train import TrainConfig
 
@@ -80,12 +83,10 @@ class ResultsTable:
         return rows
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as fh:
+        with atomic.replacing(self.path) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
-        tmp.replace(self.path)
 
     def keys(self) -> set[str]:
         return {row["key"] for row in self._rows}
@@ -156,22 +157,25 @@ def _pm(mean: float, std: float) -> str:
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
-def summary_markdown(frame: pd.DataFrame, summary: pd.DataFrame, rank_mode: str) -> str:
+def summary_markdown(
+    frame: pd.DataFrame, summary: pd.DataFrame, rank_mode: str, shown: Sequence[str] = HEADLINE
+) -> str:
     flags = varying_flags(frame) or ["r", "l1"]
-    header = [*flags, *(f"A_last {m}" for m in MODES), f"A_bar {rank_mode}", "routing acc", "params/task"]
+    header = [*flags, *(f"A_last {m}" for m in shown), f"A_bar {rank_mode}", "routing acc", "params/task"]
     header += ["train s", "seeds"]
     lines = [
         f"# Sweep on {frame['dataset'].iloc[0]} / {frame['backbone'].iloc[0]}: {len(summary)} configurations, "
         f"{len(frame)} runs",
         "",
-        f"Best first by A_last under `{rank_mode}` routing; accuracies in %, mean ± std over seeds.",
+        f"Best first by A_last under the `{rank_mode}` router; accuracies in %, mean ± std over seeds "
+        "(results.csv has every router).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for _, row in summary.iterrows():
         cells = [_flag(row[f]) for f in flags]
-        cells += [_pm(row[f"A_last_{m}_mean"], row[f"A_last_{m}_std"]) for m in MODES]
+        cells += [_pm(row[f"A_last_{m}_mean"], row[f"A_last_{m}_std"]) for m in shown]
         cells.append(_pm(row[f"A_bar_{rank_mode}_mean"], row[f"A_bar_{rank_mode}_std"]))
         cells.append(_pm(row[f"routing_{rank_mode}_mean"], row[f"routing_{rank_mode}_std"]))
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
@@ -188,8 +192,8 @@ def _flag(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ plots
 
 
-def plot_heatmaps(frame: pd.DataFrame, path: Path) -> None:
-    """A_last over r x l1, one panel per routing mode; other flags: the best configuration per cell."""
+def plot_heatmaps(frame: pd.DataFrame, path: Path, shown: Sequence[str] = HEADLINE) -> None:
+    """A_last over r x l1, one panel per shown router; other flags: the best configuration per cell."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,9 +202,9 @@ def plot_heatmaps(frame: pd.DataFrame, path: Path) -> None:
     rs, l1s = sorted(frame["r"].unique()), sorted(frame["l1"].unique())
     others = [f for f in varying_flags(frame) if f not in ("r", "l1")]
     fig, axes = plt.subplots(
-        1, len(MODES), figsize=(3.2 * len(MODES) + 1, 0.5 * len(rs) + 2.2), squeeze=False
+        1, len(shown), figsize=(3.2 * len(shown) + 1, 0.5 * len(rs) + 2.2), squeeze=False
     )
-    for ax, mode in zip(axes[0], MODES, strict=True):
+    for ax, mode in zip(axes[0], shown, strict=True):
         grid = np.full((len(rs), len(l1s)), np.nan)
         per_config = frame.groupby([c for c in FLAG_COLUMNS if c != "seed"], dropna=False)[f"A_last_{mode}"]
         means = per_config.mean().reset_index()
@@ -215,12 +219,12 @@ def plot_heatmaps(frame: pd.DataFrame, path: Path) -> None:
         ax.set_yticks(range(len(rs)), [str(v) for v in rs])
         ax.set_xlabel("l1")
         ax.set_ylabel("r")
-        ax.set_title(f"A_last, {mode} routing (%)", fontsize=9)
+        ax.set_title(f"A_last, {mode} router (%)", fontsize=9)
         fig.colorbar(image, ax=ax, fraction=0.046)
     if others:
         fig.suptitle(f"each cell: best over {', '.join(others)}; mean over seeds", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -244,12 +248,12 @@ def plot_best_curves(
         ax.plot(range(len(curve)), [100 * a for a in curve], marker="o", label=label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("task")
-    ax.set_ylabel(f"A_t, {rank_mode} routing (%)")
+    ax.set_ylabel(f"A_t, {rank_mode} router (%)")
     ax.set_title(f"best {min(top, len(summary))} of {len(summary)} configurations (mean over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -261,15 +265,19 @@ def _isnan(x: Any) -> bool:
     return isinstance(x, float) and np.isnan(x)
 
 
-def write_sweep_outputs(out: Path, frame: pd.DataFrame, rank_mode: str) -> dict[str, Path]:
+def write_sweep_outputs(
+    out: Path, frame: pd.DataFrame, rank_mode: str, shown: Sequence[str] | None = None
+) -> dict[str, Path]:
     """Everything derived from results.csv; rebuilt whole after each sweep (and after a resume)."""
+    shown = list(shown or HEADLINE)
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files
-    frame.to_parquet(out / "results.parquet", index=False)
+    with atomic.replacing(out / "results.parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
     summary = summarise_points(frame, rank_mode)
-    (out / "summary.md").write_text(summary_markdown(frame, summary, rank_mode))
-    plot_heatmaps(frame, out / "heatmap_A_last.png")
+    atomic.write_text(out / "summary.md", summary_markdown(frame, summary, rank_mode, shown))
+    plot_heatmaps(frame, out / "heatmap_A_last.png", shown)
     plot_best_curves(frame, summary, rank_mode, out / "best_curves.png")
     for name in ("results.parquet", "summary.md", "heatmap_A_last.png", "best_curves.png"):
         files[name] = out / name

@@ -74,3 +74,10 @@ def step_mode(device: torch.device, matmul_threads: int | None = None) -> Iterat
             mkl(previous)
         torch.set_num_threads(before)
         torch.set_flush_denormal(False)
+
+
+def overlap_evaluation(device: torch.device) -> bool:
+    """Evaluate task t on a second thread while task t+1 trains: on a CPU with cores to spare."""
+    if os.environ.get("TOSCA_OVERLAP_EVAL") in ("0", "1"):
+        return os.environ["TOSCA_OVERLAP_EVAL"] == "1"
+    return device.type == "cpu" and (os.cpu_count() or 1) >= 2

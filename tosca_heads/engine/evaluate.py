@@ -9,15 +9,21 @@ sorted by incremental class id, so the rows seen after task t are a prefix of th
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.kernels import bmm, luca_forward, normalize_rows
-from tosca_heads.engine.trainer import GroupTrainer
+from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.features import FeatureSource
-from tosca_heads.router import MODES, entropy_and_prediction, predict, route, shuffled_order
+from tosca_heads.router import MODES, module_scores, predict, shuffled_order
+from tosca_heads.routers import ROUTERS, FrozenModel, StageView
 from tosca_heads.stream import TaskStream
 
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
@@ -30,6 +36,24 @@ def default_cache_bytes(device: torch.device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         return free // 4
     return CACHE_BYTES_CPU
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What evaluation after a task reads: the frozen modules so far and that moment's classifier.
+
+    The trainer never writes into these tensors again (each task makes new ones), so a snapshot
+    can be evaluated while the next task trains."""
+
+    layout: ParamLayout
+    modules: tuple[torch.Tensor, ...]  # one [G, size] per finished task
+    weight: torch.Tensor  # [G, C, d]
+    sigma: torch.Tensor  # [G]
+    frozen: FrozenModel | None = None  # the frozen-feature routers' classifiers after this task
+
+    @property
+    def groups(self) -> int:
+        return int(self.weight.shape[0])
 
 
 class StageEvaluator:
@@ -51,6 +75,10 @@ class StageEvaluator:
         self.labels = torch.from_numpy(test_labels[self.order]).to(device)
         self.true_task = torch.from_numpy(stream.task_of(test_labels[self.order])).to(device)
         self.features = source.clean("test", self.order).to(device)
+        if not bool(torch.isfinite(self.features).all()):
+            raise NumericalError(
+                "the test features hold NaN or inf; check the store with `tosca cache verify STORE`"
+            )
         self.cache_bytes = default_cache_bytes(device) if cache_bytes is None else cache_bytes
         self._cache: dict[int, tuple[torch.Tensor, int]] = {}  # task -> (unit outputs [G, N, d], rows filled)
         self._cached_bytes = 0
@@ -59,62 +87,80 @@ class StageEvaluator:
         """How many test rows (a prefix of the sorted order) belong to the classes seen after `task`."""
         return int(np.searchsorted(self.test_labels[self.order], self.stream.seen_classes(task)))
 
-    def _units(self, trainer: GroupTrainer, module: int, n: int) -> torch.Tensor:
+    def _units(self, state: Snapshot, module: int, n: int) -> torch.Tensor:
         """Normalised outputs of a module on the first n sorted test rows: [G, n, d]."""
-        params = trainer.layout.views(trainer.modules_[module])
+        params, flow = state.layout.views(state.modules[module]), state.layout.flow
         if module in self._cache:
             cache, filled = self._cache[module]
         else:
-            size = trainer.groups * self.features.numel() * 4
+            size = state.groups * self.features.numel() * 4
             if self._cached_bytes + size > self.cache_bytes:
-                return normalize_rows(luca_forward(params, self.features[:n], trainer.layout.flow))
-            cache, filled = torch.empty(trainer.groups, *self.features.shape, device=self.device), 0
+                return normalize_rows(luca_forward(params, self.features[:n], flow))
+            cache, filled = torch.empty(state.groups, *self.features.shape, device=self.device), 0
             self._cached_bytes += size
         if filled < n:
-            cache[:, filled:n] = normalize_rows(
-                luca_forward(params, self.features[filled:n], trainer.layout.flow)
-            )
+            cache[:, filled:n] = normalize_rows(luca_forward(params, self.features[filled:n], flow))
             filled = n
         self._cache[module] = (cache, filled)
         return cache[:, :n]
 
     @torch.no_grad()
-    def evaluate(self, task: int, trainer: GroupTrainer) -> tuple[list[dict[str, dict[str, Any]]], float]:
+    def evaluate(self, task: int, state: Snapshot) -> tuple[list[dict[str, dict[str, Any]]], float]:
         """Per configuration: {mode: {A_t, blocks (accuracy per task block), routing}}; and the seconds."""
         start = time.perf_counter()
-        n, modules, groups = self.seen(task), task + 1, trainer.groups
-        w_unit = normalize_rows(trainer.weight_).transpose(1, 2)  # [G, d, C]
-        sigma = trainer.sigma_.view(-1, 1, 1)
+        n, modules, groups = self.seen(task), task + 1, state.groups
+        w_unit = normalize_rows(state.weight).transpose(1, 2)  # [G, d, C]
+        sigma = state.sigma.view(-1, 1, 1)
         entropy = torch.empty(groups, modules, n, device=self.device)
+        energy = torch.empty(groups, modules, n, device=self.device)
         predictions = torch.empty(groups, modules, n, dtype=torch.long, device=self.device)
         step = max(1, CHUNK_BYTES // max(1, groups * w_unit.shape[-1] * 4))
         for i in range(modules):
-            units = self._units(trainer, i, n)
+            units = self._units(state, i, n)
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
                 logits = bmm(units[:, lo:hi].contiguous(), w_unit) * sigma
-                entropy[:, i, lo:hi], predictions[:, i, lo:hi] = entropy_and_prediction(logits)
-        results = self._score(task, entropy, predictions, n)
+                entropy[:, i, lo:hi], predictions[:, i, lo:hi], energy[:, i, lo:hi] = module_scores(logits)
+        view = self._view(task, state, entropy, energy, n)
+        results = self._score(task, view, predictions)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return results, time.perf_counter() - start
 
-    def _score(
-        self, task: int, entropy: torch.Tensor, predictions: torch.Tensor, n: int
-    ) -> list[dict[str, dict[str, Any]]]:
-        labels, true_task = self.labels[:n], self.true_task[:n]
+    def _view(
+        self, task: int, state: Snapshot, entropy: torch.Tensor, energy: torch.Tensor, n: int
+    ) -> StageView:
         seen_rows = np.flatnonzero(self.test_labels < self.stream.seen_classes(task))  # store order
         class_ordered = self.position[seen_rows[np.argsort(self.test_labels[seen_rows], kind="stable")]]
         shuffled = self.position[seen_rows[shuffled_order(n, task)]]
-        to_device = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        classes = np.arange(self.stream.seen_classes(task))
+        return StageView(
+            entropy=entropy,
+            energy=energy,
+            frozen=None if state.frozen is None else state.frozen.to(self.device),
+            features=self.features[:n],
+            class_task=torch.from_numpy(self.stream.task_of(classes)).to(self.device),
+            true_task=self.true_task[:n],
+            class_ordered=torch.from_numpy(class_ordered).to(self.device),
+            shuffled=torch.from_numpy(shuffled).to(self.device),
+        )
+
+    def _score(
+        self, task: int, view: StageView, predictions: torch.Tensor
+    ) -> list[dict[str, dict[str, Any]]]:
+        n = view.true_task.shape[0]
+        labels, true_task = self.labels[:n], view.true_task
         counts = torch.bincount(true_task, minlength=task + 1).double()
         scores: dict[str, tuple[torch.Tensor, ...]] = {}
-        for mode in MODES:
-            chosen = route(mode, entropy, true_task, to_device(class_ordered), to_device(shuffled))
+        for name in MODES:
+            router = ROUTERS[name]
+            if router.needs_statistics and view.frozen is None:
+                continue
+            chosen = router.route(view)
             correct = (predict(predictions, chosen) == labels).double()
             blocks = torch.zeros(correct.shape[0], task + 1, dtype=torch.float64, device=self.device)
             blocks.index_add_(1, true_task, correct)
-            scores[mode] = (
+            scores[name] = (
                 correct.mean(1).cpu(),
                 (blocks / counts).cpu(),
                 (chosen == true_task).double().mean(1).cpu(),
@@ -128,5 +174,41 @@ class StageEvaluator:
                 }
                 for mode, (a_t, blocks, routing) in scores.items()
             }
-            for g in range(entropy.shape[0])
+            for g in range(view.groups)
         ]
+
+
+class StageQueue:
+    """Evaluations in task order, each run at once or, with `overlap`, on one background thread
+    while the next task trains (on a multi-core CPU the two share the machine)."""
+
+    def __init__(self, evaluator: StageEvaluator, overlap: bool):
+        self.evaluator = evaluator
+        self._pool = ThreadPoolExecutor(1, initializer=_quiet_thread) if overlap else None
+        self._queue: deque[tuple[Any, Future | tuple]] = deque()
+
+    def submit(self, task: int, state: Snapshot, payload: Any) -> None:
+        if self._pool is None:
+            self._queue.append((payload, self.evaluator.evaluate(task, state)))
+        else:
+            self._queue.append((payload, self._pool.submit(self.evaluator.evaluate, task, state)))
+
+    def ready(self, wait: bool = False) -> Iterator[tuple[Any, list[dict[str, dict[str, Any]]], float]]:
+        """Finished evaluations in task order: (payload, per-configuration modes, seconds)."""
+        while self._queue:
+            payload, result = self._queue[0]
+            if isinstance(result, Future):
+                if not (wait or result.done()):
+                    return
+                result = result.result()
+            self._queue.popleft()
+            yield payload, *result
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _quiet_thread() -> None:
+    """The evaluation thread computes as the training thread does: denormals flushed, one thread."""
+    torch.set_flush_denormal(True)

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from featcache.errors import UserError
+from tosca_heads.engine.errors import NumericalError
+from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.kernels import LucaStep, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
@@ -26,10 +28,6 @@ from tosca_heads.stream import TaskStream
 # What the configurations of one group must share: they step together over the same batches' shape.
 SHARED_FIELDS = ("flow", "epochs", "batch_size")
 PROTOTYPE_BYTES = 256 << 20  # module outputs held at once while computing prototypes
-
-
-class NumericalError(UserError):
-    """Training produced NaN or inf: stopped, with the task, epoch and configuration named."""
 
 
 @dataclass
@@ -89,6 +87,10 @@ class GroupTrainer:
     @property
     def groups(self) -> int:
         return len(self.configs)
+
+    def snapshot(self) -> Snapshot:
+        """The modules and classifier as they are now, for evaluation (possibly while training on)."""
+        return Snapshot(self.layout, tuple(self.modules_), self.weight_, self.sigma_)
 
     def module_state(self, task: int, g: int) -> dict[str, torch.Tensor]:
         """Configuration g's module of `task` as the reference `LuCA` state dict (padding dropped)."""
@@ -174,6 +176,11 @@ class GroupTrainer:
         correct = torch.zeros(groups, device=device)
         for epoch in range(epochs):
             features = source.epoch_features(rows, epoch).to(device)
+            if not bool(torch.isfinite(features).all()):
+                raise NumericalError(
+                    f"the training features of task {task}, epoch {epoch} hold NaN or inf; "
+                    "check the store with `tosca cache verify STORE`"
+                )
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
             neg_lr = optimizer.learning_rates([s[epoch] for s in schedules])
             last_epoch = epoch == epochs - 1

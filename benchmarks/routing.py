@@ -1,0 +1,164 @@
+"""Every router against the baselines, on real stores: EuroSAT and CIFAR-10 B0 Inc2, CIFAR-100 B0 Inc5.
+
+    python benchmarks/routing.py [--data ../shared/data] [--cache cache] [--stores eurosat,cifar10,cifar100]
+
+Stores are EfficientNet-Lite0 features (the packaged ImageNet weights) of per-class subsets of the
+real archives, extracted on the CPU if missing (EuroSAT: 300 images per class and split, the
+demo's store; CIFAR-10: 300; CIFAR-100: 100). TOSCA runs the paper preset; every router is read
+from the same run. Baselines: SimpleCIL, RanPAC (M = 10,000), joint probe. Printed: A_last,
+A_bar and routing accuracy per router, the share of the entropy-to-oracle gap each router
+closes, and the seconds to route every test image after the last task, next to the seconds of
+today's entropy routing (module outputs, logits, entropies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from featcache.store import FeatureStore
+from tosca_heads.compare import run_baseline
+from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.router import module_scores
+from tosca_heads.routers import ROUTERS, ClassStatistics
+from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.train import PRESETS
+
+STORES = {  # name: (archive under --data, images per class and split, init_cls, increment)
+    "eurosat": ("eurosat/EuroSAT-RGB.tar.gz", 300, 2, 2),
+    "cifar10": ("cifar10/cifar10-jpeg.tar.gz", 300, 2, 2),
+    "cifar100": ("cifar100/cifar100-jpeg.tar.gz", 100, 5, 5),
+}
+
+
+def store_for(name: str, data: Path, cache: Path) -> FeatureStore:
+    archive, per_class, _, _ = STORES[name]
+    path = cache / name / f"effnet_lite0-{per_class}.zarr"
+    if name == "eurosat":
+        path = cache / name / f"effnet_lite0-demo{per_class}.zarr"  # the demo's store
+    if not (path / "zarr.json").exists():
+        from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+
+        request = ExtractRequest(
+            model="effnet_lite0",
+            dataset=name,
+            data_root=data / archive,
+            cache_dir=cache,
+            store=path,
+            limit_per_class=per_class,
+            chunk_size=256,
+            device="cpu",
+        )
+        print(f"extracting {path} ...", flush=True)
+        run_extraction(plan_extraction(request))
+    return FeatureStore.open(path)
+
+
+def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path) -> dict[str, float]:
+    """Seconds to route every test image after the last task: entropy (module outputs, logits,
+    entropies, argmin) and, for each frozen-feature router, its own work on top (statistics to
+    classifier, posteriors, and for fusion the entropies as well)."""
+    from safetensors.torch import load_file
+
+    from tosca_heads.engine.layout import ParamLayout
+
+    config = PRESETS["paper"].resolved(store.dim)
+    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
+    layout = ParamLayout(store.dim, config.r, config.s, config.flow)
+    x = torch.from_numpy(np.asarray(store.features("test"), dtype=np.float32))
+    modules, head = [], None
+    for t in range(stream.num_tasks):
+        tensors = load_file(str(run_dir / f"task_{t:03d}.safetensors"))
+        modules.append(
+            layout.pack({k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}, config.r, config.s)
+        )
+        head = tensors
+    w = normalize_rows(head["head.weight"]).T
+    sigma = head["head.sigma"]
+    start = time.perf_counter()
+    entropies = []
+    for flat in modules:
+        unit = normalize_rows(luca_forward(layout.views(flat.unsqueeze(0)), x, config.flow))[0]
+        entropies.append(module_scores(sigma * unit @ w)[0])
+    torch.stack(entropies).argmin(0)
+    entropy_s = time.perf_counter() - start
+    statistics = ClassStatistics(store.dim).load_state_dict(load_file(str(run_dir / "router.safetensors")))
+    seconds = {"entropy": entropy_s}
+    class_task = torch.from_numpy(stream.task_of(np.arange(stream.num_classes)))
+    for name in ("ncm", "lda", "fusion"):
+        start = time.perf_counter()
+        model = statistics.model()
+        if name == "ncm":
+            class_task[model.ncm_scores(x).argmax(-1)]
+        else:
+            log_p = model.lda_log_posterior(x)
+            torch.stack([log_p[:, class_task == t].logsumexp(-1) for t in range(stream.num_tasks)], 1).argmax(
+                -1
+            )
+        seconds[name] = time.perf_counter() - start + (entropy_s if name == "fusion" else 0.0)
+    seconds["energy"] = entropy_s  # the same module outputs, logsumexp instead of entropy
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("TOSCA_DATA", "../shared/data")))
+    parser.add_argument("--cache", type=Path, default=Path("cache"))
+    parser.add_argument("--runs", type=Path, default=Path("runs") / "routing-benchmark")
+    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--ranpac-m", type=int, default=10_000)
+    args = parser.parse_args()
+    lines = [
+        f"Measured {date.today()} on {platform.machine()} with {os.cpu_count()} cores, torch "
+        f"{torch.__version__}; EfficientNet-Lite0 features, paper preset. Accuracies in %.",
+        "",
+        "| store | router | A_last | A_bar | routing acc | gap closed | route s (x entropy) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in args.stores.split(","):
+        _, per_class, init_cls, increment = STORES[name]
+        store = store_for(name, args.data, args.cache)
+        stream = StreamConfig(init_cls, increment)
+        run_dir = args.runs / f"{name}-{per_class}"
+        start = time.perf_counter()
+        result = fit_run(store, stream, PRESETS["paper"], None, run_dir, device="cpu")
+        fit_s = time.perf_counter() - start
+        modes = result.metrics()["modes"]
+        seconds = routing_seconds(store, stream, run_dir)
+        entropy, oracle = modes["entropy"]["A_last"], modes["oracle"]["A_last"]
+        label = f"{name} ({per_class}/class, B0 Inc{increment}, {len(result.stages)} tasks)"
+        for router in ROUTERS:
+            m = modes[router]
+            gap = (m["A_last"] - entropy) / (oracle - entropy) if oracle > entropy else float("nan")
+            cost = seconds.get(router)
+            cost_text = "–" if cost is None else f"{cost:.3f} ({cost / seconds['entropy']:.2f}x)"
+            tag = "" if ROUTERS[router].honest else " (not honest)"
+            lines.append(
+                f"| {label} | {router}{tag} | {100 * m['A_last']:.2f} | {100 * m['A_bar']:.2f} | "
+                f"{100 * m['routing_accuracy']:.2f} | {100 * gap:.0f}% | {cost_text} |"
+            )
+        for baseline, params in (
+            ("simplecil", {}),
+            ("ranpac", {"projection_dim": args.ranpac_m}),
+            ("joint_probe", {}),
+        ):
+            b = run_baseline(baseline, store, stream, **params)
+            lines.append(
+                f"| {label} | baseline {baseline} | {100 * b.metrics['A_last']:.2f} | {100 * b.metrics['A_bar']:.2f} "
+                f"| – | – | fit {b.seconds:.1f} s |"
+            )
+        print(f"{name}: fit + evaluation of every router {fit_s:.1f} s", flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

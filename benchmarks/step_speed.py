@@ -1,0 +1,140 @@
+"""Cost of one SGD step of the paper recipe (CIFAR-100 shape: d = 768, r = s = 48, batch 48, C classes),
+the engine's written-out step against autograd through the reference modules, for G stacked
+configurations.
+
+    python benchmarks/step_speed.py [--device cpu|cuda] [--groups 1,8] [--classes 52] [--steps 300]
+
+Prints milliseconds per step and configuration-steps per second. The autograd row is the step as
+the trainer before the engine took it (reference LuCA + CosineClassifier + F.cross_entropy +
+torch.optim.SGD, L1 added to the gradients), so both are measured on the same machine, same day.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tosca_heads.engine.device import resolve_device, step_mode
+from tosca_heads.engine.kernels import LucaStep
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.optim import GroupSGD
+from tosca_heads.head import CosineClassifier
+from tosca_heads.luca import LuCA
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def engine_step_ms(groups: int, args: argparse.Namespace, device: torch.device) -> list[float]:
+    d, r, batch, classes = args.dim, args.r, args.batch, args.classes
+    layout = ParamLayout(d, r, r, "tosca")
+    torch.manual_seed(0)
+    flat = torch.stack([layout.pack(LuCA(d, r, r).state_dict(), r, r) for _ in range(groups)]).to(device)
+    grad = torch.zeros_like(flat)
+    weight = (0.03 * torch.randn(groups, classes, d)).to(device)
+    sigma = torch.ones(groups, device=device)
+    grad_weight, grad_sigma = torch.zeros_like(weight), torch.zeros_like(sigma)
+    features = torch.randn(2500, d, device=device)
+    targets = torch.randint(0, classes, (2500,), device=device)
+    order = torch.stack([torch.randperm(2500) for _ in range(groups)]).to(device)
+    optimizer = GroupSGD(
+        [flat, weight, sigma],
+        [grad, grad_weight, grad_sigma],
+        [True, False, False],
+        [0.9] * groups,
+        [0.0] * groups,
+        [5e-4] * groups,
+    )
+    neg_lr = optimizer.learning_rates([0.025] * groups)
+    step = LucaStep(layout, groups)
+    params, grads = step.views(flat), step.views(grad)
+    head, head_grad = step.head(weight, sigma), step.head(grad_weight, grad_sigma, grad=True)
+
+    def run(n: int) -> None:
+        for i in range(n):
+            begin = (i % 52) * batch
+            x, y = step.inputs(features, targets, order[:, begin : begin + batch])
+            step(params, grads, *head, *head_grad, x, y)
+            optimizer.step(neg_lr)
+
+    return _timed(run, args, device)
+
+
+def autograd_step_ms(args: argparse.Namespace, device: torch.device) -> list[float]:
+    d, r, batch, classes = args.dim, args.r, args.batch, args.classes
+    torch.manual_seed(0)
+    module = LuCA(d, r, r).to(device)
+    head = CosineClassifier(d)
+    head.grow(classes)
+    head = head.to(device)
+    params = list(module.parameters())
+    optimizer = torch.optim.SGD([*params, head.weight, head.sigma], lr=0.025, momentum=0.9)
+    features = torch.randn(2500, d, device=device)
+    targets = torch.randint(0, classes, (2500,), device=device)
+    order = torch.randperm(2500).to(device)
+
+    def run(n: int) -> None:
+        for i in range(n):
+            index = order[(i % 52) * batch : (i % 52) * batch + batch]
+            loss = F.cross_entropy(head(module(features[index])), targets[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch._foreach_add_([p.grad for p in params], torch._foreach_sign(params), alpha=5e-4)
+            optimizer.step()
+
+    return _timed(run, args, device)
+
+
+def _timed(run: Callable[[int], None], args: argparse.Namespace, device: torch.device) -> list[float]:
+    run(20)
+    _sync(device)
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        run(args.steps)
+        _sync(device)
+        times.append((time.perf_counter() - start) / args.steps * 1e3)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--groups", default="1,8", help="comma-separated G values for the engine")
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--r", type=int, default=48)
+    parser.add_argument("--batch", type=int, default=48)
+    parser.add_argument(
+        "--classes", type=int, default=52, help="the mean number of seen classes over a 20-task run"
+    )
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-autograd", action="store_true")
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    print(f"device {device}, d {args.dim}, r = s = {args.r}, batch {args.batch}, {args.classes} classes")
+    print(f"{'step':>16} {'G':>5} {'ms/step (median, min-max)':>28} {'config-steps/s':>15}")
+    with step_mode(device):
+        rows = [] if args.no_autograd else [("autograd", 1, autograd_step_ms(args, device))]
+        rows += [
+            ("engine", g, engine_step_ms(g, args, device)) for g in (int(v) for v in args.groups.split(","))
+        ]
+    for name, groups, times in rows:
+        median = statistics.median(times)
+        print(
+            f"{name:>16} {groups:>5} {median:>10.3f} ({min(times):.3f}-{max(times):.3f}) {' ' * 6}"
+            f"{groups * 1e3 / median:>15,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

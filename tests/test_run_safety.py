@@ -1,0 +1,118 @@
+"""Stage 2 under faults: a killed fit resumes from its last finished task to the uninterrupted
+result, run files appear whole or not at all, and NaN or inf stops training with the task and epoch
+named instead of a metrics file of zeros."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from heads_fixtures import synthetic_store
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from cli import app
+from tosca_heads import atomic
+from tosca_heads.stream import TaskStream
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = CliRunner()
+
+
+def _fit_cmd(store: Path, run: Path, epochs: int = 40, *extra: str) -> list[str]:
+    return [
+        "fit",
+        "--store",
+        str(store),
+        "--run",
+        str(run),
+        "--init-cls",
+        "2",
+        "--increment",
+        "2",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        *extra,
+    ]
+
+
+def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, spread=1.0)
+    run = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli import app; app()", *_fit_cmd(store.path, run)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 180
+    while time.time() < deadline and not (run / "task_001.safetensors").exists():
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-way through a later task
+    proc.wait()
+    finished = sorted(p.name for p in run.glob("task_*.safetensors"))
+    assert 2 <= len(finished) < 5, finished
+    for name in finished:  # every file that is there loads whole
+        assert "luca.down.weight" in load_file(str(run / name))
+    resumed = RUNNER.invoke(app, _fit_cmd(store.path, run))
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.output.count("reused") == len(finished) and resumed.output.count("trained") >= 5 - len(
+        finished
+    )
+    fresh = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "fresh"))
+    assert fresh.exit_code == 0, fresh.output
+    for task in range(5):
+        a = load_file(str(run / f"task_{task:03d}.safetensors"))
+        b = load_file(str(tmp_path / "fresh" / f"task_{task:03d}.safetensors"))
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["modes"] == json.loads((tmp_path / "fresh" / "metrics.json").read_text())["modes"]
+    assert not list(run.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_an_interrupted_write_leaves_the_previous_file(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.json"
+    atomic.write_text(path, '{"A_last": 0.5}\n')
+    with pytest.raises(RuntimeError), atomic.replacing(path) as tmp:
+        tmp.write_text('{"A_la')  # a writer that dies half-way
+        raise RuntimeError("killed")
+    assert json.loads(path.read_text()) == {"A_last": 0.5}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_nan_features_stop_fit_with_the_task_and_epoch(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    features = np.asarray(store.group["train/features"][:])
+    features[50, 3] = np.nan  # a row of task 1 (classes 2 and 3 come second in the class order)
+    store.group["train/features"][:] = features
+    stream = TaskStream.build(4, 2, 2)
+    task = int(stream.task_of(stream.remap(store.labels("train")[50:51]))[0])
+    result = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "run", 2))
+    assert result.exit_code == 2, result.output
+    assert f"task {task}, epoch 0 hold NaN or inf" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    result = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "run", 3, "--lr", "1e38"))
+    assert result.exit_code == 2, result.output
+    assert "the loss became NaN or inf at task 0, epoch" in result.output
+    assert len(result.output.strip().splitlines()) <= 2  # the table header, then the one-line error
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -1,0 +1,165 @@
+"""The routers: each picks, for every test sample and configuration, the task module that answers.
+
+Every router is one short class with the same interface, registered by name. A router may use
+only what an exemplar-free learner keeps: the task modules' outputs on the sample itself and
+per-class statistics of the frozen features (`stats.ClassStatistics`). `honest` is False for
+the ones that are not deployable as they stand: `oracle` is told the task, and the `batch`
+reports let the other test samples of a batch vote (the reference code's routing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tosca_heads.routers.stats import FrozenModel
+
+REFERENCE_BATCH = 48
+
+
+@dataclass(frozen=True)
+class StageView:
+    """What routers see after a task, for G configurations, M modules and n test samples."""
+
+    entropy: torch.Tensor  # [G, M, n] entropy of each module's softmax over all seen classes
+    energy: torch.Tensor  # [G, M, n] -logsumexp of each module's logits
+    frozen: FrozenModel | None  # frozen-feature class statistics' classifiers (None: not kept)
+    features: torch.Tensor  # [n, d] the frozen test features
+    class_task: torch.Tensor  # [C] the task of each incremental class seen so far
+    true_task: torch.Tensor  # [n] (only the oracle looks)
+    class_ordered: torch.Tensor  # [n] sample positions in the reference's class-by-class test order
+    shuffled: torch.Tensor  # [n] sample positions in a shuffled order
+
+    @property
+    def groups(self) -> int:
+        return int(self.entropy.shape[0])
+
+    def task_log_posterior(self, class_log_posterior: torch.Tensor) -> torch.Tensor:
+        """log p(task | x) = logsumexp of its classes' log p(c | x): [n, C] -> [n, M]."""
+        tasks = int(self.entropy.shape[1])
+        class_task = self.class_task.to(class_log_posterior.device)
+        return torch.stack([class_log_posterior[:, class_task == t].logsumexp(-1) for t in range(tasks)], 1)
+
+    def for_every_configuration(self, chosen: torch.Tensor) -> torch.Tensor:
+        """A choice shared by all configurations (frozen-feature routers): [n] -> [G, n]."""
+        return chosen.to(self.entropy.device).expand(self.groups, -1)
+
+
+class Router:
+    name: str = ""
+    honest: bool = True
+    needs_statistics: bool = False
+    summary: str = ""
+
+    def route(self, view: StageView) -> torch.Tensor:  # [G, n] module index per sample
+        raise NotImplementedError
+
+
+ROUTERS: dict[str, Router] = {}
+
+
+def register(cls: type[Router]) -> type[Router]:
+    ROUTERS[cls.name] = cls()
+    return cls
+
+
+@register
+class Entropy(Router):
+    name = "entropy"
+    summary = "the paper's: the module whose softmax over all seen classes has the least entropy"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return view.entropy.argmin(1)
+
+
+@register
+class Batch(Router):
+    name = "batch"
+    honest = False
+    summary = "the reference code's: one module per batch of 48 of a class-sorted test set, by mean entropy"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return route_batches(view.entropy, view.class_ordered)
+
+
+@register
+class ShuffledBatch(Router):
+    name = "batch_shuffled"
+    honest = False
+    summary = "`batch` on shuffled batches: how much `batch` owes to the ordering"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return route_batches(view.entropy, view.shuffled)
+
+
+@register
+class Oracle(Router):
+    name = "oracle"
+    honest = False
+    summary = "the true task's module: the ceiling of any router"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return view.true_task.long().to(view.entropy.device).expand(view.groups, -1)
+
+
+@register
+class Energy(Router):
+    name = "energy"
+    summary = "the module with the largest logsumexp of its logits (least free energy)"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return view.energy.argmin(1)
+
+
+@register
+class NearestClassMean(Router):
+    name = "ncm"
+    needs_statistics = True
+    summary = "the task of the nearest class mean of the frozen feature (cosine; SimpleCIL's classifier)"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        scores = view.frozen.ncm_scores(view.features)
+        return view.for_every_configuration(view.class_task.to(scores.device)[scores.argmax(-1)])
+
+
+@register
+class Gaussian(Router):
+    name = "lda"
+    needs_statistics = True
+    summary = (
+        "the task of highest posterior under class Gaussians of the frozen features with one shared, "
+        "shrunk covariance (Tukey-transformed when non-negative)"
+    )
+
+    def route(self, view: StageView) -> torch.Tensor:
+        posterior = view.task_log_posterior(view.frozen.lda_log_posterior(view.features))
+        return view.for_every_configuration(posterior.argmax(-1))
+
+
+@register
+class Fusion(Router):
+    name = "fusion"
+    needs_statistics = True
+    summary = "log p(task | frozen feature) under `lda` minus each module's entropy"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        posterior = view.task_log_posterior(view.frozen.lda_log_posterior(view.features))  # [n, M]
+        return (posterior.T.unsqueeze(0).to(view.entropy.device) - view.entropy).argmax(1)
+
+
+def route_batches(
+    entropy: torch.Tensor, order: torch.Tensor, batch_size: int = REFERENCE_BATCH
+) -> torch.Tensor:
+    """One module per consecutive batch of `order` (sample positions), by mean entropy over the batch."""
+    groups, modules, n = entropy.shape
+    batches = -(-n // batch_size)
+    padded = F.pad(entropy[:, :, order], (0, batches * batch_size - n))
+    sums = padded.view(groups, modules, batches, batch_size).sum(-1)
+    counts = torch.full((batches,), float(batch_size), device=entropy.device, dtype=sums.dtype)
+    counts[-1] = n - (batches - 1) * batch_size
+    best = (sums / counts).argmin(1)  # [G, batches]
+    chosen = torch.empty(groups, n, dtype=torch.long, device=entropy.device)
+    chosen[:, order] = best.repeat_interleave(batch_size, dim=1)[:, :n]
+    return chosen

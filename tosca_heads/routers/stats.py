@@ -1,0 +1,174 @@
+"""Per-class statistics of the frozen features, kept task by task (never samples): what the
+frozen-feature routers (nearest class mean, shared-covariance Gaussian) are built from.
+
+For each class: its sample count and the sum of its clean training features (raw, and after the
+feature transform); for all classes together: the within-class scatter matrix of the transformed
+features. The transform is Tukey's square root (FeCAM) when the first task's features are all
+non-negative (pooled CNN features after ReLU), else the identity (ViT [CLS] features).
+
+The Gaussian model's shrinkage towards a scaled identity is chosen after each task on a held-out
+fifth of that task's training rows, classified among every class seen so far (the old classes by
+their kept statistics): the choice sees only training data, and it sees the cross-task
+confusions that routing suffers from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
+HELD_OUT = 0.2
+TRANSFORMS = ("tukey", "none")
+
+
+def transform(x: torch.Tensor, kind: str) -> torch.Tensor:
+    return x.clamp_min(0).sqrt() if kind == "tukey" else x
+
+
+@dataclass(frozen=True)
+class FrozenModel:
+    """The frozen-feature classifiers after one task, over the classes seen so far."""
+
+    kind: str  # the feature transform
+    unit_means: torch.Tensor  # [C, d] normalised class means of the raw features (nearest class mean)
+    lda_weight: torch.Tensor  # [d, C]: Sigma^-1 mu_c of the transformed features
+    lda_bias: torch.Tensor  # [C]: -mu_c' Sigma^-1 mu_c / 2 (+ log prior, equal here)
+
+    def ncm_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Cosine similarity of each sample to each class mean: [n, C]."""
+        return torch.nn.functional.normalize(x, dim=-1) @ self.unit_means.T
+
+    def lda_log_posterior(self, x: torch.Tensor) -> torch.Tensor:
+        """log p(c | x) under class Gaussians with the shared, shrunk covariance: [n, C]."""
+        return torch.log_softmax(transform(x, self.kind) @ self.lda_weight + self.lda_bias, dim=-1)
+
+    def to(self, device: torch.device) -> FrozenModel:
+        return FrozenModel(
+            self.kind, self.unit_means.to(device), self.lda_weight.to(device), self.lda_bias.to(device)
+        )
+
+
+class ClassStatistics:
+    """Counts, sums and the within-class scatter, grown one task's classes at a time.
+
+    Fitted state: `counts_` [C], `sums_` [C, d], `tsums_` [C, d] (transformed), `scatter_` [d, d]
+    (float64), `kind_`, and `shrinkage_` (one value per task).
+    """
+
+    def __init__(self, dim: int, seed: int = 0):
+        self.dim = dim
+        self.seed = seed
+
+    @property
+    def classes(self) -> int:
+        return 0 if not hasattr(self, "counts_") else len(self.counts_)
+
+    def partial_fit(self, features: torch.Tensor, labels: np.ndarray, classes: range) -> ClassStatistics:
+        """Add one task's classes (incremental ids `classes`, the next ones) from their clean features."""
+        x = features.detach().to("cpu", torch.float32)
+        if not hasattr(self, "counts_"):
+            self.kind_ = "tukey" if float(x.min()) >= 0 else "none"
+            self.counts_ = torch.zeros(0, dtype=torch.float64)
+            self.sums_ = torch.zeros(0, self.dim, dtype=torch.float64)
+            self.tsums_ = torch.zeros(0, self.dim, dtype=torch.float64)
+            self.scatter_ = torch.zeros(self.dim, self.dim, dtype=torch.float64)
+            self.shrinkage_: list[float] = []
+        if classes.start != self.classes:
+            raise ValueError(f"classes arrive in order: expected {self.classes}, got {classes.start}")
+        self.shrinkage_.append(self._choose_shrinkage(x, labels, classes))
+        counts, sums, tsums, scatter = _class_moments(x, labels, classes, self.kind_)
+        self.counts_ = torch.cat([self.counts_, counts])
+        self.sums_ = torch.cat([self.sums_, sums])
+        self.tsums_ = torch.cat([self.tsums_, tsums])
+        self.scatter_ = self.scatter_ + scatter
+        return self
+
+    def _choose_shrinkage(self, x: torch.Tensor, labels: np.ndarray, classes: range) -> float:
+        """The grid value whose model classifies a held-out fifth of this task best among all seen classes."""
+        order = np.random.default_rng(self.seed + classes.start).permutation(len(labels))
+        held = order[: max(1, int(len(order) * HELD_OUT))]
+        fit = order[len(held) :]
+        if len(fit) == 0 or any((labels[fit] == c).sum() == 0 for c in classes):
+            return SHRINKAGE_GRID[len(SHRINKAGE_GRID) // 2]  # too few rows to hold any out
+        counts, sums, tsums, scatter = _class_moments(x[fit], labels[fit], classes, self.kind_)
+        trial = (
+            torch.cat([self.counts_, counts]),
+            torch.cat([self.sums_, sums]),
+            torch.cat([self.tsums_, tsums]),
+            self.scatter_ + scatter,
+        )
+        truth = torch.from_numpy(labels[held])
+        accuracy = {
+            lam: float(
+                (_model(*trial, self.kind_, lam).lda_log_posterior(x[held]).argmax(-1) == truth)
+                .float()
+                .mean()
+            )
+            for lam in SHRINKAGE_GRID
+        }
+        best = max(accuracy.values())
+        return max(lam for lam, acc in accuracy.items() if acc == best)  # ties: the stronger shrinkage
+
+    def model(self) -> FrozenModel:
+        """The classifiers over every class seen so far, with the last task's shrinkage."""
+        return _model(self.counts_, self.sums_, self.tsums_, self.scatter_, self.kind_, self.shrinkage_[-1])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            "counts": self.counts_,
+            "sums": self.sums_,
+            "tsums": self.tsums_,
+            "scatter": self.scatter_,
+            "shrinkage": torch.tensor(self.shrinkage_, dtype=torch.float64),
+            "tukey": torch.tensor([self.kind_ == "tukey"]),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> ClassStatistics:
+        self.counts_, self.sums_, self.tsums_ = state["counts"], state["sums"], state["tsums"]
+        self.scatter_ = state["scatter"]
+        self.shrinkage_ = [float(v) for v in state["shrinkage"]]
+        self.kind_ = "tukey" if bool(state["tukey"][0]) else "none"
+        return self
+
+
+def _class_moments(
+    x: torch.Tensor, labels: np.ndarray, classes: range, kind: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = transform(x, kind).double()
+    counts, sums, tsums = [], [], []
+    scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64)
+    for c in classes:
+        rows = torch.from_numpy(labels == c)
+        members, tmembers = x[rows].double(), t[rows]
+        counts.append(float(len(members)))
+        sums.append(members.sum(0))
+        tsums.append(tmembers.sum(0))
+        centred = tmembers - tmembers.mean(0)
+        scatter += centred.T @ centred
+    return torch.tensor(counts, dtype=torch.float64), torch.stack(sums), torch.stack(tsums), scatter
+
+
+def _model(
+    counts: torch.Tensor,
+    sums: torch.Tensor,
+    tsums: torch.Tensor,
+    scatter: torch.Tensor,
+    kind: str,
+    lam: float,
+) -> FrozenModel:
+    if bool((counts == 0).any()):
+        raise ValueError("a class without training samples has no statistics")
+    dim = scatter.shape[0]
+    covariance = scatter / max(1.0, float(counts.sum()) - len(counts))
+    scale = float(torch.trace(covariance)) / dim or 1.0
+    # accumulated in float64; solved in float32, which the shrinkage (>= 1% of the mean variance
+    # on the diagonal) keeps well conditioned, at a third of the cost
+    shrunk = ((1 - lam) * covariance + lam * scale * torch.eye(dim, dtype=torch.float64)).float()
+    means = (tsums / counts[:, None]).float()
+    weight = torch.cholesky_solve(means.T.contiguous(), torch.linalg.cholesky(shrunk))  # [d, C]
+    bias = -0.5 * (means * weight.T).sum(-1)
+    unit = torch.nn.functional.normalize(sums / counts[:, None], dim=-1)
+    return FrozenModel(kind, unit.float(), weight, bias)
