@@ -3,6 +3,8 @@ routers' statistics (kept task by task, never samples)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -141,3 +143,50 @@ def test_router_names_resolve_with_the_old_alias() -> None:
     with pytest.raises(UserError, match="unknown --router 'knn'"):
         resolve_routers("lda,knn")
     assert not ROUTERS["oracle"].honest and not ROUTERS["batch"].honest and ROUTERS["lda"].honest
+
+
+def test_routers_command_lists_every_router_beside_the_baselines(tmp_path: Path) -> None:
+    import json
+
+    from heads_fixtures import synthetic_store
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    runner = CliRunner()
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, views=2, spread=1.5)
+    stream = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+    run = tmp_path / "runs" / "run"
+    fit = runner.invoke(app, ["fit", "--store", str(store.path), *stream, "--epochs", "2", "--run", str(run)])
+    assert fit.exit_code == 0, fit.output
+    base = runner.invoke(
+        app,
+        [
+            "baselines",
+            "--store",
+            str(store.path),
+            *stream,
+            "--no-tosca",
+            "--methods",
+            "simplecil",
+            "--out",
+            str(tmp_path / "runs" / "b"),
+        ],
+    )
+    assert base.exit_code == 0, base.output
+    result = runner.invoke(app, ["routers", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    metrics = json.loads((run / "metrics.json").read_text())
+    by_name = {r["router"]: r for r in rows}
+    assert set(ROUTER_NAMES) | {"simplecil"} == set(by_name)
+    for name in ROUTER_NAMES:
+        assert by_name[name]["A_last"] == pytest.approx(100 * metrics["modes"][name]["A_last"])
+        assert by_name[name]["routing_accuracy"] == pytest.approx(
+            100 * metrics["modes"][name]["routing_accuracy"]
+        )
+    assert by_name["simplecil"]["kind"] == "baseline" and by_name["simplecil"]["routing_accuracy"] is None
+    table = runner.invoke(app, ["routers", str(run)])
+    assert table.exit_code == 0 and "the best honest router of this run" in table.output
+    missing = runner.invoke(app, ["routers", str(tmp_path)])
+    assert missing.exit_code == 2 and "not a run directory" in missing.output

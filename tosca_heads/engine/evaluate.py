@@ -28,6 +28,7 @@ from tosca_heads.stream import TaskStream
 
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
+FORWARD_BYTES = 256 << 20  # one [G, rows, d] activation of a module forward over test rows
 
 
 def default_cache_bytes(device: torch.device) -> int:
@@ -89,20 +90,38 @@ class StageEvaluator:
 
     def _units(self, state: Snapshot, module: int, n: int) -> torch.Tensor:
         """Normalised outputs of a module on the first n sorted test rows: [G, n, d]."""
-        params, flow = state.layout.views(state.modules[module]), state.layout.flow
         if module in self._cache:
             cache, filled = self._cache[module]
         else:
             size = state.groups * self.features.numel() * 4
             if self._cached_bytes + size > self.cache_bytes:
-                return normalize_rows(luca_forward(params, self.features[:n], flow))
+                return self._forward(
+                    state,
+                    module,
+                    0,
+                    n,
+                    torch.empty(state.groups, n, self.features.shape[1], device=self.device),
+                )
             cache, filled = torch.empty(state.groups, *self.features.shape, device=self.device), 0
             self._cached_bytes += size
         if filled < n:
-            cache[:, filled:n] = normalize_rows(luca_forward(params, self.features[filled:n], flow))
+            self._forward(state, module, filled, n, cache[:, filled:n])
             filled = n
         self._cache[module] = (cache, filled)
         return cache[:, :n]
+
+    def _forward(self, state: Snapshot, module: int, lo: int, hi: int, out: torch.Tensor) -> torch.Tensor:
+        """Normalised module outputs of sorted test rows lo..hi into `out`, a few rows at a time (a
+        module's intermediate tensors are [G, rows, d] each: thousands of rows x hundreds of
+        configurations would not fit a GPU at once)."""
+        params, flow = state.layout.views(state.modules[module]), state.layout.flow
+        step = max(1, FORWARD_BYTES // (state.groups * self.features.shape[1] * 4))
+        for start in range(lo, hi, step):
+            stop = min(hi, start + step)
+            out[:, start - lo : stop - lo] = normalize_rows(
+                luca_forward(params, self.features[start:stop], flow)
+            )
+        return out
 
     @torch.no_grad()
     def evaluate(self, task: int, state: Snapshot) -> tuple[list[dict[str, dict[str, Any]]], float]:

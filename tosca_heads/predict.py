@@ -1,0 +1,123 @@
+"""A trained run applied to new features: every task module, a router, the chosen module's class.
+
+The stage-2 half of `tosca predict` (the backbone half is `featcache.embed`): a run folder holds
+each task's module, the classifier after the last task and the frozen-feature routers'
+statistics; nothing else is needed to route and classify a feature vector.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from featcache.errors import UserError
+from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.router import module_scores
+from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
+from tosca_heads.runs import ROUTER_FILE, StreamConfig, _load_task, finished_tasks
+from tosca_heads.stream import TaskStream
+from tosca_heads.train import TrainConfig
+
+
+@dataclass
+class Predictions:
+    """Per image: the incremental class id, its probability under the chosen module, the chosen task."""
+
+    classes: np.ndarray
+    probabilities: np.ndarray
+    tasks: np.ndarray
+
+
+class RunPredictor:
+    """A finished run, ready to classify features: `fit` loads it, `predict` routes and classifies."""
+
+    def __init__(self, run_dir: Path, num_classes: int, device: torch.device | str = "cpu"):
+        self.run_dir = Path(run_dir)
+        self.num_classes = num_classes  # the dataset's: the class order permutes all of them
+        self.device = torch.device(device)
+
+    def fit(self) -> RunPredictor:
+        """Load the modules, the last classifier and the router statistics (nothing is trained)."""
+        config_path = self.run_dir / "config.json"
+        if not config_path.is_file():
+            raise UserError(f"not a run directory: {self.run_dir} (no config.json)")
+        self.config_ = json.loads(config_path.read_text())
+        tasks = finished_tasks(self.run_dir)
+        if tasks == 0:
+            raise UserError(
+                f"run {self.run_dir} has no finished task; train one with `tosca fit --run {self.run_dir}`"
+            )
+        train = TrainConfig(**self.config_["train"])
+        dim = int(self.config_["feature_dim"])
+        self.layout_ = ParamLayout(dim, train.r, train.s, train.flow)
+        modules, head = [], {}
+        for task in range(tasks):
+            module, head, _ = _load_task(self.run_dir, task)
+            modules.append(self.layout_.pack(module, train.r, train.s).unsqueeze(0).to(self.device))
+        self.modules_ = tuple(modules)
+        self.weight_ = head["head.weight"].unsqueeze(0).to(self.device)
+        self.sigma_ = head["head.sigma"].reshape(1).to(self.device)
+        router_file = self.run_dir / ROUTER_FILE
+        self.statistics_ = (
+            ClassStatistics(dim).load_state_dict(load_file(str(router_file)))
+            if router_file.is_file()
+            else None
+        )
+        self.stream_: TaskStream = StreamConfig(**self.config_["stream"]).task_stream(self.num_classes)
+        self.tasks_ = tasks
+        return self
+
+    @torch.no_grad()
+    def predict(self, features: torch.Tensor, router: str) -> Predictions:
+        if ROUTERS[router].needs_statistics and self.statistics_ is None:
+            raise UserError(
+                f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
+            )
+        if not ROUTERS[router].honest:
+            raise UserError(
+                f"router {router!r} needs the task id or a batch of test images; pick an honest router"
+            )
+        x = features.to(self.device, torch.float32)
+        w_unit = normalize_rows(self.weight_[0]).T
+        logits = torch.stack(
+            [
+                self.sigma_
+                * normalize_rows(luca_forward(self.layout_.views(m), x, self.layout_.flow))[0]
+                @ w_unit
+                for m in self.modules_
+            ]
+        )  # [M, n, C]
+        entropy, predictions, energy = module_scores(logits)
+        classes = np.arange(int(self.weight_.shape[1]))
+        view = StageView(
+            entropy=entropy.unsqueeze(0),
+            energy=energy.unsqueeze(0),
+            frozen=None if self.statistics_ is None else self.statistics_.model().to(self.device),
+            features=x,
+            class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
+            true_task=torch.zeros(
+                len(x), dtype=torch.long, device=self.device
+            ),  # never read by honest routers
+            class_ordered=torch.arange(len(x), device=self.device),
+            shuffled=torch.arange(len(x), device=self.device),
+        )
+        chosen = ROUTERS[router].route(view)[0]
+        rows = torch.arange(len(x), device=self.device)
+        chosen_logits = logits[chosen, rows]  # [n, C]
+        probabilities = torch.softmax(chosen_logits, -1)
+        predicted = predictions[chosen, rows]
+        return Predictions(
+            predicted.cpu().numpy(),
+            probabilities[rows, predicted].cpu().numpy(),
+            chosen.cpu().numpy(),
+        )
+
+    def class_names(self, names: list[str]) -> list[str]:
+        """Names of the incremental class ids, from the dataset's class names (original label order)."""
+        return [names[int(original)] for original in self.stream_.order]
