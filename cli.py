@@ -120,14 +120,23 @@ def extract(
         None, help="Image-decoding processes (default: cores - 1; 0 = in-process)."
     ),
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N."),
-    precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16."),
+    precision: str = typer.Option(
+        "fp32", help="fp32 (the default on every device; TF32 off) or bf16 (autocast; recorded in the store)."
+    ),
+    decode: str = typer.Option(
+        "auto",
+        help="pil (the reference: PIL decodes and resizes) or torch (torchvision.io + tensor ops; nvjpeg "
+        "and GPU resizes on CUDA); auto = an existing store's decoder, else torch on CUDA, pil on CPU.",
+    ),
     chunk_size: int = typer.Option(
         512, help="Samples per store chunk (the unit of resume and of distribution)."
     ),
     limit_per_class: int | None = typer.Option(None, help="Keep the first N images per class in each split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing store made differently."),
     scheduler: str | None = typer.Option(
-        None, help="Dask scheduler address (tcp://host:8786) to spread chunks."
+        None,
+        help="Spread chunks over Dask: local:N (N processes here), local-cuda (one worker per GPU, "
+        "needs dask-cuda), a scheduler address (tcp://host:8786) or a scheduler file (.json).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -150,6 +159,7 @@ def extract(
         workers=workers,
         device=device,
         precision=precision,
+        decode=decode,
         chunk_size=chunk_size,
         limit_per_class=limit_per_class,
         overwrite=overwrite,
@@ -194,6 +204,8 @@ def _print_summary(summary: Any) -> None:
         ("feature dim", str(summary.dim)),
         ("views", str(summary.views)),
         ("chunks", f"{summary.chunks_computed} computed, {summary.chunks_skipped} already done"),
+        ("precision / decoder", f"{summary.extra.get('precision')} / {summary.extra.get('decoder')}"),
+        ("compute", str(summary.extra.get("compute"))),
         ("images", rate),
         ("store size", human_bytes(summary.store_bytes)),
     ]
@@ -955,13 +967,15 @@ def cache_info(
         ("backbone", f"{bb['alias']} = {bb['timm_name']} (dim {bb['feature_dim']})"),
         ("weights", weights),
         ("weights sha256", bb["weights_sha256"]),
-        ("preprocessing", ", ".join(f"{k}={v}" for k, v in prep.items())),
+        ("preprocessing", ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")),
+        ("decoder", _decoder_text(prep.get("decoder", "pil"))),
         ("dataset", f"{ds['name']} ({ds['num_classes']} classes) from {attrs.get('dataset_source')}"),
         ("split rule", ds["split_rule"]),
         ("limit per class", str(ds["limit_per_class"])),
         ("samples", ", ".join(f"{k} {v:,}" for k, v in ds["samples"].items())),
         ("views / seed", f"{ident['views']} / {ident['seed']}"),
-        ("dtype / precision", f"{ident['dtype']} / {ident['precision']}"),
+        ("dtype", ident["dtype"]),
+        ("precision", _precision_text(ident["precision"])),
         ("progress", ", ".join(f"{k} {v}" for k, v in progress.items())),
         ("size", human_bytes(st.size_bytes())),
         ("fingerprint", attrs["fingerprint"]),
@@ -969,6 +983,19 @@ def cache_info(
         ("versions", ", ".join(f"{k} {v}" for k, v in attrs.get("versions", {}).items())),
     ]
     _key_value_table(rows)
+
+
+def _precision_text(precision: str) -> str:
+    from featcache.options import PRECISIONS
+
+    text = f"{precision}: {PRECISIONS.get(precision, 'as recorded')}"
+    return text + (" [yellow](not the fp32 default)[/]" if precision != "fp32" else "")
+
+
+def _decoder_text(decoder: str) -> str:
+    from featcache.options import DECODERS
+
+    return f"{decoder}: {DECODERS[decoder]}" if decoder in DECODERS else decoder
 
 
 @cache_app.command("verify")

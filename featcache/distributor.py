@@ -1,24 +1,32 @@
-"""Distributor: pending chunks as Dask tasks; each worker loads the backbone once and writes its chunks.
+"""Distributor: pending chunks as Dask tasks; each worker process loads the backbone once, onto its device.
 
 Chunks are whole-chunk writes by exactly one writer, so many workers (or machines sharing the
 store path) can fill one store; the seeded views make their output identical to a local run.
+
+The device is decided on the worker: `auto` is the worker's own GPU when it has one (under
+dask-cuda, or `dask worker` with CUDA_VISIBLE_DEVICES set, that is `cuda` = its one visible
+GPU), else its CPU. Precision and decoder are fixed by the store identity, not by the worker.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
+from featcache.chunks import Progress, extract_chunks
+from featcache.cluster import SchedulerChoice, dask_client
 from featcache.datasets import SplitSamples
-from featcache.extract import ExtractPlan, Progress, extract_chunks
-from featcache.mapper import FeatureMapper, resolve_device
+from featcache.mapper import FeatureMapper, default_batch_size, resolve_device
 from featcache.store import FeatureStore
 from featcache.transforms import Preprocessing
 
 _BACKBONES: dict[tuple, LoadedBackbone] = {}
-_BACKBONES_LOCK = threading.Lock()
+_MAPPERS: dict[tuple, FeatureMapper] = {}
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -34,66 +42,78 @@ class ChunkJob:
     random_init: bool
     weights_sha256: str
     seed: int
-    batch_size: int
-    device: str
+    batch_size: int | None  # None: the worker's device default
+    device: str  # auto (the worker's GPU if it has one), cpu or cuda
     precision: str
+    torch_threads: int | None = None  # set on local:N clusters so N processes share the cores
+
+
+def worker_device(requested: str) -> str:
+    """What a worker is told: a client's `cuda:N` means nothing on another process's GPU list."""
+    return "cuda" if requested.startswith("cuda") else requested
 
 
 def _backbone_on_worker(job: ChunkJob) -> LoadedBackbone:
     """Load once per worker process; refuse weights that differ from what the store records."""
     key = (job.spec, job.weights, job.random_init)
-    with _BACKBONES_LOCK:
-        if key not in _BACKBONES:
-            loaded = load_backbone(job.spec, Path(job.weights) if job.weights else None, job.random_init)
-            if loaded.weights_sha256 != job.weights_sha256:
-                raise RuntimeError(f"worker loaded other weights for {job.spec.alias} than the store records")
-            _BACKBONES[key] = loaded
-        return _BACKBONES[key]
+    if key not in _BACKBONES:
+        loaded = load_backbone(job.spec, Path(job.weights) if job.weights else None, job.random_init)
+        if loaded.weights_sha256 != job.weights_sha256:
+            raise RuntimeError(f"worker loaded other weights for {job.spec.alias} than the store records")
+        _BACKBONES[key] = loaded
+    return _BACKBONES[key]
+
+
+def mapper_on_worker(job: ChunkJob) -> FeatureMapper:
+    """One backbone per process, moved once onto this worker's device and reused by every job."""
+    device = resolve_device(job.device)
+    batch_size = job.batch_size or default_batch_size(device)
+    key = (job.spec, job.weights, job.random_init, str(device), job.precision, batch_size)
+    with _LOCK:
+        if key not in _MAPPERS:
+            _MAPPERS[key] = FeatureMapper(_backbone_on_worker(job).model, device, job.precision, batch_size)
+        return _MAPPERS[key]
 
 
 def run_chunk_job(job: ChunkJob, samples: SplitSamples) -> int:
     """Runs on a worker; `samples` is the split's list, scattered to each worker once."""
-    backbone = _backbone_on_worker(job)
-    mapper = FeatureMapper(backbone.model, resolve_device(job.device), job.precision, job.batch_size)
+    if job.torch_threads is not None:
+        torch.set_num_threads(job.torch_threads)
+    mapper = mapper_on_worker(job)
     store = FeatureStore.open(job.store_path, mode="r+")
     return extract_chunks(
-        store, job.split, list(job.chunks), samples, job.preprocessing, mapper, job.seed, job.batch_size, 0
+        store,
+        job.split,
+        list(job.chunks),
+        samples,
+        job.preprocessing,
+        mapper,
+        job.seed,
+        mapper.micro_batch,
+        0,  # a Dask worker process is daemonic: no DataLoader processes of its own
     )
 
 
 def extract_on_cluster(
-    plan: ExtractPlan,
+    template: ChunkJob,
     store: FeatureStore,
     pending: dict[str, list[int]],
-    scheduler: str,
+    splits: dict[str, SplitSamples],
+    scheduler: SchedulerChoice,
     progress: Progress | None = None,
 ) -> int:
-    from distributed import Client, as_completed
+    """Every pending chunk as one task on the cluster; returns the number of images forwarded."""
+    from distributed import as_completed
 
-    req = plan.request
-    device = "auto" if plan.device.startswith("cuda") else "cpu"
     jobs = [
-        ChunkJob(
-            str(store.path.resolve()),
-            split,
-            (chunk,),
-            plan.preprocessing,
-            plan.spec,
-            str(req.weights) if req.weights else None,
-            req.random_init,
-            plan.backbone.weights_sha256,
-            req.seed,
-            plan.batch_size,
-            device,
-            plan.precision,
-        )
+        replace(template, store_path=str(store.path.resolve()), split=split, chunks=(chunk,))
         for split, chunks in pending.items()
         for chunk in chunks
     ]
     totals = {s: sum(_chunk_images(store, s, c) for c in pending[s]) for s in pending}
     images = 0
-    with Client(scheduler) as client:
-        scattered = {s: client.scatter(plan.dataset.splits[s], broadcast=True) for s in pending if pending[s]}
+    with dask_client(scheduler) as client:
+        scattered = {s: client.scatter(splits[s], broadcast=True) for s in pending if pending[s]}
         futures = {client.submit(run_chunk_job, job, scattered[job.split], pure=False): job for job in jobs}
         for future in as_completed(futures):
             done = future.result()

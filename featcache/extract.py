@@ -1,8 +1,8 @@
 """Runner: plan an extraction, open or create its store, compute the pending chunks.
 
-`plan_extraction` resolves names into a backbone, a dataset and a preprocessing policy and
-decides the store's identity; `run_extraction` computes only the chunks not yet flagged done,
-locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
+`plan_extraction` resolves names into a backbone, a dataset, a preprocessing policy, a decoder
+and a precision, and decides the store's identity; `run_extraction` computes only the chunks
+not yet flagged done, locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,16 @@ from typing import Any
 import numpy as np
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
+from featcache.chunks import Progress, extract_chunks, uses_device_stage
+from featcache.cluster import SchedulerChoice, check_available, parse_scheduler
 from featcache.datasets import DatasetSource, SplitSamples, load_dataset
+from featcache.decoding import resolve_decoder
+from featcache.distributor import ChunkJob, extract_on_cluster, worker_device
 from featcache.errors import UserError
 from featcache.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
-from featcache.reader import SampleImages, chunk_batches, make_loader
+from featcache.options import DEFAULT_PRECISION
 from featcache.store import DTYPES, SPLITS, FeatureStore, identity_differences
 from featcache.transforms import POLICIES, Preprocessing, make_preprocessing
-from featcache.writer import ChunkWriter
-
-# progress(split, images_done_now, images_total_for_split)
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -50,11 +49,15 @@ class ExtractRequest:
     batch_size: int | None = None  # None: default_batch_size(device)
     workers: int | None = None  # None: default_workers()
     device: str = "auto"
-    precision: str = "auto"
+    precision: str = DEFAULT_PRECISION
+    decode: str = "auto"  # auto: an existing store's decoder, else torch on CUDA, pil on CPU
     chunk_size: int = 512
     limit_per_class: int | None = None
     overwrite: bool = False
-    scheduler: str | None = None
+    scheduler: str | None = None  # local:N, local-cuda, an address or a scheduler file
+
+    def scheduler_choice(self) -> SchedulerChoice | None:
+        return parse_scheduler(self.scheduler) if self.scheduler else None
 
     def validate(self) -> None:
         checks = [
@@ -74,6 +77,10 @@ class ExtractRequest:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        resolve_precision(self.precision)
+        choice = self.scheduler_choice()
+        if choice is not None:
+            check_available(choice)
 
 
 @dataclass
@@ -146,20 +153,37 @@ def _versions() -> dict[str, str]:
     }
 
 
+def stored_identity(path: Path) -> dict[str, Any] | None:
+    """An existing store's identity, with what older stores did not record filled in.
+
+    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
+    decoded by PIL.
+    """
+    if not path.exists():
+        return None
+    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
+    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
+    return identity
+
+
 def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     request.validate()
     spec = resolve_backbone(request.model)
-    dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
-    backbone = load_backbone(spec, request.weights, request.random_init)
     policy = request.policy or spec.default_policy
-    prep = make_preprocessing(policy, backbone.data_config)
     device = resolve_device(request.device)
-    precision = resolve_precision(request.precision, device)
+    precision = resolve_precision(request.precision)
     store_path = (
         Path(request.store)
         if request.store
         else default_store_path(request.cache_dir, request.dataset, spec, policy)
     )
+    existing = None if request.overwrite else stored_identity(store_path)
+    decoder = resolve_decoder(
+        request.decode, device, existing["preprocessing"]["decoder"] if existing else None
+    )
+    dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
+    backbone = load_backbone(spec, request.weights, request.random_init)
+    prep = make_preprocessing(policy, backbone.data_config, decoder)
     dataset_attrs = dataset.attrs()
     identity = {
         "backbone": {k: v for k, v in backbone.attrs().items() if k != "weights_file"},
@@ -177,7 +201,7 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     meta = {
         "backbone_weights_file": backbone.weights_file,
         "dataset_source": dataset.source,
-        "compute": {"device": device.type, "precision": precision},
+        "compute": {"device": device.type, "precision": precision, "tf32": False, "decoder": decoder},
         "versions": _versions(),
     }
     batch_size = request.batch_size or default_batch_size(device)
@@ -189,9 +213,10 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
 def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     """(store, created). Refuses an existing store made with another configuration."""
     path = plan.store_path
-    if path.exists() and not plan.request.overwrite:
+    existing = None if plan.request.overwrite else stored_identity(path)
+    if existing is not None:
         store = FeatureStore.open(path, mode="r+")
-        diffs = identity_differences(store.identity, plan.identity)
+        diffs = identity_differences(existing, plan.identity)
         if diffs:
             shown = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
             raise UserError(
@@ -218,42 +243,6 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     return FeatureStore.open(path, mode="r+"), True
 
 
-def extract_chunks(
-    store: FeatureStore,
-    split: str,
-    chunks: list[int],
-    samples: SplitSamples,
-    prep: Preprocessing,
-    mapper: FeatureMapper,
-    seed: int,
-    batch_size: int,
-    workers: int,
-    progress: Progress | None = None,
-) -> int:
-    """Compute and write the given chunks of one split; returns the number of images forwarded."""
-    views = store.views if split == "train" else 0
-    batches = chunk_batches(store.layout(split), chunks, batch_size)
-    loader = make_loader(SampleImages(samples, prep, split, seed, views), batches, workers)
-    writer = ChunkWriter(store, split, str(store.group[f"{split}/features"].dtype))
-    images = 0
-    total = sum(len(b) for b in batches) * (1 + views)
-    for batch in loader:
-        if batch.errors:
-            chunk = batch.indices[0] // store.chunk_size
-            raise UserError(
-                f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done"
-            )
-        assert batch.images is not None
-        out = mapper(batch.images)
-        n = len(batch.indices)
-        view_out = out[n:].reshape(n, views, -1) if views else None
-        writer.add(batch.indices, out[:n], view_out)
-        images += out.shape[0]
-        if progress is not None:
-            progress(split, out.shape[0], total)
-    return images
-
-
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
     start = time.perf_counter()
     store, _ = open_or_create_store(plan)
@@ -275,15 +264,18 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
             already_done=True,
         )
     req = plan.request
-    if req.scheduler:
-        from featcache.distributor import extract_on_cluster
-
-        images = extract_on_cluster(plan, store, pending, req.scheduler, progress)
+    choice = req.scheduler_choice()
+    if choice is not None:
+        images = extract_on_cluster(
+            _job_template(plan, choice), store, pending, plan.dataset.splits, choice, progress
+        )
+        where = choice.describe()
     else:
         mapper = FeatureMapper(
             plan.backbone.model, resolve_device(plan.device), plan.precision, plan.batch_size
         )
         images = 0
+        workers = default_workers() if req.workers is None else req.workers
         for split in SPLITS:
             if pending[split]:
                 images += extract_chunks(
@@ -295,9 +287,13 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
                     mapper,
                     req.seed,
                     plan.batch_size,
-                    default_workers() if req.workers is None else req.workers,
+                    workers,
                     progress,
                 )
+        if uses_device_stage(plan.preprocessing, mapper):
+            where = f"{plan.device}; decoded and resized on {plan.device}"
+        else:
+            where = f"{plan.device}; decoded by {workers} loader worker(s)" if workers else f"{plan.device}"
     store.touch()
     return ExtractSummary(
         store.path,
@@ -309,4 +305,28 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
         total_chunks - n_pending,
         time.perf_counter() - start,
         store.size_bytes(),
+        extra={"precision": plan.precision, "decoder": plan.preprocessing.decoder, "compute": where},
+    )
+
+
+def _job_template(plan: ExtractPlan, choice: SchedulerChoice) -> ChunkJob:
+    """Everything a worker needs but the chunks themselves."""
+    req = plan.request
+    threads = None
+    if choice.kind == "local" and choice.workers is not None:
+        threads = max(1, (os.cpu_count() or 1) // choice.workers)
+    return ChunkJob(
+        store_path=str(plan.store_path),
+        split="",
+        chunks=(),
+        preprocessing=plan.preprocessing,
+        spec=plan.spec,
+        weights=str(req.weights) if req.weights else None,
+        random_init=req.random_init,
+        weights_sha256=plan.backbone.weights_sha256,
+        seed=req.seed,
+        batch_size=req.batch_size,
+        device=worker_device(req.device),
+        precision=plan.precision,
+        torch_threads=threads,
     )

@@ -1,16 +1,22 @@
-"""Mapper: images -> the vector the method caches, `model(x)` of a num_classes=0 timm model."""
+"""Mapper: images -> the vector the method caches, `model(x)` of a num_classes=0 timm model.
+
+Faithful by default: fp32 on every device, with TF32 off (cuBLAS matmuls and cuDNN convolutions
+would otherwise round inputs to 10 mantissa bits on Ampere and later; cuDNN allows it by
+default). bf16 autocast only when asked for; the precision is part of the store identity.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from featcache.errors import UserError
-
-PRECISIONS = ("auto", "fp32", "bf16")
+from featcache.options import PRECISIONS
 
 
 def resolve_device(device: str) -> torch.device:
@@ -22,15 +28,50 @@ def resolve_device(device: str) -> torch.device:
         raise UserError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from exc
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {device!r} asked for, but CUDA is not available here; use --device cpu")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise UserError(
+            f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible"
+        )
     return resolved
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
+def resolve_precision(precision: str) -> str:
+    """The same on every device: never a silent switch to a lower precision."""
     if precision not in PRECISIONS:
-        raise UserError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
+        raise UserError(
+            f"unknown --precision {precision!r}: use fp32 (the default, on every device) or bf16 (autocast)"
+        )
     return precision
+
+
+_TF32_LOCK = threading.Lock()
+_TF32_USERS = 0
+_TF32_SAVED: tuple[bool, bool] | None = None
+
+
+@contextlib.contextmanager
+def tf32_off() -> Iterator[None]:
+    """TF32 off for cuBLAS and cuDNN while any forward runs in this process, restored after the last.
+
+    Counted, not nested save/restore: Dask thread workers can run forwards concurrently.
+    """
+    global _TF32_USERS, _TF32_SAVED
+    with _TF32_LOCK:
+        if _TF32_USERS == 0:
+            try:
+                _TF32_SAVED = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            except RuntimeError:  # flags last set through torch's newer fp32_precision API
+                _TF32_SAVED = None
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        _TF32_USERS += 1
+    try:
+        yield
+    finally:
+        with _TF32_LOCK:
+            _TF32_USERS -= 1
+            if _TF32_USERS == 0 and _TF32_SAVED is not None:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_SAVED
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -59,8 +100,9 @@ class FeatureMapper:
         return contextlib.nullcontext()
 
     def __call__(self, images: torch.Tensor) -> np.ndarray:
+        """Images on the CPU (pinned when the device is CUDA) or already on the device."""
         outputs = []
-        with torch.inference_mode(), self._autocast():
+        with torch.inference_mode(), tf32_off(), self._autocast():
             for start in range(0, images.shape[0], self.micro_batch):
                 part = images[start : start + self.micro_batch].to(self.device, non_blocking=True)
                 part = part.contiguous(memory_format=self.memory_format)

@@ -1,6 +1,7 @@
 """The online feature source: runs the frozen backbone on the images whenever features are asked for.
 
-It is what the reference code does every epoch. It answers the same questions as
+It is what the reference code does every epoch. It decodes with the store's decoder
+(`prep.decoder`), on the CPU. It answers the same questions as
 `tosca_heads.features.CachedFeatures`, so the two can be swapped under one trainer: the cache
 must change nothing but speed.
 """
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from featcache.datasets import SplitSamples
+from featcache.decoding import open_picture
 from featcache.mapper import FeatureMapper
 from featcache.transforms import Preprocessing, view_rng
 
@@ -38,11 +40,14 @@ class OnlineFeatures:
         k = epoch % self.views
         return self._forward(
             [
-                self.prep.view(samples.open_image(i), view_rng(self.seed, "train", samples.ids[i], k))
+                self.prep.view(
+                    open_picture(samples, i, self.prep.decoder),
+                    view_rng(self.seed, "train", samples.ids[i], k),
+                )
                 for i in rows
             ]
         )
 
     def clean(self, split: str, rows: np.ndarray) -> torch.Tensor:
         samples = self.splits[split]
-        return self._forward([self.prep.clean(samples.open_image(i)) for i in rows])
+        return self._forward([self.prep.clean(open_picture(samples, i, self.prep.decoder)) for i in rows])

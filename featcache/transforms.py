@@ -8,6 +8,11 @@ draws views with the same crop/flip recipe at the model's size, normalised the m
 A view's randomness comes only from a generator seeded by (seed, split, sample id, view
 index), never from torch's global RNG, so batch size, worker count, order and resumption
 cannot change which crop a sample gets.
+
+Both transforms take a PIL image (the `pil` decoder) or a uint8 [3, H, W] tensor on any device
+(the `torch` decoder): the crop boxes and flips are drawn by the same code from the same
+generator, so the two decoders differ only in how pixels are interpolated. On CPU,
+torchvision's uint8 antialiased resize reproduces PIL's bit for bit on the real archives.
 """
 
 from __future__ import annotations
@@ -22,10 +27,21 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
+from torchvision.transforms.v2 import functional as F2
 
 from featcache.errors import UserError
 
 POLICIES = ("pilot", "timm")
+
+# A decoded image: PIL (the `pil` decoder) or uint8 [3, H, W] / [B, 3, H, W] (the `torch` decoder).
+Picture = Image.Image | torch.Tensor
+
+
+def picture_size(img: Picture) -> tuple[int, int]:
+    """(height, width) of a PIL image or an image tensor."""
+    if isinstance(img, torch.Tensor):
+        return int(img.shape[-2]), int(img.shape[-1])
+    return img.height, img.width
 
 
 @dataclass(frozen=True)
@@ -42,38 +58,57 @@ class Preprocessing:
     view_scale: tuple[float, float] = (0.05, 1.0)
     view_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     view_flip_p: float = 0.5
+    decoder: str = "pil"  # featcache.decoding: who decodes and resizes; part of the store identity
 
     def attrs(self) -> dict[str, Any]:
         return asdict(self)
 
-    def _finish(self, img: Image.Image) -> torch.Tensor:
-        tensor = F.to_tensor(img)
+    def _finish(self, img: Picture) -> torch.Tensor:
+        if isinstance(img, torch.Tensor):
+            tensor = img.to(torch.float32).div(255)  # what to_tensor does to a uint8 image
+        else:
+            tensor = F.to_tensor(img)
         if self.mean is not None and self.std is not None:
             tensor = F.normalize(tensor, list(self.mean), list(self.std))
         return tensor
 
-    def clean(self, img: Image.Image) -> torch.Tensor:
-        """The deterministic evaluation transform (test features and prototypes)."""
-        img = F.resize(img, self.resize_size, interpolation=InterpolationMode(self.interpolation))
-        return self._finish(F.center_crop(img, [self.input_size, self.input_size]))
+    def clean(self, img: Picture) -> torch.Tensor:
+        """The deterministic evaluation transform (test features and prototypes).
 
-    def view(self, img: Image.Image, rng: np.random.Generator) -> torch.Tensor:
-        """One augmented training view, all randomness drawn from `rng`."""
-        top, left, height, width = random_resized_crop_box(
-            img.height, img.width, self.view_scale, self.view_ratio, rng
-        )
-        img = F.resized_crop(
-            img,
-            top,
-            left,
-            height,
-            width,
-            [self.input_size, self.input_size],
-            interpolation=InterpolationMode(self.view_interpolation),
-        )
-        if rng.random() < self.view_flip_p:
-            img = F.hflip(img)
-        return self._finish(img)
+        A tensor may hold a batch [B, 3, H, W] of equally sized images: one resize call for all.
+        """
+        interpolation = InterpolationMode(self.interpolation)
+        crop = [self.input_size, self.input_size]
+        if isinstance(img, torch.Tensor):
+            img = F2.resize(img, [self.resize_size], interpolation=interpolation, antialias=True)
+            return self._finish(F2.center_crop(img, crop))
+        img = F.resize(img, self.resize_size, interpolation=interpolation)
+        return self._finish(F.center_crop(img, crop))
+
+    def clean_batch(self, images: list[torch.Tensor]) -> torch.Tensor:
+        """`clean` of many uint8 image tensors, one resize per distinct input size; [B, 3, S, S]."""
+        out: list[torch.Tensor | None] = [None] * len(images)
+        by_size: dict[tuple[int, int], list[int]] = {}
+        for i, img in enumerate(images):
+            by_size.setdefault(picture_size(img), []).append(i)
+        for rows in by_size.values():
+            done = self.clean(torch.stack([images[i] for i in rows]))
+            for row, i in enumerate(rows):
+                out[i] = done[row]
+        return torch.stack(out)  # type: ignore[arg-type]
+
+    def view(self, img: Picture, rng: np.random.Generator) -> torch.Tensor:
+        """One augmented training view, all randomness drawn from `rng` (same draws for both decoders)."""
+        height, width = picture_size(img)
+        top, left, h, w = random_resized_crop_box(height, width, self.view_scale, self.view_ratio, rng)
+        size = [self.input_size, self.input_size]
+        interpolation = InterpolationMode(self.view_interpolation)
+        flip = rng.random() < self.view_flip_p
+        if isinstance(img, torch.Tensor):
+            img = F2.resized_crop(img, top, left, h, w, size, interpolation=interpolation, antialias=True)
+            return self._finish(F2.horizontal_flip(img) if flip else img)
+        img = F.resized_crop(img, top, left, h, w, size, interpolation=interpolation)
+        return self._finish(F.hflip(img) if flip else img)
 
 
 def random_resized_crop_box(
@@ -111,10 +146,10 @@ def view_rng(seed: int, split: str, sample_id: str, view_index: int) -> np.rando
     return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
 
 
-def make_preprocessing(policy: str, data_config: dict[str, Any]) -> Preprocessing:
-    """Resolve a policy name against the model's timm data config."""
+def make_preprocessing(policy: str, data_config: dict[str, Any], decoder: str = "pil") -> Preprocessing:
+    """Resolve a policy name against the model's timm data config (`decoder`: see featcache.decoding)."""
     if policy == "pilot":
-        return Preprocessing("pilot", 224, 256, "bicubic", None, None)
+        return Preprocessing("pilot", 224, 256, "bicubic", None, None, decoder=decoder)
     if policy == "timm":
         size = int(data_config.get("input_size", (3, 224, 224))[-1])
         crop_mode = data_config.get("crop_mode", "center")
@@ -129,5 +164,6 @@ def make_preprocessing(policy: str, data_config: dict[str, Any]) -> Preprocessin
             tuple(float(v) for v in data_config.get("mean", (0.485, 0.456, 0.406))),
             tuple(float(v) for v in data_config.get("std", (0.229, 0.224, 0.225))),
             view_interpolation=str(data_config.get("interpolation", "bicubic")),
+            decoder=decoder,
         )
     raise UserError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")

@@ -24,6 +24,7 @@ def test_dask_extraction_equals_local(tmp_path: Path, image_tree: Path) -> None:
         chunk_size=4,
         batch_size=2,
         workers=0,
+        device="cpu",
     )
     local = FeatureStore.open(
         run_extraction(plan_extraction(ExtractRequest(store=tmp_path / "l.zarr", **common))).store

@@ -30,6 +30,8 @@ def test_stored_vector_is_model_output(
         store=tmp_path / "s.zarr",
         random_init=True,
         policy=policy,
+        device="cpu",  # compared with a CPU fp32 forward below
+        decode="pil",
         seed=3,
         batch_size=4,
         workers=0,

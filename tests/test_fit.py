@@ -149,6 +149,7 @@ def test_cached_training_equals_online_training(tmp_path: Path, image_tree: Path
         workers=0,
         batch_size=4,
         chunk_size=4,
+        device="cpu",  # compared with the CPU fp32 online source below
     )
     plan = plan_extraction(request)
     store = FeatureStore.open(run_extraction(plan).store)

@@ -42,6 +42,8 @@ def _cmd(tree: Path, store: Path, cache: Path) -> list[str]:
         "0",
         "--seed",
         "5",
+        "--device",
+        "cpu",
     ]
 
 

@@ -1,0 +1,200 @@
+"""Decoders: who turns a sample's file into pixels, and on which device (a registry).
+
+- `pil`, the reference: PIL opens the file and converts it to RGB, PIL resizes and crops; in
+  the DataLoader workers.
+- `torch`: torchvision.io decodes JPEG and PNG into uint8 tensors (any other format through
+  PIL), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
+  like `pil` (and costs about half as much CPU per image); on CUDA the workers only read the
+  files' bytes and the extraction process decodes whole batches with nvjpeg and resizes them on
+  the GPU (`DeviceImages`), so the host's cores no longer bound the throughput.
+
+Both draw view crops and flips from the same seeded generator (featcache.transforms), so they
+differ only in pixel interpolation. The decoder is part of the preprocessing identity
+(`Preprocessing.decoder`), so a store never mixes them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms.v2 import functional as F2
+
+from featcache.datasets import SplitSamples
+from featcache.errors import UserError
+from featcache.options import DECODERS as DESCRIPTIONS
+from featcache.transforms import Picture
+
+# torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
+# warning would otherwise repeat in every worker.
+warnings.filterwarnings(
+    "ignore",
+    message="The image decoding and encoding capabilities of TorchVision",
+    category=DeprecationWarning,
+)
+
+JPEG_MAGIC = b"\xff\xd8\xff"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A named decoder: how a worker opens one sample, and whether batches can decode on a GPU."""
+
+    name: str
+    description: str
+    open: Callable[[SplitSamples, int], Picture]
+    decodes_on_device: bool
+
+
+DECODERS: dict[str, Decoder] = {}
+
+
+def register_decoder(decoder: Decoder) -> Decoder:
+    if decoder.name in DECODERS:
+        raise ValueError(f"decoder {decoder.name!r} registered twice")
+    DECODERS[decoder.name] = decoder
+    return decoder
+
+
+def resolve_decoder(name: str, device: torch.device, existing: str | None = None) -> str:
+    """`auto` keeps an existing store's decoder, else `torch` on CUDA and `pil` (the reference) on CPU."""
+    if name == "auto":
+        if existing is not None:
+            return existing
+        return "torch" if device.type == "cuda" else "pil"
+    if name not in DECODERS:
+        raise UserError(f"unknown --decode {name!r}: use auto, {', '.join(DECODERS)}")
+    return name
+
+
+def open_picture(samples: SplitSamples, i: int, decoder: str) -> Picture:
+    """Sample i decoded the way `decoder` does it, on the CPU (PIL image or uint8 [3, H, W])."""
+    return DECODERS[decoder].open(samples, i)
+
+
+# ---------------------------------------------------------------- the torch decoder, on CPU
+
+
+def read_bytes(path: Path) -> torch.Tensor:
+    """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take)."""
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+
+
+def _is_jpeg(data: torch.Tensor) -> bool:
+    return bytes(data[:3].tolist()) == JPEG_MAGIC
+
+
+def _is_png(data: torch.Tensor) -> bool:
+    return bytes(data[:8].tolist()) == PNG_MAGIC
+
+
+def _as_uint8(image: torch.Tensor) -> torch.Tensor:
+    """16-bit PNGs decode to uint16; the models see 8-bit images like PIL's."""
+    return image if image.dtype == torch.uint8 else F2.to_dtype(image, torch.uint8, scale=True)
+
+
+def _from_pil(img: Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.array(img.convert("RGB"), dtype=np.uint8)).permute(2, 0, 1).contiguous()
+
+
+def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
+    assert samples.arrays is not None
+    return torch.from_numpy(np.ascontiguousarray(samples.arrays[i])).permute(2, 0, 1).contiguous()
+
+
+def open_tensor(samples: SplitSamples, i: int) -> torch.Tensor:
+    """uint8 [3, H, W]: JPEG and PNG through torchvision.io, other formats through PIL."""
+    if samples.arrays is not None:
+        return _array_pixels(samples, i)
+    assert samples.root is not None
+    path = samples.root / samples.ids[i]
+    data = read_bytes(path)
+    if _is_jpeg(data) or _is_png(data):
+        return _as_uint8(decode_image(data, mode=ImageReadMode.RGB))
+    with Image.open(path) as img:
+        return _from_pil(img)
+
+
+register_decoder(
+    Decoder(
+        "pil",
+        DESCRIPTIONS["pil"],
+        lambda samples, i: samples.open_image(i),
+        decodes_on_device=False,
+    )
+)
+register_decoder(
+    Decoder(
+        "torch",
+        DESCRIPTIONS["torch"],
+        open_tensor,
+        decodes_on_device=True,
+    )
+)
+
+
+# ---------------------------------------------------------------- the torch decoder, batches on a device
+
+
+@dataclass
+class Encoded:
+    """What a worker hands to the device stage: JPEG bytes (decoded there) or ready uint8 pixels."""
+
+    kind: str  # "jpeg" | "pixels"
+    data: torch.Tensor
+
+    def pin_memory(self) -> Encoded:
+        return Encoded(self.kind, self.data.pin_memory())
+
+
+def read_encoded(samples: SplitSamples, i: int) -> Encoded:
+    """JPEG files travel as bytes; anything else is decoded here, on the worker's CPU."""
+    if samples.arrays is None:
+        assert samples.root is not None
+        data = read_bytes(samples.root / samples.ids[i])
+        if _is_jpeg(data):
+            return Encoded("jpeg", data)
+    return Encoded("pixels", open_tensor(samples, i))
+
+
+class DecodeError(Exception):
+    def __init__(self, position: int, reason: str):
+        super().__init__(reason)
+        self.position, self.reason = position, reason
+
+
+def _decode_jpeg_alone(data: torch.Tensor, device: torch.device, position: int) -> torch.Tensor:
+    """One JPEG on `device`; one that nvjpeg rejects is decoded on the CPU instead (the same file
+    always takes the same road, so a store stays reproducible)."""
+    try:
+        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        pass
+    try:
+        return decode_image(data, mode=ImageReadMode.RGB).to(device)
+    except RuntimeError as exc:
+        raise DecodeError(position, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+
+
+def decode_on_device(items: list[Encoded], device: torch.device) -> list[torch.Tensor]:
+    """uint8 [3, H, W] tensors on `device`: all JPEGs in one batched call (nvjpeg on CUDA)."""
+    out: list[torch.Tensor | None] = [None] * len(items)
+    jpegs = [j for j, item in enumerate(items) if item.kind == "jpeg"]
+    if jpegs:
+        try:
+            decoded = decode_jpeg([items[j].data for j in jpegs], mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # no partial results: find the culprit one by one
+            decoded = [_decode_jpeg_alone(items[j].data, device, j) for j in jpegs]
+        for j, image in zip(jpegs, decoded, strict=True):
+            out[j] = image
+    for j, item in enumerate(items):
+        if item.kind == "pixels":
+            out[j] = item.data.to(device, non_blocking=True)
+    return out  # type: ignore[return-value]
