@@ -421,6 +421,69 @@ def routers_command(
     )
 
 
+@app.command()
+@user_errors
+def predict(
+    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    images: list[Path] = typer.Argument(..., help="Image files or folders (searched recursively)."),
+    router: str | None = typer.Option(
+        None, "--router", help="Router (default: the run's best honest router by A_last)."
+    ),
+    device: str = DEVICE_OPTION,
+    batch_size: int | None = typer.Option(
+        None, help="Images per backbone pass (default: 12 on CPU, 128 on CUDA)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per image."),
+) -> None:
+    """Classify new images with a trained run: the store's backbone, every task module, a router."""
+    from featcache.embed import embed_images, image_paths
+    from featcache.store import FeatureStore
+    from tosca_heads.engine.device import resolve_device
+    from tosca_heads.predict import RunPredictor
+    from tosca_heads.routers import ROUTERS, resolve_routers
+    from tosca_heads.routers.report import best_honest_router, run_metrics
+
+    if batch_size is not None and batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    config, metrics = run_metrics(run)
+    chosen = resolve_routers(router)[0] if router else best_honest_router(metrics)
+    if not ROUTERS[chosen].honest:
+        raise UserError(
+            f"--router {chosen} needs the task id or a batch of test images; pick an honest router"
+        )
+    resolved = resolve_device(device)
+    paths = image_paths(images)
+    store = FeatureStore.open(config["store"])
+    if store.fingerprint != config["store_fingerprint"]:
+        raise UserError(
+            f"the store at {config['store']} changed since run {run} was made (fingerprint differs)"
+        )
+    ident = store.identity["dataset"]
+    predictor = RunPredictor(run, int(ident["num_classes"]), resolved).fit()
+    result = predictor.predict(embed_images(store, paths, resolved, batch_size), chosen)
+    names = predictor.class_names(list(ident["class_names"]))
+    rows = [
+        {
+            "image": str(path),
+            "class": names[int(c)],
+            "class_id": int(c),
+            "probability": float(p),
+            "task": int(t),
+            "router": chosen,
+        }
+        for path, c, p, t in zip(paths, result.classes, result.probabilities, result.tasks, strict=True)
+    ]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table(title=f"{len(rows)} image(s), run {run}, router {chosen}, {predictor.tasks_} task(s)")
+    for col in ("image", "class", "probability", "task"):
+        table.add_column(col, justify="right" if col in ("probability", "task") else "left")
+    for row in rows:
+        table.add_row(row["image"], row["class"], f"{row['probability']:.3f}", str(row["task"]))
+    out.print(table)
+
+
 # ------------------------------------------------------------------------------------------- sweep
 
 _GRID_HELP = "Comma-separated values to sweep"

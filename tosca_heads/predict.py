@@ -74,7 +74,8 @@ class RunPredictor:
         return self
 
     @torch.no_grad()
-    def predict(self, features: torch.Tensor, router: str) -> Predictions:
+    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
+        """Route and classify [n, d] frozen features with the named (honest) router."""
         if ROUTERS[router].needs_statistics and self.statistics_ is None:
             raise UserError(
                 f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
@@ -83,7 +84,7 @@ class RunPredictor:
             raise UserError(
                 f"router {router!r} needs the task id or a batch of test images; pick an honest router"
             )
-        x = features.to(self.device, torch.float32)
+        x = torch.as_tensor(features).to(self.device, torch.float32)
         w_unit = normalize_rows(self.weight_[0]).T
         logits = torch.stack(
             [

@@ -1,0 +1,96 @@
+"""A store's backbone run on new images, exactly as the store's features were made: the stage-1
+half of `tosca predict`.
+
+The backbone comes from the weights source the store recorded (packaged, a file, timm's
+download, or the fixed random init) and must hash to the recorded sha256; the images go through
+the recorded preprocessing (policy, sizes, decoder) and precision. Anything that cannot be had
+is refused with one line: a prediction from other weights or pixels would be silently wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from featcache.backbones import LoadedBackbone, load_backbone, resolve_backbone
+from featcache.datasets import IMAGE_SUFFIXES, SplitSamples
+from featcache.decoding import open_picture
+from featcache.errors import UserError
+from featcache.mapper import FeatureMapper, default_batch_size
+from featcache.store import FeatureStore
+from featcache.transforms import Preprocessing
+
+
+def backbone_of_store(store: FeatureStore) -> LoadedBackbone:
+    """The frozen backbone that made `store`, from the same weights source, checked by hash."""
+    ident = store.identity["backbone"]
+    spec = resolve_backbone(ident["alias"])
+    source = ident["weights_source"]
+    if source == "random-init":
+        loaded = load_backbone(spec, None, random_init=True)
+    elif source == "file":
+        path = store.attrs.get("backbone_weights_file")
+        if not path or not Path(path).is_file():
+            raise UserError(
+                f"store {store.path} was made with the weights file {path}, which is not there any more; "
+                "put it back at that path to predict with this run"
+            )
+        loaded = load_backbone(spec, Path(path))
+    else:  # the packaged weights, or timm's download (fails offline with its own clear line)
+        loaded = load_backbone(spec)
+    if loaded.weights_sha256 != ident["weights_sha256"]:
+        raise UserError(
+            f"the {source} weights of {spec.alias} here hash to {loaded.weights_sha256[:12]}, the store's to "
+            f"{ident['weights_sha256'][:12]}: not the backbone that made {store.path}"
+        )
+    return loaded
+
+
+def preprocessing_of_store(store: FeatureStore) -> Preprocessing:
+    attrs: dict[str, Any] = dict(store.identity["preprocessing"])
+    for key, value in attrs.items():
+        if isinstance(value, list):
+            attrs[key] = tuple(value)  # JSON has no tuples
+    return Preprocessing(**attrs)
+
+
+def image_paths(inputs: list[Path]) -> list[Path]:
+    """Image files named directly, and every image under named folders (sorted), refusing the rest."""
+    found: list[Path] = []
+    for item in inputs:
+        if item.is_dir():
+            found += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        elif item.is_file():
+            found.append(item)
+        else:
+            raise UserError(f"no such image or folder: {item}")
+    if not found:
+        raise UserError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {', '.join(map(str, inputs))}")
+    return found
+
+
+def embed_images(
+    store: FeatureStore, paths: list[Path], device: torch.device, batch_size: int | None = None
+) -> np.ndarray:
+    """The store's features of these images: [n, d] float32 (the clean, evaluation-transform vector)."""
+    backbone = backbone_of_store(store)
+    prep = preprocessing_of_store(store)
+    samples = SplitSamples(
+        ids=[str(p.resolve()) for p in paths], labels=np.zeros(len(paths), dtype=np.int64), root=Path("/")
+    )
+    precision = str(store.identity.get("precision", "fp32"))
+    batch = batch_size or default_batch_size(device)
+    mapper = FeatureMapper(backbone.model, device, precision, batch)
+    outputs = []
+    for start in range(0, len(paths), batch):
+        images = []
+        for i in range(start, min(len(paths), start + batch)):
+            try:
+                images.append(prep.clean(open_picture(samples, i, prep.decoder)))
+            except Exception as exc:  # a user's file: say which, not a traceback
+                raise UserError(f"cannot read image {paths[i]} ({type(exc).__name__}: {exc})") from None
+        outputs.append(mapper(torch.stack(images)))
+    return np.concatenate(outputs).astype(np.float32)
