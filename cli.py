@@ -521,7 +521,9 @@ def sweep(
     ),
     device: str = DEVICE_OPTION,
     scheduler: str | None = typer.Option(
-        None, help="Dask scheduler address (tcp://host:8786); workers must see the store path."
+        None,
+        help="local:N (N worker processes), local-cuda (one per GPU), a Dask scheduler address "
+        "(tcp://host:8786) or scheduler file; workers must see the store path.",
     ),
     out_dir: Path | None = typer.Option(
         None,
@@ -560,6 +562,10 @@ def sweep(
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
+    if scheduler is not None:
+        from featcache.cluster import check_available, parse_scheduler
+
+        check_available(parse_scheduler(scheduler))
     resolved_device = resolve_device(device)
     texts = {
         "r": r,

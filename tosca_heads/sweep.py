@@ -11,6 +11,7 @@ at the end.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -18,13 +19,14 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler
 from featcache.errors import UserError
 from featcache.store import FeatureStore, canonical_json
 from tosca_heads import atomic
@@ -368,28 +370,25 @@ def _run_on_dask(
     device: str,
     record: Callable[[list[dict[str, Any]]], None],
 ) -> None:
-    from distributed import Client, as_completed
+    """Groups as Dask tasks on `scheduler` (featcache.cluster's forms: local:N, local-cuda, an
+    address or a scheduler file), or on a local cluster of `jobs` processes. A worker that dies
+    takes its groups with it; Dask runs them again elsewhere, and a row is recorded once, when
+    its group's result arrives."""
+    from distributed import as_completed
 
-    cluster = local_cluster(jobs) if scheduler is None else None
-    try:
-        with Client(cluster if cluster is not None else scheduler) as client:
-            futures = [client.submit(run_group, path, fingerprint, g, device, pure=False) for g in groups]
-            for future in as_completed(futures):
-                record(future.result())
-    finally:
-        if cluster is not None:
-            cluster.close()
+    choice = parse_scheduler(scheduler) if scheduler else SchedulerChoice("local", workers=jobs)
+    with _keep_freed_memory_on_local_workers(), dask_client(choice) as client:
+        futures = [client.submit(run_group, path, fingerprint, g, device, pure=False) for g in groups]
+        for future in as_completed(futures):
+            record(future.result())
 
 
-def local_cluster(jobs: int) -> Any:
-    """One single-threaded worker process per job (the points are independent and each step is
-    tiny), started without Dask's small malloc trim threshold (see _keep_freed_memory)."""
+@contextlib.contextmanager
+def _keep_freed_memory_on_local_workers() -> Iterator[None]:
+    """Local workers start without Dask's small malloc trim threshold (see _keep_freed_memory)."""
     import dask
-    from distributed import LocalCluster
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop(DASK_TRIM_VARIABLE, None)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        return LocalCluster(
-            n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-        )
+        yield
