@@ -8,7 +8,7 @@ equals the same configuration trained alone (up to float rounding of batched mat
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,7 +138,6 @@ class GroupTrainer:
         stream: TaskStream,
         train_labels: np.ndarray,
         source: FeatureSource,
-        on_epoch: Callable[[int, int], None] | None = None,
     ) -> GroupTrainer:
         """Train `task`'s modules (and every classifier row, and sigma), then write its prototypes.
 
@@ -196,8 +195,6 @@ class GroupTrainer:
                     loss_sum.add_((result.loss + penalty) * b)
                     correct.add_((result.logits.argmax(-1) == y).sum(-1))
             self._check_finite(epoch_loss, task, epoch)
-            if on_epoch is not None:
-                on_epoch(epoch + 1, epochs)
         self.modules_.append(flat.detach())
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
         self._write_prototypes(task, stream, targets, source.clean("train", rows).to(device))
