@@ -265,7 +265,6 @@ def fit_group(
                     for g, run_dir in enumerate(dirs):
                         module, head = trainer.module_state(task, g), trainer.head_state(g)
                         _save_task(run_dir, task, module, head, trains[g].flow, stats[g])
-                        atomic.write_safetensors(run_dir / ROUTER_FILE, statistics.state_dict())
                 rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
                 queue.submit(task, state, (task, rows, True))
             record(wait=True)
@@ -275,6 +274,8 @@ def fit_group(
         result.params_per_task = ParamLayout(store.dim, config.r, config.s, config.flow).size
         result.group_size = trainer.groups
         if write_outputs:
+            # the router statistics of exactly the run's finished tasks (also after a resume or eval)
+            atomic.write_safetensors(result.run_dir / ROUTER_FILE, statistics.state_dict())
             write_results(result)
     return results
 
