@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,6 +21,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from featcache.errors import UserError
 
@@ -47,7 +49,8 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            message = " ".join(str(exc).split())  # one line, whatever paths or reasons it quotes
+            err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -133,6 +136,12 @@ def extract(
     ),
     limit_per_class: int | None = typer.Option(None, help="Keep the first N images per class in each split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing store made differently."),
+    skip_bad_images: bool = typer.Option(
+        False,
+        "--skip-bad-images",
+        help="Decode every image first and leave out the unreadable ones (empty, truncated, not an image); "
+        "they are listed in the store's attrs and `tosca cache info`. Without it, one stops the extraction.",
+    ),
     scheduler: str | None = typer.Option(
         None,
         help="Spread chunks over Dask: local:N (N processes here), local-cuda (one worker per GPU, "
@@ -164,6 +173,7 @@ def extract(
         limit_per_class=limit_per_class,
         overwrite=overwrite,
         scheduler=scheduler,
+        skip_bad_images=skip_bad_images,
     )
     summary = _extract_with_progress(request)
     if as_json:
@@ -179,6 +189,13 @@ def _extract_with_progress(request: Any) -> Any:
     if plan.backbone.random_init:
         err.print(
             "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
+        )
+    if plan.skipped:
+        first = ", ".join(f"{b.split}/{b.sample_id}" for b in plan.skipped[:3])
+        err.print(
+            f"[yellow]warning:[/] {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): "
+            f"{escape(first)}{' ...' if len(plan.skipped) > 3 else ''}; all listed by `tosca cache info`",
+            highlight=False,
         )
     with progress_bar() as bar:
         tasks: dict[str, Any] = {}
@@ -209,13 +226,16 @@ def _print_summary(summary: Any) -> None:
         ("images", rate),
         ("store size", human_bytes(summary.store_bytes)),
     ]
+    if summary.extra.get("skipped_images"):
+        rows.append(("skipped images", f"{summary.extra['skipped_images']} (see `tosca cache info`)"))
     _key_value_table(rows)
 
 
-def _key_value_table(rows: list[tuple[str, str]]) -> None:
+def _key_value_table(rows: list[tuple[str, str | Text]]) -> None:
+    """Values are data (paths, names, attrs of a store): shown as plain text, never read as markup."""
     table = Table(show_header=False, box=None, pad_edge=False)
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", value if isinstance(value, Text) else Text(str(value)))
     out.print(table, highlight=False)
 
 
@@ -800,26 +820,41 @@ def _open_store(path: Path) -> Any:
     return FeatureStore.open(path)
 
 
+def _field(block: Any, *keys: str) -> Any:
+    """attrs[k1][k2]... or '?' : a store's attrs are data and may lack a field (edited, older)."""
+    for key in keys:
+        if not isinstance(block, dict) or key not in block:
+            return "?"
+        block = block[key]
+    return block
+
+
 @cache_app.command("ls")
 @user_errors
 def cache_ls(
     cache_dir: Path = typer.Option(Path("cache"), help="Root to search for stores."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """List the feature stores under the cache root."""
+    """List the feature stores under the cache root (one that cannot be read is listed with why)."""
     from featcache.store import find_stores
 
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
     rows = []
     for path in find_stores(cache_dir):
-        store = _open_store(path)
+        try:
+            store = _open_store(path)
+        except UserError as exc:
+            rows.append({"store": str(path), "error": str(exc)})
+            continue
         ident = store.identity
         rows.append(
             {
                 "store": str(path),
-                "dataset": ident["dataset"]["name"],
-                "backbone": ident["backbone"]["alias"],
-                "weights": ident["backbone"]["weights_source"],
-                "policy": ident["preprocessing"]["policy"],
+                "dataset": str(_field(ident, "dataset", "name")),
+                "backbone": str(_field(ident, "backbone", "alias")),
+                "weights": str(_field(ident, "backbone", "weights_source")),
+                "policy": str(_field(ident, "preprocessing", "policy")),
                 "train": store.layout("train").n,
                 "test": store.layout("test").n,
                 "dim": store.dim,
@@ -832,7 +867,7 @@ def cache_ls(
         out.print_json(json.dumps(rows))
         return
     if not rows:
-        out.print(f"no stores under {cache_dir}")
+        out.print(f"no stores under {cache_dir}", markup=False, highlight=False)
         return
     table = Table()
     for col in (
@@ -850,12 +885,11 @@ def cache_ls(
     ):
         table.add_column(col, justify="right" if col in ("train", "test", "dim", "views", "size") else "left")
     for r in rows:
+        if "error" in r:
+            table.add_row(Text(r["store"]), Text(f"unreadable: {r['error']}", style="red"))
+            continue
         table.add_row(
-            r["store"],
-            r["dataset"],
-            r["backbone"],
-            r["weights"],
-            r["policy"],
+            *(Text(r[k]) for k in ("store", "dataset", "backbone", "weights", "policy")),
             f"{r['train']:,}",
             f"{r['test']:,}",
             str(r["dim"]),
@@ -871,46 +905,82 @@ def cache_ls(
 def cache_info(
     store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")
 ) -> None:
-    """Show a store's metadata: backbone, weights, preprocessing, dataset, progress."""
+    """Show a store's metadata: backbone, weights, preprocessing, dataset, progress, skipped images."""
+    from featcache.lock import holder
+
     st = _open_store(store)
     attrs = st.attrs
     progress = {s: f"{int(st.done(s).sum())}/{st.layout(s).n_chunks} chunks" for s in ("train", "test")}
+    skipped = [item for item in attrs.get("skipped_images") or [] if isinstance(item, dict)]
+    writer = holder(store)
     if as_json:
-        out.print_json(json.dumps({**attrs, "chunks_done": progress, "bytes": st.size_bytes()}, default=str))
+        out.print_json(
+            json.dumps(
+                {**attrs, "chunks_done": progress, "bytes": st.size_bytes(), "writer": writer}, default=str
+            )
+        )
         return
-    ident = attrs["identity"]
-    bb, ds, prep = ident["backbone"], ident["dataset"], ident["preprocessing"]
-    weights = bb["weights_source"] + (
-        " [bold red](RANDOM INIT: not pretrained)[/]" if bb["random_init"] else ""
-    )
-    rows = [
+    ident = attrs.get("identity", {})
+    bb, ds, prep = (_field(ident, k) for k in ("backbone", "dataset", "preprocessing"))
+    weights = Text(str(_field(bb, "weights_source")))
+    if _field(bb, "random_init") is True:
+        weights.append(" (RANDOM INIT: not pretrained)", style="bold red")
+    samples = _field(ds, "samples")
+    rows: list[tuple[str, str | Text]] = [
         ("store", str(store)),
-        ("backbone", f"{bb['alias']} = {bb['timm_name']} (dim {bb['feature_dim']})"),
+        ("backbone", f"{_field(bb, 'alias')} = {_field(bb, 'timm_name')} (dim {_field(bb, 'feature_dim')})"),
         ("weights", weights),
-        ("weights sha256", bb["weights_sha256"]),
-        ("preprocessing", ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")),
-        ("decoder", _decoder_text(prep.get("decoder", "pil"))),
-        ("dataset", f"{ds['name']} ({ds['num_classes']} classes) from {attrs.get('dataset_source')}"),
-        ("split rule", ds["split_rule"]),
-        ("limit per class", str(ds["limit_per_class"])),
-        ("samples", ", ".join(f"{k} {v:,}" for k, v in ds["samples"].items())),
-        ("views / seed", f"{ident['views']} / {ident['seed']}"),
-        ("dtype", ident["dtype"]),
-        ("precision", _precision_text(ident["precision"])),
+        ("weights sha256", str(_field(bb, "weights_sha256"))),
+        (
+            "preprocessing",
+            ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")
+            if isinstance(prep, dict)
+            else "?",
+        ),
+        ("decoder", _decoder_text(str(_field(prep, "decoder")) if isinstance(prep, dict) else "?")),
+        (
+            "dataset",
+            f"{_field(ds, 'name')} ({_field(ds, 'num_classes')} classes) from {attrs.get('dataset_source')}",
+        ),
+        ("split rule", str(_field(ds, "split_rule"))),
+        ("limit per class", str(_field(ds, "limit_per_class"))),
+        (
+            "samples",
+            ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in samples.items())
+            if isinstance(samples, dict)
+            else "?",
+        ),
+        ("views / seed", f"{_field(ident, 'views')} / {_field(ident, 'seed')}"),
+        ("dtype", str(_field(ident, "dtype"))),
+        ("precision", _precision_text(str(_field(ident, "precision")))),
         ("progress", ", ".join(f"{k} {v}" for k, v in progress.items())),
+        (
+            "checksums",
+            "per chunk, checked by `tosca cache verify`" if st.has_checksums() else "none (older store)",
+        ),
         ("size", human_bytes(st.size_bytes())),
-        ("fingerprint", attrs["fingerprint"]),
-        ("created / updated", f"{attrs['created']} / {attrs['updated']}"),
-        ("versions", ", ".join(f"{k} {v}" for k, v in attrs.get("versions", {}).items())),
+        ("fingerprint", str(attrs.get("fingerprint"))),
+        ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (attrs.get("versions") or {}).items())),
     ]
+    if writer is not None:
+        rows.append(("being written", f"by tosca extract, {writer}"))
+    if _field(ident, "skip_bad_images") is True:
+        rows.append(("skipped images", f"{len(skipped)} unreadable, left out (--skip-bad-images)"))
+        rows += [
+            (" ", f"{item.get('split', '?')}/{item.get('id', '?')}: {item.get('reason', '?')}")
+            for item in skipped
+        ]
     _key_value_table(rows)
 
 
-def _precision_text(precision: str) -> str:
+def _precision_text(precision: str) -> Text:
     from featcache.options import PRECISIONS
 
-    text = f"{precision}: {PRECISIONS.get(precision, 'as recorded')}"
-    return text + (" [yellow](not the fp32 default)[/]" if precision != "fp32" else "")
+    text = Text(f"{precision}: {PRECISIONS.get(precision, 'as recorded')}")
+    if precision != "fp32":
+        text.append(" (not the fp32 default)", style="yellow")
+    return text
 
 
 def _decoder_text(decoder: str) -> str:
@@ -921,16 +991,41 @@ def _decoder_text(decoder: str) -> str:
 
 @cache_app.command("verify")
 @user_errors
-def cache_verify(store: Path = typer.Argument(..., help="Store path.")) -> None:
-    """Check that every chunk is done, values are finite and shapes match the attrs (exit 1 if not)."""
-    from featcache.store import verify_store
+def cache_verify(
+    store: Path = typer.Argument(..., help="Store path."),
+    fix: bool = typer.Option(
+        False,
+        "--fix",
+        help="Clear the done flag of every chunk that fails its checksum or holds NaN/inf, so the same "
+        "`tosca extract` recomputes just those chunks.",
+    ),
+) -> None:
+    """Check every chunk is done and matches its checksum, values are finite, shapes match (exit 1 if not)."""
+    from featcache.lock import holder, store_lock
+    from featcache.store import FeatureStore, chunk_faults, verify_notes, verify_store
 
-    problems = verify_store(_open_store(store))
+    st = _open_store(store)
+    if fix:
+        with store_lock(store, "tosca extract or cache verify --fix"):
+            writable = FeatureStore.open(store, mode="r+")
+            faults = chunk_faults(writable)
+            for split in ("train", "test"):
+                writable.mark_undone(split, [f.chunk for f in faults if f.split == split])
+        for fault in faults:
+            err.print(f"[yellow]fixed[/] {escape(str(fault))}: marked not done", highlight=False)
+        if faults:
+            err.print("run the same `tosca extract` to recompute them", highlight=False)
+    problems = verify_store(st)
+    for note in verify_notes(st):
+        err.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+    writer = holder(store)
+    if writer is not None and any("chunks not done" in p for p in problems):
+        err.print(f"[yellow]note[/] an extraction is writing it now ({escape(writer)})", highlight=False)
     if problems:
         for problem in problems:
-            err.print(f"[red]FAIL[/] {problem}", highlight=False)
+            err.print(f"[red]FAIL[/] {escape(problem)}", highlight=False)
         raise typer.Exit(1)
-    out.print(f"OK {store}")
+    out.print(f"OK {store}", markup=False, highlight=False)
 
 
 if __name__ == "__main__":
