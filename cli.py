@@ -1006,7 +1006,7 @@ def cache_verify(
 
     st = _open_store(store)
     if fix:
-        with store_lock(store, "tosca extract or cache verify --fix"):
+        with store_lock(store):
             writable = FeatureStore.open(store, mode="r+")
             faults = chunk_faults(writable)
             for split in ("train", "test"):

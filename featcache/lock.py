@@ -89,7 +89,7 @@ class StoreLock:
         self.fd = -1
 
 
-def acquire(store: str | Path, what: str = "tosca extract") -> StoreLock:
+def acquire(store: str | Path) -> StoreLock:
     """Take the store's lock now or raise StoreBusy naming the holder; never waits."""
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def acquire(store: str | Path, what: str = "tosca extract") -> StoreLock:
                 else "; wait for it to finish, or pass --store PATH for another store"
             )
             raise StoreBusy(
-                f"store {Path(store)} is being written by another {what} ({_holder_text(info)}){hint}"
+                f"store {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
             ) from None
         except OSError as exc:  # a filesystem without flock
             os.close(fd)
@@ -134,8 +134,8 @@ def acquire(store: str | Path, what: str = "tosca extract") -> StoreLock:
 
 
 @contextlib.contextmanager
-def store_lock(store: str | Path, what: str = "tosca extract") -> Iterator[StoreLock]:
-    lock = acquire(store, what)
+def store_lock(store: str | Path) -> Iterator[StoreLock]:
+    lock = acquire(store)
     try:
         yield lock
     finally:
