@@ -241,6 +241,7 @@ def _select_samples(
 def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     request.validate()
     spec = resolve_backbone(request.model)
+    check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy
     device = resolve_device(request.device)
     precision = resolve_precision(request.precision)
