@@ -22,10 +22,42 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from featcache.errors import UserError
 
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+
+class OneLineUsageErrors(TyperGroup):
+    """A malformed command line (a non-number for a number, a missing or unknown option) is one line
+    on stderr and exit 2, like every other user mistake, instead of click's usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None)
+            hint = f" (see `{where} --help`)" if where else ""
+            message = " ".join(exc.format_message().split())
+            err.print(f"[bold red]error:[/] {escape(message)}{escape(hint)}", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="Continual post-training of frozen foundation models (TOSCA/LuCA on cached [CLS] features).",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -260,9 +292,12 @@ def _stage_printer() -> Any:
     header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
         f"{MODE_SHORT[m]:>10}" for m in MODES
     )
-    out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+    shown = []
 
     def show(stage: Any, trained: bool) -> None:
+        if not shown:  # the header with the first row: a refusal before it stays the only line
+            out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+            shown.append(True)
         accs = " ".join(f"{100 * stage.modes[m]['A_t']:>9.2f}%" for m in MODES)
         out.print(
             f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
@@ -272,6 +307,32 @@ def _stage_printer() -> Any:
         )
 
     return show
+
+
+def _at_least_one(flag: str, value: int | None) -> int | None:
+    """A count flag given on the command line must be 1 or more (None: not given, use the default)."""
+    if value is not None and value < 1:
+        raise UserError(f"{flag} must be at least 1, got {value}")
+    return value
+
+
+def _stream_config(
+    init_cls: int | None, increment: int | None, order_seed: int, ident: dict[str, Any]
+) -> Any:
+    """The class split: the flags where given, else the dataset's paper split."""
+    from tosca_heads.runs import StreamConfig, default_stream
+
+    _at_least_one("--init-cls", init_cls)
+    _at_least_one("--increment", increment)
+    classes = int(ident["num_classes"])
+    if init_cls is not None and init_cls > classes:
+        raise UserError(f"--init-cls {init_cls} is more than the store's {classes} classes")
+    base = default_stream(ident["name"], classes)
+    return StreamConfig(
+        init_cls if init_cls is not None else base.init_cls,
+        increment if increment is not None else base.increment,
+        order_seed,
+    )
 
 
 def _print_run_summary(result: Any) -> None:
@@ -335,11 +396,15 @@ def fit(
 
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import StreamConfig, default_stream, fit_run
+    from tosca_heads.runs import fit_run
     from tosca_heads.train import PRESETS
 
     if preset not in PRESETS:
         raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    if task is not None and task < 0:
+        raise UserError(f"--task must be 0 or more, got {task}")
+    if run is not None and run.exists() and not run.is_dir():
+        raise UserError(f"--run {run} is a file, not a run folder")
     flags = {
         "r": r,
         "s": s,
@@ -354,9 +419,7 @@ def fit(
     config.validate()  # before the table header, so a bad flag is the only line printed
     resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
-    ident = st.identity["dataset"]
-    base = default_stream(ident["name"], int(ident["num_classes"]))
-    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    stream = _stream_config(init_cls, increment, order_seed, st.identity["dataset"])
     result = fit_run(
         st, stream, config, task, run, on_stage=None if as_json else _stage_printer(), device=resolved_device
     )
@@ -435,6 +498,7 @@ def sweep(
     import os
     import time
 
+    from featcache.cluster import parse_scheduler
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.router import MODES
@@ -451,6 +515,10 @@ def sweep(
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
+    if scheduler is not None:
+        parse_scheduler(scheduler)  # a malformed address now, not after a connection timeout
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a sweep folder")
     resolved_device = resolve_device(device)
     texts = {
         "r": r,
@@ -468,8 +536,15 @@ def sweep(
         "order_seed": order_seed,
     }
     grid = {k: parse_values(k, v) for k, v in texts.items() if v is not None}
+    for flag in ("init_cls", "increment"):
+        for value in grid.get(flag, []):
+            _at_least_one(f"--{flag.replace('_', '-')}", value)
     st = resolve_store(store, model, dataset, cache_dir)
+    st.require_complete()  # before the sweep's first line, so the refusal is the only one
     ident = st.identity["dataset"]
+    for value in grid.get("init_cls", []):
+        if value > int(ident["num_classes"]):
+            raise UserError(f"--init-cls {value} is more than the store's {ident['num_classes']} classes")
     base = default_stream(ident["name"], int(ident["num_classes"]))
     points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
     found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
@@ -616,7 +691,6 @@ def baselines(
     from tosca_heads.compare import write_comparison
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import StreamConfig, default_stream
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in BASELINES]
@@ -626,11 +700,15 @@ def baselines(
         )
     if ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {ranpac_m}")
+    if run is not None and not no_tosca and not (run / "config.json").is_file():
+        raise UserError(f"not a run directory: {run} (no config.json); pass a folder made by `tosca fit`")
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a folder")
     resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
+    st.require_complete()
     ident = st.identity
-    base = default_stream(ident["dataset"]["name"], int(ident["dataset"]["num_classes"]))
-    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    stream = _stream_config(init_cls, increment, order_seed, ident["dataset"])
     folder = out_dir or Path("runs") / (
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
     )
@@ -740,11 +818,22 @@ def demo(
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
     import os
 
+    from featcache.archives import is_archive
     from featcache.extract import ExtractRequest
     from tosca_heads.engine.device import resolve_device
 
+    _at_least_one("--per-class", per_class)
+    _at_least_one("--jobs", jobs)
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise UserError(f"--runs-dir {runs_dir} is a file, not a folder")
     stage2 = resolve_device(device)
     data_root = _demo_data_root(data_root)
+    if not data_root.is_dir() and not is_archive(data_root):
+        raise UserError(
+            f"--data-root {data_root} is neither a folder nor an archive (.zip, .tar, .tar.gz, .tgz)"
+        )
     out.rule("[bold]1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     request = ExtractRequest(
         model="effnet_lite0",
@@ -840,6 +929,8 @@ def cache_ls(
 
     if cache_dir.exists() and not cache_dir.is_dir():
         raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
+    if not cache_dir.exists():
+        raise UserError(f"no folder {cache_dir}: pass --cache-dir with the folder your stores are in")
     rows = []
     for path in find_stores(cache_dir):
         try:

@@ -91,6 +91,8 @@ class ExtractRequest:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        if Path(self.cache_dir).exists() and not Path(self.cache_dir).is_dir():
+            raise UserError(f"--cache-dir {self.cache_dir} is a file, not a folder")
         resolve_precision(self.precision)
         choice = self.scheduler_choice()
         if choice is not None:
