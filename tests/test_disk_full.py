@@ -57,8 +57,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return tree, _arrays(base / "ref.zarr")
 
 
-def _fail_at(monkeypatch: pytest.MonkeyPatch, pattern: str, occurrence: int) -> list[str]:
-    """zarr's file write raises ENOSPC from the `occurrence`-th write whose path holds `pattern` on."""
+def _fail_at(
+    monkeypatch: pytest.MonkeyPatch, pattern: str, occurrence: int, code: int = errno.ENOSPC
+) -> list[str]:
+    """zarr's file write raises OSError(code) from the `occurrence`-th write whose path holds `pattern` on."""
     original = zarr_local._put
     seen: list[str] = []
 
@@ -66,7 +68,7 @@ def _fail_at(monkeypatch: pytest.MonkeyPatch, pattern: str, occurrence: int) -> 
         if pattern in str(path):
             seen.append(str(path))
             if len(seen) >= occurrence:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+                raise OSError(code, os.strerror(code), str(path))
         return original(path, value, exclusive=exclusive)
 
     monkeypatch.setattr(zarr_local, "_put", put)
@@ -108,6 +110,21 @@ def test_injected_enospc_mid_extraction(
         f"error: disk full (No space left on device) while writing train chunk 2 in {store} (train chunk 2 "
         "not marked done; the chunks done before it are kept); free some space, then run the same command "
         "again to resume"
+    )
+    _assert_kept_and_resumes(tree, store, ref, [True, True, False, False])
+
+
+def test_read_only_store_is_one_line(
+    tmp_path: Path, reference: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree, ref = reference
+    store = tmp_path / "s.zarr"
+    with monkeypatch.context() as patch:
+        _fail_at(patch, "s.zarr/train/views/c/", 5, errno.EROFS)
+        code, lines = _invoke(*_args(tree, store))
+    assert (code, lines) == (
+        2,
+        [f"error: cannot write {store} (Read-only file system) while writing train chunk 2"],
     )
     _assert_kept_and_resumes(tree, store, ref, [True, True, False, False])
 
