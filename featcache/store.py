@@ -157,6 +157,22 @@ def _check_identity_names(path: Path, attrs: dict[str, Any]) -> None:
                 raise UserError(f"store {path} records an {exc}; was it edited by hand?") from None
 
 
+def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
+    """Every array the layout promises is there (a folder deleted by hand is refused, not a traceback)."""
+    views = attrs.get("identity", {}).get("views", 0)
+    for split in SPLITS:
+        names = ["features", "labels", "ids", "done"] + (["views"] if split == "train" and views else [])
+        try:
+            members = set(group[split].array_keys())
+        except KeyError:
+            members = set()
+        missing = [name for name in names if name not in members]
+        if missing:
+            raise UserError(
+                f"store {path} has no {split}/{missing[0]} (damaged or edited by hand); re-extract it"
+            )
+
+
 @dataclass(frozen=True)
 class ChunkFault:
     """A done chunk whose stored values do not hold up."""
@@ -208,6 +224,7 @@ class FeatureStore:
             raise UserError(f"{path} has unreadable metadata ({type(exc).__name__}); re-extract it") from None
         _check_schema(path, attrs.get("schema_version"))
         _check_identity_names(path, attrs)
+        _check_arrays(path, group, attrs)
         return cls(path, group)
 
     @classmethod

@@ -5,6 +5,7 @@ line, stores made before checksums stay readable, and attrs are shown as data, n
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,18 @@ def test_unsafe_names_in_attrs_are_refused(tmp_path: Path, field: str, value: st
     code, lines = _invoke("baselines", "--store", str(store), "--no-tosca", "--device", "cpu")
     assert code == 2 and len(lines) == 1 and "unsafe" in lines[0]
     assert not (tmp_path.parent / "evil").exists() and not Path("runs/baselines-synthetic-..").exists()
+
+
+@pytest.mark.parametrize("array", ["train/features", "test/done", "train/views", "test"])
+def test_an_array_deleted_by_hand_is_refused(tmp_path: Path, array: str) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", views=1).path
+    shutil.rmtree(store / array)
+    missing = array if "/" in array else f"{array}/features"
+    expected = f"error: store {store} has no {missing} (damaged or edited by hand); re-extract it"
+    for command in (["cache", "info"], ["cache", "verify"], ["fit", "--store"]):
+        assert _invoke(*command, str(store)) == (2, [expected])
+    code, lines = _invoke("cache", "ls", "--cache-dir", str(tmp_path))
+    assert code == 0 and any("unreadable" in line for line in lines)
 
 
 def test_store_made_before_checksums_stays_readable(tmp_path: Path) -> None:
