@@ -42,6 +42,10 @@ def test_second_extract_refused_dead_writer_does_not_block_other_stores_run_alon
     assert f"pid {first.process.pid} on {socket.gethostname()} since " in lines[0]
     assert "Traceback" not in stderr
 
+    verify = CliRunner().invoke(app, ["cache", "verify", str(busy)])  # reading is never blocked
+    assert verify.exit_code == 1 and "chunks not done" in verify.output
+    assert f"an extraction is writing it now (pid {first.process.pid} on " in verify.output
+
     code, _, stderr = run(_args(tree, other), tmp_path / "alongside")  # another store: not blocked
     assert code == 0, stderr
     assert FeatureStore.open(busy).done("train").tolist() == [True, False, False]  # the first still runs
