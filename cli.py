@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,10 +21,43 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
 from featcache.errors import UserError
 
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+
+class OneLineUsageErrors(TyperGroup):
+    """A malformed command line (a non-number for a number, a missing or unknown option) is one line
+    on stderr and exit 2, like every other user mistake, instead of click's usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None)
+            hint = f" (see `{where} --help`)" if where else ""
+            message = " ".join(exc.format_message().split())
+            err.print(f"[bold red]error:[/] {escape(message)}{escape(hint)}", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="Continual post-training of frozen foundation models (TOSCA/LuCA on cached [CLS] features).",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -47,7 +81,8 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            message = " ".join(str(exc).split())  # one line, whatever paths or reasons it quotes
+            err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -133,6 +168,12 @@ def extract(
     ),
     limit_per_class: int | None = typer.Option(None, help="Keep the first N images per class in each split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing store made differently."),
+    skip_bad_images: bool = typer.Option(
+        False,
+        "--skip-bad-images",
+        help="Decode every image first and leave out the unreadable ones (empty, truncated, not an image); "
+        "they are listed in the store's attrs and `tosca cache info`. Without it, one stops the extraction.",
+    ),
     scheduler: str | None = typer.Option(
         None,
         help="Spread chunks over Dask: local:N (N processes here), local-cuda (one worker per GPU, "
@@ -164,6 +205,7 @@ def extract(
         limit_per_class=limit_per_class,
         overwrite=overwrite,
         scheduler=scheduler,
+        skip_bad_images=skip_bad_images,
     )
     summary = _extract_with_progress(request)
     if as_json:
@@ -179,6 +221,13 @@ def _extract_with_progress(request: Any) -> Any:
     if plan.backbone.random_init:
         err.print(
             "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
+        )
+    if plan.skipped:
+        first = ", ".join(f"{b.split}/{b.sample_id}" for b in plan.skipped[:3])
+        err.print(
+            f"[yellow]warning:[/] {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): "
+            f"{escape(first)}{' ...' if len(plan.skipped) > 3 else ''}; all listed by `tosca cache info`",
+            highlight=False,
         )
     with progress_bar() as bar:
         tasks: dict[str, Any] = {}
@@ -209,13 +258,16 @@ def _print_summary(summary: Any) -> None:
         ("images", rate),
         ("store size", human_bytes(summary.store_bytes)),
     ]
+    if summary.extra.get("skipped_images"):
+        rows.append(("skipped images", f"{summary.extra['skipped_images']} (see `tosca cache info`)"))
     _key_value_table(rows)
 
 
-def _key_value_table(rows: list[tuple[str, str]]) -> None:
+def _key_value_table(rows: list[tuple[str, str | Text]]) -> None:
+    """Values are data (paths, names, attrs of a store): shown as plain text, never read as markup."""
     table = Table(show_header=False, box=None, pad_edge=False)
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", value if isinstance(value, Text) else Text(str(value)))
     out.print(table, highlight=False)
 
 
@@ -250,9 +302,12 @@ def _stage_printer(routers: list[str]) -> Any:
     header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
         f"{MODE_SHORT.get(m, m):>10}" for m in routers
     )
-    out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+    shown = []
 
     def show(stage: Any, trained: bool) -> None:
+        if not shown:  # the header with the first row: a refusal before it stays the only line
+            out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+            shown.append(True)
         accs = " ".join(f"{100 * stage.modes[m]['A_t']:>9.2f}%" for m in routers)
         out.print(
             f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
@@ -262,6 +317,32 @@ def _stage_printer(routers: list[str]) -> Any:
         )
 
     return show
+
+
+def _at_least_one(flag: str, value: int | None) -> int | None:
+    """A count flag given on the command line must be 1 or more (None: not given, use the default)."""
+    if value is not None and value < 1:
+        raise UserError(f"{flag} must be at least 1, got {value}")
+    return value
+
+
+def _stream_config(
+    init_cls: int | None, increment: int | None, order_seed: int, ident: dict[str, Any]
+) -> Any:
+    """The class split: the flags where given, else the dataset's paper split."""
+    from tosca_heads.runs import StreamConfig, default_stream
+
+    _at_least_one("--init-cls", init_cls)
+    _at_least_one("--increment", increment)
+    classes = int(ident["num_classes"])
+    if init_cls is not None and init_cls > classes:
+        raise UserError(f"--init-cls {init_cls} is more than the store's {classes} classes")
+    base = default_stream(ident["name"], classes)
+    return StreamConfig(
+        init_cls if init_cls is not None else base.init_cls,
+        increment if increment is not None else base.increment,
+        order_seed,
+    )
 
 
 def _print_run_summary(result: Any, routers: list[str]) -> None:
@@ -327,11 +408,15 @@ def fit(
 
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import StreamConfig, default_stream, fit_run
+    from tosca_heads.runs import fit_run
     from tosca_heads.train import PRESETS
 
     if preset not in PRESETS:
         raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    if task is not None and task < 0:
+        raise UserError(f"--task must be 0 or more, got {task}")
+    if run is not None and run.exists() and not run.is_dir():
+        raise UserError(f"--run {run} is a file, not a run folder")
     flags = {
         "r": r,
         "s": s,
@@ -347,9 +432,7 @@ def fit(
     resolved_device = resolve_device(device)
     routers = _routers(router)
     st = resolve_store(store, model, dataset, cache_dir)
-    ident = st.identity["dataset"]
-    base = default_stream(ident["name"], int(ident["num_classes"]))
-    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    stream = _stream_config(init_cls, increment, order_seed, st.identity["dataset"])
     result = fit_run(
         st,
         stream,
@@ -543,6 +626,7 @@ def sweep(
     import os
     import time
 
+    from featcache.cluster import check_available, parse_scheduler
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.router import MODES
@@ -563,9 +647,9 @@ def sweep(
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
     if scheduler is not None:
-        from featcache.cluster import check_available, parse_scheduler
-
-        check_available(parse_scheduler(scheduler))
+        check_available(parse_scheduler(scheduler))  # a malformed address now, not after a timeout
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a sweep folder")
     resolved_device = resolve_device(device)
     texts = {
         "r": r,
@@ -583,8 +667,15 @@ def sweep(
         "order_seed": order_seed,
     }
     grid = {k: parse_values(k, v) for k, v in texts.items() if v is not None}
+    for flag in ("init_cls", "increment"):
+        for value in grid.get(flag, []):
+            _at_least_one(f"--{flag.replace('_', '-')}", value)
     st = resolve_store(store, model, dataset, cache_dir)
+    st.require_complete()  # before the sweep's first line, so the refusal is the only one
     ident = st.identity["dataset"]
+    for value in grid.get("init_cls", []):
+        if value > int(ident["num_classes"]):
+            raise UserError(f"--init-cls {value} is more than the store's {ident['num_classes']} classes")
     base = default_stream(ident["name"], int(ident["num_classes"]))
     points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
     found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
@@ -737,7 +828,6 @@ def baselines(
     from tosca_heads.compare import write_comparison
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import StreamConfig, default_stream
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in BASELINES]
@@ -747,11 +837,15 @@ def baselines(
         )
     if ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {ranpac_m}")
+    if run is not None and not no_tosca and not (run / "config.json").is_file():
+        raise UserError(f"not a run directory: {run} (no config.json); pass a folder made by `tosca fit`")
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a folder")
     resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
+    st.require_complete()
     ident = st.identity
-    base = default_stream(ident["dataset"]["name"], int(ident["dataset"]["num_classes"]))
-    stream = StreamConfig(init_cls or base.init_cls, increment or base.increment, order_seed)
+    stream = _stream_config(init_cls, increment, order_seed, ident["dataset"])
     folder = out_dir or Path("runs") / (
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
     )
@@ -862,11 +956,22 @@ def demo(
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
     import os
 
+    from featcache.archives import is_archive
     from featcache.extract import ExtractRequest
     from tosca_heads.engine.device import resolve_device
 
+    _at_least_one("--per-class", per_class)
+    _at_least_one("--jobs", jobs)
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise UserError(f"--runs-dir {runs_dir} is a file, not a folder")
     stage2 = resolve_device(device)
     data_root = _demo_data_root(data_root)
+    if not data_root.is_dir() and not is_archive(data_root):
+        raise UserError(
+            f"--data-root {data_root} is neither a folder nor an archive (.zip, .tar, .tar.gz, .tgz)"
+        )
     out.rule("[bold]1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     request = ExtractRequest(
         model="effnet_lite0",
@@ -948,26 +1053,43 @@ def _open_store(path: Path) -> Any:
     return FeatureStore.open(path)
 
 
+def _field(block: Any, *keys: str) -> Any:
+    """attrs[k1][k2]... or '?' : a store's attrs are data and may lack a field (edited, older)."""
+    for key in keys:
+        if not isinstance(block, dict) or key not in block:
+            return "?"
+        block = block[key]
+    return block
+
+
 @cache_app.command("ls")
 @user_errors
 def cache_ls(
     cache_dir: Path = typer.Option(Path("cache"), help="Root to search for stores."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """List the feature stores under the cache root."""
+    """List the feature stores under the cache root (one that cannot be read is listed with why)."""
     from featcache.store import find_stores
 
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
+    if not cache_dir.exists():
+        raise UserError(f"no folder {cache_dir}: pass --cache-dir with the folder your stores are in")
     rows = []
     for path in find_stores(cache_dir):
-        store = _open_store(path)
+        try:
+            store = _open_store(path)
+        except UserError as exc:
+            rows.append({"store": str(path), "error": str(exc)})
+            continue
         ident = store.identity
         rows.append(
             {
                 "store": str(path),
-                "dataset": ident["dataset"]["name"],
-                "backbone": ident["backbone"]["alias"],
-                "weights": ident["backbone"]["weights_source"],
-                "policy": ident["preprocessing"]["policy"],
+                "dataset": str(_field(ident, "dataset", "name")),
+                "backbone": str(_field(ident, "backbone", "alias")),
+                "weights": str(_field(ident, "backbone", "weights_source")),
+                "policy": str(_field(ident, "preprocessing", "policy")),
                 "train": store.layout("train").n,
                 "test": store.layout("test").n,
                 "dim": store.dim,
@@ -980,7 +1102,7 @@ def cache_ls(
         out.print_json(json.dumps(rows))
         return
     if not rows:
-        out.print(f"no stores under {cache_dir}")
+        out.print(f"no stores under {cache_dir}", markup=False, highlight=False)
         return
     table = Table()
     for col in (
@@ -998,12 +1120,11 @@ def cache_ls(
     ):
         table.add_column(col, justify="right" if col in ("train", "test", "dim", "views", "size") else "left")
     for r in rows:
+        if "error" in r:
+            table.add_row(Text(r["store"]), Text(f"unreadable: {r['error']}", style="red"))
+            continue
         table.add_row(
-            r["store"],
-            r["dataset"],
-            r["backbone"],
-            r["weights"],
-            r["policy"],
+            *(Text(r[k]) for k in ("store", "dataset", "backbone", "weights", "policy")),
             f"{r['train']:,}",
             f"{r['test']:,}",
             str(r["dim"]),
@@ -1019,46 +1140,82 @@ def cache_ls(
 def cache_info(
     store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")
 ) -> None:
-    """Show a store's metadata: backbone, weights, preprocessing, dataset, progress."""
+    """Show a store's metadata: backbone, weights, preprocessing, dataset, progress, skipped images."""
+    from featcache.lock import holder
+
     st = _open_store(store)
     attrs = st.attrs
     progress = {s: f"{int(st.done(s).sum())}/{st.layout(s).n_chunks} chunks" for s in ("train", "test")}
+    skipped = [item for item in attrs.get("skipped_images") or [] if isinstance(item, dict)]
+    writer = holder(store)
     if as_json:
-        out.print_json(json.dumps({**attrs, "chunks_done": progress, "bytes": st.size_bytes()}, default=str))
+        out.print_json(
+            json.dumps(
+                {**attrs, "chunks_done": progress, "bytes": st.size_bytes(), "writer": writer}, default=str
+            )
+        )
         return
-    ident = attrs["identity"]
-    bb, ds, prep = ident["backbone"], ident["dataset"], ident["preprocessing"]
-    weights = bb["weights_source"] + (
-        " [bold red](RANDOM INIT: not pretrained)[/]" if bb["random_init"] else ""
-    )
-    rows = [
+    ident = attrs.get("identity", {})
+    bb, ds, prep = (_field(ident, k) for k in ("backbone", "dataset", "preprocessing"))
+    weights = Text(str(_field(bb, "weights_source")))
+    if _field(bb, "random_init") is True:
+        weights.append(" (RANDOM INIT: not pretrained)", style="bold red")
+    samples = _field(ds, "samples")
+    rows: list[tuple[str, str | Text]] = [
         ("store", str(store)),
-        ("backbone", f"{bb['alias']} = {bb['timm_name']} (dim {bb['feature_dim']})"),
+        ("backbone", f"{_field(bb, 'alias')} = {_field(bb, 'timm_name')} (dim {_field(bb, 'feature_dim')})"),
         ("weights", weights),
-        ("weights sha256", bb["weights_sha256"]),
-        ("preprocessing", ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")),
-        ("decoder", _decoder_text(prep.get("decoder", "pil"))),
-        ("dataset", f"{ds['name']} ({ds['num_classes']} classes) from {attrs.get('dataset_source')}"),
-        ("split rule", ds["split_rule"]),
-        ("limit per class", str(ds["limit_per_class"])),
-        ("samples", ", ".join(f"{k} {v:,}" for k, v in ds["samples"].items())),
-        ("views / seed", f"{ident['views']} / {ident['seed']}"),
-        ("dtype", ident["dtype"]),
-        ("precision", _precision_text(ident["precision"])),
+        ("weights sha256", str(_field(bb, "weights_sha256"))),
+        (
+            "preprocessing",
+            ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")
+            if isinstance(prep, dict)
+            else "?",
+        ),
+        ("decoder", _decoder_text(str(_field(prep, "decoder")) if isinstance(prep, dict) else "?")),
+        (
+            "dataset",
+            f"{_field(ds, 'name')} ({_field(ds, 'num_classes')} classes) from {attrs.get('dataset_source')}",
+        ),
+        ("split rule", str(_field(ds, "split_rule"))),
+        ("limit per class", str(_field(ds, "limit_per_class"))),
+        (
+            "samples",
+            ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in samples.items())
+            if isinstance(samples, dict)
+            else "?",
+        ),
+        ("views / seed", f"{_field(ident, 'views')} / {_field(ident, 'seed')}"),
+        ("dtype", str(_field(ident, "dtype"))),
+        ("precision", _precision_text(str(_field(ident, "precision")))),
         ("progress", ", ".join(f"{k} {v}" for k, v in progress.items())),
+        (
+            "checksums",
+            "per chunk, checked by `tosca cache verify`" if st.has_checksums() else "none (older store)",
+        ),
         ("size", human_bytes(st.size_bytes())),
-        ("fingerprint", attrs["fingerprint"]),
-        ("created / updated", f"{attrs['created']} / {attrs['updated']}"),
-        ("versions", ", ".join(f"{k} {v}" for k, v in attrs.get("versions", {}).items())),
+        ("fingerprint", str(attrs.get("fingerprint"))),
+        ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (attrs.get("versions") or {}).items())),
     ]
+    if writer is not None:
+        rows.append(("being written", f"by tosca extract, {writer}"))
+    if _field(ident, "skip_bad_images") is True:
+        rows.append(("skipped images", f"{len(skipped)} unreadable, left out (--skip-bad-images)"))
+        rows += [
+            (" ", f"{item.get('split', '?')}/{item.get('id', '?')}: {item.get('reason', '?')}")
+            for item in skipped
+        ]
     _key_value_table(rows)
 
 
-def _precision_text(precision: str) -> str:
+def _precision_text(precision: str) -> Text:
     from featcache.options import PRECISIONS
 
-    text = f"{precision}: {PRECISIONS.get(precision, 'as recorded')}"
-    return text + (" [yellow](not the fp32 default)[/]" if precision != "fp32" else "")
+    text = Text(f"{precision}: {PRECISIONS.get(precision, 'as recorded')}")
+    if precision != "fp32":
+        text.append(" (not the fp32 default)", style="yellow")
+    return text
 
 
 def _decoder_text(decoder: str) -> str:
@@ -1069,16 +1226,41 @@ def _decoder_text(decoder: str) -> str:
 
 @cache_app.command("verify")
 @user_errors
-def cache_verify(store: Path = typer.Argument(..., help="Store path.")) -> None:
-    """Check that every chunk is done, values are finite and shapes match the attrs (exit 1 if not)."""
-    from featcache.store import verify_store
+def cache_verify(
+    store: Path = typer.Argument(..., help="Store path."),
+    fix: bool = typer.Option(
+        False,
+        "--fix",
+        help="Clear the done flag of every chunk that fails its checksum or holds NaN/inf, so the same "
+        "`tosca extract` recomputes just those chunks.",
+    ),
+) -> None:
+    """Check every chunk is done and matches its checksum, values are finite, shapes match (exit 1 if not)."""
+    from featcache.lock import holder, store_lock
+    from featcache.store import FeatureStore, chunk_faults, verify_notes, verify_store
 
-    problems = verify_store(_open_store(store))
+    st = _open_store(store)
+    if fix:
+        with store_lock(store):
+            writable = FeatureStore.open(store, mode="r+")
+            faults = chunk_faults(writable)
+            for split in ("train", "test"):
+                writable.mark_undone(split, [f.chunk for f in faults if f.split == split])
+        for fault in faults:
+            err.print(f"[yellow]fixed[/] {escape(str(fault))}: marked not done", highlight=False)
+        if faults:
+            err.print("run the same `tosca extract` to recompute them", highlight=False)
+    problems = verify_store(st)
+    for note in verify_notes(st):
+        err.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+    writer = holder(store)
+    if writer is not None and any("chunks not done" in p for p in problems):
+        err.print(f"[yellow]note[/] an extraction is writing it now ({escape(writer)})", highlight=False)
     if problems:
         for problem in problems:
-            err.print(f"[red]FAIL[/] {problem}", highlight=False)
+            err.print(f"[red]FAIL[/] {escape(problem)}", highlight=False)
         raise typer.Exit(1)
-    out.print(f"OK {store}")
+    out.print(f"OK {store}", markup=False, highlight=False)
 
 
 if __name__ == "__main__":

@@ -135,6 +135,10 @@ def state_dict_sha256(model: nn.Module) -> str:
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A state dict from safetensors or a torch file (never unpickling arbitrary objects)."""
+    if path.is_dir():
+        raise UserError(
+            f"--weights {path} is a folder, not a weights file (.safetensors or a torch state dict)"
+        )
     if not path.is_file():
         raise UserError(f"weights file not found: {path}")
     if path.suffix == ".safetensors":

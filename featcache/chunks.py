@@ -64,7 +64,8 @@ def extract_chunks(
         if batch.errors:
             chunk = batch.indices[0] // store.chunk_size
             raise UserError(
-                f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done"
+                f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done "
+                "(fix or remove the file, or pass --skip-bad-images to leave unreadable images out)"
             )
         assert batch.images is not None
         out = mapper(batch.images)

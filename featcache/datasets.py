@@ -64,6 +64,8 @@ class DatasetSource:
     split_rule: str
     limit_per_class: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # split -> the folder holding that split's class folders (for messages; not recorded)
+    folders: dict[str, Path] = field(default_factory=dict)
 
     def attrs(self) -> dict[str, Any]:
         return {
@@ -190,7 +192,8 @@ def folder_dataset(
         if len(samples) == 0:
             raise UserError(f"no images found in the {split} split under {root}")
     rule = f"given by the folders: train/ and {test_name}/"
-    return DatasetSource(name, class_names, splits, source, sha, rule)
+    folders = {"train": root / "train", "test": root / test_name}
+    return DatasetSource(name, class_names, splits, source, sha, rule, folders=folders)
 
 
 # ---------------------------------------------------------------- registered datasets
@@ -263,7 +266,9 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
         f"file names sorted, permuted by one numpy RandomState({EUROSAT_SPLIT_SEED}); the first "
         f"round({EUROSAT_TEST_FRACTION}*n) of each class are test; samples kept in that permuted order"
     )
-    return DatasetSource("eurosat", class_names, splits, source, sha, rule)
+    return DatasetSource(
+        "eurosat", class_names, splits, source, sha, rule, folders={"train": base, "test": base}
+    )
 
 
 def _torchvision_cifar(name: str, folder: Path) -> DatasetSource:
@@ -335,6 +340,40 @@ def limit_per_class(samples: SplitSamples, limit: int) -> SplitSamples:
     return samples.subset(np.asarray(keep, dtype=np.int64))
 
 
+def check_classes(source: DatasetSource) -> None:
+    """Every class needs images in both splits: one without training images gets a prototype that is a
+    mean of nothing (NaN, which poisons every prediction), one without test images is never measured.
+    Refuses with one line naming the folder."""
+    counts = {
+        split: np.bincount(samples.labels, minlength=len(source.class_names))
+        for split, samples in source.splits.items()
+    }
+
+    def where(split: str, name: str) -> str:
+        folder = source.folders.get(split)
+        if folder is None:
+            return f"the {split} split"
+        shared = len(set(source.folders.values())) == 1  # one folder per class, split here (EuroSAT)
+        return f"the {split} part of {folder / name}" if shared else str(folder / name)
+
+    for label, name in enumerate(source.class_names):
+        have = {split: int(c[label]) for split, c in counts.items()}
+        empty = [split for split in SPLITS if have.get(split, 0) == 0]
+        if not empty:
+            continue
+        if len(empty) == len(SPLITS):
+            raise UserError(
+                f"class folder {where('train', name)} holds no images ({', '.join(IMAGE_SUFFIXES)}): "
+                "add images, or remove the class from train/ and test/"
+            )
+        missing, present = empty[0], next(s for s in SPLITS if s not in empty)
+        raise UserError(
+            f"class {name!r} has {have[present]} image(s) in {where(present, name)} but none in "
+            f"{where(missing, name)}: every class needs images in both splits; add some, or remove the "
+            "class from both"
+        )
+
+
 def load_dataset(
     name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None
 ) -> DatasetSource:
@@ -346,4 +385,5 @@ def load_dataset(
     if limit is not None:
         source.splits = {split: limit_per_class(s, limit) for split, s in source.splits.items()}
         source.limit_per_class = limit
+    check_classes(source)
     return source

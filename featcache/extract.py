@@ -3,11 +3,14 @@
 `plan_extraction` resolves names into a backbone, a dataset, a preprocessing policy, a decoder
 and a precision, and decides the store's identity; `run_extraction` computes only the chunks
 not yet flagged done, locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
+
+`run_extraction` holds the store's lock (`featcache.lock`) from before it opens or creates the
+store until it is done: one writer per store, and a dead writer's lock is gone with it.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import platform
 import shutil
@@ -21,13 +24,23 @@ import numpy as np
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
 from featcache.chunks import Progress, extract_chunks, uses_device_stage
 from featcache.cluster import SchedulerChoice, check_available, parse_scheduler
-from featcache.datasets import DatasetSource, SplitSamples, load_dataset
+from featcache.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
 from featcache.decoding import resolve_decoder
 from featcache.distributor import ChunkJob, extract_on_cluster, worker_device
 from featcache.errors import UserError
+from featcache.lock import acquire, store_lock
 from featcache.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
 from featcache.options import DEFAULT_PRECISION
-from featcache.store import DTYPES, SPLITS, FeatureStore, identity_differences
+from featcache.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
+from featcache.store import (
+    DTYPES,
+    SPLITS,
+    FeatureStore,
+    check_name,
+    disk_errors,
+    identity_differences,
+    ids_sha256,
+)
 from featcache.transforms import POLICIES, Preprocessing, make_preprocessing
 
 
@@ -55,6 +68,7 @@ class ExtractRequest:
     limit_per_class: int | None = None
     overwrite: bool = False
     scheduler: str | None = None  # local:N, local-cuda, an address or a scheduler file
+    skip_bad_images: bool = False  # leave unreadable images out (listed in the store's attrs)
 
     def scheduler_choice(self) -> SchedulerChoice | None:
         return parse_scheduler(self.scheduler) if self.scheduler else None
@@ -77,6 +91,8 @@ class ExtractRequest:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        if Path(self.cache_dir).exists() and not Path(self.cache_dir).is_dir():
+            raise UserError(f"--cache-dir {self.cache_dir} is a file, not a folder")
         resolve_precision(self.precision)
         choice = self.scheduler_choice()
         if choice is not None:
@@ -96,6 +112,7 @@ class ExtractPlan:
     store_path: Path
     identity: dict[str, Any]
     meta: dict[str, Any]
+    skipped: list[BadImage] = field(default_factory=list)
 
 
 @dataclass
@@ -123,15 +140,14 @@ def default_workers() -> int:
 
 
 def default_store_path(cache_dir: Path, dataset: str, spec: BackboneSpec, policy: str) -> Path:
+    """CACHE_DIR/<dataset>/<alias>[-<policy>].zarr; names that could leave the cache root are refused."""
     suffix = "" if policy == spec.default_policy else f"-{policy}"
-    return Path(cache_dir) / dataset / f"{spec.alias}{suffix}.zarr"
+    name = check_name("model name", f"{spec.alias}{suffix}")
+    return Path(cache_dir) / check_name("dataset name", dataset) / f"{name}.zarr"
 
 
 def _ids_sha256(samples: SplitSamples) -> str:
-    digest = hashlib.sha256()
-    for sample_id, label in zip(samples.ids, samples.labels.tolist(), strict=True):
-        digest.update(f"{sample_id}\x1f{label}\n".encode())
-    return digest.hexdigest()
+    return ids_sha256(samples.ids, samples.labels)
 
 
 def _versions() -> dict[str, str]:
@@ -166,9 +182,68 @@ def stored_identity(path: Path) -> dict[str, Any] | None:
     return identity
 
 
+def _stored_skip_list(path: Path) -> list[BadImage] | None:
+    """What an existing `--skip-bad-images` store left out (reused on resume: no second scan)."""
+    if not path.exists():
+        return None
+    store = FeatureStore.open(path)
+    if not store.identity.get("skip_bad_images"):
+        return None
+    items = store.attrs.get("skipped_images") or []
+    return [
+        BadImage(str(item.get("split", "")), str(item["id"]), str(item.get("reason", "")))
+        for item in items
+        if isinstance(item, dict) and "id" in item
+    ]
+
+
+def is_tosca_store(path: Path) -> bool:
+    """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+    try:
+        attrs = json.loads((path / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(attrs, dict) and "schema_version" in attrs
+
+
+def refuse_replacing_other_things(path: Path) -> None:
+    """--overwrite replaces a tosca store, never a folder or file that is something else."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink() and (is_tosca_store(path) or not any(path.iterdir())):
+        return
+    raise UserError(
+        f"refusing to replace {path}: it is not a tosca store (--overwrite only replaces stores); "
+        "pass a new --store path"
+    )
+
+
+def _select_samples(
+    request: ExtractRequest, dataset: DatasetSource, store_path: Path, decoder: str
+) -> list[BadImage]:
+    """Leave bad images out (with --skip-bad-images) or refuse empty files; returns what was left out."""
+    if not request.skip_bad_images:
+        refuse_empty_files(dataset.splits)
+        return []
+    stored = None if request.overwrite else _stored_skip_list(store_path)
+    skipped: list[BadImage] = []
+    for split in SPLITS:
+        samples = dataset.splits[split]
+        if stored is not None:  # resuming: the same images as the first run, no second scan
+            dataset.splits[split] = drop_ids(samples, {b.sample_id for b in stored if b.split == split})
+            continue
+        workers = default_workers() if request.workers is None else request.workers
+        bad = find_bad_images(split, samples, decoder, workers)
+        dataset.splits[split] = without(samples, [i for i, _ in bad])
+        skipped += [item for _, item in bad]
+    check_classes(dataset)
+    return stored if stored is not None else skipped
+
+
 def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     request.validate()
     spec = resolve_backbone(request.model)
+    check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy
     device = resolve_device(request.device)
     precision = resolve_precision(request.precision)
@@ -177,11 +252,16 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         if request.store
         else default_store_path(request.cache_dir, request.dataset, spec, policy)
     )
+    if request.overwrite:
+        refuse_replacing_other_things(store_path)
+    if store_path.parent.is_dir():  # refuse now, not after loading everything, if a writer runs
+        acquire(store_path).release()
     existing = None if request.overwrite else stored_identity(store_path)
     decoder = resolve_decoder(
         request.decode, device, existing["preprocessing"]["decoder"] if existing else None
     )
     dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
+    skipped = _select_samples(request, dataset, store_path, decoder)
     backbone = load_backbone(spec, request.weights, request.random_init)
     prep = make_preprocessing(policy, backbone.data_config, decoder)
     dataset_attrs = dataset.attrs()
@@ -197,22 +277,44 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         "dtype": request.dtype,
         "chunk_size": request.chunk_size,
         "precision": precision,
+        **({"skip_bad_images": True} if request.skip_bad_images else {}),
     }
     meta = {
         "backbone_weights_file": backbone.weights_file,
         "dataset_source": dataset.source,
         "compute": {"device": device.type, "precision": precision, "tf32": False, "decoder": decoder},
         "versions": _versions(),
+        **({"skipped_images": [item.attrs() for item in skipped]} if request.skip_bad_images else {}),
     }
     batch_size = request.batch_size or default_batch_size(device)
     return ExtractPlan(
-        request, spec, backbone, dataset, prep, precision, str(device), batch_size, store_path, identity, meta
+        request,
+        spec,
+        backbone,
+        dataset,
+        prep,
+        precision,
+        str(device),
+        batch_size,
+        store_path,
+        identity,
+        meta,
+        skipped,
     )
 
 
 def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
-    """(store, created). Refuses an existing store made with another configuration."""
+    """(store, created). Refuses an existing store made with another configuration.
+
+    Call with the store's lock held. A new store is built in `<store>.creating` and renamed into
+    place, and a replaced one is renamed aside before the new one takes its name, so at the
+    store's path there is always a whole store or none.
+    """
     path = plan.store_path
+    staging = path.with_name(path.name + ".creating")
+    replaced = path.with_name(path.name + ".replaced")
+    for leftover in (staging, replaced):  # from a writer killed while creating or replacing
+        shutil.rmtree(leftover, ignore_errors=True)
     existing = None if plan.request.overwrite else stored_identity(path)
     if existing is not None:
         store = FeatureStore.open(path, mode="r+")
@@ -223,33 +325,46 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
                 f"store {path} was made with another configuration ({shown}); "
                 "pass --overwrite to replace it or --store PATH for a new one"
             )
+        store.prepare_for_writing()
         return store, False
-    staging = path.with_name(path.name + ".creating")
-    shutil.rmtree(staging, ignore_errors=True)
-    FeatureStore.create(
-        staging,
-        plan.identity,
-        plan.meta,
-        ids={s: plan.dataset.splits[s].ids for s in SPLITS},
-        labels={s: plan.dataset.splits[s].labels for s in SPLITS},
-        dim=plan.backbone.feature_dim,
-        views=plan.request.views,
-        chunk_size=plan.request.chunk_size,
-        dtype=plan.request.dtype,
-    )
+    refuse_replacing_other_things(path)
+    try:
+        with disk_errors(staging, "creating the store"):
+            FeatureStore.create(
+                staging,
+                plan.identity,
+                plan.meta,
+                ids={s: plan.dataset.splits[s].ids for s in SPLITS},
+                labels={s: plan.dataset.splits[s].labels for s in SPLITS},
+                dim=plan.backbone.feature_dim,
+                views=plan.request.views,
+                chunk_size=plan.request.chunk_size,
+                dtype=plan.request.dtype,
+            )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if path.exists():
-        shutil.rmtree(path)
+        path.rename(replaced)
     staging.rename(path)  # a store appears whole or not at all
+    shutil.rmtree(replaced, ignore_errors=True)
     return FeatureStore.open(path, mode="r+"), True
 
 
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
+    """Compute the pending chunks under the store's lock (a second writer is refused, naming this one)."""
+    with store_lock(plan.store_path):
+        return _run_locked(plan, progress)
+
+
+def _run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
     start = time.perf_counter()
     store, _ = open_or_create_store(plan)
     pending = {split: store.pending_chunks(split) for split in SPLITS}
     total_chunks = sum(store.layout(s).n_chunks for s in SPLITS)
     n_pending = sum(len(c) for c in pending.values())
     samples = {s: len(plan.dataset.splits[s]) for s in SPLITS}
+    skipped = len(plan.skipped)
     if n_pending == 0:
         return ExtractSummary(
             store.path,
@@ -262,6 +377,7 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
             time.perf_counter() - start,
             store.size_bytes(),
             already_done=True,
+            extra={"skipped_images": skipped},
         )
     req = plan.request
     choice = req.scheduler_choice()
@@ -305,7 +421,12 @@ def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> Extra
         total_chunks - n_pending,
         time.perf_counter() - start,
         store.size_bytes(),
-        extra={"precision": plan.precision, "decoder": plan.preprocessing.decoder, "compute": where},
+        extra={
+            "precision": plan.precision,
+            "decoder": plan.preprocessing.decoder,
+            "compute": where,
+            "skipped_images": skipped,
+        },
     )
 
 

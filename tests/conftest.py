@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TOSCA_DATA", ROOT.parent / "shared" / "data"))
 TINY_VIT = "vit_tiny_patch16_224"
 TINY_CNN = "mobilenetv3_small_050"
+FAST_CNN = "test_efficientnet"  # timm's own test model: 160 px, 0.1 M parameters; for many short runs
 
 
 def make_image_tree(root: Path, classes: int = 3, train: int = 4, test: int = 2, seed: int = 0) -> Path:

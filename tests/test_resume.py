@@ -1,106 +1,133 @@
-"""An extraction killed with SIGKILL resumes to exactly the arrays of an uninterrupted run."""
+"""Crash safety of the store: an extraction killed with SIGKILL at any of its writes leaves a store that
+`tosca cache verify` passes or whose unfinished chunks it names, and the same command then completes it
+to exactly the arrays of an uninterrupted run.
+
+The kill points are writes of the store, chosen by the test: six named ones (while the store is
+being created, before the first chunk, half-way through a chunk's file, between a chunk's values
+and its checksum, before a done flag, during the final attrs update) and three drawn at random
+(seeded) from every write an uninterrupted run makes. Children are real processes killed with
+SIGKILL (see crash_harness).
+"""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zarr
-from conftest import ROOT, TINY_VIT, make_image_tree
+from conftest import FAST_CNN, make_image_tree
+from crash_harness import PauseAt, run, start
+from typer.testing import CliRunner
 
-from featcache.store import FeatureStore
+from cli import app
+
+RANDOM_SEED = 11
+NAMED = {
+    "creating": PauseAt(r"\.zarr\.creating/", 5),
+    "before-first-chunk": PauseAt(r"\.zarr/train/features/c/", 1),
+    "mid-chunk-file": PauseAt(r"\.zarr/train/views/c/", 2, half_written=True),
+    "values-not-checksum": PauseAt(r"\.zarr/test/checksums/c/", 1),
+    "before-done-flag": PauseAt(r"\.zarr/train/done/c/", 3),
+    "final-attrs": PauseAt(r"\.zarr/zarr\.json$", 1, half_written=True),
+}
+ARRAYS = ("features", "views", "labels", "ids", "done", "checksums")
 
 
-def _cmd(tree: Path, store: Path, cache: Path) -> list[str]:
+def _args(tree: Path, store: Path) -> list[str]:
     return [
-        sys.executable,
-        str(ROOT / "cli.py"),
-        "extract",
-        "--model",
-        TINY_VIT,
-        "--dataset",
-        "imagefolder",
-        "--data-root",
-        str(tree),
-        "--store",
-        str(store),
-        "--cache-dir",
-        str(cache),
-        "--random-init",
-        "--views",
-        "2",
-        "--chunk-size",
-        "4",
-        "--batch-size",
-        "2",
-        "--workers",
-        "0",
-        "--seed",
-        "5",
-        "--device",
-        "cpu",
+        *("extract", "--model", FAST_CNN, "--dataset", "imagefolder", "--data-root", str(tree)),
+        *("--store", str(store), "--cache-dir", str(store.parent / "cache"), "--random-init"),
+        *("--views", "2", "--chunk-size", "2", "--batch-size", "2", "--workers", "0"),
+        *("--seed", "5", "--device", "cpu"),
     ]
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
     group = zarr.open_group(str(path), mode="r")
-    names = ["train/features", "train/views", "train/labels", "train/done", "test/features", "test/done"]
-    return {name: np.asarray(group[name][:]) for name in names}
+    return {
+        f"{split}/{name}": np.asarray(group[f"{split}/{name}"][:])
+        for split in ("train", "test")
+        for name in ARRAYS
+        if name in group[split]
+    }
 
 
-def test_sigkill_then_rerun_equals_uninterrupted(tmp_path: Path) -> None:
-    tree = make_image_tree(tmp_path / "imgs", classes=3, train=12, test=4)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    killed = tmp_path / "killed.zarr"
-    proc = subprocess.Popen(
-        _cmd(tree, killed, tmp_path / "c"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    deadline = time.time() + 120
-    done = 0
-    while time.time() < deadline and proc.poll() is None:
-        if (killed / "zarr.json").exists():
-            try:
-                done = int(FeatureStore.open(killed).done("train").sum())
-            except Exception:  # the store is being written; read again
-                done = 0
-            if done >= 2:
-                break
-        time.sleep(0.05)
-    assert proc.poll() is None, "extraction finished before it could be killed; make the fixture larger"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    half = FeatureStore.open(killed)
-    assert 2 <= int(half.done("train").sum()) < half.layout("train").n_chunks
+def _verify(store: Path) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(app, ["cache", "verify", str(store)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
 
-    verify = subprocess.run(
-        [sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert verify.returncode == 1
-    assert "chunks not done" in verify.stderr
 
-    rerun = subprocess.run(_cmd(tree, killed, tmp_path / "c"), env=env, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "already done" in rerun.stdout
-    again = subprocess.run(_cmd(tree, killed, tmp_path / "c"), env=env, capture_output=True, text=True)
-    assert again.returncode == 0 and "nothing to do" in again.stdout
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray], int]:
+    base = tmp_path_factory.mktemp("crash")
+    tree = make_image_tree(base / "imgs", classes=2, train=4, test=2)
+    code, _, stderr = run(_args(tree, base / "clean.zarr"), base / "clean-run")
+    assert code == 0, stderr
+    writes = len(__import__("json").loads((base / "clean-run" / "writes.json").read_text()))
+    return tree, _arrays(base / "clean.zarr"), writes
 
-    clean = tmp_path / "clean.zarr"
-    full = subprocess.run(_cmd(tree, clean, tmp_path / "c"), env=env, capture_output=True, text=True)
-    assert full.returncode == 0, full.stderr
-    resumed, uninterrupted = _arrays(killed), _arrays(clean)
-    for name in uninterrupted:
-        np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
-    assert (
-        subprocess.run(
-            [sys.executable, str(ROOT / "cli.py"), "cache", "verify", str(killed)], env=env
-        ).returncode
-        == 0
-    )
+
+def _kill_points(writes: int) -> list[tuple[str, PauseAt]]:
+    drawn = np.random.default_rng(RANDOM_SEED).choice(np.arange(1, writes + 1), size=3, replace=False)
+    return [
+        *NAMED.items(),
+        *((f"random-write-{k}-of-{writes}", PauseAt(".*", int(k))) for k in sorted(drawn)),
+    ]
+
+
+def test_kill_points_cover_the_extraction(uninterrupted: tuple[Path, dict[str, np.ndarray], int]) -> None:
+    """At least 5 points, one in the middle of a chunk's write, spread over the whole run."""
+    _, reference, writes = uninterrupted
+    points = _kill_points(writes)
+    assert len(points) >= 5 and any(p.half_written and "views" in p.pattern for _, p in points)
+    assert reference["train/done"].tolist() == [True] * 4 and reference["test/done"].tolist() == [True] * 2
+    assert all(str(s).startswith("sha256:") for s in reference["train/checksums"])
+
+
+@pytest.mark.parametrize("point", range(len(NAMED) + 3))
+def test_sigkill_then_verify_then_rerun_equals_uninterrupted(
+    point: int, tmp_path: Path, uninterrupted: tuple[Path, dict[str, np.ndarray], int]
+) -> None:
+    tree, reference, writes = uninterrupted
+    name, pause = _kill_points(writes)[point]
+    store = tmp_path / "killed.zarr"
+    child = start(_args(tree, store), tmp_path / "killed-run", pause)
+    paused_at = child.wait_paused()
+    child.kill()
+    assert child.process.exitcode == -9, name
+
+    code, lines = _verify(store)
+    pending = None  # chunks the rerun must compute; None: no store yet, it computes them all
+    if not (store / "zarr.json").exists():  # killed while the store was being created: no store yet
+        assert code == 2 and len(lines) == 1 and "creation was interrupted" in lines[0], (name, lines)
+    else:
+        left = _arrays(store)
+        undone = {s: np.flatnonzero(~left[f"{s}/done"]).tolist() for s in ("train", "test")}
+        n_chunks = {"train": 4, "test": 2}
+        expected = [
+            f"FAIL {s}: {len(c)}/{n_chunks[s]} chunks not done (first: {c[:5]})"
+            for s, c in undone.items()
+            if c
+        ]
+        assert code == (1 if expected else 0), (name, paused_at, lines)
+        # nothing fails but the unfinished chunks, each named
+        assert [line for line in lines if line.startswith("FAIL")] == expected, (name, paused_at, lines)
+        for split in ("train", "test"):  # every chunk flagged done holds the uninterrupted run's values
+            done = left[f"{split}/done"]
+            assert (left[f"{split}/checksums"][done] == reference[f"{split}/checksums"][done]).all(), name
+        pending = sum(len(c) for c in undone.values())
+
+    code, stdout, stderr = run(_args(tree, store), tmp_path / "rerun")
+    assert code == 0, (name, stderr)
+    if pending is not None:
+        summary = "nothing to do" if pending == 0 else f"{pending} computed, {6 - pending} already done"
+        assert summary in stdout, (name, stdout)
+    resumed = _arrays(store)
+    assert resumed.keys() == reference.keys()
+    for key, value in reference.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=f"{key} after a kill at {name}")
+    assert _verify(store) == (0, [f"OK {store}"])
+    leftovers = [p for p in tmp_path.rglob("*") if p.name.endswith((".partial", ".creating", ".lock"))]
+    assert leftovers == [], leftovers

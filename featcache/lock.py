@@ -1,0 +1,162 @@
+"""One writer per store: an advisory lock file beside the store, held with `fcntl.flock`.
+
+Why flock: the kernel drops the lock the moment its holder dies (SIGKILL, OOM, a crash), so a
+dead process never blocks the next extraction and there is no stale-lock guessing. The file
+also records who holds it (pid, host, start time, command) for the refusal message; that
+record is advice for people, never what decides.
+
+The lock lives beside the store (`<store>.lock`), not inside it: `--overwrite` replaces the
+store folder as a whole, and the lock must outlive that. On a cluster, only the process that
+runs `tosca extract` holds it; the Dask workers it drives write chunks under it.
+
+Import-light (stdlib only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from featcache.errors import UserError
+
+
+class StoreBusy(UserError):
+    """Another live process holds the store's lock."""
+
+
+def lock_path(store: str | Path) -> Path:
+    store = Path(store)
+    return store.with_name(store.name + ".lock")
+
+
+def _holder_text(info: dict[str, Any]) -> str:
+    """'pid 123 on host a since 2026-11-30T01:02:03Z' from a lock file's record (any part may be missing)."""
+    parts = []
+    if "pid" in info:
+        parts.append(f"pid {info['pid']}")
+    if "host" in info:
+        parts.append(f"on {info['host']}")
+    if "started" in info:
+        parts.append(f"since {info['started']}")
+    return " ".join(str(p) for p in parts) or "another process"
+
+
+def _read_record(fd: int) -> dict[str, Any]:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = os.read(fd, 4096)
+        record = json.loads(data.decode()) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _same_host_and_dead(info: dict[str, Any]) -> bool:
+    """The recorded holder ran on this host and its process is gone (its children may live on)."""
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, owned by someone else
+        return False
+    return False
+
+
+@dataclass
+class StoreLock:
+    """A held lock; `release()` (or leaving `store_lock`'s block) gives it up."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()  # while still held: a waiter on the old inode retries (see acquire)
+        os.close(self.fd)  # closing drops the flock
+        self.fd = -1
+
+
+def acquire(store: str | Path) -> StoreLock:
+    """Take the store's lock now or raise StoreBusy naming the holder; never waits."""
+    path = lock_path(store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = _read_record(fd)
+            os.close(fd)
+            hint = (
+                "; that process has ended and its helper processes are exiting: try again in a few seconds"
+                if _same_host_and_dead(info)
+                else "; wait for it to finish, or pass --store PATH for another store"
+            )
+            raise StoreBusy(
+                f"store {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
+            ) from None
+        except OSError as exc:  # a filesystem without flock
+            os.close(fd)
+            raise UserError(
+                f"cannot lock {path} ({exc.strerror}): this filesystem does not support file locks; "
+                "put the store on a local disk or an NFSv4 share"
+            ) from exc
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the previous holder unlinked this inode as we opened it: lock the new file
+            os.close(fd)
+            continue
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(sys.argv)[:300],
+        }
+        with contextlib.suppress(OSError):  # the record is advice; a full disk must not stop here
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        return StoreLock(path, fd)
+
+
+@contextlib.contextmanager
+def store_lock(store: str | Path) -> Iterator[StoreLock]:
+    lock = acquire(store)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def holder(store: str | Path) -> str | None:
+    """Who may be writing the store now, from its lock record; None when nobody does.
+
+    Reads the record only (probing the flock could make a starting writer fail): a record whose
+    process ended on this host means nobody; one from another host cannot be checked from here.
+    """
+    path = lock_path(store)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = _read_record(fd)
+    finally:
+        os.close(fd)
+    if not info or _same_host_and_dead(info):
+        return None
+    return _holder_text(info)

@@ -1,0 +1,107 @@
+"""Bad images, found before a store's layout is fixed.
+
+Why before: a store's rows are fixed when it is created, so an image that cannot be read can only
+be left out before then. Without `--skip-bad-images` an unreadable image stops the extraction
+with one line naming it (an empty file is caught here, before anything is written; any other
+when its chunk is decoded). With it, every image is decoded once up front, by the store's
+decoder, and the unreadable ones are left out and recorded in the store's attrs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+
+from featcache.datasets import SplitSamples
+from featcache.decoding import open_picture
+from featcache.errors import UserError
+
+
+@dataclass(frozen=True)
+class BadImage:
+    split: str
+    sample_id: str
+    reason: str
+
+    def attrs(self) -> dict[str, str]:
+        return {"split": self.split, "id": self.sample_id, "reason": self.reason}
+
+
+def _path(samples: SplitSamples, i: int) -> Path | None:
+    return samples.root / samples.ids[i] if samples.root is not None and samples.arrays is None else None
+
+
+def empty_files(samples: SplitSamples) -> list[int]:
+    """Indices of zero-byte image files (no image at all, whatever the decoder)."""
+    found = []
+    for i in range(len(samples)):
+        path = _path(samples, i)
+        if path is not None and path.stat().st_size == 0:
+            found.append(i)
+    return found
+
+
+def refuse_empty_files(splits: dict[str, SplitSamples]) -> None:
+    for samples in splits.values():
+        empty = empty_files(samples)
+        if empty:
+            more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+            raise UserError(
+                f"empty image file (0 bytes): {samples.describe(empty[0])}{more}; remove it, or pass "
+                "--skip-bad-images to leave unreadable images out"
+            )
+
+
+class _Probe(Dataset):
+    """Item i: None when sample i decodes, else why not (one line)."""
+
+    def __init__(self, samples: SplitSamples, decoder: str):
+        self.samples, self.decoder = samples, decoder
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[int, str | None]:
+        path = _path(self.samples, i)
+        try:
+            if path is not None and path.stat().st_size == 0:
+                return i, "empty file (0 bytes)"
+            open_picture(self.samples, i, self.decoder)
+        except Exception as exc:  # whatever the decoder raises is the reason it is bad
+            text = str(exc).splitlines()[0][:120] if str(exc) else ""
+            return i, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return i, None
+
+
+def _as_list(items: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
+    return items
+
+
+def find_bad_images(
+    split: str, samples: SplitSamples, decoder: str, workers: int
+) -> list[tuple[int, BadImage]]:
+    """(index, what is wrong) of every sample the decoder cannot read, in index order."""
+    loader = DataLoader(
+        _Probe(samples, decoder),
+        batch_size=16,
+        num_workers=workers,
+        collate_fn=_as_list,
+        prefetch_factor=4 if workers > 0 else None,
+    )
+    bad = []
+    for items in loader:
+        bad += [(i, BadImage(split, samples.ids[i], reason)) for i, reason in items if reason is not None]
+    return sorted(bad, key=lambda pair: pair[0])
+
+
+def without(samples: SplitSamples, drop: list[int]) -> SplitSamples:
+    keep = np.setdiff1d(np.arange(len(samples)), np.asarray(drop, dtype=np.int64))
+    return samples.subset(keep)
+
+
+def drop_ids(samples: SplitSamples, ids: set[str]) -> SplitSamples:
+    """The samples minus the given ids (a store's recorded skip list, reused when it resumes)."""
+    return without(samples, [i for i, sample_id in enumerate(samples.ids) if sample_id in ids])
