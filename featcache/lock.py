@@ -89,8 +89,11 @@ class StoreLock:
         self.fd = -1
 
 
-def acquire(store: str | Path) -> StoreLock:
-    """Take the store's lock now or raise StoreBusy naming the holder; never waits."""
+def acquire(
+    store: str | Path, what: str = "store", advice: str = "pass --store PATH for another store"
+) -> StoreLock:
+    """Take the lock of a store (or of another folder one process writes at a time: a run, a sweep)
+    now, or raise StoreBusy naming the holder; never waits. `what` and `advice` word the refusal."""
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -103,10 +106,10 @@ def acquire(store: str | Path) -> StoreLock:
             hint = (
                 "; that process has ended and its helper processes are exiting: try again in a few seconds"
                 if _same_host_and_dead(info)
-                else "; wait for it to finish, or pass --store PATH for another store"
+                else f"; wait for it to finish, or {advice}"
             )
             raise StoreBusy(
-                f"store {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
+                f"{what} {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
             ) from None
         except OSError as exc:  # a filesystem without flock
             os.close(fd)
@@ -134,8 +137,10 @@ def acquire(store: str | Path) -> StoreLock:
 
 
 @contextlib.contextmanager
-def store_lock(store: str | Path) -> Iterator[StoreLock]:
-    lock = acquire(store)
+def store_lock(
+    store: str | Path, what: str = "store", advice: str = "pass --store PATH for another store"
+) -> Iterator[StoreLock]:
+    lock = acquire(store, what, advice)
     try:
         yield lock
     finally:

@@ -116,3 +116,24 @@ def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
     assert "the loss became NaN or inf at task 0, epoch" in result.output
     assert len(result.output.strip().splitlines()) <= 2  # the table header, then the one-line error
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_one_writer_per_run_and_per_sweep_folder(tmp_path: Path) -> None:
+    """While a process writes a run or a sweep folder, a second one is refused in one line; once the
+    holder is gone (its lock dies with it) the same command runs."""
+    from featcache.lock import acquire
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    held = [acquire(run, "run"), acquire(sweep, "sweep folder")]  # as a running fit and sweep would
+    fit = RUNNER.invoke(app, _fit_cmd(store.path, run, 1))
+    assert fit.exit_code == 2 and f"run {run} is being written by another tosca process" in fit.output
+    assert "pass another --run" in fit.output and len(fit.output.strip().splitlines()) == 1
+    cmd = ["sweep", "--store", str(store.path), "--r", "2", "--epochs", "1", "--init-cls", "2"]
+    cmd += ["--increment", "2", "--device", "cpu", "--jobs", "1", "--out", str(sweep)]
+    second = RUNNER.invoke(app, cmd)
+    assert second.exit_code == 2 and f"sweep folder {sweep} is being written" in second.output
+    for lock in held:
+        lock.release()
+    assert RUNNER.invoke(app, _fit_cmd(store.path, run, 1)).exit_code == 0
+    assert RUNNER.invoke(app, cmd).exit_code == 0

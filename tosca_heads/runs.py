@@ -9,6 +9,7 @@ the config and the store fingerprint match, so `fit --task 1` then `fit --task 3
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -21,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from featcache.errors import UserError
+from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json, identity_differences
 from tosca_heads import atomic
 from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode
@@ -218,9 +220,37 @@ def fit_group(
         Path(d) if d is not None else default_run_dir(c)
         for d, c in zip(run_dirs or [None] * len(trains), configs, strict=True)
     ]
-    if write_outputs:
-        for run_dir, config in zip(dirs, configs, strict=True):
-            _claim_run_dir(run_dir, config)
+    with contextlib.ExitStack() as locks:
+        if write_outputs:
+            for run_dir, config in zip(dirs, configs, strict=True):
+                locks.enter_context(store_lock(run_dir, "run", "pass another --run"))
+                _claim_run_dir(run_dir, config)
+        return _fit_group_locked(
+            store,
+            stream,
+            trains,
+            last,
+            dirs,
+            configs,
+            source,
+            on_stage,
+            write_outputs,
+            device,
+        )
+
+
+def _fit_group_locked(
+    store: FeatureStore,
+    stream: TaskStream,
+    trains: list[TrainConfig],
+    last: int,
+    dirs: list[Path],
+    configs: list[dict[str, Any]],
+    source: FeatureSource | None,
+    on_stage: Callable[[int, StageResult, bool], None] | None,
+    write_outputs: bool,
+    device: torch.device,
+) -> list[RunResult]:
     source = source or CachedFeatures(store, device=device)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     trainer = make_trainer(trains, store.dim, device)

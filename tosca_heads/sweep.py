@@ -28,6 +28,7 @@ import torch
 
 from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler
 from featcache.errors import UserError
+from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json
 from tosca_heads import atomic
 from tosca_heads.engine.device import resolve_device
@@ -329,6 +330,24 @@ def run_sweep(
     resolved = resolve_device(device)
     store.require_complete()
     out = Path(out)
+    with store_lock(out, "sweep folder", "pass another --out"):
+        return _run_sweep_locked(
+            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, shown
+        )
+
+
+def _run_sweep_locked(
+    store: FeatureStore,
+    points: Sequence[SweepPoint],
+    out: Path,
+    jobs: int,
+    scheduler: str | None,
+    rank_mode: str,
+    on_point: PointCallback | None,
+    group: int | None,
+    resolved: torch.device,
+    shown: Sequence[str] | None,
+) -> SweepOutcome:
     _claim_sweep_dir(out, store, points)
     table = ResultsTable(out / "results.csv")
     done = table.keys()
@@ -390,5 +409,12 @@ def _keep_freed_memory_on_local_workers() -> Iterator[None]:
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop(DASK_TRIM_VARIABLE, None)
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        yield
+    # a nanny also writes its pre-spawn variables into this process's environment, so an earlier
+    # local cluster (an extraction's) would hand the small threshold down to these workers
+    inherited = os.environ.pop(DASK_TRIM_VARIABLE, None)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+            yield
+    finally:
+        if inherited is not None:
+            os.environ[DASK_TRIM_VARIABLE] = inherited
