@@ -392,6 +392,8 @@ def fit(
     lr: float | None = typer.Option(None, help="SGD learning rate (paper 0.025)."),
     epochs: int | None = typer.Option(None, help="Epochs per task (paper 20)."),
     batch_size: int | None = typer.Option(None, help="Batch size (paper 48)."),
+    momentum: float | None = typer.Option(None, help="SGD momentum (paper 0.9)."),
+    weight_decay: float | None = typer.Option(None, help="SGD weight decay (paper 0)."),
     flow: str | None = typer.Option(None, help="tosca (the method), tosca_r, adapter or calibrator."),
     seed: int | None = typer.Option(None, help="Training seed (init, shuffling)."),
     init_cls: int | None = typer.Option(
@@ -424,6 +426,8 @@ def fit(
         "lr": lr,
         "epochs": epochs,
         "batch_size": batch_size,
+        "momentum": momentum,
+        "weight_decay": weight_decay,
         "flow": flow,
         "seed": seed,
     }
@@ -529,7 +533,13 @@ def predict(
     if batch_size is not None and batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
     config, metrics = run_metrics(run)
-    chosen = resolve_routers(router)[0] if router else best_honest_router(metrics)
+    if router is None:
+        chosen = best_honest_router(metrics)
+    else:
+        names = resolve_routers(router)
+        if len(names) != 1:
+            raise UserError(f"--router takes one router for predict, got {router!r}")
+        chosen = names[0]
     if not ROUTERS[chosen].honest:
         raise UserError(
             f"--router {chosen} needs the task id or a batch of test images; pick an honest router"
@@ -543,6 +553,7 @@ def predict(
         )
     ident = store.identity["dataset"]
     predictor = RunPredictor(run, int(ident["num_classes"]), resolved).fit()
+    predictor.check_router(chosen)
     result = predictor.predict(embed_images(store, paths, resolved, batch_size), chosen)
     names = predictor.class_names(list(ident["class_names"]))
     rows = [
@@ -628,7 +639,7 @@ def sweep(
 
     from featcache.cluster import check_available, parse_scheduler
     from tosca_heads.discover import resolve_store
-    from tosca_heads.engine.device import resolve_device
+    from tosca_heads.engine.device import parse_device, resolve_device
     from tosca_heads.router import MODES
     from tosca_heads.routers import ALIASES, HEADLINE
     from tosca_heads.runs import default_stream
@@ -650,7 +661,9 @@ def sweep(
         check_available(parse_scheduler(scheduler))  # a malformed address now, not after a timeout
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir} is a file, not a sweep folder")
-    resolved_device = resolve_device(device)
+    remote = scheduler is not None and parse_scheduler(scheduler).kind in ("address", "file")
+    # on a remote cluster the workers decide `auto` and own the GPUs: only the name is checked here
+    resolved_device = (parse_device(device) or resolve_device("cpu")) if remote else resolve_device(device)
     texts = {
         "r": r,
         "s": s,

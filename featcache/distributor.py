@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -113,14 +114,37 @@ def extract_on_cluster(
     totals = {s: sum(_chunk_images(store, s, c) for c in pending[s]) for s in pending}
     images = 0
     with dask_client(scheduler) as client:
-        scattered = {s: client.scatter(splits[s], broadcast=True) for s in pending if pending[s]}
-        futures = {client.submit(run_chunk_job, job, scattered[job.split], pure=False): job for job in jobs}
+        scattered = {s: client.scatter(_absolute(splits[s]), broadcast=True) for s in pending if pending[s]}
+        resources = gpu_resources(client)
+        futures = {
+            client.submit(run_chunk_job, job, scattered[job.split], pure=False, resources=resources): job
+            for job in jobs
+        }
         for future in as_completed(futures):
             done = future.result()
             images += done
             if progress is not None:
                 progress(futures[future].split, done, totals[futures[future].split])
     return images
+
+
+def _absolute(samples: SplitSamples) -> SplitSamples:
+    """A worker on another machine (or in another folder) must find the images at the same path."""
+    return replace(samples, root=samples.root.resolve()) if samples.root is not None else samples
+
+
+def gpu_resources(client: Any) -> dict[str, float] | None:
+    """{"GPU": 1} when every worker declares a GPU resource (`dask worker --resources GPU=1`), so a
+    worker with several threads still runs one chunk per GPU at a time. No constraint otherwise:
+    on workers that declare nothing, a task that asks for a GPU would wait forever."""
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:  # older distributed: all workers by default
+        info = client.scheduler_info()
+    workers = list(info.get("workers", {}).values())
+    if workers and all("GPU" in (w.get("resources") or {}) for w in workers):
+        return {"GPU": 1}
+    return None
 
 
 def _chunk_images(store: FeatureStore, split: str, chunk: int) -> int:

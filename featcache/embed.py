@@ -1,5 +1,7 @@
-"""A store's backbone run on new images, exactly as the store's features were made: the stage-1
-half of `tosca predict`.
+"""A store's backbone run on new images the way the store's features were made: the stage-1 half
+of `tosca predict`. Decoding and resizing run on the CPU here, so for a store made with `--decode
+torch` on a GPU (nvjpeg, GPU resizes) the features agree within the GPU-vs-CPU tolerance, not
+bit for bit.
 
 The backbone comes from the weights source the store recorded (packaged, a file, timm's
 download, or the fixed random init) and must hash to the recorded sha256; the images go through

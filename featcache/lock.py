@@ -34,7 +34,7 @@ class StoreBusy(UserError):
 
 
 def lock_path(store: str | Path) -> Path:
-    store = Path(store)
+    store = Path(store).absolute()  # `.` (a run folder one stands in) has no name to put beside
     return store.with_name(store.name + ".lock")
 
 

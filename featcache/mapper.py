@@ -100,11 +100,15 @@ class FeatureMapper:
         return contextlib.nullcontext()
 
     def __call__(self, images: torch.Tensor) -> np.ndarray:
-        """Images on the CPU (pinned when the device is CUDA) or already on the device."""
+        """Images on the CPU (pinned when the device is CUDA) or already on the device.
+
+        Outputs stay on the device until the whole batch is done: one host sync per call, so the
+        micro-batches of a batch of views are queued back to back on a GPU.
+        """
         outputs = []
         with torch.inference_mode(), tf32_off(), self._autocast():
             for start in range(0, images.shape[0], self.micro_batch):
                 part = images[start : start + self.micro_batch].to(self.device, non_blocking=True)
                 part = part.contiguous(memory_format=self.memory_format)
-                outputs.append(self.model(part).float().cpu())
-        return torch.cat(outputs).numpy()
+                outputs.append(self.model(part).float())
+        return torch.cat(outputs).cpu().numpy()

@@ -20,8 +20,6 @@ from cli import app
 from featcache.store import FeatureStore
 
 runner = CliRunner()
-HAS_ROUTERS = any(getattr(c, "name", None) == "routers" for c in app.registered_commands)
-NO_ROUTERS = pytest.mark.skipif(not HAS_ROUTERS, reason="`tosca routers` is not on this branch")
 
 # placeholders in the rows: {store} complete store, {half} incomplete store, {run} a finished run,
 # {img} an image tree, {file} a plain file, {empty} an empty folder, {missing} a path that does not exist
@@ -173,6 +171,8 @@ ROWS: list[tuple[str, list[str], str]] = [
         "no store under",
     ),
     ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
+    ("fit order seed negative", [*FIT, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
+    ("fit seed too large", [*FIT, "--seed", str(2**40)], f"--seed must be in [0, 2**32), got {2**40}"),
     # ------------------------------------------------------------------ eval
     (
         "eval missing run",
@@ -197,6 +197,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep epochs zero", [*SWEEP, "--epochs", "0"], "--epochs must be at least 1, got 0"),
     ("sweep unknown flow", [*SWEEP, "--flow", "tosca,sideways"], "unknown --flow 'sideways'"),
     ("sweep empty seeds", [*SWEEP, "--seeds", ""], "--seeds is empty"),
+    ("sweep seed negative", [*SWEEP, "--seeds", "0,-3"], "--seed must be in [0, 2**32), got -3"),
     ("sweep init cls zero", [*SWEEP[:5], "--init-cls", "0"], "--init-cls must be at least 1, got 0"),
     (
         "sweep init cls past classes",
@@ -243,6 +244,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         "not a run directory: {missing} (no config.json)",
     ),
     ("baselines unknown device", [*BASE[:3], "--device", "tpu"], "unknown --device 'tpu'"),
+    ("baselines order seed", [*BASE, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
     # ------------------------------------------------------------------ demo
     (
         "demo per class zero",
@@ -267,20 +269,27 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["demo", "--data-root", "{img}", "--cache-dir", "{file}"],
         "--cache-dir {file} is a file",
     ),
-    # ------------------------------------------------------------------ routers (stage 2, on main)
+    # ------------------------------------------------------------------ routers, predict
     ("routers missing run", ["routers", "{missing}"], "{missing}"),
     ("routers a file", ["routers", "{file}"], "{file}"),
     ("routers not a run", ["routers", "{empty}"], "{empty}"),
+    (
+        "predict two routers",
+        ["predict", "{run}", "{img}", "--router", "entropy,lda"],
+        "--router takes one router for predict, got 'entropy,lda'",
+    ),
+    (
+        "predict oracle router",
+        ["predict", "{run}", "{img}", "--router", "oracle"],
+        "--router oracle needs the task id",
+    ),
+    (
+        "predict unknown router",
+        ["predict", "{run}", "{img}", "--router", "magic"],
+        "unknown --router 'magic'",
+    ),
+    ("predict not a run", ["predict", "{empty}", "{img}"], "not a run directory: {empty}"),
 ]
-
-# Rows that need a change inside tosca_heads/ (owned by the stage-2 engineer): kept in the table,
-# expected to fail until that change lands (strict: an unexpected pass is reported too).
-STAGE2: dict[str, str] = {}
-
-
-def _marks(name: str) -> list[pytest.MarkDecorator]:
-    marks = [pytest.mark.xfail(strict=True, reason=STAGE2[name])] if name in STAGE2 else []
-    return [*marks, NO_ROUTERS] if name.startswith("routers") else marks
 
 
 @pytest.fixture(scope="module")
@@ -320,9 +329,7 @@ def _state(root: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
     return files, folders
 
 
-@pytest.mark.parametrize(
-    ("name", "argv", "expected"), [pytest.param(*row, id=row[0], marks=_marks(row[0])) for row in ROWS]
-)
+@pytest.mark.parametrize(("name", "argv", "expected"), [pytest.param(*row, id=row[0]) for row in ROWS])
 def test_bad_input(
     name: str, argv: list[str], expected: str, folder: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,3 +131,17 @@ def test_local_2_processes_equal_one_process(tmp_path: Path, image_tree: Path) -
     np.testing.assert_array_equal(
         np.asarray(dist.group["train/views"][:]), np.asarray(local.group["train/views"][:])
     )
+
+
+def test_workers_that_declare_a_gpu_get_one_chunk_per_gpu_at_a_time() -> None:
+    from distributed import Client, LocalCluster
+
+    from featcache.distributor import gpu_resources
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as plain, Client(plain) as client:
+        assert gpu_resources(client) is None
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=None, resources={"GPU": 1}) as gpus,
+        Client(gpus) as client,
+    ):
+        assert gpu_resources(client) == {"GPU": 1}

@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli import app
+from featcache.errors import UserError
 from tosca_heads import atomic
 from tosca_heads.stream import TaskStream
 
@@ -113,7 +114,7 @@ def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     result = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "run", 3, "--lr", "1e38"))
     assert result.exit_code == 2, result.output
-    assert "the loss became NaN or inf at task 0, epoch" in result.output
+    assert "the loss or the weights became NaN or inf at task 0, epoch" in result.output
     assert len(result.output.strip().splitlines()) <= 2  # the table header, then the one-line error
     assert not (tmp_path / "run" / "metrics.json").exists()
 
@@ -137,3 +138,82 @@ def test_one_writer_per_run_and_per_sweep_folder(tmp_path: Path) -> None:
         lock.release()
     assert RUNNER.invoke(app, _fit_cmd(store.path, run, 1)).exit_code == 0
     assert RUNNER.invoke(app, cmd).exit_code == 0
+
+
+def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -> None:
+    """`--task 0` on a run that finished 3 tasks trains nothing and describes all 3: metrics,
+    router statistics and task files agree (predict reads them together)."""
+    from safetensors.torch import load_file
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=6)
+    run = tmp_path / "run"
+    assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
+    before = (run / "task_002.safetensors").stat().st_mtime_ns
+    again = RUNNER.invoke(app, [*_fit_cmd(store.path, run, 2), "--task", "0", "--json"])
+    assert again.exit_code == 0, again.output
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert len(metrics["modes"]["entropy"]["A_t"]) == 3
+    assert load_file(str(run / "router.safetensors"))["counts"].shape[0] == 6
+    assert (run / "task_002.safetensors").stat().st_mtime_ns == before
+
+
+def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_path: Path) -> None:
+    """A fit killed after a task file but before router.safetensors leaves them out of step."""
+    from tosca_heads.predict import RunPredictor
+    from tosca_heads.runs import ROUTER_FILE
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=6)
+    run, short = tmp_path / "run", tmp_path / "short"
+    assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
+    assert RUNNER.invoke(app, [*_fit_cmd(store.path, short, 2), "--task", "0"]).exit_code == 0
+    (run / ROUTER_FILE).write_bytes((short / ROUTER_FILE).read_bytes())  # 2 classes, classifier 6
+    with pytest.raises(UserError, match=r"router\.safetensors covers 2 classes but the classifier"):
+        RunPredictor(run, 6).fit()
+    assert RUNNER.invoke(app, ["eval", str(run), "--device", "cpu"]).exit_code == 0
+    assert RunPredictor(run, 6).fit().statistics_.classes == 6  # eval rebuilt them
+
+
+def test_a_damaged_config_is_one_line_and_eval_works_from_inside_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    run = tmp_path / "run"
+    assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
+    monkeypatch.chdir(run)
+    inside = RUNNER.invoke(app, ["eval", ".", "--device", "cpu"])
+    assert inside.exit_code == 0, inside.output
+    (run / "config.json").write_text('{"store": ')
+    for argv in (["eval", "."], ["routers", "."], ["predict", ".", "x.jpg"]):
+        result = RUNNER.invoke(app, argv)
+        assert result.exit_code == 2 and "is not valid JSON" in result.output, (argv, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_baselines_leave_a_run_of_another_store_alone(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    other = synthetic_store(tmp_path / "o.zarr", classes=4, seed=5)
+    run = tmp_path / "run"
+    assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
+    files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    result = RUNNER.invoke(
+        app,
+        [
+            "baselines",
+            "--store",
+            str(other.path),
+            "--run",
+            str(run),
+            "--init-cls",
+            "2",
+            "--increment",
+            "2",
+            "--methods",
+            "simplecil",
+            "--out",
+            str(tmp_path / "b"),
+            "--device",
+            "cpu",
+        ],
+    )
+    assert result.exit_code == 2 and "was fitted on another store" in result.output, result.output
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files

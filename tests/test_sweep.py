@@ -294,6 +294,12 @@ def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch
     grown = RUNNER.invoke(app, [*cmd[:4], "2,4,8", *cmd[5:]])  # another grid: a new folder
     assert grown.exit_code == 0 and "resuming" not in grown.output, grown.output
     assert len(list((tmp_path / "runs").glob("sweep-*"))) == 2
+    # a grid grown into the first folder with --out: the grown command without --out finds it there
+    wider = [*cmd[:4], "2,4,16", *cmd[5:]]
+    assert RUNNER.invoke(app, [*wider, "--out", str(folder)]).exit_code == 0
+    found = RUNNER.invoke(app, wider)
+    assert f"resuming {Path('runs') / folder.name}" in found.output and "0 run(s)" in found.output
+    assert len(list((tmp_path / "runs").glob("sweep-*"))) == 2
 
 
 def test_worker_memory_limit_caps_the_in_memory_store() -> None:

@@ -200,13 +200,12 @@ def tosca_run(
 ) -> RunResult:
     """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
     default run, fitted now unless it is already on disk."""
-    from tosca_heads.runs import evaluate_run, fit_run
+    from tosca_heads.runs import evaluate_run, fit_run, read_run_config
     from tosca_heads.train import PRESETS
 
     if run_dir is None:
         return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source, device=device)
-    result = evaluate_run(run_dir, source, device)
-    config = result.config
+    config = read_run_config(run_dir)  # checked before evaluating: a run of another store is left alone
     if config["store_fingerprint"] != store.fingerprint:
         raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
     if config["stream"] != asdict(stream_cfg):
@@ -214,6 +213,7 @@ def tosca_run(
             f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
             "pass the same --init-cls/--increment"
         )
+    result = evaluate_run(run_dir, source, device)
     stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
     if len(result.stages) < stream.num_tasks:
         raise UserError(

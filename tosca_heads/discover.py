@@ -1,4 +1,8 @@
-"""Find the store a `fit` means: --store, or --model/--dataset, or the single complete store in the cache."""
+"""Find the store a command means: --store, or --model/--dataset, or the single store in the cache.
+
+When several stores match, a complete one is preferred over ones still being extracted; a store
+that cannot be read is passed over (`tosca cache ls` says why), not fatal.
+"""
 
 from __future__ import annotations
 
@@ -13,22 +17,31 @@ def resolve_store(
 ) -> FeatureStore:
     if store is not None:
         return FeatureStore.open(store)
-    candidates = []
+    matches: list[FeatureStore] = []
+    unreadable = 0
     for path in find_stores(cache_dir):
-        ident = FeatureStore.open(path).identity
-        if model and ident["backbone"]["alias"] != model:
+        try:
+            found = FeatureStore.open(path)
+            ident = found.identity
+            if model and ident["backbone"]["alias"] != model:
+                continue
+            if dataset and ident["dataset"]["name"] != dataset:
+                continue
+        except (UserError, KeyError, TypeError):
+            unreadable += 1
             continue
-        if dataset and ident["dataset"]["name"] != dataset:
-            continue
-        candidates.append(path)
+        matches.append(found)
     wanted = " ".join(f"--{k} {v}" for k, v in (("model", model), ("dataset", dataset)) if v) or "any store"
-    if not candidates:
+    skipped = f" ({unreadable} unreadable store(s) passed over: see `tosca cache ls`)" if unreadable else ""
+    if not matches:
         raise UserError(
-            f"no store under {cache_dir} matches {wanted}; run `tosca extract` first or pass --store"
+            f"no store under {cache_dir} matches {wanted}{skipped}; run `tosca extract` first or pass --store"
         )
+    complete = [m for m in matches if m.is_complete()]
+    candidates = complete if complete else matches
     if len(candidates) > 1:
-        listed = ", ".join(str(c) for c in candidates[:6])
+        listed = ", ".join(str(c.path) for c in candidates[:6])
         raise UserError(
             f"{len(candidates)} stores under {cache_dir} match {wanted}: {listed}; pass --store PATH"
         )
-    return FeatureStore.open(candidates[0])
+    return candidates[0]

@@ -7,7 +7,6 @@ statistics; nothing else is needed to route and classify a feature vector.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +19,15 @@ from tosca_heads.engine.kernels import luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.router import module_scores
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
-from tosca_heads.runs import ROUTER_FILE, StreamConfig, _load_task, finished_tasks
+from tosca_heads.runs import (
+    ROUTER_FILE,
+    StreamConfig,
+    _load_task,
+    finished_tasks,
+    read_run_config,
+    train_config_of,
+)
 from tosca_heads.stream import TaskStream
-from tosca_heads.train import TrainConfig
 
 
 @dataclass
@@ -44,16 +49,13 @@ class RunPredictor:
 
     def fit(self) -> RunPredictor:
         """Load the modules, the last classifier and the router statistics (nothing is trained)."""
-        config_path = self.run_dir / "config.json"
-        if not config_path.is_file():
-            raise UserError(f"not a run directory: {self.run_dir} (no config.json)")
-        self.config_ = json.loads(config_path.read_text())
+        self.config_ = read_run_config(self.run_dir)
         tasks = finished_tasks(self.run_dir)
         if tasks == 0:
             raise UserError(
                 f"run {self.run_dir} has no finished task; train one with `tosca fit --run {self.run_dir}`"
             )
-        train = TrainConfig(**self.config_["train"])
+        train = train_config_of(self.config_, self.run_dir)
         dim = int(self.config_["feature_dim"])
         self.layout_ = ParamLayout(dim, train.r, train.s, train.flow)
         modules, head = [], {}
@@ -69,21 +71,34 @@ class RunPredictor:
             if router_file.is_file()
             else None
         )
+        classes = int(self.weight_.shape[1])
+        if self.statistics_ is not None and self.statistics_.classes != classes:
+            raise UserError(
+                f"run {self.run_dir}: {ROUTER_FILE} covers {self.statistics_.classes} classes but the "
+                f"classifier of its {tasks} finished tasks has {classes} (the fit stopped before it "
+                f"ended); rebuild them with `tosca eval {self.run_dir}`"
+            )
         self.stream_: TaskStream = StreamConfig(**self.config_["stream"]).task_stream(self.num_classes)
         self.tasks_ = tasks
         return self
 
-    @torch.no_grad()
-    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
-        """Route and classify [n, d] frozen features with the named (honest) router."""
-        if ROUTERS[router].needs_statistics and self.statistics_ is None:
-            raise UserError(
-                f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
-            )
+    def check_router(self, router: str) -> None:
+        """Refuse a router this run cannot serve (before any image is embedded)."""
+        if router not in ROUTERS:
+            raise UserError(f"unknown --router {router!r}: use one of {', '.join(ROUTERS)}")
         if not ROUTERS[router].honest:
             raise UserError(
                 f"router {router!r} needs the task id or a batch of test images; pick an honest router"
             )
+        if ROUTERS[router].needs_statistics and self.statistics_ is None:
+            raise UserError(
+                f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
+            )
+
+    @torch.no_grad()
+    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
+        """Route and classify [n, d] frozen features with the named (honest) router."""
+        self.check_router(router)
         x = torch.as_tensor(features).to(self.device, torch.float32)
         w_unit = normalize_rows(self.weight_[0]).T
         logits = torch.stack(

@@ -123,6 +123,32 @@ def _matching(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
+RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise UserError(f"not a run directory: {run_dir} (no config.json)")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); it was edited or damaged") from exc
+    missing = [k for k in RUN_CONFIG_KEYS if not isinstance(config, dict) or k not in config]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}: not a config.json written by tosca fit")
+    return config
+
+
+def train_config_of(config: dict[str, Any], run_dir: Path) -> TrainConfig:
+    """The recipe recorded in a run's config, refusing keys this version does not know."""
+    try:
+        return TrainConfig(**config["train"])
+    except TypeError as exc:
+        raise UserError(
+            f"run {run_dir} records a recipe this tosca does not know ({exc}); was it made by a newer version?"
+        ) from exc
 
 
 def _task_file(run_dir: Path, task: int) -> Path:
@@ -196,6 +222,7 @@ def fit_group(
     on_stage: Callable[[int, StageResult, bool], None] | None = None,
     write_outputs: bool = True,
     device: str | torch.device = "cpu",
+    overlap: bool | None = None,
 ) -> list[RunResult]:
     """Train G recipes that share flow, epochs and batch size in one engine run; one RunResult each.
 
@@ -236,6 +263,7 @@ def fit_group(
             on_stage,
             write_outputs,
             device,
+            overlap_evaluation(device) if overlap is None else overlap,
         )
 
 
@@ -250,6 +278,7 @@ def _fit_group_locked(
     on_stage: Callable[[int, StageResult, bool], None] | None,
     write_outputs: bool,
     device: torch.device,
+    overlap: bool,
 ) -> list[RunResult]:
     source = source or CachedFeatures(store, device=device)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
@@ -266,8 +295,11 @@ def _fit_group_locked(
 
     results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
     finished = min(min(finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
+    # A run's files describe all of its finished tasks: `--task 2` on a run that has finished 5
+    # evaluates the 5 (training nothing), so metrics, router statistics and task files agree.
+    last = max(last, finished - 1)
 
-    queue = StageQueue(evaluator, overlap=overlap_evaluation(device))
+    queue = StageQueue(evaluator, overlap=overlap)
 
     def record(wait: bool = False) -> None:
         for (task, stats, trained), modes, eval_s in queue.ready(wait):
@@ -317,7 +349,7 @@ def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
     atomic.remove_stale(run_dir)
     config_path = run_dir / "config.json"
     if config_path.exists():
-        diffs = _matching(json.loads(config_path.read_text()), config)
+        diffs = _matching(read_run_config(run_dir), config)
         if diffs:
             shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
             raise UserError(
@@ -388,13 +420,10 @@ def evaluate_run(
     run_dir: Path, source: FeatureSource | None = None, device: str | torch.device = "cpu"
 ) -> RunResult:
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
-    config_path = Path(run_dir) / "config.json"
-    if not config_path.exists():
-        raise UserError(f"not a run directory: {run_dir} (no config.json)")
+    config = read_run_config(run_dir)
     done = finished_tasks(run_dir)
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
-    config = json.loads(config_path.read_text())
     store = FeatureStore.open(config["store"])
     if store.fingerprint != config["store_fingerprint"]:
         raise UserError(
@@ -403,7 +432,7 @@ def evaluate_run(
     return fit_run(
         store,
         StreamConfig(**config["stream"]),
-        TrainConfig(**config["train"]),
+        train_config_of(config, run_dir),
         done - 1,
         run_dir,
         source,

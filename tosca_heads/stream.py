@@ -39,6 +39,8 @@ class TaskStream:
     def build(
         cls, num_classes: int, init_cls: int, increment: int, order_seed: int = DEFAULT_ORDER_SEED
     ) -> TaskStream:
+        if not 0 <= order_seed < 2**32:
+            raise UserError(f"--order-seed must be in [0, 2**32), got {order_seed}")
         if init_cls < 1 or increment < 1:
             raise UserError(f"--init-cls and --increment must be at least 1 (got {init_cls}, {increment})")
         if init_cls > num_classes:

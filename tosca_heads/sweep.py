@@ -31,7 +31,7 @@ from featcache.errors import UserError
 from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json
 from tosca_heads import atomic
-from tosca_heads.engine.device import resolve_device
+from tosca_heads.engine.device import parse_device, resolve_device
 from tosca_heads.engine.memory import default_group_size
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.router import MODES
@@ -147,7 +147,10 @@ def _features_on_worker(
         if key not in _SOURCES:
             store = FeatureStore.open(store_path)
             if store.fingerprint != fingerprint:
-                raise RuntimeError(f"store {store_path} changed under the sweep (fingerprint differs)")
+                raise UserError(
+                    f"store {store_path} changed under the sweep (fingerprint differs); "
+                    "rerun the sweep against the store as it is now"
+                )
             _SOURCES.clear()  # a worker that moves on to another store frees the previous one's arrays
             budget = _memory_budget() if device.type == "cpu" else MEMORY_BUDGET_BYTES
             _SOURCES[key] = (store, CachedFeatures(store, budget, device).preload())
@@ -209,6 +212,7 @@ def run_group(
         source=source,
         write_outputs=False,
         device=resolved,
+        overlap=False,  # the sweep's worker processes (--jobs, default: the cores) already use every core
     )
     seconds = time.perf_counter() - start
     return [
@@ -280,7 +284,8 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepP
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             continue
-        if meta.get("store_fingerprint") == store.fingerprint and meta.get("grid") == digest:
+        grids = [meta.get("grid"), *meta.get("grids", [])]
+        if meta.get("store_fingerprint") == store.fingerprint and digest in grids:
             return meta_path.parent
     return None
 
@@ -288,6 +293,7 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepP
 def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint]) -> None:
     """A sweep folder belongs to one store: resuming it on another store would mix their rows."""
     out.mkdir(parents=True, exist_ok=True)
+    atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
     meta_path = out / "sweep.json"
     ident = store.identity
     meta = {
@@ -298,12 +304,19 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
         "grid": grid_digest(points),
     }
     if meta_path.exists():
-        existing = json.loads(meta_path.read_text())
+        try:
+            existing = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{meta_path} is not valid JSON ({exc}); it was edited or damaged") from exc
         if existing.get("store_fingerprint") != store.fingerprint:
             raise UserError(
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
             )
-        return
+        known = [existing.get("grid"), *existing.get("grids", [])]
+        if meta["grid"] in known:
+            return
+        # a grown grid resumed with --out: the same command without --out finds this folder again
+        meta = {**existing, "grids": [*existing.get("grids", []), meta["grid"]]}
     atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
 
 
@@ -327,12 +340,21 @@ def run_sweep(
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
-    resolved = resolve_device(device)
+    remote = scheduler is not None and parse_scheduler(scheduler).kind in ("address", "file")
+    if remote:
+        # the workers decide `auto` and own the GPUs: this machine (perhaps a head node without
+        # one) only checks the name, and sizes groups by its own device unless --group is given
+        named = parse_device(device)
+        local = named if named is not None and named.type == "cpu" else resolve_device("auto")
+        resolved, worker_device = local, device
+    else:
+        resolved = resolve_device(device)
+        worker_device = str(resolved)
     store.require_complete()
     out = Path(out)
     with store_lock(out, "sweep folder", "pass another --out"):
         return _run_sweep_locked(
-            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, shown
+            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, worker_device, shown
         )
 
 
@@ -346,6 +368,7 @@ def _run_sweep_locked(
     on_point: PointCallback | None,
     group: int | None,
     resolved: torch.device,
+    worker_device: str,
     shown: Sequence[str] | None,
 ) -> SweepOutcome:
     _claim_sweep_dir(out, store, points)
@@ -370,9 +393,9 @@ def _run_sweep_locked(
     workers = min(jobs, len(groups))  # no idle processes for a short remainder
     if groups and workers == 1 and scheduler is None:
         for members in groups:  # one process: no cluster to start
-            record(run_group(path, fingerprint, members, str(resolved)))
+            record(run_group(path, fingerprint, members, worker_device))
     elif groups:
-        _run_on_dask(groups, path, fingerprint, workers, scheduler, str(resolved), record)
+        _run_on_dask(groups, path, fingerprint, workers, scheduler, worker_device, record)
     frame = table.frame()
     files = write_sweep_outputs(out, frame, rank_mode, shown)
     return SweepOutcome(

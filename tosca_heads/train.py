@@ -30,7 +30,8 @@ class TrainConfig:
     seed: int = 0
 
     def resolved(self, dim: int) -> TrainConfig:
-        return TrainConfig(**{**asdict(self), "r": self.r or dim // 16, "s": self.s or dim // 16})
+        default = max(1, dim // 16)
+        return TrainConfig(**{**asdict(self), "r": self.r or default, "s": self.s or default})
 
     def validate(self) -> None:
         if self.flow not in FLOWS:
@@ -47,6 +48,8 @@ class TrainConfig:
             raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
             raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.seed < 2**32:
+            raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
 
 
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}

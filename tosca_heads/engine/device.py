@@ -14,16 +14,25 @@ from featcache.errors import UserError
 DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` is CUDA when a GPU is visible, else the CPU; a named CUDA device must exist."""
+def parse_device(name: str) -> torch.device | None:
+    """The device a `--device` value names (None for `auto`), without asking whether it is here:
+    a sweep on a remote cluster lets each worker decide."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return None
     try:
         device = torch.device(name)
     except RuntimeError:
         raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}") from None
     if device.type not in ("cpu", "cuda"):
         raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
+    return device
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` is CUDA when a GPU is visible, else the CPU; a named CUDA device must exist."""
+    device = parse_device(name)
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError(f"--device {name} asked for, but CUDA is not available here; use --device cpu")

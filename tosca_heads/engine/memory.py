@@ -31,7 +31,9 @@ def bytes_per_configuration(
     head = classes * dim * 8  # rows, gradient, momentum, normalised rows, temporaries
     step = batch * dim * ACTIVATIONS_PER_SAMPLE
     n_test = store.layout("test").n
-    evaluation = tasks * n_test * 3  # entropy (float) and prediction (long) per module and test row
+    # per module and test row: entropy and energy (float) and the prediction (long) = 4 floats;
+    # plus the [n_test, d] outputs of the module being evaluated
+    evaluation = tasks * n_test * 4 + n_test * dim
     return FLOAT * (modules + head + step + evaluation)
 
 
@@ -39,20 +41,16 @@ def default_group_size(store: FeatureStore, points: Sequence[Any], device: torch
     """1 on the CPU; on CUDA, as many of these points as fit in GPU_SHARE of the free memory."""
     if device.type != "cuda" or not points:
         return 1
-    first = points[0]
-    stream = first.stream.task_stream(int(store.identity["dataset"]["num_classes"]))
-    per_point = max(
-        bytes_per_configuration(
-            store,
-            stream.num_tasks,
-            stream.num_classes,
-            p.train.r,
-            p.train.s,
-            p.train.flow,
-            p.train.batch_size,
+    num_classes = int(store.identity["dataset"]["num_classes"])
+
+    def need(point: Any) -> int:
+        stream = point.stream.task_stream(num_classes)  # each point's own split: more tasks, more modules
+        train = point.train.resolved(store.dim)
+        return bytes_per_configuration(
+            store, stream.num_tasks, num_classes, train.r, train.s, train.flow, train.batch_size
         )
-        for p in points
-    )
+
+    per_point = max(need(p) for p in points)
     free, _ = torch.cuda.mem_get_info(device)
     train, test = store.layout("train").n, store.layout("test").n
     features = (train * (1 + store.views) + test) * store.dim * FLOAT  # held on the device too

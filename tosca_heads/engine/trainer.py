@@ -195,6 +195,10 @@ class GroupTrainer:
                     loss_sum.add_((result.loss + penalty) * b)
                     correct.add_((result.logits.argmax(-1) == y).sum(-1))
             self._check_finite(epoch_loss, task, epoch)
+        # the last steps' updates come after the last loss: check what is kept as well
+        kept = [flat.reshape(groups, -1), weight.reshape(groups, -1), sigma.reshape(groups, -1)]
+        finite = torch.stack([torch.isfinite(k).all(1) for k in kept]).all(0)
+        self._check_finite(torch.where(finite, 0.0, float("nan")), task, epochs - 1)
         self.modules_.append(flat.detach())
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
         self._write_prototypes(task, stream, targets, source.clean("train", rows).to(device))
@@ -206,6 +210,7 @@ class GroupTrainer:
         return self
 
     def _check_finite(self, epoch_loss: torch.Tensor, task: int, epoch: int) -> None:
+        """One line naming the configurations whose value (per configuration: [G]) is NaN or inf."""
         bad = (~torch.isfinite(epoch_loss)).nonzero().flatten().tolist()
         if bad:
             which = ", ".join(
@@ -213,7 +218,7 @@ class GroupTrainer:
                 for g in bad[:3]
             )
             raise NumericalError(
-                f"training diverged: the loss became NaN or inf at task {task}, epoch {epoch} ({which}); "
+                f"training diverged: the loss or the weights became NaN or inf at task {task}, epoch {epoch} ({which}); "
                 "lower --lr, or check the store with `tosca cache verify`"
             )
 

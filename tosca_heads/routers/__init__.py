@@ -29,10 +29,6 @@ def resolve_routers(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def honest_routers() -> list[str]:
-    return [name for name in ROUTER_NAMES if ROUTERS[name].honest]
-
-
 __all__ = [
     "ALIASES",
     "HEADLINE",
@@ -42,7 +38,6 @@ __all__ = [
     "FrozenModel",
     "Router",
     "StageView",
-    "honest_routers",
     "resolve_routers",
     "route_batches",
 ]

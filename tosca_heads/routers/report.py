@@ -17,14 +17,17 @@ def _percent(value: float | None) -> float | None:
 
 def run_metrics(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, metrics.json) of a run, refusing folders that are not finished runs."""
+    from tosca_heads.runs import read_run_config
+
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise UserError(f"not a run directory: {run_dir} (no config.json)")
-    if not (run_dir / "metrics.json").is_file():
+    config = read_run_config(run_dir)
+    path = run_dir / "metrics.json"
+    if not path.is_file():
         raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
-    return json.loads((run_dir / "config.json").read_text()), json.loads(
-        (run_dir / "metrics.json").read_text()
-    )
+    try:
+        return config, json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); `tosca eval {run_dir}` rewrites it") from exc
 
 
 def router_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ import torch
 
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
 HELD_OUT = 0.2
-TRANSFORMS = ("tukey", "none")
 
 
 def transform(x: torch.Tensor, kind: str) -> torch.Tensor:
