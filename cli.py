@@ -527,7 +527,7 @@ def predict(
     from featcache.store import FeatureStore
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.predict import RunPredictor
-    from tosca_heads.routers import ROUTERS, resolve_routers
+    from tosca_heads.routers import resolve_routers
     from tosca_heads.routers.report import best_honest_router, run_metrics
 
     if batch_size is not None and batch_size < 1:
@@ -540,10 +540,6 @@ def predict(
         if len(names) != 1:
             raise UserError(f"--router takes one router for predict, got {router!r}")
         chosen = names[0]
-    if not ROUTERS[chosen].honest:
-        raise UserError(
-            f"--router {chosen} needs the task id or a batch of test images; pick an honest router"
-        )
     resolved = resolve_device(device)
     paths = image_paths(images)
     store = FeatureStore.open(config["store"])

@@ -26,8 +26,9 @@ import torch
 from featcache.store import FeatureStore
 from tosca_heads.compare import run_baseline
 from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
-from tosca_heads.routers import ROUTERS, ClassStatistics
+from tosca_heads.routers import ROUTERS
 from tosca_heads.runs import StreamConfig, fit_run
 from tosca_heads.train import PRESETS
 
@@ -65,31 +66,18 @@ def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path
     """Seconds to route every test image after the last task: entropy (module outputs, logits,
     entropies, argmin) and, for each frozen-feature router, its own work on top (statistics to
     classifier, posteriors, and for fusion the entropies as well)."""
-    from safetensors.torch import load_file
-
-    from tosca_heads.engine.layout import ParamLayout
-
-    config = PRESETS["paper"].resolved(store.dim)
-    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
-    layout = ParamLayout(store.dim, config.r, config.s, config.flow)
+    run = RunPredictor(run_dir, int(store.identity["dataset"]["num_classes"])).fit()  # loads, times nothing
+    stream = run.stream_
     x = torch.from_numpy(np.asarray(store.features("test"), dtype=np.float32))
-    modules, head = [], None
-    for t in range(stream.num_tasks):
-        tensors = load_file(str(run_dir / f"task_{t:03d}.safetensors"))
-        modules.append(
-            layout.pack({k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}, config.r, config.s)
-        )
-        head = tensors
-    w = normalize_rows(head["head.weight"]).T
-    sigma = head["head.sigma"]
+    w = normalize_rows(run.weight_[0]).T
     start = time.perf_counter()
     entropies = []
-    for flat in modules:
-        unit = normalize_rows(luca_forward(layout.views(flat.unsqueeze(0)), x, config.flow))[0]
-        entropies.append(module_scores(sigma * unit @ w)[0])
+    for flat in run.modules_:
+        unit = normalize_rows(luca_forward(run.layout_.views(flat), x, run.layout_.flow))[0]
+        entropies.append(module_scores(run.sigma_ * unit @ w)[0])
     torch.stack(entropies).argmin(0)
     entropy_s = time.perf_counter() - start
-    statistics = ClassStatistics(store.dim).load_state_dict(load_file(str(run_dir / "router.safetensors")))
+    statistics = run.statistics_
     seconds = {"entropy": entropy_s}
     class_task = torch.from_numpy(stream.task_of(np.arange(stream.num_classes)))
     for name in ("ncm", "lda", "fusion"):

@@ -88,7 +88,7 @@ class RunPredictor:
             raise UserError(f"unknown --router {router!r}: use one of {', '.join(ROUTERS)}")
         if not ROUTERS[router].honest:
             raise UserError(
-                f"router {router!r} needs the task id or a batch of test images; pick an honest router"
+                f"--router {router} needs the task id or a batch of test images; pick an honest router"
             )
         if ROUTERS[router].needs_statistics and self.statistics_ is None:
             raise UserError(
