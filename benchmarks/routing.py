@@ -25,7 +25,8 @@ import torch
 
 from featcache.store import FeatureStore
 from tosca_heads.compare import run_baseline
-from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.engine.kernels import normalize_rows
+from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
 from tosca_heads.routers import ROUTERS
@@ -73,7 +74,7 @@ def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path
     start = time.perf_counter()
     entropies = []
     for flat in run.modules_:
-        unit = normalize_rows(luca_forward(run.layout_.views(flat), x, run.layout_.flow))[0]
+        unit = module_outputs(run.layout_, flat, x, normalize=True)[0]
         entropies.append(module_scores(run.sigma_ * unit @ w)[0])
     torch.stack(entropies).argmin(0)
     entropy_s = time.perf_counter() - start

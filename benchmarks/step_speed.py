@@ -4,7 +4,8 @@ configurations.
 
     python benchmarks/step_speed.py [--device cpu|cuda] [--groups 1,8] [--classes 52] [--steps 300]
 
-Prints milliseconds per step and configuration-steps per second. The autograd row is the step as
+Prints milliseconds per step and configuration-steps per second, for the PyTorch step and (on a
+CPU) the compiled C step that training uses there. The autograd row is the step as
 the trainer before the engine took it (reference LuCA + CosineClassifier + F.cross_entropy +
 torch.optim.SGD, L1 added to the gradients), so both are measured on the same machine, same day.
 """
@@ -15,14 +16,15 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from tosca_heads.engine import native
 from tosca_heads.engine.device import resolve_device, step_mode
-from tosca_heads.engine.kernels import LucaStep
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.optim import GroupSGD
+from tosca_heads.engine.steppers import NativeStep, TorchStep
 from tosca_heads.head import CosineClassifier
 from tosca_heads.luca import LuCA
 
@@ -32,37 +34,31 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def engine_step_ms(groups: int, args: argparse.Namespace, device: torch.device) -> list[float]:
+@dataclass
+class _Hyper:
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    l1: float = 5e-4
+    batch_size: int = 48
+
+
+def engine_step_ms(kind: type, groups: int, args: argparse.Namespace, device: torch.device) -> list[float]:
+    """The trainer's inner step (forward, backward and update) of `kind` (TorchStep or NativeStep)."""
     d, r, batch, classes = args.dim, args.r, args.batch, args.classes
     layout = ParamLayout(d, r, r, "tosca")
     torch.manual_seed(0)
     flat = torch.stack([layout.pack(LuCA(d, r, r).state_dict(), r, r) for _ in range(groups)]).to(device)
-    grad = torch.zeros_like(flat)
     weight = (0.03 * torch.randn(groups, classes, d)).to(device)
     sigma = torch.ones(groups, device=device)
-    grad_weight, grad_sigma = torch.zeros_like(weight), torch.zeros_like(sigma)
     features = torch.randn(2500, d, device=device)
     targets = torch.randint(0, classes, (2500,), device=device)
     order = torch.stack([torch.randperm(2500) for _ in range(groups)]).to(device)
-    optimizer = GroupSGD(
-        [flat, weight, sigma],
-        [grad, grad_weight, grad_sigma],
-        [True, False, False],
-        [0.9] * groups,
-        [0.0] * groups,
-        [5e-4] * groups,
-    )
-    neg_lr = optimizer.learning_rates([0.025] * groups)
-    step = LucaStep(layout, groups)
-    params, grads = step.views(flat), step.views(grad)
-    head, head_grad = step.head(weight, sigma), step.head(grad_weight, grad_sigma, grad=True)
+    step = kind(layout, [_Hyper(batch_size=batch)] * groups, flat, weight, sigma, targets)
+    step.start_epoch(features, order, [0.025] * groups, track=False)
 
     def run(n: int) -> None:
         for i in range(n):
-            begin = (i % 52) * batch
-            x, y = step.inputs(features, targets, order[:, begin : begin + batch])
-            step(params, grads, *head, *head_grad, x, y)
-            optimizer.step(neg_lr)
+            step.step((i % 52) * batch, batch)
 
     return _timed(run, args, device)
 
@@ -119,15 +115,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-autograd", action="store_true")
+    parser.add_argument(
+        "--matmul-threads",
+        type=int,
+        default=1,
+        help="MKL threads per matmul (1: as `tosca fit` trains while evaluating on the other core)",
+    )
     args = parser.parse_args()
     device = resolve_device(args.device)
     print(f"device {device}, d {args.dim}, r = s = {args.r}, batch {args.batch}, {args.classes} classes")
     print(f"{'step':>16} {'G':>5} {'ms/step (median, min-max)':>28} {'config-steps/s':>15}")
-    with step_mode(device):
+    with step_mode(device, args.matmul_threads):
         rows = [] if args.no_autograd else [("autograd", 1, autograd_step_ms(args, device))]
-        rows += [
-            ("engine", g, engine_step_ms(g, args, device)) for g in (int(v) for v in args.groups.split(","))
-        ]
+        kinds = [("torch-step", TorchStep)]
+        if device.type == "cpu" and native.load()[0] is not None:
+            kinds.append(("compiled-step", NativeStep))
+        elif device.type == "cpu":
+            print(f"(no compiled step: {native.load()[2]})")
+        for name, kind in kinds:
+            rows += [
+                (name, g, engine_step_ms(kind, g, args, device))
+                for g in (int(v) for v in args.groups.split(","))
+            ]
     for name, groups, times in rows:
         median = statistics.median(times)
         print(

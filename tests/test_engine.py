@@ -167,10 +167,15 @@ GROUP = [
 ]
 
 
-def test_a_group_of_four_equals_the_four_points_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", ["torch", "auto"])
+def test_a_group_of_four_equals_the_four_points_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
     """Four points that differ in r, s, L1, lr, seed (and momentum, weight decay), trained as one
     engine run, give each point's lone numbers: A_t per routing mode within 0.1 points and the first
-    task's module allclose (rtol 1e-4)."""
+    task's module allclose (rtol 1e-4). Both with the PyTorch step (batched matmuls over G) and
+    with the default step (on a CPU the compiled one, configuration after configuration)."""
+    monkeypatch.setenv("TOSCA_STEP", step)
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
     stream = StreamConfig(2, 2)
     grouped = fit_group(store, stream, GROUP, None, [tmp_path / f"g{i}" for i in range(4)])

@@ -190,3 +190,43 @@ def test_routers_command_lists_every_router_beside_the_baselines(tmp_path: Path)
     assert table.exit_code == 0 and "the best honest router of this run" in table.output
     missing = runner.invoke(app, ["routers", str(tmp_path)])
     assert missing.exit_code == 2 and "not a run directory" in missing.output
+
+
+def test_runs_that_write_nothing_share_the_router_statistics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sweep points (runs that write nothing) of one store and task split build the routers'
+    statistics once per process, and score exactly as a run that builds its own; another store
+    with the same identity but other features gets its own."""
+    from heads_fixtures import synthetic_store
+
+    from tosca_heads.routers.stats import ClassStatistics
+    from tosca_heads.runs import StreamConfig, fit_group, fit_run
+    from tosca_heads.train import TrainConfig
+
+    calls: list[int] = []
+    original = ClassStatistics.partial_fit
+
+    def counted(self, features, labels, classes):  # type: ignore[no-untyped-def]
+        calls.append(classes.start)
+        return original(self, features, labels, classes)
+
+    monkeypatch.setattr(ClassStatistics, "partial_fit", counted)
+    store = synthetic_store(tmp_path / "a.zarr", classes=6, per_class=12, spread=2.0)
+    stream = StreamConfig(2, 2)
+    points = [TrainConfig(r=4, s=4, epochs=2, batch_size=8, seed=s) for s in (0, 1)]
+    first = fit_group(store, stream, points[:1], None, write_outputs=False)[0]
+    assert calls == [0, 2, 4]  # three tasks, each added once
+    second = fit_group(store, stream, points[1:], None, write_outputs=False)[0]
+    assert calls == [0, 2, 4]  # the second point reused them
+    written = fit_run(store, stream, points[1], None, tmp_path / "run")
+    assert calls == [0, 2, 4] * 2  # a run that writes files builds (and saves) its own
+    for name in ("ncm", "lda", "fusion"):
+        assert second.metrics()["modes"][name] == written.metrics()["modes"][name]
+    # ncm and lda route by the frozen features alone: the same tasks for either point
+    for name in ("ncm", "lda"):
+        routing = first.metrics()["modes"][name]["routing_accuracy_t"]
+        assert routing == second.metrics()["modes"][name]["routing_accuracy_t"]
+    other = synthetic_store(tmp_path / "b.zarr", classes=6, per_class=12, spread=0.5)
+    fit_group(other, stream, points[:1], None, write_outputs=False)
+    assert calls == [0, 2, 4] * 3

@@ -15,8 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from featcache.errors import UserError
-from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.router import module_scores
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
 from tosca_heads.runs import (
@@ -103,9 +104,7 @@ class RunPredictor:
         w_unit = normalize_rows(self.weight_[0]).T
         logits = torch.stack(
             [
-                self.sigma_
-                * normalize_rows(luca_forward(self.layout_.views(m), x, self.layout_.flow))[0]
-                @ w_unit
+                self.sigma_ * module_outputs(self.layout_, m, x, normalize=True)[0] @ w_unit
                 for m in self.modules_
             ]
         )  # [M, n, C]

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
 
@@ -33,6 +34,7 @@ from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import summarise
 from tosca_heads.router import MODES
 from tosca_heads.routers import ClassStatistics
+from tosca_heads.routers.memo import shared_statistics
 from tosca_heads.stream import DEFAULT_ORDER_SEED, PAPER_SPLITS, TaskStream
 from tosca_heads.train import TrainConfig, group_key, make_trainer
 
@@ -285,13 +287,36 @@ def _fit_group_locked(
     trainer = make_trainer(trains, store.dim, device)
     evaluator = StageEvaluator(stream, test_labels, source, device)
     statistics = ClassStatistics(store.dim)
+    # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
+    memo = (
+        None
+        if write_outputs
+        else shared_statistics(_statistics_key(store, stream), store.dim)
+    )
 
-    def snapshot(task: int) -> Snapshot:
-        """The modules and classifier now, and the frozen-feature routers' statistics with this task's
-        classes added (from their clean features: sums and a scatter, no sample is kept)."""
+    def snapshot(task: int) -> Callable[[], Snapshot]:
+        """The modules and classifier now; and, when called (on the evaluation thread, in task
+        order), the frozen-feature routers' statistics with this task's classes added (from their
+        clean features: sums and a scatter, no sample is kept). The features are read here: a
+        source is only ever used from the training thread."""
+        state = trainer.snapshot()
         rows = stream.rows_of_task(train_labels, task)
-        statistics.partial_fit(source.clean("train", rows), train_labels[rows], stream.task_classes(task))
-        return replace(trainer.snapshot(), frozen=statistics.model())
+        known = memo is not None and len(memo.models) > task
+        clean = None if known else source.clean("train", rows)
+        classes = stream.task_classes(task)
+
+        def read(t: int) -> tuple[torch.Tensor, np.ndarray, range]:
+            if t != task or clean is None:
+                raise RuntimeError(f"router statistics asked for task {t} out of order (at task {task})")
+            return clean, train_labels[rows], classes
+
+        def with_statistics() -> Snapshot:
+            if memo is not None:
+                return replace(state, frozen=memo.model_after(task, read))
+            statistics.partial_fit(*read(task))
+            return replace(state, frozen=statistics.model())
+
+        return with_statistics
 
     results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
     finished = min(min(finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
@@ -311,7 +336,8 @@ def _fit_group_locked(
                 if on_stage:
                     on_stage(g, stage, trained)
 
-    with step_mode(device):
+    # with evaluation on a second thread, training keeps its matmuls to one core and leaves the other
+    with step_mode(device, matmul_threads=1 if overlap else None):
         try:
             for task in range(min(finished, last + 1)):
                 loaded = [_load_task(d, task) for d in dirs]
@@ -340,6 +366,15 @@ def _fit_group_locked(
             atomic.write_safetensors(result.run_dir / ROUTER_FILE, statistics.state_dict())
             write_results(result)
     return results
+
+
+def _statistics_key(store: FeatureStore, stream: TaskStream) -> tuple:
+    """What the routers' statistics depend on: the store's training features (its place, identity
+    and chunk checksums) and the task split."""
+    sums = store.checksums("train")
+    content = None if sums is None else hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
+    path = str(store.path.resolve())
+    return (path, store.fingerprint, content, stream.order.tobytes(), stream.init_cls, stream.increment)
 
 
 def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from tosca_heads.engine.errors import NumericalError
-from tosca_heads.engine.kernels import bmm, luca_forward, normalize_rows
+from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.features import FeatureSource
 from tosca_heads.router import MODES, module_scores, predict, shuffled_order
 from tosca_heads.routers import ROUTERS, FrozenModel, StageView
@@ -114,12 +115,11 @@ class StageEvaluator:
         """Normalised module outputs of sorted test rows lo..hi into `out`, a few rows at a time (a
         module's intermediate tensors are [G, rows, d] each: thousands of rows x hundreds of
         configurations would not fit a GPU at once)."""
-        params, flow = state.layout.views(state.modules[module]), state.layout.flow
         step = max(1, FORWARD_BYTES // (state.groups * self.features.shape[1] * 4))
         for start in range(lo, hi, step):
             stop = min(hi, start + step)
-            out[:, start - lo : stop - lo] = normalize_rows(
-                luca_forward(params, self.features[start:stop], flow)
+            out[:, start - lo : stop - lo] = module_outputs(
+                state.layout, state.modules[module], self.features[start:stop], normalize=True
             )
         return out
 
@@ -206,11 +206,16 @@ class StageQueue:
         self._pool = ThreadPoolExecutor(1, initializer=_quiet_thread) if overlap else None
         self._queue: deque[tuple[Any, Future | tuple]] = deque()
 
-    def submit(self, task: int, state: Snapshot, payload: Any) -> None:
+    def submit(self, task: int, state: Callable[[], Snapshot], payload: Any) -> None:
+        """state() gives the snapshot to score; it runs on the evaluation thread too, in task order
+        (so work it does, such as updating the routers' statistics, leaves the training thread)."""
         if self._pool is None:
-            self._queue.append((payload, self.evaluator.evaluate(task, state)))
+            self._queue.append((payload, self.evaluator.evaluate(task, state())))
         else:
-            self._queue.append((payload, self._pool.submit(self.evaluator.evaluate, task, state)))
+            self._queue.append((payload, self._pool.submit(self._run, task, state)))
+
+    def _run(self, task: int, state: Callable[[], Snapshot]) -> tuple[list[dict[str, dict[str, Any]]], float]:
+        return self.evaluator.evaluate(task, state())
 
     def ready(self, wait: bool = False) -> Iterator[tuple[Any, list[dict[str, dict[str, Any]]], float]]:
         """Finished evaluations in task order: (payload, per-configuration modes, seconds)."""

@@ -17,9 +17,10 @@ import torch
 from featcache.errors import UserError
 from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.evaluate import Snapshot
-from tosca_heads.engine.kernels import LucaStep, luca_forward
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.optim import GroupSGD, cosine_lrs
+from tosca_heads.engine.optim import cosine_lrs
+from tosca_heads.engine.outputs import module_outputs
+from tosca_heads.engine.steppers import make_step
 from tosca_heads.features import FeatureSource
 from tosca_heads.head import new_rows
 from tosca_heads.luca import new_module
@@ -155,46 +156,26 @@ class GroupTrainer:
         flat, new_head, generators = self._init_task(task, len(classes))
         weight = torch.cat([self.weight_, new_head], dim=1)
         sigma = self.sigma_.clone()
-        grad_flat, grad_weight, grad_sigma = (torch.zeros_like(t) for t in (flat, weight, sigma))
-        optimizer = GroupSGD(
-            [flat, weight, sigma],
-            [grad_flat, grad_weight, grad_sigma],
-            [True, False, False],
-            momentum=[c.momentum for c in configs],
-            weight_decay=[c.weight_decay for c in configs],
-            l1=[c.l1 for c in configs],
-        )
-        step = LucaStep(layout, groups)
-        params, grads = step.views(flat), step.views(grad_flat)
-        head, head_grad = step.head(weight, sigma), step.head(grad_weight, grad_sigma, grad=True)
+        step = make_step(layout, configs, flat, weight, sigma, targets)
         epochs, batch = configs[0].epochs, configs[0].batch_size
         schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
-        l1 = torch.tensor([c.l1 for c in configs], device=device)
         n = len(rows)
-        loss_sum = torch.zeros(groups, device=device)
-        correct = torch.zeros(groups, device=device)
+        read: dict[int, torch.Tensor] = {}  # view -> features: epochs of the same view share one read
         for epoch in range(epochs):
-            features = source.epoch_features(rows, epoch).to(device)
-            if not bool(torch.isfinite(features).all()):
-                raise NumericalError(
-                    f"the training features of task {task}, epoch {epoch} hold NaN or inf; "
-                    "check the store with `tosca cache verify STORE`"
-                )
+            view = epoch % source.views if source.views else -1
+            if view not in read:
+                read[view] = source.epoch_features(rows, epoch).to(device)
+                if not bool(torch.isfinite(read[view]).all()):
+                    raise NumericalError(
+                        f"the training features of task {task}, epoch {epoch} hold NaN or inf; "
+                        "check the store with `tosca cache verify STORE`"
+                    )
+            features = read[view]
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
-            neg_lr = optimizer.learning_rates([s[epoch] for s in schedules])
-            last_epoch = epoch == epochs - 1
-            epoch_loss = torch.zeros(groups, device=device)
+            step.start_epoch(features, order, [s[epoch] for s in schedules], track=epoch == epochs - 1)
             for begin in range(0, n, batch):
-                x, y = step.inputs(features, targets, order[:, begin : begin + batch])
-                result = step(params, grads, *head, *head_grad, x, y)
-                optimizer.step(neg_lr)
-                epoch_loss.add_(result.loss)
-                if last_epoch:  # the table reports the last epoch's loss (CE + L1 term) and accuracy
-                    b = y.shape[-1]
-                    penalty = flat.abs().sum(1).mul_(l1)
-                    loss_sum.add_((result.loss + penalty) * b)
-                    correct.add_((result.logits.argmax(-1) == y).sum(-1))
-            self._check_finite(epoch_loss, task, epoch)
+                step.step(begin, min(batch, n - begin))
+            self._check_finite(step.epoch_loss(), task, epoch)
         # the last steps' updates come after the last loss: check what is kept as well
         kept = [flat.reshape(groups, -1), weight.reshape(groups, -1), sigma.reshape(groups, -1)]
         finite = torch.stack([torch.isfinite(k).all(1) for k in kept]).all(0)
@@ -203,7 +184,8 @@ class GroupTrainer:
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
         self._write_prototypes(task, stream, targets, source.clean("train", rows).to(device))
         seconds = time.perf_counter() - start
-        loss, acc = (loss_sum / n).tolist(), (correct / n).tolist()
+        loss_sum, correct = step.totals()
+        loss, acc = [v / n for v in loss_sum], [v / n for v in correct]
         if not hasattr(self, "stats_"):
             self.stats_: dict[int, list[TaskStats]] = {}
         self.stats_[task] = [TaskStats(task, loss[g], acc[g], seconds) for g in range(groups)]
@@ -231,8 +213,7 @@ class GroupTrainer:
         per_config = max(1, PROTOTYPE_BYTES // max(1, clean.numel() * 4))
         for lo in range(0, self.groups, per_config):
             hi = min(self.groups, lo + per_config)
-            params = self.layout.views(self.modules_[task][lo:hi])
-            out = luca_forward(params, clean, self.layout.flow)
+            out = module_outputs(self.layout, self.modules_[task][lo:hi], clean, normalize=False)
             for c in classes:
                 mask = targets == c
                 if not bool(mask.any()):

@@ -1,0 +1,190 @@
+"""The compiled CPU step (engine/native.py + csrc/luca_step.c) against the PyTorch step it replaces:
+the same gradients, the same updated weights over epochs, inert padding, the same tallies, and
+the choice between them (`TOSCA_STEP`) with one-line errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from heads_fixtures import synthetic_store
+
+from featcache.errors import UserError
+from tosca_heads.engine import native
+from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
+from tosca_heads.luca import FLOWS, new_module
+from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.train import TrainConfig
+
+needs_native = pytest.mark.skipif(
+    native.load()[0] is None, reason=f"no compiled step here: {native.load()[2]}"
+)
+
+
+@dataclass
+class Hyper:
+    momentum: float
+    weight_decay: float
+    l1: float
+    batch_size: int = 8
+
+
+CONFIGS = [Hyper(0.9, 0.0, 5e-3), Hyper(0.5, 1e-3, 0.0), Hyper(0.8, 1e-4, 1e-2)]
+BOTTLENECKS = [(4, 4), (2, 3), (4, 1)]  # padded to r = s = 4
+
+
+def _group(flow: str, d: int = 32, classes: int = 7) -> tuple[ParamLayout, list[torch.Tensor]]:
+    layout = ParamLayout(d, 4, 4, flow)
+    torch.manual_seed(0)
+    flat = torch.stack([layout.pack(new_module(d, r, s, flow, 1).state_dict(), r, s) for r, s in BOTTLENECKS])
+    with torch.no_grad():
+        flat += (
+            0.05 * torch.randn_like(flat) * ~torch.stack([layout.padding_mask(r, s) for r, s in BOTTLENECKS])
+        )
+    weight = 0.3 * torch.randn(3, classes, d)
+    weight[:, 5:] = 0  # a new task's rows start at zero (the reference quirk's huge first step)
+    return layout, [flat, weight, torch.tensor([1.0, 1.3, 0.8])]
+
+
+def _train(kind: type, flow: str, epochs: int = 3) -> tuple[list[torch.Tensor], object]:
+    layout, tensors = _group(flow)
+    gen = torch.Generator().manual_seed(1)
+    n = 44  # 5 full batches of 8 and one of 4
+    features = torch.randn(n, layout.dim, generator=gen)
+    targets = torch.randint(0, 7, (n,), generator=gen)
+    step = kind(layout, CONFIGS, *tensors, targets)
+    for epoch in range(epochs):
+        order = torch.stack([torch.randperm(n, generator=gen) for _ in CONFIGS])
+        step.start_epoch(features, order, [0.05, 0.02, 0.03], track=epoch == epochs - 1)
+        for begin in range(0, n, 8):
+            step.step(begin, min(8, n - begin))
+    return tensors, step
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_step_trains_as_the_pytorch_step(flow: str) -> None:
+    """Three epochs of three padded configurations (different r, s, L1, momentum, weight decay, lr):
+    modules, classifier and sigma agree to float rounding, the padding stays exactly 0, and the
+    tallies (loss per epoch, last-epoch loss with L1 and correct count) agree."""
+    (t_flat, t_weight, t_sigma), torch_step = _train(TorchStep, flow)
+    (n_flat, n_weight, n_sigma), native_step = _train(NativeStep, flow)
+    torch.testing.assert_close(n_flat, t_flat, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(n_sigma, t_sigma, rtol=1e-4, atol=1e-5)
+    # the zero rows' first step is divided by eps = 1e-12: compare relative to their size
+    torch.testing.assert_close(
+        n_weight / t_weight.abs().amax(), t_weight / t_weight.abs().amax(), rtol=0, atol=1e-5
+    )
+    layout = ParamLayout(32, 4, 4, flow)
+    for g, (r, s) in enumerate(BOTTLENECKS):
+        assert torch.all(n_flat[g][layout.padding_mask(r, s)] == 0)
+    assert not torch.equal(n_flat, _group(flow)[1][0])  # training moved the weights
+    np.testing.assert_allclose(native_step.epoch_loss().numpy(), torch_step.epoch_loss().numpy(), rtol=1e-5)
+    (t_loss, t_correct), (n_loss, n_correct) = torch_step.totals(), native_step.totals()
+    np.testing.assert_allclose(n_loss, t_loss, rtol=1e-5)
+    assert n_correct == t_correct
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_gradients_are_the_written_out_gradients(flow: str) -> None:
+    """One step: the raw gradients the C step leaves behind equal LucaStep's (before L1 and decay)."""
+    layout, (flat, weight, sigma) = _group(flow)
+    gen = torch.Generator().manual_seed(2)
+    features = torch.randn(8, layout.dim, generator=gen)
+    targets = torch.randint(0, 7, (8,), generator=gen)
+    order = torch.stack([torch.randperm(8, generator=gen) for _ in CONFIGS])
+    kernel = LucaStep(layout, 3)
+    grad, grad_w, grad_s = torch.zeros_like(flat), torch.zeros_like(weight), torch.zeros_like(sigma)
+    x, y = kernel.inputs(features, targets, order)
+    kernel(kernel.views(flat), kernel.views(grad), weight, sigma.view(-1, 1, 1), grad_w, grad_s, x, y)
+    step = NativeStep(layout, CONFIGS, flat.clone(), weight.clone(), sigma.clone(), targets)
+    step.start_epoch(features, order, [0.0, 0.0, 0.0], track=False)
+    step.step(0, 8)
+    torch.testing.assert_close(step.grads[0], grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        step.grads[1] / grad_w.abs().amax(), grad_w / grad_w.abs().amax(), rtol=0, atol=1e-6
+    )
+    torch.testing.assert_close(step.grads[2], grad_s, rtol=1e-4, atol=1e-6)
+
+
+@needs_native
+def test_a_run_is_the_same_with_either_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole 4-task run, compiled step against PyTorch step: A_t of every routing mode within 0.1
+    points, and the same training accuracy."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
+    config = TrainConfig(r=4, s=4, epochs=4, batch_size=8)
+    results = {}
+    for kind in ("native", "torch"):
+        monkeypatch.setenv("TOSCA_STEP", kind)
+        results[kind] = fit_run(store, StreamConfig(2, 2), config, None, tmp_path / kind).metrics()
+    for mode, block in results["torch"]["modes"].items():
+        np.testing.assert_allclose(results["native"]["modes"][mode]["A_t"], block["A_t"], atol=1e-3)
+
+
+def test_step_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TOSCA_STEP", "torch")
+    layout, tensors = _group("tosca")
+    assert isinstance(make_step(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long)), TorchStep)
+    monkeypatch.setenv("TOSCA_STEP", "fastest")
+    with pytest.raises(UserError, match=r"unknown TOSCA_STEP='fastest': use one of auto, native, torch"):
+        native.use_native(cpu)
+    monkeypatch.setenv("TOSCA_STEP", "native")
+    with pytest.raises(UserError, match="TOSCA_STEP=native is a CPU step"):
+        native.use_native(torch.device("cuda"))
+
+
+def test_without_a_compiler_auto_falls_back_with_a_warning_and_native_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(tmp_path / "kernels"))
+    native.load.cache_clear()
+    native._warn_once.cache_clear()
+    try:
+        monkeypatch.setenv("TOSCA_STEP", "native")
+        with pytest.raises(UserError, match=r"compiled CPU step is unavailable: C compiler .*no-such-cc"):
+            native.use_native(torch.device("cpu"))
+        monkeypatch.setenv("TOSCA_STEP", "auto")
+        with pytest.warns(RuntimeWarning, match="training with the PyTorch step"):
+            assert native.use_native(torch.device("cpu")) is False
+        assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").glob("*.so"))
+    finally:
+        native.load.cache_clear()
+        native._warn_once.cache_clear()
+
+
+@needs_native
+def test_the_library_is_built_once_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(tmp_path))
+    native.load.cache_clear()
+    try:
+        lib, _, why = native.load()
+        assert lib is not None, why
+        built = list(tmp_path.glob("luca_step-*.so"))
+        assert len(built) == 1 and not [p for p in tmp_path.iterdir() if p.is_dir()]  # no temporaries left
+        stamp = built[0].stat().st_mtime_ns
+        native.load.cache_clear()
+        native.load()
+        assert built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    finally:
+        native.load.cache_clear()
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_outputs_are_luca_forward(flow: str) -> None:
+    """Module outputs over many rows (evaluation, prototypes): 150 rows cross the library's 64-row
+    blocks; raw and unit outputs equal the PyTorch forward's, padding included."""
+    layout, (flat, _, _) = _group(flow)
+    x = torch.randn(150, layout.dim, generator=torch.Generator().manual_seed(3))
+    raw = luca_forward(layout.views(flat), x, flow)
+    torch.testing.assert_close(native.forward(layout, flat, x, normalize=False), raw, rtol=1e-5, atol=1e-6)
+    unit = native.forward(layout, flat, x, normalize=True)
+    torch.testing.assert_close(unit, normalize_rows(raw), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,258 @@
+"""The compiled CPU step: `csrc/luca_step.c`, built on first use with the system C compiler.
+
+Why: on a CPU, one SGD step of the paper recipe is ~14 matmuls of 48 x 768 x 48 and ~100 small
+element-wise PyTorch operations over [48, 768] tensors; the element-wise part, each op a separate
+pass over memory plus its dispatch, costs more than the matmuls. The C step fuses it into a few
+loops and calls the same BLAS (PyTorch's own `sgemm_`, so MKL threads as set by `step_mode`).
+
+The library is cached per source, compiler and CPU under `$TOSCA_KERNEL_CACHE` (default
+`~/.cache/tosca/kernels`), built into a temporary name and renamed, so concurrent sweep workers
+never load a half-written file. `TOSCA_STEP` chooses: `auto` (the compiled step on a CPU when it
+can be built, else the PyTorch step, saying why once), `native` (insist: one-line error if it
+cannot be built) or `torch` (always the PyTorch step in `kernels.py`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from featcache.errors import UserError
+from tosca_heads.engine.layout import ParamLayout
+
+SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math"]
+FLOW_CODES = {"tosca": 0, "tosca_r": 1, "adapter": 2, "calibrator": 3}
+SLOT_NAMES = (
+    "down.weight",
+    "down.bias",
+    "up.weight",
+    "up.bias",
+    "norm.weight",
+    "norm.bias",
+    "cal_down.weight",
+    "cal_up.weight",
+)
+STEP_CHOICES = ("auto", "native", "torch")
+
+
+class StepArgs(ctypes.Structure):
+    """The C struct `StepArgs`, field by field."""
+
+    _fields_ = [
+        *(
+            (name, ctypes.c_int64)
+            for name in ("groups", "batch", "dim", "r", "s", "classes", "flow", "track")
+        ),
+        ("param_size", ctypes.c_int64),
+        *((f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}", ctypes.c_int64) for n in SLOT_NAMES),
+        ("features", ctypes.c_void_p),
+        ("targets", ctypes.c_void_p),
+        ("index", ctypes.c_void_p),
+        ("index_stride", ctypes.c_int64),
+        *(
+            (name, ctypes.c_void_p)
+            for name in (
+                "flat",
+                "grad_flat",
+                "buf_flat",
+                "weight",
+                "grad_weight",
+                "buf_weight",
+                "sigma",
+                "grad_sigma",
+                "buf_sigma",
+                "neg_lr",
+                "momentum",
+                "decay",
+                "l1",
+                "epoch_loss",
+                "loss_sum",
+                "correct",
+                "work",
+                "gemm",
+            )
+        ),
+    ]
+
+
+class ForwardArgs(ctypes.Structure):
+    """The C struct `ForwardArgs`, field by field."""
+
+    _fields_ = [
+        *((name, ctypes.c_int64) for name in ("groups", "rows", "dim", "r", "s", "flow", "normalize")),
+        ("param_size", ctypes.c_int64),
+        *((f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}", ctypes.c_int64) for n in SLOT_NAMES),
+        *((name, ctypes.c_void_p) for name in ("params", "x", "out", "work", "gemm")),
+    ]
+
+
+def slot_offsets(layout: ParamLayout) -> dict[str, int]:
+    """The `off_*` fields of both structs: each parameter's offset in the flat vector, -1 if absent."""
+    return {
+        f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}": (
+            layout.slots[n].offset if n in layout.slots else -1
+        )
+        for n in SLOT_NAMES
+    }
+
+
+def forward(layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """Every configuration's LuCA output ([G, n, d]; unit rows when `normalize`) on shared rows x
+    [n, d], through the compiled library; only call where `use_native` said yes."""
+    lib, gemm, why = load()
+    if lib is None:
+        raise RuntimeError(f"the compiled step is unavailable: {why}")
+    modules = modules.detach().to(torch.float32).contiguous()
+    x = x.detach().to(torch.float32).contiguous()
+    groups, rows = modules.shape[0], x.shape[0]
+    out = torch.empty(groups, rows, layout.dim)
+    work = torch.empty(lib.tosca_forward_workspace_floats(layout.dim, layout.r, layout.s))
+    args = ForwardArgs(
+        groups=groups,
+        rows=rows,
+        dim=layout.dim,
+        r=layout.r,
+        s=layout.s,
+        flow=FLOW_CODES[layout.flow],
+        normalize=int(normalize),
+        param_size=layout.size,
+        params=modules.data_ptr(),
+        x=x.data_ptr(),
+        out=out.data_ptr(),
+        work=work.data_ptr(),
+        gemm=gemm,
+        **slot_offsets(layout),
+    )
+    lib.tosca_forward(ctypes.byref(args))
+    return out
+
+
+def step_choice() -> str:
+    choice = os.environ.get("TOSCA_STEP", "auto")
+    if choice not in STEP_CHOICES:
+        raise UserError(f"unknown TOSCA_STEP={choice!r}: use one of {', '.join(STEP_CHOICES)}")
+    return choice
+
+
+def cache_dir() -> Path:
+    if os.environ.get("TOSCA_KERNEL_CACHE"):
+        return Path(os.environ["TOSCA_KERNEL_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tosca" / "kernels"
+
+
+def _cpu_identity() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _sgemm_address() -> int | None:
+    """PyTorch's own Fortran `sgemm_` (MKL or OpenBLAS inside libtorch_cpu), or None."""
+    lib_dir = Path(torch.__file__).parent / "lib"
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        if (lib_dir / name).exists():
+            try:
+                fn = ctypes.CDLL(str(lib_dir / name)).sgemm_
+            except (OSError, AttributeError):
+                return None
+            return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[ctypes.CDLL | None, int | None, str]:
+    """(library, sgemm address, why not) for this process; built once per machine and source."""
+    if sys.platform == "win32":
+        return None, None, "the compiled step is built for Linux and macOS only"
+    gemm = _sgemm_address()
+    if gemm is None:
+        return None, None, "this PyTorch build exports no sgemm_ to call"
+    compiler = _compiler()
+    if compiler is None:
+        return None, None, "no C compiler (cc or gcc) found; set CC"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, None, f"C compiler {compiler} does not run ({exc})"
+    key = hashlib.sha256(
+        "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity()]).encode()
+    ).hexdigest()[:16]
+    target = cache_dir() / f"luca_step-{key}.so"
+    if not target.exists():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                built = Path(tmp) / target.name
+                done = subprocess.run(
+                    [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                if done.returncode != 0:
+                    first = (done.stderr.strip().splitlines() or ["no message"])[0]
+                    return None, None, f"{compiler} failed to build {SOURCE.name}: {first}"
+                os.replace(built, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, None, f"could not build the compiled step in {target.parent} ({exc})"
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as exc:
+        return None, None, f"could not load {target} ({exc})"
+    lib.tosca_step.argtypes = [ctypes.POINTER(StepArgs)]
+    lib.tosca_step.restype = None
+    lib.tosca_workspace_floats.argtypes = [ctypes.c_int64] * 5
+    lib.tosca_workspace_floats.restype = ctypes.c_int64
+    lib.tosca_forward.argtypes = [ctypes.POINTER(ForwardArgs)]
+    lib.tosca_forward.restype = None
+    lib.tosca_forward_workspace_floats.argtypes = [ctypes.c_int64] * 3
+    lib.tosca_forward_workspace_floats.restype = ctypes.c_int64
+    return lib, gemm, ""
+
+
+def use_native(device: torch.device) -> bool:
+    """Whether training on `device` takes the compiled step (see the module docstring)."""
+    choice = step_choice()
+    if device.type != "cpu" or choice == "torch":
+        if choice == "native" and device.type != "cpu":
+            raise UserError(
+                f"TOSCA_STEP=native is a CPU step; --device {device} trains with the PyTorch step"
+            )
+        return False
+    lib, _, why = load()
+    if lib is not None:
+        return True
+    if choice == "native":
+        raise UserError(f"TOSCA_STEP=native, but the compiled CPU step is unavailable: {why}")
+    _warn_once(why)
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_once(why: str) -> None:
+    warnings.warn(
+        f"the compiled CPU step is unavailable ({why}); training with the PyTorch step, 2-3x slower",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,21 @@
+"""Module outputs on many rows (evaluation, prototypes, predictions), by the compiled library on a
+CPU where training uses it too, else by `kernels.luca_forward`; the two agree to float rounding."""
+
+from __future__ import annotations
+
+import torch
+
+from tosca_heads.engine import native
+from tosca_heads.engine.kernels import luca_forward, normalize_rows
+from tosca_heads.engine.layout import ParamLayout
+
+
+def module_outputs(
+    layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normalize: bool
+) -> torch.Tensor:
+    """modules [G, size] (flat, padded) on rows x [n, d] shared by all -> [G, n, d]; unit rows
+    (F.normalize) when `normalize`."""
+    if modules.device.type == "cpu" and x.device.type == "cpu" and native.use_native(modules.device):
+        return native.forward(layout, modules, x, normalize)
+    out = luca_forward(layout.views(modules), x, layout.flow)
+    return normalize_rows(out) if normalize else out

@@ -1,0 +1,218 @@
+"""The inner loop of one task: SGD steps over a group's batches, by one of two interchangeable steps.
+
+- `TorchStep`: `kernels.LucaStep` + `optim.GroupSGD`, PyTorch operations; every device.
+- `NativeStep`: the compiled C step (`native.py`), forward, backward and update of all G
+  configurations in one call; CPU only, 2-3x faster there.
+
+Both do the same arithmetic (tests hold them to each other), keep the same tallies (the CE loss
+of every step for the divergence check; loss with the L1 term and training accuracy over the
+last epoch for the run's table), and update the caller's `flat`, `weight` and `sigma` in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from tosca_heads.engine import native
+from tosca_heads.engine.kernels import LucaStep
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.optim import GroupSGD
+
+
+class Step(Protocol):
+    def start_epoch(
+        self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
+    ) -> None:
+        """features [n, d] of this epoch, order [G, n] each configuration's batch order, lrs the
+        epoch's learning rate per configuration; track: tally loss and accuracy (the last epoch)."""
+        ...
+
+    def step(self, begin: int, size: int) -> None:
+        """One step on rows order[:, begin : begin + size]."""
+        ...
+
+    def epoch_loss(self) -> torch.Tensor:
+        """[G] sum of this epoch's per-step CE losses (NaN or inf once a configuration diverged)."""
+        ...
+
+    def totals(self) -> tuple[list[float], list[float]]:
+        """Over the tracked epoch, per configuration: sum of (CE + L1 term) x batch size, correct count."""
+        ...
+
+
+class _Config(Protocol):
+    momentum: float
+    weight_decay: float
+    l1: float
+
+
+class TorchStep:
+    def __init__(
+        self,
+        layout: ParamLayout,
+        configs: Sequence[_Config],
+        flat: torch.Tensor,
+        weight: torch.Tensor,
+        sigma: torch.Tensor,
+        targets: torch.Tensor,
+    ):
+        groups, device = len(configs), flat.device
+        self.flat, self.targets = flat, targets
+        grad_flat, grad_weight, grad_sigma = (torch.zeros_like(t) for t in (flat, weight, sigma))
+        self.optimizer = GroupSGD(
+            [flat, weight, sigma],
+            [grad_flat, grad_weight, grad_sigma],
+            [True, False, False],
+            momentum=[c.momentum for c in configs],
+            weight_decay=[c.weight_decay for c in configs],
+            l1=[c.l1 for c in configs],
+        )
+        self.kernel = LucaStep(layout, groups)
+        self.params, self.grads = self.kernel.views(flat), self.kernel.views(grad_flat)
+        self.head = self.kernel.head(weight, sigma)
+        self.head_grad = self.kernel.head(grad_weight, grad_sigma, grad=True)
+        self.l1 = torch.tensor([c.l1 for c in configs], device=device)
+        self.loss_sum = torch.zeros(groups, device=device)
+        self.correct = torch.zeros(groups, device=device)
+        self._epoch_loss = torch.zeros(groups, device=device)
+
+    def start_epoch(
+        self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
+    ) -> None:
+        self.features, self.order, self.track = features, order, track
+        self.neg_lr = self.optimizer.learning_rates(lrs)
+        self._epoch_loss.zero_()
+
+    def step(self, begin: int, size: int) -> None:
+        x, y = self.kernel.inputs(self.features, self.targets, self.order[:, begin : begin + size])
+        result = self.kernel(self.params, self.grads, *self.head, *self.head_grad, x, y)
+        self.optimizer.step(self.neg_lr)
+        self._epoch_loss.add_(result.loss)
+        if self.track:  # the table reports the last epoch's loss (CE + L1 term) and accuracy
+            penalty = self.flat.abs().sum(1).mul_(self.l1)
+            self.loss_sum.add_((result.loss + penalty) * size)
+            self.correct.add_((result.logits.argmax(-1) == y).sum(-1))
+
+    def epoch_loss(self) -> torch.Tensor:
+        return self._epoch_loss
+
+    def totals(self) -> tuple[list[float], list[float]]:
+        return self.loss_sum.tolist(), self.correct.tolist()
+
+
+class NativeStep:
+    """All G configurations' step in one call into the compiled library (CPU tensors only)."""
+
+    def __init__(
+        self,
+        layout: ParamLayout,
+        configs: Sequence[_Config],
+        flat: torch.Tensor,
+        weight: torch.Tensor,
+        sigma: torch.Tensor,
+        targets: torch.Tensor,
+    ):
+        lib, gemm, why = native.load()
+        if lib is None:
+            raise RuntimeError(f"the compiled step is unavailable: {why}")
+        for name, t in (("flat", flat), ("weight", weight), ("sigma", sigma)):
+            if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+                raise ValueError(f"the compiled step needs {name} as a contiguous float32 CPU tensor")
+        groups, classes, dim = weight.shape
+        self.lib, self.groups = lib, groups
+        self.targets = targets.to(torch.int64).contiguous()
+        grads = [torch.zeros_like(t) for t in (flat, weight, sigma)]
+        buffers = [torch.zeros_like(t) for t in (flat, weight, sigma)]
+
+        def per_config(values: Sequence[float]) -> torch.Tensor:
+            return torch.tensor(list(values), dtype=torch.float32)
+
+        self.neg_lr = torch.zeros(groups)
+        hyper = [
+            per_config(c.momentum for c in configs),
+            per_config(c.weight_decay for c in configs),
+            per_config(c.l1 for c in configs),
+        ]
+        self._epoch_loss = torch.zeros(groups, dtype=torch.float64)
+        self.loss_sum = torch.zeros(groups, dtype=torch.float64)
+        self.correct = torch.zeros(groups, dtype=torch.int64)
+        batch = max(c.batch_size for c in configs)  # type: ignore[attr-defined]
+        self.work = torch.empty(lib.tosca_workspace_floats(batch, dim, layout.r, layout.s, classes))
+        # keep every tensor the struct points into alive as long as the struct
+        self._alive = [flat, weight, sigma, *grads, *buffers, *hyper, self.targets]
+        offsets = native.slot_offsets(layout)
+        self.args = native.StepArgs(
+            groups=groups,
+            batch=batch,
+            dim=dim,
+            r=layout.r,
+            s=layout.s,
+            classes=classes,
+            flow=native.FLOW_CODES[layout.flow],
+            track=0,
+            param_size=layout.size,
+            targets=self.targets.data_ptr(),
+            flat=flat.data_ptr(),
+            grad_flat=grads[0].data_ptr(),
+            buf_flat=buffers[0].data_ptr(),
+            weight=weight.data_ptr(),
+            grad_weight=grads[1].data_ptr(),
+            buf_weight=buffers[1].data_ptr(),
+            sigma=sigma.data_ptr(),
+            grad_sigma=grads[2].data_ptr(),
+            buf_sigma=buffers[2].data_ptr(),
+            neg_lr=self.neg_lr.data_ptr(),
+            momentum=hyper[0].data_ptr(),
+            decay=hyper[1].data_ptr(),
+            l1=hyper[2].data_ptr(),
+            epoch_loss=self._epoch_loss.data_ptr(),
+            loss_sum=self.loss_sum.data_ptr(),
+            correct=self.correct.data_ptr(),
+            work=self.work.data_ptr(),
+            gemm=gemm,
+            **offsets,
+        )
+        self.grads = grads  # for tests: the last step's raw gradients (before L1 and decay)
+        self._args_ref = ctypes.byref(self.args)
+
+    def start_epoch(
+        self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
+    ) -> None:
+        if features.dtype != torch.float32 or features.device.type != "cpu":
+            raise ValueError("the compiled step needs float32 CPU features")
+        self.features = features.contiguous()
+        self.order = order.to(torch.int64).contiguous()
+        self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=torch.float32))
+        self._epoch_loss.zero_()
+        self.args.features = self.features.data_ptr()
+        self.args.index_stride = self.order.shape[1]
+        self.args.track = int(track)
+        self._order_ptr = self.order.data_ptr()
+
+    def step(self, begin: int, size: int) -> None:
+        self.args.index = self._order_ptr + 8 * begin
+        self.args.batch = size
+        self.lib.tosca_step(self._args_ref)
+
+    def epoch_loss(self) -> torch.Tensor:
+        return self._epoch_loss
+
+    def totals(self) -> tuple[list[float], list[float]]:
+        return self.loss_sum.tolist(), [float(c) for c in self.correct.tolist()]
+
+
+def make_step(
+    layout: ParamLayout,
+    configs: Sequence[_Config],
+    flat: torch.Tensor,
+    weight: torch.Tensor,
+    sigma: torch.Tensor,
+    targets: torch.Tensor,
+) -> Step:
+    """The compiled step on a CPU where it can be built (see `native.use_native`), else PyTorch's."""
+    kind = NativeStep if native.use_native(flat.device) else TorchStep
+    return kind(layout, configs, flat, weight, sigma, targets)
