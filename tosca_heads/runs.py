@@ -288,11 +288,7 @@ def _fit_group_locked(
     evaluator = StageEvaluator(stream, test_labels, source, device)
     statistics = ClassStatistics(store.dim)
     # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
-    memo = (
-        None
-        if write_outputs
-        else shared_statistics(_statistics_key(store, stream), store.dim)
-    )
+    memo = None if write_outputs else shared_statistics(_statistics_key(store, stream), store.dim)
 
     def snapshot(task: int) -> Callable[[], Snapshot]:
         """The modules and classifier now; and, when called (on the evaluation thread, in task
