@@ -26,6 +26,7 @@ from featcache.errors import UserError
 from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json, identity_differences
 from tosca_heads import atomic
+from tosca_heads.engine import native
 from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
@@ -332,8 +333,11 @@ def _fit_group_locked(
                 if on_stage:
                     on_stage(g, stage, trained)
 
-    # with evaluation on a second thread, training keeps its matmuls to one core and leaves the other
-    with step_mode(device, matmul_threads=1 if overlap else None):
+    # one matmul thread with evaluation on a second thread (it takes the other core), and always
+    # for the compiled step: MKL's fork-join over two cores made its tiny matmuls slower (1.84 ms
+    # per step against 1.26-1.30 ms on one thread, CIFAR-100 shape, 2-core machine)
+    one_thread = overlap or native.use_native(device)
+    with step_mode(device, matmul_threads=1 if one_thread else None):
         try:
             for task in range(min(finished, last + 1)):
                 loaded = [_load_task(d, task) for d in dirs]

@@ -64,8 +64,9 @@ def step_mode(device: torch.device, matmul_threads: int | None = None) -> Iterat
       up to 6x slower (EuroSAT task 1: 1.51 s -> 0.26 s, same accuracy).
     - One thread for element-wise ops: a 48 x 768 tensor is too small to share (PyTorch splits
       anything over 32,768 elements, and the fork-join costs more than it saves).
-    - Matmuls on every core (MKL's thread-local setting, where torch links MKL): 1.3-1.6x faster
-      for the 48 x 768 x 48 products of a step on 2 cores.
+    - Matmuls on `matmul_threads` cores (MKL's thread-local setting, where torch links MKL; default
+      every core). The PyTorch step once measured 1.3-1.6x faster that way on 2 cores; the
+      compiled step, and training beside an evaluation thread, ask for 1 (see `runs.py`).
     """
     if device.type != "cpu":
         yield
