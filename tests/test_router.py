@@ -196,10 +196,12 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sweep points (runs that write nothing) of one store and task split build the routers'
-    statistics once per process, and score exactly as a run that builds its own; another store
-    with the same identity but other features gets its own."""
+    statistics once per process, and score exactly as a run that builds its own; a store rewritten
+    in place with the same identity but other features, or features from another source, get
+    their own."""
     from heads_fixtures import synthetic_store
 
+    from tosca_heads.features import CachedFeatures
     from tosca_heads.routers.stats import ClassStatistics
     from tosca_heads.runs import StreamConfig, fit_group, fit_run
     from tosca_heads.train import TrainConfig
@@ -227,6 +229,16 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     for name in ("ncm", "lda"):
         routing = first.metrics()["modes"][name]["routing_accuracy_t"]
         assert routing == second.metrics()["modes"][name]["routing_accuracy_t"]
-    other = synthetic_store(tmp_path / "b.zarr", classes=6, per_class=12, spread=0.5)
-    fit_group(other, stream, points[:1], None, write_outputs=False)
+    # the same place and identity, other features (rewritten in place): its own statistics
+    import shutil
+
+    shutil.rmtree(tmp_path / "a.zarr")
+    rewritten = synthetic_store(tmp_path / "a.zarr", classes=6, per_class=12, spread=0.5)
+    assert rewritten.fingerprint == store.fingerprint
+    fit_group(rewritten, stream, points[:1], None, write_outputs=False)
     assert calls == [0, 2, 4] * 3
+    # features from another source than the store's own cache are never shared
+    foreign = CachedFeatures(synthetic_store(tmp_path / "c.zarr", classes=6, per_class=12, spread=1.0))
+    fit_group(rewritten, stream, points[:1], None, source=foreign, write_outputs=False)
+    fit_group(rewritten, stream, points[:1], None, source=foreign, write_outputs=False)
+    assert calls == [0, 2, 4] * 5

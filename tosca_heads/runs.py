@@ -289,7 +289,8 @@ def _fit_group_locked(
     evaluator = StageEvaluator(stream, test_labels, source, device)
     statistics = ClassStatistics(store.dim)
     # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
-    memo = None if write_outputs else shared_statistics(_statistics_key(store, stream), store.dim)
+    key = None if write_outputs else _statistics_key(store, stream, source)
+    memo = None if key is None else shared_statistics(key, store.dim)
 
     def snapshot(task: int) -> Callable[[], Snapshot]:
         """The modules and classifier now; and, when called (on the evaluation thread, in task
@@ -368,11 +369,15 @@ def _fit_group_locked(
     return results
 
 
-def _statistics_key(store: FeatureStore, stream: TaskStream) -> tuple:
+def _statistics_key(store: FeatureStore, stream: TaskStream, source: FeatureSource) -> tuple | None:
     """What the routers' statistics depend on: the store's training features (its place, identity
-    and chunk checksums) and the task split."""
+    and chunk checksums) and the task split. None (no sharing) when the features come from
+    elsewhere than the store's own cache, or the store records no checksums to tell its versions
+    apart."""
     sums = store.checksums("train")
-    content = None if sums is None else hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
+    if sums is None or not isinstance(source, CachedFeatures) or source.store is not store:
+        return None
+    content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())
     return (path, store.fingerprint, content, stream.order.tobytes(), stream.init_cls, stream.increment)
 

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -180,9 +181,18 @@ def _sgemm_address() -> int | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
+_LOAD_LOCK = threading.Lock()
+
+
 def load() -> tuple[ctypes.CDLL | None, int | None, str]:
-    """(library, sgemm address, why not) for this process; built once per machine and source."""
+    """(library, sgemm address, why not) for this process; built once per machine and source.
+    Locked: the training and evaluation threads may both ask first."""
+    with _LOAD_LOCK:
+        return _load()
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, int | None, str]:
     if sys.platform == "win32":
         return None, None, "the compiled step is built for Linux and macOS only"
     gemm = _sgemm_address()

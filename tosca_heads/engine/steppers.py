@@ -125,6 +125,9 @@ class NativeStep:
         groups, classes, dim = weight.shape
         self.lib, self.groups = lib, groups
         self.targets = targets.to(torch.int64).contiguous()
+        # the C step indexes with these unchecked: out-of-range values would write out of bounds
+        if len(self.targets) and not 0 <= int(self.targets.min()) <= int(self.targets.max()) < classes:
+            raise ValueError(f"class ids must lie in [0, {classes}) for the compiled step")
         grads = [torch.zeros_like(t) for t in (flat, weight, sigma)]
         buffers = [torch.zeros_like(t) for t in (flat, weight, sigma)]
 
@@ -141,6 +144,7 @@ class NativeStep:
         self.loss_sum = torch.zeros(groups, dtype=torch.float64)
         self.correct = torch.zeros(groups, dtype=torch.int64)
         batch = max(c.batch_size for c in configs)  # type: ignore[attr-defined]
+        self.batch = batch
         self.work = torch.empty(lib.tosca_workspace_floats(batch, dim, layout.r, layout.s, classes))
         # keep every tensor the struct points into alive as long as the struct
         self._alive = [flat, weight, sigma, *grads, *buffers, *hyper, self.targets]
@@ -186,6 +190,12 @@ class NativeStep:
             raise ValueError("the compiled step needs float32 CPU features")
         self.features = features.contiguous()
         self.order = order.to(torch.int64).contiguous()
+        if len(self.features) != len(self.targets) or self.order.shape[0] != self.groups:
+            raise ValueError("features, targets and the [G, n] batch order must describe the same rows")
+        if self.order.numel() and not 0 <= int(self.order.min()) <= int(self.order.max()) < len(
+            self.features
+        ):
+            raise ValueError(f"batch order indexes rows outside [0, {len(self.features)})")
         self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=torch.float32))
         self._epoch_loss.zero_()
         self.args.features = self.features.data_ptr()
@@ -194,6 +204,8 @@ class NativeStep:
         self._order_ptr = self.order.data_ptr()
 
     def step(self, begin: int, size: int) -> None:
+        if not 0 < size <= self.batch or begin < 0 or begin + size > self.order.shape[1]:
+            raise ValueError(f"a step takes 1..{self.batch} rows inside the epoch's order")
         self.args.index = self._order_ptr + 8 * begin
         self.args.batch = size
         self.lib.tosca_step(self._args_ref)

@@ -78,7 +78,7 @@ static void matmul(sgemm_fn gemm, int ta, int tb, int m, int n, int k, const flo
 }
 
 /* exp(x) to about 1 ulp, branch-free so that loops calling it vectorise (Cody-Waite reduction,
-   degree-6 polynomial); saturates below -87.3 (to 0) and above 88.7 (to inf). */
+   degree-6 polynomial); flushes below -87.3 to 0 and clamps above 88.7 (about 3.3e38). */
 static inline float fast_exp(float x) {
     x = x < -104.0f ? -104.0f : (x > 88.7f ? 88.7f : x);
     /* round to nearest by the 1.5 * 2^23 trick (no call, so the loop vectorises) */
@@ -123,9 +123,12 @@ static inline float gelu_grad(float h) {
     return cdf + h * pdf;
 }
 
+#define STEP_BUFFERS 24 /* the take() calls of step_one; each may round up by 15 floats */
+
 /* Floats of scratch one configuration's step needs (reused across configurations). */
 int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
-    return batch * (9 * dim + 4 * r + 2 * s + 2 * classes + 8) + classes * (2 * dim + 1) + 64;
+    return batch * (9 * dim + 4 * r + 2 * s + 2 * classes + 8) + classes * (2 * dim + 1) +
+           16 * STEP_BUFFERS;
 }
 
 static float *take(float **cursor, int64_t count) {
