@@ -223,3 +223,26 @@ def test_small_shapes_stay_inside_the_workspace() -> None:
     step.start_epoch(torch.randn(2, 32), torch.tensor([[0, 1]]), [0.1], track=False)
     step.step(0, 2)
     assert torch.isnan(step.work[floats:]).all()
+
+
+def test_a_bad_tosca_step_stops_fit_with_one_line_and_no_run(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = [
+        "fit",
+        "--store",
+        str(store.path),
+        "--run",
+        str(tmp_path / "run"),
+        "--init-cls",
+        "2",
+        "--increment",
+        "2",
+    ]
+    result = CliRunner().invoke(app, args, env={"TOSCA_STEP": "fastest"})
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: unknown TOSCA_STEP='fastest': use one of auto, native, torch"
+    assert not (tmp_path / "run").exists()

@@ -234,6 +234,7 @@ def fit_group(
     """
     for train in trains:
         train.validate()
+    native.step_choice()  # a bad TOSCA_STEP stops before any run directory is claimed
     if len({group_key(t) for t in trains}) > 1:
         raise ValueError("recipes of one group must share flow, epochs and batch size")
     store.require_complete()
