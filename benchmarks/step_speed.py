@@ -100,6 +100,13 @@ def _timed(run: Callable[[int], None], args: argparse.Namespace, device: torch.d
     return times
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,7 +124,7 @@ def main() -> None:
     parser.add_argument("--no-autograd", action="store_true")
     parser.add_argument(
         "--matmul-threads",
-        type=int,
+        type=_at_least_one,
         default=1,
         help="MKL threads per matmul (1: as `tosca fit` trains while evaluating on the other core)",
     )

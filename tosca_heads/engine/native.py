@@ -45,6 +45,8 @@ SLOT_NAMES = (
     "cal_down.weight",
     "cal_up.weight",
 )
+# the C structs' `Slots` members, in order: "down.weight" -> "off_down_w"
+OFFSET_FIELDS = tuple(f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}" for n in SLOT_NAMES)
 STEP_CHOICES = ("auto", "native", "torch")
 
 
@@ -57,7 +59,7 @@ class StepArgs(ctypes.Structure):
             for name in ("groups", "batch", "dim", "r", "s", "classes", "flow", "track")
         ),
         ("param_size", ctypes.c_int64),
-        *((f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}", ctypes.c_int64) for n in SLOT_NAMES),
+        *((name, ctypes.c_int64) for name in OFFSET_FIELDS),
         ("features", ctypes.c_void_p),
         ("targets", ctypes.c_void_p),
         ("index", ctypes.c_void_p),
@@ -94,7 +96,7 @@ class ForwardArgs(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_int64) for name in ("groups", "rows", "dim", "r", "s", "flow", "normalize")),
         ("param_size", ctypes.c_int64),
-        *((f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}", ctypes.c_int64) for n in SLOT_NAMES),
+        *((name, ctypes.c_int64) for name in OFFSET_FIELDS),
         *((name, ctypes.c_void_p) for name in ("params", "x", "out", "work", "gemm")),
     ]
 
@@ -102,10 +104,8 @@ class ForwardArgs(ctypes.Structure):
 def slot_offsets(layout: ParamLayout) -> dict[str, int]:
     """The `off_*` fields of both structs: each parameter's offset in the flat vector, -1 if absent."""
     return {
-        f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}": (
-            layout.slots[n].offset if n in layout.slots else -1
-        )
-        for n in SLOT_NAMES
+        field: layout.slots[name].offset if name in layout.slots else -1
+        for field, name in zip(OFFSET_FIELDS, SLOT_NAMES, strict=True)
     }
 
 
@@ -247,7 +247,7 @@ def use_native(device: torch.device) -> bool:
     if device.type != "cpu" or choice == "torch":
         if choice == "native" and device.type != "cpu":
             raise UserError(
-                f"TOSCA_STEP=native is a CPU step; --device {device} trains with the PyTorch step"
+                f"TOSCA_STEP=native is a CPU step, but this trains on {device}: unset it or use auto"
             )
         return False
     lib, _, why = load()

@@ -48,6 +48,7 @@ class _Config(Protocol):
     momentum: float
     weight_decay: float
     l1: float
+    batch_size: int
 
 
 class TorchStep:
@@ -143,7 +144,7 @@ class NativeStep:
         self._epoch_loss = torch.zeros(groups, dtype=torch.float64)
         self.loss_sum = torch.zeros(groups, dtype=torch.float64)
         self.correct = torch.zeros(groups, dtype=torch.int64)
-        batch = max(c.batch_size for c in configs)  # type: ignore[attr-defined]
+        batch = max(c.batch_size for c in configs)
         self.batch = batch
         self.work = torch.empty(lib.tosca_workspace_floats(batch, dim, layout.r, layout.s, classes))
         # keep every tensor the struct points into alive as long as the struct

@@ -69,11 +69,6 @@ static void matmul(sgemm_fn gemm, int ta, int tb, int m, int n, int k, const flo
     const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
     const float alpha = 1.0f;
     if (m == 0 || n == 0) return;
-    if (k == 0) { /* BLAS leaves C alone when k = 0 only if beta = 1 */
-        for (int i = 0; i < m; ++i)
-            for (int j = 0; j < n; ++j) C[(int64_t)i * ldc + j] *= beta;
-        return;
-    }
     gemm(&opb, &opa, &n, &m, &k, &alpha, B, &ldb, A, &lda, &beta, C, &ldc);
 }
 
@@ -123,7 +118,7 @@ static inline float gelu_grad(float h) {
     return cdf + h * pdf;
 }
 
-#define STEP_BUFFERS 24 /* the take() calls of step_one; each may round up by 15 floats */
+#define STEP_BUFFERS 23 /* the take() calls of step_one; each may round up by 15 floats */
 
 /* Floats of scratch one configuration's step needs (reused across configurations). */
 int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
@@ -197,7 +192,7 @@ static float sgd(float *restrict p, const float *restrict g, float *restrict buf
 
 /* What the forward keeps for the backward, each [b, ...] */
 typedef struct {
-    float *h, *a, *u, *zhat, *z, *mean, *rstd, *q, *gate;
+    float *h, *a, *u, *zhat, *z, *rstd, *q, *gate;
 } Acts;
 
 static Acts take_acts(float **cursor, int b, int d, int R, int S) {
@@ -207,7 +202,6 @@ static Acts take_acts(float **cursor, int b, int d, int R, int S) {
     t.u = take(cursor, (int64_t)b * d);
     t.zhat = take(cursor, (int64_t)b * d);
     t.z = take(cursor, (int64_t)b * d);
-    t.mean = take(cursor, b);
     t.rstd = take(cursor, b);
     t.q = take(cursor, (int64_t)b * S);
     t.gate = take(cursor, (int64_t)b * d);
@@ -242,7 +236,6 @@ static void luca_forward(sgemm_fn gemm, const float *p, const Slots *off, int fl
 #pragma omp simd reduction(+ : s2)
             for (int j = 0; j < d; ++j) s2 += (ui[j] - m) * (ui[j] - m);
             float rs = 1.0f / sqrtf(s2 / (float)d + LN_EPS);
-            t->mean[i] = m;
             t->rstd[i] = rs;
             for (int j = 0; j < d; ++j) {
                 float v = (ui[j] - m) * rs;
