@@ -13,6 +13,7 @@ torch.optim.SGD, L1 added to the gradients), so both are measured on the same ma
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from tosca_heads.engine import native
 from tosca_heads.engine.device import resolve_device, step_mode
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.steppers import NativeStep, TorchStep
+from tosca_heads.engine.steppers import NativeStep, Step, TorchStep
 from tosca_heads.head import CosineClassifier
 from tosca_heads.luca import LuCA
 
@@ -42,7 +43,9 @@ class _Hyper:
     batch_size: int = 48
 
 
-def engine_step_ms(kind: type, groups: int, args: argparse.Namespace, device: torch.device) -> list[float]:
+def engine_step_ms(
+    kind: Callable[..., Step], groups: int, args: argparse.Namespace, device: torch.device
+) -> list[float]:
     """The trainer's inner step (forward, backward and update) of `kind` (TorchStep or NativeStep)."""
     d, r, batch, classes = args.dim, args.r, args.batch, args.classes
     layout = ParamLayout(d, r, r, "tosca")
@@ -137,6 +140,7 @@ def main() -> None:
         kinds = [("torch-step", TorchStep)]
         if device.type == "cpu" and native.load()[0] is not None:
             kinds.append(("compiled-step", NativeStep))
+            kinds.append(("compiled-2-threads", functools.partial(NativeStep, threads=2)))
         elif device.type == "cpu":
             print(f"(no compiled step: {native.load()[2]})")
         for name, kind in kinds:

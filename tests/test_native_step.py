@@ -4,6 +4,7 @@ the choice between them (`TOSCA_STEP`) with one-line errors."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from heads_fixtures import synthetic_store
 
 from featcache.errors import UserError
 from tosca_heads.engine import native
+from tosca_heads.engine.device import step_mode, step_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
@@ -93,6 +95,79 @@ def test_compiled_step_trains_as_the_pytorch_step(flow: str) -> None:
 
 @needs_native
 @pytest.mark.parametrize("flow", FLOWS)
+def test_two_threads_train_as_one(flow: str) -> None:
+    """The step split over two threads (rows, then each parameter's output rows) gives one thread's
+    weights and tallies to float rounding (MKL may round a half-height matmul differently), keeps
+    the padding at exactly 0, and counts the same correct predictions."""
+    with step_mode(torch.device("cpu"), 1):  # flush-to-zero, as training runs: the helper copies it
+        (o_flat, o_weight, o_sigma), one = _train(NativeStep, flow)
+        (t_flat, t_weight, t_sigma), two = _train(functools.partial(NativeStep, threads=2), flow)
+    torch.testing.assert_close(t_flat, o_flat, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_sigma, o_sigma, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_weight[:, :5], o_weight[:, :5], rtol=1e-5, atol=1e-6)
+    layout = ParamLayout(32, 4, 4, flow)
+    for g, (r, s) in enumerate(BOTTLENECKS):
+        assert torch.all(t_flat[g][layout.padding_mask(r, s)] == 0)
+    np.testing.assert_allclose(two.epoch_loss().numpy(), one.epoch_loss().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(two.totals()[0], one.totals()[0], rtol=1e-6)
+    assert two.totals()[1] == one.totals()[1]
+
+
+@needs_native
+def test_two_threads_split_odd_and_tiny_shapes() -> None:
+    """One-row batches (the second thread gets no row), odd class counts and bottlenecks, at the
+    engine's real width: the same weights as one thread, and a canary after the workspace intact."""
+    d, r, classes = 768, 5, 3
+    layout = ParamLayout(d, r, r, "tosca")
+    gen = torch.Generator().manual_seed(4)
+    start = torch.stack([layout.pack(new_module(d, r, r, "tosca", 1).state_dict(), r, r)])
+    results = []
+    for threads in (1, 2):
+        flat, weight, sigma = start.clone(), 0.1 * torch.randn(1, classes, d, generator=gen), torch.ones(1)
+        if results:
+            weight.copy_(results[0][1])  # the same start for both
+        initial = weight.clone()
+        features = torch.randn(7, d, generator=torch.Generator().manual_seed(5))
+        targets = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+        step = NativeStep(
+            layout, [Hyper(0.9, 1e-4, 5e-4, batch_size=3)], flat, weight, sigma, targets, threads
+        )
+        canary = step.work.new_full((1,), 7.0)
+        step.work = torch.cat([step.work, canary])
+        step.args.work = step.work.data_ptr()
+        with step_mode(torch.device("cpu"), 1):
+            step.start_epoch(features, torch.arange(7).view(1, 7), [0.05], track=True)
+            for begin, size in ((0, 3), (3, 3), (6, 1)):
+                step.step(begin, size)
+        assert step.work[-1] == 7.0
+        results.append((flat, initial, weight, sigma))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[1][2], results[0][2], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[1][3], results[0][3], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(results[1][0], start)
+
+
+def test_step_threads_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert step_threads(cpu, overlap=True) == 1  # the evaluation thread takes the second core
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert step_threads(cpu, overlap=True) == 2
+    assert step_threads(cpu, overlap=False) == 1  # a sweep worker
+    assert step_threads(torch.device("cuda"), overlap=True) == 1
+    monkeypatch.setenv("TOSCA_STEP_THREADS", "2")
+    assert step_threads(cpu, overlap=False) == 2
+    monkeypatch.setenv("TOSCA_STEP_THREADS", "4")
+    with pytest.raises(UserError, match=r"TOSCA_STEP_THREADS='4': use 1 or 2"):
+        step_threads(cpu, overlap=True)
+    layout, tensors = _group("tosca")
+    if native.load()[0] is not None:
+        with pytest.raises(ValueError, match="1 or 2 threads"):
+            NativeStep(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long), threads=3)
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
 def test_compiled_gradients_are_the_written_out_gradients(flow: str) -> None:
     """One step: the raw gradients the C step leaves behind equal LucaStep's (before L1 and decay)."""
     layout, (flat, weight, sigma) = _group(flow)
@@ -116,19 +191,21 @@ def test_compiled_gradients_are_the_written_out_gradients(flow: str) -> None:
 
 @needs_native
 def test_a_run_is_the_same_with_either_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A whole 4-task run, compiled step against PyTorch step: A_t of every routing mode within 0.1
-    points, and training accuracy per task within 1 point."""
+    """A whole 4-task run, compiled step (one and two threads) against PyTorch step: A_t of every
+    routing mode within 0.1 points, and training accuracy per task within 1 point."""
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
     config = TrainConfig(r=4, s=4, epochs=4, batch_size=8)
     runs = {}
-    for kind in ("native", "torch"):
-        monkeypatch.setenv("TOSCA_STEP", kind)
+    for kind, threads in (("native", "1"), ("native-2", "2"), ("torch", "1")):
+        monkeypatch.setenv("TOSCA_STEP", kind.split("-")[0])
+        monkeypatch.setenv("TOSCA_STEP_THREADS", threads)
         runs[kind] = fit_run(store, StreamConfig(2, 2), config, None, tmp_path / kind)
     results = {k: r.metrics() for k, r in runs.items()}
-    for mode, block in results["torch"]["modes"].items():
-        np.testing.assert_allclose(results["native"]["modes"][mode]["A_t"], block["A_t"], atol=1e-3)
     accuracy = {k: [s.stats["train_acc"] for s in r.stages] for k, r in runs.items()}
-    np.testing.assert_allclose(accuracy["native"], accuracy["torch"], atol=1e-2)
+    for kind in ("native", "native-2"):
+        for mode, block in results["torch"]["modes"].items():
+            np.testing.assert_allclose(results[kind]["modes"][mode]["A_t"], block["A_t"], atol=1e-3)
+        np.testing.assert_allclose(accuracy[kind], accuracy["torch"], atol=1e-2)
 
 
 def test_step_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,7 +302,16 @@ def test_small_shapes_stay_inside_the_workspace() -> None:
     assert torch.isnan(step.work[floats:]).all()
 
 
-def test_a_bad_tosca_step_stops_fit_with_one_line_and_no_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
+        ({"TOSCA_STEP_THREADS": "8"}, "TOSCA_STEP_THREADS='8': use 1 or 2"),
+    ],
+)
+def test_a_bad_step_setting_stops_fit_with_one_line_and_no_run(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
     from typer.testing import CliRunner
 
     from cli import app
@@ -242,7 +328,7 @@ def test_a_bad_tosca_step_stops_fit_with_one_line_and_no_run(tmp_path: Path) -> 
         "--increment",
         "2",
     ]
-    result = CliRunner().invoke(app, args, env={"TOSCA_STEP": "fastest"})
+    result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 2
-    assert result.output.strip() == "error: unknown TOSCA_STEP='fastest': use one of auto, native, torch"
+    assert result.output.strip() == f"error: {message}"
     assert not (tmp_path / "run").exists()

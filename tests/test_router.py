@@ -19,6 +19,7 @@ from tosca_heads.routers import (
     resolve_routers,
     route_batches,
 )
+from tosca_heads.routers.stats import _class_moments, _merge
 
 
 def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> StageView:
@@ -117,6 +118,24 @@ def test_class_statistics_are_sufficient_statistics_built_task_by_task() -> None
     assert float((model.ncm_scores(x).argmax(-1) == torch.from_numpy(labels)).float().mean()) > 0.9
     with pytest.raises(ValueError, match="in order"):
         stats.partial_fit(x[:4], labels[:4], range(0, 2))
+
+
+def test_moments_of_two_parts_merge_into_the_moments_of_all() -> None:
+    """A task's held-out fifth and the rest are summarised once each and merged (no second pass over
+    the rows); a class with no row in one part merges too."""
+    x, labels = _gaussian_tasks()
+    rows = np.flatnonzero(labels < 3)
+    x, labels = x[rows], labels[rows]
+    part = np.zeros(len(labels), dtype=bool)
+    part[::5] = True
+    part[labels == 2] = False  # class 2 only in the second part
+    whole = _class_moments(x, labels, range(3), "tukey")
+    merged = _merge(
+        _class_moments(x[part], labels[part], range(3), "tukey"),
+        _class_moments(x[~part], labels[~part], range(3), "tukey"),
+    )
+    for got, want in zip(merged, whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
 
 
 def test_frozen_feature_routers_route_by_the_task_of_the_class() -> None:

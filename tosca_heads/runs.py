@@ -27,7 +27,7 @@ from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json, identity_differences
 from tosca_heads import atomic
 from tosca_heads.engine import native
-from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode
+from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode, step_threads
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.trainer import TaskStats
@@ -239,6 +239,8 @@ def fit_group(
         raise ValueError("recipes of one group must share flow, epochs and batch size")
     store.require_complete()
     device = resolve_device(device) if isinstance(device, str) else device
+    overlap = overlap_evaluation(device) if overlap is None else overlap
+    threads = step_threads(device, overlap)  # a bad TOSCA_STEP_THREADS stops here too
     configs = [run_config(store, stream_cfg, train) for train in trains]
     num_classes = int(store.identity["dataset"]["num_classes"])
     stream = stream_cfg.task_stream(num_classes)
@@ -267,7 +269,8 @@ def fit_group(
             on_stage,
             write_outputs,
             device,
-            overlap_evaluation(device) if overlap is None else overlap,
+            overlap,
+            threads,
         )
 
 
@@ -283,10 +286,11 @@ def _fit_group_locked(
     write_outputs: bool,
     device: torch.device,
     overlap: bool,
+    threads: int,
 ) -> list[RunResult]:
     source = source or CachedFeatures(store, device=device)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
-    trainer = make_trainer(trains, store.dim, device)
+    trainer = make_trainer(trains, store.dim, device, threads)
     evaluator = StageEvaluator(stream, test_labels, source, device)
     statistics = ClassStatistics(store.dim)
     # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo

@@ -62,9 +62,9 @@ def group_key(config: TrainConfig) -> tuple:
 
 
 def make_trainer(
-    configs: Sequence[TrainConfig], dim: int, device: torch.device | str = "cpu"
+    configs: Sequence[TrainConfig], dim: int, device: torch.device | str = "cpu", step_threads: int = 1
 ) -> GroupTrainer:
     """The engine for these recipes (resolved to numbers for feature dim `dim`): G = len(configs)."""
     for config in configs:
         config.validate()
-    return GroupTrainer([c.resolved(dim) for c in configs], dim, device)
+    return GroupTrainer([c.resolved(dim) for c in configs], dim, device, step_threads)

@@ -33,7 +33,16 @@ from featcache.errors import UserError
 from tosca_heads.engine.layout import ParamLayout
 
 SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math"]
+FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-pthread",
+    "-fPIC",
+    "-shared",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+]
 FLOW_CODES = {"tosca": 0, "tosca_r": 1, "adapter": 2, "calibrator": 3}
 SLOT_NAMES = (
     "down.weight",
@@ -56,7 +65,7 @@ class StepArgs(ctypes.Structure):
     _fields_ = [
         *(
             (name, ctypes.c_int64)
-            for name in ("groups", "batch", "dim", "r", "s", "classes", "flow", "track")
+            for name in ("groups", "batch", "dim", "r", "s", "classes", "flow", "track", "threads")
         ),
         ("param_size", ctypes.c_int64),
         *((name, ctypes.c_int64) for name in OFFSET_FIELDS),
@@ -85,6 +94,7 @@ class StepArgs(ctypes.Structure):
                 "correct",
                 "work",
                 "gemm",
+                "blas_threads",
             )
         ),
     ]
@@ -179,6 +189,19 @@ def _sgemm_address() -> int | None:
                 return None
             return ctypes.cast(fn, ctypes.c_void_p).value
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def blas_threads_address() -> int | None:
+    """MKL's per-thread thread-count setter inside libtorch_cpu (None without MKL): the step's
+    helper thread sets its own BLAS to one thread, as `step_mode` does for the caller."""
+    try:
+        fn = ctypes.CDLL(
+            str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+        ).MKL_Set_Num_Threads_Local
+    except (OSError, AttributeError):
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value
 
 
 _LOAD_LOCK = threading.Lock()

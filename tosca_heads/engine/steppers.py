@@ -116,7 +116,10 @@ class NativeStep:
         weight: torch.Tensor,
         sigma: torch.Tensor,
         targets: torch.Tensor,
+        threads: int = 1,
     ):
+        if threads not in (1, 2):
+            raise ValueError(f"the compiled step runs on 1 or 2 threads, not {threads}")
         lib, gemm, why = native.load()
         if lib is None:
             raise RuntimeError(f"the compiled step is unavailable: {why}")
@@ -159,6 +162,7 @@ class NativeStep:
             classes=classes,
             flow=native.FLOW_CODES[layout.flow],
             track=0,
+            threads=threads,
             param_size=layout.size,
             targets=self.targets.data_ptr(),
             flat=flat.data_ptr(),
@@ -179,6 +183,7 @@ class NativeStep:
             correct=self.correct.data_ptr(),
             work=self.work.data_ptr(),
             gemm=gemm,
+            blas_threads=native.blas_threads_address(),
             **offsets,
         )
         self.grads = grads  # for tests: the last step's raw gradients (before L1 and decay)
@@ -225,7 +230,10 @@ def make_step(
     weight: torch.Tensor,
     sigma: torch.Tensor,
     targets: torch.Tensor,
+    threads: int = 1,
 ) -> Step:
-    """The compiled step on a CPU where it can be built (see `native.use_native`), else PyTorch's."""
-    kind = NativeStep if native.use_native(flat.device) else TorchStep
-    return kind(layout, configs, flat, weight, sigma, targets)
+    """The compiled step on a CPU where it can be built (see `native.use_native`), on `threads`
+    threads; else PyTorch's (its matmul threads are `step_mode`'s)."""
+    if native.use_native(flat.device):
+        return NativeStep(layout, configs, flat, weight, sigma, targets, threads)
+    return TorchStep(layout, configs, flat, weight, sigma, targets)

@@ -63,10 +63,13 @@ class GroupTrainer:
     `weight_` `[G, C, d]` and `sigma_` `[G]` (the classifier after the last task).
     """
 
-    def __init__(self, configs: Sequence, dim: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self, configs: Sequence, dim: int, device: torch.device | str = "cpu", step_threads: int = 1
+    ):
         self.configs = list(configs)
         self.dim = dim
         self.device = torch.device(device)
+        self.step_threads = step_threads  # the compiled CPU step's threads (1 or 2)
 
     # ------------------------------------------------------------------ state
 
@@ -156,7 +159,7 @@ class GroupTrainer:
         flat, new_head, generators = self._init_task(task, len(classes))
         weight = torch.cat([self.weight_, new_head], dim=1)
         sigma = self.sigma_.clone()
-        step = make_step(layout, configs, flat, weight, sigma, targets)
+        step = make_step(layout, configs, flat, weight, sigma, targets, self.step_threads)
         epochs, batch = configs[0].epochs, configs[0].batch_size
         schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
         n = len(rows)

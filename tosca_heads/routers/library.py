@@ -9,6 +9,7 @@ reports let the other test samples of a batch vote (the reference code's routing
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,12 @@ class StageView:
         tasks = int(self.entropy.shape[1])
         class_task = self.class_task.to(class_log_posterior.device)
         return torch.stack([class_log_posterior[:, class_task == t].logsumexp(-1) for t in range(tasks)], 1)
+
+    @functools.cached_property
+    def lda_task_log_posterior(self) -> torch.Tensor:
+        """log p(task | frozen feature) under `lda`'s class Gaussians: [n, M], computed once per
+        view (`lda` and `fusion` both read it)."""
+        return self.task_log_posterior(self.frozen.lda_log_posterior(self.features))
 
     def for_every_configuration(self, chosen: torch.Tensor) -> torch.Tensor:
         """A choice shared by all configurations (frozen-feature routers): [n] -> [G, n]."""
@@ -134,8 +141,7 @@ class Gaussian(Router):
     )
 
     def route(self, view: StageView) -> torch.Tensor:
-        posterior = view.task_log_posterior(view.frozen.lda_log_posterior(view.features))
-        return view.for_every_configuration(posterior.argmax(-1))
+        return view.for_every_configuration(view.lda_task_log_posterior.argmax(-1))
 
 
 @register
@@ -145,7 +151,7 @@ class Fusion(Router):
     summary = "log p(task | frozen feature) under `lda` minus each module's entropy"
 
     def route(self, view: StageView) -> torch.Tensor:
-        posterior = view.task_log_posterior(view.frozen.lda_log_posterior(view.features))  # [n, M]
+        posterior = view.lda_task_log_posterior  # [n, M]
         return (posterior.T.unsqueeze(0).to(view.entropy.device) - view.entropy).argmax(1)
 
 

@@ -21,6 +21,7 @@ import torch
 
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
 HELD_OUT = 0.2
+Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # counts, sums, tsums, scatter
 
 
 def transform(x: torch.Tensor, kind: str) -> torch.Tensor:
@@ -77,34 +78,46 @@ class ClassStatistics:
             self.shrinkage_: list[float] = []
         if classes.start != self.classes:
             raise ValueError(f"classes arrive in order: expected {self.classes}, got {classes.start}")
-        self.shrinkage_.append(self._choose_shrinkage(x, labels, classes))
-        counts, sums, tsums, scatter = _class_moments(x, labels, classes, self.kind_)
+        split = self._held_out(labels, classes)
+        if split is None:  # too few rows to hold any out
+            self.shrinkage_.append(SHRINKAGE_GRID[len(SHRINKAGE_GRID) // 2])
+            moments = _class_moments(x, labels, classes, self.kind_)
+        else:  # the task's moments are the fitted part's and the held-out part's, merged
+            fit, held = split
+            fitted = _class_moments(x[fit], labels[fit], classes, self.kind_)
+            self.shrinkage_.append(self._choose_shrinkage(fitted, x[held], labels[held]))
+            moments = _merge(fitted, _class_moments(x[held], labels[held], classes, self.kind_))
+        counts, sums, tsums, scatter = moments
         self.counts_ = torch.cat([self.counts_, counts])
         self.sums_ = torch.cat([self.sums_, sums])
         self.tsums_ = torch.cat([self.tsums_, tsums])
         self.scatter_ = self.scatter_ + scatter
         return self
 
-    def _choose_shrinkage(self, x: torch.Tensor, labels: np.ndarray, classes: range) -> float:
-        """The grid value whose model classifies a held-out fifth of this task best among all seen classes."""
+    def _held_out(self, labels: np.ndarray, classes: range) -> tuple[np.ndarray, np.ndarray] | None:
+        """A seeded held-out fifth of this task's rows and the rest, or None if a class would have
+        no fitted row."""
         order = np.random.default_rng(self.seed + classes.start).permutation(len(labels))
         held = order[: max(1, int(len(order) * HELD_OUT))]
         fit = order[len(held) :]
         if len(fit) == 0 or any((labels[fit] == c).sum() == 0 for c in classes):
-            return SHRINKAGE_GRID[len(SHRINKAGE_GRID) // 2]  # too few rows to hold any out
-        counts, sums, tsums, scatter = _class_moments(x[fit], labels[fit], classes, self.kind_)
+            return None
+        return fit, held
+
+    def _choose_shrinkage(self, fitted: Moments, held_x: torch.Tensor, held_labels: np.ndarray) -> float:
+        """The grid value whose model (old classes + this task's fitted part) classifies the held-out
+        rows best among all seen classes."""
+        counts, sums, tsums, scatter = fitted
         trial = (
             torch.cat([self.counts_, counts]),
             torch.cat([self.sums_, sums]),
             torch.cat([self.tsums_, tsums]),
             self.scatter_ + scatter,
         )
-        truth = torch.from_numpy(labels[held])
+        truth = torch.from_numpy(held_labels)
         accuracy = {
             lam: float(
-                (_model(*trial, self.kind_, lam).lda_log_posterior(x[held]).argmax(-1) == truth)
-                .float()
-                .mean()
+                (_model(*trial, self.kind_, lam).lda_log_posterior(held_x).argmax(-1) == truth).float().mean()
             )
             for lam in SHRINKAGE_GRID
         }
@@ -133,9 +146,9 @@ class ClassStatistics:
         return self
 
 
-def _class_moments(
-    x: torch.Tensor, labels: np.ndarray, classes: range, kind: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _class_moments(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> Moments:
+    """Per class: count, sum of raw and of transformed features; and the within-class scatter of
+    the transformed features, all classes together (float64). A class without rows adds zeros."""
     t = transform(x, kind).double()
     counts, sums, tsums = [], [], []
     scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64)
@@ -145,9 +158,22 @@ def _class_moments(
         counts.append(float(len(members)))
         sums.append(members.sum(0))
         tsums.append(tmembers.sum(0))
-        centred = tmembers - tmembers.mean(0)
-        scatter += centred.T @ centred
+        if len(members):
+            centred = tmembers - tmembers.mean(0)
+            scatter += centred.T @ centred
     return torch.tensor(counts, dtype=torch.float64), torch.stack(sums), torch.stack(tsums), scatter
+
+
+def _merge(a: Moments, b: Moments) -> Moments:
+    """The moments of two disjoint parts of the same classes' rows taken together: the scatters
+    add, plus each class's between-part term n_a n_b / n (mean_a - mean_b)(mean_a - mean_b)'."""
+    (na, sa, ta, wa), (nb, sb, tb, wb) = a, b
+    n = na + nb
+    both = (na > 0) & (nb > 0)
+    gap = torch.zeros_like(ta)
+    gap[both] = ta[both] / na[both, None] - tb[both] / nb[both, None]
+    weight = torch.where(both, na * nb / n.clamp_min(1), torch.zeros_like(n))
+    return n, sa + sb, ta + tb, wa + wb + (gap.T * weight) @ gap
 
 
 def _model(

@@ -13,9 +13,16 @@
    Compiled on first use by tosca_heads/engine/native.py; no Python headers needed. */
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
+typedef int (*set_threads_fn)(int); /* MKL_Set_Num_Threads_Local, or NULL */
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
                          const float *, const float *, const int *, const float *, const int *,
                          const float *, float *, const int *);
@@ -29,7 +36,7 @@ typedef struct {
 
 /* Mirrors the ctypes Structure in native.py field by field. */
 typedef struct {
-    int64_t groups, batch, dim, r, s, classes, flow, track;
+    int64_t groups, batch, dim, r, s, classes, flow, track, threads;
     int64_t param_size;
     Slots off;
     const float *features; /* [n, d] this epoch's training features */
@@ -45,6 +52,7 @@ typedef struct {
     int64_t *correct;   /* [G] += correct predictions, when track */
     float *work;        /* tosca_workspace_floats() floats */
     sgemm_fn gemm;
+    set_threads_fn blas_threads; /* the helper thread sets its BLAS to one thread with it */
 } StepArgs;
 
 /* The module outputs of many rows (evaluation, prototypes): no gradient, no update. */
@@ -118,11 +126,12 @@ static inline float gelu_grad(float h) {
     return cdf + h * pdf;
 }
 
-#define STEP_BUFFERS 23 /* the take() calls of step_one; each may round up by 15 floats */
+#define MAX_THREADS 2 /* the step's parts: the caller and one helper thread (below) */
+#define STEP_BUFFERS 29 /* the take() calls of step_one; each may round up by 15 floats */
 
 /* Floats of scratch one configuration's step needs (reused across configurations). */
 int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
-    return batch * (9 * dim + 4 * r + 2 * s + 2 * classes + 8) + classes * (2 * dim + 1) +
+    return batch * (10 * dim + 4 * r + 2 * s + 2 * classes + 14) + classes * (2 * dim + 1) + 2 * MAX_THREADS * dim +
            16 * STEP_BUFFERS;
 }
 
@@ -159,14 +168,6 @@ static void normalize_backward(float *g, const float *unit, const float *norm, c
         for (int j = 0; j < d; ++j) along += ui[j] * gi[j];
         float a = norm[i] < NORM_EPS ? 0.0f : along, inv = 1.0f / denom[i];
         for (int j = 0; j < d; ++j) gi[j] = (gi[j] - ui[j] * a) * inv;
-    }
-}
-
-static void column_sums(const float *x, float *out, int rows, int cols) {
-    for (int j = 0; j < cols; ++j) out[j] = 0.0f;
-    for (int i = 0; i < rows; ++i) {
-        const float *xi = x + (int64_t)i * cols;
-        for (int j = 0; j < cols; ++j) out[j] += xi[j];
     }
 }
 
@@ -263,17 +264,106 @@ static void luca_forward(sgemm_fn gemm, const float *p, const Slots *off, int fl
         for (int64_t k = 0; k < bd_n; ++k) out[k] = x[k] * t->gate[k];
 }
 
-static void step_one(const StepArgs *A, int64_t g) {
+/* ---- two threads per step ----------------------------------------------------------------
+   A step of 48 rows is a chain of dependent matmuls too small for MKL's fork-join, but it splits
+   by hand: the forward and the row-wise backward by batch rows, the weight gradients and their
+   update by output rows of each parameter (each thread updates exactly what it computed), with
+   three barriers per configuration. The caller's thread is part 0; one helper thread, started on
+   first use and parked on a condition variable between jobs, is part 1. Every sum that crosses the
+   split is formed in the same order as with one thread, so one and two threads give the same
+   numbers as long as the BLAS does (tested). */
+
+#define SPIN_BEFORE_YIELD 2000   /* barrier: spins before giving the core away */
+#define SPIN_BEFORE_SLEEP 200000 /* helper: spins (~tens of us) between jobs before sleeping */
+
+typedef struct {
+    atomic_int count, phase;
+} Barrier;
+
+typedef struct {
+    const StepArgs *args;
+    int threads;
+    unsigned csr; /* the caller's floating-point control (flush-to-zero), applied by the helper */
+    Barrier barrier;
+    float l1_part[MAX_THREADS]; /* each part's sum |p| of the module after its update */
+} StepJob;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static unsigned read_csr(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return _mm_getcsr();
+#else
+    return 0;
+#endif
+}
+
+static void write_csr(unsigned csr) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(csr);
+#else
+    (void)csr;
+#endif
+}
+
+/* Sense by phase counter: the last to arrive resets the count, then moves the phase on. The
+   waiting side spins briefly, then yields (an evaluation thread may want the core). */
+static void barrier_wait(Barrier *b, int threads) {
+    if (threads == 1) return;
+    const int phase = atomic_load_explicit(&b->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == threads - 1) {
+        atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+        atomic_store_explicit(&b->phase, phase + 1, memory_order_release);
+        return;
+    }
+    for (int spins = 0; atomic_load_explicit(&b->phase, memory_order_acquire) == phase; ++spins) {
+        if (spins < SPIN_BEFORE_YIELD)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* [lo, hi) of part k of n items split into `parts` near-equal ranges */
+static inline void part_range(int64_t n, int k, int parts, int64_t *lo, int64_t *hi) {
+    *lo = n * k / parts;
+    *hi = n * (k + 1) / parts;
+}
+
+static Acts rows_of(const Acts *t, int64_t lo, int d, int R, int S) {
+    Acts v = {t->h + lo * R, t->a + lo * R, t->u + lo * d, t->zhat + lo * d, t->z + lo * d,
+              t->rstd + lo, t->q + lo * S, t->gate + lo * d};
+    return v;
+}
+
+static void column_sums_range(const float *x, float *out, int rows, int cols, int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) out[j] = 0.0f;
+    for (int i = 0; i < rows; ++i) {
+        const float *xi = x + (int64_t)i * cols;
+        for (int64_t j = lo; j < hi; ++j) out[j] += xi[j];
+    }
+}
+
+/* Part k of configuration g's step. */
+static void step_one(StepJob *J, int64_t g, int k) {
+    const StepArgs *A = J->args;
+    const int K = J->threads;
     const int b = (int)A->batch, d = (int)A->dim, R = (int)A->r, S = (int)A->s, C = (int)A->classes;
     const int flow = (int)A->flow;
     const int64_t P = A->param_size;
     const sgemm_fn gemm = A->gemm;
-    float *p = A->flat + g * P, *gp = A->grad_flat + g * P;
+    float *p = A->flat + g * P, *gp = A->grad_flat + g * P, *bp = A->buf_flat + g * P;
     float *W = A->weight + g * (int64_t)C * d, *gW = A->grad_weight + g * (int64_t)C * d;
+    float *bW = A->buf_weight + g * (int64_t)C * d;
     const float sig = A->sigma[g];
     const int has_adapter = flow != FLOW_CALIBRATOR, has_calibrator = flow != FLOW_ADAPTER;
+    const Slots *off = &A->off;
 
-    float *cursor = A->work;
+    float *cursor = A->work; /* every part carves the same buffers */
     float *x = take(&cursor, (int64_t)b * d);
     int64_t *y = (int64_t *)take(&cursor, 2 * (int64_t)b);
     const Acts t = take_acts(&cursor, b, d, R, S);
@@ -283,29 +373,42 @@ static void step_one(const StepArgs *A, int64_t g) {
     float *w_unit = take(&cursor, (int64_t)C * d), *w_norm = take(&cursor, C), *w_denom = take(&cursor, C);
     float *cosv = take(&cursor, (int64_t)b * C), *dlog = take(&cursor, (int64_t)b * C);
     float *d_out = take(&cursor, (int64_t)b * d), *d_c2 = take(&cursor, (int64_t)b * d);
+    float *d_u = take(&cursor, (int64_t)b * d);
     float *d_c1 = take(&cursor, (int64_t)b * S), *d_h = take(&cursor, (int64_t)b * R);
+    double *row_loss = (double *)take(&cursor, 2 * (int64_t)b);
+    double *row_dsig = (double *)take(&cursor, 2 * (int64_t)b);
+    int64_t *row_hit = (int64_t *)take(&cursor, 2 * (int64_t)b);
+    float *part_gamma = take(&cursor, (int64_t)MAX_THREADS * d); /* each part's LayerNorm sums */
+    float *part_beta = take(&cursor, (int64_t)MAX_THREADS * d);
+    const float *v_in = flow == FLOW_TOSCA ? z : x; /* the calibrator's input */
 
-    /* ---- the batch */
+    int64_t r0, r1, c0, c1, j0, j1, R0, R1, S0, S1; /* this part's rows, classes, dims, units */
+    part_range(b, k, K, &r0, &r1);
+    part_range(C, k, K, &c0, &c1);
+    part_range(d, k, K, &j0, &j1);
+    part_range(R, k, K, &R0, &R1);
+    part_range(S, k, K, &S0, &S1);
+    const int nb = (int)(r1 - r0);
+
+    /* ---- this part's batch rows, and its classifier rows normalised */
     const int64_t *rows = A->index + g * A->index_stride;
-    for (int i = 0; i < b; ++i) {
-        memcpy(x + (int64_t)i * d, A->features + rows[i] * d, sizeof(float) * d);
+    for (int64_t i = r0; i < r1; ++i) {
+        memcpy(x + i * d, A->features + rows[i] * d, sizeof(float) * d);
         y[i] = A->targets[rows[i]];
     }
+    normalize_rows(W + c0 * d, w_unit + c0 * d, w_norm + c0, w_denom + c0, (int)(c1 - c0), d);
+    barrier_wait(&J->barrier, K);
 
-    /* ---- forward */
-    luca_forward(gemm, p, &A->off, flow, b, d, R, S, x, &t, out);
-    const float *v_in = flow == FLOW_TOSCA ? z : x; /* the calibrator's input */
-    normalize_rows(out, unit, norm, denom, b, d);
-    normalize_rows(W, w_unit, w_norm, w_denom, C, d);
-    matmul(gemm, 0, 1, b, C, d, unit, d, w_unit, d, 0.0f, cosv, C);
+    /* ---- forward, cross-entropy and the backward down to each row's d_h: this part's rows */
+    const Acts tk = rows_of(&t, r0, d, R, S);
+    luca_forward(gemm, p, off, flow, nb, d, R, S, x + r0 * d, &tk, out + r0 * d);
+    normalize_rows(out + r0 * d, unit + r0 * d, norm + r0, denom + r0, nb, d);
+    matmul(gemm, 0, 1, nb, C, d, unit + r0 * d, d, w_unit, d, 0.0f, cosv + r0 * C, C);
 
-    /* ---- cross-entropy (mean over the batch) and its gradient */
-    double loss = 0.0, d_sigma = 0.0;
-    int64_t hits = 0;
     const float inv_b = 1.0f / (float)b;
-    for (int i = 0; i < b; ++i) {
-        const float *ci = cosv + (int64_t)i * C;
-        float *di = dlog + (int64_t)i * C;
+    for (int64_t i = r0; i < r1; ++i) {
+        const float *ci = cosv + i * C;
+        float *di = dlog + i * C;
         float top = -INFINITY;
         int best = 0;
         for (int c = 0; c < C; ++c) {
@@ -316,49 +419,39 @@ static void step_one(const StepArgs *A, int64_t g) {
         float total = 0.0f;
         for (int c = 0; c < C; ++c) total += fast_exp(di[c] - top);
         float lse = top + logf(total);
-        loss -= di[y[i]] - lse;
-        hits += best == y[i];
+        row_loss[i] = -(double)(di[y[i]] - lse);
+        row_hit[i] = best == y[i];
         for (int c = 0; c < C; ++c) di[c] = fast_exp(di[c] - lse) * inv_b;
         di[y[i]] += -inv_b;
+        double ds = 0.0;
         for (int c = 0; c < C; ++c) {
-            d_sigma += (double)di[c] * ci[c];
+            ds += (double)di[c] * ci[c];
             di[c] *= sig;
         }
+        row_dsig[i] = ds;
     }
-    loss /= b;
-    A->grad_sigma[g] = (float)d_sigma;
+    matmul(gemm, 0, 0, nb, d, C, dlog + r0 * C, C, w_unit, d, 0.0f, d_out + r0 * d, d);
+    normalize_backward(d_out + r0 * d, unit + r0 * d, norm + r0, denom + r0, nb, d);
 
-    /* ---- classifier rows, and the gradient reaching the module output */
-    matmul(gemm, 1, 0, C, d, b, dlog, C, unit, d, 0.0f, gW, d);
-    normalize_backward(gW, w_unit, w_norm, w_denom, C, d);
-    matmul(gemm, 0, 0, b, d, C, dlog, C, w_unit, d, 0.0f, d_out, d);
-    normalize_backward(d_out, unit, norm, denom, b, d);
-
-    /* ---- calibrator */
     if (has_calibrator) {
         const float *mult = flow == FLOW_TOSCA ? z : x;
-        for (int64_t k = 0; k < (int64_t)b * d; ++k)
-            d_c2[k] = d_out[k] * mult[k] * (1.0f - gate[k]) * gate[k];
-        matmul(gemm, 1, 0, S, d, b, q, S, d_c2, d, 0.0f, gp + A->off.cal_up_w, d);
-        matmul(gemm, 0, 1, b, S, d, d_c2, d, p + A->off.cal_up_w, d, 0.0f, d_c1, S);
-        for (int64_t k = 0; k < (int64_t)b * S; ++k) d_c1[k] = q[k] > 0.0f ? d_c1[k] : 0.0f;
-        matmul(gemm, 1, 0, d, S, b, v_in, d, d_c1, S, 0.0f, gp + A->off.cal_down_w, S);
+        for (int64_t e = r0 * d; e < r1 * d; ++e)
+            d_c2[e] = d_out[e] * mult[e] * (1.0f - gate[e]) * gate[e];
+        matmul(gemm, 0, 1, nb, S, d, d_c2 + r0 * d, d, p + off->cal_up_w, d, 0.0f, d_c1 + r0 * S, S);
+        for (int64_t e = r0 * S; e < r1 * S; ++e) d_c1[e] = q[e] > 0.0f ? d_c1[e] : 0.0f;
     }
-
-    /* ---- adapter and LayerNorm */
+    float *d_z = d_out; /* tosca_r, adapter: out = ... + LN(A(x)) */
     if (has_adapter) {
-        float *d_z = d_out; /* tosca_r, adapter: out = ... + LN(A(x)) */
         if (flow == FLOW_TOSCA) {
-            for (int64_t k = 0; k < (int64_t)b * d; ++k) d_z[k] = d_out[k] * gate[k];
-            matmul(gemm, 0, 1, b, d, S, d_c1, S, p + A->off.cal_down_w, S, 1.0f, d_z, d);
+            for (int64_t e = r0 * d; e < r1 * d; ++e) d_z[e] = d_out[e] * gate[e];
+            matmul(gemm, 0, 1, nb, d, S, d_c1 + r0 * S, S, p + off->cal_down_w, S, 1.0f, d_z + r0 * d, d);
         }
-        const float *gamma = p + A->off.norm_w;
-        float *g_gamma = gp + A->off.norm_w, *g_beta = gp + A->off.norm_b;
+        const float *gamma = p + off->norm_w;
+        float *g_gamma = part_gamma + (int64_t)k * d, *g_beta = part_beta + (int64_t)k * d;
         for (int j = 0; j < d; ++j) g_gamma[j] = g_beta[j] = 0.0f;
-        float *d_u = d_c2; /* free now */
-        for (int i = 0; i < b; ++i) {
-            const float *dz = d_z + (int64_t)i * d, *zh = zhat + (int64_t)i * d;
-            float *du = d_u + (int64_t)i * d;
+        for (int64_t i = r0; i < r1; ++i) {
+            const float *dz = d_z + i * d, *zh = zhat + i * d;
+            float *du = d_u + i * d;
             float sg = 0.0f, sgz = 0.0f;
 #pragma omp simd reduction(+ : sg, sgz)
             for (int j = 0; j < d; ++j) {
@@ -372,29 +465,163 @@ static void step_one(const StepArgs *A, int64_t g) {
             float mg = sg / (float)d, mgz = sgz / (float)d, rs = rstd[i];
             for (int j = 0; j < d; ++j) du[j] = (du[j] - mg - zh[j] * mgz) * rs;
         }
-        column_sums(d_u, gp + A->off.up_b, b, d);
-        matmul(gemm, 1, 0, R, d, b, a, R, d_u, d, 0.0f, gp + A->off.up_w, d);
-        matmul(gemm, 0, 1, b, R, d, d_u, d, p + A->off.up_w, d, 0.0f, d_h, R);
-        for (int64_t k = 0; k < (int64_t)b * R; ++k) d_h[k] *= gelu_grad(h[k]);
-        column_sums(d_h, gp + A->off.down_b, b, R);
-        matmul(gemm, 1, 0, d, R, b, x, d, d_h, R, 0.0f, gp + A->off.down_w, R);
+        matmul(gemm, 0, 1, nb, R, d, d_u + r0 * d, d, p + off->up_w, d, 0.0f, d_h + r0 * R, R);
+        for (int64_t e = r0 * R; e < r1 * R; ++e) d_h[e] *= gelu_grad(h[e]);
     }
+    barrier_wait(&J->barrier, K);
 
-    /* ---- the update */
+    /* ---- every weight gradient over all rows, split by its output rows; each part updates the
+       slices it computed (the flat vector is the slots back to back, so they cover it) */
     const float lr = A->neg_lr[g], m = A->momentum[g], wd = A->decay[g], l1 = A->l1[g];
-    float l1_norm = sgd(p, gp, A->buf_flat + g * P, P, lr, m, wd, l1);
-    sgd(W, gW, A->buf_weight + g * (int64_t)C * d, (int64_t)C * d, lr, m, wd, 0.0f);
-    sgd(A->sigma + g, A->grad_sigma + g, A->buf_sigma + g, 1, lr, m, wd, 0.0f);
-    A->epoch_loss[g] += loss;
-    if (A->track) {
-        A->loss_sum[g] += (loss + (double)l1 * l1_norm) * b;
-        A->correct[g] += hits;
+    float l1_norm = 0.0f;
+    matmul(gemm, 1, 0, (int)(c1 - c0), d, b, dlog + c0, C, unit, d, 0.0f, gW + c0 * d, d);
+    normalize_backward(gW + c0 * d, w_unit + c0 * d, w_norm + c0, w_denom + c0, (int)(c1 - c0), d);
+    sgd(W + c0 * d, gW + c0 * d, bW + c0 * d, (c1 - c0) * d, lr, m, wd, 0.0f);
+    if (has_calibrator) {
+        const int64_t up = off->cal_up_w + S0 * d, down = off->cal_down_w + j0 * S;
+        matmul(gemm, 1, 0, (int)(S1 - S0), d, b, q + S0, S, d_c2, d, 0.0f, gp + up, d);
+        matmul(gemm, 1, 0, (int)(j1 - j0), S, b, v_in + j0, d, d_c1, S, 0.0f, gp + down, S);
+        l1_norm += sgd(p + up, gp + up, bp + up, (S1 - S0) * d, lr, m, wd, l1);
+        l1_norm += sgd(p + down, gp + down, bp + down, (j1 - j0) * S, lr, m, wd, l1);
+    }
+    if (has_adapter) {
+        float *g_gamma = gp + off->norm_w, *g_beta = gp + off->norm_b;
+        for (int64_t j = j0; j < j1; ++j) { /* the parts' LayerNorm sums, in part order */
+            float sum_gamma = part_gamma[j], sum_beta = part_beta[j];
+            for (int part = 1; part < K; ++part)
+                sum_gamma += part_gamma[(int64_t)part * d + j], sum_beta += part_beta[(int64_t)part * d + j];
+            g_gamma[j] = sum_gamma;
+            g_beta[j] = sum_beta;
+        }
+        column_sums_range(d_u, gp + off->up_b, b, d, j0, j1);
+        column_sums_range(d_h, gp + off->down_b, b, R, R0, R1);
+        const int64_t up = off->up_w + R0 * d, down = off->down_w + j0 * R;
+        matmul(gemm, 1, 0, (int)(R1 - R0), d, b, a + R0, R, d_u, d, 0.0f, gp + up, d);
+        matmul(gemm, 1, 0, (int)(j1 - j0), R, b, x + j0, d, d_h, R, 0.0f, gp + down, R);
+        l1_norm += sgd(p + down, gp + down, bp + down, (j1 - j0) * R, lr, m, wd, l1);
+        l1_norm += sgd(p + off->down_b + R0, gp + off->down_b + R0, bp + off->down_b + R0, R1 - R0, lr, m,
+                       wd, l1);
+        l1_norm += sgd(p + up, gp + up, bp + up, (R1 - R0) * d, lr, m, wd, l1);
+        const int64_t vec[3] = {off->up_b, off->norm_w, off->norm_b};
+        for (int v = 0; v < 3; ++v)
+            l1_norm += sgd(p + vec[v] + j0, gp + vec[v] + j0, bp + vec[v] + j0, j1 - j0, lr, m, wd, l1);
+    }
+    J->l1_part[k] = l1_norm;
+    if (k == 0) { /* sigma: every row's share, summed in row order */
+        double d_sigma = 0.0;
+        for (int i = 0; i < b; ++i) d_sigma += row_dsig[i];
+        A->grad_sigma[g] = (float)d_sigma;
+        sgd(A->sigma + g, A->grad_sigma + g, A->buf_sigma + g, 1, lr, m, wd, 0.0f);
+    }
+    barrier_wait(&J->barrier, K);
+
+    if (k == 0) {
+        double loss = 0.0, total_l1 = 0.0;
+        int64_t hits = 0;
+        for (int i = 0; i < b; ++i) loss += row_loss[i], hits += row_hit[i];
+        for (int part = 0; part < K; ++part) total_l1 += J->l1_part[part];
+        loss /= b;
+        A->epoch_loss[g] += loss;
+        if (A->track) {
+            A->loss_sum[g] += (loss + (double)l1 * total_l1) * b;
+            A->correct[g] += hits;
+        }
     }
 }
 
-/* One step of every configuration (each its own batch rows, parameters and hyper-parameters). */
+static void run_job(StepJob *J, int k) {
+    for (int64_t g = 0; g < J->args->groups; ++g) step_one(J, g, k);
+}
+
+/* The helper thread and the one job it shares with the caller (static: a helper may still be
+   leaving the last barrier when the caller returns). Steps of one process are serialised by
+   `busy`; a step that finds it taken runs on one thread. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    atomic_long generation;
+    atomic_int sleeping;
+    atomic_flag busy;
+    int started; /* 1: running, -1: could not start */
+    StepJob job;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ATOMIC_FLAG_INIT, 0, {0}};
+
+static void *helper_main(void *unused) {
+    (void)unused;
+    long seen = 0;
+    int blas_single = 0;
+    for (;;) {
+        long now = atomic_load(&pool.generation);
+        for (int spins = 0; now == seen && spins < SPIN_BEFORE_SLEEP; ++spins) {
+            cpu_relax();
+            now = atomic_load(&pool.generation);
+        }
+        if (now == seen) {
+            pthread_mutex_lock(&pool.mu);
+            atomic_store(&pool.sleeping, 1);
+            while ((now = atomic_load(&pool.generation)) == seen) pthread_cond_wait(&pool.wake, &pool.mu);
+            atomic_store(&pool.sleeping, 0);
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = now;
+        write_csr(pool.job.csr);
+        if (!blas_single && pool.job.args->blas_threads) {
+            pool.job.args->blas_threads(1); /* a new thread's MKL would fork onto every core */
+            blas_single = 1;
+        }
+        run_job(&pool.job, 1);
+    }
+    return NULL;
+}
+
+/* A forked child has no helper thread: it starts its own on its first two-thread step. */
+static void forget_helper(void) {
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    atomic_store(&pool.sleeping, 0);
+    atomic_flag_clear(&pool.busy);
+    pool.started = 0;
+}
+
+static int helper_ready(void) {
+    static int fork_handler = 0;
+    if (!fork_handler) fork_handler = pthread_atfork(NULL, NULL, forget_helper) == 0;
+    if (pool.started == 0) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pool.started = pthread_create(&thread, &attr, helper_main, NULL) == 0 ? 1 : -1;
+        pthread_attr_destroy(&attr);
+    }
+    return pool.started == 1;
+}
+
+/* One step of every configuration (each its own batch rows, parameters and hyper-parameters), on
+   args->threads threads (1 or 2). */
 void tosca_step(const StepArgs *args) {
-    for (int64_t g = 0; g < args->groups; ++g) step_one(args, g);
+    if (args->threads < 2 || atomic_flag_test_and_set(&pool.busy)) {
+        StepJob alone = {.args = args, .threads = 1};
+        run_job(&alone, 0);
+        return;
+    }
+    if (!helper_ready()) {
+        atomic_flag_clear(&pool.busy);
+        StepJob alone = {.args = args, .threads = 1};
+        run_job(&alone, 0);
+        return;
+    }
+    pool.job.args = args;
+    pool.job.threads = 2;
+    pool.job.csr = read_csr();
+    atomic_fetch_add(&pool.generation, 1);
+    if (atomic_load(&pool.sleeping)) {
+        pthread_mutex_lock(&pool.mu);
+        pthread_cond_signal(&pool.wake);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    run_job(&pool.job, 0); /* ends on the last configuration's final barrier: the helper is done */
+    atomic_flag_clear(&pool.busy);
 }
 
 #define FORWARD_BLOCK 64 /* rows per pass: the block's activations stay in cache */
