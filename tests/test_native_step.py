@@ -149,9 +149,9 @@ def test_two_threads_split_odd_and_tiny_shapes() -> None:
 
 def test_step_threads_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 2)
     assert step_threads(cpu, overlap=True) == 1  # the evaluation thread takes the second core
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 8)
     assert step_threads(cpu, overlap=True) == 2
     assert step_threads(cpu, overlap=False) == 1  # a sweep worker
     assert step_threads(torch.device("cuda"), overlap=True) == 1

@@ -86,6 +86,13 @@ def step_mode(device: torch.device, matmul_threads: int | None = None) -> Iterat
         torch.set_flush_denormal(False)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, e.g. a container's CPU set), not the host's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def step_threads(device: torch.device, overlap: bool) -> int:
     """Threads of the compiled CPU step (TOSCA_STEP_THREADS=1|2 overrides).
 
@@ -99,11 +106,11 @@ def step_threads(device: torch.device, overlap: bool) -> int:
         if value not in ("1", "2"):
             raise UserError(f"TOSCA_STEP_THREADS={value!r}: use 1 or 2")
         return int(value)
-    return 2 if device.type == "cpu" and overlap and (os.cpu_count() or 1) >= 3 else 1
+    return 2 if device.type == "cpu" and overlap and usable_cores() >= 3 else 1
 
 
 def overlap_evaluation(device: torch.device) -> bool:
     """Evaluate task t on a second thread while task t+1 trains: on a CPU with cores to spare."""
     if os.environ.get("TOSCA_OVERLAP_EVAL") in ("0", "1"):
         return os.environ["TOSCA_OVERLAP_EVAL"] == "1"
-    return device.type == "cpu" and (os.cpu_count() or 1) >= 2
+    return device.type == "cpu" and usable_cores() >= 2

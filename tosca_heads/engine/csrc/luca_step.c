@@ -269,15 +269,18 @@ static void luca_forward(sgemm_fn gemm, const float *p, const Slots *off, int fl
    by hand: the forward and the row-wise backward by batch rows, the weight gradients and their
    update by output rows of each parameter (each thread updates exactly what it computed), with
    three barriers per configuration. The caller's thread is part 0; one helper thread, started on
-   first use and parked on a condition variable between jobs, is part 1. Every sum that crosses the
-   split is formed in the same order as with one thread, so one and two threads give the same
-   numbers as long as the BLAS does (tested). */
+   first use and parked on a condition variable between jobs, is part 1. The sums over batch rows
+   that cross the split (the LayerNorm parameters' gradients, the L1 tally) are per-part partial
+   sums added in part order, and the BLAS rounds a half-height matmul its own way, so two threads
+   give one thread's numbers to float rounding (tested), not bit for bit. One thread does exactly
+   what the step did before the split. */
 
 #define SPIN_BEFORE_YIELD 2000   /* barrier: spins before giving the core away */
-#define SPIN_BEFORE_SLEEP 200000 /* helper: spins (~tens of us) between jobs before sleeping */
+#define SPIN_BEFORE_SLEEP 20000 /* helper: spins between jobs before sleeping (0.1-1 ms, by CPU) */
 
 typedef struct {
-    atomic_int count, phase;
+    atomic_int count;
+    atomic_uint phase; /* wraps around harmlessly */
 } Barrier;
 
 typedef struct {
@@ -314,7 +317,7 @@ static void write_csr(unsigned csr) {
    waiting side spins briefly, then yields (an evaluation thread may want the core). */
 static void barrier_wait(Barrier *b, int threads) {
     if (threads == 1) return;
-    const int phase = atomic_load_explicit(&b->phase, memory_order_acquire);
+    const unsigned phase = atomic_load_explicit(&b->phase, memory_order_acquire);
     if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == threads - 1) {
         atomic_store_explicit(&b->count, 0, memory_order_relaxed);
         atomic_store_explicit(&b->phase, phase + 1, memory_order_release);
@@ -529,8 +532,11 @@ static void step_one(StepJob *J, int64_t g, int k) {
     }
 }
 
+/* The count is read once: after the last configuration's final barrier the caller may return,
+   free these arguments or post the next job, so the helper must not look at them again. */
 static void run_job(StepJob *J, int k) {
-    for (int64_t g = 0; g < J->args->groups; ++g) step_one(J, g, k);
+    const int64_t groups = J->args->groups;
+    for (int64_t g = 0; g < groups; ++g) step_one(J, g, k);
 }
 
 /* The helper thread and the one job it shares with the caller (static: a helper may still be
@@ -546,9 +552,8 @@ static struct {
     StepJob job;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ATOMIC_FLAG_INIT, 0, {0}};
 
-static void *helper_main(void *unused) {
-    (void)unused;
-    long seen = 0;
+static void *helper_main(void *start) {
+    long seen = (long)(intptr_t)start; /* the jobs posted before it existed are not its own */
     int blas_single = 0;
     for (;;) {
         long now = atomic_load(&pool.generation);
@@ -580,6 +585,7 @@ static void forget_helper(void) {
     pthread_cond_init(&pool.wake, NULL);
     atomic_store(&pool.sleeping, 0);
     atomic_flag_clear(&pool.busy);
+    atomic_store(&pool.job.barrier.count, 0); /* a step may have been inside a barrier at the fork */
     pool.started = 0;
 }
 
@@ -591,7 +597,8 @@ static int helper_ready(void) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pool.started = pthread_create(&thread, &attr, helper_main, NULL) == 0 ? 1 : -1;
+        void *start = (void *)(intptr_t)atomic_load(&pool.generation);
+        pool.started = pthread_create(&thread, &attr, helper_main, start) == 0 ? 1 : -1;
         pthread_attr_destroy(&attr);
     }
     return pool.started == 1;
@@ -600,6 +607,7 @@ static int helper_ready(void) {
 /* One step of every configuration (each its own batch rows, parameters and hyper-parameters), on
    args->threads threads (1 or 2). */
 void tosca_step(const StepArgs *args) {
+    if (args->groups <= 0) return; /* a posted job without barriers could be run twice */
     if (args->threads < 2 || atomic_flag_test_and_set(&pool.busy)) {
         StepJob alone = {.args = args, .threads = 1};
         run_job(&alone, 0);
