@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from heads_fixtures import synthetic_store
 
-from tosca_heads.engine.kernels import LucaStep, luca_forward
+from tosca_heads.engine.evaluate import StageEvaluator
+from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
 from tosca_heads.luca import FLOWS, LuCA
@@ -194,6 +195,19 @@ def test_a_group_of_four_equals_the_four_points_alone(
         for key in first_group:
             torch.testing.assert_close(first_group[key], first_alone[key], rtol=1e-4, atol=1e-6, msg=key)
     assert len(spread) > 2  # the points really differ, so the comparison is not vacuous
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_cpu_logits_in_row_blocks_are_the_whole_matmul_bit_for_bit(groups: int) -> None:
+    """Evaluation multiplies 512 test rows at a time on a CPU (MKL is faster at that height); the
+    cosines must be exactly the single matmul's, so no routing decision moves."""
+    gen = torch.Generator().manual_seed(0)
+    units = F.normalize(torch.randn(groups, 1300, 64, generator=gen), dim=-1)
+    w_unit = F.normalize(torch.randn(groups, 30, 64, generator=gen), dim=-1).transpose(1, 2)
+    evaluator = StageEvaluator.__new__(StageEvaluator)  # only its device matters here
+    evaluator.device = torch.device("cpu")
+    blocks = evaluator._logits(units, w_unit)
+    assert torch.equal(blocks, bmm(units, w_unit))  # the one matmul evaluation did before
 
 
 def test_group_members_must_share_flow_epochs_and_batch(tmp_path: Path) -> None:
