@@ -332,3 +332,27 @@ def test_a_bad_step_setting_stops_fit_with_one_line_and_no_run(
     assert result.exit_code == 2
     assert result.output.strip() == f"error: {message}"
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
+        ({"TOSCA_STEP_THREADS": "0"}, "TOSCA_STEP_THREADS='0': use 1 or 2"),
+    ],
+)
+def test_a_bad_step_setting_stops_sweep_before_its_folder(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--store", str(store.path), "--r", "2", "--l1", "0", "--jobs", "1", "--out", str(out)]
+    args += ["--init-cls", "2", "--increment", "2"]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == f"error: {message}"
+    assert not out.exists()

@@ -234,13 +234,13 @@ def fit_group(
     """
     for train in trains:
         train.validate()
-    native.step_choice()  # a bad TOSCA_STEP stops before any run directory is claimed
+    native.check_settings()  # a bad TOSCA_STEP(_THREADS) stops before any run directory is claimed
     if len({group_key(t) for t in trains}) > 1:
         raise ValueError("recipes of one group must share flow, epochs and batch size")
     store.require_complete()
     device = resolve_device(device) if isinstance(device, str) else device
     overlap = overlap_evaluation(device) if overlap is None else overlap
-    threads = step_threads(device, overlap)  # a bad TOSCA_STEP_THREADS stops here too
+    threads = step_threads(device, overlap)
     configs = [run_config(store, stream_cfg, train) for train in trains]
     num_classes = int(store.identity["dataset"]["num_classes"])
     stream = stream_cfg.task_stream(num_classes)

@@ -31,6 +31,7 @@ from featcache.errors import UserError
 from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json
 from tosca_heads import atomic
+from tosca_heads.engine import native
 from tosca_heads.engine.device import parse_device, resolve_device
 from tosca_heads.engine.memory import default_group_size
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
@@ -340,6 +341,7 @@ def run_sweep(
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
+    native.check_settings()  # the points would each fail on it, after the sweep folder is claimed
     remote = scheduler is not None and parse_scheduler(scheduler).kind in ("address", "file")
     if remote:
         # the workers decide `auto` and own the GPUs: this machine (perhaps a head node without

@@ -101,12 +101,20 @@ def step_threads(device: torch.device, overlap: bool) -> int:
     train in 15.5 s instead of 25.7 s when nothing else runs, but beside the evaluation thread
     the whole run took 35.9 s against 29.0 s with one, and 31.8 s with evaluation not overlapped.
     A sweep's workers (overlap off) already fill the cores."""
-    value = os.environ.get("TOSCA_STEP_THREADS")
-    if value is not None:
-        if value not in ("1", "2"):
-            raise UserError(f"TOSCA_STEP_THREADS={value!r}: use 1 or 2")
-        return int(value)
+    chosen = configured_step_threads()
+    if chosen is not None:
+        return chosen
     return 2 if device.type == "cpu" and overlap and usable_cores() >= 3 else 1
+
+
+def configured_step_threads() -> int | None:
+    """TOSCA_STEP_THREADS (None when unset); a value other than 1 or 2 is refused in one line."""
+    value = os.environ.get("TOSCA_STEP_THREADS")
+    if value is None:
+        return None
+    if value not in ("1", "2"):
+        raise UserError(f"TOSCA_STEP_THREADS={value!r}: use 1 or 2")
+    return int(value)
 
 
 def overlap_evaluation(device: torch.device) -> bool:

@@ -157,10 +157,7 @@ class StageEvaluator:
         out = torch.empty(units.shape[0], units.shape[1], w_unit.shape[-1])
         for lo in range(0, units.shape[1], CPU_MATMUL_ROWS):
             hi = min(units.shape[1], lo + CPU_MATMUL_ROWS)
-            if units.shape[0] == 1:
-                bmm(units[:, lo:hi].contiguous(), w_unit, out=out[:, lo:hi])
-            else:
-                out[:, lo:hi] = bmm(units[:, lo:hi].contiguous(), w_unit)
+            bmm(units[:, lo:hi].contiguous(), w_unit, out=out[:, lo:hi])
         return out
 
     def _view(

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from featcache.errors import UserError
+from tosca_heads.engine.device import configured_step_threads
 from tosca_heads.engine.layout import ParamLayout
 
 SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
@@ -155,6 +156,12 @@ def step_choice() -> str:
     if choice not in STEP_CHOICES:
         raise UserError(f"unknown TOSCA_STEP={choice!r}: use one of {', '.join(STEP_CHOICES)}")
     return choice
+
+
+def check_settings() -> None:
+    """Refuse a bad TOSCA_STEP or TOSCA_STEP_THREADS in one line, before a command writes anything."""
+    step_choice()
+    configured_step_threads()
 
 
 def cache_dir() -> Path:

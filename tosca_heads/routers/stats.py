@@ -87,12 +87,18 @@ class ClassStatistics:
             fitted = _class_moments(x[fit], labels[fit], classes, self.kind_)
             self.shrinkage_.append(self._choose_shrinkage(fitted, x[held], labels[held]))
             moments = _merge(fitted, _class_moments(x[held], labels[held], classes, self.kind_))
-        counts, sums, tsums, scatter = moments
-        self.counts_ = torch.cat([self.counts_, counts])
-        self.sums_ = torch.cat([self.sums_, sums])
-        self.tsums_ = torch.cat([self.tsums_, tsums])
-        self.scatter_ = self.scatter_ + scatter
+        self.counts_, self.sums_, self.tsums_, self.scatter_ = self._grown(moments)
         return self
+
+    def _grown(self, moments: Moments) -> Moments:
+        """The kept statistics with a new task's classes appended."""
+        counts, sums, tsums, scatter = moments
+        return (
+            torch.cat([self.counts_, counts]),
+            torch.cat([self.sums_, sums]),
+            torch.cat([self.tsums_, tsums]),
+            self.scatter_ + scatter,
+        )
 
     def _held_out(self, labels: np.ndarray, classes: range) -> tuple[np.ndarray, np.ndarray] | None:
         """A seeded held-out fifth of this task's rows and the rest, or None if a class would have
@@ -107,13 +113,7 @@ class ClassStatistics:
     def _choose_shrinkage(self, fitted: Moments, held_x: torch.Tensor, held_labels: np.ndarray) -> float:
         """The grid value whose model (old classes + this task's fitted part) classifies the held-out
         rows best among all seen classes."""
-        counts, sums, tsums, scatter = fitted
-        trial = (
-            torch.cat([self.counts_, counts]),
-            torch.cat([self.sums_, sums]),
-            torch.cat([self.tsums_, tsums]),
-            self.scatter_ + scatter,
-        )
+        trial = self._grown(fitted)
         truth = torch.from_numpy(held_labels)
         accuracy = {
             lam: float(
