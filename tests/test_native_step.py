@@ -302,13 +302,14 @@ def test_small_shapes_stay_inside_the_workspace() -> None:
     assert torch.isnan(step.work[floats:]).all()
 
 
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
-        ({"TOSCA_STEP_THREADS": "8"}, "TOSCA_STEP_THREADS='8': use 1 or 2"),
-    ],
-)
+BAD_STEP_SETTINGS = [  # (environment, the one line it must give)
+    ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
+    ({"TOSCA_STEP_THREADS": "8"}, "TOSCA_STEP_THREADS='8': use 1 or 2"),
+    ({"TOSCA_STEP_THREADS": "0"}, "TOSCA_STEP_THREADS='0': use 1 or 2"),
+]
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_STEP_SETTINGS)
 def test_a_bad_step_setting_stops_fit_with_one_line_and_no_run(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
@@ -334,13 +335,7 @@ def test_a_bad_step_setting_stops_fit_with_one_line_and_no_run(
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
-        ({"TOSCA_STEP_THREADS": "0"}, "TOSCA_STEP_THREADS='0': use 1 or 2"),
-    ],
-)
+@pytest.mark.parametrize(("env", "message"), BAD_STEP_SETTINGS)
 def test_a_bad_step_setting_stops_sweep_before_its_folder(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
