@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from tosca_heads.engine import native
 
@@ -60,3 +62,56 @@ def test_step_speed_prints_one_row_per_step_kind() -> None:
         expected += [("compiled-step", "1"), ("compiled-step", "2")]
     assert [(r[0], r[1]) for r in rows] == expected
     assert all(float(r[-1].replace(",", "")) > 0 for r in rows)  # configuration-steps per second
+
+
+def _benchmark_module(name: str) -> types.ModuleType:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_routing_ceiling_reads_a_run_and_bounds_its_routers(tmp_path: Path) -> None:
+    """On a tiny synthetic run: the routers it shares with the run give the run's own figures, the
+    oracle routes everything right, and the table carries one row per store."""
+    from heads_fixtures import synthetic_store
+
+    from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.train import TrainConfig
+
+    ceiling = _benchmark_module("routing_ceiling")
+    store = synthetic_store(
+        tmp_path / "s.zarr", classes=6, per_class=20, test_per_class=10, dim=16, spread=1.5
+    )
+    stream = StreamConfig(2, 2)
+    config = TrainConfig(r=4, s=4, epochs=2, batch_size=8)
+    modes = fit_run(store, stream, config, None, tmp_path / "run", device="cpu").metrics()["modes"]
+    result = ceiling.measure("tiny", store, stream, tmp_path / "run", ranpac_m=64)
+    for name in ("entropy", "oracle", "lda"):  # the same figures as the run's own last evaluation
+        assert getattr(result, name).a_last == pytest.approx(modes[name]["A_last"], abs=1e-6)
+        assert getattr(result, name).routing == pytest.approx(modes[name]["routing_accuracy"], abs=1e-6)
+    assert result.oracle.routing == 1.0 and result.oracle.misrouted_right == 0.0
+    for routed in (result.entropy, result.lda, result.ranpac_router, result.fitted_on_test):
+        assert 0.0 <= routed.a_last <= 1.0 and 0.0 <= routed.routing <= 1.0
+        # a right answer needs the right module or a lucky wrong one
+        assert routed.a_last <= routed.routing + (1 - routed.routing) * routed.misrouted_right + 1e-9
+    assert result.goal >= result.ranpac and result.weights.shape == (len(ceiling.SIGNALS),)
+    lines = ceiling.table([result])
+    assert sum(line.startswith("| tiny |") for line in lines) == 1
+
+
+def test_routing_ceiling_fit_finds_an_informative_signal() -> None:
+    """The test-label fit routes perfectly when one signal is the task indicator and the others noise."""
+    ceiling = _benchmark_module("routing_ceiling")
+    gen = torch.Generator().manual_seed(0)
+    n, tasks = 400, 4
+    true_task = torch.randint(0, tasks, (n,), generator=gen)
+    signals = torch.randn(n, tasks, 3, generator=gen, dtype=torch.float64)
+    signals[:, :, 1] = 5.0 * torch.nn.functional.one_hot(true_task, tasks)
+    chosen, weights = ceiling.fitted_on_test(signals, true_task.numpy())
+    assert (chosen == true_task.numpy()).all()
+    assert abs(weights[1]) > 5 * max(abs(weights[0]), abs(weights[2]))
