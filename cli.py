@@ -690,6 +690,7 @@ def sweep(
     found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
     out_path = out_dir or found or _new_folder(Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S"))
     workers = jobs or (1 if resolved_device.type == "cuda" else os.cpu_count() or 1)
+    on_device = f"--device {device} (each worker decides)" if remote else str(resolved_device)
     where = (
         f"resuming {out_path} (same grid, same store)"
         if found
@@ -697,11 +698,20 @@ def sweep(
     )
     err.print(
         f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {st.path}, "
-        f"{workers if scheduler is None else 'remote'} worker(s) on {resolved_device}; {where}",
+        f"{workers if scheduler is None else 'remote'} worker(s) on {on_device}; {where}",
         highlight=False,
     )
     outcome = _sweep_with_progress(
-        st, points, out_path, workers, scheduler, rank_by, list(grid), group, str(resolved_device), shown
+        st,
+        points,
+        out_path,
+        workers,
+        scheduler,
+        rank_by,
+        list(grid),
+        group,
+        device if remote else str(resolved_device),
+        shown,
     )
     if as_json:
         out.print_json(

@@ -49,14 +49,11 @@ class ChunkJob:
     torch_threads: int | None = None  # set on local:N clusters so N processes share the cores
 
 
-def worker_device(requested: str) -> str:
-    """What a worker is told: a client's `cuda:N` means nothing on another process's GPU list."""
-    return "cuda" if requested.startswith("cuda") else requested
-
-
-def _backbone_on_worker(job: ChunkJob) -> LoadedBackbone:
-    """Load once per worker process; refuse weights that differ from what the store records."""
-    key = (job.spec, job.weights, job.random_init)
+def _backbone_on_worker(job: ChunkJob, device: torch.device) -> LoadedBackbone:
+    """Load once per worker process and device; refuse weights that differ from what the store
+    records. A mapper moves its model onto its device in place, so a model shared by a CPU and a
+    CUDA mapper on one long-lived worker would leave one of them with weights on the other device."""
+    key = (job.spec, job.weights, job.random_init, str(device))
     if key not in _BACKBONES:
         loaded = load_backbone(job.spec, Path(job.weights) if job.weights else None, job.random_init)
         if loaded.weights_sha256 != job.weights_sha256:
@@ -72,7 +69,9 @@ def mapper_on_worker(job: ChunkJob) -> FeatureMapper:
     key = (job.spec, job.weights, job.random_init, str(device), job.precision, batch_size)
     with _LOCK:
         if key not in _MAPPERS:
-            _MAPPERS[key] = FeatureMapper(_backbone_on_worker(job).model, device, job.precision, batch_size)
+            _MAPPERS[key] = FeatureMapper(
+                _backbone_on_worker(job, device).model, device, job.precision, batch_size
+            )
         return _MAPPERS[key]
 
 

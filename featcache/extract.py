@@ -23,10 +23,10 @@ import numpy as np
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
 from featcache.chunks import Progress, extract_chunks, uses_device_stage
-from featcache.cluster import SchedulerChoice, check_available, parse_scheduler
+from featcache.cluster import SchedulerChoice, check_available, parse_scheduler, worker_device
 from featcache.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
 from featcache.decoding import resolve_decoder
-from featcache.distributor import ChunkJob, extract_on_cluster, worker_device
+from featcache.distributor import ChunkJob, extract_on_cluster
 from featcache.errors import UserError
 from featcache.lock import acquire, store_lock
 from featcache.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision

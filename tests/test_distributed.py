@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import TINY_VIT
+import pytest
+from conftest import FAST_CNN, TINY_VIT
 from distributed import LocalCluster
 
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
@@ -39,3 +40,47 @@ def test_dask_extraction_equals_local(tmp_path: Path, image_tree: Path) -> None:
     np.testing.assert_array_equal(
         np.asarray(dist.group["train/views"][:]), np.asarray(local.group["train/views"][:])
     )
+
+
+def test_a_worker_keeps_one_backbone_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived worker that serves a CPU job and then a job on another device must not move
+    the CPU mapper's model (a mapper moves its model in place): the meta device stands in for CUDA."""
+    import torch
+
+    from featcache import distributor
+    from featcache.backbones import load_backbone, resolve_backbone
+    from featcache.transforms import make_preprocessing
+
+    spec = resolve_backbone(FAST_CNN)
+    loaded = load_backbone(spec, random_init=True)
+    real_resolve = distributor.resolve_device
+    monkeypatch.setattr(
+        distributor,
+        "resolve_device",
+        lambda name: torch.device("meta") if name == "elsewhere" else real_resolve(name),
+    )
+    monkeypatch.setattr(distributor, "_BACKBONES", {})
+    monkeypatch.setattr(distributor, "_MAPPERS", {})
+
+    def job(device: str) -> distributor.ChunkJob:
+        return distributor.ChunkJob(
+            store_path="unused",
+            split="train",
+            chunks=(0,),
+            preprocessing=make_preprocessing("pilot", loaded.data_config),
+            spec=spec,
+            weights=None,
+            random_init=True,
+            weights_sha256=loaded.weights_sha256,
+            seed=0,
+            batch_size=2,
+            device=device,
+            precision="fp32",
+        )
+
+    on_cpu = distributor.mapper_on_worker(job("cpu"))
+    on_other = distributor.mapper_on_worker(job("elsewhere"))
+    assert on_other.model is not on_cpu.model
+    assert {p.device.type for p in on_other.model.parameters()} == {"meta"}
+    assert {p.device.type for p in on_cpu.model.parameters()} == {"cpu"}
+    assert distributor.mapper_on_worker(job("cpu")) is on_cpu  # still one mapper per device

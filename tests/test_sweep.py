@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -262,6 +263,32 @@ def test_sweep_on_a_given_scheduler(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(tmp_path / "sw" / "results.csv")
     assert sorted(rows["r"]) == [2, 4] and set(rows["feature_loads"]) == {1}
+
+
+@pytest.mark.parametrize(("asked", "sent"), [("auto", "auto"), ("cuda:1", "cuda"), ("cpu", "cpu")])
+def test_a_remote_sweep_lets_each_worker_decide_its_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str, sent: str
+) -> None:
+    """On an address the workers own the GPUs: `auto` reaches them as `auto` (not this head
+    node's cpu), and a client's cuda:N as cuda (each worker's own GPU list)."""
+    from tosca_heads import sweep
+
+    seen: list[str] = []
+
+    def run_here(
+        groups: list, path: str, fingerprint: str, jobs: int, scheduler: str, device: str, record: Callable
+    ) -> None:
+        seen.append(device)
+        for members in groups:
+            record(sweep.run_group(path, fingerprint, members, "cpu"))
+
+    monkeypatch.setattr(sweep, "_run_on_dask", run_here)
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = ["sweep", "--store", str(store.path), "--r", "2", *COMMON, "--device", asked]
+    result = RUNNER.invoke(app, [*args, "--scheduler", "tcp://127.0.0.1:8786", "--out", str(tmp_path / "sw")])
+    assert result.exit_code == 0, result.output
+    assert seen == [sent]
+    assert f"remote worker(s) on --device {asked} (each worker decides)" in result.output
 
 
 def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler
+from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler, worker_device
 from featcache.errors import UserError
 from featcache.lock import store_lock
 from featcache.store import FeatureStore, canonical_json
@@ -348,15 +348,15 @@ def run_sweep(
         # one) only checks the name, and sizes groups by its own device unless --group is given
         named = parse_device(device)
         local = named if named is not None and named.type == "cpu" else resolve_device("auto")
-        resolved, worker_device = local, device
+        resolved, sent = local, worker_device(device)
     else:
         resolved = resolve_device(device)
-        worker_device = str(resolved)
+        sent = str(resolved)
     store.require_complete()
     out = Path(out)
     with store_lock(out, "sweep folder", "pass another --out"):
         return _run_sweep_locked(
-            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, worker_device, shown
+            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, sent, shown
         )
 
 
