@@ -254,12 +254,18 @@ def test_cuda_step_equals_cpu_step() -> None:
 @pytest.mark.gpu
 @cuda
 def test_cuda_run_agrees_with_cpu_run(tmp_path: Path) -> None:
-    """A whole run on CUDA and on the CPU: A_t per routing mode within 1 point (float32 matmuls
-    differ in rounding and SGD amplifies it a little over tasks; TF32 off)."""
+    """A whole run on CUDA and on the CPU: A_t per routing mode within 1 point or two test images,
+    whichever is more (float32 matmuls differ in rounding and SGD amplifies it a little over
+    tasks, TF32 off; one image is 2.5 points of the 40 seen after the first task)."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
+    store = synthetic_store(
+        tmp_path / "s.zarr", classes=8, per_class=24, test_per_class=20, views=2, spread=2.0
+    )
     cpu = fit_group(store, StreamConfig(2, 2), GROUP, None, write_outputs=False, device="cpu")
     gpu = fit_group(store, StreamConfig(2, 2), GROUP, None, write_outputs=False, device="cuda")
+    seen = np.array([20 * 2 * (task + 1) for task in range(4)])  # test images after each task
+    tolerance = np.maximum(0.01, 2 / seen) + 1e-9
     for a, b in zip(cpu, gpu, strict=True):
         for mode, block in a.metrics()["modes"].items():
-            np.testing.assert_allclose(b.metrics()["modes"][mode]["A_t"], block["A_t"], atol=0.01)
+            gap = np.abs(np.array(b.metrics()["modes"][mode]["A_t"]) - np.array(block["A_t"]))
+            assert (gap <= tolerance).all(), (mode, gap)

@@ -44,3 +44,17 @@ def test_cuda_group_is_bounded_by_free_memory_and_the_most_demanding_point(
     free = features + int(10.5 * worst / memory.GPU_SHARE)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
     assert memory.default_group_size(store, points, torch.device("cuda")) == 10
+    # two local processes on this one GPU: each holds its own features and gets half of the rest
+    shared = 2 * features + int(2 * 10.5 * worst / memory.GPU_SHARE)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (shared, 2 * shared))
+    assert memory.default_group_size(store, points, torch.device("cuda"), sharing=2) == 10
+
+
+@pytest.mark.parametrize(
+    ("jobs", "scheduler", "processes"),
+    [(1, None, 1), (3, None, 3), (1, "local:4", 4), (2, "local-cuda", 1), (2, "tcp://10.0.0.1:8786", 1)],
+)
+def test_processes_sharing_this_machines_device(jobs: int, scheduler: str | None, processes: int) -> None:
+    from tosca_heads.sweep import _processes_per_device
+
+    assert _processes_per_device(jobs, scheduler) == processes

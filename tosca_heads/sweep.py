@@ -380,7 +380,7 @@ def _run_sweep_locked(
     start = time.perf_counter()
     total = len(pending)
     path, fingerprint = str(store.path.resolve()), store.fingerprint
-    size = group or default_group_size(store, pending, resolved)
+    size = group or default_group_size(store, pending, resolved, _processes_per_device(jobs, scheduler))
     groups = make_groups(pending, size)
     finished = 0
 
@@ -403,6 +403,16 @@ def _run_sweep_locked(
     return SweepOutcome(
         out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame, size
     )
+
+
+def _processes_per_device(jobs: int, scheduler: str | None) -> int:
+    """How many worker processes of this machine train on its one device at once: `jobs` local
+    processes, or N for local:N; dask-cuda's local-cuda gives each GPU one worker, and a remote
+    cluster's workers are sized by this machine's device alone (pass --group there)."""
+    if scheduler is None:
+        return jobs
+    choice = parse_scheduler(scheduler)
+    return choice.workers if choice.kind == "local" and choice.workers else 1
 
 
 def _run_on_dask(

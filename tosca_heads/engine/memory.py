@@ -37,8 +37,12 @@ def bytes_per_configuration(
     return FLOAT * (modules + head + step + evaluation)
 
 
-def default_group_size(store: FeatureStore, points: Sequence[Any], device: torch.device) -> int:
-    """1 on the CPU; on CUDA, as many of these points as fit in GPU_SHARE of the free memory."""
+def default_group_size(
+    store: FeatureStore, points: Sequence[Any], device: torch.device, sharing: int = 1
+) -> int:
+    """1 on the CPU; on CUDA, as many of these points as fit in GPU_SHARE of the free memory,
+    divided among the `sharing` processes that will train on this GPU at once (each also holds
+    its own copy of the features)."""
     if device.type != "cuda" or not points:
         return 1
     num_classes = int(store.identity["dataset"]["num_classes"])
@@ -54,4 +58,5 @@ def default_group_size(store: FeatureStore, points: Sequence[Any], device: torch
     free, _ = torch.cuda.mem_get_info(device)
     train, test = store.layout("train").n, store.layout("test").n
     features = (train * (1 + store.views) + test) * store.dim * FLOAT  # held on the device too
-    return max(1, min(len(points), int((free - features) * GPU_SHARE) // per_point))
+    each = (free - sharing * features) * GPU_SHARE / max(1, sharing)
+    return max(1, min(len(points), int(each) // per_point))
