@@ -254,8 +254,10 @@ def load_backbone(
     if random_init:
         # A fixed seed, independent of the view seed: the same random weights every time,
         # so a resumed or distributed run can check them by hash.
+        # (the CPU generator only, which fork_rng restores: torch.manual_seed would also reseed
+        # every CUDA device's generator for good)
         with _RANDOM_INIT_LOCK, torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_INIT_SEED)
+            torch.default_generator.manual_seed(RANDOM_INIT_SEED)
             model, source = _create(spec, pretrained=False), "random-init"
     elif weights is not None:
         model, source, weights_file = _create(spec, pretrained=False), "file", str(Path(weights).resolve())

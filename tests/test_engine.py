@@ -251,6 +251,17 @@ def test_cuda_step_equals_cpu_step() -> None:
         torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-6)
 
 
+def test_training_leaves_the_cuda_generators_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each module's init seeds the CPU generator only, inside fork_rng: a user's CUDA random
+    state in the same process is not reseeded by a fit."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", calls.append)
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=8)
+    before = torch.random.get_rng_state()
+    fit_group(store, StreamConfig(2, 2), GROUP[:1], None, write_outputs=False, device="cpu")
+    assert calls == [] and torch.equal(torch.random.get_rng_state(), before)
+
+
 @pytest.mark.gpu
 @cuda
 def test_cuda_run_agrees_with_cpu_run(tmp_path: Path) -> None:

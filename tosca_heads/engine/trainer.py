@@ -128,8 +128,8 @@ class GroupTrainer:
         rows, new_head, generators = [], [], []
         for cfg in self.configs:
             gen = task_generator(cfg.seed, task)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            with torch.random.fork_rng(devices=[]):  # seeds and restores the CPU generator only
+                torch.default_generator.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
                 module = new_module(self.dim, cfg.r, cfg.s, cfg.flow, task)
                 new_head.append(new_rows(n_new, self.dim, first, gen))
             rows.append(layout.pack(module.state_dict(), cfg.r, cfg.s))
