@@ -710,7 +710,7 @@ def sweep(
         rank_by,
         list(grid),
         group,
-        device if remote else str(resolved_device),
+        device,  # run_sweep resolves it here, or leaves it to each remote worker
         shown,
     )
     if as_json:

@@ -29,7 +29,7 @@ from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
-from tosca_heads.routers import ROUTERS
+from tosca_heads.routers import ROUTERS, task_log_posterior
 from tosca_heads.runs import StreamConfig, fit_run
 from tosca_heads.train import PRESETS
 
@@ -87,25 +87,27 @@ def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path
         if name == "ncm":
             class_task[model.ncm_scores(x).argmax(-1)]
         else:
-            log_p = model.lda_log_posterior(x)
-            torch.stack([log_p[:, class_task == t].logsumexp(-1) for t in range(stream.num_tasks)], 1).argmax(
-                -1
-            )
+            task_log_posterior(model.lda_log_posterior(x), class_task, stream.num_tasks).argmax(-1)
         seconds[name] = time.perf_counter() - start + (entropy_s if name == "fusion" else 0.0)
     seconds["energy"] = entropy_s  # the same module outputs, logsumexp instead of entropy
     return seconds
 
 
-def main() -> None:
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """The options of this benchmark and of `routing_ceiling.py`, which reads the same stores and runs."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("TOSCA_DATA", "../shared/data")))
     parser.add_argument("--cache", type=Path, default=Path("cache"))
     parser.add_argument("--runs", type=Path, default=Path("runs") / "routing-benchmark")
     parser.add_argument("--stores", default=",".join(STORES))
     parser.add_argument("--ranpac-m", type=int, default=10_000)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = argument_parser(__doc__).parse_args()
     lines = [
         f"Measured {date.today()} on {platform.machine()} with {os.cpu_count()} cores, torch "
         f"{torch.__version__}; EfficientNet-Lite0 features, paper preset. Accuracies in %.",

@@ -21,8 +21,6 @@ The figures decide whether issue #10's goal is reachable with these features and
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +31,9 @@ import torch.nn.functional as F
 
 from featcache.store import FeatureStore
 from tosca_heads.baselines import RanPAC
-from tosca_heads.engine.kernels import normalize_rows
-from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
+from tosca_heads.routers import task_log_posterior
 from tosca_heads.runs import StreamConfig, fit_run
 from tosca_heads.train import PRESETS
 
@@ -81,12 +78,6 @@ def routed(chosen: np.ndarray, predictions: np.ndarray, labels: np.ndarray, true
     )
 
 
-def task_log_posterior(class_log_posterior: torch.Tensor, class_task: np.ndarray, tasks: int) -> torch.Tensor:
-    """[n, C] -> [n, M]."""
-    owner = torch.from_numpy(class_task)
-    return torch.stack([class_log_posterior[:, owner == t].logsumexp(-1) for t in range(tasks)], 1)
-
-
 def task_signals(
     logits: torch.Tensor, lda: torch.Tensor, ranpac: torch.Tensor, class_task: np.ndarray
 ) -> torch.Tensor:
@@ -100,9 +91,10 @@ def task_signals(
     own_max = own_logits.amax(-1)
     margin = torch.where(torch.isfinite(other_max), own_max - other_max, torch.zeros_like(own_max))
     mass = own_logits.logsumexp(-1) + energy  # log of the probability on the module's own classes
+    owner = torch.from_numpy(class_task)
     signals = [
-        task_log_posterior(lda, class_task, tasks).T,
-        task_log_posterior(F.log_softmax(ranpac / RANPAC_TEMPERATURE, -1), class_task, tasks).T,
+        task_log_posterior(lda, owner, tasks).T,
+        task_log_posterior(F.log_softmax(ranpac / RANPAC_TEMPERATURE, -1), owner, tasks).T,
         entropy,
         energy,
         own_max,
@@ -164,13 +156,7 @@ def measure(
     class_task = stream.task_of(np.arange(stream.seen_classes(tasks - 1)))
     true_task = stream.task_of(test_y)
 
-    w_unit = normalize_rows(run.weight_[0]).T
-    logits = torch.stack(
-        [
-            run.sigma_ * module_outputs(run.layout_, m, test_x, normalize=True)[0] @ w_unit
-            for m in run.modules_
-        ]
-    )  # [M, n, C]
+    logits = run.module_logits(test_x)  # [M, n, C]
     entropy, predictions, _ = module_scores(logits)
     predictions = predictions.numpy()
     lda = run.statistics_.model().lda_log_posterior(test_x)
@@ -192,7 +178,7 @@ def measure(
         store=name,
         entropy=report(entropy.argmin(0).numpy()),
         oracle=report(true_task),
-        lda=report(task_log_posterior(lda, class_task, tasks).argmax(-1).numpy()),
+        lda=report(task_log_posterior(lda, torch.from_numpy(class_task), tasks).argmax(-1).numpy()),
         ranpac_router=report(class_task[ranpac_class]),
         fitted_on_test=report(chosen),
         ranpac=float((ranpac_class == test_y).mean()),
@@ -223,17 +209,9 @@ def table(results: list[Ceiling]) -> list[str]:
 
 
 def main() -> None:
-    from routing import STORES, store_for  # the routing benchmark's stores and runs
+    from routing import STORES, argument_parser, store_for  # the routing benchmark's stores and runs
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("TOSCA_DATA", "../shared/data")))
-    parser.add_argument("--cache", type=Path, default=Path("cache"))
-    parser.add_argument("--runs", type=Path, default=Path("runs") / "routing-benchmark")
-    parser.add_argument("--stores", default=",".join(STORES))
-    parser.add_argument("--ranpac-m", type=int, default=10_000)
-    args = parser.parse_args()
+    args = argument_parser(__doc__).parse_args()
     results = []
     for name in args.stores.split(","):
         _, per_class, init_cls, increment = STORES[name]

@@ -97,17 +97,22 @@ class RunPredictor:
             )
 
     @torch.no_grad()
-    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
-        """Route and classify [n, d] frozen features with the named (honest) router."""
-        self.check_router(router)
-        x = torch.as_tensor(features).to(self.device, torch.float32)
+    def module_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Every module's logits over all classes of the last classifier, on frozen features x [n, d]: [M, n, C]."""
         w_unit = normalize_rows(self.weight_[0]).T
-        logits = torch.stack(
+        return torch.stack(
             [
                 self.sigma_ * module_outputs(self.layout_, m, x, normalize=True)[0] @ w_unit
                 for m in self.modules_
             ]
-        )  # [M, n, C]
+        )
+
+    @torch.no_grad()
+    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
+        """Route and classify [n, d] frozen features with the named (honest) router."""
+        self.check_router(router)
+        x = torch.as_tensor(features).to(self.device, torch.float32)
+        logits = self.module_logits(x)  # [M, n, C]
         entropy, predictions, energy = module_scores(logits)
         classes = np.arange(int(self.weight_.shape[1]))
         view = StageView(

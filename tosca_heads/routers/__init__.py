@@ -8,7 +8,7 @@ router; `ROUTER_NAMES` is their order in tables and files.
 from __future__ import annotations
 
 from featcache.errors import UserError
-from tosca_heads.routers.library import ROUTERS, Router, StageView, route_batches
+from tosca_heads.routers.library import ROUTERS, Router, StageView, route_batches, task_log_posterior
 from tosca_heads.routers.stats import ClassStatistics, FrozenModel
 
 ROUTER_NAMES: tuple[str, ...] = tuple(ROUTERS)
@@ -40,4 +40,5 @@ __all__ = [
     "StageView",
     "resolve_routers",
     "route_batches",
+    "task_log_posterior",
 ]

@@ -38,10 +38,8 @@ class StageView:
         return int(self.entropy.shape[0])
 
     def task_log_posterior(self, class_log_posterior: torch.Tensor) -> torch.Tensor:
-        """log p(task | x) = logsumexp of its classes' log p(c | x): [n, C] -> [n, M]."""
-        tasks = int(self.entropy.shape[1])
-        class_task = self.class_task.to(class_log_posterior.device)
-        return torch.stack([class_log_posterior[:, class_task == t].logsumexp(-1) for t in range(tasks)], 1)
+        """log p(task | x) over this view's modules: [n, C] -> [n, M]."""
+        return task_log_posterior(class_log_posterior, self.class_task, int(self.entropy.shape[1]))
 
     @functools.cached_property
     def lda_task_log_posterior(self) -> torch.Tensor:
@@ -52,6 +50,14 @@ class StageView:
     def for_every_configuration(self, chosen: torch.Tensor) -> torch.Tensor:
         """A choice shared by all configurations (frozen-feature routers): [n] -> [G, n]."""
         return chosen.to(self.entropy.device).expand(self.groups, -1)
+
+
+def task_log_posterior(
+    class_log_posterior: torch.Tensor, class_task: torch.Tensor, tasks: int
+) -> torch.Tensor:
+    """log p(task | x) = logsumexp of its classes' log p(c | x): [n, C] -> [n, tasks]."""
+    class_task = class_task.to(class_log_posterior.device)
+    return torch.stack([class_log_posterior[:, class_task == t].logsumexp(-1) for t in range(tasks)], 1)
 
 
 class Router:
