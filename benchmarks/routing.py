@@ -93,6 +93,17 @@ def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path
     return seconds
 
 
+def store_names(text: str) -> list[str]:
+    """--stores: names of STORES, comma-separated."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STORES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown store {','.join(unknown) or text!r}: use any of {','.join(STORES)}"
+        )
+    return names
+
+
 def argument_parser(description: str) -> argparse.ArgumentParser:
     """The options of this benchmark and of `routing_ceiling.py`, which reads the same stores and runs."""
     parser = argparse.ArgumentParser(
@@ -101,7 +112,9 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("TOSCA_DATA", "../shared/data")))
     parser.add_argument("--cache", type=Path, default=Path("cache"))
     parser.add_argument("--runs", type=Path, default=Path("runs") / "routing-benchmark")
-    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument(
+        "--stores", type=store_names, default=list(STORES), help=f"comma-separated: {','.join(STORES)}"
+    )
     parser.add_argument("--ranpac-m", type=int, default=10_000)
     return parser
 
@@ -115,7 +128,7 @@ def main() -> None:
         "| store | router | A_last | A_bar | routing acc | gap closed | route s (x entropy) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in args.stores.split(","):
+    for name in args.stores:
         _, per_class, init_cls, increment = STORES[name]
         store = store_for(name, args.data, args.cache)
         stream = StreamConfig(init_cls, increment)

@@ -213,7 +213,7 @@ def main() -> None:
 
     args = argument_parser(__doc__).parse_args()
     results = []
-    for name in args.stores.split(","):
+    for name in args.stores:
         _, per_class, init_cls, increment = STORES[name]
         store = store_for(name, args.data, args.cache)
         stream = StreamConfig(init_cls, increment)
