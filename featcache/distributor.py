@@ -11,6 +11,7 @@ GPU), else its CPU. Precision and decoder are fixed by the store identity, not b
 from __future__ import annotations
 
 import threading
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,12 @@ from featcache.datasets import SplitSamples
 from featcache.mapper import FeatureMapper, default_batch_size, resolve_device
 from featcache.store import FeatureStore
 from featcache.transforms import Preprocessing
+
+# Dask cannot recompute scattered data: when every worker holding a split's sample list dies
+# (a worker killed right after the scatter, before the replicas landed), the jobs that need it
+# are cancelled. They are idempotent whole-chunk writes, so the list is scattered again and
+# only those jobs run again, a few times at most.
+SCATTER_ROUNDS = 3
 
 _BACKBONES: dict[tuple, LoadedBackbone] = {}
 _MAPPERS: dict[tuple, FeatureMapper] = {}
@@ -113,18 +120,31 @@ def extract_on_cluster(
     totals = {s: sum(_chunk_images(store, s, c) for c in pending[s]) for s in pending}
     images = 0
     with dask_client(scheduler) as client:
-        scattered = {s: client.scatter(_absolute(splits[s]), broadcast=True) for s in pending if pending[s]}
         resources = gpu_resources(client)
-        futures = {
-            client.submit(run_chunk_job, job, scattered[job.split], pure=False, resources=resources): job
-            for job in jobs
-        }
-        for future in as_completed(futures):
-            done = future.result()
-            images += done
-            if progress is not None:
-                progress(futures[future].split, done, totals[futures[future].split])
-    return images
+        for _ in range(SCATTER_ROUNDS):
+            splits_left = {job.split for job in jobs}
+            scattered = {s: client.scatter(_absolute(splits[s]), broadcast=True) for s in splits_left}
+            futures = {
+                client.submit(run_chunk_job, job, scattered[job.split], pure=False, resources=resources): job
+                for job in jobs
+            }
+            lost = []
+            for future in as_completed(futures):
+                try:
+                    done = future.result()
+                except CancelledError:  # its scattered sample list died with a worker
+                    lost.append(futures[future])
+                    continue
+                images += done
+                if progress is not None:
+                    progress(futures[future].split, done, totals[futures[future].split])
+            jobs = lost
+            if not jobs:
+                return images
+    raise RuntimeError(
+        f"{len(jobs)} chunk job(s) lost their scattered sample list {SCATTER_ROUNDS} times over: "
+        "workers keep dying; see the Dask worker logs"
+    )
 
 
 def _absolute(samples: SplitSamples) -> SplitSamples:

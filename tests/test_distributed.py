@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +85,58 @@ def test_a_worker_keeps_one_backbone_per_device(monkeypatch: pytest.MonkeyPatch)
     assert {p.device.type for p in on_other.model.parameters()} == {"meta"}
     assert {p.device.type for p in on_cpu.model.parameters()} == {"cpu"}
     assert distributor.mapper_on_worker(job("cpu")) is on_cpu  # still one mapper per device
+
+
+def test_jobs_whose_scattered_samples_are_lost_run_again(
+    tmp_path: Path, image_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dask cannot recompute scattered data: when the workers holding a split's sample list die
+    before its replicas land, that split's jobs are cancelled. They run again on a fresh scatter
+    (the first scatter is cancelled here, standing in for the lost workers), to a local run's store."""
+    import contextlib
+
+    from featcache import distributor
+
+    common = dict(
+        model=TINY_VIT,
+        dataset="imagefolder",
+        data_root=image_tree,
+        cache_dir=tmp_path / "c",
+        random_init=True,
+        views=1,
+        seed=1,
+        chunk_size=4,
+        batch_size=2,
+        workers=0,
+        device="cpu",
+    )
+    local = FeatureStore.open(
+        run_extraction(plan_extraction(ExtractRequest(store=tmp_path / "l.zarr", **common))).store
+    )
+    real_client = distributor.dask_client
+    scatters: list[int] = []
+
+    @contextlib.contextmanager
+    def losing_first_scatter(*args: object, **kwargs: object) -> Iterator[object]:
+        with real_client(*args, **kwargs) as client:
+            scatter = client.scatter
+
+            def scatter_then_lose(data: object, **options: object) -> object:
+                future = scatter(data, **options)
+                scatters.append(1)
+                if len(scatters) == 1:
+                    client.cancel(future, force=True)
+                return future
+
+            client.scatter = scatter_then_lose
+            yield client
+
+    monkeypatch.setattr(distributor, "dask_client", losing_first_scatter)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        request = ExtractRequest(store=tmp_path / "d.zarr", scheduler=cluster.scheduler_address, **common)
+        summary = run_extraction(plan_extraction(request))
+    assert len(scatters) == 3  # train and test, then the lost split again
+    dist = FeatureStore.open(summary.store)
+    assert dist.is_complete()
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(dist.features(split), local.features(split))
