@@ -24,7 +24,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import os_error_line
+from featcache.foundation.limits import human_bytes, max_processes, require_at_most, usable_cores
+from featcache.foundation.text import printable
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -47,7 +50,7 @@ class OneLineUsageErrors(TyperGroup):
         except click_errors.ClickException as exc:
             where = getattr(getattr(exc, "ctx", None), "command_path", None)
             hint = f" (see `{where} --help`)" if where else ""
-            message = " ".join(exc.format_message().split())
+            message = " ".join(printable(exc.format_message()).split())
             err.print(f"[bold red]error:[/] {escape(message)}{escape(hint)}", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
@@ -81,19 +84,23 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            message = " ".join(str(exc).split())  # one line, whatever paths or reasons it quotes
-            err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            _error_line(str(exc))
+        except OSError as exc:  # a place the user can fix (full, read-only, name too long)
+            line = os_error_line(exc)
+            if line is None:
+                raise
+            _error_line(line)
+        except MemoryError:
+            _error_line("out of memory: this machine cannot hold what the command asked for; ask for less")
 
     return wrapper  # type: ignore[return-value]
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
+def _error_line(message: str) -> None:
+    """One line on stderr, exit code 2: whatever paths or names it quotes, shown inert."""
+    line = " ".join(printable(message).split())
+    err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from None
 
 
 def progress_bar() -> Progress:
@@ -215,9 +222,23 @@ def extract(
 
 
 def _extract_with_progress(request: Any) -> Any:
+    from featcache.archives import waiting_notice
     from featcache.extract import plan_extraction, run_extraction
 
-    plan = plan_extraction(request)
+    def waiting(holder: str) -> None:
+        err.print(
+            f"waiting: another tosca process ({escape(printable(holder))}) is unpacking this archive",
+            highlight=False,
+        )
+
+    with waiting_notice(waiting):
+        plan = plan_extraction(request)
+    if plan.dataset.left_out:
+        err.print(
+            f"note: left out {escape(plan.dataset.left_out.summary())} (hidden, macOS metadata or not an "
+            "image; listed by `tosca cache info`)",
+            highlight=False,
+        )
     if plan.backbone.random_init:
         err.print(
             "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
@@ -226,7 +247,7 @@ def _extract_with_progress(request: Any) -> Any:
         first = ", ".join(f"{b.split}/{b.sample_id}" for b in plan.skipped[:3])
         err.print(
             f"[yellow]warning:[/] {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): "
-            f"{escape(first)}{' ...' if len(plan.skipped) > 3 else ''}; all listed by `tosca cache info`",
+            f"{escape(printable(first))}{' ...' if len(plan.skipped) > 3 else ''}; all listed by `tosca cache info`",
             highlight=False,
         )
     with progress_bar() as bar:
@@ -244,7 +265,11 @@ def _extract_with_progress(request: Any) -> Any:
 
 def _print_summary(summary: Any) -> None:
     if summary.already_done:
-        out.print(f"nothing to do: {summary.store} is complete ({summary.chunks_skipped} chunks done)")
+        out.print(
+            f"nothing to do: {printable(summary.store)} is complete ({summary.chunks_skipped} chunks done)",
+            markup=False,
+            highlight=False,
+        )
         return
     rate = f"{summary.images_computed:,} in {summary.seconds:.1f} s ({summary.images_per_second:.1f} img/s)"
     rows = [
@@ -267,7 +292,7 @@ def _key_value_table(rows: list[tuple[str, str | Text]]) -> None:
     """Values are data (paths, names, attrs of a store): shown as plain text, never read as markup."""
     table = Table(show_header=False, box=None, pad_edge=False)
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value if isinstance(value, Text) else Text(str(value)))
+        table.add_row(f"[bold]{key}[/]", value if isinstance(value, Text) else Text(printable(value)))
     out.print(table, highlight=False)
 
 
@@ -330,7 +355,7 @@ def _stream_config(
     init_cls: int | None, increment: int | None, order_seed: int, ident: dict[str, Any]
 ) -> Any:
     """The class split: the flags where given, else the dataset's paper split."""
-    from tosca_heads.runs import StreamConfig, default_stream
+    from tosca_heads.stream import StreamConfig, default_stream
 
     _at_least_one("--init-cls", init_cls)
     _at_least_one("--increment", increment)
@@ -368,8 +393,9 @@ def _print_run_summary(result: Any, routers: list[str]) -> None:
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
     out.print(
-        f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
+        f"run {printable(result.run_dir)}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
         f"{metrics['params_per_task']:,} parameters per task",
+        markup=False,
         highlight=False,
     )
 
@@ -487,7 +513,9 @@ def routers_command(
         return
     _, metrics = run_metrics(run)
     best = best_honest_router(metrics)
-    table = Table(title=f"routers of {run} ({metrics['finished_tasks']} tasks); accuracies in %")
+    table = Table(
+        title=Text(f"routers of {printable(run)} ({metrics['finished_tasks']} tasks); accuracies in %")
+    )
     for col in ("router", "A_bar", "A_last", "forgetting", "routing acc", "what it is"):
         table.add_column(col, justify="left" if col in ("router", "what it is") else "right")
     for row in rows:
@@ -500,7 +528,7 @@ def routers_command(
             f"{row['A_last']:.2f}",
             f"{row['forgetting']:.2f}",
             "–" if row["routing_accuracy"] is None else f"{row['routing_accuracy']:.2f}",
-            row["summary"],
+            Text(printable(row["summary"])),
         )
     out.print(table)
     out.print(
@@ -524,7 +552,7 @@ def predict(
 ) -> None:
     """Classify new images with a trained run: the store's backbone, every task module, a router."""
     from featcache.embed import embed_images, image_paths
-    from featcache.store import FeatureStore
+    from featcache.store import FeatureStore, check_readable
     from tosca_heads.engine.device import resolve_device
     from tosca_heads.predict import RunPredictor
     from tosca_heads.routers import resolve_routers
@@ -541,8 +569,13 @@ def predict(
             raise UserError(f"--router takes one router for predict, got {router!r}")
         chosen = names[0]
     resolved = resolve_device(device)
-    paths = image_paths(images)
+    paths, left_out = image_paths(images)
+    if left_out:
+        err.print(
+            f"note: left out {escape(left_out.summary())} (the rule of `tosca extract`)", highlight=False
+        )
     store = FeatureStore.open(config["store"])
+    check_readable(store)
     if store.fingerprint != config["store_fingerprint"]:
         raise UserError(
             f"the store at {config['store']} changed since run {run} was made (fingerprint differs)"
@@ -566,11 +599,18 @@ def predict(
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table(title=f"{len(rows)} image(s), run {run}, router {chosen}, {predictor.tasks_} task(s)")
+    table = Table(
+        title=Text(f"{len(rows)} image(s), run {printable(run)}, router {chosen}, {predictor.tasks_} task(s)")
+    )
     for col in ("image", "class", "probability", "task"):
         table.add_column(col, justify="right" if col in ("probability", "task") else "left")
     for row in rows:
-        table.add_row(row["image"], row["class"], f"{row['probability']:.3f}", str(row["task"]))
+        table.add_row(
+            Text(printable(row["image"])),
+            Text(printable(row["class"])),
+            f"{row['probability']:.3f}",
+            str(row["task"]),
+        )
     out.print(table)
 
 
@@ -630,7 +670,6 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print the summary rows as JSON."),
 ) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
-    import os
     import time
 
     from featcache.cluster import check_available, parse_scheduler
@@ -638,8 +677,8 @@ def sweep(
     from tosca_heads.engine.device import parse_device, resolve_device
     from tosca_heads.router import MODES
     from tosca_heads.routers import ALIASES, HEADLINE
-    from tosca_heads.runs import default_stream
-    from tosca_heads.sweep import find_sweep_dir, grid_points, parse_values
+    from tosca_heads.stream import default_stream
+    from tosca_heads.sweep import check_room, check_sweep_folder, find_sweep_dir, grid_points, parse_values
     from tosca_heads.sweep_table import summarise_points
     from tosca_heads.train import PRESETS
 
@@ -651,6 +690,10 @@ def sweep(
     shown = _routers(router) if router else list(HEADLINE)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if jobs is not None:
+        require_at_most(
+            "--jobs", jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+        )
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
     if scheduler is not None:
@@ -680,7 +723,9 @@ def sweep(
         for value in grid.get(flag, []):
             _at_least_one(f"--{flag.replace('_', '-')}", value)
     st = resolve_store(store, model, dataset, cache_dir)
-    st.require_complete()  # before the sweep's first line, so the refusal is the only one
+    from featcache.store import check_readable
+
+    check_readable(st, values=True)  # before the sweep's first line, so the refusal is the only one
     ident = st.identity["dataset"]
     for value in grid.get("init_cls", []):
         if value > int(ident["num_classes"]):
@@ -689,16 +734,20 @@ def sweep(
     points = grid_points(grid, PRESETS[preset], base, st.dim, int(ident["num_classes"]))
     found = None if out_dir else find_sweep_dir(Path("runs"), st, points)
     out_path = out_dir or found or _new_folder(Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S"))
-    workers = jobs or (1 if resolved_device.type == "cuda" else os.cpu_count() or 1)
+    check_sweep_folder(out_path)
+    if not remote:
+        check_room(st, points, resolved_device)
+    workers = jobs or (1 if resolved_device.type == "cuda" else usable_cores())
     on_device = f"--device {device} (each worker decides)" if remote else str(resolved_device)
     where = (
-        f"resuming {out_path} (same grid, same store)"
+        f"resuming {printable(out_path)} (same grid, same store)"
         if found
-        else f"folder {out_path} (the same command resumes it)"
+        else f"folder {printable(out_path)} (the same command resumes it)"
     )
     err.print(
-        f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {st.path}, "
+        f"sweep: {len(points)} runs ({_grid_shape(grid)}) on {printable(st.path)}, "
         f"{workers if scheduler is None else 'remote'} worker(s) on {on_device}; {where}",
+        markup=False,
         highlight=False,
     )
     outcome = _sweep_with_progress(
@@ -764,11 +813,15 @@ def _print_sweep(outcome: Any, rank_by: str, shown: list[str], top: int = 10) ->
 
     frame = outcome.frame
     if frame.empty:
-        out.print(f"sweep {outcome.out}: no results")
+        out.print(f"sweep {printable(outcome.out)}: no results", markup=False, highlight=False)
         return
     summary = summarise_points(frame, rank_by)
     flags = varying_flags(frame) or ["r", "l1"]
-    table = Table(title=f"sweep {outcome.out}: best first by A_last ({rank_by} router), mean over seeds")
+    table = Table(
+        title=Text(
+            f"sweep {printable(outcome.out)}: best first by A_last ({rank_by} router), mean over seeds"
+        )
+    )
     for col in [
         *flags,
         *(f"A_last {MODE_SHORT.get(m, m)}" for m in shown),
@@ -790,11 +843,16 @@ def _print_sweep(outcome: Any, rank_by: str, shown: list[str], top: int = 10) ->
         f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), "
         f"{outcome.already_done} already done; "
         f"{len(summary)} configurations"
-        + (f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(summary) > top else ""),
+        + (
+            f" (top {top} shown; all in {printable(outcome.out / 'summary.md')})"
+            if len(summary) > top
+            else ""
+        ),
+        markup=False,
         highlight=False,
     )
     for name, path in outcome.files.items():
-        out.print(f"  {name:<18} {path}", highlight=False)
+        out.print(f"  {name:<18} {printable(path)}", markup=False, highlight=False)
 
 
 def _new_folder(path: Path) -> Path:
@@ -844,7 +902,7 @@ def baselines(
 ) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
     from tosca_heads.baselines import BASELINES
-    from tosca_heads.compare import write_comparison
+    from tosca_heads.compare import check_baselines_folder, check_ranpac_size, write_comparison
     from tosca_heads.discover import resolve_store
     from tosca_heads.engine.device import resolve_device
 
@@ -856,18 +914,21 @@ def baselines(
         )
     if ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {ranpac_m}")
+    if "ranpac" in names:
+        check_ranpac_size(ranpac_m, 1)
     if run is not None and not no_tosca and not (run / "config.json").is_file():
         raise UserError(f"not a run directory: {run} (no config.json); pass a folder made by `tosca fit`")
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} is a file, not a folder")
     resolved_device = resolve_device(device)
     st = resolve_store(store, model, dataset, cache_dir)
-    st.require_complete()
+    from featcache.store import check_readable
+
+    check_readable(st)
     ident = st.identity
     stream = _stream_config(init_cls, increment, order_seed, ident["dataset"])
     folder = out_dir or Path("runs") / (
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
     )
+    check_baselines_folder(folder)
     results = _baselines_with_progress(
         st, stream, names, ranpac_m, run, folder, with_tosca=not no_tosca, device=resolved_device
     )
@@ -880,7 +941,7 @@ def baselines(
         return
     _print_comparison(results, title)
     for name, path in files.items():
-        out.print(f"  {name:<15} {path}", highlight=False)
+        out.print(f"  {name:<15} {printable(path)}", markup=False, highlight=False)
 
 
 def _baselines_with_progress(
@@ -894,13 +955,25 @@ def _baselines_with_progress(
     device: Any = "cpu",
 ) -> list[Any]:
     """TOSCA's rows (a given run, or the paper preset's) and each baseline's, under a progress bar."""
-    from tosca_heads.compare import run_baseline, tosca_results, tosca_run, write_baseline
+    from tosca_heads.compare import (
+        check_baselines_folder,
+        claim_baselines_folder,
+        run_baseline,
+        tosca_results,
+        tosca_run,
+        write_baseline,
+    )
     from tosca_heads.features import CachedFeatures
 
+    check_baselines_folder(folder)
     source = CachedFeatures(st, device=device)  # read once, for TOSCA's evaluation and every baseline
     results = []
     if with_tosca:
-        err.print("TOSCA: paper preset run" if run is None else f"TOSCA: run {run}", highlight=False)
+        err.print(
+            "TOSCA: paper preset run" if run is None else f"TOSCA: run {printable(run)}",
+            markup=False,
+            highlight=False,
+        )
         results += tosca_results(tosca_run(st, stream, run, source, device))
     with progress_bar() as bar:
         task_bar = bar.add_task("baselines", total=None, rate="")
@@ -911,6 +984,7 @@ def _baselines_with_progress(
         for name in names:
             params = {"projection_dim": ranpac_m} if name == "ranpac" else {}
             result = run_baseline(name, st, stream, source, on_task, device=device, **params)
+            claim_baselines_folder(folder)
             write_baseline(folder / name, result, st, stream)
             results.append(result)
     return results
@@ -973,7 +1047,6 @@ def demo(
     device: str = DEVICE_OPTION,
 ) -> None:
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
-    import os
 
     from featcache.archives import is_archive
     from featcache.extract import ExtractRequest
@@ -981,6 +1054,10 @@ def demo(
 
     _at_least_one("--per-class", per_class)
     _at_least_one("--jobs", jobs)
+    if jobs is not None:
+        require_at_most(
+            "--jobs", jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+        )
     if cache_dir.exists() and not cache_dir.is_dir():
         raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
     if runs_dir.exists() and not runs_dir.is_dir():
@@ -1005,7 +1082,8 @@ def demo(
     _print_summary(summary)
     from featcache.store import FeatureStore
     from tosca_heads.compare import write_comparison
-    from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.runs import fit_run
+    from tosca_heads.stream import StreamConfig
     from tosca_heads.sweep import grid_points
     from tosca_heads.train import PRESETS
 
@@ -1030,7 +1108,7 @@ def demo(
         store,
         points,
         runs_dir / f"{name}-sweep",
-        jobs or (1 if stage2.type == "cuda" else os.cpu_count() or 1),
+        jobs or (1 if stage2.type == "cuda" else usable_cores()),
         None,
         "entropy",
         list(DEMO_SWEEP),
@@ -1055,8 +1133,12 @@ def demo(
     _print_comparison(results, title)
     out.print("plots:", highlight=False)
     for path in (result.run_dir / "accuracy.png", files["comparison.png"], *_plots(outcome.files)):
-        out.print(f"  {path}", highlight=False)
-    out.print(f"tables: {files['comparison.md']}, {outcome.files.get('summary.md', '')}", highlight=False)
+        out.print(f"  {printable(path)}", markup=False, highlight=False)
+    out.print(
+        f"tables: {printable(files['comparison.md'])}, {printable(outcome.files.get('summary.md', ''))}",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _plots(files: dict[str, Path]) -> list[Path]:
@@ -1121,7 +1203,7 @@ def cache_ls(
         out.print_json(json.dumps(rows))
         return
     if not rows:
-        out.print(f"no stores under {cache_dir}", markup=False, highlight=False)
+        out.print(f"no stores under {printable(cache_dir)}", markup=False, highlight=False)
         return
     table = Table()
     for col in (
@@ -1140,10 +1222,12 @@ def cache_ls(
         table.add_column(col, justify="right" if col in ("train", "test", "dim", "views", "size") else "left")
     for r in rows:
         if "error" in r:
-            table.add_row(Text(r["store"]), Text(f"unreadable: {r['error']}", style="red"))
+            table.add_row(
+                Text(printable(r["store"])), Text(printable(f"unreadable: {r['error']}"), style="red")
+            )
             continue
         table.add_row(
-            *(Text(r[k]) for k in ("store", "dataset", "backbone", "weights", "policy")),
+            *(Text(printable(r[k])) for k in ("store", "dataset", "backbone", "weights", "policy")),
             f"{r['train']:,}",
             f"{r['test']:,}",
             str(r["dim"]),
@@ -1160,7 +1244,7 @@ def cache_info(
     store: Path = typer.Argument(..., help="Store path."), as_json: bool = typer.Option(False, "--json")
 ) -> None:
     """Show a store's metadata: backbone, weights, preprocessing, dataset, progress, skipped images."""
-    from featcache.lock import holder
+    from featcache.foundation.locks import holder
 
     st = _open_store(store)
     attrs = st.attrs
@@ -1176,7 +1260,7 @@ def cache_info(
         return
     ident = attrs.get("identity", {})
     bb, ds, prep = (_field(ident, k) for k in ("backbone", "dataset", "preprocessing"))
-    weights = Text(str(_field(bb, "weights_source")))
+    weights = Text(printable(_field(bb, "weights_source")))
     if _field(bb, "random_init") is True:
         weights.append(" (RANDOM INIT: not pretrained)", style="bold red")
     samples = _field(ds, "samples")
@@ -1194,8 +1278,9 @@ def cache_info(
         ("decoder", _decoder_text(str(_field(prep, "decoder")) if isinstance(prep, dict) else "?")),
         (
             "dataset",
-            f"{_field(ds, 'name')} ({_field(ds, 'num_classes')} classes) from {attrs.get('dataset_source')}",
+            f"{_field(ds, 'name')} ({_field(ds, 'num_classes')} classes)",
         ),
+        ("data root", _source_text(ds, attrs)),
         ("split rule", str(_field(ds, "split_rule"))),
         ("limit per class", str(_field(ds, "limit_per_class"))),
         (
@@ -1217,6 +1302,8 @@ def cache_info(
         ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}"),
         ("versions", ", ".join(f"{k} {v}" for k, v in (attrs.get("versions") or {}).items())),
     ]
+    if "left_out" in attrs:
+        rows.append(("left out", _left_out_text(attrs["left_out"])))
     if writer is not None:
         rows.append(("being written", f"by tosca extract, {writer}"))
     if _field(ident, "skip_bad_images") is True:
@@ -1226,6 +1313,26 @@ def cache_info(
             for item in skipped
         ]
     _key_value_table(rows)
+
+
+def _source_text(dataset: Any, attrs: dict[str, Any]) -> str:
+    """Where the images came from, and how the store can tell whether they changed."""
+    root = _field(dataset, "data_root")
+    if root == "?":
+        return (
+            f"{attrs.get('dataset_source')} (not recorded in the identity: made before tosca checked sources)"
+        )
+    if _field(dataset, "source_sha256") not in ("?", None):
+        return f"{root} (archive sha256 {str(dataset['source_sha256'])[:12]})"
+    files = _field(dataset, "files_sha256")
+    return f"{root} (files fingerprint {str(files)[:12]}: names, sizes, modification times)"
+
+
+def _left_out_text(recorded: Any) -> str:
+    """'2 hidden files or folders (e.g. .DS_Store); ...' or 'nothing'."""
+    from featcache.listing import LeftOut
+
+    return LeftOut.from_attrs(recorded).described() or "nothing"
 
 
 def _precision_text(precision: str) -> Text:
@@ -1255,31 +1362,30 @@ def cache_verify(
     ),
 ) -> None:
     """Check every chunk is done and matches its checksum, values are finite, shapes match (exit 1 if not)."""
-    from featcache.lock import holder, store_lock
-    from featcache.store import FeatureStore, chunk_faults, verify_notes, verify_store
+    from featcache.foundation.locks import holder
+    from featcache.store import fix_store, verify_notes, verify_store
 
     st = _open_store(store)
     if fix:
-        with store_lock(store):
-            writable = FeatureStore.open(store, mode="r+")
-            faults = chunk_faults(writable)
-            for split in ("train", "test"):
-                writable.mark_undone(split, [f.chunk for f in faults if f.split == split])
+        faults = fix_store(store)
         for fault in faults:
-            err.print(f"[yellow]fixed[/] {escape(str(fault))}: marked not done", highlight=False)
+            err.print(f"[yellow]fixed[/] {escape(printable(fault))}: marked not done", highlight=False)
         if faults:
             err.print("run the same `tosca extract` to recompute them", highlight=False)
+        st = _open_store(store)
     problems = verify_store(st)
     for note in verify_notes(st):
-        err.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+        err.print(f"[yellow]note[/] {escape(printable(note))}", highlight=False)
     writer = holder(store)
     if writer is not None and any("chunks not done" in p for p in problems):
-        err.print(f"[yellow]note[/] an extraction is writing it now ({escape(writer)})", highlight=False)
+        err.print(
+            f"[yellow]note[/] an extraction is writing it now ({escape(printable(writer))})", highlight=False
+        )
     if problems:
         for problem in problems:
-            err.print(f"[red]FAIL[/] {escape(problem)}", highlight=False)
+            err.print(f"[red]FAIL[/] {escape(printable(problem))}", highlight=False)
         raise typer.Exit(1)
-    out.print(f"OK {store}", markup=False, highlight=False)
+    out.print(f"OK {printable(store)}", markup=False, highlight=False)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from featcache.store import FeatureStore
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import PRESETS
 
 

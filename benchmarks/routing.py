@@ -30,7 +30,8 @@ from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
 from tosca_heads.routers import ROUTERS, task_log_posterior
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import PRESETS
 
 STORES = {  # name: (archive under --data, images per class and split, init_cls, increment)

@@ -34,7 +34,8 @@ from tosca_heads.baselines import RanPAC
 from tosca_heads.predict import RunPredictor
 from tosca_heads.router import module_scores
 from tosca_heads.routers import task_log_posterior
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import PRESETS
 
 SIGNALS = ("lda", "ranpac", "entropy", "energy", "own_max", "own_margin", "own_mass")

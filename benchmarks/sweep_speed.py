@@ -28,8 +28,7 @@ import torch
 from fit_speed import make_store
 
 from tosca_heads.engine.device import resolve_device
-from tosca_heads.runs import StreamConfig
-from tosca_heads.stream import TaskStream
+from tosca_heads.stream import StreamConfig, TaskStream
 from tosca_heads.sweep import grid_points, run_sweep
 from tosca_heads.train import PRESETS
 

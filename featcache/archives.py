@@ -1,29 +1,60 @@
-"""Unpack a dataset archive once into the cache folder and find it there next time."""
+"""Unpack a dataset archive once into the cache folder and find it there next time.
+
+One unpacking at a time: the folder is keyed by the archive's sha256 and filled under a lock
+(`<folder>.lock`, held with flock). A second extraction of the same archive waits for the first
+and then reuses its folder; it never removes files the first is reading. The contents go into a
+temporary folder of this process and are renamed into place with a done mark, so an interrupted
+unpack never looks finished and a changed archive never reuses old files.
+
+Bounded: before anything is written, the archive's total unpacked size must fit the free disk and
+at most `MAX_RATIO` times the archive's own size (a zip bomb is refused in one line). Members
+that would land outside the folder refuse the archive; links are kept when they point inside it
+and counted, not followed, when they point outside (`LeftOut`).
+"""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import contextvars
+import json
+import os
 import shutil
 import tarfile
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import disk_errors
+from featcache.foundation.fingerprints import file_sha256
+from featcache.foundation.limits import human_bytes, require_disk
+from featcache.foundation.locks import store_lock
+from featcache.listing import LeftOut
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
 _DONE_MARK = ".unpacked"
+MAX_RATIO = 100  # unpacked bytes per archive byte; images barely compress, a bomb compresses 1000x
+LINK_OUTSIDE = "link outside the archive"
+# Who hears that this process waits for another one unpacking the same archive (the command line
+# prints it); set with `waiting_notice`.
+_ON_WAIT: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "on_wait", default=None
+)
+
+
+@contextlib.contextmanager
+def waiting_notice(callback: Callable[[str], None]):  # type: ignore[no-untyped-def]
+    """Within the block, an unpacking that waits for another process calls `callback(holder)`."""
+    token = _ON_WAIT.set(callback)
+    try:
+        yield
+    finally:
+        _ON_WAIT.reset(token)
 
 
 def is_archive(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def file_sha256(path: Path, block: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _stem(path: Path) -> str:
@@ -34,48 +65,116 @@ def _stem(path: Path) -> str:
     return name
 
 
-def _safe_members(tar: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
-    root = dest.resolve()
-    members = []
-    for member in tar.getmembers():
-        target = (dest / member.name).resolve()
-        if root not in target.parents and target != root:
-            raise UserError(f"archive member {member.name!r} would land outside {dest}; refusing to unpack")
-        if member.isfile() or member.isdir():
-            members.append(member)
-    return members
+def _inside(root: Path, name: str) -> bool:
+    target = (root / name).resolve()
+    return target == root or root in target.parents
 
 
-def unpack_once(archive: Path, cache_dir: Path) -> tuple[Path, str]:
-    """Return (folder with the archive's contents, the archive's sha256).
+def _check_size(archive: Path, total: int, dest: Path) -> None:
+    size = max(1, archive.stat().st_size)
+    if total > MAX_RATIO * size:
+        raise UserError(
+            f"archive {archive} would unpack to {human_bytes(total)}, {total / size:,.0f} times its own size "
+            f"(the limit is {MAX_RATIO}x; a compressed bomb, not a dataset?): refusing to unpack it"
+        )
+    require_disk(f"unpacking {archive}", total, dest.parent, "free some space or pass --cache-dir elsewhere")
 
-    The folder is keyed by content hash, filled in a temporary sibling and renamed into place,
-    so an interrupted unpack never looks finished and a changed archive never reuses old files.
-    """
-    sha = file_sha256(archive)
-    dest = cache_dir / "_unpacked" / f"{_stem(archive)}-{sha[:12]}"
-    if (dest / _DONE_MARK).exists():
-        return dest, sha
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+
+def check_archive(archive: Path, dest: Path) -> None:
+    """Before anything is written: every member lands inside `dest`, and the whole fits the disk and
+    the ratio limit (one pass over the archive's headers; a compressed tar is read through once)."""
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
-                for name in zf.namelist():
-                    target = (tmp / name).resolve()
-                    if tmp.resolve() not in target.parents and target != tmp.resolve():
-                        raise UserError(
-                            f"archive member {name!r} would land outside {tmp}; refusing to unpack"
-                        )
-                zf.extractall(tmp)
+                members = [(info.filename, info.file_size) for info in zf.infolist()]
         else:
             with tarfile.open(archive) as tar:
-                tar.extractall(tmp, members=_safe_members(tar, tmp), filter="data")
+                members = [(m.name, m.size if m.isfile() else 0) for m in tar.getmembers()]
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"cannot unpack {archive}: {exc}") from exc
-    (tmp / _DONE_MARK).write_text(sha + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    return dest, sha
+    root = dest.resolve()
+    for name, _ in members:
+        if not _inside(root, name):
+            raise UserError(f"archive member {name!r} would land outside {dest}; refusing to unpack")
+    _check_size(archive, sum(size for _, size in members), dest)
+
+
+def _unpack_zip(archive: Path, tmp: Path, left_out: LeftOut) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()
+        zf.extractall(tmp)
+        for info in infos:  # zipfile leaves the time of unpacking: take the archive's, as tar does
+            stamp = time.mktime((*info.date_time, 0, 0, -1))
+            with contextlib.suppress(OSError):
+                os.utime(tmp / info.filename, (stamp, stamp))
+
+
+def _unpack_tar(archive: Path, tmp: Path, left_out: LeftOut) -> None:
+    with tarfile.open(archive) as tar:
+
+        def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+                return None  # devices, fifos: nothing an image dataset holds
+            try:
+                return tarfile.data_filter(member, path)
+            except tarfile.FilterError:
+                if member.issym() or member.islnk():
+                    left_out.add(LINK_OUTSIDE, Path(member.name))
+                    return None
+                raise
+
+        tar.extractall(tmp, filter=keep)
+
+
+def unpack_once(
+    archive: Path, cache_dir: Path, on_wait: Callable[[str], None] | None = None
+) -> tuple[Path, str, LeftOut]:
+    """(folder with the archive's contents, the archive's sha256, links left out).
+
+    Waits, after calling `on_wait` once with who holds it, while another process unpacks the same
+    archive into the same cache, then reuses its folder.
+    """
+    sha = file_sha256(archive)
+    dest = Path(cache_dir) / "_unpacked" / f"{_stem(archive)}-{sha[:12]}"
+    if not (dest / _DONE_MARK).exists():
+        check_archive(archive, dest)  # before anything is written
+    with disk_errors(dest.parent, "preparing to unpack the archive"):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    wait = on_wait or _ON_WAIT.get() or (lambda holder: None)
+    with store_lock(dest, "archive folder", "", on_wait=wait):
+        mark = dest / _DONE_MARK
+        if mark.exists():
+            return dest, sha, _read_mark(mark)
+        left_out = LeftOut()
+        tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
+        for leftover in dest.parent.glob(f"{dest.name}.partial*"):  # killed unpackers (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
+        try:
+            with disk_errors(tmp, f"unpacking {archive}"):
+                tmp.mkdir(parents=True)
+                if archive.name.lower().endswith(".zip"):
+                    _unpack_zip(archive, tmp, left_out)
+                else:
+                    _unpack_tar(archive, tmp, left_out)
+                (tmp / _DONE_MARK).write_text(
+                    json.dumps({"sha256": sha, "left_out": left_out.attrs()}) + "\n"
+                )
+                shutil.rmtree(dest, ignore_errors=True)  # an unmarked folder from before the lock existed
+                tmp.rename(dest)
+        except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+            raise UserError(f"cannot unpack {archive}: {exc}") from exc
+        except OSError as exc:
+            raise UserError(f"cannot unpack {archive}: {exc.strerror or exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(tmp)
+    return dest, sha, left_out
+
+
+def _read_mark(mark: Path) -> LeftOut:
+    """What the unpacking that wrote this done mark left out (older marks hold only the sha256)."""
+    try:
+        recorded = json.loads(mark.read_text()).get("left_out", {})
+    except (OSError, ValueError, AttributeError):
+        return LeftOut()
+    return LeftOut.from_attrs(recorded)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 @dataclass(frozen=True)

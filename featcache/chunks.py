@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from featcache.datasets import SplitSamples
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.mapper import FeatureMapper
 from featcache.prefetch import Prefetcher
 from featcache.reader import Batch, DeviceImages, SampleImages, chunk_batches, make_loader
@@ -38,11 +38,13 @@ def extract_chunks(
     workers: int,
     progress: Progress | None = None,
     device_stage: bool | None = None,
+    sources: dict[int, str] | None = None,
 ) -> int:
     """Compute and write the given chunks of one split; returns the number of images forwarded.
 
     `device_stage` (default: `uses_device_stage`) moves decoding and transforms into this process,
-    batch by batch on the mapper's device, a prefetch thread ahead of the forward.
+    batch by batch on the mapper's device, a prefetch thread ahead of the forward. `sources` (chunk
+    -> fingerprint of its files) is recorded with each chunk.
     """
     views = store.views if split == "train" else 0
     on_device = uses_device_stage(prep, mapper) if device_stage is None else device_stage
@@ -57,7 +59,7 @@ def extract_chunks(
             mapper.device,
             tensors_of=lambda b: [] if b.images is None else [b.images],
         )
-    writer = ChunkWriter(store, split, str(store.group[f"{split}/features"].dtype))
+    writer = ChunkWriter(store, split, str(store.node(f"{split}/features").dtype), sources)
     images = 0
     total = sum(len(b) for b in batches) * (1 + views)
     for batch in stream:

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
+from featcache.foundation.limits import max_processes, require_at_most
 
 SCHEDULER_FORMS = (
     "local:N (N worker processes here), local-cuda (one worker per GPU, needs dask-cuda), "
@@ -69,10 +71,23 @@ def parse_scheduler(text: str) -> SchedulerChoice:
         n = int(local.group(1))
         if n < 1:
             raise UserError(f"--scheduler {text}: N must be at least 1; use {SCHEDULER_FORMS}")
+        require_at_most(
+            "--scheduler local:N, N =",
+            n,
+            max_processes(),
+            "processes",
+            "at most 4 per usable core, and 64 anywhere",
+        )
         return SchedulerChoice("local", workers=n)
     if text.endswith(".json"):
         if not Path(text).is_file():
             raise UserError(f"--scheduler {text}: no such scheduler file; use {SCHEDULER_FORMS}")
+        written = read_json(Path(text), "scheduler file", f"use {SCHEDULER_FORMS}")
+        if not isinstance(written.get("address"), str):
+            raise UserError(
+                f"--scheduler {text} is not a scheduler file (no address in it): pass the file "
+                "`dask scheduler --scheduler-file FILE` wrote"
+            )
         return SchedulerChoice("file", target=text)
     if text == "local" or text.startswith(("local:", "local-")):
         raise UserError(f"unknown --scheduler {text!r}: use {SCHEDULER_FORMS}")
@@ -123,7 +138,7 @@ def dask_client(
             client = Client(scheduler_file=choice.target, timeout=connect_timeout)
         else:
             client = Client(choice.target, timeout=connect_timeout)
-    except (OSError, TimeoutError) as exc:
+    except Exception as exc:  # unreachable, timed out, or a scheduler file that is not one
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise UserError(
             f"cannot reach {choice.describe()} within {connect_timeout:.0f} s ({reason}); "

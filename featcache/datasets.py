@@ -1,11 +1,15 @@
 """Registry of datasets: each turns a data root into labelled sample lists per split.
 
 A dataset is only a list of (stable id, label, how to open the image) per split, plus its
-class names and the rule that made the split. Nothing here decodes images eagerly.
+class names, the rule that made the split, where it came from (the resolved data root and a
+fingerprint of the files it uses) and what the folder rule left out (`featcache.listing`).
+Nothing here decodes images eagerly.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +19,10 @@ import numpy as np
 from PIL import Image
 
 from featcache.archives import is_archive, unpack_once
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.listing import IMAGE_SUFFIXES, LeftOut, image_files, subfolders
+from featcache.pixels import check_pixels, to_rgb8
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 SPLITS = ("train", "test")
 
 
@@ -37,11 +42,32 @@ class SplitSamples:
         return str(self.root / self.ids[i]) if self.root is not None else f"{self.ids[i]} (in-memory array)"
 
     def open_image(self, i: int) -> Image.Image:
+        """Sample i as the 8-bit RGB image a viewer shows (`featcache.pixels`), decoded by Pillow."""
         if self.arrays is not None:
             return Image.fromarray(self.arrays[i])
         assert self.root is not None
         with Image.open(self.root / self.ids[i]) as img:
-            return img.convert("RGB")
+            check_pixels(*img.size)
+            return to_rgb8(img)
+
+    def fingerprint(self, start: int, stop: int) -> str:
+        """sha256 of where samples start..stop come from: each file's id, size and modification
+        time (one stat each), or the rows' bytes for a dataset shipped as arrays. A file replaced,
+        even under the same name, changes it."""
+        digest = hashlib.sha256()
+        if self.arrays is not None:
+            digest.update(np.ascontiguousarray(self.arrays[start:stop]).tobytes())
+            return digest.hexdigest()
+        assert self.root is not None
+        for sample_id in self.ids[start:stop]:
+            try:
+                stat = os.stat(self.root / sample_id)
+            except OSError as exc:
+                raise UserError(
+                    f"cannot read image {self.root / sample_id} ({exc.strerror}); was it moved?"
+                ) from None
+            digest.update(f"{sample_id}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
 
     def subset(self, index: np.ndarray) -> SplitSamples:
         return SplitSamples(
@@ -66,11 +92,31 @@ class DatasetSource:
     extra: dict[str, Any] = field(default_factory=dict)
     # split -> the folder holding that split's class folders (for messages; not recorded)
     folders: dict[str, Path] = field(default_factory=dict)
+    left_out: LeftOut = field(default_factory=LeftOut)  # what the folder rule did not use
+
+    def chunk_sources(self, chunk_size: int) -> dict[str, list[str]]:
+        """Per split, the fingerprint of each chunk's files (`SplitSamples.fingerprint`): a store
+        records it with each chunk, so a resumed extraction can tell which files changed."""
+        sources = {}
+        for split in SPLITS:
+            samples = self.splits[split]
+            sources[split] = [
+                samples.fingerprint(start, min(start + chunk_size, len(samples)))
+                for start in range(0, len(samples), chunk_size)
+            ]
+        return sources
+
+    @staticmethod
+    def files_sha256(sources: dict[str, list[str]]) -> str:
+        """One fingerprint of every file the splits use, from the chunks' (identity.dataset)."""
+        return hashlib.sha256(
+            "\n".join(f"{s}:{fp}" for s in SPLITS for fp in sources[s]).encode()
+        ).hexdigest()
 
     def attrs(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "source": self.source,
+            "data_root": self.source,
             "source_sha256": self.source_sha256,
             "class_names": list(self.class_names),
             "num_classes": len(self.class_names),
@@ -108,46 +154,42 @@ def register_dataset(name: str, num_classes: int | None, description: str) -> Ca
 # ---------------------------------------------------------------- folder helpers
 
 
-def _is_image(path: Path) -> bool:
-    return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
-
-
-def class_dirs(folder: Path) -> list[Path]:
-    return sorted(
-        (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))),
-        key=lambda p: p.name,
-    )
-
-
-def list_class_tree(split_dir: Path, class_names: list[str], root: Path) -> SplitSamples:
-    """`split_dir/<class>/<image>` -> samples with ids relative to `root`, class by class."""
+def list_class_tree(split_dir: Path, class_names: list[str], root: Path, left_out: LeftOut) -> SplitSamples:
+    """`split_dir/<class>/...` -> samples with ids relative to `root`, class by class."""
     ids: list[str] = []
     labels: list[int] = []
     for label, name in enumerate(class_names):
         folder = split_dir / name
         if not folder.is_dir():
             continue
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and _is_image(p))
+        files = image_files(folder, left_out)
         ids += [str(p.relative_to(root)) for p in files]
         labels += [label] * len(files)
     return SplitSamples(ids=ids, labels=np.asarray(labels, dtype=np.int64), root=root)
 
 
-def materialise(data_root: Path | None, cache_dir: Path, dataset: str) -> tuple[Path, str, str | None]:
-    """(folder to read, source description, archive sha256 or None) for a folder or archive."""
+def materialise(
+    data_root: Path | None, cache_dir: Path, dataset: str
+) -> tuple[Path, str, str | None, LeftOut]:
+    """(folder to read, resolved data root, archive sha256 or None, what unpacking left out) for a
+    folder or an archive."""
     if data_root is None:
         raise UserError(f"dataset {dataset!r} needs --data-root (a folder or an archive of it)")
     data_root = Path(data_root).expanduser()
     if not data_root.exists():
         raise UserError(f"data root not found: {data_root}")
     if is_archive(data_root):
-        folder, sha = unpack_once(data_root, cache_dir)
-        return folder, str(data_root.resolve()), sha
+        folder, sha, left_out = unpack_once(data_root, cache_dir)
+        return folder, str(data_root.resolve()), sha, left_out
     if data_root.is_file():
         raise UserError(
             f"data root {data_root} is a file but not a known archive (.zip, .tar, .tar.gz, .tgz)"
         )
-    return data_root, str(data_root.resolve()), None
+    if not data_root.is_dir():
+        raise UserError(
+            f"data root {data_root} is neither a folder nor an archive (.zip, .tar, .tar.gz, .tgz)"
+        )
+    return data_root, str(data_root.resolve()), None, LeftOut()
 
 
 def find_split_tree(folder: Path, depth: int = 3) -> tuple[Path, str]:
@@ -173,27 +215,27 @@ def folder_dataset(
     expected_classes: int | None = None,
 ) -> DatasetSource:
     """Any `train/<class>/` + `test/<class>/` (or `val/`) image-folder tree, or an archive of one."""
-    folder, source, sha = materialise(data_root, cache_dir, name)
+    folder, source, sha, left_out = materialise(data_root, cache_dir, name)
     root, test_name = find_split_tree(folder)
-    class_names = [p.name for p in class_dirs(root / "train")]
+    class_names = [p.name for p in subfolders(root / "train", left_out)]
     if not class_names:
         raise UserError(f"{root / 'train'} holds no class folders")
     if expected_classes is not None and len(class_names) != expected_classes:
         raise UserError(
             f"{name} expects {expected_classes} class folders in {root / 'train'}, found {len(class_names)}"
         )
-    test_classes = [p.name for p in class_dirs(root / test_name)]
+    test_classes = [p.name for p in subfolders(root / test_name, left_out)]
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
         raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")
-    splits = {"train": list_class_tree(root / "train", class_names, root)}
-    splits["test"] = list_class_tree(root / test_name, class_names, root)
+    splits = {"train": list_class_tree(root / "train", class_names, root, left_out)}
+    splits["test"] = list_class_tree(root / test_name, class_names, root, left_out)
     for split, samples in splits.items():
         if len(samples) == 0:
             raise UserError(f"no images found in the {split} split under {root}")
     rule = f"given by the folders: train/ and {test_name}/"
     folders = {"train": root / "train", "test": root / test_name}
-    return DatasetSource(name, class_names, splits, source, sha, rule, folders=folders)
+    return DatasetSource(name, class_names, splits, source, sha, rule, folders=folders, left_out=left_out)
 
 
 # ---------------------------------------------------------------- registered datasets
@@ -217,7 +259,7 @@ EUROSAT_SPLIT_SEED = 0
 
 def _find_eurosat(folder: Path) -> Path:
     for candidate in [folder, *sorted(folder.rglob("2750"))]:
-        if candidate.is_dir() and {p.name for p in class_dirs(candidate)} >= set(EUROSAT_CLASSES):
+        if candidate.is_dir() and {p.name for p in subfolders(candidate)} >= set(EUROSAT_CLASSES):
             return candidate
     raise UserError(f"no EuroSAT class folders (2750/<Class>/) found under {folder}")
 
@@ -244,15 +286,16 @@ def _download_torchvision(dataset: str, cache_dir: Path) -> Path:
 @register_dataset("eurosat", 10, "EuroSAT RGB, 27,000 64x64 images; stratified 80/20 split made here")
 def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     if data_root is None:
-        folder, source, sha = _download_torchvision("eurosat", cache_dir), "torchvision download", None
+        folder = _download_torchvision("eurosat", cache_dir)
+        source, sha, left_out = f"torchvision download in {folder.resolve()}", None, LeftOut()
     else:
-        folder, source, sha = materialise(data_root, cache_dir, "eurosat")
+        folder, source, sha, left_out = materialise(data_root, cache_dir, "eurosat")
     base = _find_eurosat(folder)
     class_names = list(EUROSAT_CLASSES)
     rng = np.random.RandomState(EUROSAT_SPLIT_SEED)
     parts: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "test": ([], [])}
     for label, name in enumerate(class_names):
-        files = sorted(p.name for p in (base / name).iterdir() if _is_image(p))
+        files = [str(p.relative_to(base / name)) for p in image_files(base / name, left_out)]
         order = rng.permutation(len(files))
         n_test = round(EUROSAT_TEST_FRACTION * len(files))
         for split, index in (("test", order[:n_test]), ("train", order[n_test:])):
@@ -267,7 +310,14 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
         f"round({EUROSAT_TEST_FRACTION}*n) of each class are test; samples kept in that permuted order"
     )
     return DatasetSource(
-        "eurosat", class_names, splits, source, sha, rule, folders={"train": base, "test": base}
+        "eurosat",
+        class_names,
+        splits,
+        source,
+        sha,
+        rule,
+        folders={"train": base, "test": base},
+        left_out=left_out,
     )
 
 

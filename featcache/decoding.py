@@ -2,8 +2,9 @@
 
 - `pil`, the reference: PIL opens the file and converts it to RGB, PIL resizes and crops; in
   the DataLoader workers.
-- `torch`: torchvision.io decodes JPEG and PNG into uint8 tensors (any other format through
-  PIL), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
+- `torch`: torchvision.io decodes 8-bit RGB and grey JPEG and PNG into uint8 tensors (every
+  other file, 16-bit, alpha, palette, CMYK or another format, through PIL and the same colour
+  rules as `pil`: `featcache.pixels`), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
   like `pil` (and costs about half as much CPU per image); on CUDA the workers only read the
   files' bytes and the extraction process decodes whole batches with nvjpeg and resizes them on
   the GPU (`DeviceImages`), so the host's cores no longer bound the throughput.
@@ -15,6 +16,7 @@ differ only in pixel interpolation. The decoder is part of the preprocessing ide
 
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,11 +26,11 @@ import numpy as np
 import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-from torchvision.transforms.v2 import functional as F2
 
 from featcache.datasets import SplitSamples
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.options import DECODERS as DESCRIPTIONS
+from featcache.pixels import check_pixels, needs_rules, to_rgb8
 from featcache.transforms import Picture
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
@@ -40,7 +42,6 @@ warnings.filterwarnings(
 )
 
 JPEG_MAGIC = b"\xff\xd8\xff"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -91,17 +92,8 @@ def _is_jpeg(data: torch.Tensor) -> bool:
     return bytes(data[:3].tolist()) == JPEG_MAGIC
 
 
-def _is_png(data: torch.Tensor) -> bool:
-    return bytes(data[:8].tolist()) == PNG_MAGIC
-
-
-def _as_uint8(image: torch.Tensor) -> torch.Tensor:
-    """16-bit PNGs decode to uint16; the models see 8-bit images like PIL's."""
-    return image if image.dtype == torch.uint8 else F2.to_dtype(image, torch.uint8, scale=True)
-
-
 def _from_pil(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.array(img.convert("RGB"), dtype=np.uint8)).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(np.array(to_rgb8(img), dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
 def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
@@ -109,16 +101,26 @@ def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(samples.arrays[i])).permute(2, 0, 1).contiguous()
 
 
+def _plain(data: torch.Tensor) -> tuple[bool, Image.Image]:
+    """(whether torchvision may decode these bytes as they are, the lazily opened image); refuses an
+    image over the shared pixel limit from its header, before anything is decoded."""
+    raw = data.numpy().tobytes()
+    img = Image.open(io.BytesIO(raw))
+    check_pixels(*img.size)
+    return not needs_rules(img, raw[:32]), img
+
+
 def open_tensor(samples: SplitSamples, i: int) -> torch.Tensor:
-    """uint8 [3, H, W]: JPEG and PNG through torchvision.io, other formats through PIL."""
+    """uint8 [3, H, W]: 8-bit RGB or grey JPEG and PNG through torchvision.io, every other file
+    through PIL and the colour rules of `featcache.pixels`."""
     if samples.arrays is not None:
         return _array_pixels(samples, i)
     assert samples.root is not None
-    path = samples.root / samples.ids[i]
-    data = read_bytes(path)
-    if _is_jpeg(data) or _is_png(data):
-        return _as_uint8(decode_image(data, mode=ImageReadMode.RGB))
-    with Image.open(path) as img:
+    data = read_bytes(samples.root / samples.ids[i])
+    plain, img = _plain(data)
+    with img:
+        if plain:
+            return decode_image(data, mode=ImageReadMode.RGB)
         return _from_pil(img)
 
 
@@ -155,12 +157,18 @@ class Encoded:
 
 
 def read_encoded(samples: SplitSamples, i: int) -> Encoded:
-    """JPEG files travel as bytes; anything else is decoded here, on the worker's CPU."""
+    """8-bit RGB or grey JPEG files travel as bytes; anything else is decoded here, on the
+    worker's CPU, by the same rules as `open_tensor`."""
     if samples.arrays is None:
         assert samples.root is not None
         data = read_bytes(samples.root / samples.ids[i])
-        if _is_jpeg(data):
-            return Encoded("jpeg", data)
+        plain, img = _plain(data)
+        with img:
+            if plain and _is_jpeg(data):
+                return Encoded("jpeg", data)
+            if plain:
+                return Encoded("pixels", decode_image(data, mode=ImageReadMode.RGB))
+            return Encoded("pixels", _from_pil(img))
     return Encoded("pixels", open_tensor(samples, i))
 
 

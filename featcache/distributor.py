@@ -54,6 +54,7 @@ class ChunkJob:
     device: str  # auto (the worker's GPU if it has one), cpu or cuda
     precision: str
     torch_threads: int | None = None  # set on local:N clusters so N processes share the cores
+    sources: tuple[str, ...] = ()  # each chunk's files fingerprint, as the planner saw them
 
 
 def _backbone_on_worker(job: ChunkJob, device: torch.device) -> LoadedBackbone:
@@ -98,6 +99,7 @@ def run_chunk_job(job: ChunkJob, samples: SplitSamples) -> int:
         job.seed,
         mapper.micro_batch,
         0,  # a Dask worker process is daemonic: no DataLoader processes of its own
+        sources=dict(zip(job.chunks, job.sources, strict=True)),
     )
 
 
@@ -108,12 +110,19 @@ def extract_on_cluster(
     splits: dict[str, SplitSamples],
     scheduler: SchedulerChoice,
     progress: Progress | None = None,
+    sources: dict[str, list[str]] | None = None,
 ) -> int:
     """Every pending chunk as one task on the cluster; returns the number of images forwarded."""
     from distributed import as_completed
 
     jobs = [
-        replace(template, store_path=str(store.path.resolve()), split=split, chunks=(chunk,))
+        replace(
+            template,
+            store_path=str(store.path.resolve()),
+            split=split,
+            chunks=(chunk,),
+            sources=(sources[split][chunk],) if sources else ("",),
+        )
         for split, chunks in pending.items()
         for chunk in chunks
     ]

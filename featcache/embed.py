@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from featcache.backbones import LoadedBackbone, load_backbone, resolve_backbone
-from featcache.datasets import IMAGE_SUFFIXES, SplitSamples
+from featcache.datasets import SplitSamples
 from featcache.decoding import open_picture
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.listing import IMAGE_SUFFIXES, LeftOut, image_files
 from featcache.mapper import FeatureMapper, default_batch_size
 from featcache.store import FeatureStore
 from featcache.transforms import Preprocessing
@@ -59,19 +60,23 @@ def preprocessing_of_store(store: FeatureStore) -> Preprocessing:
     return Preprocessing(**attrs)
 
 
-def image_paths(inputs: list[Path]) -> list[Path]:
-    """Image files named directly, and every image under named folders (sorted), refusing the rest."""
+def image_paths(inputs: list[Path]) -> tuple[list[Path], LeftOut]:
+    """Image files named directly (used whatever their name), and the images under named folders by
+    the rule `tosca extract` follows (`featcache.listing`: hidden and non-image files are left out
+    and counted), in that order; refuses a path that does not exist and inputs without one image."""
     found: list[Path] = []
+    left_out = LeftOut()
     for item in inputs:
         if item.is_dir():
-            found += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            found += image_files(item, left_out)
         elif item.is_file():
             found.append(item)
         else:
             raise UserError(f"no such image or folder: {item}")
     if not found:
-        raise UserError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {', '.join(map(str, inputs))}")
-    return found
+        said = f" ({left_out.summary()} left out)" if left_out else ""
+        raise UserError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {', '.join(map(str, inputs))}{said}")
+    return found, left_out
 
 
 def embed_images(

@@ -10,8 +10,6 @@ store until it is done: one writer per store, and a dead writer's lock is gone w
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import shutil
 import time
@@ -27,8 +25,18 @@ from featcache.cluster import SchedulerChoice, check_available, parse_scheduler,
 from featcache.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
 from featcache.decoding import resolve_decoder
 from featcache.distributor import ChunkJob, extract_on_cluster
-from featcache.errors import UserError
-from featcache.lock import acquire, store_lock
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import disk_errors
+from featcache.foundation.fingerprints import identity_differences
+from featcache.foundation.folders import zarr_root
+from featcache.foundation.limits import (
+    max_processes,
+    require_at_most,
+    require_disk,
+    require_memory,
+    usable_cores,
+)
+from featcache.foundation.locks import acquire, store_lock
 from featcache.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
 from featcache.options import DEFAULT_PRECISION
 from featcache.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
@@ -37,9 +45,9 @@ from featcache.store import (
     SPLITS,
     FeatureStore,
     check_name,
-    disk_errors,
-    identity_differences,
     ids_sha256,
+    is_tosca_store,
+    stored_chunk_size,
 )
 from featcache.transforms import POLICIES, Preprocessing, make_preprocessing
 
@@ -91,6 +99,14 @@ class ExtractRequest:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        if self.workers is not None:
+            require_at_most(
+                "--workers",
+                self.workers,
+                max_processes(),
+                "processes",
+                "at most 4 per usable core, and 64 anywhere",
+            )
         if Path(self.cache_dir).exists() and not Path(self.cache_dir).is_dir():
             raise UserError(f"--cache-dir {self.cache_dir} is a file, not a folder")
         resolve_precision(self.precision)
@@ -113,6 +129,7 @@ class ExtractPlan:
     identity: dict[str, Any]
     meta: dict[str, Any]
     skipped: list[BadImage] = field(default_factory=list)
+    sources: dict[str, list[str]] = field(default_factory=dict)  # split -> each chunk's files fingerprint
 
 
 @dataclass
@@ -136,7 +153,7 @@ class ExtractSummary:
 
 def default_workers() -> int:
     """One core stays with the forward pass: on 2 cores, 2 decoders cost 10% of the throughput."""
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    return max(0, min(8, usable_cores() - 1))
 
 
 def default_store_path(cache_dir: Path, dataset: str, spec: BackboneSpec, policy: str) -> Path:
@@ -197,15 +214,6 @@ def _stored_skip_list(path: Path) -> list[BadImage] | None:
     ]
 
 
-def is_tosca_store(path: Path) -> bool:
-    """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
-    try:
-        attrs = json.loads((path / "zarr.json").read_text()).get("attributes", {})
-    except (OSError, ValueError, AttributeError):
-        return False
-    return isinstance(attrs, dict) and "schema_version" in attrs
-
-
 def refuse_replacing_other_things(path: Path) -> None:
     """--overwrite replaces a tosca store, never a folder or file that is something else."""
     if not path.exists() and not path.is_symlink():
@@ -240,6 +248,45 @@ def _select_samples(
     return stored if stored is not None else skipped
 
 
+FLOAT32 = 4
+
+
+def check_sizes(
+    request: ExtractRequest,
+    dataset: DatasetSource,
+    dim: int,
+    prep: Preprocessing,
+    store_path: Path,
+    batch_size: int,
+) -> None:
+    """What --chunk-size, --views and --batch-size will allocate, checked before anything runs: one
+    chunk's buffers, one batch of images in flight, and (for a new store) the store on disk."""
+    rows = max(len(dataset.splits[split]) for split in SPLITS)
+    chunk = stored_chunk_size(request.chunk_size, rows)
+    per_sample = (1 + request.views) * dim * FLOAT32
+    require_memory(
+        f"a chunk of {chunk:,} samples with {request.views} view(s) each",
+        2 * chunk * per_sample,  # the writer's buffer and its converted copy
+        "lower --chunk-size or --views",
+    )
+    batch = min(batch_size, chunk)
+    image = 3 * prep.input_size * prep.input_size * FLOAT32
+    in_flight = 1 + 4 * max(1, request.workers if request.workers is not None else default_workers())
+    require_memory(
+        f"batches of {batch} images with {request.views} view(s) each ({in_flight} in flight)",
+        in_flight * batch * (1 + request.views) * image,
+        "lower --batch-size, --views or --workers",
+    )
+    if request.overwrite or not store_path.exists():
+        itemsize = 2 if request.dtype == "float16" else 4
+        samples = {split: len(dataset.splits[split]) for split in SPLITS}
+        padded = {split: -(-n // chunk) * chunk for split, n in samples.items()}
+        need = (padded["train"] * (1 + request.views) + padded["test"]) * dim * itemsize
+        require_disk(
+            "the store", need, store_path.parent, "free some space, lower --views or pass --store elsewhere"
+        )
+
+
 def plan_extraction(request: ExtractRequest) -> ExtractPlan:
     request.validate()
     spec = resolve_backbone(request.model)
@@ -252,6 +299,10 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         if request.store
         else default_store_path(request.cache_dir, request.dataset, spec, policy)
     )
+    for flag, place in (("--store", store_path.parent), ("--cache-dir", Path(request.cache_dir))):
+        inside = zarr_root(place)
+        if inside is not None:
+            raise UserError(f"{flag} {place} lies inside the zarr store {inside}: pass a place of its own")
     if request.overwrite:
         refuse_replacing_other_things(store_path)
     if store_path.parent.is_dir():  # refuse now, not after loading everything, if a writer runs
@@ -261,15 +312,19 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         request.decode, device, existing["preprocessing"]["decoder"] if existing else None
     )
     dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
-    skipped = _select_samples(request, dataset, store_path, decoder)
     backbone = load_backbone(spec, request.weights, request.random_init)
     prep = make_preprocessing(policy, backbone.data_config, decoder)
-    dataset_attrs = dataset.attrs()
+    batch_size = request.batch_size or default_batch_size(device)
+    check_sizes(request, dataset, backbone.feature_dim, prep, store_path, batch_size)
+    skipped = _select_samples(request, dataset, store_path, decoder)
+    rows = max(len(dataset.splits[split]) for split in SPLITS)
+    sources = dataset.chunk_sources(stored_chunk_size(request.chunk_size, rows))
     identity = {
         "backbone": {k: v for k, v in backbone.attrs().items() if k != "weights_file"},
         "preprocessing": prep.attrs(),
         "dataset": {
-            **{k: v for k, v in dataset_attrs.items() if k != "source"},
+            **dataset.attrs(),
+            "files_sha256": dataset.files_sha256(sources),
             "ids_sha256": {split: _ids_sha256(s) for split, s in dataset.splits.items()},
         },
         "views": request.views,
@@ -284,9 +339,9 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         "dataset_source": dataset.source,
         "compute": {"device": device.type, "precision": precision, "tf32": False, "decoder": decoder},
         "versions": _versions(),
+        "left_out": dataset.left_out.attrs(),
         **({"skipped_images": [item.attrs() for item in skipped]} if request.skip_bad_images else {}),
     }
-    batch_size = request.batch_size or default_batch_size(device)
     return ExtractPlan(
         request,
         spec,
@@ -300,6 +355,7 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         identity,
         meta,
         skipped,
+        sources,
     )
 
 
@@ -318,6 +374,15 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     existing = None if plan.request.overwrite else stored_identity(path)
     if existing is not None:
         store = FeatureStore.open(path, mode="r+")
+        if "data_root" not in existing.get("dataset", {}):
+            raise UserError(
+                f"store {path} was made before tosca recorded where its images came from, so it cannot "
+                "tell whether these are the same images; pass --overwrite to rebuild it or --store PATH "
+                "for a new one"
+            )
+        if _only_files_changed(existing, plan.identity):
+            _resume_with_changed_files(store, plan)
+            existing = plan.identity
         diffs = identity_differences(existing, plan.identity)
         if diffs:
             shown = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
@@ -349,6 +414,33 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     staging.rename(path)  # a store appears whole or not at all
     shutil.rmtree(replaced, ignore_errors=True)
     return FeatureStore.open(path, mode="r+"), True
+
+
+def _only_files_changed(existing: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The configuration is the same but some files' sizes or modification times are not."""
+    diffs = identity_differences(existing, new)
+    return bool(diffs) and all(d.startswith("dataset.files_sha256:") for d in diffs)
+
+
+def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
+    """Files changed since the store was started: fine where only chunks still to compute use them
+    (a broken image replaced before the rerun); refused, naming a chunk and a file, where a chunk
+    already computed would now describe other images. Call with the store's lock held."""
+    for split in SPLITS:
+        recorded = store.sources(split)
+        done = store.done(split)
+        assert recorded is not None  # stores without sources have no data_root either: refused before
+        for chunk, current in enumerate(plan.sources[split]):
+            if done[chunk] and str(recorded[chunk]) != current:
+                sl = store.layout(split).chunk_slice(chunk)
+                samples = plan.dataset.splits[split]
+                files = f"{sl.stop - sl.start} files, {samples.describe(sl.start)} to {samples.describe(sl.stop - 1)}"
+                raise UserError(
+                    f"store {store.path} was made from other images: a file of its {split} chunk {chunk} "
+                    f"({files}) changed since it was extracted (size or modification time); pass "
+                    "--overwrite to rebuild it, or --store PATH for a new one"
+                )
+    store.replace_identity(plan.identity)
 
 
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
@@ -383,7 +475,7 @@ def _run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
     choice = req.scheduler_choice()
     if choice is not None:
         images = extract_on_cluster(
-            _job_template(plan, choice), store, pending, plan.dataset.splits, choice, progress
+            _job_template(plan, choice), store, pending, plan.dataset.splits, choice, progress, plan.sources
         )
         where = choice.describe()
     else:
@@ -405,6 +497,7 @@ def _run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
                     plan.batch_size,
                     workers,
                     progress,
+                    sources=dict(enumerate(plan.sources[split])),
                 )
         if uses_device_stage(plan.preprocessing, mapper):
             where = f"{plan.device}; decoded and resized on {plan.device}"
@@ -435,7 +528,7 @@ def _job_template(plan: ExtractPlan, choice: SchedulerChoice) -> ChunkJob:
     req = plan.request
     threads = None
     if choice.kind == "local" and choice.workers is not None:
-        threads = max(1, (os.cpu_count() or 1) // choice.workers)
+        threads = max(1, usable_cores() // choice.workers)
     return ChunkJob(
         store_path=str(plan.store_path),
         split="",

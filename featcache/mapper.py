@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.options import PRECISIONS
 
 

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from featcache.datasets import SplitSamples
 from featcache.decoding import open_picture
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 @dataclass(frozen=True)

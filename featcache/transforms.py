@@ -29,7 +29,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 from torchvision.transforms.v2 import functional as F2
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 POLICIES = ("pilot", "timm")
 

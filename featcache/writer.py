@@ -10,8 +10,9 @@ from featcache.store import FeatureStore
 class ChunkWriter:
     """Buffers one chunk at a time (batches arrive chunk by chunk) and writes it when full."""
 
-    def __init__(self, store: FeatureStore, split: str, dtype: str):
+    def __init__(self, store: FeatureStore, split: str, dtype: str, sources: dict[int, str] | None = None):
         self.store, self.split, self.dtype = store, split, np.dtype(dtype)
+        self.sources = sources or {}  # chunk -> fingerprint of its files, recorded with it
         self.layout = store.layout(split)
         self.views = store.views if split == "train" else 0
         self._buffers: dict[int, tuple[np.ndarray, np.ndarray | None, set[int]]] = {}
@@ -44,5 +45,6 @@ class ChunkWriter:
                 chunk,
                 feats.astype(self.dtype),
                 None if view_buf is None else view_buf.astype(self.dtype),
+                self.sources.get(chunk),
             )
         return finished

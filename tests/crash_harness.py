@@ -36,11 +36,15 @@ _CONTEXT: Any = None
 
 @dataclass(frozen=True)
 class PauseAt:
-    """Pause before the `occurrence`-th (1-based) write whose path matches `pattern` (a regex)."""
+    """Pause before the `occurrence`-th (1-based) write whose path matches `pattern` (a regex), or,
+    with `function` ("module:name"), before the first call of that function. A `resumable` pause
+    ends when the test calls `Child.resume()`; any other waits for the test's SIGKILL."""
 
     pattern: str = ".*"
     occurrence: int = 1
     half_written: bool = False  # leave half of its bytes in zarr's temporary file first
+    function: str | None = None
+    resumable: bool = False
 
 
 def context() -> Any:
@@ -64,13 +68,40 @@ def context() -> Any:
     return _CONTEXT
 
 
+def _hold(folder: Path, at: str, resumable: bool) -> None:
+    """Say where the child paused, then wait for the test: a resume file, or a kill."""
+    (folder / "paused").write_text(at)
+    while resumable and not (folder / "resume").exists():
+        time.sleep(0.01)
+    if not resumable:
+        time.sleep(3600)
+
+
+def _install_function_pause(folder: Path, pause: PauseAt) -> None:
+    import importlib
+
+    assert pause.function is not None
+    module_name, name = pause.function.split(":")
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    calls = [0]
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == pause.occurrence:
+            _hold(folder, pause.function or "", pause.resumable)
+        return original(*args, **kwargs)
+
+    setattr(module, name, paused)
+
+
 def _install_write_hook(folder: Path, pause: PauseAt | None) -> list[str]:
     import zarr.storage._local as local
 
     original = local._put
     written: list[str] = []
     lock = threading.Lock()
-    pattern = re.compile(pause.pattern) if pause else None
+    pattern = re.compile(pause.pattern) if pause and pause.function is None else None
     matched = [0]
 
     def put(path: Path, value: Any, exclusive: bool = False) -> int:
@@ -86,8 +117,7 @@ def _install_write_hook(folder: Path, pause: PauseAt | None) -> list[str]:
                 data = bytes(value.as_buffer_like())
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.with_suffix(f".{uuid.uuid4().hex}.partial").write_bytes(data[: len(data) // 2])
-            (folder / "paused").write_text(str(path))
-            time.sleep(3600)
+            _hold(folder, str(path), pause.resumable)
         return original(path, value, exclusive=exclusive)
 
     local._put = put
@@ -101,7 +131,10 @@ def _child(args: list[str], folder: str, pause: dict[str, Any] | None) -> None:
     err = os.open(where / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    written = _install_write_hook(where, PauseAt(**pause) if pause else None)
+    at = PauseAt(**pause) if pause else None
+    written = _install_write_hook(where, at)
+    if at is not None and at.function is not None:
+        _install_function_pause(where, at)
     code = 0
     try:
         cli.app(args=args, prog_name="tosca")
@@ -143,6 +176,21 @@ class Child:
             time.sleep(0.02)
         raise AssertionError("child never reached its pause")
 
+    def wait_for(self, name: str, text: str, timeout: float = 300) -> str:
+        """Block until the child's `name` (stdout, stderr) holds `text`; returns that file's text."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if text in self.text(name):
+                return self.text(name)
+            if not self.process.is_alive():
+                raise AssertionError(f"child ended (exit {self.process.exitcode}) before saying {text!r}")
+            time.sleep(0.02)
+        raise AssertionError(f"child never said {text!r}: {self.text(name)[-400:]}")
+
+    def resume(self) -> None:
+        """End a resumable pause."""
+        (self.folder / "resume").write_text("go")
+
     def kill(self) -> None:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.join(30)
@@ -158,7 +206,7 @@ class Child:
 def start(args: list[str], folder: Path, pause: PauseAt | None = None) -> Child:
     """Start `tosca ARGS` in a child process; its stdout, stderr and list of writes go to `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("paused", "stdout", "stderr", "writes.json"):
+    for name in ("paused", "resume", "stdout", "stderr", "writes.json"):
         (folder / name).unlink(missing_ok=True)
     process = context().Process(
         target=_child, args=(list(args), str(folder), asdict(pause) if pause else None), daemon=True

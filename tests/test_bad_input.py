@@ -9,7 +9,12 @@ directory is that folder, so default outputs (runs/, cache/) would land there to
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TINY_VIT, make_image_tree
@@ -237,7 +242,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["baselines", "--store", "{half}", "--no-tosca"],
         "is not fully extracted",
     ),
-    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a folder"),
+    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a baselines folder"),
     (
         "baselines run missing",
         [*BASE[:5], "--run", "{missing}"],
@@ -289,6 +294,69 @@ ROWS: list[tuple[str, list[str], str]] = [
         "unknown --router 'magic'",
     ),
     ("predict not a run", ["predict", "{empty}", "{img}"], "not a run directory: {empty}"),
+    # ------------------------------------------------------------------ sizes checked before any work
+    (
+        "fit epochs 2**31",
+        [*FIT, "--epochs", str(2**31)],
+        "--epochs 2147483648 is over the limit of 10,000 epochs per task",
+    ),
+    (
+        "fit r ten million",
+        [*FIT, "--r", "10000000"],
+        "of r up to 10000000, s up to 2, batch up to 48 would need",
+    ),
+    (
+        "fit s ten million",
+        [*FIT, "--s", "10000000"],
+        "of r up to 2, s up to 10000000, batch up to 48 would need",
+    ),
+    (
+        "sweep epochs 2**31",
+        [*SWEEP, "--epochs", str(2**31)],
+        "--epochs 2147483648 is over the limit of 10,000",
+    ),
+    ("sweep r ten million", [*SWEEP, "--r", "4,10000000"], "of r up to 10000000, s up to 2"),
+    (
+        "sweep grid too large",
+        [*SWEEP, "--r", ",".join(map(str, range(1, 401))), "--l1", ",".join(f"{i}e-6" for i in range(300))],
+        "a grid of 120000 is over the limit of 100,000 points",
+    ),
+    ("sweep jobs 10**5", [*SWEEP, "--jobs", "100000"], "--jobs 100000 is over the limit of"),
+    ("extract workers 10**5", [*EXTRACT, "--workers", "100000"], "--workers 100000 is over the limit of"),
+    ("extract local:10**5", [*EXTRACT, "--scheduler", "local:100000"], "N = 100000 is over the limit of"),
+    ("extract views 10**7", [*EXTRACT, "--views", "10000000"], "view(s) each would need"),
+    ("extract zip bomb", [*EXTRACT[:6], "{bomb}"], "times its own size (the limit is 100x"),
+    ("baselines ranpac m 10**6", [*BASE, "--ranpac-m", "1000000"], "RanPAC with M = 1,000,000 would need"),
+    (
+        "demo jobs 10**5",
+        ["demo", "--data-root", "{img}", "--jobs", "100000"],
+        "--jobs 100000 is over the limit",
+    ),
+    (
+        "extract data root a fifo",
+        [*EXTRACT[:6], "{fifo}"],
+        "data root {fifo} is neither a folder nor an archive",
+    ),
+    (
+        "extract store inside a store",
+        [*EXTRACT, "--store", "{store}/inner.zarr"],
+        "lies inside the zarr store {store}",
+    ),
+    (
+        "extract scheduler file not one",
+        [*EXTRACT, "--scheduler", "{notsched}"],
+        "--scheduler {notsched} is not a scheduler file (no address in it)",
+    ),
+    (
+        "fit run name too long",
+        [*FIT, "--run", "{root}/" + "r" * 300],
+        "a file or folder name is too long for this filesystem",
+    ),
+    (
+        "extract store name too long",
+        [*EXTRACT, "--store", "{root}/" + "s" * 300 + ".zarr"],
+        "a file or folder name is too long for this filesystem",
+    ),
 ]
 
 
@@ -306,6 +374,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert result.exit_code == 0, result.output
     img = make_image_tree(root / "img", classes=2, train=1, test=1)
     (root / "file.txt").write_text("not what you think")
+    os.mkfifo(root / "fifo")
+    (root / "notsched.json").write_text("{}")
+    with zipfile.ZipFile(root / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as bomb:
+        bomb.writestr("train/a/x.png", bytes(8 << 20))  # 8 MiB of zeros in a few kB
+        bomb.writestr("test/a/x.png", b"x")
     (root / "empty").mkdir()
     return {
         "root": root,
@@ -313,6 +386,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "half": half,
         "run": run,
         "img": img,
+        "bomb": root / "bomb.zip",
+        "fifo": root / "fifo",
+        "notsched": root / "notsched.json",
         "file": root / "file.txt",
         "empty": root / "empty",
         "missing": root / "no-such-thing",
@@ -355,3 +431,171 @@ def test_bad_input(
     assert after == before, (
         f"{name} changed files: {set(after[0]) ^ set(before[0])} {set(after[1]) ^ set(before[1])}"
     )
+
+
+# ---------------------------------------------------------------------------------- damaged files
+# Each row damages a fresh copy of the folder (prepare), then runs one command: it must stop with
+# one line naming the file and what to do, and change nothing.
+
+
+def _edit_json(path: Path, **changes: object) -> None:
+    data = json.loads(path.read_text())
+    for dotted, value in changes.items():
+        block = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            block = block[key]
+        block[last] = value
+    path.write_text(json.dumps(data))
+
+
+def _garbage(path: Path) -> None:
+    path.write_text("not a safetensors file")
+
+
+def _identity_without_a_name(root: Path) -> None:
+    from featcache.foundation.fingerprints import fingerprint
+
+    meta = json.loads((root / "store.zarr" / "zarr.json").read_text())
+    meta["attributes"]["identity"]["dataset"]["name"] = ["not", "a", "name"]
+    meta["attributes"]["fingerprint"] = fingerprint(meta["attributes"]["identity"])
+    (root / "store.zarr" / "zarr.json").write_text(json.dumps(meta))
+
+
+def _sweep_results(root: Path) -> None:
+    results = root / "sweep" / "results.csv"
+    lines = results.read_text().splitlines()
+    header, cells = lines[0].split(","), lines[1].split(",")
+    cells[header.index("A_last_entropy")] = "banana"
+    results.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+
+
+DAMAGED: list[tuple[str, Any, list[str], str]] = [
+    (
+        "task file not safetensors",
+        lambda root: _garbage(root / "run" / "task_000.safetensors"),
+        ["eval", "{run}", "--device", "cpu"],
+        "run {run}: task_000.safetensors is damaged (SafetensorError",
+    ),
+    (
+        "task file of another recipe",
+        lambda root: shutil.copy(
+            root / "wide" / "task_001.safetensors", root / "run" / "task_001.safetensors"
+        ),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_001.safetensors is damaged (its module does not fit the recipe in config.json)",
+    ),
+    (
+        "router file not safetensors",
+        lambda root: _garbage(root / "run" / "router.safetensors"),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "router.safetensors is damaged (SafetensorError",
+    ),
+    (
+        "config r not a number",
+        lambda root: _edit_json(root / "run" / "config.json", train__r="forty"),
+        ["eval", "{run}", "--device", "cpu"],
+        "records an invalid recipe (--r must be an integer, got 'forty'); the file was edited or damaged",
+    ),
+    (
+        "config stream negative",
+        lambda root: _edit_json(root / "run" / "config.json", stream__increment=-2),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "records an invalid task split (--increment must be at least 1, got -2)",
+    ),
+    (
+        "config a list",
+        lambda root: (root / "run" / "config.json").write_text("[1, 2]"),
+        ["eval", "{run}", "--device", "cpu"],
+        "holds a list, not a JSON object; it was edited or damaged",
+    ),
+    (
+        "config store not text",
+        lambda root: _edit_json(root / "run" / "config.json", store=123),
+        ["eval", "{run}", "--device", "cpu"],
+        "records a store that is not text; the file was edited or damaged",
+    ),
+    (
+        "store identity edited and re-fingerprinted",
+        _identity_without_a_name,
+        ["fit", "--store", "{store}", "--device", "cpu", "--run", "{root}/new-run"],
+        "records no valid dataset.name in its identity; was it edited by hand?",
+    ),
+    (
+        "metrics not numbers",
+        lambda root: _edit_json(root / "run" / "metrics.json", modes__entropy__A_last="high"),
+        ["routers", "{run}"],
+        "were edited or damaged; `tosca eval {run}` rewrites them",
+    ),
+    (
+        "sweep results not numbers",
+        _sweep_results,
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "results.csv line 2: A_last_entropy holds 'banana', not a number",
+    ),
+    (
+        "sweep file edited",
+        lambda root: (root / "sweep" / "sweep.json").write_text("{oops"),
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "sweep file {root}/sweep/sweep.json is not valid JSON",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def damaged_template(folder: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bad-input folder plus a run of another recipe and a finished sweep, to damage copies of."""
+    root = folder["root"]
+    store = folder["store"]
+    wide = [
+        *(s.format(store=store) for s in FIT),
+        "--epochs",
+        "1",
+        "--r",
+        "8",
+        "--s",
+        "8",
+        "--run",
+        str(root / "wide"),
+    ]
+    assert runner.invoke(app, wide).exit_code == 0
+    sweep = [*(s.format(store=store) for s in SWEEP), "--r", "2", "--epochs", "1", "--jobs", "1"]
+    assert runner.invoke(app, [*sweep, "--out", str(root / "sweep")]).exit_code == 0
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "prepare", "argv", "expected"), [pytest.param(*r, id=r[0]) for r in DAMAGED]
+)
+def test_damaged_files(
+    name: str,
+    prepare: Any,
+    argv: list[str],
+    expected: str,
+    damaged_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tmp_path / "copy"
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    for run in ("run", "wide"):  # the copies' runs point at the copy's store
+        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+    _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
+    prepare(root)
+    monkeypatch.chdir(root)
+    places = {
+        "root": str(root),
+        "store": str(root / "store.zarr"),
+        "run": str(root / "run"),
+        "img": str(root / "img"),
+    }
+    before = _state(root)
+    result = runner.invoke(app, [part.format(**places) for part in argv])
+    output = result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        f"{name}: {result.exception!r}"
+    )
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith("note")]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), f"{name}: {lines}"
+    assert expected.format(**places) in lines[0], f"{name}: {lines[0]}"
+    assert _state(root) == before, f"{name} changed files"

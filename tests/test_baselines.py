@@ -17,7 +17,8 @@ from featcache.store import FeatureStore
 from tosca_heads.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.compare import run_baseline
 from tosca_heads.routers import ROUTER_NAMES
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import TrainConfig
 
 RUNNER = CliRunner()

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from featcache.datasets import DATASETS, EUROSAT_CLASSES, load_dataset
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 def _fake_eurosat(root: Path, per_class: int = 10) -> Path:

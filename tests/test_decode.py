@@ -14,8 +14,8 @@ from conftest import TINY_CNN, TINY_VIT, make_jpeg_tree
 from featcache.chunks import extract_chunks
 from featcache.datasets import load_dataset
 from featcache.decoding import decode_on_device, open_picture, read_encoded, resolve_decoder
-from featcache.errors import UserError
 from featcache.extract import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
+from featcache.foundation.errors import UserError
 from featcache.mapper import FeatureMapper
 from featcache.store import SPLITS, FeatureStore
 from featcache.transforms import make_preprocessing, view_rng

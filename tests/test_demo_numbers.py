@@ -15,7 +15,8 @@ import pytest
 from conftest import shared_archive
 
 from featcache.store import FeatureStore
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import PRESETS
 
 pytestmark = pytest.mark.realdata

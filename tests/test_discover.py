@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from heads_fixtures import synthetic_store
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.discover import resolve_store
 

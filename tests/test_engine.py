@@ -16,7 +16,8 @@ from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
 from tosca_heads.luca import FLOWS, LuCA
-from tosca_heads.runs import StreamConfig, fit_group, fit_run
+from tosca_heads.runs import fit_group, fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import TrainConfig
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

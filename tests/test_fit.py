@@ -15,15 +15,15 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.errors import UserError
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.foundation.errors import UserError
 from featcache.mapper import FeatureMapper
 from featcache.online import OnlineFeatures
 from featcache.store import FeatureStore
 from tosca_heads.features import CachedFeatures
 from tosca_heads.routers import ROUTER_NAMES
-from tosca_heads.runs import StreamConfig, evaluate_run, fit_run
-from tosca_heads.stream import TaskStream, class_order
+from tosca_heads.runs import evaluate_run, fit_run
+from tosca_heads.stream import StreamConfig, TaskStream, class_order
 from tosca_heads.train import TrainConfig
 
 FAST = TrainConfig(epochs=3, batch_size=8, r=4, s=4)

@@ -13,14 +13,15 @@ import pytest
 import torch
 from heads_fixtures import synthetic_store
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode, step_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
 from tosca_heads.luca import FLOWS, new_module
-from tosca_heads.runs import StreamConfig, fit_run
+from tosca_heads.runs import fit_run
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import TrainConfig
 
 needs_native = pytest.mark.skipif(

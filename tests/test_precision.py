@@ -11,8 +11,8 @@ from conftest import TINY_VIT
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.errors import UserError
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.foundation.errors import UserError
 from featcache.mapper import FeatureMapper, resolve_precision
 from featcache.store import FeatureStore
 

@@ -54,7 +54,8 @@ def test_pretrained_features_are_far_above_chance_and_random_init_is_not(
 def test_paper_preset_trains_end_to_end_and_oracle_beats_simplecil(
     dataset: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    from tosca_heads.runs import StreamConfig, fit_run
+    from tosca_heads.runs import fit_run
+    from tosca_heads.stream import StreamConfig
     from tosca_heads.train import PRESETS
 
     store = FeatureStore.open(request.getfixturevalue(f"{dataset}_store"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.router import predict
 from tosca_heads.routers import (
     ROUTER_NAMES,
@@ -222,7 +222,8 @@ def test_runs_that_write_nothing_share_the_router_statistics(
 
     from tosca_heads.features import CachedFeatures
     from tosca_heads.routers.stats import ClassStatistics
-    from tosca_heads.runs import StreamConfig, fit_group, fit_run
+    from tosca_heads.runs import fit_group, fit_run
+    from tosca_heads.stream import StreamConfig
     from tosca_heads.train import TrainConfig
 
     calls: list[int] = []

@@ -20,8 +20,9 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.errors import UserError
-from tosca_heads import atomic
+from featcache.foundation import atomic
+from featcache.foundation.errors import UserError
+from featcache.store import chunk_checksum
 from tosca_heads.stream import TaskStream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +103,9 @@ def test_nan_features_stop_fit_with_the_task_and_epoch(tmp_path: Path) -> None:
     features = np.asarray(store.group["train/features"][:])
     features[50, 3] = np.nan  # a row of task 1 (classes 2 and 3 come second in the class order)
     store.group["train/features"][:] = features
+    chunk = 50 // store.chunk_size  # vouched for by its checksum, as a writer without the NaN check would
+    rows = store.layout("train").chunk_slice(chunk)
+    store.group["train/checksums"][chunk] = chunk_checksum(features[rows])
     stream = TaskStream.build(4, 2, 2)
     task = int(stream.task_of(stream.remap(store.labels("train")[50:51]))[0])
     result = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "run", 2))
@@ -122,7 +126,7 @@ def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
 def test_one_writer_per_run_and_per_sweep_folder(tmp_path: Path) -> None:
     """While a process writes a run or a sweep folder, a second one is refused in one line; once the
     holder is gone (its lock dies with it) the same command runs."""
-    from featcache.lock import acquire
+    from featcache.foundation.locks import acquire
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     run, sweep = tmp_path / "run", tmp_path / "sweep"
@@ -160,7 +164,7 @@ def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -
 def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_path: Path) -> None:
     """A fit killed after a task file but before router.safetensors leaves them out of step."""
     from tosca_heads.predict import RunPredictor
-    from tosca_heads.runs import ROUTER_FILE
+    from tosca_heads.runfiles import ROUTER_FILE
 
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
     run, short = tmp_path / "run", tmp_path / "short"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.backbones import read_state_dict
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.store import check_name
 
 runner = CliRunner()

@@ -16,8 +16,8 @@ from heads_fixtures import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.errors import UserError
-from featcache.store import FeatureStore, chunk_checksum, verify_notes
+from featcache.foundation.errors import UserError
+from featcache.store import FeatureStore, chunk_checksum
 
 runner = CliRunner()
 
@@ -59,7 +59,7 @@ def test_checksums_are_recorded_per_chunk_and_match_the_values(tmp_path: Path) -
     ("damage", "reason"),
     [
         ("flip one byte", "values do not match the checksum recorded when it was written"),
-        ("delete the file", "values do not match the checksum recorded when it was written"),
+        ("delete the file", "its file train/features/c/1/0 is missing"),
         ("truncate the file", "cannot be read (ValueError)"),
         ("flag done by hand", "marked done but no checksum recorded"),
     ],
@@ -169,24 +169,27 @@ def test_an_array_deleted_by_hand_is_refused(tmp_path: Path, array: str) -> None
     assert code == 0 and any("unreadable" in line for line in lines)
 
 
-def test_store_made_before_checksums_stays_readable(tmp_path: Path) -> None:
+def test_a_store_without_checksums_opens_but_cannot_be_vouched_for(tmp_path: Path) -> None:
+    """Made before checksums, or with them deleted: `cache info` shows it, `cache verify` fails it,
+    stage 2 refuses it (nothing in it can be checked), and `--fix` unflags every chunk."""
     st = synthetic_store(tmp_path / "s.zarr")
     for split in ("train", "test"):
         del st.group[f"{split}/checksums"]
     old = FeatureStore.open(st.path)
     assert not old.has_checksums() and old.checksums("train") is None
-    assert verify_notes(old)[0].startswith("no chunk checksums recorded (made before tosca kept them)")
+    code, lines = _invoke("cache", "info", str(st.path))
+    assert code == 0 and any(line.startswith("checksums") and "none" in line for line in lines), lines
     code, lines = _invoke("cache", "verify", str(st.path))
-    assert code == 0 and lines[-1] == f"OK {st.path}" and "no chunk checksums recorded" in lines[0]
+    assert code == 1 and lines == ["FAIL no chunk checksums (train, test): its values cannot be checked"]
     code, lines = _invoke(
         *("fit", "--store", str(st.path), "--device", "cpu", "--run", str(tmp_path / "r")),
         *("--init-cls", "2", "--increment", "2", "--epochs", "1", "--r", "4", "--s", "4"),
     )
-    assert code == 0, lines
-    old_rw = FeatureStore.open(st.path, mode="r+")
-    old_rw.mark_undone("train", [0])
-    old_rw.write_chunk("train", 0, old.features("train")[:16])  # resumed without inventing checksums
-    assert not FeatureStore.open(st.path).has_checksums() and FeatureStore.open(st.path).is_complete()
+    assert code == 2 and len(lines) == 1 and "no chunk checksums (train, test)" in lines[0], lines
+    assert not (tmp_path / "r").exists()
+    assert _invoke("cache", "verify", str(st.path), "--fix")[0] == 1
+    fixed = FeatureStore.open(st.path)
+    assert fixed.has_checksums() and not fixed.done("train").any() and not fixed.done("test").any()
 
 
 def test_attrs_are_data_shown_literally_never_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,5 +201,7 @@ def test_attrs_are_data_shown_literally_never_run(tmp_path: Path, monkeypatch: p
     assert code == 0 and sum(payload in line for line in lines) == 3, lines
     assert _invoke("cache", "ls", "--cache-dir", str(tmp_path))[0] == 0
     code, lines = _invoke("cache", "verify", str(store))
-    assert code == 1 and lines == ["FAIL fingerprint does not match the identity attrs"]
+    assert code == 1 and lines == [
+        "FAIL fingerprint does not match the identity attrs (edited after the store was made)"
+    ]
     assert not (tmp_path / "PWNED").exists()

@@ -17,7 +17,7 @@ from crash_harness import PauseAt, run, start
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.lock import StoreBusy, acquire, holder, lock_path, store_lock
+from featcache.foundation.locks import StoreBusy, acquire, holder, lock_path, store_lock
 from featcache.store import FeatureStore
 
 

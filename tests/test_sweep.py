@@ -17,9 +17,9 @@ from heads_fixtures import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.router import MODES
-from tosca_heads.runs import StreamConfig
+from tosca_heads.stream import StreamConfig
 from tosca_heads.sweep import grid_points, parse_values
 from tosca_heads.sweep_table import COLUMNS, ResultsTable
 from tosca_heads.train import TrainConfig

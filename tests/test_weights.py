@@ -11,7 +11,7 @@ from conftest import TINY_CNN
 from safetensors.torch import save_file
 
 from featcache.backbones import BACKBONES, load_backbone, read_state_dict, resolve_backbone, state_dict_sha256
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 @pytest.mark.parametrize("alias", sorted(BACKBONES))

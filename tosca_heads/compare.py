@@ -19,14 +19,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from featcache.errors import UserError
-from featcache.store import FeatureStore
-from tosca_heads import atomic
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import require_memory
+from featcache.store import FeatureStore, check_readable
 from tosca_heads.baselines import BASELINES
 from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.router import MODES
-from tosca_heads.runs import RunResult, StreamConfig
+from tosca_heads.runs import RunResult
+from tosca_heads.stream import StreamConfig
 
 NO_ROUTING = "none"
 
@@ -57,7 +59,9 @@ def run_baseline(
     """Learn task by task (all seen classes at once for the joint probe); evaluate after each task."""
     if name not in BASELINES:
         raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
-    store.require_complete()
+    check_readable(store)
+    if name == "ranpac":
+        check_ranpac_size(int(params.get("projection_dim", 10_000)), store.dim)
     stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
@@ -86,6 +90,11 @@ def run_baseline(
     return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
 
 
+def check_ranpac_size(m: int, dim: int) -> None:
+    """RanPAC's M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
+    require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
+
+
 def _index(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(rows).to(like.device)
 
@@ -98,6 +107,52 @@ def tosca_results(run: RunResult) -> list[MethodResult]:
     parameters = tasks * metrics["params_per_task"] + classes * run.config["feature_dim"] + 1
     train_s = sum(s.stats["seconds"] for s in run.stages)
     return [MethodResult("tosca", mode, metrics["modes"][mode], parameters, train_s) for mode in MODES]
+
+
+COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
+BASELINE_FILES = ("metrics.json", "results.csv")
+
+
+def is_baselines_dir(folder: Path) -> bool:
+    """A baselines folder written before folders carried tosca's marker: nothing but the comparison
+    files (comparison.csv with tosca's header) and folders named after baselines, each holding a
+    metrics.json that tosca wrote for that baseline (and its results.csv); at least one of those."""
+    written = 0
+    for entry in Path(folder).iterdir():
+        if entry.is_file() and entry.name in COMPARISON_FILES:
+            if entry.name == "comparison.csv" and not _starts_with(entry, "method,routing,A_bar,A_last,"):
+                return False
+            continue
+        if not (entry.is_dir() and entry.name in BASELINES):
+            return False
+        if any(f.name not in BASELINE_FILES for f in entry.iterdir()):
+            return False
+        try:
+            metrics = json.loads((entry / "metrics.json").read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(metrics, dict) or metrics.get("method") != entry.name:
+            return False
+        written += 1
+    return written > 0
+
+
+def _starts_with(path: Path, text: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(len(text)) == text
+    except OSError:
+        return False
+
+
+def claim_baselines_folder(folder: Path) -> Path:
+    """Create or take over a baselines folder (never a folder of someone else's files)."""
+    return folders.claim(folder, "baselines", "--out", written_before=is_baselines_dir)
+
+
+def check_baselines_folder(folder: Path) -> None:
+    """Refuse now, before anything runs, a folder `claim_baselines_folder` would refuse."""
+    folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
 
 
 def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stream_cfg: StreamConfig) -> None:
@@ -200,7 +255,8 @@ def tosca_run(
 ) -> RunResult:
     """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
     default run, fitted now unless it is already on disk."""
-    from tosca_heads.runs import evaluate_run, fit_run, read_run_config
+    from tosca_heads.runfiles import read_run_config
+    from tosca_heads.runs import evaluate_run, fit_run
     from tosca_heads.train import PRESETS
 
     if run_dir is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore, find_stores
 
 

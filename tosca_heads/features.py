@@ -4,6 +4,10 @@
 images instead. Both answer the same two questions, so "cached == online" is testable and
 the speed-up measurable side by side. The engine moves what a source returns to its device;
 a cached source can hold its arrays there already, so features cross to a GPU once.
+
+A cached source checks the store before it hands out a number: complete, attrs that fit the
+arrays, and every chunk against the checksum recorded when it was written
+(`featcache.store.read_split`); a damaged store stops the command in one line.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from featcache.store import FeatureStore
+from featcache.store import FeatureStore, check_readable, read_split, verify_streaming
 
 MEMORY_BUDGET_BYTES = 4 << 30  # load whole arrays below this; read task by task above it
 
@@ -39,7 +43,7 @@ class CachedFeatures:
         memory_budget: int = MEMORY_BUDGET_BYTES,
         device: torch.device | str = "cpu",
     ):
-        store.require_complete()
+        check_readable(store)
         self.store, self.views = store, store.views
         self.device = torch.device(device)
         n_train, n_test = store.layout("train").n, store.layout("test").n
@@ -47,14 +51,23 @@ class CachedFeatures:
         self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * held <= memory_budget
         self._arrays: dict[tuple[str, int], torch.Tensor] = {}
         self._task_cache: dict[tuple[bytes, int], torch.Tensor] = {}
+        if not self.in_memory:  # read task by task later: every chunk is checked once now
+            for split in ("train", "test"):
+                verify_streaming(store, split)
 
     def _whole(self, split: str, k: int) -> torch.Tensor:
         key = (split, k)
         if key not in self._arrays:
-            array = self.store.features(split) if k < 0 else self.store.view(k)
-            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-            self._arrays[key] = host.to(self.device)
+            self._load_split(split)
         return self._arrays[key]
+
+    def _load_split(self, split: str) -> None:
+        """A whole split (its views too), each chunk checked against its checksum as it is read."""
+        features, views = read_split(self.store, split)
+        arrays = {-1: features} | ({} if views is None else dict(enumerate(views)))
+        for k, array in arrays.items():
+            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            self._arrays[(split, k)] = host.to(self.device)
 
     def _read(self, split: str, k: int, rows: np.ndarray) -> torch.Tensor:
         if self.in_memory:

@@ -12,20 +12,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.router import module_scores
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
-from tosca_heads.runs import (
+from tosca_heads.runfiles import (
     ROUTER_FILE,
-    StreamConfig,
-    _load_task,
+    feature_dim_of,
     finished_tasks,
+    load_router_statistics,
+    load_task,
     read_run_config,
+    stream_config_of,
     train_config_of,
 )
 from tosca_heads.stream import TaskStream
@@ -57,21 +58,25 @@ class RunPredictor:
                 f"run {self.run_dir} has no finished task; train one with `tosca fit --run {self.run_dir}`"
             )
         train = train_config_of(self.config_, self.run_dir)
-        dim = int(self.config_["feature_dim"])
+        dim = feature_dim_of(self.config_, self.run_dir)
         self.layout_ = ParamLayout(dim, train.r, train.s, train.flow)
         modules, head = [], {}
         for task in range(tasks):
-            module, head, _ = _load_task(self.run_dir, task)
+            module, head, _ = load_task(self.run_dir, task, self.layout_)
             modules.append(self.layout_.pack(module, train.r, train.s).unsqueeze(0).to(self.device))
         self.modules_ = tuple(modules)
         self.weight_ = head["head.weight"].unsqueeze(0).to(self.device)
         self.sigma_ = head["head.sigma"].reshape(1).to(self.device)
-        router_file = self.run_dir / ROUTER_FILE
-        self.statistics_ = (
-            ClassStatistics(dim).load_state_dict(load_file(str(router_file)))
-            if router_file.is_file()
-            else None
-        )
+        state = load_router_statistics(self.run_dir)
+        self.statistics_ = None
+        if state is not None:
+            try:
+                self.statistics_ = ClassStatistics(dim).load_state_dict(state)
+            except (KeyError, IndexError, ValueError, RuntimeError):
+                raise UserError(
+                    f"run {self.run_dir}: {ROUTER_FILE} does not hold router statistics; "
+                    f"`tosca eval {self.run_dir}` rebuilds it"
+                ) from None
         classes = int(self.weight_.shape[1])
         if self.statistics_ is not None and self.statistics_.classes != classes:
             raise UserError(
@@ -79,7 +84,7 @@ class RunPredictor:
                 f"classifier of its {tasks} finished tasks has {classes} (the fit stopped before it "
                 f"ended); rebuild them with `tosca eval {self.run_dir}`"
             )
-        self.stream_: TaskStream = StreamConfig(**self.config_["stream"]).task_stream(self.num_classes)
+        self.stream_: TaskStream = stream_config_of(self.config_, self.run_dir).task_stream(self.num_classes)
         self.tasks_ = tasks
         return self
 

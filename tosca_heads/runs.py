@@ -20,40 +20,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from featcache.errors import UserError
-from featcache.lock import store_lock
-from featcache.store import FeatureStore, canonical_json, identity_differences
-from tosca_heads import atomic
+from featcache.foundation import atomic
+from featcache.foundation.errors import UserError
+from featcache.foundation.locks import store_lock
+from featcache.store import FeatureStore, check_readable
+from tosca_heads import runfiles
 from tosca_heads.engine import native
 from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode, step_threads
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.trainer import TaskStats
+from tosca_heads.engine.memory import require_room
 from tosca_heads.features import CachedFeatures, FeatureSource
 from tosca_heads.metrics import summarise
 from tosca_heads.router import MODES
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
-from tosca_heads.stream import DEFAULT_ORDER_SEED, PAPER_SPLITS, TaskStream
+from tosca_heads.stream import StreamConfig, TaskStream
 from tosca_heads.train import TrainConfig, group_key, make_trainer
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    init_cls: int
-    increment: int
-    order_seed: int = DEFAULT_ORDER_SEED
-
-    def task_stream(self, num_classes: int) -> TaskStream:
-        """The tasks this split makes of num_classes classes (a clear error if it does not split)."""
-        return TaskStream.build(num_classes, self.init_cls, self.increment, self.order_seed)
-
-
-def default_stream(dataset: str, num_classes: int) -> StreamConfig:
-    init_cls, increment = PAPER_SPLITS.get(dataset, (max(1, num_classes // 10),) * 2)
-    return StreamConfig(init_cls, increment)
 
 
 @dataclass
@@ -88,102 +72,6 @@ class RunResult:
             "modes": modes,
             "tasks": [{"task": s.task, **s.stats, "eval_seconds": s.eval_seconds} for s in self.stages],
         }
-
-
-def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) -> dict[str, Any]:
-    ident = store.identity
-    return {
-        "store": str(store.path.resolve()),
-        "store_fingerprint": store.fingerprint,
-        "dataset": ident["dataset"]["name"],
-        "backbone": ident["backbone"]["alias"],
-        "feature_dim": store.dim,
-        "views": store.views,
-        "stream": asdict(stream),
-        "train": asdict(train.resolved(store.dim)),
-    }
-
-
-def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
-    train = config["train"]
-    digest = hashlib.sha256(
-        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
-    ).hexdigest()
-    name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
-    return runs_root / name
-
-
-INFORMATIONAL = ("store", "routing_modes")  # config.json keys that do not decide a run's numbers
-
-
-def _matching(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Differences that matter: not the store's path (a moved store still matches), nor the list of
-    routing modes that runs of tosca 0.1 recorded."""
-    return identity_differences(
-        {k: v for k, v in existing.items() if k not in INFORMATIONAL},
-        {k: v for k, v in new.items() if k not in INFORMATIONAL},
-    )
-
-
-ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
-RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
-
-
-def read_run_config(run_dir: Path) -> dict[str, Any]:
-    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise UserError(f"not a run directory: {run_dir} (no config.json)")
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); it was edited or damaged") from exc
-    missing = [k for k in RUN_CONFIG_KEYS if not isinstance(config, dict) or k not in config]
-    if missing:
-        raise UserError(f"{path} lacks {', '.join(missing)}: not a config.json written by tosca fit")
-    return config
-
-
-def train_config_of(config: dict[str, Any], run_dir: Path) -> TrainConfig:
-    """The recipe recorded in a run's config, refusing keys this version does not know."""
-    try:
-        return TrainConfig(**config["train"])
-    except TypeError as exc:
-        raise UserError(
-            f"run {run_dir} records a recipe this tosca does not know ({exc}); was it made by a newer version?"
-        ) from exc
-
-
-def _task_file(run_dir: Path, task: int) -> Path:
-    return run_dir / f"task_{task:03d}.safetensors"
-
-
-def _save_task(
-    run_dir: Path,
-    task: int,
-    module: dict[str, torch.Tensor],
-    head: dict[str, torch.Tensor],
-    flow: str,
-    stats: TaskStats,
-) -> None:
-    tensors = {f"luca.{k}": v for k, v in module.items()}
-    tensors.update(head)
-    meta = {"task": str(task), "flow": flow, "stats": json.dumps(asdict(stats))}
-    atomic.write_safetensors(_task_file(run_dir, task), tensors, meta)  # whole or not at all
-    atomic.write_safetensors(run_dir / "head.safetensors", head)
-
-
-def _load_task(run_dir: Path, task: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
-    """A finished task's module (reference LuCA state dict), classifier snapshot and training stats."""
-    from safetensors import safe_open
-
-    path = _task_file(run_dir, task)
-    tensors = load_file(str(path))
-    with safe_open(str(path), "pt") as fh:
-        stats = json.loads(fh.metadata()["stats"])
-    module = {k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}
-    head_state = {k: v for k, v in tensors.items() if k.startswith("head.")}
-    return module, head_state, stats
 
 
 def fit_run(
@@ -237,11 +125,11 @@ def fit_group(
     native.check_settings()  # a bad TOSCA_STEP(_THREADS) stops before any run directory is claimed
     if len({group_key(t) for t in trains}) > 1:
         raise ValueError("recipes of one group must share flow, epochs and batch size")
-    store.require_complete()
+    check_readable(store)
     device = resolve_device(device) if isinstance(device, str) else device
     overlap = overlap_evaluation(device) if overlap is None else overlap
     threads = step_threads(device, overlap)
-    configs = [run_config(store, stream_cfg, train) for train in trains]
+    configs = [runfiles.run_config(store, stream_cfg, train) for train in trains]
     num_classes = int(store.identity["dataset"]["num_classes"])
     stream = stream_cfg.task_stream(num_classes)
     last = stream.num_tasks - 1 if upto_task is None else upto_task
@@ -249,15 +137,20 @@ def fit_group(
         raise UserError(
             f"--task {last} is past the last task: this stream has tasks 0..{stream.num_tasks - 1}"
         )
+    require_room(store.shape, [t.resolved(store.dim) for t in trains], stream.num_tasks, device)
+    # read (every chunk checked against its checksum) before any run folder is claimed
+    source = source or CachedFeatures(store, device=device).preload()
     dirs = [
-        Path(d) if d is not None else default_run_dir(c)
+        Path(d) if d is not None else runfiles.default_run_dir(c)
         for d, c in zip(run_dirs or [None] * len(trains), configs, strict=True)
     ]
     with contextlib.ExitStack() as locks:
         if write_outputs:
+            for run_dir in dirs:  # before its lock file is made beside it
+                runfiles.check_claimable(run_dir)
             for run_dir, config in zip(dirs, configs, strict=True):
                 locks.enter_context(store_lock(run_dir, "run", "pass another --run"))
-                _claim_run_dir(run_dir, config)
+                runfiles.claim_run_dir(run_dir, config)
         return _fit_group_locked(
             store,
             stream,
@@ -281,16 +174,16 @@ def _fit_group_locked(
     last: int,
     dirs: list[Path],
     configs: list[dict[str, Any]],
-    source: FeatureSource | None,
+    source: FeatureSource,
     on_stage: Callable[[int, StageResult, bool], None] | None,
     write_outputs: bool,
     device: torch.device,
     overlap: bool,
     threads: int,
 ) -> list[RunResult]:
-    source = source or CachedFeatures(store, device=device)
     train_labels, test_labels = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     trainer = make_trainer(trains, store.dim, device, threads)
+    layouts = [ParamLayout(store.dim, c.r, c.s, c.flow) for c in trainer.configs]
     evaluator = StageEvaluator(stream, test_labels, source, device)
     statistics = ClassStatistics(store.dim)
     # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
@@ -322,7 +215,7 @@ def _fit_group_locked(
         return with_statistics
 
     results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
-    finished = min(min(finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
+    finished = min(min(runfiles.finished_tasks(d) for d in dirs), stream.num_tasks) if write_outputs else 0
     # A run's files describe all of its finished tasks: `--task 2` on a run that has finished 5
     # evaluates the 5 (training nothing), so metrics, router statistics and task files agree.
     last = max(last, finished - 1)
@@ -346,7 +239,9 @@ def _fit_group_locked(
     with step_mode(device, matmul_threads=1 if one_thread else None):
         try:
             for task in range(min(finished, last + 1)):
-                loaded = [_load_task(d, task) for d in dirs]
+                loaded = [
+                    runfiles.load_task(d, task, layout) for d, layout in zip(dirs, layouts, strict=True)
+                ]
                 trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
                 stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
                 queue.submit(task, snapshot(task), (task, stats, False))
@@ -358,7 +253,7 @@ def _fit_group_locked(
                 if write_outputs:
                     for g, run_dir in enumerate(dirs):
                         module, head = trainer.module_state(task, g), trainer.head_state(g)
-                        _save_task(run_dir, task, module, head, trains[g].flow, stats[g])
+                        runfiles.save_task(run_dir, task, module, head, trains[g].flow, asdict(stats[g]))
                 rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
                 queue.submit(task, state, (task, rows, True))
             record(wait=True)
@@ -369,7 +264,7 @@ def _fit_group_locked(
         result.group_size = trainer.groups
         if write_outputs:
             # the router statistics of exactly the run's finished tasks (also after a resume or eval)
-            atomic.write_safetensors(result.run_dir / ROUTER_FILE, statistics.state_dict())
+            atomic.write_safetensors(result.run_dir / runfiles.ROUTER_FILE, statistics.state_dict())
             write_results(result)
     return results
 
@@ -385,23 +280,6 @@ def _statistics_key(store: FeatureStore, stream: TaskStream, source: FeatureSour
     content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())
     return (path, store.fingerprint, content, stream.order.tobytes(), stream.init_cls, stream.increment)
-
-
-def _claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
-    """Create the run directory, or check that an existing one was made by the same config and store
-    (and clear what a killed writer left half-written)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic.remove_stale(run_dir)
-    config_path = run_dir / "config.json"
-    if config_path.exists():
-        diffs = _matching(read_run_config(run_dir), config)
-        if diffs:
-            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise UserError(
-                f"run {run_dir} was made with another config or store ({shown}); pass another --run"
-            )
-    else:
-        atomic.write_text(config_path, json.dumps(config, indent=2) + "\n")
 
 
 def write_results(result: RunResult) -> None:
@@ -454,30 +332,25 @@ def plot_curves(result: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
-def finished_tasks(run_dir: Path) -> int:
-    n = 0
-    while _task_file(Path(run_dir), n).exists():
-        n += 1
-    return n
-
-
 def evaluate_run(
     run_dir: Path, source: FeatureSource | None = None, device: str | torch.device = "cpu"
 ) -> RunResult:
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
-    config = read_run_config(run_dir)
-    done = finished_tasks(run_dir)
+    config = runfiles.read_run_config(run_dir)
+    stream, train = runfiles.stream_config_of(config, run_dir), runfiles.train_config_of(config, run_dir)
+    done = runfiles.finished_tasks(run_dir)
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
     store = FeatureStore.open(config["store"])
+    check_readable(store)  # a damaged store is named as such, not as "changed"
     if store.fingerprint != config["store_fingerprint"]:
         raise UserError(
             f"the store at {config['store']} changed since run {run_dir} was made (fingerprint differs)"
         )
     return fit_run(
         store,
-        StreamConfig(**config["stream"]),
-        train_config_of(config, run_dir),
+        stream,
+        train,
         done - 1,
         run_dir,
         source,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 DEFAULT_ORDER_SEED = 1993
 # (init_cls, increment) of the paper's settings; EuroSAT and CIFAR-10 are not in the paper: B0 Inc2.
@@ -83,3 +83,32 @@ class TaskStream:
 
     def rows_seen(self, remapped: np.ndarray, task: int) -> np.ndarray:
         return np.flatnonzero(remapped < self.seen_classes(task))
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    init_cls: int
+    increment: int
+    order_seed: int = DEFAULT_ORDER_SEED
+
+    def validate(self) -> None:
+        """One line naming the first value of the wrong type or out of range."""
+        for name in ("init_cls", "increment", "order_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+        for name in ("init_cls", "increment"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.order_seed < 2**32:
+            raise UserError(f"--order-seed must be in [0, 2**32), got {self.order_seed}")
+
+    def task_stream(self, num_classes: int) -> TaskStream:
+        """The tasks this split makes of num_classes classes (a clear error if it does not split)."""
+        self.validate()
+        return TaskStream.build(num_classes, self.init_cls, self.increment, self.order_seed)
+
+
+def default_stream(dataset: str, num_classes: int) -> StreamConfig:
+    init_cls, increment = PAPER_SPLITS.get(dataset, (max(1, num_classes // 10),) * 2)
+    return StreamConfig(init_cls, increment)

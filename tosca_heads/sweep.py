@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import threading
@@ -27,16 +28,20 @@ from typing import Any
 import torch
 
 from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler, worker_device
-from featcache.errors import UserError
-from featcache.lock import store_lock
-from featcache.store import FeatureStore, canonical_json
-from tosca_heads import atomic
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
+from featcache.foundation.fingerprints import canonical_json
+from featcache.foundation.limits import max_processes, require_at_most
+from featcache.foundation.locks import store_lock
+from featcache.store import FeatureStore, check_readable
 from tosca_heads.engine import native
 from tosca_heads.engine.device import parse_device, resolve_device
-from tosca_heads.engine.memory import default_group_size
+from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.router import MODES
-from tosca_heads.runs import RunResult, StreamConfig, fit_group
+from tosca_heads.runs import RunResult, fit_group
+from tosca_heads.stream import StreamConfig
 from tosca_heads.sweep_table import ResultsTable, write_sweep_outputs
 from tosca_heads.train import TrainConfig, group_key
 
@@ -55,6 +60,7 @@ TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {
 }
 STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": int, "order_seed": int}
 GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
+MAX_GRID_POINTS = 100_000
 
 
 def option_name(flag: str) -> str:
@@ -120,6 +126,8 @@ def grid_points(
     if unknown:
         raise ValueError(f"not sweepable: {sorted(unknown)}")
     names = [name for name in GRID_FLAGS if name in grid]
+    size = math.prod(len(grid[name]) for name in names)
+    require_at_most("a grid of", size, MAX_GRID_POINTS, "points", "split the sweep into several")
     points = []
     for values in itertools.product(*(grid[name] for name in names)):
         chosen = dict(zip(names, values, strict=True))
@@ -291,9 +299,31 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepP
     return None
 
 
+def is_sweep_dir(folder: Path) -> bool:
+    """A sweep folder written before folders carried tosca's marker: it holds a sweep.json."""
+    return (Path(folder) / "sweep.json").is_file()
+
+
+def check_room(store: FeatureStore, points: Sequence[SweepPoint], device: torch.device) -> None:
+    """Refuse, before anything runs, a grid whose most demanding point cannot fit one process here
+    (each point trains in at least a group of its own)."""
+    classes = store.shape.classes
+    for point in points:
+        require_room(store.shape, [point.train], point.stream.task_stream(classes).num_tasks, device)
+
+
+def check_sweep_folder(out: Path) -> None:
+    """Refuse now, before anything runs or is written, a folder a sweep may not write, or one whose
+    files (sweep.json, results.csv) were damaged."""
+    if folders.check_claimable(out, "sweep", "--out", written_before=is_sweep_dir):
+        if (out / "sweep.json").exists():
+            read_json(out / "sweep.json", "sweep file", "it was edited or damaged; pass another --out")
+        ResultsTable(out / "results.csv", check_only=True)
+
+
 def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint]) -> None:
     """A sweep folder belongs to one store: resuming it on another store would mix their rows."""
-    out.mkdir(parents=True, exist_ok=True)
+    folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
     atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
     meta_path = out / "sweep.json"
     ident = store.identity
@@ -305,10 +335,11 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
         "grid": grid_digest(points),
     }
     if meta_path.exists():
-        try:
-            existing = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"{meta_path} is not valid JSON ({exc}); it was edited or damaged") from exc
+        existing = read_json(meta_path, "sweep file", "it was edited or damaged; pass another --out")
+        if not isinstance(existing.get("grids", []), list):
+            raise UserError(
+                f"sweep file {meta_path} was edited: its grids are not a list; pass another --out"
+            )
         if existing.get("store_fingerprint") != store.fingerprint:
             raise UserError(
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
@@ -339,6 +370,9 @@ def run_sweep(
         raise UserError(f"unknown --rank-by {rank_mode!r}: use one of {', '.join(MODES)}")
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    require_at_most(
+        "--jobs", jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+    )
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
     native.check_settings()  # the points would each fail on it, after the sweep folder is claimed
@@ -352,8 +386,11 @@ def run_sweep(
     else:
         resolved = resolve_device(device)
         sent = str(resolved)
-    store.require_complete()
+    check_readable(store)  # each worker checks every chunk as it loads the arrays
+    if not remote:
+        check_room(store, points, resolved)
     out = Path(out)
+    check_sweep_folder(out)  # before its lock file is made beside it
     with store_lock(out, "sweep folder", "pass another --out"):
         return _run_sweep_locked(
             store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, sent, shown
@@ -380,7 +417,7 @@ def _run_sweep_locked(
     start = time.perf_counter()
     total = len(pending)
     path, fingerprint = str(store.path.resolve()), store.fingerprint
-    size = group or default_group_size(store, pending, resolved, _processes_per_device(jobs, scheduler))
+    size = group or default_group_size(store.shape, pending, resolved, _processes_per_device(jobs, scheduler))
     groups = make_groups(pending, size)
     finished = 0
 

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from featcache.errors import UserError
-from tosca_heads import atomic
+from featcache.foundation import atomic
+from featcache.foundation.errors import UserError
 from tosca_heads.router import MODES
 from tosca_heads.routers import HEADLINE
-from tosca_heads.runs import StreamConfig
+from tosca_heads.stream import StreamConfig
 from tosca_heads.train import TrainConfig
 
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
@@ -49,19 +49,25 @@ COLUMNS = [
     "device",
 ]
 ADDED_COLUMNS = ["group_size", "group_seconds", "device"]  # absent from results.csv of tosca <= 0.1
+TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device"}
+OPTIONAL_COLUMNS = {"r", "s", *ADDED_COLUMNS, *(c for c in MODE_COLUMNS if c.startswith("routing_"))}
 
 
 class ResultsTable:
     """results.csv: one row per finished point, appended as points finish."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, check_only: bool = False):
+        """Read (and check) the rows there; drop rows a kill cut short, unless `check_only`."""
         self.path = Path(path)
         self._rows: list[dict[str, str]] = []
         if self.path.exists():
-            self._rows = self._read_clean()
+            self._rows = self._read_clean(rewrite=not check_only)
 
-    def _read_clean(self) -> list[dict[str, str]]:
-        text = self.path.read_text()
+    def _read_clean(self, rewrite: bool) -> list[dict[str, str]]:
+        try:
+            text = self.path.read_text()
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path} is not a text file; it was damaged: pass another --out") from None
         lines = list(csv.reader(io.StringIO(text)))
         if not lines:
             return []
@@ -72,15 +78,34 @@ class ResultsTable:
                 f"{self.path} has other columns than this version writes; pass another --out for a new sweep"
             )
         rows, seen = [], set()
-        for line in lines[1:]:
+        for number, line in enumerate(lines[1:], start=2):
             if len(line) != len(header) or line[0] in seen:
                 continue  # cut short by a kill, or a point recorded twice
             seen.add(line[0])
             row = dict(zip(header, line, strict=True))
+            self._check_row(number, row)
             rows.append({c: row.get(c, "") for c in COLUMNS})
-        if older or len(rows) != len(lines) - 1 or not text.endswith("\n"):
+        if rewrite and (older or len(rows) != len(lines) - 1 or not text.endswith("\n")):
             self._rewrite(rows)
         return rows
+
+    def _check_row(self, number: int, row: dict[str, str]) -> None:
+        """A row whose numbers are not numbers was edited: one line naming the cell, not a traceback
+        (or a table built from it)."""
+        for column, value in row.items():
+            if (
+                column in TEXT_COLUMNS
+                or column.startswith("A_t_")
+                or (value == "" and column in OPTIONAL_COLUMNS)
+            ):
+                continue
+            try:
+                float(value)
+            except ValueError:
+                raise UserError(
+                    f"{self.path} line {number}: {column} holds {value[:40]!r}, not a number; the file was "
+                    "edited or damaged: fix or delete that line (the sweep then reruns its point)"
+                ) from None
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         with atomic.replacing(self.path) as tmp, open(tmp, "w", newline="") as fh:

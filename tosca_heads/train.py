@@ -3,12 +3,14 @@ one engine run. The training itself is `tosca_heads.engine` (G >= 1 recipes at o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import require_at_most
 from tosca_heads.engine.trainer import SHARED_FIELDS, GroupTrainer
 from tosca_heads.luca import FLOWS
 
@@ -34,6 +36,14 @@ class TrainConfig:
         return TrainConfig(**{**asdict(self), "r": self.r or default, "s": self.s or default})
 
     def validate(self) -> None:
+        """One line naming the first value out of range (or of the wrong type, from a file)."""
+        for name, kinds in FIELD_TYPES.items():
+            value = getattr(self, name)
+            if value is None and name in ("r", "s"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                kind = "a name" if kinds is str else "an integer" if kinds is int else "a number"
+                raise UserError(f"--{name.replace('_', '-')} must be {kind}, got {value!r}")
         if self.flow not in FLOWS:
             raise UserError(f"unknown --flow {self.flow!r}: use one of {', '.join(FLOWS)}")
         for name in ("epochs", "batch_size"):
@@ -50,8 +60,29 @@ class TrainConfig:
             raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if not 0 <= self.seed < 2**32:
             raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
+        require_at_most(
+            "--epochs", self.epochs, MAX_EPOCHS, "epochs per task", "each epoch is a pass over the task"
+        )
+        if not all(
+            math.isfinite(v) for v in (self.l1, self.lr, self.momentum, self.weight_decay, self.eta_min)
+        ):
+            raise UserError("--l1, --lr, --momentum and --weight-decay must be finite numbers")
 
 
+MAX_EPOCHS = 10_000
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "r": int,
+    "s": int,
+    "l1": (int, float),
+    "lr": (int, float),
+    "momentum": (int, float),
+    "weight_decay": (int, float),
+    "epochs": int,
+    "batch_size": int,
+    "eta_min": (int, float),
+    "flow": str,
+    "seed": int,
+}
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
 
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import usable_cores
 
 DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 
@@ -84,13 +85,6 @@ def step_mode(device: torch.device, matmul_threads: int | None = None) -> Iterat
             mkl(previous)
         torch.set_num_threads(before)
         torch.set_flush_denormal(False)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, e.g. a container's CPU set), not the host's."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def step_threads(device: torch.device, overlap: bool) -> int:

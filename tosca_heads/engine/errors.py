@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 class NumericalError(UserError):

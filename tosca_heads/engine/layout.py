@@ -101,6 +101,13 @@ class ParamLayout:
             target[self._live(slot, r, s)] = value
         return flat
 
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The reference `LuCA` state dict's shapes at this layout's bottlenecks (what run files hold)."""
+        return {
+            name: tuple(reversed(slot.shape)) if slot.transposed else slot.shape
+            for name, slot in self.slots.items()
+        }
+
     def padding_mask(self, r: int, s: int) -> torch.Tensor:
         """True at the flat positions that pad a configuration with bottlenecks (r, s)."""
         mask = torch.ones(self.size, dtype=torch.bool)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.engine.device import configured_step_threads
 from tosca_heads.engine.layout import ParamLayout
 

@@ -147,7 +147,8 @@ class NativeStep:
         self._epoch_loss = torch.zeros(groups, dtype=torch.float64)
         self.loss_sum = torch.zeros(groups, dtype=torch.float64)
         self.correct = torch.zeros(groups, dtype=torch.int64)
-        batch = max(c.batch_size for c in configs)
+        # a step never has more rows than the task: a larger batch size is one step per epoch
+        batch = max(1, min(max(c.batch_size for c in configs), len(self.targets)))
         self.batch = batch
         self.work = torch.empty(lib.tosca_workspace_floats(batch, dim, layout.r, layout.s, classes))
         # keep every tensor the struct points into alive as long as the struct

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.layout import ParamLayout

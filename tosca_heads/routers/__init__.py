@@ -7,7 +7,7 @@ router; `ROUTER_NAMES` is their order in tables and files.
 
 from __future__ import annotations
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 from tosca_heads.routers.library import ROUTERS, Router, StageView, route_batches, task_log_posterior
 from tosca_heads.routers.stats import ClassStatistics, FrozenModel
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
 from tosca_heads.routers.library import ROUTERS
 
 
@@ -17,17 +18,22 @@ def _percent(value: float | None) -> float | None:
 
 def run_metrics(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, metrics.json) of a run, refusing folders that are not finished runs."""
-    from tosca_heads.runs import read_run_config
+    from tosca_heads.runfiles import read_run_config
 
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
     path = run_dir / "metrics.json"
     if not path.is_file():
         raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
-    try:
-        return config, json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); `tosca eval {run_dir}` rewrites it") from exc
+    metrics = read_json(path, "run metrics", f"`tosca eval {run_dir}` rewrites it")
+    modes = metrics.get("modes")
+    if not isinstance(modes, dict) or not all(
+        isinstance(m, dict)
+        and all(isinstance(m.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting"))
+        for m in modes.values()
+    ):
+        raise UserError(f"run metrics {path} were edited or damaged; `tosca eval {run_dir}` rewrites them")
+    return config, metrics
 
 
 def router_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,11 +63,19 @@ def baseline_rows(run_dir: Path, config: dict[str, Any]) -> list[dict[str, Any]]
             payload = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if "method" not in payload or payload.get("store_fingerprint") != config["store_fingerprint"]:
+        if (
+            not isinstance(payload, dict)
+            or "method" not in payload
+            or payload.get("store_fingerprint") != config["store_fingerprint"]
+        ):
             continue
         if payload.get("stream") != config["stream"]:
             continue
-        block = payload["modes"]["none"]
+        block = (payload.get("modes") or {}).get("none")
+        if not isinstance(block, dict) or not all(
+            isinstance(block.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting")
+        ):
+            continue  # edited or damaged: not a baseline row to trust
         rows.append(
             {
                 "router": payload["method"],

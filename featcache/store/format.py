@@ -2,17 +2,24 @@
 
 Layout (design.md): `<split>/features [N, D]`, `train/views [V, N, D]`, `<split>/labels [N]`,
 `<split>/ids [N]`, and the done record: `<split>/done [chunks]` (bool) with
-`<split>/checksums [chunks]` (the sha256 of the chunk's values, "" when not done). Sample chunks
-are the unit of work: each is written whole by exactly one writer in this order: its done flag
-cleared (when a retried writer finds it set), its values, its checksum, its done flag. zarr
+`<split>/checksums [chunks]` (the sha256 of the chunk's values, "" when not done) and
+`<split>/sources [chunks]` (the fingerprint of the files the chunk was computed from: ids, sizes,
+modification times). Sample chunks are the unit of work: each is written whole by exactly one
+writer in this order: its done flag cleared (when a retried writer finds it set), its values,
+its checksum and source, its done flag. zarr
 writes every file to a temporary name and renames it, so a killed writer leaves at worst a chunk
 without its flag, which the next run recomputes, and `tosca cache verify` recomputes every done
 chunk's checksum, so a chunk edited or damaged later is found.
 
-The checksums array came after schema 1 stores existed: it changes nothing else about how a store
-is read, so the schema stays 1 and older tosca versions still read new stores. Stores without it
-are read and resumed as before and verified without checksums (a note says so); `--overwrite`
-rebuilds one with them.
+The checksums array came after the first schema 1 stores: it changes nothing else about how a
+store is read, so the schema stays 1. A store without it cannot show that its values are the ones
+written, so `tosca cache verify` fails it and stage 2 refuses it (`featcache.store.verify`);
+`cache verify --fix` adds empty checksums and unflags every chunk, so the same `tosca extract`
+recomputes them.
+
+The arrays' chunk length is the requested chunk size, or the larger split's sample count when
+that is smaller (a chunk is written whole, padding included: 20,000-row chunks for 60 images
+would write 100 MB files of zeros); the identity keeps the requested size.
 
 Import-light (zarr, numpy, stdlib only): stage 2 reads stores through this module.
 """
@@ -20,12 +27,10 @@ Import-light (zarr, numpy, stdlib only): stage 2 reads stores through this modul
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +39,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import disk_errors
+from featcache.foundation.fingerprints import fingerprint
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -42,38 +49,10 @@ DTYPES = ("float32", "float16")
 CHECKSUM_PREFIX = "sha256:"
 # A name that becomes a file or folder name (dataset, backbone alias): no separators, no "..".
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
-_FULL = (errno.ENOSPC, errno.EDQUOT)
-_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def fingerprint(identity: dict[str, Any]) -> str:
-    """Hash of everything that decides the stored numbers (not timestamps or paths)."""
-    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _short(value: Any) -> str:
-    text = str(value)
-    return text[:40] + "..." if len(text) > 43 else text
-
-
-def identity_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """Human-readable list of the identity fields that differ, e.g. 'views: 0 -> 4'."""
-    diffs = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            diffs += identity_differences(a, b, f"{prefix}{key}.")
-        elif canonical_json(a) != canonical_json(b):
-            diffs.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
-    return diffs
 
 
 def check_name(kind: str, value: Any) -> str:
@@ -101,27 +80,10 @@ def chunk_checksum(features: np.ndarray, views: np.ndarray | None = None) -> str
     for block in (features, views):
         if block is None:
             continue
-        array = np.ascontiguousarray(block)
-        array = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        array = np.ascontiguousarray(block.astype(block.dtype.newbyteorder("<"), copy=False))
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        digest.update(array.tobytes())
+        digest.update(memoryview(array).cast("B"))  # the bytes in place: no copy of a contiguous chunk
     return CHECKSUM_PREFIX + digest.hexdigest()
-
-
-@contextlib.contextmanager
-def disk_errors(path: Path, doing: str, after: str = "") -> Iterator[None]:
-    """A full or read-only disk is the user's to fix: one line, not a traceback."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in _FULL:
-            raise UserError(
-                f"disk full ({exc.strerror}) while {doing} in {path}{after}; free some space, then run "
-                "the same command again to resume"
-            ) from None
-        if exc.errno in _READ_ONLY:
-            raise UserError(f"cannot write {path} ({exc.strerror}) while {doing}") from None
-        raise
 
 
 def _check_schema(path: Path, schema: Any) -> None:
@@ -143,11 +105,36 @@ def _check_schema(path: Path, schema: Any) -> None:
         )
 
 
+# what stage 2 and `tosca cache` read from the identity: section -> key -> the type it must have
+IDENTITY_FIELDS: dict[str, dict[str, type]] = {
+    "dataset": {"name": str, "num_classes": int},
+    "backbone": {"alias": str, "feature_dim": int},
+}
+
+
 def _check_identity_names(path: Path, attrs: dict[str, Any]) -> None:
-    """Names read from attrs end up in folder names (runs, baselines): refuse hand-made unsafe ones."""
+    """Names read from attrs end up in folder names (runs, baselines): refuse hand-made unsafe ones;
+    and the fields every command reads must have their types (an edited store is refused in one
+    line, not met with a traceback)."""
     identity = attrs.get("identity")
     if not isinstance(identity, dict):
         raise UserError(f"{path} has no identity in its attrs; re-extract it")
+    for section, fields in IDENTITY_FIELDS.items():
+        block = identity.get(section)
+        for key, kind in fields.items():
+            value = block.get(key) if isinstance(block, dict) else None
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise UserError(
+                    f"store {path} records no valid {section}.{key} in its identity; was it edited by hand? "
+                    "re-extract it"
+                )
+    names = identity["dataset"].get("class_names")
+    if names is not None and (
+        not isinstance(names, list)
+        or len(names) != identity["dataset"]["num_classes"]
+        or not all(isinstance(n, str) for n in names)
+    ):
+        raise UserError(f"store {path} records class names that do not fit its class count; re-extract it")
     for kind, section, key in (("dataset name", "dataset", "name"), ("backbone alias", "backbone", "alias")):
         block = identity.get(section)
         if isinstance(block, dict) and key in block:
@@ -174,15 +161,19 @@ def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
-class ChunkFault:
-    """A done chunk whose stored values do not hold up."""
+class StoreShape:
+    """The sizes stage 2 plans with: feature dim, rows per split, views, classes."""
 
-    split: str
-    chunk: int
-    reason: str
+    dim: int
+    train: int
+    test: int
+    views: int
+    classes: int
 
-    def __str__(self) -> str:
-        return f"{self.split} chunk {self.chunk}: {self.reason}"
+
+def stored_chunk_size(requested: int, largest_split: int) -> int:
+    """The arrays' chunk length: the requested size, never longer than the larger split."""
+    return max(1, min(requested, largest_split))
 
 
 @dataclass(frozen=True)
@@ -204,6 +195,21 @@ class FeatureStore:
     def __init__(self, path: Path, group: zarr.Group):
         self.path = Path(path)
         self.group = group
+        self.attrs_checked = False  # set by featcache.store.verify.check_readable once it has passed
+        self._nodes: dict[str, Any] = {}
+        self._members: dict[str, set[str]] = {}
+
+    def node(self, path: str) -> zarr.Array:
+        """The array at `<split>/<name>`, opened once per store object (an open reads its metadata)."""
+        if path not in self._nodes:
+            self._nodes[path] = self.group[path]
+        return self._nodes[path]
+
+    def has(self, split: str, name: str) -> bool:
+        """Whether the split holds an array of that name."""
+        if split not in self._members:
+            self._members[split] = set(self.group[split].array_keys())
+        return name in self._members[split]
 
     # ------------------------------------------------------------ opening and creating
 
@@ -248,6 +254,7 @@ class FeatureStore:
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         group = zarr.open_group(str(path), mode="w")
+        chunk_size = stored_chunk_size(chunk_size, max(len(ids[split]) for split in SPLITS))
         for split in SPLITS:
             n = len(ids[split])
             layout = SplitLayout(n, chunk_size)
@@ -265,6 +272,7 @@ class FeatureStore:
             )
             sub.create_array("done", shape=(layout.n_chunks,), chunks=(1,), dtype=bool, fill_value=False)
             sub.create_array("checksums", shape=(layout.n_chunks,), chunks=(1,), dtype=str)
+            sub.create_array("sources", shape=(layout.n_chunks,), chunks=(1,), dtype=str)
         group.attrs.update(
             {
                 **meta,
@@ -293,18 +301,38 @@ class FeatureStore:
 
     @property
     def dim(self) -> int:
-        return int(self.group["train/features"].shape[1])
+        return int(self.node("train/features").shape[1])
 
     @property
     def views(self) -> int:
-        return int(self.group["train/views"].shape[0]) if "views" in self.group["train"] else 0
+        return int(self.node("train/views").shape[0]) if self.has("train", "views") else 0
 
     @property
     def chunk_size(self) -> int:
-        return int(self.group["train/features"].chunks[0])
+        return int(self.node("train/features").chunks[0])
+
+    @property
+    def shape(self) -> StoreShape:
+        classes = self.identity.get("dataset", {}).get("num_classes")
+        labels_max = int(self.labels("train").max()) + 1 if self.layout("train").n else 0
+        return StoreShape(
+            self.dim,
+            self.layout("train").n,
+            self.layout("test").n,
+            self.views,
+            int(classes) if isinstance(classes, int) else labels_max,
+        )
 
     def layout(self, split: str) -> SplitLayout:
-        return SplitLayout(int(self.group[f"{split}/features"].shape[0]), self.chunk_size)
+        return SplitLayout(int(self.node(f"{split}/features").shape[0]), self.chunk_size)
+
+    def replace_identity(self, identity: dict[str, Any]) -> None:
+        """A new identity and its fingerprint (a resumed extraction whose pending chunks' files
+        changed: the store is about to describe those files)."""
+        with disk_errors(self.path, "updating the store's attrs"):
+            self.group.attrs.update(
+                {"identity": identity, "fingerprint": fingerprint(identity), "updated": now_iso()}
+            )
 
     def touch(self) -> None:
         with disk_errors(self.path, "updating the store's attrs"):
@@ -313,16 +341,16 @@ class FeatureStore:
     # ------------------------------------------------------------ chunks
 
     def done(self, split: str) -> np.ndarray:
-        return np.asarray(self.group[f"{split}/done"][:], dtype=bool)
+        return np.asarray(self.node(f"{split}/done")[:], dtype=bool)
 
     def has_checksums(self) -> bool:
-        return all("checksums" in self.group[split] for split in SPLITS)
+        return all(self.has(split, "checksums") for split in SPLITS)
 
     def checksums(self, split: str) -> np.ndarray | None:
         """The recorded checksum of every chunk ("" where none), or None for a store made before them."""
-        if "checksums" not in self.group[split]:
+        if not self.has(split, "checksums"):
             return None
-        return np.asarray(self.group[f"{split}/checksums"][:], dtype=object)
+        return np.asarray(self.node(f"{split}/checksums")[:], dtype=object)
 
     def pending_chunks(self, split: str) -> list[int]:
         return [int(c) for c in np.flatnonzero(~self.done(split))]
@@ -341,10 +369,23 @@ class FeatureStore:
             with contextlib.suppress(OSError):
                 leftover.unlink()
 
+    def sources(self, split: str) -> np.ndarray | None:
+        """The fingerprint of the files each chunk was computed from ("" where none), or None for a
+        store made before tosca recorded them."""
+        if not self.has(split, "sources"):
+            return None
+        return np.asarray(self.node(f"{split}/sources")[:], dtype=object)
+
     def write_chunk(
-        self, split: str, chunk: int, features: np.ndarray, views: np.ndarray | None = None
+        self,
+        split: str,
+        chunk: int,
+        features: np.ndarray,
+        views: np.ndarray | None = None,
+        source: str | None = None,
     ) -> None:
-        """Write one whole sample chunk (features and all its views) and its done record.
+        """Write one whole sample chunk (features and all its views) and its done record: its
+        checksum and, where given, the fingerprint of the files it was computed from.
 
         Refuses (UserError) values that are not finite: a chunk holding NaN or inf is never marked
         done. A chunk found done (a retried Dask task after its first writer died) is unflagged
@@ -352,7 +393,7 @@ class FeatureStore:
         """
         sl = self.layout(split).chunk_slice(chunk)
         expected = (sl.stop - sl.start, self.dim)
-        dtype = self.group[f"{split}/features"].dtype
+        dtype = self.node(f"{split}/features").dtype
         features = np.asarray(features, dtype=dtype)
         if features.shape != expected:
             raise ValueError(f"chunk {chunk} of {split}: features {features.shape}, expected {expected}")
@@ -366,14 +407,16 @@ class FeatureStore:
         checksum = chunk_checksum(features, views)
         after = f" ({split} chunk {chunk} not marked done; the chunks done before it are kept)"
         with disk_errors(self.path, f"writing {split} chunk {chunk}", after):
-            if bool(self.group[f"{split}/done"][chunk]):
-                self.group[f"{split}/done"][chunk] = False
-            self.group[f"{split}/features"][sl] = features
+            if bool(self.node(f"{split}/done")[chunk]):
+                self.node(f"{split}/done")[chunk] = False
+            self.node(f"{split}/features")[sl] = features
             if views is not None:
-                self.group["train/views"][:, sl] = views
-            if "checksums" in self.group[split]:
-                self.group[f"{split}/checksums"][chunk] = checksum
-            self.group[f"{split}/done"][chunk] = True
+                self.node("train/views")[:, sl] = views
+            if self.has(split, "checksums"):
+                self.node(f"{split}/checksums")[chunk] = checksum
+            if source is not None and self.has(split, "sources"):
+                self.node(f"{split}/sources")[chunk] = source
+            self.node(f"{split}/done")[chunk] = True
 
     def _refuse_non_finite(
         self, split: str, chunk: int, features: np.ndarray, views: np.ndarray | None
@@ -383,7 +426,7 @@ class FeatureStore:
         if not bad_clean.any() and (bad_views is None or not bad_views.any()):
             return
         start = self.layout(split).chunk_slice(chunk).start
-        ids = self.group[f"{split}/ids"]
+        ids = self.node(f"{split}/ids")
         named = [f"{ids[start + int(i)]} (clean)" for i in np.flatnonzero(bad_clean)]
         if bad_views is not None:
             for k, i in zip(*np.nonzero(bad_views), strict=True):
@@ -394,31 +437,45 @@ class FeatureStore:
             f"{shown}; the chunk is not marked done (check the weights and --precision)"
         )
 
+    def add_checksums(self, split: str) -> None:
+        """An empty checksums array for a split that has none (`cache verify --fix`)."""
+        if self.has(split, "checksums"):
+            return
+        n_chunks = self.layout(split).n_chunks
+        with disk_errors(self.path, "adding a checksums array"):
+            self.group[split].create_array("checksums", shape=(n_chunks,), chunks=(1,), dtype=str)
+        self._members.pop(split, None)
+
     def mark_undone(self, split: str, chunks: list[int]) -> None:
         """Clear the done record of these chunks, so the next extraction recomputes them."""
         with disk_errors(self.path, "clearing done flags"):
             for chunk in chunks:
-                self.group[f"{split}/done"][chunk] = False
-                if "checksums" in self.group[split]:
-                    self.group[f"{split}/checksums"][chunk] = ""
+                self.node(f"{split}/done")[chunk] = False
+                if self.has(split, "checksums"):
+                    self.node(f"{split}/checksums")[chunk] = ""
 
     # ------------------------------------------------------------ reading
 
     def labels(self, split: str) -> np.ndarray:
-        return np.asarray(self.group[f"{split}/labels"][:], dtype=np.int64)
+        return np.asarray(self.node(f"{split}/labels")[:], dtype=np.int64)
 
     def ids(self, split: str) -> np.ndarray:
-        return np.asarray(self.group[f"{split}/ids"][:])
+        return np.asarray(self.node(f"{split}/ids")[:])
 
     def features(self, split: str, index: np.ndarray | None = None) -> np.ndarray:
-        array = self.group[f"{split}/features"]
+        array = self.node(f"{split}/features")
         return np.asarray(array[:] if index is None else array.get_orthogonal_selection((index, slice(None))))
 
     def view(self, k: int, index: np.ndarray | None = None) -> np.ndarray:
-        array = self.group["train/views"]
+        array = self.node("train/views")
         if index is None:
             return np.asarray(array[k])
         return np.asarray(array.get_orthogonal_selection((k, index, slice(None))))
+
+    def chunk_file(self, split: str, array: str, key: tuple[int, ...]) -> Path:
+        """Where one chunk of `<split>/<array>` lives on disk (zarr's default key encoding)."""
+        node = self.node(f"{split}/{array}")
+        return self.path / split / array / node.metadata.chunk_key_encoding.encode_chunk_key(key)
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
@@ -434,102 +491,18 @@ class FeatureStore:
                 )
 
 
-def chunk_faults(store: FeatureStore) -> list[ChunkFault]:
-    """Every done chunk whose values do not match its recorded checksum, cannot be read, or are not finite.
-
-    A store made before checksums has none to compare: only readability and finiteness are checked.
-    """
-    faults: list[ChunkFault] = []
-    for split in SPLITS:
-        layout = store.layout(split)
-        sums = store.checksums(split)
-        arrays = [store.group[f"{split}/features"]]
-        if split == "train" and store.views:
-            arrays.append(store.group["train/views"])
-        for chunk in np.flatnonzero(store.done(split)).tolist():
-            sl = layout.chunk_slice(chunk)
-            try:
-                blocks = [np.asarray(array[..., sl, :]) for array in arrays]
-            except Exception as exc:  # any decode failure of a damaged chunk file is the finding
-                faults.append(ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})"))
-                continue
-            if not all(np.isfinite(block).all() for block in blocks):
-                faults.append(ChunkFault(split, chunk, "NaN or inf in a chunk marked done"))
-                continue
-            if sums is None:
-                continue
-            recorded = str(sums[chunk])
-            if not recorded:
-                faults.append(ChunkFault(split, chunk, "marked done but no checksum recorded"))
-            elif recorded != chunk_checksum(*blocks):
-                faults.append(
-                    ChunkFault(split, chunk, "values do not match the checksum recorded when it was written")
-                )
-    return faults
-
-
-def verify_store(store: FeatureStore) -> list[str]:
-    """Every reason the store is not fit for use; an empty list means it is."""
-    problems: list[str] = []
-    ident = store.identity
-    if store.fingerprint != fingerprint(ident):
-        problems.append("fingerprint does not match the identity attrs")
-    dim = ident.get("backbone", {}).get("feature_dim")
-    if dim is not None and dim != store.dim:
-        problems.append(f"feature dim {store.dim} != backbone feature_dim {dim}")
-    if ident.get("views", 0) != store.views:
-        problems.append(f"views array has {store.views} views, attrs say {ident.get('views')}")
-    for split in SPLITS:
-        layout = store.layout(split)
-        expected_n = ident.get("dataset", {}).get("samples", {}).get(split)
-        if expected_n is not None and expected_n != layout.n:
-            problems.append(f"{split}: {layout.n} rows, attrs say {expected_n}")
-        for name in ("labels", "ids"):
-            if store.group[f"{split}/{name}"].shape[0] != layout.n:
-                problems.append(
-                    f"{split}/{name} has {store.group[f'{split}/{name}'].shape[0]} rows, expected {layout.n}"
-                )
-        missing = np.flatnonzero(~store.done(split))
-        if missing.size:
-            problems.append(
-                f"{split}: {missing.size}/{layout.n_chunks} chunks not done (first: {missing[:5].tolist()})"
-            )
-        n_classes = ident.get("dataset", {}).get("num_classes")
-        labels = store.labels(split)
-        if n_classes is not None and labels.size and (labels.min() < 0 or labels.max() >= n_classes):
-            problems.append(f"{split}: labels outside 0..{n_classes - 1}")
-        recorded_ids = ident.get("dataset", {}).get("ids_sha256", {}).get(split)
-        if recorded_ids is not None and recorded_ids != ids_sha256(store.ids(split), labels):
-            problems.append(f"{split}: ids or labels differ from the ones recorded in the identity")
-    problems += [str(fault) for fault in chunk_faults(store)]
-    return problems
-
-
-def verify_notes(store: FeatureStore) -> list[str]:
-    """What verify could not check, without failing the store for it."""
-    notes = []
-    if not store.has_checksums():
-        notes.append(
-            "no chunk checksums recorded (made before tosca kept them): values checked for NaN/inf only; "
-            "`tosca extract ... --overwrite` rebuilds it with checksums"
-        )
-    skipped = store.attrs.get("skipped_images") or []
-    if skipped:
-        notes.append(f"{len(skipped)} unreadable image(s) were left out on purpose (see `tosca cache info`)")
-    return notes
-
-
 def find_stores(cache_dir: str | Path) -> list[Path]:
     """Every tosca store under `cache_dir` (folders named *.zarr with a schema version)."""
     root = Path(cache_dir)
     if not root.is_dir():
         return []
-    found = []
-    for meta in sorted(root.rglob("*.zarr/zarr.json")):
-        try:
-            attrs = json.loads(meta.read_text()).get("attributes", {})
-        except (OSError, json.JSONDecodeError):
-            continue
-        if "schema_version" in attrs:
-            found.append(meta.parent)
-    return found
+    return [meta.parent for meta in sorted(root.rglob("*.zarr/zarr.json")) if is_tosca_store(meta.parent)]
+
+
+def is_tosca_store(path: str | Path) -> bool:
+    """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+    try:
+        attrs = json.loads((Path(path) / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(attrs, dict) and "schema_version" in attrs

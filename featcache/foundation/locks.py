@@ -21,12 +21,12 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.errors import UserError
+from featcache.foundation.errors import UserError
 
 
 class StoreBusy(UserError):
@@ -90,10 +90,15 @@ class StoreLock:
 
 
 def acquire(
-    store: str | Path, what: str = "store", advice: str = "pass --store PATH for another store"
+    store: str | Path,
+    what: str = "store",
+    advice: str = "pass --store PATH for another store",
+    on_wait: Callable[[str], None] | None = None,
 ) -> StoreLock:
     """Take the lock of a store (or of another folder one process writes at a time: a run, a sweep)
-    now, or raise StoreBusy naming the holder; never waits. `what` and `advice` word the refusal."""
+    now, or raise StoreBusy naming the holder. With `on_wait`, wait instead: it is called once
+    with the holder's description, then the lock is taken when the holder lets go (or dies).
+    `what` and `advice` word the refusal."""
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -102,6 +107,18 @@ def acquire(
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             info = _read_record(fd)
+            if on_wait is not None:
+                on_wait(_holder_text(info))
+                on_wait = None  # said once
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except OSError:
+                    os.close(fd)
+                    raise
+                if not _still_the_file(fd, path):
+                    os.close(fd)
+                    continue
+                return _record(fd, path)
             os.close(fd)
             hint = (
                 "; that process has ended and its helper processes are exiting: try again in a few seconds"
@@ -117,30 +134,42 @@ def acquire(
                 f"cannot lock {path} ({exc.strerror}): this filesystem does not support file locks; "
                 "put the store on a local disk or an NFSv4 share"
             ) from exc
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # the previous holder unlinked this inode as we opened it: lock the new file
+        if not _still_the_file(fd, path):  # the previous holder unlinked it as we opened it
             os.close(fd)
             continue
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(sys.argv)[:300],
-        }
-        with contextlib.suppress(OSError):  # the record is advice; a full disk must not stop here
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(record).encode(), 0)
-        return StoreLock(path, fd)
+        return _record(fd, path)
+
+
+def _still_the_file(fd: int, path: Path) -> bool:
+    """The locked inode is still the one at `path` (a releasing holder unlinks its file)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _record(fd: int, path: Path) -> StoreLock:
+    """Write who holds the lock (advice for people) and hand the held lock out."""
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv)[:300],
+    }
+    with contextlib.suppress(OSError):  # the record is advice; a full disk must not stop here
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+    return StoreLock(path, fd)
 
 
 @contextlib.contextmanager
 def store_lock(
-    store: str | Path, what: str = "store", advice: str = "pass --store PATH for another store"
+    store: str | Path,
+    what: str = "store",
+    advice: str = "pass --store PATH for another store",
+    on_wait: Callable[[str], None] | None = None,
 ) -> Iterator[StoreLock]:
-    lock = acquire(store, what, advice)
+    lock = acquire(store, what, advice, on_wait)
     try:
         yield lock
     finally:

@@ -2,6 +2,7 @@
 
 A run or sweep folder is read back by resumes, `tosca eval` and `tosca routers`; a process killed
 mid-write must leave the previous version or none, never a half-written file that loads.
+Import-light: torch and safetensors are imported by the one writer that needs them.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-
-import torch
-from safetensors.torch import save_file
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -36,8 +35,10 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_safetensors(
-    path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+    path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> None:
+    from safetensors.torch import save_file
+
     with replacing(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 

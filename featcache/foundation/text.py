@@ -1,0 +1,25 @@
+"""Names are data: what a dataset, a file or a folder is called is shown, never obeyed.
+
+A class folder named with an escape sequence (`ESC ] 0 ; title BEL`) would otherwise rewrite the
+user's terminal title or colours when a table, a progress line or an error shows it. Every
+control character (C0, DEL, C1) and every bidirectional-override character is shown as its
+Python escape (`\\x1b`, `\\u202e`), so the name stays readable and inert.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates (they reorder text)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(value: object) -> str:
+    """`str(value)` with every control and bidi character escaped (newlines and tabs too: one line
+    stays one line)."""
+    return _UNSAFE.sub(_escape, str(value))

@@ -1,0 +1,247 @@
+"""Is a store fit for use? What `tosca cache verify` checks, what stage 2 checks before it reads,
+and what `cache verify --fix` repairs.
+
+Stage 2 reads a split only through `read_split`: every chunk's file must be there, every chunk's
+values must match the sha256 recorded when it was written, and the attrs must fit the arrays.
+Anything else stops the command with one line naming the first fault and pointing to
+`tosca cache verify STORE --fix`, before a number is computed: a flipped bit, a deleted or
+truncated chunk file (zarr would read zeros) or attrs edited after the store was made would
+otherwise train a run on damaged data and report its accuracy with exit code 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.fingerprints import fingerprint
+from featcache.foundation.locks import store_lock
+from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
+
+
+@dataclass(frozen=True)
+class ChunkFault:
+    """A done chunk whose stored values do not hold up."""
+
+    split: str
+    chunk: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.split} chunk {self.chunk}: {self.reason}"
+
+
+class StoreDamaged(UserError):
+    """A store whose values or attrs do not hold up: stage 2 refuses to compute on it."""
+
+
+def _arrays(store: FeatureStore, split: str) -> list[str]:
+    return ["features", "views"] if split == "train" and store.views else ["features"]
+
+
+def missing_chunk_files(store: FeatureStore, split: str, chunks: list[int]) -> list[ChunkFault]:
+    """Done chunks with a chunk file missing on disk (zarr would silently read its fill value)."""
+    faults = []
+    for chunk in chunks:
+        for array in _arrays(store, split):
+            keys = [(chunk, 0)] if array == "features" else [(k, chunk, 0) for k in range(store.views)]
+            gone = [key for key in keys if not store.chunk_file(split, array, key).is_file()]
+            if gone:
+                where = store.chunk_file(split, array, gone[0]).relative_to(store.path)
+                faults.append(ChunkFault(split, chunk, f"its file {where} is missing"))
+                break
+    return faults
+
+
+def chunk_faults(store: FeatureStore, splits: tuple[str, ...] = SPLITS) -> list[ChunkFault]:
+    """Every done chunk whose file is missing, cannot be read, holds NaN or inf, or does not match
+    its recorded checksum (a store without checksums: readability and finiteness only)."""
+    faults: list[ChunkFault] = []
+    for split in splits:
+        layout = store.layout(split)
+        sums = store.checksums(split)
+        done = np.flatnonzero(store.done(split)).tolist()
+        missing = missing_chunk_files(store, split, done)
+        faults += missing
+        arrays = [store.node(f"{split}/{name}") for name in _arrays(store, split)]
+        for chunk in sorted(set(done) - {f.chunk for f in missing}):
+            sl = layout.chunk_slice(chunk)
+            try:
+                blocks = [np.asarray(array[..., sl, :]) for array in arrays]
+            except Exception as exc:  # any decode failure of a damaged chunk file is the finding
+                faults.append(ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})"))
+                continue
+            if not all(np.isfinite(block).all() for block in blocks):
+                faults.append(ChunkFault(split, chunk, "NaN or inf in a chunk marked done"))
+                continue
+            if sums is None:
+                continue
+            recorded = str(sums[chunk])
+            if not recorded:
+                faults.append(ChunkFault(split, chunk, "marked done but no checksum recorded"))
+            elif recorded != chunk_checksum(*blocks):
+                faults.append(ChunkFault(split, chunk, MISMATCH))
+    return faults
+
+
+def attrs_problems(store: FeatureStore) -> list[str]:
+    """Every way the attrs and the arrays disagree (an edited or damaged store)."""
+    problems: list[str] = []
+    ident = store.identity
+    if store.fingerprint != fingerprint(ident):
+        problems.append("fingerprint does not match the identity attrs (edited after the store was made)")
+    if not store.has_checksums():
+        missing = [split for split in SPLITS if store.checksums(split) is None]
+        problems.append(f"no chunk checksums ({', '.join(missing)}): its values cannot be checked")
+    dim = ident.get("backbone", {}).get("feature_dim")
+    if dim is not None and dim != store.dim:
+        problems.append(f"feature dim {store.dim} != backbone feature_dim {dim}")
+    if ident.get("views", 0) != store.views:
+        problems.append(f"views array has {store.views} views, attrs say {ident.get('views')}")
+    dataset = ident.get("dataset", {}) if isinstance(ident.get("dataset"), dict) else {}
+    for split in SPLITS:
+        layout = store.layout(split)
+        expected_n = (dataset.get("samples") or {}).get(split)
+        if expected_n is not None and expected_n != layout.n:
+            problems.append(f"{split}: {layout.n} rows, attrs say {expected_n}")
+        for name in ("labels", "ids", "done") + (
+            ("checksums",) if store.checksums(split) is not None else ()
+        ):
+            rows = store.node(f"{split}/{name}").shape[0]
+            expected = layout.n if name in ("labels", "ids") else layout.n_chunks
+            if rows != expected:
+                problems.append(f"{split}/{name} has {rows} entries, expected {expected}")
+        if problems and problems[-1].startswith(f"{split}/"):
+            continue  # the arrays below cannot be read consistently
+        n_classes = dataset.get("num_classes")
+        labels = store.labels(split)
+        if n_classes is not None and labels.size and (labels.min() < 0 or labels.max() >= n_classes):
+            problems.append(f"{split}: labels outside 0..{n_classes - 1}")
+        recorded_ids = (dataset.get("ids_sha256") or {}).get(split)
+        if recorded_ids is not None and recorded_ids != ids_sha256(store.ids(split), labels):
+            problems.append(f"{split}: ids or labels differ from the ones recorded in the identity")
+    return problems
+
+
+def verify_store(store: FeatureStore) -> list[str]:
+    """Every reason the store is not fit for use; an empty list means it is."""
+    problems = attrs_problems(store)
+    for split in SPLITS:
+        missing = np.flatnonzero(~store.done(split))
+        if missing.size:
+            problems.append(
+                f"{split}: {missing.size}/{store.layout(split).n_chunks} chunks not done "
+                f"(first: {missing[:5].tolist()})"
+            )
+    problems += [str(fault) for fault in chunk_faults(store)]
+    return problems
+
+
+def verify_notes(store: FeatureStore) -> list[str]:
+    """What verify wants the user to know without failing the store for it."""
+    skipped = store.attrs.get("skipped_images") or []
+    if skipped:
+        return [f"{len(skipped)} unreadable image(s) were left out on purpose (see `tosca cache info`)"]
+    return []
+
+
+def fix_store(path: str | Path) -> list[ChunkFault]:
+    """`cache verify --fix`, under the store's lock: unflag every chunk that does not hold up (so the
+    same `tosca extract` recomputes exactly those); a store without checksums gets empty ones and
+    every chunk unflagged (nothing in it can be vouched for). Returns what was unflagged."""
+    with store_lock(path):
+        store = FeatureStore.open(path, mode="r+")
+        faults = []
+        if not store.has_checksums():
+            for split in SPLITS:
+                store.add_checksums(split)
+                done = np.flatnonzero(store.done(split)).tolist()
+                faults += [ChunkFault(split, c, "no checksum to vouch for it") for c in done]
+        else:
+            faults = chunk_faults(store)
+        for split in SPLITS:
+            store.mark_undone(split, [f.chunk for f in faults if f.split == split])
+        return faults
+
+
+# ---------------------------------------------------------------------------------- stage 2's reads
+
+
+def _refuse(store: FeatureStore, what: str, count: int = 1) -> StoreDamaged:
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return StoreDamaged(
+        f"store {store.path} cannot be used: {what}{more}; run `tosca cache verify {store.path} --fix`, "
+        "then the same `tosca extract` to recompute what it unflags"
+    )
+
+
+def check_readable(store: FeatureStore, values: bool = False) -> None:
+    """Before stage 2 reads a store: complete, with checksums, attrs fitting the arrays (checked once
+    per opened store); with `values`, every chunk against its checksum too (one streaming pass,
+    memory of one chunk)."""
+    if not store.attrs_checked:
+        problems = attrs_problems(store)
+        if problems:
+            raise _refuse(store, problems[0], len(problems))
+        store.require_complete()
+        store.attrs_checked = True
+    if values:
+        for split in SPLITS:
+            verify_streaming(store, split)
+
+
+MISMATCH = "values do not match the checksum recorded when it was written"
+
+
+def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(features [N, D], views [V, N, D] or None) of a split as stored, each chunk checked
+    against its recorded checksum; call `check_readable` first."""
+    chunks = list(range(store.layout(split).n_chunks))
+    missing = missing_chunk_files(store, split, chunks)
+    if missing:
+        raise _refuse(store, str(missing[0]), len(missing))
+    try:
+        features = np.asarray(store.node(f"{split}/features")[:])
+        views = np.asarray(store.node("train/views")[:]) if "views" in _arrays(store, split) else None
+    except Exception:  # a chunk that cannot be decoded: find which, and say so
+        faults = chunk_faults(store, (split,)) or [ChunkFault(split, -1, "cannot be read")]
+        raise _refuse(store, str(faults[0]), len(faults)) from None
+    sums = store.checksums(split)
+    assert sums is not None  # check_readable refuses stores without checksums
+    layout = store.layout(split)
+    bad = [
+        chunk
+        for chunk in chunks
+        if chunk_checksum(
+            features[layout.chunk_slice(chunk)],
+            None if views is None else views[:, layout.chunk_slice(chunk)],
+        )
+        != str(sums[chunk])
+    ]
+    if bad:
+        raise _refuse(store, str(ChunkFault(split, bad[0], MISMATCH)), len(bad))
+    return features, views
+
+
+def verify_streaming(store: FeatureStore, split: str) -> None:
+    """`read_split`'s checks one chunk at a time (for stores too large to hold in memory)."""
+    layout = store.layout(split)
+    chunks = list(range(layout.n_chunks))
+    missing = missing_chunk_files(store, split, chunks)
+    if missing:
+        raise _refuse(store, str(missing[0]), len(missing))
+    sums = store.checksums(split)
+    assert sums is not None
+    arrays = [store.node(f"{split}/{name}") for name in _arrays(store, split)]
+    for chunk in chunks:
+        sl = layout.chunk_slice(chunk)
+        try:
+            blocks = [np.asarray(array[..., sl, :]) for array in arrays]
+        except Exception as exc:
+            fault = ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})")
+            raise _refuse(store, str(fault)) from None
+        if chunk_checksum(*blocks) != str(sums[chunk]):
+            raise _refuse(store, str(ChunkFault(split, chunk, MISMATCH)))

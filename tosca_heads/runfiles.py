@@ -1,0 +1,258 @@
+"""The run folder's format: what `tosca fit` writes, and reading it back with checks.
+
+```
+runs/<name>/
+  .tosca                 {"kind": "run"}: the folder is tosca's (featcache.foundation.folders)
+  config.json            the resolved recipe, task split, store path and fingerprint
+  task_NNN.safetensors   task NNN's LuCA module (`luca.*`, the reference state dict), the
+                         classifier after that task (`head.weight`, `head.sigma`) and its
+                         training stats (metadata)
+  head.safetensors       the classifier after the last finished task
+  router.safetensors     the frozen-feature routers' per-class statistics after the last task
+  metrics.json, results.csv, accuracy.png   what evaluation made of it
+```
+
+Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
+is checked before it is used: a config.json with values of the wrong type or out of range, or a
+task or router file that is not safetensors or does not fit the recorded recipe, stops the
+command with one line naming the file and what to do, never a traceback or a wrong number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
+from featcache.foundation.fingerprints import canonical_json, identity_differences
+from featcache.store import FeatureStore
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.stream import StreamConfig
+from tosca_heads.train import TrainConfig
+
+CONFIG = "config.json"
+ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
+HEAD_FILE = "head.safetensors"
+RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
+INFORMATIONAL = ("store", "routing_modes")  # config.json keys that do not decide a run's numbers
+
+
+def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) -> dict[str, Any]:
+    ident = store.identity
+    return {
+        "store": str(store.path.resolve()),
+        "store_fingerprint": store.fingerprint,
+        "dataset": ident["dataset"]["name"],
+        "backbone": ident["backbone"]["alias"],
+        "feature_dim": store.dim,
+        "views": store.views,
+        "stream": asdict(stream),
+        "train": asdict(train.resolved(store.dim)),
+    }
+
+
+def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
+    train = config["train"]
+    digest = hashlib.sha256(
+        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
+    ).hexdigest()
+    name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
+    return runs_root / name
+
+
+def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Differences that matter: not the store's path (a moved store still matches), nor the list of
+    routing modes that the first runs recorded."""
+    return identity_differences(
+        {k: v for k, v in existing.items() if k not in INFORMATIONAL},
+        {k: v for k, v in new.items() if k not in INFORMATIONAL},
+    )
+
+
+# ------------------------------------------------------------------------------------------ config.json
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise UserError(f"not a run directory: {run_dir} (no config.json)")
+    config = read_json(path, "run config", "it was edited or damaged")
+    missing = [k for k in RUN_CONFIG_KEYS if k not in config]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}: not a config.json written by tosca fit")
+    for key in ("store", "store_fingerprint"):
+        if not isinstance(config[key], str):
+            raise UserError(f"{path} records a {key} that is not text; the file was edited or damaged")
+    return config
+
+
+def is_run_dir(folder: Path) -> bool:
+    """A run folder written before folders carried tosca's marker: it holds a tosca config.json."""
+    try:
+        read_run_config(folder)
+    except UserError:
+        return False
+    return True
+
+
+def _recorded(run_dir: Path, what: str, make: Any, values: Any) -> Any:
+    """`make(**values)` validated; a value of the wrong type or out of range names the file."""
+    where = Path(run_dir) / CONFIG
+    if not isinstance(values, dict):
+        raise UserError(f"{where}: its {what} is not an object; the file was edited or damaged")
+    try:
+        made = make(**values)
+    except TypeError as exc:
+        raise UserError(
+            f"run {run_dir} records a {what} this tosca does not know ({exc}); was it made by a newer version?"
+        ) from None
+    try:
+        made.validate()
+    except UserError as exc:
+        raise UserError(
+            f"{where} records an invalid {what} ({exc}); the file was edited or damaged"
+        ) from None
+    return made
+
+
+def train_config_of(config: dict[str, Any], run_dir: Path) -> TrainConfig:
+    """The recipe recorded in a run's config, checked like the command line's flags."""
+    train = _recorded(run_dir, "recipe", TrainConfig, config["train"])
+    if train.r is None or train.s is None:
+        raise UserError(f"{Path(run_dir) / CONFIG} records no r or s; the file was edited or damaged")
+    return train
+
+
+def stream_config_of(config: dict[str, Any], run_dir: Path) -> StreamConfig:
+    """The task split recorded in a run's config, checked like the command line's flags."""
+    return _recorded(run_dir, "task split", StreamConfig, config["stream"])
+
+
+def feature_dim_of(config: dict[str, Any], run_dir: Path) -> int:
+    dim = config["feature_dim"]
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise UserError(
+            f"{Path(run_dir) / CONFIG} records feature_dim {dim!r}; the file was edited or damaged"
+        )
+    return dim
+
+
+def claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
+    """Create the run directory, or check that an existing one was made by the same config and store
+    (and clear what a killed writer left half-written)."""
+    folders.claim(run_dir, "run", "--run", written_before=is_run_dir)
+    atomic.remove_stale(run_dir)
+    config_path = run_dir / CONFIG
+    if config_path.exists():
+        diffs = config_differences(read_run_config(run_dir), config)
+        if diffs:
+            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+            raise UserError(
+                f"run {run_dir} was made with another config or store ({shown}); pass another --run"
+            )
+    else:
+        atomic.write_text(config_path, json.dumps(config, indent=2) + "\n")
+
+
+def check_claimable(run_dir: Path) -> None:
+    """Refuse, before anything is written (even a lock file beside it), a folder that is not a run's."""
+    folders.check_claimable(run_dir, "run", "--run", written_before=is_run_dir)
+
+
+# ------------------------------------------------------------------------------------------ task files
+
+
+def task_file(run_dir: Path, task: int) -> Path:
+    return Path(run_dir) / f"task_{task:03d}.safetensors"
+
+
+def finished_tasks(run_dir: Path) -> int:
+    n = 0
+    while task_file(Path(run_dir), n).exists():
+        n += 1
+    return n
+
+
+def save_task(
+    run_dir: Path,
+    task: int,
+    module: dict[str, torch.Tensor],
+    head: dict[str, torch.Tensor],
+    flow: str,
+    stats: dict[str, Any],
+) -> None:
+    tensors = {f"luca.{k}": v for k, v in module.items()}
+    tensors.update(head)
+    meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats)}
+    atomic.write_safetensors(task_file(run_dir, task), tensors, meta)  # whole or not at all
+    atomic.write_safetensors(Path(run_dir) / HEAD_FILE, head)
+
+
+def _damaged(run_dir: Path, name: str, why: str, fix: str) -> UserError:
+    return UserError(f"run {run_dir}: {name} is damaged ({why}); {fix}")
+
+
+def load_task(
+    run_dir: Path, task: int, layout: ParamLayout
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
+    """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
+    classifier snapshot and training stats."""
+    from safetensors import SafetensorError, safe_open
+
+    path = task_file(run_dir, task)
+    refit = (
+        f"delete it and the task files after it, then `tosca fit --run {run_dir}` trains those tasks again"
+    )
+    try:
+        with safe_open(str(path), "pt") as fh:
+            tensors = {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 - not a dict
+            stats = json.loads((fh.metadata() or {})["stats"])
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise _damaged(run_dir, path.name, f"{type(exc).__name__}: {str(exc)[:80]}", refit) from None
+    module = {k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}
+    head = {k: v for k, v in tensors.items() if k.startswith("head.")}
+    expected = layout.state_shapes()
+    shapes = {k: tuple(v.shape) for k, v in module.items()}
+    if shapes != expected:
+        raise _damaged(run_dir, path.name, "its module does not fit the recipe in config.json", refit)
+    weight, sigma = head.get("head.weight"), head.get("head.sigma")
+    if (
+        weight is None
+        or sigma is None
+        or weight.dim() != 2
+        or weight.shape[1] != layout.dim
+        or sigma.numel() != 1
+    ):
+        raise _damaged(run_dir, path.name, "its classifier does not fit the recipe in config.json", refit)
+    if not isinstance(stats, dict) or not all(
+        isinstance(stats.get(k), (int, float)) for k in ("loss", "train_acc", "seconds")
+    ):
+        raise _damaged(run_dir, path.name, "its training stats are unreadable", refit)
+    return module, head, stats
+
+
+def load_router_statistics(run_dir: Path) -> dict[str, torch.Tensor] | None:
+    """The routers' statistics file of a run (None when the run has none)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(run_dir) / ROUTER_FILE
+    if not path.is_file():
+        return None
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _damaged(
+            run_dir,
+            ROUTER_FILE,
+            f"{type(exc).__name__}: {str(exc)[:80]}",
+            f"`tosca eval {run_dir}` rebuilds it",
+        ) from None
