@@ -222,8 +222,8 @@ def extract(
 
 
 def _extract_with_progress(request: Any) -> Any:
-    from featcache.archives import waiting_notice
     from featcache.extract import plan_extraction, run_extraction
+    from featcache.sources.archives import waiting_notice
 
     def waiting(holder: str) -> None:
         err.print(
@@ -355,7 +355,7 @@ def _stream_config(
     init_cls: int | None, increment: int | None, order_seed: int, ident: dict[str, Any]
 ) -> Any:
     """The class split: the flags where given, else the dataset's paper split."""
-    from tosca_heads.stream import StreamConfig, default_stream
+    from tosca_heads.method.protocol import StreamConfig, default_stream
 
     _at_least_one("--init-cls", init_cls)
     _at_least_one("--increment", increment)
@@ -434,10 +434,10 @@ def fit(
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from dataclasses import replace
 
-    from tosca_heads.discover import resolve_store
+    from featcache.store.find import resolve_store
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import fit_run
-    from tosca_heads.train import PRESETS
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.recipe import PRESETS
 
     if preset not in PRESETS:
         raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
@@ -488,7 +488,7 @@ def eval_run(
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.runs import evaluate_run
+    from tosca_heads.experiments.runs import evaluate_run
 
     routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device))
@@ -505,7 +505,7 @@ def routers_command(
     as_json: bool = typer.Option(False, "--json", help="A JSON list, one object per router and baseline."),
 ) -> None:
     """Every router of a finished run in one table, beside the baselines of the same store."""
-    from tosca_heads.routers.report import best_honest_router, routers_report, run_metrics
+    from tosca_heads.experiments.report import best_honest_router, routers_report, run_metrics
 
     rows = routers_report(run)
     if as_json:
@@ -554,9 +554,9 @@ def predict(
     from featcache.embed import embed_images, image_paths
     from featcache.store import FeatureStore, check_readable
     from tosca_heads.engine.device import resolve_device
-    from tosca_heads.predict import RunPredictor
+    from tosca_heads.experiments.predict import RunPredictor
+    from tosca_heads.experiments.report import best_honest_router, run_metrics
     from tosca_heads.routers import resolve_routers
-    from tosca_heads.routers.report import best_honest_router, run_metrics
 
     if batch_size is not None and batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
@@ -672,15 +672,21 @@ def sweep(
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
     import time
 
-    from featcache.cluster import check_available, parse_scheduler
-    from tosca_heads.discover import resolve_store
+    from featcache.foundation.scheduler import check_available, parse_scheduler
+    from featcache.store.find import resolve_store
     from tosca_heads.engine.device import parse_device, resolve_device
-    from tosca_heads.router import MODES
+    from tosca_heads.experiments.results import summarise_points
+    from tosca_heads.experiments.sweeps import (
+        check_room,
+        check_sweep_folder,
+        find_sweep_dir,
+        grid_points,
+        parse_values,
+    )
+    from tosca_heads.method.protocol import default_stream
+    from tosca_heads.method.recipe import PRESETS
     from tosca_heads.routers import ALIASES, HEADLINE
-    from tosca_heads.stream import default_stream
-    from tosca_heads.sweep import check_room, check_sweep_folder, find_sweep_dir, grid_points, parse_values
-    from tosca_heads.sweep_table import summarise_points
-    from tosca_heads.train import PRESETS
+    from tosca_heads.routers.scores import MODES
 
     if preset not in PRESETS:
         raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
@@ -785,7 +791,7 @@ def _sweep_with_progress(
     shown: list[str] | None = None,
 ) -> Any:
     """Run a sweep under a progress bar that shows the running best point."""
-    from tosca_heads.sweep import run_sweep
+    from tosca_heads.experiments.sweeps import run_sweep
 
     with progress_bar() as bar:
         progress = bar.add_task("sweep", total=None, rate="")
@@ -809,7 +815,7 @@ def _sweep_with_progress(
 
 
 def _print_sweep(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.sweep_table import summarise_points, varying_flags
+    from tosca_heads.experiments.results import summarise_points, varying_flags
 
     frame = outcome.frame
     if frame.empty:
@@ -901,10 +907,10 @@ def baselines(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison rows as JSON."),
 ) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
-    from tosca_heads.baselines import BASELINES
-    from tosca_heads.compare import check_baselines_folder, check_ranpac_size, write_comparison
-    from tosca_heads.discover import resolve_store
+    from featcache.store.find import resolve_store
     from tosca_heads.engine.device import resolve_device
+    from tosca_heads.experiments.comparison import check_baselines_folder, check_ranpac_size, write_comparison
+    from tosca_heads.method.baselines import BASELINES
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in BASELINES]
@@ -955,7 +961,7 @@ def _baselines_with_progress(
     device: Any = "cpu",
 ) -> list[Any]:
     """TOSCA's rows (a given run, or the paper preset's) and each baseline's, under a progress bar."""
-    from tosca_heads.compare import (
+    from tosca_heads.experiments.comparison import (
         check_baselines_folder,
         claim_baselines_folder,
         run_baseline,
@@ -963,7 +969,7 @@ def _baselines_with_progress(
         tosca_run,
         write_baseline,
     )
-    from tosca_heads.features import CachedFeatures
+    from tosca_heads.method.features import CachedFeatures
 
     check_baselines_folder(folder)
     source = CachedFeatures(st, device=device)  # read once, for TOSCA's evaluation and every baseline
@@ -1048,8 +1054,8 @@ def demo(
 ) -> None:
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
 
-    from featcache.archives import is_archive
     from featcache.extract import ExtractRequest
+    from featcache.sources.archives import is_archive
     from tosca_heads.engine.device import resolve_device
 
     _at_least_one("--per-class", per_class)
@@ -1081,11 +1087,11 @@ def demo(
     summary = _extract_with_progress(request)
     _print_summary(summary)
     from featcache.store import FeatureStore
-    from tosca_heads.compare import write_comparison
-    from tosca_heads.runs import fit_run
-    from tosca_heads.stream import StreamConfig
-    from tosca_heads.sweep import grid_points
-    from tosca_heads.train import PRESETS
+    from tosca_heads.experiments.comparison import write_comparison
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.experiments.sweeps import grid_points
+    from tosca_heads.method.protocol import StreamConfig
+    from tosca_heads.method.recipe import PRESETS
 
     store = FeatureStore.open(summary.store)
     stream = StreamConfig(2, 2)
@@ -1330,7 +1336,7 @@ def _source_text(dataset: Any, attrs: dict[str, Any]) -> str:
 
 def _left_out_text(recorded: Any) -> str:
     """'2 hidden files or folders (e.g. .DS_Store); ...' or 'nothing'."""
-    from featcache.listing import LeftOut
+    from featcache.sources.listing import LeftOut
 
     return LeftOut.from_attrs(recorded).described() or "nothing"
 

@@ -21,10 +21,10 @@ import numpy as np
 
 from featcache.foundation.limits import usable_cores
 from featcache.store import FeatureStore, check_readable, read_split
-from tosca_heads.features import CachedFeatures
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import default_stream
-from tosca_heads.train import PRESETS
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.features import CachedFeatures
+from tosca_heads.method.protocol import default_stream
+from tosca_heads.method.recipe import PRESETS
 
 
 def _plain(store: FeatureStore) -> None:

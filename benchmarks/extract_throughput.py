@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from featcache.extract import ExtractPlan, ExtractRequest, plan_extraction, run_extraction
-from featcache.mapper import FeatureMapper, resolve_device
-from featcache.reader import SampleImages, chunk_batches, make_loader
+from featcache.pipeline.mapper import FeatureMapper, resolve_device
+from featcache.pipeline.reader import SampleImages, chunk_batches, make_loader
 from featcache.store import SplitLayout
 
 DATA = Path(os.environ.get("TOSCA_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from featcache.store import FeatureStore
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import PRESETS
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import PRESETS
 
 
 def make_store(path: Path, n_train: int, n_test: int, dim: int, classes: int) -> FeatureStore:

@@ -24,15 +24,15 @@ import numpy as np
 import torch
 
 from featcache.store import FeatureStore
-from tosca_heads.compare import run_baseline
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.predict import RunPredictor
-from tosca_heads.router import module_scores
+from tosca_heads.experiments.comparison import run_baseline
+from tosca_heads.experiments.predict import RunPredictor
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import PRESETS
 from tosca_heads.routers import ROUTERS, task_log_posterior
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import PRESETS
+from tosca_heads.routers.scores import module_scores
 
 STORES = {  # name: (archive under --data, images per class and split, init_cls, increment)
     "eurosat": ("eurosat/EuroSAT-RGB.tar.gz", 300, 2, 2),

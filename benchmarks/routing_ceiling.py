@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 
 from featcache.store import FeatureStore
-from tosca_heads.baselines import RanPAC
-from tosca_heads.predict import RunPredictor
-from tosca_heads.router import module_scores
+from tosca_heads.experiments.predict import RunPredictor
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.baselines import RanPAC
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import PRESETS
 from tosca_heads.routers import task_log_posterior
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import PRESETS
+from tosca_heads.routers.scores import module_scores
 
 SIGNALS = ("lda", "ranpac", "entropy", "energy", "own_max", "own_margin", "own_mass")
 RANPAC_TEMPERATURE = (

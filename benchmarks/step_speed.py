@@ -26,8 +26,8 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import resolve_device, step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, Step, TorchStep
-from tosca_heads.head import CosineClassifier
-from tosca_heads.luca import LuCA
+from tosca_heads.method.classifier import CosineClassifier
+from tosca_heads.method.luca import LuCA
 
 
 def _sync(device: torch.device) -> None:

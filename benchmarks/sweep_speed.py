@@ -28,9 +28,9 @@ import torch
 from fit_speed import make_store
 
 from tosca_heads.engine.device import resolve_device
-from tosca_heads.stream import StreamConfig, TaskStream
-from tosca_heads.sweep import grid_points, run_sweep
-from tosca_heads.train import PRESETS
+from tosca_heads.experiments.sweeps import grid_points, run_sweep
+from tosca_heads.method.protocol import StreamConfig, TaskStream
+from tosca_heads.method.recipe import PRESETS
 
 GRIDS = {
     "20": {"r": [8, 16, 32, 48, 96], "l1": [0.0, 1e-4, 5e-4, 1e-3]},

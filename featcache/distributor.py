@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
-from featcache.chunks import Progress, extract_chunks
-from featcache.cluster import SchedulerChoice, dask_client
-from featcache.datasets import SplitSamples
-from featcache.mapper import FeatureMapper, default_batch_size, resolve_device
+from featcache.foundation.scheduler import SchedulerChoice, dask_client
+from featcache.images.transforms import Preprocessing
+from featcache.pipeline.chunks import Progress, extract_chunks
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_device
+from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
-from featcache.transforms import Preprocessing
 
 # Dask cannot recompute scattered data: when every worker holding a split's sample list dies
 # (a worker killed right after the scatter, before the replicas landed), the jobs that need it

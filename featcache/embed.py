@@ -18,13 +18,13 @@ import numpy as np
 import torch
 
 from featcache.backbones import LoadedBackbone, load_backbone, resolve_backbone
-from featcache.datasets import SplitSamples
-from featcache.decoding import open_picture
 from featcache.foundation.errors import UserError
-from featcache.listing import IMAGE_SUFFIXES, LeftOut, image_files
-from featcache.mapper import FeatureMapper, default_batch_size
+from featcache.images.decoding import open_picture
+from featcache.images.transforms import Preprocessing
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size
+from featcache.sources.datasets import SplitSamples
+from featcache.sources.listing import IMAGE_SUFFIXES, LeftOut, image_files
 from featcache.store import FeatureStore
-from featcache.transforms import Preprocessing
 
 
 def backbone_of_store(store: FeatureStore) -> LoadedBackbone:

@@ -20,10 +20,6 @@ from typing import Any
 import numpy as np
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
-from featcache.chunks import Progress, extract_chunks, uses_device_stage
-from featcache.cluster import SchedulerChoice, check_available, parse_scheduler, worker_device
-from featcache.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
-from featcache.decoding import resolve_decoder
 from featcache.distributor import ChunkJob, extract_on_cluster
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors
@@ -37,9 +33,14 @@ from featcache.foundation.limits import (
     usable_cores,
 )
 from featcache.foundation.locks import acquire, store_lock
-from featcache.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
+from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler, worker_device
+from featcache.images.decoding import resolve_decoder
+from featcache.images.transforms import POLICIES, Preprocessing, make_preprocessing
 from featcache.options import DEFAULT_PRECISION
-from featcache.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
+from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
+from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
+from featcache.sources.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.store import (
     DTYPES,
     SPLITS,
@@ -49,7 +50,6 @@ from featcache.store import (
     is_tosca_store,
     stored_chunk_size,
 )
-from featcache.transforms import POLICIES, Preprocessing, make_preprocessing
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from featcache.datasets import SplitSamples
-from featcache.decoding import open_picture
-from featcache.mapper import FeatureMapper
-from featcache.transforms import Preprocessing, view_rng
+from featcache.images.decoding import open_picture
+from featcache.images.transforms import Preprocessing, view_rng
+from featcache.pipeline.mapper import FeatureMapper
+from featcache.sources.datasets import SplitSamples
 
 
 class OnlineFeatures:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.backbones import load_backbone, resolve_backbone
-from featcache.mapper import FeatureMapper
+from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
 
 runner = CliRunner()

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
-from tosca_heads.compare import run_baseline
+from tosca_heads.experiments.comparison import run_baseline
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import ROUTER_NAMES
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import TrainConfig
 
 RUNNER = CliRunner()
 

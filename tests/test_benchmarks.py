@@ -80,9 +80,9 @@ def test_routing_ceiling_reads_a_run_and_bounds_its_routers(tmp_path: Path) -> N
     oracle routes everything right, and the table carries one row per store."""
     from heads_fixtures import synthetic_store
 
-    from tosca_heads.runs import fit_run
-    from tosca_heads.stream import StreamConfig
-    from tosca_heads.train import TrainConfig
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.protocol import StreamConfig
+    from tosca_heads.method.recipe import TrainConfig
 
     ceiling = _benchmark_module("routing_ceiling")
     store = synthetic_store(

@@ -15,9 +15,9 @@ from conftest import FAST_CNN, TINY_VIT
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
+from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore
 
 

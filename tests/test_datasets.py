@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from featcache.datasets import DATASETS, EUROSAT_CLASSES, load_dataset
 from featcache.foundation.errors import UserError
+from featcache.sources.datasets import DATASETS, EUROSAT_CLASSES, load_dataset
 
 
 def _fake_eurosat(root: Path, per_class: int = 10) -> Path:

@@ -11,14 +11,14 @@ import torch
 import zarr
 from conftest import TINY_CNN, TINY_VIT, make_jpeg_tree
 
-from featcache.chunks import extract_chunks
-from featcache.datasets import load_dataset
-from featcache.decoding import decode_on_device, open_picture, read_encoded, resolve_decoder
 from featcache.extract import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
-from featcache.mapper import FeatureMapper
+from featcache.images.decoding import decode_on_device, open_picture, read_encoded, resolve_decoder
+from featcache.images.transforms import make_preprocessing, view_rng
+from featcache.pipeline.chunks import extract_chunks
+from featcache.pipeline.mapper import FeatureMapper
+from featcache.sources.datasets import load_dataset
 from featcache.store import SPLITS, FeatureStore
-from featcache.transforms import make_preprocessing, view_rng
 
 LEVEL = 1 / 255  # one uint8 grey level, in [0, 1] units
 # torchvision's and PIL's resizes round to uint8 on their own: up to 2 levels apart on noise images,
@@ -185,7 +185,7 @@ def test_unreadable_jpeg_is_named_and_its_chunk_not_flagged(tmp_path: Path, devi
 
 def test_arrays_dataset_decodes_identically(tmp_path: Path) -> None:
     """In-memory (torchvision-format) images: both decoders see the very same pixels."""
-    from featcache.datasets import SplitSamples
+    from featcache.sources.datasets import SplitSamples
 
     arrays = np.random.default_rng(0).integers(0, 256, size=(3, 32, 32, 3), dtype=np.uint8)
     samples = SplitSamples(ids=["0", "1", "2"], labels=np.zeros(3, np.int64), arrays=arrays)

@@ -15,9 +15,9 @@ import pytest
 from conftest import shared_archive
 
 from featcache.store import FeatureStore
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import PRESETS
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import PRESETS
 
 pytestmark = pytest.mark.realdata
 

@@ -10,7 +10,7 @@ from heads_fixtures import synthetic_store
 
 from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
-from tosca_heads.discover import resolve_store
+from featcache.store.find import resolve_store
 
 
 def test_a_complete_store_is_preferred_over_one_being_extracted(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_a_worker_keeps_one_backbone_per_device(monkeypatch: pytest.MonkeyPatch)
 
     from featcache import distributor
     from featcache.backbones import load_backbone, resolve_backbone
-    from featcache.transforms import make_preprocessing
+    from featcache.images.transforms import make_preprocessing
 
     spec = resolve_backbone(FAST_CNN)
     loaded = load_backbone(spec, random_init=True)

@@ -15,10 +15,10 @@ from tosca_heads.engine.evaluate import StageEvaluator
 from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
-from tosca_heads.luca import FLOWS, LuCA
-from tosca_heads.runs import fit_group, fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import TrainConfig
+from tosca_heads.experiments.runs import fit_group, fit_run
+from tosca_heads.method.luca import FLOWS, LuCA
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -11,10 +11,10 @@ import torch
 from conftest import TINY_CNN, TINY_VIT
 
 from featcache.backbones import RANDOM_INIT_SEED
-from featcache.datasets import load_dataset
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.images.transforms import make_preprocessing
+from featcache.sources.datasets import load_dataset
 from featcache.store import FeatureStore
-from featcache.transforms import make_preprocessing
 
 
 @pytest.mark.parametrize("model_name", [TINY_VIT, TINY_CNN])

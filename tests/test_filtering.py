@@ -13,7 +13,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.listing import HIDDEN, NOT_AN_IMAGE, LeftOut, image_files
+from featcache.sources.listing import HIDDEN, NOT_AN_IMAGE, LeftOut, image_files
 from featcache.store import FeatureStore
 
 runner = CliRunner()

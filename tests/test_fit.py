@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
-from featcache.mapper import FeatureMapper
 from featcache.online import OnlineFeatures
+from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
-from tosca_heads.features import CachedFeatures
+from tosca_heads.experiments.runs import evaluate_run, fit_run
+from tosca_heads.method.features import CachedFeatures
+from tosca_heads.method.protocol import StreamConfig, TaskStream, class_order
+from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import ROUTER_NAMES
-from tosca_heads.runs import evaluate_run, fit_run
-from tosca_heads.stream import StreamConfig, TaskStream, class_order
-from tosca_heads.train import TrainConfig
 
 FAST = TrainConfig(epochs=3, batch_size=8, r=4, s=4)
 

@@ -20,11 +20,11 @@ import pytest
 import torch
 from conftest import TINY_CNN, TINY_VIT, make_jpeg_tree
 
-from featcache.datasets import load_dataset
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
-from featcache.reader import DeviceImages, SampleImages, collate
+from featcache.images.transforms import make_preprocessing
+from featcache.pipeline.reader import DeviceImages, SampleImages, collate
+from featcache.sources.datasets import load_dataset
 from featcache.store import FeatureStore
-from featcache.transforms import make_preprocessing
 
 pytestmark = [
     pytest.mark.gpu,
@@ -81,7 +81,7 @@ def test_cuda_features_match_cpu_fp32(tmp_path: Path, image_tree: Path, model: s
 
 def test_tf32_stays_off_for_fp32_on_cuda(tmp_path: Path, image_tree: Path) -> None:
     seen: list[tuple[bool, bool]] = []
-    from featcache.mapper import FeatureMapper
+    from featcache.pipeline.mapper import FeatureMapper
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
     model.register_forward_hook(

@@ -9,9 +9,9 @@ import torch
 from heads_fixtures import synthetic_store
 
 from tosca_heads.engine import memory
-from tosca_heads.stream import StreamConfig
-from tosca_heads.sweep import SweepPoint
-from tosca_heads.train import TrainConfig
+from tosca_heads.experiments.sweeps import SweepPoint
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 
 
 def test_more_tasks_and_larger_bottlenecks_need_more_memory(tmp_path: Path) -> None:
@@ -55,6 +55,6 @@ def test_cuda_group_is_bounded_by_free_memory_and_the_most_demanding_point(
     [(1, None, 1), (3, None, 3), (1, "local:4", 4), (2, "local-cuda", 1), (2, "tcp://10.0.0.1:8786", 1)],
 )
 def test_processes_sharing_this_machines_device(jobs: int, scheduler: str | None, processes: int) -> None:
-    from tosca_heads.sweep import _processes_per_device
+    from tosca_heads.experiments.sweeps import _processes_per_device
 
     assert _processes_per_device(jobs, scheduler) == processes

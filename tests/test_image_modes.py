@@ -11,12 +11,12 @@ import torch
 from conftest import FAST_CNN
 from PIL import Image
 
-from featcache import pixels
 from featcache.backbones import load_backbone, resolve_backbone
-from featcache.datasets import SplitSamples
-from featcache.decoding import open_picture
-from featcache.mapper import FeatureMapper
-from featcache.transforms import make_preprocessing
+from featcache.images import pixels
+from featcache.images.decoding import open_picture
+from featcache.images.transforms import make_preprocessing
+from featcache.pipeline.mapper import FeatureMapper
+from featcache.sources.datasets import SplitSamples
 
 H, W = 40, 52
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tosca_heads.head import CosineClassifier
-from tosca_heads.luca import FLOWS, LuCA, new_module
+from tosca_heads.method.classifier import CosineClassifier
+from tosca_heads.method.luca import FLOWS, LuCA, new_module
 
 
 def test_parameter_count_of_the_paper() -> None:

@@ -19,10 +19,10 @@ from tosca_heads.engine.device import step_mode, step_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
-from tosca_heads.luca import FLOWS, new_module
-from tosca_heads.runs import fit_run
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import TrainConfig
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.luca import FLOWS, new_module
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 
 needs_native = pytest.mark.skipif(
     native.load()[0] is None, reason=f"no compiled step here: {native.load()[2]}"

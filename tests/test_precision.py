@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
-from featcache.mapper import FeatureMapper, resolve_precision
+from featcache.pipeline.mapper import FeatureMapper, resolve_precision
 from featcache.store import FeatureStore
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore
-from tosca_heads.predict import RunPredictor
+from tosca_heads.experiments.predict import RunPredictor
 
 RUNNER = CliRunner()
 

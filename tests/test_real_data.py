@@ -54,9 +54,9 @@ def test_pretrained_features_are_far_above_chance_and_random_init_is_not(
 def test_paper_preset_trains_end_to_end_and_oracle_beats_simplecil(
     dataset: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    from tosca_heads.runs import fit_run
-    from tosca_heads.stream import StreamConfig
-    from tosca_heads.train import PRESETS
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.protocol import StreamConfig
+    from tosca_heads.method.recipe import PRESETS
 
     store = FeatureStore.open(request.getfixturevalue(f"{dataset}_store"))
     result = fit_run(store, StreamConfig(2, 2), PRESETS["paper"], None, tmp_path / "run")

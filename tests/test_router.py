@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from featcache.foundation.errors import UserError
-from tosca_heads.router import predict
 from tosca_heads.routers import (
     ROUTER_NAMES,
     ROUTERS,
@@ -19,7 +18,8 @@ from tosca_heads.routers import (
     resolve_routers,
     route_batches,
 )
-from tosca_heads.routers.stats import _class_moments, _merge
+from tosca_heads.routers.scores import predict
+from tosca_heads.routers.statistics import _class_moments, _merge
 
 
 def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> StageView:
@@ -220,11 +220,11 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     their own."""
     from heads_fixtures import synthetic_store
 
-    from tosca_heads.features import CachedFeatures
-    from tosca_heads.routers.stats import ClassStatistics
-    from tosca_heads.runs import fit_group, fit_run
-    from tosca_heads.stream import StreamConfig
-    from tosca_heads.train import TrainConfig
+    from tosca_heads.experiments.runs import fit_group, fit_run
+    from tosca_heads.method.features import CachedFeatures
+    from tosca_heads.method.protocol import StreamConfig
+    from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.routers.statistics import ClassStatistics
 
     calls: list[int] = []
     original = ClassStatistics.partial_fit

@@ -23,7 +23,7 @@ from cli import app
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.store import chunk_checksum
-from tosca_heads.stream import TaskStream
+from tosca_heads.method.protocol import TaskStream
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = CliRunner()
@@ -163,8 +163,8 @@ def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -
 
 def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_path: Path) -> None:
     """A fit killed after a task file but before router.safetensors leaves them out of step."""
-    from tosca_heads.predict import RunPredictor
-    from tosca_heads.runfiles import ROUTER_FILE
+    from tosca_heads.experiments.predict import RunPredictor
+    from tosca_heads.experiments.runfiles import ROUTER_FILE
 
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
     run, short = tmp_path / "run", tmp_path / "short"

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.router import MODES
-from tosca_heads.stream import StreamConfig
-from tosca_heads.sweep import grid_points, parse_values
-from tosca_heads.sweep_table import COLUMNS, ResultsTable
-from tosca_heads.train import TrainConfig
+from tosca_heads.experiments.results import COLUMNS, ResultsTable
+from tosca_heads.experiments.sweeps import grid_points, parse_values
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.routers.scores import MODES
 
 RUNNER = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
 
 
 def test_groups_hold_only_compatible_points() -> None:
-    from tosca_heads.sweep import make_groups
+    from tosca_heads.experiments.sweeps import make_groups
 
     points = grid_points(
         {"r": [2, 4, 8], "epochs": [2, 3], "seed": [0, 1]}, TrainConfig(), StreamConfig(2, 2), 32, 6
@@ -271,7 +271,7 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 ) -> None:
     """On an address the workers own the GPUs: `auto` reaches them as `auto` (not this head
     node's cpu), and a client's cuda:N as cuda (each worker's own GPU list)."""
-    from tosca_heads import sweep
+    from tosca_heads.experiments import sweeps as sweep
 
     seen: list[str] = []
 
@@ -293,8 +293,8 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 
 def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dask's default MALLOC_TRIM_THRESHOLD_=65536 doubles the cost of a tiny SGD step (page faults)."""
-    from featcache.cluster import SchedulerChoice, dask_client
-    from tosca_heads import sweep
+    from featcache.foundation.scheduler import SchedulerChoice, dask_client
+    from tosca_heads.experiments import sweeps as sweep
 
     with (
         sweep._keep_freed_memory_on_local_workers(),
@@ -332,8 +332,8 @@ def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch
 def test_worker_memory_limit_caps_the_in_memory_store() -> None:
     from distributed import Client, LocalCluster
 
-    from tosca_heads import sweep
-    from tosca_heads.features import MEMORY_BUDGET_BYTES
+    from tosca_heads.experiments import sweeps as sweep
+    from tosca_heads.method.features import MEMORY_BUDGET_BYTES
 
     assert sweep._memory_budget() == MEMORY_BUDGET_BYTES  # not on a worker
     with (
@@ -346,7 +346,7 @@ def test_worker_memory_limit_caps_the_in_memory_store() -> None:
 def test_sweep_survives_a_killed_worker(tmp_path: Path) -> None:
     """--scheduler local:2 and one worker process SIGKILLed as the first point lands: the sweep still
     finishes, every point recorded exactly once, with the numbers of an undisturbed sweep."""
-    from tosca_heads.sweep import run_sweep
+    from tosca_heads.experiments.sweeps import run_sweep
 
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=30, spread=1.5)
     points = grid_points(

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import TINY_CNN, TINY_VIT
 
-from featcache.datasets import load_dataset
 from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.images.transforms import make_preprocessing, random_resized_crop_box, view_rng
+from featcache.sources.datasets import load_dataset
 from featcache.store import FeatureStore
-from featcache.transforms import make_preprocessing, random_resized_crop_box, view_rng
 
 
 def _extract(tmp_path: Path, tree: Path, name: str, **kw: object) -> FeatureStore:

@@ -22,10 +22,10 @@ from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.features import FeatureSource
-from tosca_heads.router import MODES, module_scores, predict, shuffled_order
+from tosca_heads.method.features import FeatureSource
+from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, StageView
-from tosca_heads.stream import TaskStream
+from tosca_heads.routers.scores import MODES, module_scores, predict, shuffled_order
 
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tosca_heads.luca import FLOWS
+from tosca_heads.method.luca import FLOWS
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.engine.steppers import make_step
-from tosca_heads.features import FeatureSource
-from tosca_heads.head import new_rows
-from tosca_heads.luca import new_module
-from tosca_heads.stream import TaskStream
+from tosca_heads.method.classifier import new_rows
+from tosca_heads.method.features import FeatureSource
+from tosca_heads.method.luca import new_module
+from tosca_heads.method.protocol import TaskStream
 
 # What the configurations of one group must share: they step together over the same batches' shape.
 SHARED_FIELDS = ("flow", "epochs", "batch_size")

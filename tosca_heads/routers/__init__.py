@@ -8,8 +8,8 @@ router; `ROUTER_NAMES` is their order in tables and files.
 from __future__ import annotations
 
 from featcache.foundation.errors import UserError
-from tosca_heads.routers.library import ROUTERS, Router, StageView, route_batches, task_log_posterior
-from tosca_heads.routers.stats import ClassStatistics, FrozenModel
+from tosca_heads.routers.registry import ROUTERS, Router, StageView, route_batches, task_log_posterior
+from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
 ROUTER_NAMES: tuple[str, ...] = tuple(ROUTERS)
 ALIASES = {"sample": "entropy"}  # the name `entropy` routing had before the registry

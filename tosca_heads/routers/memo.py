@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from tosca_heads.routers.stats import ClassStatistics, FrozenModel
+from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
 MAX_SPLITS = 4  # task splits kept at once per process (each holds one model per task)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
-from tosca_heads.routers.library import ROUTERS
+from tosca_heads.routers.registry import ROUTERS
 
 
 def _percent(value: float | None) -> float | None:
@@ -18,7 +18,7 @@ def _percent(value: float | None) -> float | None:
 
 def run_metrics(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, metrics.json) of a run, refusing folders that are not finished runs."""
-    from tosca_heads.runfiles import read_run_config
+    from tosca_heads.experiments.runfiles import read_run_config
 
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)

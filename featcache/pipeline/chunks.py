@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from featcache.datasets import SplitSamples
 from featcache.foundation.errors import UserError
-from featcache.mapper import FeatureMapper
-from featcache.prefetch import Prefetcher
-from featcache.reader import Batch, DeviceImages, SampleImages, chunk_batches, make_loader
+from featcache.images.transforms import Preprocessing
+from featcache.pipeline.mapper import FeatureMapper
+from featcache.pipeline.prefetch import Prefetcher
+from featcache.pipeline.reader import Batch, DeviceImages, SampleImages, chunk_batches, make_loader
+from featcache.pipeline.writer import ChunkWriter
+from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
-from featcache.transforms import Preprocessing
-from featcache.writer import ChunkWriter
 
 # progress(split, images_done_now, images_total_for_split)
 Progress = Callable[[str, int, int], None]

@@ -34,8 +34,8 @@ from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json, identity_differences
 from featcache.store import FeatureStore
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import TrainConfig
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 
 CONFIG = "config.json"
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task

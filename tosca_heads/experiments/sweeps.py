@@ -27,23 +27,23 @@ from typing import Any
 
 import torch
 
-from featcache.cluster import SchedulerChoice, dask_client, parse_scheduler, worker_device
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json
 from featcache.foundation.limits import max_processes, require_at_most
 from featcache.foundation.locks import store_lock
+from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler, worker_device
 from featcache.store import FeatureStore, check_readable
 from tosca_heads.engine import native
 from tosca_heads.engine.device import parse_device, resolve_device
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.features import MEMORY_BUDGET_BYTES, CachedFeatures
-from tosca_heads.router import MODES
-from tosca_heads.runs import RunResult, fit_group
-from tosca_heads.stream import StreamConfig
-from tosca_heads.sweep_table import ResultsTable, write_sweep_outputs
-from tosca_heads.train import TrainConfig, group_key
+from tosca_heads.experiments.results import ResultsTable, write_sweep_outputs
+from tosca_heads.experiments.runs import RunResult, fit_group
+from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig, group_key
+from tosca_heads.routers.scores import MODES
 
 # Every fit flag a sweep can vary, with its parser; seed is the flag `--seeds` fills.
 TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from featcache.datasets import SplitSamples
-from featcache.decoding import open_picture
 from featcache.foundation.errors import UserError
+from featcache.images.decoding import open_picture
+from featcache.sources.datasets import SplitSamples
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import pandas as pd
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
-from tosca_heads.router import MODES
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import HEADLINE
-from tosca_heads.stream import StreamConfig
-from tosca_heads.train import TrainConfig
+from tosca_heads.routers.scores import MODES
 
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
 MODE_COLUMNS = [

@@ -23,12 +23,12 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_memory
 from featcache.store import FeatureStore, check_readable
-from tosca_heads.baselines import BASELINES
-from tosca_heads.features import CachedFeatures, FeatureSource
-from tosca_heads.metrics import accuracy, block_accuracies, summarise
-from tosca_heads.router import MODES
-from tosca_heads.runs import RunResult
-from tosca_heads.stream import StreamConfig
+from tosca_heads.experiments.runs import RunResult
+from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.features import CachedFeatures, FeatureSource
+from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.routers.scores import MODES
 
 NO_ROUTING = "none"
 
@@ -255,9 +255,9 @@ def tosca_run(
 ) -> RunResult:
     """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
     default run, fitted now unless it is already on disk."""
-    from tosca_heads.runfiles import read_run_config
-    from tosca_heads.runs import evaluate_run, fit_run
-    from tosca_heads.train import PRESETS
+    from tosca_heads.experiments.runfiles import read_run_config
+    from tosca_heads.experiments.runs import evaluate_run, fit_run
+    from tosca_heads.method.recipe import PRESETS
 
     if run_dir is None:
         return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source, device=device)

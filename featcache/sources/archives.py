@@ -30,7 +30,7 @@ from featcache.foundation.files import disk_errors
 from featcache.foundation.fingerprints import file_sha256
 from featcache.foundation.limits import human_bytes, require_disk
 from featcache.foundation.locks import store_lock
-from featcache.listing import LeftOut
+from featcache.sources.listing import LeftOut
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
 _DONE_MARK = ".unpacked"

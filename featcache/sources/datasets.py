@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from featcache.archives import is_archive, unpack_once
 from featcache.foundation.errors import UserError
-from featcache.listing import IMAGE_SUFFIXES, LeftOut, image_files, subfolders
-from featcache.pixels import check_pixels, to_rgb8
+from featcache.images.pixels import check_pixels, to_rgb8
+from featcache.sources.archives import is_archive, unpack_once
+from featcache.sources.listing import IMAGE_SUFFIXES, LeftOut, image_files, subfolders
 
 SPLITS = ("train", "test")
 

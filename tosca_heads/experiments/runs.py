@@ -25,19 +25,19 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.locks import store_lock
 from featcache.store import FeatureStore, check_readable
-from tosca_heads import runfiles
 from tosca_heads.engine import native
 from tosca_heads.engine.device import overlap_evaluation, resolve_device, step_mode, step_threads
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.memory import require_room
-from tosca_heads.features import CachedFeatures, FeatureSource
-from tosca_heads.metrics import summarise
-from tosca_heads.router import MODES
+from tosca_heads.experiments import runfiles
+from tosca_heads.method.features import CachedFeatures, FeatureSource
+from tosca_heads.method.metrics import summarise
+from tosca_heads.method.protocol import StreamConfig, TaskStream
+from tosca_heads.method.recipe import TrainConfig, group_key, make_trainer
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
-from tosca_heads.stream import StreamConfig, TaskStream
-from tosca_heads.train import TrainConfig, group_key, make_trainer
+from tosca_heads.routers.scores import MODES
 
 
 @dataclass

@@ -17,9 +17,7 @@ from featcache.foundation.errors import UserError
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.router import module_scores
-from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
-from tosca_heads.runfiles import (
+from tosca_heads.experiments.runfiles import (
     ROUTER_FILE,
     feature_dim_of,
     finished_tasks,
@@ -29,7 +27,9 @@ from tosca_heads.runfiles import (
     stream_config_of,
     train_config_of,
 )
-from tosca_heads.stream import TaskStream
+from tosca_heads.method.protocol import TaskStream
+from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
+from tosca_heads.routers.scores import module_scores
 
 
 @dataclass

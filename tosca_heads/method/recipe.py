@@ -12,7 +12,7 @@ import torch
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_at_most
 from tosca_heads.engine.trainer import SHARED_FIELDS, GroupTrainer
-from tosca_heads.luca import FLOWS
+from tosca_heads.method.luca import FLOWS
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tosca_heads.routers.stats import FrozenModel
+from tosca_heads.routers.statistics import FrozenModel
 
 REFERENCE_BATCH = 48
 

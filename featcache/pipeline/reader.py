@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from featcache.datasets import SplitSamples
-from featcache.decoding import DecodeError, Encoded, decode_on_device, open_picture, read_encoded
+from featcache.images.decoding import DecodeError, Encoded, decode_on_device, open_picture, read_encoded
+from featcache.images.transforms import Preprocessing, view_rng
+from featcache.sources.datasets import SplitSamples
 from featcache.store import SplitLayout
-from featcache.transforms import Preprocessing, view_rng
 
 
 @dataclass
