@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 from featcache.extract import ExtractPlan, ExtractRequest, plan_extraction, run_extraction
-from featcache.pipeline.mapper import FeatureMapper, resolve_device
+from featcache.foundation.devices import resolve_device
+from featcache.pipeline.mapper import FeatureMapper
 from featcache.pipeline.reader import SampleImages, chunk_batches, make_loader
 from featcache.store import SplitLayout
 

@@ -94,8 +94,8 @@ def main() -> None:
         f"whole run incl. loading and writing {total:.1f} s (goal <= 20 s)"
     )
     print(
-        f"A_last oracle {result.metrics()['modes']['oracle']['A_last']:.3f}, "
-        f"entropy {result.metrics()['modes']['entropy']['A_last']:.3f}"
+        f"A_last oracle {result.metrics()['routers']['oracle']['A_last']:.3f}, "
+        f"entropy {result.metrics()['routers']['entropy']['A_last']:.3f}"
     )
 
 

@@ -68,7 +68,7 @@ def routing_seconds(store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path
     """Seconds to route every test image after the last task: entropy (module outputs, logits,
     entropies, argmin) and, for each frozen-feature router, its own work on top (statistics to
     classifier, posteriors, and for fusion the entropies as well)."""
-    run = RunPredictor(run_dir, int(store.identity["dataset"]["num_classes"])).fit()  # loads, times nothing
+    run = RunPredictor(run_dir, int(store.identity["dataset"]["num_classes"])).load()  # loads, times nothing
     stream = run.stream_
     x = torch.from_numpy(np.asarray(store.features("test"), dtype=np.float32))
     w = normalize_rows(run.weight_[0]).T
@@ -137,12 +137,12 @@ def main() -> None:
         start = time.perf_counter()
         result = fit_run(store, stream, PRESETS["paper"], None, run_dir, device="cpu")
         fit_s = time.perf_counter() - start
-        modes = result.metrics()["modes"]
+        routers = result.metrics()["routers"]
         seconds = routing_seconds(store, stream, run_dir)
-        entropy, oracle = modes["entropy"]["A_last"], modes["oracle"]["A_last"]
+        entropy, oracle = routers["entropy"]["A_last"], routers["oracle"]["A_last"]
         label = f"{name} ({per_class}/class, B0 Inc{increment}, {len(result.stages)} tasks)"
         for router in ROUTERS:
-            m = modes[router]
+            m = routers[router]
             gap = (m["A_last"] - entropy) / (oracle - entropy) if oracle > entropy else float("nan")
             cost = seconds.get(router)
             cost_text = "–" if cost is None else f"{cost:.3f} ({cost / seconds['entropy']:.2f}x)"

@@ -145,7 +145,7 @@ def measure(
     name: str, store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path, ranpac_m: int
 ) -> Ceiling:
     num_classes = int(store.identity["dataset"]["num_classes"])
-    run = RunPredictor(run_dir, num_classes).fit()
+    run = RunPredictor(run_dir, num_classes).load()
     stream = run.stream_
     tasks = run.tasks_
     train_x = torch.from_numpy(np.asarray(store.features("train"), dtype=np.float32))

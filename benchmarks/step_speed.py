@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from featcache.foundation.devices import resolve_device
 from tosca_heads.engine import native
-from tosca_heads.engine.device import resolve_device, step_mode
+from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, Step, TorchStep
 from tosca_heads.method.classifier import CosineClassifier

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from fit_speed import make_store
 
-from tosca_heads.engine.device import resolve_device
+from featcache.foundation.devices import resolve_device
 from tosca_heads.experiments.sweeps import grid_points, run_sweep
 from tosca_heads.method.protocol import StreamConfig, TaskStream
 from tosca_heads.method.recipe import PRESETS

@@ -19,10 +19,11 @@ from typing import Any
 import torch
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
+from featcache.foundation.devices import resolve_device
 from featcache.foundation.scheduler import SchedulerChoice, dask_client
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.chunks import Progress, extract_chunks
-from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_device
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
 

@@ -23,8 +23,9 @@ from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import SplitSamples
-from featcache.sources.listing import IMAGE_SUFFIXES, LeftOut, image_files
+from featcache.sources.listing import IMAGE_SUFFIXES, image_files
 from featcache.store import FeatureStore
+from featcache.store.left_out import LeftOut
 
 
 def backbone_of_store(store: FeatureStore) -> LoadedBackbone:

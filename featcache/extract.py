@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
 from featcache.distributor import ChunkJob, extract_on_cluster
+from featcache.foundation.devices import resolve_device, worker_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors
 from featcache.foundation.fingerprints import identity_differences
@@ -32,13 +34,14 @@ from featcache.foundation.limits import (
     require_memory,
     usable_cores,
 )
-from featcache.foundation.locks import acquire, store_lock
-from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler, worker_device
+from featcache.foundation.locks import acquire, folder_lock
+from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
 from featcache.images.decoding import resolve_decoder
 from featcache.images.transforms import POLICIES, Preprocessing, make_preprocessing
-from featcache.options import DEFAULT_PRECISION
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
-from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_device, resolve_precision
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_precision
+from featcache.requests import ExtractRequest
+from featcache.sources.archives import waiting_notice
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
 from featcache.sources.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.store import (
@@ -52,67 +55,46 @@ from featcache.store import (
 )
 
 
-@dataclass(frozen=True)
-class ExtractRequest:
-    """Everything a user can ask of `tosca extract` (the CLI's flags, resolved to values)."""
+def check_request(request: ExtractRequest) -> None:
+    """The flags alone, before anything is listed or loaded."""
+    checks = [
+        (request.views >= 0, f"--views must be 0 or more, got {request.views}"),
+        (
+            request.batch_size is None or request.batch_size >= 1,
+            f"--batch-size must be at least 1, got {request.batch_size}",
+        ),
+        (
+            request.workers is None or request.workers >= 0,
+            f"--workers must be 0 or more, got {request.workers}",
+        ),
+        (request.chunk_size >= 1, f"--chunk-size must be at least 1, got {request.chunk_size}"),
+        (request.dtype in DTYPES, f"unknown --dtype {request.dtype!r}: use one of {', '.join(DTYPES)}"),
+        (
+            request.policy is None or request.policy in POLICIES,
+            f"unknown --policy {request.policy!r}: use {', '.join(POLICIES)}",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    if request.workers is not None:
+        require_at_most(
+            "--workers",
+            request.workers,
+            max_processes(),
+            "processes",
+            "at most 4 per usable core, and 64 anywhere",
+        )
+    if Path(request.cache_dir).exists() and not Path(request.cache_dir).is_dir():
+        raise UserError(f"--cache-dir {request.cache_dir} is a file, not a folder")
+    resolve_precision(request.precision)
+    choice = scheduler_choice(request)
+    if choice is not None:
+        check_available(choice)
 
-    model: str
-    dataset: str
-    data_root: Path | None = None
-    cache_dir: Path = Path("cache")
-    store: Path | None = None
-    weights: Path | None = None
-    random_init: bool = False
-    policy: str | None = None
-    views: int = 0
-    seed: int = 0
-    dtype: str = "float32"
-    batch_size: int | None = None  # None: default_batch_size(device)
-    workers: int | None = None  # None: default_workers()
-    device: str = "auto"
-    precision: str = DEFAULT_PRECISION
-    decode: str = "auto"  # auto: an existing store's decoder, else torch on CUDA, pil on CPU
-    chunk_size: int = 512
-    limit_per_class: int | None = None
-    overwrite: bool = False
-    scheduler: str | None = None  # local:N, local-cuda, an address or a scheduler file
-    skip_bad_images: bool = False  # leave unreadable images out (listed in the store's attrs)
 
-    def scheduler_choice(self) -> SchedulerChoice | None:
-        return parse_scheduler(self.scheduler) if self.scheduler else None
-
-    def validate(self) -> None:
-        checks = [
-            (self.views >= 0, f"--views must be 0 or more, got {self.views}"),
-            (
-                self.batch_size is None or self.batch_size >= 1,
-                f"--batch-size must be at least 1, got {self.batch_size}",
-            ),
-            (self.workers is None or self.workers >= 0, f"--workers must be 0 or more, got {self.workers}"),
-            (self.chunk_size >= 1, f"--chunk-size must be at least 1, got {self.chunk_size}"),
-            (self.dtype in DTYPES, f"unknown --dtype {self.dtype!r}: use one of {', '.join(DTYPES)}"),
-            (
-                self.policy is None or self.policy in POLICIES,
-                f"unknown --policy {self.policy!r}: use {', '.join(POLICIES)}",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
-        if self.workers is not None:
-            require_at_most(
-                "--workers",
-                self.workers,
-                max_processes(),
-                "processes",
-                "at most 4 per usable core, and 64 anywhere",
-            )
-        if Path(self.cache_dir).exists() and not Path(self.cache_dir).is_dir():
-            raise UserError(f"--cache-dir {self.cache_dir} is a file, not a folder")
-        resolve_precision(self.precision)
-        choice = self.scheduler_choice()
-        if choice is not None:
-            check_available(choice)
+def scheduler_choice(request: ExtractRequest) -> SchedulerChoice | None:
+    return parse_scheduler(request.scheduler) if request.scheduler else None
 
 
 @dataclass
@@ -288,7 +270,7 @@ def check_sizes(
 
 
 def plan_extraction(request: ExtractRequest) -> ExtractPlan:
-    request.validate()
+    check_request(request)
     spec = resolve_backbone(request.model)
     check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy
@@ -443,9 +425,25 @@ def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
     store.replace_identity(plan.identity)
 
 
+def extract(
+    request: ExtractRequest,
+    on_planned: Callable[[ExtractPlan], None] | None = None,
+    progress: Progress | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> ExtractSummary:
+    """`tosca extract`: plan (every check, the dataset listed, the backbone loaded; `on_wait` hears
+    when another process is unpacking the same archive), tell `on_planned`, then compute the pending
+    chunks (`progress(split, images done now, images of the split)`)."""
+    with waiting_notice(on_wait or (lambda holder: None)):
+        plan = plan_extraction(request)
+    if on_planned:
+        on_planned(plan)
+    return run_extraction(plan, progress)
+
+
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
     """Compute the pending chunks under the store's lock (a second writer is refused, naming this one)."""
-    with store_lock(plan.store_path):
+    with folder_lock(plan.store_path):
         return _run_locked(plan, progress)
 
 
@@ -472,7 +470,7 @@ def _run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
             extra={"skipped_images": skipped},
         )
     req = plan.request
-    choice = req.scheduler_choice()
+    choice = scheduler_choice(req)
     if choice is not None:
         images = extract_on_cluster(
             _job_template(plan, choice), store, pending, plan.dataset.splits, choice, progress, plan.sources

@@ -37,8 +37,9 @@ _CONTEXT: Any = None
 @dataclass(frozen=True)
 class PauseAt:
     """Pause before the `occurrence`-th (1-based) write whose path matches `pattern` (a regex), or,
-    with `function` ("module:name"), before the first call of that function. A `resumable` pause
-    ends when the test calls `Child.resume()`; any other waits for the test's SIGKILL."""
+    with `function` ("module:name" or "module:Class.method"), before its `occurrence`-th call.
+    A `resumable` pause ends when the test calls `Child.resume()`; any other waits for the test's
+    SIGKILL."""
 
     pattern: str = ".*"
     occurrence: int = 1
@@ -81,9 +82,12 @@ def _install_function_pause(folder: Path, pause: PauseAt) -> None:
     import importlib
 
     assert pause.function is not None
-    module_name, name = pause.function.split(":")
-    module = importlib.import_module(module_name)
-    original = getattr(module, name)
+    module_name, dotted = pause.function.split(":")
+    owner: Any = importlib.import_module(module_name)
+    *path, name = dotted.split(".")  # "module:Class.method" pauses a method
+    for attribute in path:
+        owner = getattr(owner, attribute)
+    original = getattr(owner, name)
     calls = [0]
 
     def paused(*args: Any, **kwargs: Any) -> Any:
@@ -92,7 +96,7 @@ def _install_function_pause(folder: Path, pause: PauseAt) -> None:
             _hold(folder, pause.function or "", pause.resumable)
         return original(*args, **kwargs)
 
-    setattr(module, name, paused)
+    setattr(owner, name, paused)
 
 
 def _install_write_hook(folder: Path, pause: PauseAt | None) -> list[str]:

@@ -9,6 +9,8 @@ directory is that folder, so default outputs (runs/, cache/) would land there to
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -71,7 +73,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("extract unknown dataset", [*EXTRACT[:3], "-d", "mnist"], "unknown dataset 'mnist'"),
     ("extract unknown dtype", [*EXTRACT, "--dtype", "int8"], "unknown --dtype 'int8'"),
     ("extract unknown policy", [*EXTRACT, "--policy", "fancy"], "unknown --policy 'fancy'"),
-    ("extract unknown device", [*EXTRACT, "--device", "tpu"], "unknown device 'tpu'"),
+    ("extract unknown device", [*EXTRACT, "--device", "tpu"], "unknown --device 'tpu'"),
     ("extract unknown precision", [*EXTRACT, "--precision", "fp8"], "unknown --precision 'fp8'"),
     ("extract unknown decoder", [*EXTRACT, "--decode", "magic"], "unknown --decode 'magic'"),
     (
@@ -464,10 +466,10 @@ def _identity_without_a_name(root: Path) -> None:
 
 def _sweep_results(root: Path) -> None:
     results = root / "sweep" / "results.csv"
-    lines = results.read_text().splitlines()
-    header, cells = lines[0].split(","), lines[1].split(",")
-    cells[header.index("A_last_entropy")] = "banana"
-    results.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    rows = list(csv.reader(io.StringIO(results.read_text())))
+    rows[1][rows[0].index("A_last")] = "banana"
+    with open(results, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
 
 
 DAMAGED: list[tuple[str, Any, list[str], str]] = [
@@ -523,7 +525,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
     (
         "metrics not numbers",
-        lambda root: _edit_json(root / "run" / "metrics.json", modes__entropy__A_last="high"),
+        lambda root: _edit_json(root / "run" / "metrics.json", routers__entropy__A_last="high"),
         ["routers", "{run}"],
         "were edited or damaged; `tosca eval {run}` rewrites them",
     ),
@@ -531,7 +533,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "sweep results not numbers",
         _sweep_results,
         [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "results.csv line 2: A_last_entropy holds 'banana', not a number",
+        "results.csv line 2: A_last holds 'banana', not a number",
     ),
     (
         "sweep file edited",

@@ -19,7 +19,7 @@ from tosca_heads.experiments.runs import fit_run
 from tosca_heads.method.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.routers import ROUTER_NAMES
+from tosca_heads.routers import ROUTERS
 
 RUNNER = CliRunner()
 
@@ -115,15 +115,15 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
     )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out / "comparison.csv")
-    routers = len(ROUTER_NAMES)
+    routers = len(ROUTERS)
     assert list(frame["method"]) == ["tosca"] * routers + ["simplecil", "ranpac", "joint_probe"]
-    assert list(frame["routing"][:routers]) == list(ROUTER_NAMES)
+    assert list(frame["routing"][:routers]) == list(ROUTERS)
     tosca = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    oracle = list(ROUTER_NAMES).index("oracle")
-    assert frame["A_last"][oracle] == pytest.approx(tosca["modes"]["oracle"]["A_last"])
+    oracle = list(ROUTERS).index("oracle")
+    assert frame["A_last"][oracle] == pytest.approx(tosca["routers"]["oracle"]["A_last"])
     ranpac = json.loads((out / "ranpac" / "metrics.json").read_text())
-    assert set(ranpac["modes"]["none"]) >= set(tosca["modes"]["oracle"])  # the same metrics block
-    assert ranpac["modes"]["none"]["A_t"] == pytest.approx(json.loads(frame["A_t"][routers + 1]))
+    assert set(ranpac["routers"]["none"]) >= set(tosca["routers"]["oracle"])  # the same metrics block
+    assert ranpac["routers"]["none"]["A_t"] == pytest.approx(json.loads(frame["A_t"][routers + 1]))
     assert {"comparison.md", "comparison.png"} <= {p.name for p in out.iterdir()}
     other_stream = RUNNER.invoke(
         app, ["baselines", "--store", str(store.path), "--init-cls", "4", "--run", str(tmp_path / "run")]
@@ -155,7 +155,7 @@ def test_default_tosca_row_is_the_paper_preset_run(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(next((tmp_path / "runs").glob("baselines-*")) / "comparison.csv")
     paper = fit_run(store, StreamConfig(2, 2), TrainConfig(), None, tmp_path / "again")
-    assert frame["A_last"][0] == pytest.approx(paper.metrics()["modes"]["entropy"]["A_last"])
+    assert frame["A_last"][0] == pytest.approx(paper.metrics()["routers"]["entropy"]["A_last"])
 
 
 @pytest.mark.realdata

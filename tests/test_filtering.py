@@ -13,8 +13,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.sources.listing import HIDDEN, NOT_AN_IMAGE, LeftOut, image_files
+from featcache.sources.listing import image_files
 from featcache.store import FeatureStore
+from featcache.store.left_out import HIDDEN, NOT_AN_IMAGE, LeftOut
 
 runner = CliRunner()
 

@@ -24,7 +24,7 @@ from tosca_heads.experiments.runs import evaluate_run, fit_run
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import StreamConfig, TaskStream, class_order
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.routers import ROUTER_NAMES
+from tosca_heads.routers import ROUTERS
 
 FAST = TrainConfig(epochs=3, batch_size=8, r=4, s=4)
 
@@ -53,7 +53,7 @@ def test_resume_equals_one_go(tmp_path: Path) -> None:
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
-    assert resumed.metrics()["modes"] == one_go.metrics()["modes"]
+    assert resumed.metrics()["routers"] == one_go.metrics()["routers"]
 
 
 def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
@@ -77,16 +77,16 @@ def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
         "order_seed": 1993,
     }
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert set(metrics["modes"]) == set(ROUTER_NAMES)  # every router, honest or not
-    assert {"entropy", "batch", "batch_shuffled", "oracle", "lda", "ncm"} <= set(metrics["modes"])
-    oracle = metrics["modes"]["oracle"]
+    assert set(metrics["routers"]) == set(ROUTERS)  # every router, honest or not
+    assert {"entropy", "batch", "batch_shuffled", "oracle", "lda", "ncm"} <= set(metrics["routers"])
+    oracle = metrics["routers"]["oracle"]
     assert len(oracle["A_t"]) == 3 and oracle["routing_accuracy"] == 1.0
     assert oracle["A_bar"] == pytest.approx(np.mean(oracle["A_t"]))
     assert len(oracle["accuracy_matrix"][-1]) == 3
     frame = pd.read_csv(tmp_path / "run" / "results.csv")
-    assert len(frame) == 3 * len(ROUTER_NAMES) and set(frame["mode"]) == set(metrics["modes"])
+    assert len(frame) == 3 * len(ROUTERS) and set(frame["router"]) == set(metrics["routers"])
     again = evaluate_run(tmp_path / "run")
-    assert again.trained == [] and again.metrics()["modes"] == result.metrics()["modes"]
+    assert again.trained == [] and again.metrics()["routers"] == result.metrics()["routers"]
 
 
 def test_refusals_are_one_clear_line(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_cached_training_equals_online_training(tmp_path: Path, image_tree: Path
         b = load_file(str(tmp_path / "online" / f"task_{task:03d}.safetensors"))
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
-    assert cached.metrics()["modes"]["oracle"]["A_t"] == online.metrics()["modes"]["oracle"]["A_t"]
+    assert cached.metrics()["routers"]["oracle"]["A_t"] == online.metrics()["routers"]["oracle"]["A_t"]
 
 
 def test_store_read_task_by_task_gives_the_same_run(tmp_path: Path) -> None:
@@ -176,4 +176,4 @@ def test_store_read_task_by_task_gives_the_same_run(tmp_path: Path) -> None:
     assert not streamed.in_memory and CachedFeatures(store).in_memory
     a = fit_run(store, StreamConfig(2, 2), FAST, None, tmp_path / "a", source=streamed)
     b = fit_run(store, StreamConfig(2, 2), FAST, None, tmp_path / "b")
-    assert a.metrics()["modes"] == b.metrics()["modes"]
+    assert a.metrics()["routers"] == b.metrics()["routers"]

@@ -15,7 +15,7 @@ from heads_fixtures import synthetic_store
 
 from featcache.foundation.errors import UserError
 from tosca_heads.engine import native
-from tosca_heads.engine.device import step_mode, step_threads
+from tosca_heads.engine.device import ThreadPlan, plan_threads, step_mode
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
@@ -148,19 +148,26 @@ def test_two_threads_split_odd_and_tiny_shapes() -> None:
     assert not torch.equal(results[1][0], start)
 
 
-def test_step_threads_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_thread_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
+    monkeypatch.delenv("TOSCA_OVERLAP_EVAL", raising=False)
+    monkeypatch.delenv("TOSCA_STEP_THREADS", raising=False)
     monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 2)
-    assert step_threads(cpu, overlap=True) == 1  # the evaluation thread takes the second core
+    # the evaluation thread takes the second core
+    assert plan_threads(cpu, None, compiled=True) == ThreadPlan(True, 1, 1)
     monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 8)
-    assert step_threads(cpu, overlap=True) == 2
-    assert step_threads(cpu, overlap=False) == 1  # a sweep worker
-    assert step_threads(torch.device("cuda"), overlap=True) == 1
+    assert plan_threads(cpu, True, compiled=True) == ThreadPlan(True, 2, 1)
+    assert plan_threads(cpu, False, compiled=True) == ThreadPlan(False, 1, 1)  # a sweep worker
+    assert plan_threads(cpu, False, compiled=False) == ThreadPlan(False, 1, None)
+    assert plan_threads(torch.device("cuda"), None, compiled=False).overlap is False
+    assert plan_threads(torch.device("cuda"), True, compiled=False).step_threads == 1
     monkeypatch.setenv("TOSCA_STEP_THREADS", "2")
-    assert step_threads(cpu, overlap=False) == 2
+    assert plan_threads(cpu, False, compiled=True).step_threads == 2
+    monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "0")
+    assert plan_threads(cpu, None, compiled=True).overlap is False
     monkeypatch.setenv("TOSCA_STEP_THREADS", "4")
     with pytest.raises(UserError, match=r"TOSCA_STEP_THREADS='4': use 1 or 2"):
-        step_threads(cpu, overlap=True)
+        plan_threads(cpu, True, compiled=True)
     layout, tensors = _group("tosca")
     if native.load()[0] is not None:
         with pytest.raises(ValueError, match="1 or 2 threads"):
@@ -204,8 +211,8 @@ def test_a_run_is_the_same_with_either_step(tmp_path: Path, monkeypatch: pytest.
     results = {k: r.metrics() for k, r in runs.items()}
     accuracy = {k: [s.stats["train_acc"] for s in r.stages] for k, r in runs.items()}
     for kind in ("native", "native-2"):
-        for mode, block in results["torch"]["modes"].items():
-            np.testing.assert_allclose(results[kind]["modes"][mode]["A_t"], block["A_t"], atol=1e-3)
+        for mode, block in results["torch"]["routers"].items():
+            np.testing.assert_allclose(results[kind]["routers"][mode]["A_t"], block["A_t"], atol=1e-3)
         np.testing.assert_allclose(accuracy[kind], accuracy["torch"], atol=1e-2)
 
 

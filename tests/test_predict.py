@@ -70,7 +70,7 @@ def test_predict_on_images_equals_the_run_on_their_cached_features(tmp_path: Pat
         assert result.exit_code == 0, result.output
         rows = {Path(r["image"]).resolve(): r for r in json.loads(result.output)}
         assert len(rows) == 6 and {r["router"] for r in rows.values()} == {router}
-        predictor = RunPredictor(run, 3).fit()
+        predictor = RunPredictor(run, 3).load()
         expected = predictor.predict(store.features("test"), router)
         names = predictor.class_names(store.identity["dataset"]["class_names"])
         for i, sample_id in enumerate(store.ids("test")):

@@ -60,7 +60,7 @@ def test_paper_preset_trains_end_to_end_and_oracle_beats_simplecil(
 
     store = FeatureStore.open(request.getfixturevalue(f"{dataset}_store"))
     result = fit_run(store, StreamConfig(2, 2), PRESETS["paper"], None, tmp_path / "run")
-    modes = result.metrics()["modes"]
+    modes = result.metrics()["routers"]
     simplecil = nearest_class_mean_accuracy(store.path)  # all classes seen at the last task
     print(
         f"\n{dataset} B0 Inc2 paper preset (EfficientNet-Lite0, 30/class): SimpleCIL A_last {simplecil:.3f}; "

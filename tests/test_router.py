@@ -11,7 +11,6 @@ import torch
 
 from featcache.foundation.errors import UserError
 from tosca_heads.routers import (
-    ROUTER_NAMES,
     ROUTERS,
     ClassStatistics,
     StageView,
@@ -157,7 +156,7 @@ def test_frozen_feature_routers_route_by_the_task_of_the_class() -> None:
 
 
 def test_router_names_resolve_with_the_old_alias() -> None:
-    assert resolve_routers(None) == list(ROUTER_NAMES)
+    assert resolve_routers(None) == list(ROUTERS)
     assert resolve_routers("sample, lda") == ["entropy", "lda"]
     with pytest.raises(UserError, match="unknown --router 'knn'"):
         resolve_routers("lda,knn")
@@ -198,11 +197,11 @@ def test_routers_command_lists_every_router_beside_the_baselines(tmp_path: Path)
     rows = json.loads(result.output)
     metrics = json.loads((run / "metrics.json").read_text())
     by_name = {r["router"]: r for r in rows}
-    assert set(ROUTER_NAMES) | {"simplecil"} == set(by_name)
-    for name in ROUTER_NAMES:
-        assert by_name[name]["A_last"] == pytest.approx(100 * metrics["modes"][name]["A_last"])
+    assert set(ROUTERS) | {"simplecil"} == set(by_name)
+    for name in ROUTERS:
+        assert by_name[name]["A_last"] == pytest.approx(100 * metrics["routers"][name]["A_last"])
         assert by_name[name]["routing_accuracy"] == pytest.approx(
-            100 * metrics["modes"][name]["routing_accuracy"]
+            100 * metrics["routers"][name]["routing_accuracy"]
         )
     assert by_name["simplecil"]["kind"] == "baseline" and by_name["simplecil"]["routing_accuracy"] is None
     table = runner.invoke(app, ["routers", str(run)])
@@ -244,11 +243,11 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     written = fit_run(store, stream, points[1], None, tmp_path / "run")
     assert calls == [0, 2, 4] * 2  # a run that writes files builds (and saves) its own
     for name in ("ncm", "lda", "fusion"):
-        assert second.metrics()["modes"][name] == written.metrics()["modes"][name]
+        assert second.metrics()["routers"][name] == written.metrics()["routers"][name]
     # ncm and lda route by the frozen features alone: the same tasks for either point
     for name in ("ncm", "lda"):
-        routing = first.metrics()["modes"][name]["routing_accuracy_t"]
-        assert routing == second.metrics()["modes"][name]["routing_accuracy_t"]
+        routing = first.metrics()["routers"][name]["routing_accuracy_t"]
+        assert routing == second.metrics()["routers"][name]["routing_accuracy_t"]
     # the same place and identity, other features (rewritten in place): its own statistics
     import shutil
 

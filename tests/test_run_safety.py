@@ -5,16 +5,12 @@ named instead of a metrics file of zeros."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from crash_harness import PauseAt, start
 from heads_fixtures import synthetic_store
 from safetensors.torch import load_file
 from typer.testing import CliRunner
@@ -25,7 +21,6 @@ from featcache.foundation.errors import UserError
 from featcache.store import chunk_checksum
 from tosca_heads.method.protocol import TaskStream
 
-ROOT = Path(__file__).resolve().parents[1]
 RUNNER = CliRunner()
 
 
@@ -51,24 +46,16 @@ def _fit_cmd(store: Path, run: Path, epochs: int = 40, *extra: str) -> list[str]
 
 
 def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
+    """Killed as it is about to save task 2 (tasks 0 and 1 on disk): the rerun reuses those two and
+    ends with the files and metrics of a run never killed."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, spread=1.0)
     run = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli import app; app()", *_fit_cmd(store.path, run)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 180
-    while time.time() < deadline and not (run / "task_001.safetensors").exists():
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # mid-way through a later task
-    proc.wait()
+    pause = PauseAt(function="tosca_heads.experiments.runfiles:save_task", occurrence=3)
+    child = start(_fit_cmd(store.path, run), tmp_path / "child", pause)
+    child.wait_paused()
+    child.kill()
     finished = sorted(p.name for p in run.glob("task_*.safetensors"))
-    assert 2 <= len(finished) < 5, finished
+    assert finished == ["task_000.safetensors", "task_001.safetensors"], finished
     for name in finished:  # every file that is there loads whole
         assert "luca.down.weight" in load_file(str(run / name))
     resumed = RUNNER.invoke(app, _fit_cmd(store.path, run))
@@ -84,7 +71,7 @@ def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["modes"] == json.loads((tmp_path / "fresh" / "metrics.json").read_text())["modes"]
+    assert metrics["routers"] == json.loads((tmp_path / "fresh" / "metrics.json").read_text())["routers"]
     assert not list(run.glob(".*.tmp"))  # no temporary file left behind
 
 
@@ -156,7 +143,7 @@ def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -
     again = RUNNER.invoke(app, [*_fit_cmd(store.path, run, 2), "--task", "0", "--json"])
     assert again.exit_code == 0, again.output
     metrics = json.loads((run / "metrics.json").read_text())
-    assert len(metrics["modes"]["entropy"]["A_t"]) == 3
+    assert len(metrics["routers"]["entropy"]["A_t"]) == 3
     assert load_file(str(run / "router.safetensors"))["counts"].shape[0] == 6
     assert (run / "task_002.safetensors").stat().st_mtime_ns == before
 
@@ -172,9 +159,9 @@ def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_
     assert RUNNER.invoke(app, [*_fit_cmd(store.path, short, 2), "--task", "0"]).exit_code == 0
     (run / ROUTER_FILE).write_bytes((short / ROUTER_FILE).read_bytes())  # 2 classes, classifier 6
     with pytest.raises(UserError, match=r"router\.safetensors covers 2 classes but the classifier"):
-        RunPredictor(run, 6).fit()
+        RunPredictor(run, 6).load()
     assert RUNNER.invoke(app, ["eval", str(run), "--device", "cpu"]).exit_code == 0
-    assert RunPredictor(run, 6).fit().statistics_.classes == 6  # eval rebuilt them
+    assert RunPredictor(run, 6).load().statistics_.classes == 6  # eval rebuilt them
 
 
 def test_a_damaged_config_is_one_line_and_eval_works_from_inside_the_run(

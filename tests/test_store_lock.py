@@ -17,7 +17,7 @@ from crash_harness import PauseAt, run, start
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.locks import StoreBusy, acquire, holder, lock_path, store_lock
+from featcache.foundation.locks import FolderBusy, acquire, folder_lock, holder, lock_path
 from featcache.store import FeatureStore
 
 
@@ -64,13 +64,13 @@ def test_second_extract_refused_dead_writer_does_not_block_other_stores_run_alon
 
 def test_lock_is_exclusive_names_its_holder_and_goes_with_release(tmp_path: Path) -> None:
     store = tmp_path / "s.zarr"
-    with store_lock(store) as held:
+    with folder_lock(store) as held:
         record = json.loads(lock_path(store).read_text())
         assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
         assert holder(store) == f"pid {os.getpid()} on {socket.gethostname()} since {record['started']}"
-        with pytest.raises(StoreBusy, match=f"pid {os.getpid()} on "):
+        with pytest.raises(FolderBusy, match=f"pid {os.getpid()} on "):
             acquire(store)  # a second open file description: refused even in the same process
-        with store_lock(tmp_path / "t.zarr"):  # another store's lock is independent
+        with folder_lock(tmp_path / "t.zarr"):  # another store's lock is independent
             assert lock_path(tmp_path / "t.zarr").exists()
     assert held.fd == -1 and not lock_path(store).exists() and holder(store) is None
     acquire(store).release()  # free again
@@ -86,7 +86,7 @@ def test_lock_held_by_children_of_a_dead_writer_says_so(tmp_path: Path) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(StoreBusy, match=r"that process has ended .* try again in a few seconds"):
+        with pytest.raises(FolderBusy, match=r"that process has ended .* try again in a few seconds"):
             acquire(store)
     finally:
         os.close(fd)
@@ -97,7 +97,7 @@ def test_verify_fix_takes_the_lock(tmp_path: Path) -> None:
     from heads_fixtures import synthetic_store
 
     store = synthetic_store(tmp_path / "s.zarr").path
-    with store_lock(store):
+    with folder_lock(store):
         result = CliRunner().invoke(app, ["cache", "verify", str(store), "--fix"])
     assert result.exit_code == 2 and "is being written by another" in result.output
     assert CliRunner().invoke(app, ["cache", "verify", str(store), "--fix"]).exit_code == 0

@@ -138,7 +138,7 @@ def test_two_extractions_of_one_archive_unpack_it_once(tmp_path: Path) -> None:
     first = start(
         _cli_args(archive, cache, tmp_path / "one.zarr"),
         tmp_path / "first",
-        PauseAt(function="featcache.archives:_unpack_tar", resumable=True),
+        PauseAt(function="featcache.sources.archives:_unpack_tar", resumable=True),
     )
     first.wait_paused()
     second = start(_cli_args(archive, cache, tmp_path / "two.zarr"), tmp_path / "second")
@@ -157,7 +157,7 @@ def test_two_extractions_of_one_archive_unpack_it_once(tmp_path: Path) -> None:
 def test_a_killed_unpacking_leaves_nothing_that_looks_finished(tmp_path: Path) -> None:
     archive, cache = _archive(tmp_path), tmp_path / "cache"
     args = _cli_args(archive, cache, tmp_path / "one.zarr")
-    killed = start(args, tmp_path / "killed", PauseAt(function="featcache.archives:_unpack_tar"))
+    killed = start(args, tmp_path / "killed", PauseAt(function="featcache.sources.archives:_unpack_tar"))
     killed.wait_paused()
     killed.kill()
     code, lines = _extract(archive, cache, "--store", str(tmp_path / "one.zarr"))

@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from crash_harness import PauseAt, start
 from heads_fixtures import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.results import COLUMNS, ResultsTable
+from tosca_heads.experiments.results import COLUMNS, ResultsTable, by_point, point_rows
 from tosca_heads.experiments.sweeps import grid_points, parse_values
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.routers.scores import MODES
+from tosca_heads.routers import ROUTERS
 
 RUNNER = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+
+
+def _points(csv_path: Path) -> pd.DataFrame:
+    """results.csv as one row per point, a `{metric}_{router}` column per router and metric."""
+    return by_point(pd.read_csv(csv_path, keep_default_na=False, na_values=[""]))
+
+
 COMMON = ["--epochs", "3", "--batch-size", "8", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
 
 
@@ -72,13 +77,16 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    rows = pd.read_csv(out / "results.csv")
+    long = pd.read_csv(out / "results.csv")
+    assert len(long) == 4 * len(ROUTERS) and set(long["router"]) == set(ROUTERS)
+    assert set(long["routers"]) == {len(ROUTERS)} and set(long["format"]) == {2}
+    rows = _points(out / "results.csv")
     assert len(rows) == 4 and rows["key"].is_unique
     assert set(rows["feature_loads"]) == {1}  # each worker read the store once, for all its points
     assert {"results.parquet", "summary.md", "heatmap_A_last.png", "best_curves.png"} <= {
         p.name for p in out.iterdir()
     }
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), rows, check_dtype=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), long, check_dtype=False)
     spread = set()
     for r in (4, 8):
         for l1 in ("0", "1e-2"):
@@ -90,12 +98,13 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
             assert fit.exit_code == 0, fit.output
             metrics = json.loads((run / "metrics.json").read_text())
             row = rows[(rows["r"] == r) & (rows["l1"] == float(l1))].iloc[0]
-            for mode in MODES:
-                m = metrics["modes"][mode]
-                assert row[f"A_last_{mode}"] == m["A_last"], (r, l1, mode)
-                assert row[f"A_bar_{mode}"] == pytest.approx(m["A_bar"], abs=1e-12)
-                assert row[f"routing_{mode}"] == m["routing_accuracy"]
-                assert json.loads(row[f"A_t_{mode}"]) == pytest.approx(m["A_t"], abs=1e-6)
+            assert set(metrics["routers"]) == set(ROUTERS)
+            for router in ROUTERS:
+                m = metrics["routers"][router]
+                assert row[f"A_last_{router}"] == m["A_last"], (r, l1, router)
+                assert row[f"A_bar_{router}"] == pytest.approx(m["A_bar"], abs=1e-12)
+                assert row[f"routing_{router}"] == m["routing_accuracy"]
+                assert json.loads(row[f"A_t_{router}"]) == pytest.approx(m["A_t"], abs=1e-6)
             assert row["params_per_task"] == metrics["params_per_task"]
             spread.add(row["A_last_entropy"])
     assert len(spread) > 1  # the four points really differ: the comparison is not vacuous
@@ -122,44 +131,36 @@ def _sweep_cmd(store: Path, out: Path) -> list[str]:
 
 
 def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
+    """Killed as it records its third point, with a point's rows cut short at the end of the file:
+    the rerun drops the cut point, keeps the two finished ones as they were, runs the other four,
+    and ends with an undisturbed sweep's numbers."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, views=2, spread=1.0)
     out = tmp_path / "sweep"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli import app; app()", *_sweep_cmd(store.path, out)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    pause = PauseAt(function="tosca_heads.experiments.results:ResultsTable.append", occurrence=3)
+    child = start(_sweep_cmd(store.path, out), tmp_path / "child", pause)
+    child.wait_paused()
+    child.kill()
     csv_path = out / "results.csv"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 3:  # header + 2 points
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
     before = pd.read_csv(csv_path)
-    assert 2 <= len(before) < 6, "the kill should land mid-sweep"
-    with open(csv_path, "a") as fh:  # and a row cut short by the kill
-        fh.write("deadbeef,4,2,0.0")
+    assert len(before) == 2 * len(ROUTERS) and before["key"].nunique() == 2
+    cut = before.iloc[0].to_dict() | {"key": "deadbeef"}
+    with open(csv_path, "a", newline="") as fh:  # a point whose rows a kill cut short: its first only
+        csv.writer(fh).writerow("" if pd.isna(v) else v for v in cut.values())
     resumed = RUNNER.invoke(app, _sweep_cmd(store.path, out))
     assert resumed.exit_code == 0, resumed.output
-    assert f"{len(before)} already done" in resumed.output
+    assert "2 already done" in resumed.output
     after = pd.read_csv(csv_path)
-    assert len(after) == 6 and after["key"].is_unique
+    assert len(after) == 6 * len(ROUTERS) and after["key"].nunique() == 6
     assert "deadbeef" not in set(after["key"])
     pd.testing.assert_frame_equal(after.head(len(before)), before)  # finished rows kept as they were
     again = RUNNER.invoke(app, _sweep_cmd(store.path, out))
-    assert "0 run(s)" in again.output and len(pd.read_csv(csv_path)) == 6
+    assert "0 run(s)" in again.output and len(pd.read_csv(csv_path)) == len(after)
     fresh = RUNNER.invoke(app, _sweep_cmd(store.path, tmp_path / "fresh"))
     assert fresh.exit_code == 0, fresh.output
-    by_key = pd.read_csv(tmp_path / "fresh" / "results.csv").set_index("key")
-    resumed_by_key = after.set_index("key").loc[by_key.index]
-    for mode in MODES:
-        assert (resumed_by_key[f"A_last_{mode}"] == by_key[f"A_last_{mode}"]).all()
+    by_key = _points(tmp_path / "fresh" / "results.csv").set_index("key")
+    resumed_by_key = _points(csv_path).set_index("key").loc[by_key.index]
+    for router in ROUTERS:
+        assert (resumed_by_key[f"A_last_{router}"] == by_key[f"A_last_{router}"]).all()
 
 
 def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
@@ -173,12 +174,12 @@ def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
         result = RUNNER.invoke(app, [*cmd, *COMMON, "--jobs", "1", "--group", str(group), "--out", str(out)])
         assert result.exit_code == 0, result.output
         assert f"up to {group} per engine run" in result.output
-        tables[group] = pd.read_csv(out / "results.csv").set_index("key").sort_index()
+        tables[group] = _points(out / "results.csv").set_index("key").sort_index()
     assert set(tables[1]["group_size"]) == {1} and set(tables[4]["group_size"]) == {4}
     assert len(tables[4]) == 4 and list(tables[4].index) == list(tables[1].index)
-    for mode in MODES:
+    for router in ROUTERS:
         for metric in ("A_bar", "A_last", "routing"):
-            column = f"{metric}_{mode}"
+            column = f"{metric}_{router}"
             assert (tables[4][column] - tables[1][column]).abs().max() <= 1e-3, column
     assert tables[1]["A_last_entropy"].nunique() > 1  # the points differ: the comparison is not vacuous
 
@@ -196,16 +197,25 @@ def test_groups_hold_only_compatible_points() -> None:
     assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in points)
 
 
-def test_results_table_drops_cut_and_duplicate_rows(tmp_path: Path) -> None:
+def _point(key: str, routers: tuple[str, ...] = ("entropy", "oracle")) -> list[dict]:
+    block = {"A_bar": 0.5, "A_last": 0.25, "forgetting": 0.0, "routing_accuracy": 1.0, "A_t": [0.5, 0.25]}
+    return point_rows({c: 1 for c in COLUMNS} | {"key": key, "flow": "tosca"}, dict.fromkeys(routers, block))
+
+
+def test_results_table_drops_cut_and_duplicate_points(tmp_path: Path) -> None:
     path = tmp_path / "results.csv"
     table = ResultsTable(path)
-    row = dict.fromkeys(COLUMNS, 1)
-    table.append({**row, "key": "a"})
-    table.append({**row, "key": "a"})  # the same point twice is recorded once
-    with open(path, "a") as fh:
-        fh.write(",".join(["a", *["1"] * (len(COLUMNS) - 1)]) + "\n" + "b,1,2")
+    table.append(_point("a"))
+    table.append(_point("a"))  # the same point twice is recorded once
+    whole = path.read_text()
+    assert whole.count("\n") == 3  # header and one row per router
+    with open(path, "a") as fh:  # point b cut after its first router's row, mid-line
+        fh.write(whole.splitlines()[1].replace(",a,", ",b,", 1) + "\n" + "c,1,2")
     assert ResultsTable(path).keys() == {"a"}
-    assert path.read_text().count("\n") == 2 and path.read_text().endswith("\n")
+    assert path.read_text() == whole  # the cut point and the cut line are gone from the file
+    table = ResultsTable(path)
+    table.append(_point("b", ("entropy",)))  # a later point may have fewer routers: its own count
+    assert ResultsTable(path).keys() == {"a", "b"}
     path.write_text("key,other\n")
     with pytest.raises(UserError, match="other columns"):
         ResultsTable(path)
@@ -261,7 +271,7 @@ def test_sweep_on_a_given_scheduler(tmp_path: Path) -> None:
             ],
         )
     assert result.exit_code == 0, result.output
-    rows = pd.read_csv(tmp_path / "sw" / "results.csv")
+    rows = _points(tmp_path / "sw" / "results.csv")
     assert sorted(rows["r"]) == [2, 4] and set(rows["feature_loads"]) == {1}
 
 
@@ -358,18 +368,18 @@ def test_sweep_survives_a_killed_worker(tmp_path: Path) -> None:
     )
     killed: list[int] = []
 
-    def kill_first_worker(row: dict, finished: int, total: int) -> None:
+    def kill_first_worker(rows: list[dict], finished: int, total: int) -> None:
         if not killed:
-            killed.append(int(row["worker_pid"]))
+            killed.append(int(rows[0]["worker_pid"]))
             os.kill(killed[0], signal.SIGKILL)
 
     hit = run_sweep(store, points, tmp_path / "hit", scheduler="local:2", on_point=kill_first_worker)
     calm = run_sweep(store, points, tmp_path / "calm", jobs=1)
-    rows = pd.read_csv(tmp_path / "hit" / "results.csv")
+    rows = _points(tmp_path / "hit" / "results.csv")
     assert killed and len(rows) == len(points) and rows["key"].is_unique
     assert set(rows["key"]) == {p.key for p in points}
     assert len(set(rows["worker_pid"])) >= 2  # work went on after the kill, in other processes
-    a, b = rows.set_index("key").sort_index(), calm.frame.set_index("key").sort_index()
-    for mode in MODES:
-        assert (a[f"A_last_{mode}"] == b[f"A_last_{mode}"]).all(), mode
+    a, b = rows.set_index("key").sort_index(), by_point(calm.frame).set_index("key").sort_index()
+    for router in ROUTERS:
+        assert (a[f"A_last_{router}"] == b[f"A_last_{router}"]).all(), router
     assert hit.ran == len(points)

@@ -1,4 +1,5 @@
-"""One writer per store: an advisory lock file beside the store, held with `fcntl.flock`.
+"""One writer per folder (a store, a run, a sweep, an archive's unpacking): an advisory lock file
+beside the folder, held with `fcntl.flock`.
 
 Why flock: the kernel drops the lock the moment its holder dies (SIGKILL, OOM, a crash), so a
 dead process never blocks the next extraction and there is no stale-lock guessing. The file
@@ -29,8 +30,8 @@ from typing import Any
 from featcache.foundation.errors import UserError
 
 
-class StoreBusy(UserError):
-    """Another live process holds the store's lock."""
+class FolderBusy(UserError):
+    """Another live process holds the folder's lock."""
 
 
 def lock_path(store: str | Path) -> Path:
@@ -74,8 +75,8 @@ def _same_host_and_dead(info: dict[str, Any]) -> bool:
 
 
 @dataclass
-class StoreLock:
-    """A held lock; `release()` (or leaving `store_lock`'s block) gives it up."""
+class FolderLock:
+    """A held lock; `release()` (or leaving `folder_lock`'s block) gives it up."""
 
     path: Path
     fd: int
@@ -94,9 +95,9 @@ def acquire(
     what: str = "store",
     advice: str = "pass --store PATH for another store",
     on_wait: Callable[[str], None] | None = None,
-) -> StoreLock:
+) -> FolderLock:
     """Take the lock of a store (or of another folder one process writes at a time: a run, a sweep)
-    now, or raise StoreBusy naming the holder. With `on_wait`, wait instead: it is called once
+    now, or raise FolderBusy naming the holder. With `on_wait`, wait instead: it is called once
     with the holder's description, then the lock is taken when the holder lets go (or dies).
     `what` and `advice` word the refusal."""
     path = lock_path(store)
@@ -125,7 +126,7 @@ def acquire(
                 if _same_host_and_dead(info)
                 else f"; wait for it to finish, or {advice}"
             )
-            raise StoreBusy(
+            raise FolderBusy(
                 f"{what} {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
             ) from None
         except OSError as exc:  # a filesystem without flock
@@ -148,7 +149,7 @@ def _still_the_file(fd: int, path: Path) -> bool:
         return False
 
 
-def _record(fd: int, path: Path) -> StoreLock:
+def _record(fd: int, path: Path) -> FolderLock:
     """Write who holds the lock (advice for people) and hand the held lock out."""
     record = {
         "pid": os.getpid(),
@@ -159,16 +160,16 @@ def _record(fd: int, path: Path) -> StoreLock:
     with contextlib.suppress(OSError):  # the record is advice; a full disk must not stop here
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-    return StoreLock(path, fd)
+    return FolderLock(path, fd)
 
 
 @contextlib.contextmanager
-def store_lock(
+def folder_lock(
     store: str | Path,
     what: str = "store",
     advice: str = "pass --store PATH for another store",
     on_wait: Callable[[str], None] | None = None,
-) -> Iterator[StoreLock]:
+) -> Iterator[FolderLock]:
     lock = acquire(store, what, advice, on_wait)
     try:
         yield lock

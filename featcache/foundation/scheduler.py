@@ -105,11 +105,6 @@ def check_available(choice: SchedulerChoice) -> None:
         )
 
 
-def worker_device(requested: str) -> str:
-    """What a worker is told: a client's `cuda:N` means nothing on another process's GPU list."""
-    return "cuda" if requested.startswith("cuda") else requested
-
-
 @contextlib.contextmanager
 def dask_client(
     choice: SchedulerChoice, connect_timeout: float = 30, **cluster_options: Any

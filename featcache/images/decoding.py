@@ -30,8 +30,8 @@ from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from featcache.foundation.errors import UserError
 from featcache.images.pixels import check_pixels, needs_rules, to_rgb8
 from featcache.images.transforms import Picture
-from featcache.options import DECODERS as DESCRIPTIONS
 from featcache.sources.datasets import SplitSamples
+from featcache.store.describe import DECODERS as DESCRIPTIONS
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
 # warning would otherwise repeat in every worker.

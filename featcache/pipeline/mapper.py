@@ -16,23 +16,7 @@ import torch
 from torch import nn
 
 from featcache.foundation.errors import UserError
-from featcache.options import PRECISIONS
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise UserError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {device!r} asked for, but CUDA is not available here; use --device cpu")
-    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
-        raise UserError(
-            f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible"
-        )
-    return resolved
+from featcache.store.describe import PRECISIONS
 
 
 def resolve_precision(precision: str) -> str:

@@ -29,13 +29,12 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors
 from featcache.foundation.fingerprints import file_sha256
 from featcache.foundation.limits import human_bytes, require_disk
-from featcache.foundation.locks import store_lock
-from featcache.sources.listing import LeftOut
+from featcache.foundation.locks import folder_lock
+from featcache.store.left_out import LINK_OUTSIDE, LeftOut
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
 _DONE_MARK = ".unpacked"
 MAX_RATIO = 100  # unpacked bytes per archive byte; images barely compress, a bomb compresses 1000x
-LINK_OUTSIDE = "link outside the archive"
 # Who hears that this process waits for another one unpacking the same archive (the command line
 # prints it); set with `waiting_notice`.
 _ON_WAIT: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
@@ -141,7 +140,7 @@ def unpack_once(
     with disk_errors(dest.parent, "preparing to unpack the archive"):
         dest.parent.mkdir(parents=True, exist_ok=True)
     wait = on_wait or _ON_WAIT.get() or (lambda holder: None)
-    with store_lock(dest, "archive folder", "", on_wait=wait):
+    with folder_lock(dest, "archive folder", "", on_wait=wait):
         mark = dest / _DONE_MARK
         if mark.exists():
             return dest, sha, _read_mark(mark)

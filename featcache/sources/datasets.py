@@ -21,7 +21,8 @@ from PIL import Image
 from featcache.foundation.errors import UserError
 from featcache.images.pixels import check_pixels, to_rgb8
 from featcache.sources.archives import is_archive, unpack_once
-from featcache.sources.listing import IMAGE_SUFFIXES, LeftOut, image_files, subfolders
+from featcache.sources.listing import IMAGE_SUFFIXES, image_files, subfolders
+from featcache.store.left_out import LeftOut
 
 SPLITS = ("train", "test")
 

@@ -4,6 +4,7 @@ Import-light (zarr, numpy, stdlib): stage 2 and `tosca cache` read stores throug
 without loading the backbone side.
 """
 
+from featcache.store.find import find_stores, resolve_store
 from featcache.store.format import (
     DTYPES,
     SCHEMA_VERSION,
@@ -13,7 +14,6 @@ from featcache.store.format import (
     StoreShape,
     check_name,
     chunk_checksum,
-    find_stores,
     ids_sha256,
     is_tosca_store,
     stored_chunk_size,
@@ -48,6 +48,7 @@ __all__ = [
     "ids_sha256",
     "is_tosca_store",
     "read_split",
+    "resolve_store",
     "stored_chunk_size",
     "verify_notes",
     "verify_store",

@@ -1,4 +1,5 @@
-"""Find the store a command means: --store, or --model/--dataset, or the single store in the cache.
+"""Find stores: every store under a cache root, and the one store a command means (--store, or
+--model/--dataset, or the single store in the cache).
 
 When several stores match, a complete one is preferred over ones still being extracted; a store
 that cannot be read is passed over (`tosca cache ls` says why), not fatal.
@@ -9,7 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from featcache.foundation.errors import UserError
-from featcache.store import FeatureStore, find_stores
+from featcache.store.format import FeatureStore, is_tosca_store
+
+
+def find_stores(cache_dir: str | Path) -> list[Path]:
+    """Every tosca store under `cache_dir` (folders named *.zarr with a schema version)."""
+    root = Path(cache_dir)
+    if not root.is_dir():
+        return []
+    return [meta.parent for meta in sorted(root.rglob("*.zarr/zarr.json")) if is_tosca_store(meta.parent)]
 
 
 def resolve_store(

@@ -491,14 +491,6 @@ class FeatureStore:
                 )
 
 
-def find_stores(cache_dir: str | Path) -> list[Path]:
-    """Every tosca store under `cache_dir` (folders named *.zarr with a schema version)."""
-    root = Path(cache_dir)
-    if not root.is_dir():
-        return []
-    return [meta.parent for meta in sorted(root.rglob("*.zarr/zarr.json")) if is_tosca_store(meta.parent)]
-
-
 def is_tosca_store(path: str | Path) -> bool:
     """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
     try:

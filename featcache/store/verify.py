@@ -18,7 +18,7 @@ import numpy as np
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.fingerprints import fingerprint
-from featcache.foundation.locks import store_lock
+from featcache.foundation.locks import folder_lock
 from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
 
 
@@ -152,7 +152,7 @@ def fix_store(path: str | Path) -> list[ChunkFault]:
     """`cache verify --fix`, under the store's lock: unflag every chunk that does not hold up (so the
     same `tosca extract` recomputes exactly those); a store without checksums gets empty ones and
     every chunk unflagged (nothing in it can be vouched for). Returns what was unflagged."""
-    with store_lock(path):
+    with folder_lock(path):
         store = FeatureStore.open(path, mode="r+")
         faults = []
         if not store.has_checksums():

@@ -25,7 +25,7 @@ from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, StageView
-from tosca_heads.routers.scores import MODES, module_scores, predict, shuffled_order
+from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
@@ -63,7 +63,7 @@ class Snapshot:
 
 
 class StageEvaluator:
-    """Scores a group after each task, under every routing mode, on the test rows seen so far."""
+    """Scores a group after each task, under every router, on the test rows seen so far."""
 
     def __init__(
         self,
@@ -129,7 +129,7 @@ class StageEvaluator:
 
     @torch.no_grad()
     def evaluate(self, task: int, state: Snapshot) -> tuple[list[dict[str, dict[str, Any]]], float]:
-        """Per configuration: {mode: {A_t, blocks (accuracy per task block), routing}}; and the seconds."""
+        """Per configuration: {router: {A_t, blocks (accuracy per task block), routing}}; and the seconds."""
         start = time.perf_counter()
         n, modules, groups = self.seen(task), task + 1, state.groups
         w_unit = normalize_rows(state.weight).transpose(1, 2)  # [G, d, C]
@@ -185,7 +185,7 @@ class StageEvaluator:
         labels, true_task = self.labels[:n], view.true_task
         counts = torch.bincount(true_task, minlength=task + 1).double()
         scores: dict[str, tuple[torch.Tensor, ...]] = {}
-        for name in MODES:
+        for name in ROUTERS:
             router = ROUTERS[name]
             if router.needs_statistics and view.frozen is None:
                 continue
@@ -200,12 +200,12 @@ class StageEvaluator:
             )
         return [
             {
-                mode: {
+                router: {
                     "A_t": float(a_t[g]),
                     "blocks": [float(v) for v in blocks[g]],
                     "routing": float(routing[g]),
                 }
-                for mode, (a_t, blocks, routing) in scores.items()
+                for router, (a_t, blocks, routing) in scores.items()
             }
             for g in range(view.groups)
         ]
@@ -232,7 +232,7 @@ class StageQueue:
         return self.evaluator.evaluate(task, state())
 
     def ready(self, wait: bool = False) -> Iterator[tuple[Any, list[dict[str, dict[str, Any]]], float]]:
-        """Finished evaluations in task order: (payload, per-configuration modes, seconds)."""
+        """Finished evaluations in task order: (payload, per-configuration routers' scores, seconds)."""
         while self._queue:
             payload, result = self._queue[0]
             if isinstance(result, Future):

@@ -7,21 +7,28 @@ loops and calls the same BLAS (PyTorch's own `sgemm_`, so MKL threads as set by 
 
 The library is cached per source, compiler and CPU under `$TOSCA_KERNEL_CACHE` (default
 `~/.cache/tosca/kernels`), built into a temporary name and renamed, so concurrent sweep workers
-never load a half-written file. `TOSCA_STEP` chooses: `auto` (the compiled step on a CPU when it
-can be built, else the PyTorch step, saying why once), `native` (insist: one-line error if it
-cannot be built) or `torch` (always the PyTorch step in `kernels.py`).
+never load a half-written file. `TOSCA_STEP` chooses (`engine.device`): `auto` (the compiled step
+on a CPU when it can be built, else the PyTorch step, saying why once), `native` (insist: one-line
+error if it cannot be built) or `torch` (always the PyTorch step in `kernels.py`).
+
+Checked at every load, because a mismatch would corrupt memory silently: the library reports its
+ABI version and the sizes of its two argument structs, which must equal `ABI_VERSION` and the
+ctypes mirrors below (a stale library is rebuilt once, then refused in one line). A library is
+loaded only from a folder owned by this user and writable by no one else (the folder is created
+0700): anyone who could write there could run code in every process that trains.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import warnings
@@ -30,8 +37,10 @@ from pathlib import Path
 import torch
 
 from featcache.foundation.errors import UserError
-from tosca_heads.engine.device import configured_step_threads
+from tosca_heads.engine.device import mkl_thread_setter, step_choice
 from tosca_heads.engine.layout import ParamLayout
+
+ABI_VERSION = 2  # TOSCA_ABI_VERSION in csrc/luca_step.c
 
 SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
 FLAGS = [
@@ -57,7 +66,6 @@ SLOT_NAMES = (
 )
 # the C structs' `Slots` members, in order: "down.weight" -> "off_down_w"
 OFFSET_FIELDS = tuple(f"off_{n.replace('.weight', '_w').replace('.bias', '_b')}" for n in SLOT_NAMES)
-STEP_CHOICES = ("auto", "native", "torch")
 
 
 class StepArgs(ctypes.Structure):
@@ -151,19 +159,6 @@ def forward(layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normali
     return out
 
 
-def step_choice() -> str:
-    choice = os.environ.get("TOSCA_STEP", "auto")
-    if choice not in STEP_CHOICES:
-        raise UserError(f"unknown TOSCA_STEP={choice!r}: use one of {', '.join(STEP_CHOICES)}")
-    return choice
-
-
-def check_settings() -> None:
-    """Refuse a bad TOSCA_STEP or TOSCA_STEP_THREADS in one line, before a command writes anything."""
-    step_choice()
-    configured_step_threads()
-
-
 def cache_dir() -> Path:
     if os.environ.get("TOSCA_KERNEL_CACHE"):
         return Path(os.environ["TOSCA_KERNEL_CACHE"])
@@ -198,19 +193,6 @@ def _sgemm_address() -> int | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def blas_threads_address() -> int | None:
-    """MKL's per-thread thread-count setter inside libtorch_cpu (None without MKL): the step's
-    helper thread sets its own BLAS to one thread, as `step_mode` does for the caller."""
-    try:
-        fn = ctypes.CDLL(
-            str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
-        ).MKL_Set_Num_Threads_Local
-    except (OSError, AttributeError):
-        return None
-    return ctypes.cast(fn, ctypes.c_void_p).value
-
-
 _LOAD_LOCK = threading.Lock()
 
 
@@ -221,10 +203,74 @@ def load() -> tuple[ctypes.CDLL | None, int | None, str]:
         return _load()
 
 
+def blas_threads_address() -> int | None:
+    """MKL's per-thread thread-count setter (None without MKL): the step's helper thread sets its
+    own BLAS to one thread, as `step_mode` does for the caller."""
+    return mkl_thread_setter()[1]
+
+
+def _safe_folder(folder: Path) -> str:
+    """Why a library may not be loaded from `folder` ("" when it may): it must be owned by this user
+    and writable by no one else."""
+    info = folder.stat()
+    if info.st_uid != os.getuid():
+        return f"the kernel cache {folder} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"the kernel cache {folder} is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return ""
+
+
+def _build(compiler: str, target: Path) -> str:
+    """Build the library at `target` (through a temporary name); "" or why it failed."""
+    try:
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            built = Path(tmp) / target.name
+            done = subprocess.run(
+                [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if done.returncode != 0:
+                first = (done.stderr.strip().splitlines() or ["no message"])[0]
+                return f"{compiler} failed to build {SOURCE.name}: {first}"
+            built.chmod(0o700)
+            os.replace(built, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not build the compiled step in {target.parent} ({exc})"
+    return ""
+
+
+def _abi_mismatch(lib: ctypes.CDLL) -> str:
+    """Why the loaded library does not fit this Python side ("" when it does)."""
+    try:
+        version = lib.tosca_abi_version()
+        sizes = (lib.tosca_sizeof_step_args(), lib.tosca_sizeof_forward_args())
+    except AttributeError:
+        return "it reports no ABI version (built from an older source)"
+    expected = (ctypes.sizeof(StepArgs), ctypes.sizeof(ForwardArgs))
+    if version != ABI_VERSION or sizes != expected:
+        return f"ABI {version} with struct sizes {sizes}, where this tosca expects ABI {ABI_VERSION} and {expected}"
+    return ""
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    for name in ("tosca_abi_version", "tosca_sizeof_step_args", "tosca_sizeof_forward_args"):
+        with contextlib.suppress(AttributeError):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = [], ctypes.c_int64
+    lib.tosca_step.argtypes = [ctypes.POINTER(StepArgs)]
+    lib.tosca_step.restype = None
+    lib.tosca_workspace_floats.argtypes = [ctypes.c_int64] * 5
+    lib.tosca_workspace_floats.restype = ctypes.c_int64
+    lib.tosca_forward.argtypes = [ctypes.POINTER(ForwardArgs)]
+    lib.tosca_forward.restype = None
+    lib.tosca_forward_workspace_floats.argtypes = [ctypes.c_int64] * 3
+    lib.tosca_forward_workspace_floats.restype = ctypes.c_int64
+    return lib
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, int | None, str]:
-    if sys.platform == "win32":
-        return None, None, "the compiled step is built for Linux and macOS only"
     gemm = _sgemm_address()
     if gemm is None:
         return None, None, "this PyTorch build exports no sgemm_ to call"
@@ -238,37 +284,38 @@ def _load() -> tuple[ctypes.CDLL | None, int | None, str]:
     key = hashlib.sha256(
         "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity()]).encode()
     ).hexdigest()[:16]
-    target = cache_dir() / f"luca_step-{key}.so"
-    if not target.exists():
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                done = subprocess.run(
-                    [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"],
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                if done.returncode != 0:
-                    first = (done.stderr.strip().splitlines() or ["no message"])[0]
-                    return None, None, f"{compiler} failed to build {SOURCE.name}: {first}"
-                os.replace(built, target)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return None, None, f"could not build the compiled step in {target.parent} ({exc})"
+    folder = cache_dir()
     try:
-        lib = ctypes.CDLL(str(target))
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        return None, None, f"could not load {target} ({exc})"
-    lib.tosca_step.argtypes = [ctypes.POINTER(StepArgs)]
-    lib.tosca_step.restype = None
-    lib.tosca_workspace_floats.argtypes = [ctypes.c_int64] * 5
-    lib.tosca_workspace_floats.restype = ctypes.c_int64
-    lib.tosca_forward.argtypes = [ctypes.POINTER(ForwardArgs)]
-    lib.tosca_forward.restype = None
-    lib.tosca_forward_workspace_floats.argtypes = [ctypes.c_int64] * 3
-    lib.tosca_forward_workspace_floats.restype = ctypes.c_int64
-    return lib, gemm, ""
+        return None, None, f"cannot make the kernel cache {folder} ({exc.strerror})"
+    unsafe = _safe_folder(folder)
+    if unsafe:
+        raise UserError(
+            f"{unsafe}: anyone who can write there could run code here; set TOSCA_KERNEL_CACHE to a folder of your own"
+        )
+    target = folder / f"luca_step-{key}.so"
+    for attempt in range(2):  # a library that does not fit is rebuilt once
+        if not target.exists():
+            why = _build(compiler, target)
+            if why:
+                return None, None, why
+        unsafe = _safe_folder(target)
+        if unsafe:
+            raise UserError(f"{unsafe.replace('kernel cache', 'compiled step')}: refusing to load it")
+        try:
+            lib = _declare(ctypes.CDLL(str(target)))
+        except OSError as exc:
+            return None, None, f"could not load {target} ({exc})"
+        mismatch = _abi_mismatch(lib)
+        if not mismatch:
+            return lib, gemm, ""
+        if attempt == 0:
+            target.unlink(missing_ok=True)
+            target = target.with_name(f"luca_step-{key}-rebuilt.so")
+    raise UserError(
+        f"the compiled step {target} does not fit this tosca ({mismatch}); delete {folder} and retry"
+    )
 
 
 def use_native(device: torch.device) -> bool:

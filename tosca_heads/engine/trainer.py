@@ -25,9 +25,8 @@ from tosca_heads.method.classifier import new_rows
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.luca import new_module
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.recipe import SHARED_FIELDS, TrainConfig
 
-# What the configurations of one group must share: they step together over the same batches' shape.
-SHARED_FIELDS = ("flow", "epochs", "batch_size")
 PROTOTYPE_BYTES = 256 << 20  # module outputs held at once while computing prototypes
 
 
@@ -224,3 +223,12 @@ class GroupTrainer:
                         f"class {c} of task {task} has no training sample: its prototype is undefined"
                     )
                 self.weight_[lo:hi, c] = out[:, mask].mean(1)
+
+
+def make_trainer(
+    configs: Sequence[TrainConfig], dim: int, device: torch.device | str = "cpu", step_threads: int = 1
+) -> GroupTrainer:
+    """The engine for these recipes (resolved to numbers for feature dim `dim`): G = len(configs)."""
+    for config in configs:
+        config.validate()
+    return GroupTrainer([c.resolved(dim) for c in configs], dim, device, step_threads)

@@ -1,8 +1,9 @@
-"""Baselines under TOSCA's protocol (same store, class order, tasks, test rows, metrics), and the
-one comparison table with TOSCA's routing modes beside them: comparison.csv, .md and .png.
+"""Baselines under TOSCA's protocol (same store, class order, tasks, test rows, metrics), and the one
+comparison table with TOSCA's routers beside them: comparison.csv, .md and .png.
 
-Each baseline also gets a folder like a run's: metrics.json (the same metrics block as
-`tosca fit` writes, under the routing mode "none") and results.csv.
+A baselines folder holds the comparison files and one folder per baseline with a metrics.json
+(the metrics block `tosca fit` writes, under the router "none"; "format" 2) and a results.csv.
+`compare(BaselinesRequest)` is what `tosca baselines` asks for.
 """
 
 from __future__ import annotations
@@ -20,22 +21,29 @@ import pandas as pd
 import torch
 
 from featcache.foundation import atomic, folders
+from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_memory
-from featcache.store import FeatureStore, check_readable
-from tosca_heads.experiments.runs import RunResult
+from featcache.store import FeatureStore, check_readable, resolve_store
+from tosca_heads.experiments import plots, runfiles
+from tosca_heads.experiments.requests import BaselinesRequest
+from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
-from tosca_heads.method.protocol import StreamConfig
-from tosca_heads.routers.scores import MODES
+from tosca_heads.method.protocol import StreamConfig, stream_config
+from tosca_heads.method.recipe import PRESETS
 
 NO_ROUTING = "none"
+FORMAT = 2  # a baseline's metrics.json and results.csv
+COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
+BASELINE_FILES = ("metrics.json", "results.csv")
+COMPARISON_HEADER = "method,routing,A_bar,A_last,"
 
 
 @dataclass
 class MethodResult:
-    """One row of the comparison: a baseline, or TOSCA under one routing mode."""
+    """One row of the comparison: a baseline, or TOSCA under one router."""
 
     method: str
     routing: str
@@ -44,7 +52,7 @@ class MethodResult:
     seconds: float
 
 
-TaskCallback = Callable[[str, int, int], None]
+TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 
 
 def run_baseline(
@@ -62,7 +70,7 @@ def run_baseline(
     check_readable(store)
     if name == "ranpac":
         check_ranpac_size(int(params.get("projection_dim", 10_000)), store.dim)
-    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
+    stream = stream_cfg.task_stream(store.shape.classes)
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
     train_x = source.clean("train", np.arange(len(train_y))).to(device)
@@ -85,7 +93,7 @@ def run_baseline(
         if on_task:
             on_task(name, task, stream.num_tasks)
     metrics = summarise(curve, matrix)
-    if name == "ranpac":
+    if hasattr(estimator, "ridge_"):
         metrics["ridge"] = estimator.ridge_
     return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
 
@@ -100,17 +108,51 @@ def _index(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
 
 
 def tosca_results(run: RunResult) -> list[MethodResult]:
-    """TOSCA's rows: one per routing mode; parameters = all task modules plus the classifier."""
+    """TOSCA's rows: one per router; parameters = all task modules plus the classifier."""
     metrics = run.metrics()
     tasks = metrics["finished_tasks"]
     classes = run.config["stream"]["init_cls"] + (tasks - 1) * run.config["stream"]["increment"]
     parameters = tasks * metrics["params_per_task"] + classes * run.config["feature_dim"] + 1
     train_s = sum(s.stats["seconds"] for s in run.stages)
-    return [MethodResult("tosca", mode, metrics["modes"][mode], parameters, train_s) for mode in MODES]
+    return [
+        MethodResult("tosca", name, block, parameters, train_s) for name, block in metrics["routers"].items()
+    ]
 
 
-COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
-BASELINE_FILES = ("metrics.json", "results.csv")
+def tosca_run(
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    run_dir: Path | None,
+    source: FeatureSource | None = None,
+    device: str | torch.device = "cpu",
+    runs_root: Path = Path("runs"),
+) -> RunResult:
+    """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
+    default run under `runs_root`, fitted now unless it is already on disk."""
+    if run_dir is None:
+        train = PRESETS["paper"]
+        default = runfiles.default_run_dir(runfiles.run_config(store, stream_cfg, train), runs_root)
+        return fit_run(store, stream_cfg, train, None, default, source=source, device=device)
+    config = runfiles.read_run_config(
+        run_dir
+    )  # checked before evaluating: a run of another store is left alone
+    if config["store_fingerprint"] != store.fingerprint:
+        raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
+    if config["stream"] != asdict(stream_cfg):
+        raise UserError(
+            f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
+            "pass the same --init-cls/--increment"
+        )
+    result = evaluate_run(run_dir, source, device)
+    tasks = stream_cfg.task_stream(store.shape.classes).num_tasks
+    if len(result.stages) < tasks:
+        raise UserError(
+            f"run {run_dir} has {len(result.stages)} of {tasks} tasks; finish it with `tosca fit --run {run_dir}`"
+        )
+    return result
+
+
+# ------------------------------------------------------------------------------------------ the folder
 
 
 def is_baselines_dir(folder: Path) -> bool:
@@ -120,7 +162,7 @@ def is_baselines_dir(folder: Path) -> bool:
     written = 0
     for entry in Path(folder).iterdir():
         if entry.is_file() and entry.name in COMPARISON_FILES:
-            if entry.name == "comparison.csv" and not _starts_with(entry, "method,routing,A_bar,A_last,"):
+            if entry.name == "comparison.csv" and not _starts_with(entry, COMPARISON_HEADER):
                 return False
             continue
         if not (entry.is_dir() and entry.name in BASELINES):
@@ -145,19 +187,17 @@ def _starts_with(path: Path, text: str) -> bool:
         return False
 
 
-def claim_baselines_folder(folder: Path) -> Path:
-    """Create or take over a baselines folder (never a folder of someone else's files)."""
-    return folders.claim(folder, "baselines", "--out", written_before=is_baselines_dir)
-
-
 def check_baselines_folder(folder: Path) -> None:
-    """Refuse now, before anything runs, a folder `claim_baselines_folder` would refuse."""
+    """Refuse now, before anything runs, a folder a baselines run may not write."""
     folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
 
 
 def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stream_cfg: StreamConfig) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    """One baseline's folder inside a claimed baselines folder: metrics.json and results.csv."""
+    folders.claim(folder.parent, "baselines", "--out", written_before=is_baselines_dir)
+    folder.mkdir(exist_ok=True)
     payload = {
+        "format": FORMAT,
         "method": result.method,
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
@@ -165,14 +205,32 @@ def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stre
         "finished_tasks": len(result.metrics["A_t"]),
         "parameters": result.parameters,
         "seconds": result.seconds,
-        "modes": {NO_ROUTING: result.metrics},
+        "routers": {NO_ROUTING: result.metrics},
     }
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
     with atomic.replacing(folder / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["task", "mode", "A_t"])
+        writer.writerow(["format", "task", "router", "A_t"])
         for task, a in enumerate(result.metrics["A_t"]):
-            writer.writerow([task, NO_ROUTING, f"{a:.6f}"])
+            writer.writerow([FORMAT, task, NO_ROUTING, f"{a:.6f}"])
+
+
+def read_baseline(path: Path) -> dict[str, Any] | None:
+    """A baseline's metrics.json in this version's form (format 1 said "modes"), or None when the
+    file is not one tosca wrote or was damaged (a scan for baselines passes it over)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(payload, dict) or "method" not in payload:
+        return None
+    routers = payload.get("routers", payload.get("modes"))
+    block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
+    if not isinstance(block, dict) or not all(
+        isinstance(block.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting")
+    ):
+        return None
+    return {**payload, "routers": {NO_ROUTING: block}}
 
 
 def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
@@ -213,67 +271,74 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(frame: pd.DataFrame, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for _, r in frame.iterrows():
-        curve = json.loads(r["A_t"])
-        label = r["method"] if r["routing"] == NO_ROUTING else f"{r['method']} ({r['routing']})"
-        style = "-" if r["method"] == "tosca" else "--"
-        ax.plot(range(len(curve)), [100 * a for a in curve], style, marker="o", markersize=3, label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("task")
-    ax.set_ylabel("accuracy on all seen classes (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic.save_figure(fig, path, dpi=120)
-    plt.close(fig)
-
-
 def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    folders.claim(out, "baselines", "--out", written_before=is_baselines_dir)
     frame = comparison_frame(results)
     atomic.write_text(out / "comparison.csv", frame.to_csv(index=False))
     atomic.write_text(out / "comparison.md", comparison_markdown(frame, title))
-    plot_comparison(frame, title, out / "comparison.png")
-    return {name: out / name for name in ("comparison.csv", "comparison.md", "comparison.png")}
+    plots.comparison(frame.to_dict("records"), title, out / "comparison.png")
+    return {name: out / name for name in COMPARISON_FILES}
 
 
-def tosca_run(
-    store: FeatureStore,
-    stream_cfg: StreamConfig,
-    run_dir: Path | None,
-    source: FeatureSource | None = None,
-    device: str | torch.device = "cpu",
-) -> RunResult:
-    """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
-    default run, fitted now unless it is already on disk."""
-    from tosca_heads.experiments.runfiles import read_run_config
-    from tosca_heads.experiments.runs import evaluate_run, fit_run
-    from tosca_heads.method.recipe import PRESETS
+# ------------------------------------------------------------------------------------------ the command
 
-    if run_dir is None:
-        return fit_run(store, stream_cfg, PRESETS["paper"], None, source=source, device=device)
-    config = read_run_config(run_dir)  # checked before evaluating: a run of another store is left alone
-    if config["store_fingerprint"] != store.fingerprint:
-        raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
-    if config["stream"] != asdict(stream_cfg):
+
+def check_request(request: BaselinesRequest) -> None:
+    """The flags alone, before any store is opened."""
+    unknown = [m for m in request.methods if m not in BASELINES]
+    if unknown or not request.methods:
         raise UserError(
-            f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
-            "pass the same --init-cls/--increment"
+            f"unknown --methods {','.join(unknown) or '(none)'!r}: use any of {', '.join(BASELINES)}"
         )
-    result = evaluate_run(run_dir, source, device)
-    stream = stream_cfg.task_stream(int(store.identity["dataset"]["num_classes"]))
-    if len(result.stages) < stream.num_tasks:
+    if request.ranpac_m < 1:
+        raise UserError(f"--ranpac-m must be at least 1, got {request.ranpac_m}")
+    if "ranpac" in request.methods:
+        check_ranpac_size(request.ranpac_m, 1)
+    if request.run is not None and request.with_tosca and not (request.run / runfiles.CONFIG).is_file():
         raise UserError(
-            f"run {run_dir} has {len(result.stages)} of {stream.num_tasks} tasks; "
-            f"finish it with `tosca fit --run {run_dir}`"
+            f"not a run directory: {request.run} (no config.json); pass a folder made by `tosca fit`"
         )
-    return result
+
+
+@dataclass
+class Comparison:
+    """What `compare` made: the rows of the table, its title, and the files written."""
+
+    results: list[MethodResult]
+    title: str
+    files: dict[str, Path]
+
+
+def compare(
+    request: BaselinesRequest,
+    on_task: TaskCallback | None = None,
+    on_tosca: Callable[[Path | None], None] | None = None,
+) -> Comparison:
+    """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
+    baseline's, under the same protocol, written into the baselines folder."""
+    check_request(request)
+    device = resolve_device(request.device)
+    store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
+    check_readable(store)
+    ident = store.identity
+    stream = stream_config(
+        ident["dataset"]["name"], store.shape.classes, request.init_cls, request.increment, request.order_seed
+    )
+    name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
+    folder = request.out or request.runs_root / name
+    check_baselines_folder(folder)
+    source = CachedFeatures(store, device=device)  # read once, for TOSCA's evaluation and every baseline
+    results = []
+    if request.with_tosca:
+        if on_tosca:
+            on_tosca(request.run)
+        results += tosca_results(tosca_run(store, stream, request.run, source, device, request.runs_root))
+    for method in request.methods:
+        params = {"projection_dim": request.ranpac_m} if method == "ranpac" else {}
+        result = run_baseline(method, store, stream, source, on_task, device=device, **params)
+        write_baseline(folder / method, result, store, stream)
+        results.append(result)
+    title = (
+        f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
+    )
+    return Comparison(results, title, write_comparison(folder, results, title))

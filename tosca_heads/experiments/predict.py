@@ -1,34 +1,43 @@
 """A trained run applied to new features: every task module, a router, the chosen module's class.
 
-The stage-2 half of `tosca predict` (the backbone half is `featcache.embed`): a run folder holds
-each task's module, the classifier after the last task and the frozen-feature routers'
-statistics; nothing else is needed to route and classify a feature vector.
+A run folder holds each task's module, the classifier after the last task and the frozen-feature
+routers' statistics; nothing else is needed to route and classify a feature vector
+(`RunPredictor`). `predict_images(PredictRequest, ...)` is `tosca predict`: the images are listed
+and embedded by the store's own backbone through functions the caller hands in (stage 1's
+`featcache.embed`: stage 2 never imports the backbone side), then routed and classified here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.store import FeatureStore
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
+from tosca_heads.experiments.requests import PredictRequest
 from tosca_heads.experiments.runfiles import (
     ROUTER_FILE,
     feature_dim_of,
     finished_tasks,
     load_router_statistics,
     load_task,
+    open_run_store,
+    read_metrics,
     read_run_config,
     stream_config_of,
     train_config_of,
 )
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.routers import ROUTERS, ClassStatistics, StageView
+from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers
 from tosca_heads.routers.scores import module_scores
 
 
@@ -42,15 +51,15 @@ class Predictions:
 
 
 class RunPredictor:
-    """A finished run, ready to classify features: `fit` loads it, `predict` routes and classifies."""
+    """A finished run, ready to classify features: `load` reads it, `predict` routes and classifies."""
 
     def __init__(self, run_dir: Path, num_classes: int, device: torch.device | str = "cpu"):
         self.run_dir = Path(run_dir)
         self.num_classes = num_classes  # the dataset's: the class order permutes all of them
         self.device = torch.device(device)
 
-    def fit(self) -> RunPredictor:
-        """Load the modules, the last classifier and the router statistics (nothing is trained)."""
+    def load(self) -> RunPredictor:
+        """Read the modules, the last classifier and the router statistics (nothing is trained)."""
         self.config_ = read_run_config(self.run_dir)
         tasks = finished_tasks(self.run_dir)
         if tasks == 0:
@@ -146,3 +155,66 @@ class RunPredictor:
     def class_names(self, names: list[str]) -> list[str]:
         """Names of the incremental class ids, from the dataset's class names (original label order)."""
         return [names[int(original)] for original in self.stream_.order]
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+@dataclass
+class PredictOutcome:
+    """One row per image (image, class, class_id, probability, task, router), and what the listing
+    left out."""
+
+    rows: list[dict[str, Any]]
+    router: str
+    tasks: int
+    left_out: Any = field(default=None)
+
+
+ListImages = Callable[[list[Path]], tuple[list[Path], Any]]  # paths -> (images, what was left out)
+Embed = Callable[[FeatureStore, list[Path], torch.device, "int | None"], np.ndarray]
+
+
+def predict_images(request: PredictRequest, list_images: ListImages, embed: Embed) -> PredictOutcome:
+    """Classify new images with a run: its store's backbone (through `embed`), every task module, a
+    router (one honest router; the run's best by default)."""
+    if request.batch_size is not None and request.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {request.batch_size}")
+    config = read_run_config(request.run)
+    metrics = read_metrics(request.run)
+    if request.router is None:
+        chosen = best_honest_router(metrics)
+    else:
+        names = resolve_routers(request.router)
+        if len(names) != 1:
+            raise UserError(f"--router takes one router for predict, got {request.router!r}")
+        chosen = names[0]
+    device = resolve_device(request.device)
+    paths, left_out = list_images(list(request.images))
+    store = open_run_store(config, request.run)
+    predictor = RunPredictor(request.run, store.shape.classes, device).load()
+    predictor.check_router(chosen)
+    result = predictor.predict(embed(store, paths, device, request.batch_size), chosen)
+    names = predictor.class_names(
+        list(store.identity["dataset"].get("class_names") or range(store.shape.classes))
+    )
+    rows = [
+        {
+            "image": str(path),
+            "class": str(names[int(c)]),
+            "class_id": int(c),
+            "probability": float(p),
+            "task": int(t),
+            "router": chosen,
+        }
+        for path, c, p, t in zip(paths, result.classes, result.probabilities, result.tasks, strict=True)
+    ]
+    return PredictOutcome(rows, chosen, predictor.tasks_, left_out)
+
+
+def best_honest_router(metrics: dict[str, Any]) -> str:
+    """The honest router with the highest A_last in a run's metrics (ties: the registry's order)."""
+    candidates = [n for n in ROUTERS if ROUTERS[n].honest and n in metrics["routers"]]
+    if not candidates:
+        raise UserError("this run's metrics.json has no honest router; re-evaluate it with `tosca eval RUN`")
+    return max(candidates, key=lambda n: metrics["routers"][n]["A_last"])

@@ -1,9 +1,14 @@
 """A sweep's results on disk: the append-only results.csv, and what is built from it at the end
 (results.parquet, summary.md, heatmaps of A_last over r x l1, A_t curves of the best points).
 
-results.csv is the sweep's memory: a row is appended (and fsynced) the moment its point finishes,
-so a killed sweep loses at most the points in flight. A row cut short by the kill is dropped when
-the file is next opened, and a key appears at most once.
+results.csv (format 2) holds one row per point and router: the point's flags and timings, then
+the router's name and metrics; its columns do not depend on which routers exist, so a sweep made
+before a router was added still resumes. `format` and `routers` (how many router rows the point
+has) are columns of every row. A point's rows are appended (and fsynced) in one write the moment
+it finishes, so a killed sweep loses at most the points in flight; a point whose rows a kill cut
+short is dropped when the file is next opened, and a point appears at most once. A format-1 file
+(one wide row per point, a column per router and metric: tosca 0.1) is read and rewritten as
+format 2 when its sweep resumes.
 """
 
 from __future__ import annotations
@@ -22,23 +27,14 @@ import pandas as pd
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
+from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.routers import HEADLINE
-from tosca_heads.routers.scores import MODES
+from tosca_heads.routers import HEADLINE, ROUTERS
 
+FORMAT = 2
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
-MODE_COLUMNS = [
-    f"{metric}_{mode}" for mode in MODES for metric in ("A_bar", "A_last", "forgetting", "routing", "A_t")
-]
-COLUMNS = [
-    "key",
-    *FLAG_COLUMNS,
-    "dataset",
-    "backbone",
-    "tasks",
-    *MODE_COLUMNS,
-    "params_per_task",
+TIMING_COLUMNS = [
     "train_seconds",
     "eval_seconds",
     "run_seconds",
@@ -48,48 +44,125 @@ COLUMNS = [
     "group_seconds",
     "device",
 ]
-ADDED_COLUMNS = ["group_size", "group_seconds", "device"]  # absent from results.csv of tosca <= 0.1
-TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device"}
-OPTIONAL_COLUMNS = {"r", "s", *ADDED_COLUMNS, *(c for c in MODE_COLUMNS if c.startswith("routing_"))}
+POINT_COLUMNS = [
+    "format",
+    "key",
+    *FLAG_COLUMNS,
+    "dataset",
+    "backbone",
+    "tasks",
+    "params_per_task",
+    *TIMING_COLUMNS,
+]
+METRIC_COLUMNS = {
+    "A_bar": "A_bar",
+    "A_last": "A_last",
+    "forgetting": "forgetting",
+    "routing": "routing_accuracy",
+    "A_t": "A_t",
+}
+COLUMNS = [*POINT_COLUMNS, "routers", "router", *METRIC_COLUMNS.values()]
+TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "router", "A_t"}
+OPTIONAL_COLUMNS = {"r", "s", "group_size", "group_seconds", "device", "routing_accuracy"}
+# the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
+FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
+FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
+
+
+def point_rows(point: dict[str, Any], routers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of one finished point: its own columns, then one row per router's metrics block."""
+    rows = []
+    for name, block in routers.items():
+        row = {
+            **{c: point.get(c) for c in POINT_COLUMNS},
+            "format": FORMAT,
+            "routers": len(routers),
+            "router": name,
+        }
+        row.update(
+            A_bar=block["A_bar"],
+            A_last=block["A_last"],
+            forgetting=block["forgetting"],
+            routing_accuracy=block["routing_accuracy"],
+            A_t=json.dumps([round(a, 6) for a in block["A_t"]]),
+        )
+        rows.append(row)
+    return rows
 
 
 class ResultsTable:
-    """results.csv: one row per finished point, appended as points finish."""
+    """results.csv: every finished point's rows, appended as points finish."""
 
     def __init__(self, path: Path, check_only: bool = False):
-        """Read (and check) the rows there; drop rows a kill cut short, unless `check_only`."""
+        """Read (and check) the rows there; unless `check_only`, drop what a kill cut short and
+        rewrite a format-1 file as format 2."""
         self.path = Path(path)
-        self._rows: list[dict[str, str]] = []
+        self._points: dict[str, list[dict[str, str]]] = {}
         if self.path.exists():
-            self._rows = self._read_clean(rewrite=not check_only)
+            self._points = self._read(rewrite=not check_only)
 
-    def _read_clean(self, rewrite: bool) -> list[dict[str, str]]:
+    def _read(self, rewrite: bool) -> dict[str, list[dict[str, str]]]:
         try:
             text = self.path.read_text()
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is not a text file; it was damaged: pass another --out") from None
         lines = list(csv.reader(io.StringIO(text)))
         if not lines:
-            return []
-        header = lines[0]
-        older = header == [c for c in COLUMNS if c not in ADDED_COLUMNS]
-        if header != COLUMNS and not older:
+            return {}
+        header, body = lines[0], lines[1:]
+        if header == COLUMNS:
+            rows, converted = self._rows(header, body), False
+        elif header[: len(FORMAT_1_POINT)] == FORMAT_1_POINT:
+            rows, converted = self._format_1(header, body), True
+        else:
             raise UserError(
-                f"{self.path} has other columns than this version writes; pass another --out for a new sweep"
+                f"{self.path} has other columns than tosca writes; pass another --out for a new sweep"
             )
-        rows, seen = [], set()
-        for number, line in enumerate(lines[1:], start=2):
-            if len(line) != len(header) or line[0] in seen:
-                continue  # cut short by a kill, or a point recorded twice
-            seen.add(line[0])
+        points: dict[str, list[dict[str, str]]] = {}
+        for row in rows:
+            points.setdefault(row["key"], []).append(row)
+        whole = {key: found for key, found in points.items() if _whole(found)}
+        dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
+        if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
+            self._rewrite([row for found in whole.values() for row in found])
+        return whole
+
+    def _rows(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
+        rows = []
+        for number, line in enumerate(body, start=2):
+            if len(line) != len(header):
+                continue  # cut short by a kill
             row = dict(zip(header, line, strict=True))
-            self._check_row(number, row)
-            rows.append({c: row.get(c, "") for c in COLUMNS})
-        if rewrite and (older or len(rows) != len(lines) - 1 or not text.endswith("\n")):
-            self._rewrite(rows)
+            self._check(number, row)
+            rows.append(row)
         return rows
 
-    def _check_row(self, number: int, row: dict[str, str]) -> None:
+    def _format_1(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
+        """Wide format-1 rows (a column per router and metric) as format-2 rows."""
+        names = [c[len("A_last_") :] for c in header if c.startswith("A_last_")]
+        rows = []
+        for number, line in enumerate(body, start=2):
+            if len(line) != len(header):
+                continue
+            wide = dict(zip(header, line, strict=True))
+            self._check(number, {k: v for k, v in wide.items() if not k.startswith("A_t_")})
+            point = {c: wide.get(c, "") for c in POINT_COLUMNS}
+            point["format"] = str(FORMAT)
+            for name in names:
+                rows.append(
+                    {
+                        **point,
+                        "routers": str(len(names)),
+                        "router": name,
+                        **{
+                            column: wide.get(f"{metric}_{name}", "")
+                            for metric, column in METRIC_COLUMNS.items()
+                        },
+                    }
+                )
+        return rows
+
+    def _check(self, number: int, row: dict[str, str]) -> None:
         """A row whose numbers are not numbers was edited: one line naming the cell, not a traceback
         (or a table built from it)."""
         for column, value in row.items():
@@ -114,27 +187,35 @@ class ResultsTable:
             writer.writerows(rows)
 
     def keys(self) -> set[str]:
-        return {row["key"] for row in self._rows}
+        return set(self._points)
 
-    def append(self, row: dict[str, Any]) -> None:
-        if row["key"] in self.keys():
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
+        if not rows or rows[0]["key"] in self._points:
             return
-        cells = {c: _cell(row[c]) for c in COLUMNS}
+        cells = [{c: _cell(row[c]) for c in COLUMNS} for row in rows]
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, COLUMNS)
         if not self.path.exists() or self.path.stat().st_size == 0:
             writer.writeheader()
-        writer.writerow(cells)
+        writer.writerows(cells)
         with open(self.path, "a", newline="") as fh:
-            fh.write(buffer.getvalue())  # one write per row: a kill leaves whole rows or a cut last line
+            fh.write(buffer.getvalue())
             fh.flush()
             os.fsync(fh.fileno())
-        self._rows.append(cells)
+        self._points[cells[0]["key"]] = cells
 
     def frame(self) -> pd.DataFrame:
-        if not self._rows:
+        """Every row, one per point and router (what results.parquet holds)."""
+        if not self._points:
             return pd.DataFrame(columns=COLUMNS)
         return pd.read_csv(self.path, keep_default_na=False, na_values=[""])
+
+
+def _whole(rows: list[dict[str, str]]) -> bool:
+    """A point's rows are all there: as many as its `routers` column says, one per router."""
+    expected = rows[0]["routers"]
+    return expected.isdigit() and len(rows) == int(expected) and len({r["router"] for r in rows}) == len(rows)
 
 
 def _cell(value: Any) -> str:
@@ -148,162 +229,99 @@ def _cell(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ summary
 
 
-def varying_flags(frame: pd.DataFrame) -> list[str]:
+def routers_in(frame: pd.DataFrame) -> list[str]:
+    """The routers of a results frame, in the registry's order (unknown ones after)."""
+    present = list(dict.fromkeys(frame["router"]))
+    return [r for r in ROUTERS if r in present] + [r for r in present if r not in ROUTERS]
+
+
+def by_point(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per point, with a `{metric}_{router}` column per router and metric."""
+    points = frame.drop_duplicates("key").set_index("key")[[c for c in POINT_COLUMNS if c != "key"]]
+    for metric, column in METRIC_COLUMNS.items():
+        pivot = frame.pivot(index="key", columns="router", values=column)
+        pivot.columns = [f"{metric}_{router}" for router in pivot.columns]
+        points = points.join(pivot)
+    return points.reset_index()
+
+
+def varying_flags(points: pd.DataFrame) -> list[str]:
     """Flags that take more than one value in the sweep (seed excluded: it is averaged over)."""
-    return [c for c in FLAG_COLUMNS if c != "seed" and frame[c].nunique(dropna=False) > 1]
+    return [c for c in FLAG_COLUMNS if c != "seed" and points[c].nunique(dropna=False) > 1]
 
 
-def summarise_points(frame: pd.DataFrame, rank_mode: str) -> pd.DataFrame:
-    """Mean and std over seeds for each configuration, best A_last under `rank_mode` first."""
+def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str]) -> pd.DataFrame:
+    """Mean and std over seeds for each configuration, best A_last under `rank_by` first."""
     group = [c for c in FLAG_COLUMNS if c != "seed"]
-    metrics = [f"{m}_{mode}" for mode in MODES for m in ("A_bar", "A_last", "routing")]
+    metrics = [f"{m}_{r}" for r in routers for m in ("A_bar", "A_last", "routing") if f"{m}_{r}" in points]
     agg: dict[str, Any] = {c: ["mean", "std"] for c in metrics}
     agg.update(params_per_task="first", train_seconds="mean", seed="count")
-    summary = frame.groupby(group, dropna=False).agg(agg)
+    summary = points.groupby(group, dropna=False).agg(agg)
     summary.columns = [f"{a}_{b}" if b not in ("first",) else a for a, b in summary.columns]
     summary = summary.rename(columns={"seed_count": "seeds", "train_seconds_mean": "train_seconds"})
-    summary = summary.reset_index().sort_values(f"A_last_{rank_mode}_mean", ascending=False, kind="stable")
+    summary = summary.reset_index().sort_values(f"A_last_{rank_by}_mean", ascending=False, kind="stable")
     return summary.reset_index(drop=True)
 
 
-def mean_curves(frame: pd.DataFrame, mode: str) -> dict[tuple, list[float]]:
-    """A_t under `mode` averaged over seeds, per configuration."""
-    group = [c for c in FLAG_COLUMNS if c != "seed"]
-    curves: dict[tuple, list[float]] = {}
-    for key, rows in frame.groupby(group, dropna=False):
-        stacked = np.array([json.loads(t) for t in rows[f"A_t_{mode}"]])
-        curves[key if isinstance(key, tuple) else (key,)] = stacked.mean(0).tolist()
-    return curves
-
-
 def _pm(mean: float, std: float) -> str:
+    if np.isnan(mean):
+        return "–"
     if np.isnan(std):
         return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
-def summary_markdown(
-    frame: pd.DataFrame, summary: pd.DataFrame, rank_mode: str, shown: Sequence[str] = HEADLINE
-) -> str:
-    flags = varying_flags(frame) or ["r", "l1"]
-    header = [*flags, *(f"A_last {m}" for m in shown), f"A_bar {rank_mode}", "routing acc", "params/task"]
+def flag_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def summary_markdown(points: pd.DataFrame, summary: pd.DataFrame, rank_by: str, shown: Sequence[str]) -> str:
+    flags = varying_flags(points) or ["r", "l1"]
+    header = [*flags, *(f"A_last {m}" for m in shown), f"A_bar {rank_by}", "routing acc", "params/task"]
     header += ["train s", "seeds"]
     lines = [
-        f"# Sweep on {frame['dataset'].iloc[0]} / {frame['backbone'].iloc[0]}: {len(summary)} configurations, "
-        f"{len(frame)} runs",
+        f"# Sweep on {points['dataset'].iloc[0]} / {points['backbone'].iloc[0]}: {len(summary)} configurations, "
+        f"{len(points)} runs",
         "",
-        f"Best first by A_last under the `{rank_mode}` router; accuracies in %, mean ± std over seeds "
+        f"Best first by A_last under the `{rank_by}` router; accuracies in %, mean ± std over seeds "
         "(results.csv has every router).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for _, row in summary.iterrows():
-        cells = [_flag(row[f]) for f in flags]
-        cells += [_pm(row[f"A_last_{m}_mean"], row[f"A_last_{m}_std"]) for m in shown]
-        cells.append(_pm(row[f"A_bar_{rank_mode}_mean"], row[f"A_bar_{rank_mode}_std"]))
-        cells.append(_pm(row[f"routing_{rank_mode}_mean"], row[f"routing_{rank_mode}_std"]))
+        cells = [flag_text(row[f]) for f in flags]
+        cells += [_pm(row.get(f"A_last_{m}_mean", np.nan), row.get(f"A_last_{m}_std", np.nan)) for m in shown]
+        cells.append(_pm(row[f"A_bar_{rank_by}_mean"], row[f"A_bar_{rank_by}_std"]))
+        cells.append(_pm(row[f"routing_{rank_by}_mean"], row[f"routing_{rank_by}_std"]))
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _flag(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-# ------------------------------------------------------------------------------------------ plots
-
-
-def plot_heatmaps(frame: pd.DataFrame, path: Path, shown: Sequence[str] = HEADLINE) -> None:
-    """A_last over r x l1, one panel per shown router; other flags: the best configuration per cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rs, l1s = sorted(frame["r"].unique()), sorted(frame["l1"].unique())
-    others = [f for f in varying_flags(frame) if f not in ("r", "l1")]
-    fig, axes = plt.subplots(
-        1, len(shown), figsize=(3.2 * len(shown) + 1, 0.5 * len(rs) + 2.2), squeeze=False
-    )
-    for ax, mode in zip(axes[0], shown, strict=True):
-        grid = np.full((len(rs), len(l1s)), np.nan)
-        per_config = frame.groupby([c for c in FLAG_COLUMNS if c != "seed"], dropna=False)[f"A_last_{mode}"]
-        means = per_config.mean().reset_index()
-        for (r, l1), cell in means.groupby(["r", "l1"]):
-            grid[rs.index(r), l1s.index(l1)] = 100 * cell[f"A_last_{mode}"].max()
-        image = ax.imshow(grid, cmap="viridis", aspect="auto", vmin=np.nanmin(grid), vmax=np.nanmax(grid))
-        for i in range(len(rs)):
-            for j in range(len(l1s)):
-                if not np.isnan(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
-        ax.set_xticks(range(len(l1s)), [f"{v:g}" for v in l1s])
-        ax.set_yticks(range(len(rs)), [str(v) for v in rs])
-        ax.set_xlabel("l1")
-        ax.set_ylabel("r")
-        ax.set_title(f"A_last, {mode} router (%)", fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046)
-    if others:
-        fig.suptitle(f"each cell: best over {', '.join(others)}; mean over seeds", fontsize=9)
-    fig.tight_layout()
-    atomic.save_figure(fig, path, dpi=110)
-    plt.close(fig)
-
-
-def plot_best_curves(
-    frame: pd.DataFrame, summary: pd.DataFrame, rank_mode: str, path: Path, top: int = 5
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    group = [c for c in FLAG_COLUMNS if c != "seed"]
-    curves = mean_curves(frame, rank_mode)
-    flags = varying_flags(frame) or ["r", "l1"]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for _, row in summary.head(top).iterrows():
-        key = tuple(row[c] for c in group)
-        curve = next(v for k, v in curves.items() if _same_key(k, key))
-        label = ", ".join(f"{f}={_flag(row[f])}" for f in flags)
-        ax.plot(range(len(curve)), [100 * a for a in curve], marker="o", label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("task")
-    ax.set_ylabel(f"A_t, {rank_mode} router (%)")
-    ax.set_title(f"best {min(top, len(summary))} of {len(summary)} configurations (mean over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic.save_figure(fig, path, dpi=120)
-    plt.close(fig)
-
-
-def _same_key(a: tuple, b: tuple) -> bool:
-    return all((x == y) or (_isnan(x) and _isnan(y)) for x, y in zip(a, b, strict=True))
-
-
-def _isnan(x: Any) -> bool:
-    return isinstance(x, float) and np.isnan(x)
-
-
 def write_sweep_outputs(
-    out: Path, frame: pd.DataFrame, rank_mode: str, shown: Sequence[str] | None = None
+    out: Path, frame: pd.DataFrame, rank_by: str, shown: Sequence[str] | None = None
 ) -> dict[str, Path]:
     """Everything derived from results.csv; rebuilt whole after each sweep (and after a resume)."""
-    shown = list(shown or HEADLINE)
+    shown = (
+        [r for r in (shown or HEADLINE) if r in set(frame["router"])]
+        if not frame.empty
+        else list(shown or HEADLINE)
+    )
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files
     with atomic.replacing(out / "results.parquet") as tmp:
         frame.to_parquet(tmp, index=False)
-    summary = summarise_points(frame, rank_mode)
-    atomic.write_text(out / "summary.md", summary_markdown(frame, summary, rank_mode, shown))
-    plot_heatmaps(frame, out / "heatmap_A_last.png", shown)
-    plot_best_curves(frame, summary, rank_mode, out / "best_curves.png")
+    points = by_point(frame)
+    summary = summarise_points(points, rank_by, routers_in(frame))
+    atomic.write_text(out / "summary.md", summary_markdown(points, summary, rank_by, shown))
+    heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points))
+    best_curves(
+        points, summary, rank_by, out / "best_curves.png", FLAG_COLUMNS, varying_flags(points) or ["r", "l1"]
+    )
     for name in ("results.parquet", "summary.md", "heatmap_A_last.png", "best_curves.png"):
         files[name] = out / name
     return files

@@ -3,14 +3,21 @@
 ```
 runs/<name>/
   .tosca                 {"kind": "run"}: the folder is tosca's (featcache.foundation.folders)
-  config.json            the resolved recipe, task split, store path and fingerprint
+  config.json            the resolved recipe, task split, store path and fingerprint; "format"
   task_NNN.safetensors   task NNN's LuCA module (`luca.*`, the reference state dict), the
                          classifier after that task (`head.weight`, `head.sigma`) and its
                          training stats (metadata)
   head.safetensors       the classifier after the last finished task
   router.safetensors     the frozen-feature routers' per-class statistics after the last task
-  metrics.json, results.csv, accuracy.png   what evaluation made of it
+  metrics.json           "format", finished tasks, parameters per task, and per router: A_t,
+                         A_bar, A_last, forgetting, accuracy matrix, routing accuracy
+  results.csv            one row per task and router ("format" column)
+  accuracy.png           A_t per router
 ```
+
+Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
+as they are (their metrics.json says "modes" where format 2 says "routers"); `FORMAT` is what this
+version writes. A file of a newer format is refused in one line.
 
 Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
 is checked before it is used: a config.json with values of the wrong type or out of range, or a
@@ -32,21 +39,24 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json, identity_differences
-from featcache.store import FeatureStore
+from featcache.store import FeatureStore, check_readable
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 
+FORMAT = 2  # config.json, metrics.json and results.csv of a run
 CONFIG = "config.json"
+METRICS = "metrics.json"
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
 HEAD_FILE = "head.safetensors"
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
-INFORMATIONAL = ("store", "routing_modes")  # config.json keys that do not decide a run's numbers
+INFORMATIONAL = ("store", "routing_modes", "format")  # config.json keys that do not decide a run's numbers
 
 
 def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) -> dict[str, Any]:
     ident = store.identity
     return {
+        "format": FORMAT,
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
         "dataset": ident["dataset"]["name"],
@@ -91,7 +101,54 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     for key in ("store", "store_fingerprint"):
         if not isinstance(config[key], str):
             raise UserError(f"{path} records a {key} that is not text; the file was edited or damaged")
+    check_format(path, config.get("format", 1))
     return config
+
+
+def check_format(path: Path, written: Any) -> int:
+    """The format a file says it has (1 when it says none), refused when this tosca cannot read it."""
+    if isinstance(written, bool) or not isinstance(written, int) or written < 1:
+        raise UserError(f"{path} records format {written!r}; the file was edited or damaged")
+    if written > FORMAT:
+        raise UserError(
+            f"{path} was written by a newer tosca (format {written}; this one reads up to {FORMAT}): upgrade tosca"
+        )
+    return written
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    """A run's metrics.json in this version's form (a format-1 file's "modes" are its "routers"),
+    refused in one line when missing, damaged or edited."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
+    hint = f"`tosca eval {run_dir}` rewrites it"
+    metrics = read_json(path, "run metrics", hint)
+    if check_format(path, metrics.get("format", 1)) == 1 and "modes" in metrics:
+        metrics = {
+            **{k: v for k, v in metrics.items() if k != "modes"},
+            "routers": metrics["modes"],
+            "format": FORMAT,
+        }
+    routers = metrics.get("routers")
+    if not isinstance(routers, dict) or not all(
+        isinstance(m, dict)
+        and all(isinstance(m.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting"))
+        for m in routers.values()
+    ):
+        raise UserError(f"run metrics {path} were edited or damaged; `tosca eval {run_dir}` rewrites them")
+    return metrics
+
+
+def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
+    """The store a run was fitted on, checked (complete, attrs that fit) and still the same one."""
+    store = FeatureStore.open(config["store"])
+    check_readable(store)  # a damaged store is named as such, not as "changed"
+    if store.fingerprint != config["store_fingerprint"]:
+        raise UserError(
+            f"the store at {config['store']} changed since run {run_dir} was made (fingerprint differs)"
+        )
+    return store
 
 
 def is_run_dir(folder: Path) -> bool:

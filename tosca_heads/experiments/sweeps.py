@@ -21,46 +21,46 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from featcache.foundation import atomic, folders
+from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json
-from featcache.foundation.limits import max_processes, require_at_most
-from featcache.foundation.locks import store_lock
-from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler, worker_device
-from featcache.store import FeatureStore, check_readable
-from tosca_heads.engine import native
-from tosca_heads.engine.device import parse_device, resolve_device
+from featcache.foundation.limits import max_processes, require_at_most, usable_cores
+from featcache.foundation.locks import folder_lock
+from featcache.foundation.scheduler import SchedulerChoice, check_available, dask_client, parse_scheduler
+from featcache.store import FeatureStore, check_readable, resolve_store
+from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.experiments.results import ResultsTable, write_sweep_outputs
+from tosca_heads.experiments.requests import SweepRequest
+from tosca_heads.experiments.results import (
+    ResultsTable,
+    by_point,
+    point_rows,
+    routers_in,
+    summarise_points,
+    varying_flags,
+    write_sweep_outputs,
+)
 from tosca_heads.experiments.runs import RunResult, fit_group
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
-from tosca_heads.method.protocol import StreamConfig
-from tosca_heads.method.recipe import TrainConfig, group_key
-from tosca_heads.routers.scores import MODES
+from tosca_heads.method.protocol import StreamConfig, default_stream
+from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
+from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS
 
-# Every fit flag a sweep can vary, with its parser; seed is the flag `--seeds` fills.
-TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {
-    "flow": str,
-    "r": int,
-    "s": int,
-    "l1": float,
-    "lr": float,
-    "epochs": int,
-    "batch_size": int,
-    "momentum": float,
-    "weight_decay": float,
-    "seed": int,
-}
+# Every fit flag a sweep can vary, with its parser: the recipe's (method.recipe.RECIPE_FLAGS; seed
+# is the flag `--seeds` fills) and the task split's.
+TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {flag.name: flag.kind for flag in RECIPE_FLAGS}
 STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": int, "order_seed": int}
 GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
 MAX_GRID_POINTS = 100_000
+FORMAT = 2  # sweep.json (results.csv: experiments.results)
 
 
 def option_name(flag: str) -> str:
@@ -206,9 +206,9 @@ def _memory_budget() -> int:
 
 def run_group(
     store_path: str, fingerprint: str, points: Sequence[SweepPoint], device: str = "cpu"
-) -> list[dict[str, Any]]:
-    """Runs on a worker: one engine run of compatible points (all tasks, every routing mode), one row
-    per point, nothing written. Seconds are the point's share of the group's wall time."""
+) -> list[list[dict[str, Any]]]:
+    """Runs on a worker: one engine run of compatible points (all tasks, every router), nothing
+    written; each point's results.csv rows. Seconds are the point's share of the group's wall time."""
     _keep_freed_memory()
     resolved = resolve_device(device)
     key, store, source = _features_on_worker(store_path, fingerprint, resolved)
@@ -225,29 +225,20 @@ def run_group(
     )
     seconds = time.perf_counter() - start
     return [
-        _row(p, r, seconds, len(points), str(resolved), _LOADS[key])
+        _rows(p, r, seconds, len(points), str(resolved), _LOADS[key])
         for p, r in zip(points, results, strict=True)
     ]
 
 
-def _row(
+def _rows(
     point: SweepPoint, result: RunResult, group_seconds: float, group_size: int, device: str, loads: int
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     metrics = result.metrics()
-    row: dict[str, Any] = {"key": point.key, **point.flags()}
-    row.update(
+    columns: dict[str, Any] = {"key": point.key, **point.flags()}
+    columns.update(
         dataset=result.config["dataset"],
         backbone=result.config["backbone"],
         tasks=metrics["finished_tasks"],
-    )
-    for mode in MODES:
-        m = metrics["modes"][mode]
-        row[f"A_bar_{mode}"] = m["A_bar"]
-        row[f"A_last_{mode}"] = m["A_last"]
-        row[f"forgetting_{mode}"] = m["forgetting"]
-        row[f"routing_{mode}"] = m["routing_accuracy"]
-        row[f"A_t_{mode}"] = json.dumps([round(a, 6) for a in m["A_t"]])
-    row.update(
         params_per_task=metrics["params_per_task"],
         train_seconds=sum(s.stats["seconds"] for s in result.stages) / group_size,
         eval_seconds=sum(s.eval_seconds for s in result.stages) / group_size,
@@ -258,7 +249,7 @@ def _row(
         group_seconds=group_seconds,
         device=device,
     )
-    return row
+    return point_rows(columns, metrics["routers"])
 
 
 # ------------------------------------------------------------------------------------------ driver side
@@ -272,11 +263,15 @@ class SweepOutcome:
     ran: int
     seconds: float
     files: dict[str, Path]
-    frame: Any  # every row of results.csv (a pandas DataFrame)
+    frame: Any  # every row of results.csv (a pandas DataFrame: one row per point and router)
     group: int = 1  # most points trained in one engine run
+    rank_by: str = "entropy"
+    shown: list[str] = field(default_factory=lambda: list(HEADLINE))
+    summary: Any = None  # per configuration, mean and std over seeds, best first (empty: no results)
+    varying: list[str] = field(default_factory=list)  # the flags that take more than one value
 
 
-PointCallback = Callable[[dict[str, Any], int, int], None]
+PointCallback = Callable[[list[dict[str, Any]], int, int], None]  # (a point's rows, finished, total)
 
 
 def grid_digest(points: Sequence[SweepPoint]) -> str:
@@ -292,6 +287,8 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepP
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
+            continue  # a damaged folder is not this grid's: it is never resumed by accident
+        if not isinstance(meta, dict) or not isinstance(meta.get("grids", []), list):
             continue
         grids = [meta.get("grid"), *meta.get("grids", [])]
         if meta.get("store_fingerprint") == store.fingerprint and digest in grids:
@@ -312,12 +309,25 @@ def check_room(store: FeatureStore, points: Sequence[SweepPoint], device: torch.
         require_room(store.shape, [point.train], point.stream.task_stream(classes).num_tasks, device)
 
 
+def read_sweep_file(path: Path) -> dict[str, Any]:
+    """A sweep.json, refused in one line when damaged, edited or of a newer format."""
+    meta = read_json(path, "sweep file", "it was edited or damaged; pass another --out")
+    written = meta.get("format", 1)
+    if isinstance(written, bool) or not isinstance(written, int) or written < 1:
+        raise UserError(f"sweep file {path} records format {written!r}; it was edited or damaged")
+    if written > FORMAT:
+        raise UserError(f"sweep file {path} was written by a newer tosca (format {written}): upgrade tosca")
+    if not isinstance(meta.get("grids", []), list):
+        raise UserError(f"sweep file {path} was edited: its grids are not a list; pass another --out")
+    return meta
+
+
 def check_sweep_folder(out: Path) -> None:
     """Refuse now, before anything runs or is written, a folder a sweep may not write, or one whose
     files (sweep.json, results.csv) were damaged."""
     if folders.check_claimable(out, "sweep", "--out", written_before=is_sweep_dir):
         if (out / "sweep.json").exists():
-            read_json(out / "sweep.json", "sweep file", "it was edited or damaged; pass another --out")
+            read_sweep_file(out / "sweep.json")
         ResultsTable(out / "results.csv", check_only=True)
 
 
@@ -328,6 +338,7 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
     meta_path = out / "sweep.json"
     ident = store.identity
     meta = {
+        "format": FORMAT,
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
         "dataset": ident["dataset"]["name"],
@@ -335,11 +346,7 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
         "grid": grid_digest(points),
     }
     if meta_path.exists():
-        existing = read_json(meta_path, "sweep file", "it was edited or damaged; pass another --out")
-        if not isinstance(existing.get("grids", []), list):
-            raise UserError(
-                f"sweep file {meta_path} was edited: its grids are not a list; pass another --out"
-            )
+        existing = read_sweep_file(meta_path)
         if existing.get("store_fingerprint") != store.fingerprint:
             raise UserError(
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
@@ -348,7 +355,7 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
         if meta["grid"] in known:
             return
         # a grown grid resumed with --out: the same command without --out finds this folder again
-        meta = {**existing, "grids": [*existing.get("grids", []), meta["grid"]]}
+        meta = {**existing, "format": FORMAT, "grids": [*existing.get("grids", []), meta["grid"]]}
     atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
 
 
@@ -358,7 +365,7 @@ def run_sweep(
     out: Path,
     jobs: int = 1,
     scheduler: str | None = None,
-    rank_mode: str = "entropy",
+    rank_by: str = "entropy",
     on_point: PointCallback | None = None,
     group: int | None = None,
     device: str = "cpu",
@@ -366,8 +373,8 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run the points not yet in out/results.csv, up to `group` compatible points per engine run
     (None: 1 on the CPU, as many as fit the GPU's memory on CUDA); rebuild the tables and plots."""
-    if rank_mode not in MODES:
-        raise UserError(f"unknown --rank-by {rank_mode!r}: use one of {', '.join(MODES)}")
+    if rank_by not in ROUTERS:
+        raise UserError(f"unknown --rank-by {rank_by!r}: use one of {', '.join(ROUTERS)}")
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     require_at_most(
@@ -375,7 +382,7 @@ def run_sweep(
     )
     if group is not None and group < 1:
         raise UserError(f"--group must be at least 1, got {group}")
-    native.check_settings()  # the points would each fail on it, after the sweep folder is claimed
+    check_settings()  # the points would each fail on it, after the sweep folder is claimed
     remote = scheduler is not None and parse_scheduler(scheduler).kind in ("address", "file")
     if remote:
         # the workers decide `auto` and own the GPUs: this machine (perhaps a head node without
@@ -391,9 +398,9 @@ def run_sweep(
         check_room(store, points, resolved)
     out = Path(out)
     check_sweep_folder(out)  # before its lock file is made beside it
-    with store_lock(out, "sweep folder", "pass another --out"):
+    with folder_lock(out, "sweep folder", "pass another --out"):
         return _run_sweep_locked(
-            store, points, out, jobs, scheduler, rank_mode, on_point, group, resolved, sent, shown
+            store, points, out, jobs, scheduler, rank_by, on_point, group, resolved, sent, shown
         )
 
 
@@ -403,7 +410,7 @@ def _run_sweep_locked(
     out: Path,
     jobs: int,
     scheduler: str | None,
-    rank_mode: str,
+    rank_by: str,
     on_point: PointCallback | None,
     group: int | None,
     resolved: torch.device,
@@ -421,13 +428,13 @@ def _run_sweep_locked(
     groups = make_groups(pending, size)
     finished = 0
 
-    def record(rows: list[dict[str, Any]]) -> None:
+    def record(group_rows: list[list[dict[str, Any]]]) -> None:
         nonlocal finished
-        for row in rows:
-            table.append(row)
+        for rows in group_rows:
+            table.append(rows)
             finished += 1
             if on_point:
-                on_point(row, finished, total)
+                on_point(rows, finished, total)
 
     workers = min(jobs, len(groups))  # no idle processes for a short remainder
     if groups and workers == 1 and scheduler is None:
@@ -436,10 +443,16 @@ def _run_sweep_locked(
     elif groups:
         _run_on_dask(groups, path, fingerprint, workers, scheduler, worker_device, record)
     frame = table.frame()
-    files = write_sweep_outputs(out, frame, rank_mode, shown)
-    return SweepOutcome(
+    files = write_sweep_outputs(out, frame, rank_by, shown)
+    outcome = SweepOutcome(
         out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame, size
     )
+    outcome.rank_by, outcome.shown = rank_by, list(shown or HEADLINE)
+    if not frame.empty:
+        points_frame = by_point(frame)
+        outcome.summary = summarise_points(points_frame, rank_by, routers_in(frame))
+        outcome.varying = varying_flags(points_frame)
+    return outcome
 
 
 def _processes_per_device(jobs: int, scheduler: str | None) -> int:
@@ -459,9 +472,9 @@ def _run_on_dask(
     jobs: int,
     scheduler: str | None,
     device: str,
-    record: Callable[[list[dict[str, Any]]], None],
+    record: Callable[[list[list[dict[str, Any]]]], None],
 ) -> None:
-    """Groups as Dask tasks on `scheduler` (featcache.cluster's forms: local:N, local-cuda, an
+    """Groups as Dask tasks on `scheduler` (featcache.foundation.scheduler's forms: local:N, local-cuda, an
     address or a scheduler file), or on a local cluster of `jobs` processes. A worker that dies
     takes its groups with it; Dask runs them again elsewhere, and a row is recorded once, when
     its group's result arrives."""
@@ -490,3 +503,118 @@ def _keep_freed_memory_on_local_workers() -> Iterator[None]:
     finally:
         if inherited is not None:
             os.environ[DASK_TRIM_VARIABLE] = inherited
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+@dataclass
+class SweepPlan:
+    """A checked sweep, ready to run: what `sweep` tells `on_start` before it runs anything."""
+
+    store: FeatureStore
+    points: list[SweepPoint]
+    swept: list[str]  # the flags with more than one value
+    out: Path
+    resuming: bool  # out is this grid's folder from before
+    workers: int | None  # None: a remote cluster's
+    device: str  # what the workers are told
+    remote: bool
+    rank_by: str
+    request: SweepRequest
+
+    def shape(self) -> str:
+        """'2 r x 3 l1' or 'one configuration'."""
+        counts = {flag: len({p.flags()[flag] for p in self.points}) for flag in self.swept}
+        parts = [f"{n} {flag}" for flag, n in counts.items() if n > 1]
+        return " x ".join(parts) if parts else "one configuration"
+
+
+def _new_folder(path: Path) -> Path:
+    """path, or path-2, path-3, ... if a sweep started in the same second already took it."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
+def plan_sweep(request: SweepRequest) -> SweepPlan:
+    """Every check of a sweep before anything is written: the flags, the grid, the store (every
+    chunk against its checksum), the folder, the memory of the most demanding point."""
+    base_train = recipe(request.preset)
+    rank_by = ALIASES.get(request.rank_by, request.rank_by)
+    if rank_by not in ROUTERS:
+        raise UserError(f"unknown --rank-by {request.rank_by!r}: use one of {', '.join(ROUTERS)}")
+    for name in request.shown or ():
+        if name not in ROUTERS:
+            raise UserError(f"unknown --router {name!r}: use any of {', '.join(ROUTERS)}")
+    if request.jobs is not None:
+        if request.jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {request.jobs}")
+        require_at_most(
+            "--jobs", request.jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+        )
+    if request.group is not None and request.group < 1:
+        raise UserError(f"--group must be at least 1, got {request.group}")
+    check_settings()
+    remote = False
+    if request.scheduler is not None:
+        choice = parse_scheduler(request.scheduler)
+        check_available(choice)  # a malformed address now, not after a timeout
+        remote = choice.kind in ("address", "file")
+    if request.out is not None and request.out.exists() and not request.out.is_dir():
+        raise UserError(f"--out {request.out} is a file, not a sweep folder")
+    # on a remote cluster the workers decide `auto` and own the GPUs: only the name is checked here
+    resolved = (
+        (parse_device(request.device) or resolve_device("cpu")) if remote else resolve_device(request.device)
+    )
+    grid = {flag: parse_values(flag, text) for flag, text in request.grid.items() if text is not None}
+    for flag in ("init_cls", "increment"):
+        for value in grid.get(flag, []):
+            if value < 1:
+                raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
+    check_readable(store, values=True)  # before the sweep's first line, so the refusal is the only one
+    ident = store.identity["dataset"]
+    classes = store.shape.classes
+    for value in grid.get("init_cls", []):
+        if value > classes:
+            raise UserError(f"--init-cls {value} is more than the store's {classes} classes")
+    points = grid_points(grid, base_train, default_stream(ident["name"], classes), store.dim, classes)
+    found = None if request.out else find_sweep_dir(request.runs_root, store, points)
+    out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
+    check_sweep_folder(out)
+    if not remote:
+        check_room(store, points, resolved)
+    workers = (
+        None if request.scheduler else request.jobs or (1 if resolved.type == "cuda" else usable_cores())
+    )
+    sent = request.device if remote else str(resolved)
+    return SweepPlan(
+        store, points, list(grid), out, found is not None, workers, sent, remote, rank_by, request
+    )
+
+
+def sweep(
+    request: SweepRequest,
+    on_start: Callable[[SweepPlan], None] | None = None,
+    on_point: PointCallback | None = None,
+) -> SweepOutcome:
+    """`tosca sweep`: plan (every check), tell `on_start`, then run the points not yet done."""
+    plan = plan_sweep(request)
+    if on_start:
+        on_start(plan)
+    shown = list(request.shown or HEADLINE)
+    return run_sweep(
+        plan.store,
+        plan.points,
+        plan.out,
+        plan.workers or 1,
+        request.scheduler,
+        plan.rank_by,
+        on_point,
+        request.group,
+        plan.device,
+        shown,
+    )

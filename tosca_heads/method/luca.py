@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")
+from tosca_heads.method.recipe import FLOWS
 
 
 class LuCA(nn.Module):

@@ -112,3 +112,27 @@ class StreamConfig:
 def default_stream(dataset: str, num_classes: int) -> StreamConfig:
     init_cls, increment = PAPER_SPLITS.get(dataset, (max(1, num_classes // 10),) * 2)
     return StreamConfig(init_cls, increment)
+
+
+def stream_config(
+    dataset: str,
+    num_classes: int,
+    init_cls: int | None,
+    increment: int | None,
+    order_seed: int = DEFAULT_ORDER_SEED,
+) -> StreamConfig:
+    """The class split a command asks for: the flags where given, else the dataset's paper split;
+    refused in one line when it does not fit the store's classes."""
+    for flag, value in (("--init-cls", init_cls), ("--increment", increment)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    if init_cls is not None and init_cls > num_classes:
+        raise UserError(f"--init-cls {init_cls} is more than the store's {num_classes} classes")
+    base = default_stream(dataset, num_classes)
+    chosen = StreamConfig(
+        init_cls if init_cls is not None else base.init_cls,
+        increment if increment is not None else base.increment,
+        order_seed,
+    )
+    chosen.task_stream(num_classes)  # refuses a split that does not divide the classes
+    return chosen

@@ -1,18 +1,50 @@
-"""The training recipe (method.md §4): every number of it, its presets, and which recipes can share
-one engine run. The training itself is `tosca_heads.engine` (G >= 1 recipes at once)."""
+"""The training recipe (method.md §4): every number of it, its presets, which recipes can share one
+engine run, and the one table of its flags that `tosca fit` and `tosca sweep` both offer.
+
+The training itself is `tosca_heads.engine` (G >= 1 recipes at once).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-
-import torch
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_at_most
-from tosca_heads.engine.trainer import SHARED_FIELDS, GroupTrainer
-from tosca_heads.method.luca import FLOWS
+
+FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
+MAX_EPOCHS = 10_000
+# What the configurations of one engine run must share: they step together over the same batches.
+SHARED_FIELDS = ("flow", "epochs", "batch_size")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One recipe number as the command line offers it."""
+
+    name: str
+    kind: type  # int, float or str
+    help: str
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+# Every recipe flag, in the order help and tables show them (seed is `--seeds` in a sweep).
+RECIPE_FLAGS: tuple[Flag, ...] = (
+    Flag("r", int, "Adapter bottleneck (default d/16)"),
+    Flag("s", int, "Calibrator bottleneck (default d/16)"),
+    Flag("l1", float, "L1 weight over the task's LuCA parameters (paper 5e-4)"),
+    Flag("lr", float, "SGD learning rate (paper 0.025)"),
+    Flag("epochs", int, "Epochs per task (paper 20)"),
+    Flag("batch_size", int, "Batch size (paper 48)"),
+    Flag("momentum", float, "SGD momentum (paper 0.9)"),
+    Flag("weight_decay", float, "SGD weight decay (paper 0)"),
+    Flag("flow", str, "tosca (the method), tosca_r, adapter or calibrator"),
+    Flag("seed", int, "Training seed (module init, shuffling)"),
+)
 
 
 @dataclass(frozen=True)
@@ -37,21 +69,25 @@ class TrainConfig:
 
     def validate(self) -> None:
         """One line naming the first value out of range (or of the wrong type, from a file)."""
-        for name, kinds in FIELD_TYPES.items():
-            value = getattr(self, name)
-            if value is None and name in ("r", "s"):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.name in ("r", "s"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, kinds):
-                kind = "a name" if kinds is str else "an integer" if kinds is int else "a number"
-                raise UserError(f"--{name.replace('_', '-')} must be {kind}, got {value!r}")
+            kind = FIELD_TYPES[field.name]
+            allowed = (int, float) if kind is float else kind
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                said = {str: "a name", int: "an integer", float: "a number"}[kind]
+                raise UserError(f"--{field.name.replace('_', '-')} must be {said}, got {value!r}")
         if self.flow not in FLOWS:
             raise UserError(f"unknown --flow {self.flow!r}: use one of {', '.join(FLOWS)}")
-        for name in ("epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("r", "s"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise UserError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("epochs", "batch_size", "r", "s"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if not all(
+            math.isfinite(v) for v in (self.l1, self.lr, self.momentum, self.weight_decay, self.eta_min)
+        ):
+            raise UserError("--l1, --lr, --momentum and --weight-decay must be finite numbers")
         if self.lr <= 0 or self.l1 < 0:
             raise UserError(f"--lr must be > 0 and --l1 >= 0 (got {self.lr}, {self.l1})")
         if not 0 <= self.momentum < 1:
@@ -63,39 +99,23 @@ class TrainConfig:
         require_at_most(
             "--epochs", self.epochs, MAX_EPOCHS, "epochs per task", "each epoch is a pass over the task"
         )
-        if not all(
-            math.isfinite(v) for v in (self.l1, self.lr, self.momentum, self.weight_decay, self.eta_min)
-        ):
-            raise UserError("--l1, --lr, --momentum and --weight-decay must be finite numbers")
 
 
-MAX_EPOCHS = 10_000
-FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "r": int,
-    "s": int,
-    "l1": (int, float),
-    "lr": (int, float),
-    "momentum": (int, float),
-    "weight_decay": (int, float),
-    "epochs": int,
-    "batch_size": int,
-    "eta_min": (int, float),
-    "flow": str,
-    "seed": int,
-}
+FIELD_TYPES: dict[str, type] = {flag.name: flag.kind for flag in RECIPE_FLAGS} | {"eta_min": float}
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
+
+
+def recipe(preset: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """A preset with the flags that were given (None: not given) over it, checked."""
+    if preset not in PRESETS:
+        raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    config = replace(PRESETS[preset], **given)
+    config.validate()
+    return config
 
 
 def group_key(config: TrainConfig) -> tuple:
     """Recipes with the same key can train in one engine run (they differ in r, s, l1, lr, momentum,
     weight decay, eta_min or seed only)."""
     return tuple(getattr(config, name) for name in SHARED_FIELDS)
-
-
-def make_trainer(
-    configs: Sequence[TrainConfig], dim: int, device: torch.device | str = "cpu", step_threads: int = 1
-) -> GroupTrainer:
-    """The engine for these recipes (resolved to numbers for feature dim `dim`): G = len(configs)."""
-    for config in configs:
-        config.validate()
-    return GroupTrainer([c.resolved(dim) for c in configs], dim, device, step_threads)

@@ -1,31 +1,38 @@
-"""Routers: which task module answers a test sample when the task id is not given (issue #10).
+"""Routers: which task module answers a test sample when the task id is not given.
 
-`library` holds the registry (`ROUTERS`, one short class per router); `stats` the per-class
-statistics of frozen features that some routers keep, task by task. Evaluation reports every
-router; `ROUTER_NAMES` is their order in tables and files.
+`registry` holds them (`ROUTERS`, one short class per router, `register_router` for routers that
+live outside the package); `scores` what routed evaluation computes from each module's logits;
+`statistics` the per-class statistics of frozen features that some routers keep, task by task;
+`memo` those statistics shared by the runs of one process. Evaluation reports every router, in
+the registry's order (`ROUTERS`), which is also their order in tables and files.
 """
 
 from __future__ import annotations
 
 from featcache.foundation.errors import UserError
-from tosca_heads.routers.registry import ROUTERS, Router, StageView, route_batches, task_log_posterior
+from tosca_heads.routers.registry import (
+    ROUTERS,
+    Router,
+    StageView,
+    register_router,
+    route_batches,
+    task_log_posterior,
+)
 from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
-ROUTER_NAMES: tuple[str, ...] = tuple(ROUTERS)
-ALIASES = {"sample": "entropy"}  # the name `entropy` routing had before the registry
+ALIASES = {"sample": "entropy"}  # the name `entropy` routing had first
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show
 
 
 def resolve_routers(text: str | None) -> list[str]:
     """'lda,entropy' -> ['lda', 'entropy'] (None or 'all': every router), unknown names refused."""
+    names_all = tuple(ROUTERS)
     if text is None or text.strip() == "all":
-        return list(ROUTER_NAMES)
+        return list(names_all)
     names = [ALIASES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ROUTERS]
     if unknown or not names:
-        raise UserError(
-            f"unknown --router {','.join(unknown) or text!r}: use any of {', '.join(ROUTER_NAMES)}"
-        )
+        raise UserError(f"unknown --router {','.join(unknown) or text!r}: use any of {', '.join(names_all)}")
     return list(dict.fromkeys(names))
 
 
@@ -33,11 +40,11 @@ __all__ = [
     "ALIASES",
     "HEADLINE",
     "ROUTERS",
-    "ROUTER_NAMES",
     "ClassStatistics",
     "FrozenModel",
     "Router",
     "StageView",
+    "register_router",
     "resolve_routers",
     "route_batches",
     "task_log_posterior",

@@ -73,12 +73,16 @@ class Router:
 ROUTERS: dict[str, Router] = {}
 
 
-def register(cls: type[Router]) -> type[Router]:
+def register_router(cls: type[Router]) -> type[Router]:
+    """Add a router to the registry (a class decorator): every evaluation after this reports it,
+    `--router NAME` and `tosca routers` show it. A name registered twice is refused."""
+    if not cls.name or cls.name in ROUTERS:
+        raise ValueError(f"router name {cls.name!r} is empty or registered twice")
     ROUTERS[cls.name] = cls()
     return cls
 
 
-@register
+@register_router
 class Entropy(Router):
     name = "entropy"
     summary = "the paper's: the module whose softmax over all seen classes has the least entropy"
@@ -87,7 +91,7 @@ class Entropy(Router):
         return view.entropy.argmin(1)
 
 
-@register
+@register_router
 class Batch(Router):
     name = "batch"
     honest = False
@@ -97,7 +101,7 @@ class Batch(Router):
         return route_batches(view.entropy, view.class_ordered)
 
 
-@register
+@register_router
 class ShuffledBatch(Router):
     name = "batch_shuffled"
     honest = False
@@ -107,7 +111,7 @@ class ShuffledBatch(Router):
         return route_batches(view.entropy, view.shuffled)
 
 
-@register
+@register_router
 class Oracle(Router):
     name = "oracle"
     honest = False
@@ -117,7 +121,7 @@ class Oracle(Router):
         return view.true_task.long().to(view.entropy.device).expand(view.groups, -1)
 
 
-@register
+@register_router
 class Energy(Router):
     name = "energy"
     summary = "the module with the largest logsumexp of its logits (least free energy)"
@@ -126,7 +130,7 @@ class Energy(Router):
         return view.energy.argmin(1)
 
 
-@register
+@register_router
 class NearestClassMean(Router):
     name = "ncm"
     needs_statistics = True
@@ -137,7 +141,7 @@ class NearestClassMean(Router):
         return view.for_every_configuration(view.class_task.to(scores.device)[scores.argmax(-1)])
 
 
-@register
+@register_router
 class Gaussian(Router):
     name = "lda"
     needs_statistics = True
@@ -150,7 +154,7 @@ class Gaussian(Router):
         return view.for_every_configuration(view.lda_task_log_posterior.argmax(-1))
 
 
-@register
+@register_router
 class Fusion(Router):
     name = "fusion"
     needs_statistics = True

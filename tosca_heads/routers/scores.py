@@ -1,6 +1,6 @@
-"""Shared pieces of routed evaluation: module entropy and prediction, and the routers' order.
+"""What routed evaluation computes from each module's logits: entropy, prediction and energy, the
+chosen module's class, and the shuffled test order of `batch_shuffled`.
 
-The routers themselves live in `tosca_heads.routers` (one short class each, registered by name).
 Everything works on tensors with a leading configuration axis G: entropy and predictions are
 `[G, M, n]` for M modules and n test samples, choices `[G, n]`.
 """
@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from tosca_heads.routers import ROUTER_NAMES
-
-MODES = ROUTER_NAMES  # every router, in the order of tables and files
 
 
 def module_scores(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -22,10 +22,19 @@
 #include <xmmintrin.h>
 #endif
 
+#include <stddef.h>
+
+/* The calling convention between this library and native.py: bumped with any change of the
+   structs below or of an exported function's signature; native.py checks it, and the structs'
+   sizes, every time it loads the library. */
+#define TOSCA_ABI_VERSION 2
+
 typedef int (*set_threads_fn)(int); /* MKL_Set_Num_Threads_Local, or NULL */
+/* Fortran's sgemm_: every argument by reference, and the two CHARACTER arguments' lengths passed
+   as hidden trailing arguments (gfortran's convention; C implementations of BLAS ignore them). */
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
                          const float *, const float *, const int *, const float *, const int *,
-                         const float *, float *, const int *);
+                         const float *, float *, const int *, size_t, size_t);
 
 enum { FLOW_TOSCA = 0, FLOW_TOSCA_R = 1, FLOW_ADAPTER = 2, FLOW_CALIBRATOR = 3 };
 
@@ -77,7 +86,7 @@ static void matmul(sgemm_fn gemm, int ta, int tb, int m, int n, int k, const flo
     const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
     const float alpha = 1.0f;
     if (m == 0 || n == 0) return;
-    gemm(&opb, &opa, &n, &m, &k, &alpha, B, &ldb, A, &lda, &beta, C, &ldc);
+    gemm(&opb, &opa, &n, &m, &k, &alpha, B, &ldb, A, &lda, &beta, C, &ldc, 1, 1);
 }
 
 /* exp(x) to about 1 ulp, branch-free so that loops calling it vectorise (Cody-Waite reduction,
@@ -127,17 +136,18 @@ static inline float gelu_grad(float h) {
 }
 
 #define MAX_THREADS 2 /* the step's parts: the caller and one helper thread (below) */
-#define STEP_BUFFERS 29 /* the take() calls of step_one; each may round up by 15 floats */
 
-/* Floats of scratch one configuration's step needs (reused across configurations). */
-int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
-    return batch * (10 * dim + 4 * r + 2 * s + 2 * classes + 14) + classes * (2 * dim + 1) + 2 * MAX_THREADS * dim +
-           16 * STEP_BUFFERS;
-}
+/* Scratch is carved from one workspace by the same functions that size it: `take` on a carver
+   without a base only counts (tosca_workspace_floats, tosca_forward_workspace_floats), with a base
+   it hands out the buffers in the same order (step_one, tosca_forward). */
+typedef struct {
+    float *base; /* NULL: only count */
+    int64_t used;
+} Carver;
 
-static float *take(float **cursor, int64_t count) {
-    float *out = *cursor;
-    *cursor += (count + 15) & ~(int64_t)15; /* 64-byte steps keep every buffer aligned alike */
+static float *take(Carver *c, int64_t count) {
+    float *out = c->base ? c->base + c->used : NULL;
+    c->used += (count + 15) & ~(int64_t)15; /* 64-byte steps keep every buffer aligned alike */
     return out;
 }
 
@@ -196,16 +206,16 @@ typedef struct {
     float *h, *a, *u, *zhat, *z, *rstd, *q, *gate;
 } Acts;
 
-static Acts take_acts(float **cursor, int b, int d, int R, int S) {
+static Acts take_acts(Carver *c, int b, int d, int R, int S) {
     Acts t;
-    t.h = take(cursor, (int64_t)b * R);
-    t.a = take(cursor, (int64_t)b * R);
-    t.u = take(cursor, (int64_t)b * d);
-    t.zhat = take(cursor, (int64_t)b * d);
-    t.z = take(cursor, (int64_t)b * d);
-    t.rstd = take(cursor, b);
-    t.q = take(cursor, (int64_t)b * S);
-    t.gate = take(cursor, (int64_t)b * d);
+    t.h = take(c, (int64_t)b * R);
+    t.a = take(c, (int64_t)b * R);
+    t.u = take(c, (int64_t)b * d);
+    t.zhat = take(c, (int64_t)b * d);
+    t.z = take(c, (int64_t)b * d);
+    t.rstd = take(c, b);
+    t.q = take(c, (int64_t)b * S);
+    t.gate = take(c, (int64_t)b * d);
     return t;
 }
 
@@ -351,6 +361,52 @@ static void column_sums_range(const float *x, float *out, int rows, int cols, in
     }
 }
 
+/* One step's scratch: the batch, the forward's activations, the classifier's and the backward's. */
+typedef struct {
+    float *x;
+    int64_t *y;
+    Acts t;
+    float *out, *unit, *norm, *denom, *w_unit, *w_norm, *w_denom, *cosv, *dlog;
+    float *d_out, *d_c2, *d_u, *d_c1, *d_h;
+    double *row_loss, *row_dsig;
+    int64_t *row_hit;
+    float *part_gamma, *part_beta; /* each part's LayerNorm sums */
+} StepBuffers;
+
+static StepBuffers take_step(Carver *c, int b, int d, int R, int S, int C) {
+    StepBuffers w;
+    w.x = take(c, (int64_t)b * d);
+    w.y = (int64_t *)take(c, 2 * (int64_t)b);
+    w.t = take_acts(c, b, d, R, S);
+    w.out = take(c, (int64_t)b * d);
+    w.unit = take(c, (int64_t)b * d);
+    w.norm = take(c, b);
+    w.denom = take(c, b);
+    w.w_unit = take(c, (int64_t)C * d);
+    w.w_norm = take(c, C);
+    w.w_denom = take(c, C);
+    w.cosv = take(c, (int64_t)b * C);
+    w.dlog = take(c, (int64_t)b * C);
+    w.d_out = take(c, (int64_t)b * d);
+    w.d_c2 = take(c, (int64_t)b * d);
+    w.d_u = take(c, (int64_t)b * d);
+    w.d_c1 = take(c, (int64_t)b * S);
+    w.d_h = take(c, (int64_t)b * R);
+    w.row_loss = (double *)take(c, 2 * (int64_t)b);
+    w.row_dsig = (double *)take(c, 2 * (int64_t)b);
+    w.row_hit = (int64_t *)take(c, 2 * (int64_t)b);
+    w.part_gamma = take(c, (int64_t)MAX_THREADS * d);
+    w.part_beta = take(c, (int64_t)MAX_THREADS * d);
+    return w;
+}
+
+/* Floats of scratch one configuration's step needs (reused across configurations). */
+int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
+    Carver count = {NULL, 0};
+    take_step(&count, (int)batch, (int)dim, (int)r, (int)s, (int)classes);
+    return count.used;
+}
+
 /* Part k of configuration g's step. */
 static void step_one(StepJob *J, int64_t g, int k) {
     const StepArgs *A = J->args;
@@ -366,23 +422,18 @@ static void step_one(StepJob *J, int64_t g, int k) {
     const int has_adapter = flow != FLOW_CALIBRATOR, has_calibrator = flow != FLOW_ADAPTER;
     const Slots *off = &A->off;
 
-    float *cursor = A->work; /* every part carves the same buffers */
-    float *x = take(&cursor, (int64_t)b * d);
-    int64_t *y = (int64_t *)take(&cursor, 2 * (int64_t)b);
-    const Acts t = take_acts(&cursor, b, d, R, S);
+    Carver carver = {A->work, 0}; /* every part carves the same buffers */
+    const StepBuffers w = take_step(&carver, b, d, R, S, C);
+    float *x = w.x;
+    int64_t *y = w.y;
+    const Acts t = w.t;
     float *h = t.h, *a = t.a, *zhat = t.zhat, *z = t.z, *rstd = t.rstd, *q = t.q, *gate = t.gate;
-    float *out = take(&cursor, (int64_t)b * d), *unit = take(&cursor, (int64_t)b * d);
-    float *norm = take(&cursor, b), *denom = take(&cursor, b);
-    float *w_unit = take(&cursor, (int64_t)C * d), *w_norm = take(&cursor, C), *w_denom = take(&cursor, C);
-    float *cosv = take(&cursor, (int64_t)b * C), *dlog = take(&cursor, (int64_t)b * C);
-    float *d_out = take(&cursor, (int64_t)b * d), *d_c2 = take(&cursor, (int64_t)b * d);
-    float *d_u = take(&cursor, (int64_t)b * d);
-    float *d_c1 = take(&cursor, (int64_t)b * S), *d_h = take(&cursor, (int64_t)b * R);
-    double *row_loss = (double *)take(&cursor, 2 * (int64_t)b);
-    double *row_dsig = (double *)take(&cursor, 2 * (int64_t)b);
-    int64_t *row_hit = (int64_t *)take(&cursor, 2 * (int64_t)b);
-    float *part_gamma = take(&cursor, (int64_t)MAX_THREADS * d); /* each part's LayerNorm sums */
-    float *part_beta = take(&cursor, (int64_t)MAX_THREADS * d);
+    float *out = w.out, *unit = w.unit, *norm = w.norm, *denom = w.denom;
+    float *w_unit = w.w_unit, *w_norm = w.w_norm, *w_denom = w.w_denom, *cosv = w.cosv, *dlog = w.dlog;
+    float *d_out = w.d_out, *d_c2 = w.d_c2, *d_u = w.d_u, *d_c1 = w.d_c1, *d_h = w.d_h;
+    double *row_loss = w.row_loss, *row_dsig = w.row_dsig;
+    int64_t *row_hit = w.row_hit;
+    float *part_gamma = w.part_gamma, *part_beta = w.part_beta;
     const float *v_in = flow == FLOW_TOSCA ? z : x; /* the calibrator's input */
 
     int64_t r0, r1, c0, c1, j0, j1, R0, R1, S0, S1; /* this part's rows, classes, dims, units */
@@ -634,9 +685,24 @@ void tosca_step(const StepArgs *args) {
 
 #define FORWARD_BLOCK 64 /* rows per pass: the block's activations stay in cache */
 
+/* One block's scratch of the forward: the activations, and the row norms of its output. */
+typedef struct {
+    Acts t;
+    float *norm, *denom;
+} ForwardBuffers;
+
+static ForwardBuffers take_forward(Carver *c, int b, int d, int R, int S) {
+    ForwardBuffers f;
+    f.t = take_acts(c, b, d, R, S);
+    f.norm = take(c, b);
+    f.denom = take(c, b);
+    return f;
+}
+
 int64_t tosca_forward_workspace_floats(int64_t dim, int64_t r, int64_t s) {
-    const int64_t b = FORWARD_BLOCK;
-    return b * (5 * dim + 2 * r + s + 4) + 16 * 12;
+    Carver count = {NULL, 0};
+    take_forward(&count, FORWARD_BLOCK, (int)dim, (int)r, (int)s);
+    return count.used;
 }
 
 /* Every configuration's LuCA output (or unit output) on the same rows of x. */
@@ -646,12 +712,16 @@ void tosca_forward(const ForwardArgs *A) {
         const float *p = A->params + g * A->param_size;
         for (int64_t lo = 0; lo < A->rows; lo += FORWARD_BLOCK) {
             const int b = (int)(A->rows - lo < FORWARD_BLOCK ? A->rows - lo : FORWARD_BLOCK);
-            float *cursor = A->work;
-            const Acts t = take_acts(&cursor, b, d, R, S);
-            float *norm = take(&cursor, b), *denom = take(&cursor, b);
+            Carver carver = {A->work, 0};
+            const ForwardBuffers f = take_forward(&carver, b, d, R, S);
             float *out = A->out + (g * A->rows + lo) * d;
-            luca_forward(A->gemm, p, &A->off, flow, b, d, R, S, A->x + lo * d, &t, out);
-            if (A->normalize) normalize_rows(out, out, norm, denom, b, d);
+            luca_forward(A->gemm, p, &A->off, flow, b, d, R, S, A->x + lo * d, &f.t, out);
+            if (A->normalize) normalize_rows(out, out, f.norm, f.denom, b, d);
         }
     }
 }
+
+/* What native.py compares with its ctypes mirrors each time it loads this library. */
+int64_t tosca_abi_version(void) { return TOSCA_ABI_VERSION; }
+int64_t tosca_sizeof_step_args(void) { return (int64_t)sizeof(StepArgs); }
+int64_t tosca_sizeof_forward_args(void) { return (int64_t)sizeof(ForwardArgs); }

@@ -1,0 +1,52 @@
+"""What `--device` names, for both stages: auto (CUDA when a GPU is visible, else the CPU), cpu, cuda
+or cuda:N. One rule: a named CUDA device must exist here; anything else (mps, tpu, a typo) is
+refused in one line. Import-light: torch is imported when a device is resolved."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from featcache.foundation.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
+
+
+def parse_device(name: str) -> torch.device | None:
+    """The device a `--device` value names (None for `auto`), without asking whether it is here:
+    work sent to a remote cluster lets each worker decide."""
+    import torch
+
+    if name == "auto":
+        return None
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
+    return device
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` is CUDA when a GPU is visible, else the CPU; a named CUDA device must exist."""
+    import torch
+
+    device = parse_device(name)
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name} asked for, but CUDA is not available here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(
+                f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0..)"
+            )
+    return device
+
+
+def worker_device(requested: str) -> str:
+    """What a Dask worker is told: a client's `cuda:N` means nothing on another process's GPU list."""
+    return "cuda" if requested.startswith("cuda") else requested

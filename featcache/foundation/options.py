@@ -1,0 +1,27 @@
+"""Request objects say how the command line offers each of their fields: `option(...)` puts the
+help text and the flag's spellings on a dataclass field, and `cli.py` builds each command's options
+from its request class. One place for a flag's name, type, default and meaning; a field without
+`option` (set by code, not by users) is not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, field
+from typing import Any
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    names: tuple[str, ...] = (),
+    argument: bool = False,
+    comma: bool = False,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A request field the command line offers: `names` are its spellings (default: --field-name),
+    `argument` makes it positional, `comma` reads a tuple field from one comma-separated value."""
+    metadata = {"help": help, "names": names, "argument": argument, "comma": comma}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)

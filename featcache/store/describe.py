@@ -1,0 +1,194 @@
+"""What a store's attrs say, in words: `tosca cache ls`, `cache info` and `cache verify` read a store
+through here, so the attrs schema has one reader. A store's attrs are data and may lack a field
+(edited, older): every field read here has a "?" for missing.
+
+Also the meanings of the named choices a store records (precision, decoder), import-light so
+that describing a store never loads the backbone side (which implements them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import human_bytes
+from featcache.foundation.locks import holder
+from featcache.store.find import find_stores
+from featcache.store.format import FeatureStore
+from featcache.store.left_out import LeftOut
+from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
+
+# name -> meaning; the first is the default on every device
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32, TF32 matmuls and convolutions off (the default on every device)",
+    "bf16": "bfloat16 autocast: matmuls and convolutions in bf16 with fp32 accumulation",
+}
+# name -> meaning; `auto` picks one (featcache.images.decoding.resolve_decoder)
+DECODERS: dict[str, str] = {
+    "pil": "PIL decodes, converts to RGB, resizes and crops, in the loader workers (the reference)",
+    "torch": "torchvision.io decodes JPEG/PNG, tensor ops resize and crop; on CUDA batched on the GPU (nvjpeg)",
+}
+
+
+def field_of(block: Any, *keys: str) -> Any:
+    """attrs[k1][k2]... or '?'."""
+    for key in keys:
+        if not isinstance(block, dict) or key not in block:
+            return "?"
+        block = block[key]
+    return block
+
+
+def list_stores(cache_dir: Path) -> list[dict[str, Any]]:
+    """One row per store under the cache root; a store that cannot be read has an `error`."""
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
+    if not cache_dir.exists():
+        raise UserError(f"no folder {cache_dir}: pass --cache-dir with the folder your stores are in")
+    rows = []
+    for path in find_stores(cache_dir):
+        try:
+            store = FeatureStore.open(path)
+        except UserError as exc:
+            rows.append({"store": str(path), "error": str(exc)})
+            continue
+        ident = store.identity
+        rows.append(
+            {
+                "store": str(path),
+                "dataset": str(field_of(ident, "dataset", "name")),
+                "backbone": str(field_of(ident, "backbone", "alias")),
+                "weights": str(field_of(ident, "backbone", "weights_source")),
+                "policy": str(field_of(ident, "preprocessing", "policy")),
+                "train": store.layout("train").n,
+                "test": store.layout("test").n,
+                "dim": store.dim,
+                "views": store.views,
+                "complete": store.is_complete(),
+                "bytes": store.size_bytes(),
+            }
+        )
+    return rows
+
+
+@dataclass
+class Description:
+    """`cache info`: rows of (key, text, warn: shown highlighted), and everything as a JSON object."""
+
+    rows: list[tuple[str, str, bool]]
+    data: dict[str, Any]
+
+
+def describe(path: Path) -> Description:
+    """A store's metadata in words: backbone, weights, preprocessing, source, progress, what was left out."""
+    store = FeatureStore.open(path)
+    attrs = store.attrs
+    progress = {s: f"{int(store.done(s).sum())}/{store.layout(s).n_chunks} chunks" for s in ("train", "test")}
+    writer = holder(path)
+    data = {**attrs, "chunks_done": progress, "bytes": store.size_bytes(), "writer": writer}
+    ident = attrs.get("identity", {})
+    bb, ds, prep = (field_of(ident, k) for k in ("backbone", "dataset", "preprocessing"))
+    random_init = field_of(bb, "random_init") is True
+    weights = str(field_of(bb, "weights_source")) + (" (RANDOM INIT: not pretrained)" if random_init else "")
+    samples = field_of(ds, "samples")
+    precision = str(field_of(ident, "precision"))
+    decoder = str(field_of(prep, "decoder"))
+    rows: list[tuple[str, str, bool]] = [
+        ("store", str(path), False),
+        (
+            "backbone",
+            f"{field_of(bb, 'alias')} = {field_of(bb, 'timm_name')} (dim {field_of(bb, 'feature_dim')})",
+            False,
+        ),
+        ("weights", weights, random_init),
+        ("weights sha256", str(field_of(bb, "weights_sha256")), False),
+        (
+            "preprocessing",
+            ", ".join(f"{k}={v}" for k, v in prep.items() if k != "decoder")
+            if isinstance(prep, dict)
+            else "?",
+            False,
+        ),
+        ("decoder", f"{decoder}: {DECODERS[decoder]}" if decoder in DECODERS else decoder, False),
+        ("dataset", f"{field_of(ds, 'name')} ({field_of(ds, 'num_classes')} classes)", False),
+        ("data root", _source(ds, attrs), False),
+        ("split rule", str(field_of(ds, "split_rule")), False),
+        ("limit per class", str(field_of(ds, "limit_per_class")), False),
+        (
+            "samples",
+            ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in samples.items())
+            if isinstance(samples, dict)
+            else "?",
+            False,
+        ),
+        ("views / seed", f"{field_of(ident, 'views')} / {field_of(ident, 'seed')}", False),
+        ("dtype", str(field_of(ident, "dtype")), False),
+        (
+            "precision",
+            f"{precision}: {PRECISIONS.get(precision, 'as recorded')}"
+            + ("" if precision == "fp32" else " (not the fp32 default)"),
+            precision != "fp32",
+        ),
+        ("progress", ", ".join(f"{k} {v}" for k, v in progress.items()), False),
+        (
+            "checksums",
+            "per chunk, checked by `tosca cache verify` and before stage 2 reads"
+            if store.has_checksums()
+            else "none: stage 2 refuses the store until `tosca cache verify --fix` and the same extract",
+            not store.has_checksums(),
+        ),
+        ("size", human_bytes(store.size_bytes()), False),
+        ("fingerprint", str(attrs.get("fingerprint")), False),
+        ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}", False),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (attrs.get("versions") or {}).items()), False),
+    ]
+    if "left_out" in attrs:
+        rows.append(("left out", LeftOut.from_attrs(attrs["left_out"]).described() or "nothing", False))
+    if writer is not None:
+        rows.append(("being written", f"by tosca extract, {writer}", False))
+    if field_of(ident, "skip_bad_images") is True:
+        skipped = [item for item in attrs.get("skipped_images") or [] if isinstance(item, dict)]
+        rows.append(("skipped images", f"{len(skipped)} unreadable, left out (--skip-bad-images)", False))
+        rows += [
+            (" ", f"{item.get('split', '?')}/{item.get('id', '?')}: {item.get('reason', '?')}", False)
+            for item in skipped
+        ]
+    return Description(rows, data)
+
+
+def _source(dataset: Any, attrs: dict[str, Any]) -> str:
+    """Where the images came from, and how the store can tell whether they changed."""
+    root = field_of(dataset, "data_root")
+    if root == "?":
+        return (
+            f"{attrs.get('dataset_source')} (not recorded in the identity: made before tosca checked sources)"
+        )
+    if field_of(dataset, "source_sha256") not in ("?", None):
+        return f"{root} (archive sha256 {str(dataset['source_sha256'])[:12]})"
+    return f"{root} (files fingerprint {str(field_of(dataset, 'files_sha256'))[:12]}: names, sizes, modification times)"
+
+
+@dataclass
+class VerifyReport:
+    """`cache verify`: what --fix unflagged, every problem (none: the store is fit for use), notes."""
+
+    fixed: list[ChunkFault] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def verify(path: Path, fix: bool = False) -> VerifyReport:
+    """Every check of `tosca cache verify`; with `fix`, the failing chunks unflagged first."""
+    FeatureStore.open(path)  # one line for a folder that is no store, before the lock is taken
+    report = VerifyReport()
+    if fix:
+        report.fixed = fix_store(path)
+    store = FeatureStore.open(path)
+    report.problems = verify_store(store)
+    report.notes = verify_notes(store)
+    writer = holder(path)
+    if writer is not None and any("chunks not done" in p for p in report.problems):
+        report.notes.append(f"an extraction is writing it now ({writer})")
+    return report

@@ -1,0 +1,152 @@
+"""The main job on the embedded default, end to end: `tosca demo`.
+
+1. extract: the packaged ImageNet EfficientNet-Lite0 on a per-class subset of the real EuroSAT
+   archive (no cached views);
+2. fit: TOSCA with the paper preset on EuroSAT B0 Inc2 (5 tasks);
+3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks;
+4. baselines: SimpleCIL, RanPAC (M = 10,000) and a joint linear probe on the same store;
+5. the comparison table, and the paths of the plots and tables.
+
+Extraction is stage 1, which stage 2 never imports: the caller hands in the function that makes
+the store (`ExtractStore`), and a `DemoDisplay` that shows each step as it ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from featcache.foundation.devices import resolve_device
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import max_processes, require_at_most, usable_cores
+from featcache.store import FeatureStore
+from tosca_heads.experiments.comparison import (
+    Comparison,
+    TaskCallback,
+    check_baselines_folder,
+    run_baseline,
+    tosca_results,
+    write_baseline,
+    write_comparison,
+)
+from tosca_heads.experiments.requests import DemoRequest
+from tosca_heads.experiments.runs import RunResult, StageResult, fit_run
+from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, grid_points, run_sweep
+from tosca_heads.method.features import CachedFeatures
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import PRESETS
+
+SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
+ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
+SWEEP_ROUTERS = ("entropy", "lda", "batch", "oracle")
+BASELINES = ("simplecil", "ranpac", "joint_probe")
+EUROSAT_DOWNLOAD = "https://madm.dfki.de/files/sentinel/EuroSAT.zip"
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+# (model, dataset, data root, cache dir, store path, images per class, chunk size) -> the store's path
+ExtractStore = Callable[[str, str, Path, Path, Path, int, int], Path]
+
+
+class DemoDisplay(Protocol):
+    """What the demo shows as it goes (the command line renders it)."""
+
+    def section(self, title: str) -> None: ...
+    def stage(self, stage: StageResult, trained: bool) -> None: ...
+    def fitted(self, result: RunResult) -> None: ...
+    def point(self) -> PointCallback | None: ...
+    def swept(self, outcome: SweepOutcome) -> None: ...
+    def baseline_task(self) -> TaskCallback | None: ...
+    def compared(self, comparison: Comparison, plots: list[Path], tables: list[Path]) -> None: ...
+
+
+def data_root(request: DemoRequest) -> Path:
+    """The EuroSAT archive or folder to read, or one line saying where to get it."""
+    hint = (
+        f"download EuroSAT RGB ({EUROSAT_DOWNLOAD}) and pass --data-root with the zip or its unpacked "
+        "2750/ folder, or set TOSCA_DATA to a folder holding eurosat/EuroSAT-RGB.tar.gz"
+    )
+    root = request.data_root
+    if root is None:
+        data = os.environ.get("TOSCA_DATA")
+        if not data:
+            raise UserError(f"no local data for the demo: {hint}")
+        root = Path(data) / "eurosat" / "EuroSAT-RGB.tar.gz"
+    if not root.exists():
+        raise UserError(f"no EuroSAT data at {root}: {hint}")
+    if not root.is_dir() and not root.name.lower().endswith(ARCHIVES):
+        raise UserError(f"--data-root {root} is neither a folder nor an archive (.zip, .tar, .tar.gz, .tgz)")
+    return root
+
+
+def check_request(request: DemoRequest) -> None:
+    for flag, value in (("--per-class", request.per_class), ("--jobs", request.jobs)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    if request.jobs is not None:
+        require_at_most(
+            "--jobs", request.jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+        )
+    for flag, folder in (("--cache-dir", request.cache_dir), ("--runs-dir", request.runs_dir)):
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{flag} {folder} is a file, not a folder")
+
+
+def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> None:
+    """Extract, fit, sweep, baselines and the comparison, each step reusing what a rerun finds."""
+    check_request(request)
+    device = resolve_device(request.device)
+    data = data_root(request)
+    show.section("1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
+    path = request.cache_dir / "eurosat" / f"effnet_lite0-demo{request.per_class}.zarr"
+    store = FeatureStore.open(
+        extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
+    )
+    stream = StreamConfig(2, 2)
+    name = f"demo-eurosat-effnet_lite0-{request.per_class}"
+    folder = request.runs_dir / f"{name}-baselines"
+    check_baselines_folder(folder)
+
+    show.section("2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
+    source = CachedFeatures(store, device=device)  # read once, for the fit, TOSCA's rows and the baselines
+    result = fit_run(
+        store, stream, PRESETS["paper"], None, request.runs_dir / name, source, show.stage, device=device
+    )
+    show.fitted(result)
+
+    show.section("3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
+    points = grid_points(SWEEP, PRESETS["paper"], stream, store.dim, store.shape.classes)
+    jobs = request.jobs or (1 if device.type == "cuda" else usable_cores())
+    outcome = run_sweep(
+        store,
+        points,
+        request.runs_dir / f"{name}-sweep",
+        jobs,
+        None,
+        "entropy",
+        show.point(),
+        None,
+        str(device),
+        SWEEP_ROUTERS,
+    )
+    show.swept(outcome)
+
+    show.section("4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
+    results = tosca_results(result)
+    on_task = show.baseline_task()
+    for method in BASELINES:
+        params: dict[str, Any] = {"projection_dim": 10_000} if method == "ranpac" else {}
+        baseline = run_baseline(method, store, stream, source, on_task, device=device, **params)
+        write_baseline(folder / method, baseline, store, stream)
+        results.append(baseline)
+    title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
+    files = write_comparison(folder, results, title)
+    show.section("5/5 comparison (accuracies in %, test images of all classes seen so far)")
+    plots = [
+        result.run_dir / "accuracy.png",
+        files["comparison.png"],
+        *(p for n, p in outcome.files.items() if n.endswith(".png")),
+    ]
+    tables = [files["comparison.md"], outcome.files.get("summary.md", outcome.out / "summary.md")]
+    show.compared(Comparison(results, title, files), plots, tables)

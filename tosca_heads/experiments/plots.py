@@ -1,0 +1,133 @@
+"""Every figure tosca draws, through one set-up: matplotlib's file-only backend, one figure per call,
+saved whole or not at all (featcache.foundation.atomic), closed after.
+
+- `run_curves`: A_t per router of one run (accuracy.png);
+- `comparison`: A_t per method of a comparison (comparison.png);
+- `heatmaps`, `best_curves`: a sweep's A_last over r x l1 and the A_t of its best points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from featcache.foundation import atomic
+
+
+@contextlib.contextmanager
+def drawing(path: Path, dpi: int, **subplots: Any) -> Iterator[tuple[Any, Any]]:
+    """(figure, axes) of `plt.subplots(**subplots)`; laid out, saved to `path` and closed at the end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(**subplots)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        atomic.save_figure(fig, path, dpi=dpi)
+    finally:
+        plt.close(fig)
+
+
+def _task_axis(ax: Any, ylabel: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("task")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def run_curves(tasks: Sequence[int], curves: dict[str, list[float]], title: str, path: Path) -> None:
+    """A_t (fractions) per router after each task."""
+    with drawing(path, 120, figsize=(6, 4)) as (_, ax):
+        for router, curve in curves.items():
+            ax.plot(list(tasks), [100 * a for a in curve], marker="o", label=router)
+        _task_axis(ax, "accuracy on all seen classes (%)")
+        ax.set_title(title)
+        ax.legend(title="routing")
+
+
+def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
+    """A_t per method (rows with method, routing, A_t as JSON); TOSCA solid, baselines dashed."""
+    with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
+        for row in rows:
+            curve = json.loads(row["A_t"])
+            label = row["method"] if row["routing"] == "none" else f"{row['method']} ({row['routing']})"
+            style = "-" if row["method"] == "tosca" else "--"
+            ax.plot(range(len(curve)), [100 * a for a in curve], style, marker="o", markersize=3, label=label)
+        _task_axis(ax, "accuracy on all seen classes (%)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+
+
+def heatmaps(
+    points: Any, path: Path, shown: Sequence[str], flag_columns: Sequence[str], varying: Sequence[str]
+) -> None:
+    """A_last over r x l1, one panel per shown router; other flags: the best configuration per cell."""
+    rs, l1s = sorted(points["r"].unique()), sorted(points["l1"].unique())
+    others = [f for f in varying if f not in ("r", "l1")]
+    config = [c for c in flag_columns if c != "seed"]
+    size = (3.2 * len(shown) + 1, 0.5 * len(rs) + 2.2)
+    with drawing(path, 110, nrows=1, ncols=len(shown), figsize=size, squeeze=False) as (fig, axes):
+        for ax, router in zip(axes[0], shown, strict=True):
+            grid = np.full((len(rs), len(l1s)), np.nan)
+            means = points.groupby(config, dropna=False)[f"A_last_{router}"].mean().reset_index()
+            for (r, l1), cell in means.groupby(["r", "l1"]):
+                grid[rs.index(r), l1s.index(l1)] = 100 * cell[f"A_last_{router}"].max()
+            image = ax.imshow(grid, cmap="viridis", aspect="auto", vmin=np.nanmin(grid), vmax=np.nanmax(grid))
+            for i in range(len(rs)):
+                for j in range(len(l1s)):
+                    if not np.isnan(grid[i, j]):
+                        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+            ax.set_xticks(range(len(l1s)), [f"{v:g}" for v in l1s])
+            ax.set_yticks(range(len(rs)), [str(v) for v in rs])
+            ax.set_xlabel("l1")
+            ax.set_ylabel("r")
+            ax.set_title(f"A_last, {router} router (%)", fontsize=9)
+            fig.colorbar(image, ax=ax, fraction=0.046)
+        if others:
+            fig.suptitle(f"each cell: best over {', '.join(others)}; mean over seeds", fontsize=9)
+
+
+def best_curves(
+    points: Any,
+    summary: Any,
+    rank_by: str,
+    path: Path,
+    flag_columns: Sequence[str],
+    labels: Sequence[str],
+    top: int = 5,
+) -> None:
+    """A_t under `rank_by` (mean over seeds) of the `top` best configurations."""
+    config = [c for c in flag_columns if c != "seed"]
+    curves: dict[tuple, list[float]] = {}
+    for key, rows in points.groupby(config, dropna=False):
+        stacked = np.array([json.loads(t) for t in rows[f"A_t_{rank_by}"]])
+        curves[key if isinstance(key, tuple) else (key,)] = stacked.mean(0).tolist()
+    with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
+        for _, row in summary.head(top).iterrows():
+            key = tuple(row[c] for c in config)
+            curve = next(v for k, v in curves.items() if _same(k, key))
+            label = ", ".join(
+                f"{f}={row[f]:g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in labels
+            )
+            ax.plot(range(len(curve)), [100 * a for a in curve], marker="o", label=label)
+        _task_axis(ax, f"A_t, {rank_by} router (%)")
+        ax.set_title(f"best {min(top, len(summary))} of {len(summary)} configurations (mean over seeds)")
+        ax.legend(fontsize=7)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Equal keys, NaN equal to NaN (an unset flag read back from a table)."""
+    return all(
+        x == y or (isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y))
+        for x, y in zip(a, b, strict=True)
+    )

@@ -1,0 +1,124 @@
+"""What a user can ask of stage 2: one request per command (`tosca fit`, `sweep`, `baselines`,
+`predict`, `demo`), its flags as values.
+
+Plain data, import-light: the command line builds each command's options from these fields
+(`featcache.foundation.options`), and must start fast whatever the command. Each request is
+checked and run by its module: `runs.fit`, `sweeps.sweep`, `comparison.compare`,
+`predict.predict_images`, `demo.run_demo`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from featcache.foundation.options import option
+
+STORE_HELP = "Store path (else found from --model/--dataset in CACHE_DIR)."
+MODEL_HELP = "Backbone alias of the store to use."
+DATASET_HELP = "Dataset of the store to use."
+DEVICE_HELP = "Where stage 2 runs: auto (CUDA when available), cpu, cuda or cuda:N."
+INIT_HELP = "Classes in task 0 (default: the dataset's paper split)."
+INCREMENT_HELP = "Classes per later task (default: the dataset's paper split)."
+DEMO_PER_CLASS = 300
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """`tosca fit` (None: not given). The recipe's own flags (method.recipe.RECIPE_FLAGS) come in
+    `recipe`, flag -> value."""
+
+    task: int | None = option(None, "Train tasks 0..TASK (default: all).")
+    store: Path | None = option(None, STORE_HELP)
+    model: str | None = option(None, MODEL_HELP, ("--model", "-m"))
+    dataset: str | None = option(None, DATASET_HELP, ("--dataset", "-d"))
+    cache_dir: Path = option(Path("cache"), "Where stores are searched.")
+    run: Path | None = option(None, "Run directory (default: runs/<dataset>-<model>-...).")
+    preset: str = option("paper", "Recipe preset; the recipe flags override it.")
+    init_cls: int | None = option(None, INIT_HELP)
+    increment: int | None = option(None, INCREMENT_HELP)
+    order_seed: int = option(1993, "Seed of the class order (np.random.seed(1993) permutation).")
+    device: str = option("auto", DEVICE_HELP)
+    recipe: dict[str, Any] = field(default_factory=dict)
+    runs_root: Path = Path("runs")  # where a run without --run gets its folder
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """`tosca sweep`. The grid comes in `grid`: flag (sweeps.GRID_FLAGS) -> its comma-separated values
+    as given; a flag not given is not swept."""
+
+    store: Path | None = option(None, STORE_HELP)
+    model: str | None = option(None, MODEL_HELP, ("--model", "-m"))
+    dataset: str | None = option(None, DATASET_HELP, ("--dataset", "-d"))
+    cache_dir: Path = option(Path("cache"), "Where stores are searched.")
+    preset: str = option("paper", "Recipe preset for every flag not swept.")
+    jobs: int | None = option(None, "Local worker processes (default: usable cores on the CPU, 1 on CUDA).")
+    group: int | None = option(
+        None, "Compatible points trained together (default: 1 on the CPU, what fits a GPU)."
+    )
+    device: str = option("auto", DEVICE_HELP)
+    scheduler: str | None = option(None, "local:N, local-cuda, a Dask scheduler address or file.")
+    out: Path | None = option(None, "Sweep folder; an existing one resumes (default: this grid's, else new).")
+    rank_by: str = option("entropy", "Router whose A_last ranks the points.")
+    shown: tuple[str, ...] | None = option(
+        None, "Routers of the tables (default: entropy, lda, batch, oracle).", ("--router",), comma=True
+    )
+    grid: dict[str, str] = field(default_factory=dict)
+    runs_root: Path = Path("runs")
+
+
+@dataclass(frozen=True)
+class BaselinesRequest:
+    """`tosca baselines`."""
+
+    store: Path | None = option(None, STORE_HELP)
+    model: str | None = option(None, MODEL_HELP, ("--model", "-m"))
+    dataset: str | None = option(None, DATASET_HELP, ("--dataset", "-d"))
+    cache_dir: Path = option(Path("cache"), "Where stores are searched.")
+    init_cls: int | None = option(None, INIT_HELP)
+    increment: int | None = option(None, INCREMENT_HELP)
+    order_seed: int = option(1993, "Seed of the class order.")
+    methods: tuple[str, ...] = option(
+        ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
+    )
+    ranpac_m: int = option(10_000, "RanPAC's random projection size M (its paper: 10,000).")
+    run: Path | None = option(
+        None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing)."
+    )
+    with_tosca: bool = option(
+        True, "TOSCA's rows beside them (--no-tosca: only the baselines).", ("--tosca/--no-tosca",)
+    )
+    out: Path | None = option(
+        None, "Output folder (default: runs/baselines-<dataset>-<model>-B<init>Inc<inc>)."
+    )
+    device: str = option("auto", DEVICE_HELP)
+    runs_root: Path = Path("runs")
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """`tosca predict`."""
+
+    run: Path = option(help="Run directory made by `tosca fit`.", argument=True)
+    images: tuple[Path, ...] = option(
+        help="Image files or folders (searched by the rule of `tosca extract`).", argument=True
+    )
+    router: str | None = option(None, "Router (default: the run's best honest router by A_last).")
+    device: str = option("auto", "Where it runs: auto (CUDA when available), cpu, cuda or cuda:N.")
+    batch_size: int | None = option(None, "Images per backbone pass (default: 12 on CPU, 128 on CUDA).")
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    """`tosca demo`."""
+
+    data_root: Path | None = option(
+        None, "EuroSAT archive or folder (default: $TOSCA_DATA/eurosat/EuroSAT-RGB.tar.gz)."
+    )
+    cache_dir: Path = option(Path("cache"), "Root for the demo's store.")
+    runs_dir: Path = option(Path("runs"), "Root for the demo's run, sweep and baselines.")
+    per_class: int = option(DEMO_PER_CLASS, "Images per class in each split.")
+    jobs: int | None = option(None, "Sweep worker processes (default: usable cores; 1 on CUDA).")
+    device: str = option("auto", DEVICE_HELP)
