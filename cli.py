@@ -5,95 +5,41 @@ sweeps, comparison, predict, report, demo)."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-import json
-import os
 import sys
-import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 from rich.text import Text
-from typer.core import TyperGroup
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import os_error_line
+from featcache.foundation.commands import OneLineUsageErrors, from_request, json_flag, parameter, user_errors
 from featcache.foundation.limits import human_bytes
+from featcache.foundation.terminal import (
+    as_json,
+    err,
+    key_values,
+    note,
+    out,
+    pct,
+    progress_bar,
+    say,
+    table,
+)
 from featcache.foundation.text import printable
 from featcache.requests import ExtractRequest
 from tosca_heads.experiments.requests import (
+    FIT_FLAGS,
+    SWEEP_FLAGS,
     BaselinesRequest,
     DemoRequest,
     FitRequest,
     PredictRequest,
     SweepRequest,
 )
-from tosca_heads.method.recipe import RECIPE_FLAGS
 
-try:  # typer >= 0.20 carries its own copy of click
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_errors  # type: ignore[no-redef]
-
-F = TypeVar("F", bound=Callable[..., Any])
-# Off a terminal (pipes, logs, CI) nothing wraps at 80 columns: paths stay whole, tables stay wide.
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, soft_wrap=True, width=_WIDTH)
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
-
-
-# ------------------------------------------------------------------------------------------- the face
-
-
-def _error_line(message: str) -> None:
-    """One line on stderr, exit code 2: whatever paths or names it quotes, shown inert."""
-    err.print(
-        f"[bold red]error:[/] {escape(' '.join(printable(message).split()))}", highlight=False, soft_wrap=True
-    )
-    raise typer.Exit(2) from None
-
-
-class OneLineUsageErrors(TyperGroup):
-    """A malformed command line (a non-number for a number, a missing or unknown option) is one line
-    on stderr and exit 2, like every other user mistake, instead of click's usage box."""
-
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-        if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
-        try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
-        except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
-            exc.show()
-            sys.exit(exc.exit_code)
-        except click_errors.ClickException as exc:
-            where = getattr(getattr(exc, "ctx", None), "command_path", None)
-            hint = f" (see `{where} --help`)" if where else ""
-            err.print(
-                f"[bold red]error:[/] {escape(' '.join(printable(exc.format_message()).split()))}{escape(hint)}",
-                highlight=False,
-            )
-            sys.exit(exc.exit_code)
-        except typer.Abort:
-            err.print("aborted", highlight=False)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
-
 
 app = typer.Typer(
     cls=OneLineUsageErrors,
@@ -106,149 +52,8 @@ cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args
 app.add_typer(cache_app, name="cache")
 
 
-def user_errors(fn: F) -> F:
-    """A UserError, an OSError the user can fix (full, read-only, name too long) or running out of
-    memory is one line on stderr and exit code 2; anything else is a bug and keeps its traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            _error_line(str(exc))
-        except OSError as exc:
-            line = os_error_line(exc)
-            if line is None:
-                raise
-            _error_line(line)
-        except MemoryError:
-            _error_line("out of memory: this machine cannot hold what the command asked for; ask for less")
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _parameter(name: str, kind: Any, info: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind)
-
-
-def _field_parameters(cls: type) -> tuple[list[inspect.Parameter], dict[str, Callable[[Any], Any]]]:
-    """One option (or argument) per field of a request class that carries `option(...)`
-    (featcache.foundation.options), and how to turn each value into the field's."""
-    hints = typing.get_type_hints(cls)
-    params, convert = [], {}
-    for f in dataclasses.fields(cls):
-        if "help" not in f.metadata:
-            continue
-        kind, meta = hints[f.name], f.metadata
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = ... if required else f.default if f.default is not dataclasses.MISSING else None
-        if meta["comma"]:  # a tuple from one comma-separated value
-            kind, default = str | None, None if default is None else ",".join(default)
-            convert[f.name] = lambda v: (
-                None if v is None else tuple(x.strip() for x in v.split(",") if x.strip())
-            )
-        elif typing.get_origin(kind) is tuple:  # positional: any number of them
-            kind, convert[f.name] = list[typing.get_args(kind)[0]], tuple
-        if meta["argument"]:
-            info = typer.Argument(default, help=meta["help"])
-        else:
-            info = typer.Option(default, *meta["names"], help=meta["help"])
-        params.append(_parameter(f.name, kind, info))
-    return params, convert
-
-
-def from_request(cls: type, *extra: inspect.Parameter, recipe: str | None = None) -> Callable[[F], F]:
-    """The command's options are `cls`'s fields (and `extra`, and the recipe flags of
-    method.recipe.RECIPE_FLAGS: one value each with `recipe="values"`, comma-separated lists with
-    `recipe="lists"`); the command gets `request=cls(...)`, the extras, and `recipe={flag: value}`."""
-
-    def decorate(fn: F) -> F:
-        params, convert = _field_parameters(cls)
-        flags = []
-        for flag in RECIPE_FLAGS if recipe else ():
-            name = "seeds" if recipe == "lists" and flag.name == "seed" else flag.name
-            lists = recipe == "lists"
-            help_text = (
-                f"Comma-separated values to sweep: {flag.help[0].lower()}{flag.help[1:]}."
-                if lists
-                else f"{flag.help}."
-            )
-            default = "0" if name == "seeds" else None
-            flags.append(
-                _parameter(name, (str if lists else flag.kind) | None, typer.Option(default, help=help_text))
-            )
-        names = {p.name for p in params}
-
-        @functools.wraps(fn)
-        def wrapper(**kwargs: Any) -> Any:
-            fields = {k: convert.get(k, lambda v: v)(kwargs.pop(k)) for k in list(kwargs) if k in names}
-            given = {p.name: kwargs.pop(p.name) for p in flags}
-            return fn(request=cls(**fields), **kwargs, **({"recipe": given} if recipe else {}))
-
-        everything = [*params, *extra, *flags]
-        wrapper.__signature__ = inspect.Signature(everything)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in everything}
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
-
-
-def _json(help_text: str = "Print the answer as JSON.") -> inspect.Parameter:
-    return _parameter("as_json_", bool, typer.Option(False, "--json", help=help_text))
-
-
-def _router(help_text: str) -> inspect.Parameter:
-    return _parameter("router", str | None, typer.Option(None, "--router", help=help_text))
-
-
-def say(line: Any, console: Console = out) -> None:
-    """One line of data (paths, names): never markup, control characters escaped."""
-    console.print(printable(line), markup=False, highlight=False)
-
-
-def cells(*values: Any) -> list[Text]:
-    return [v if isinstance(v, Text) else Text(printable(v)) for v in values]
-
-
-def table(title: str | None, columns: list[str], rows: list[list[Any]], left: tuple[str, ...] = ()) -> None:
-    """An aligned table of data cells (never markup); the `left` columns left-aligned, the rest right."""
-    shown = Table(title=Text(printable(title)) if title else None)
-    for column in columns:
-        shown.add_column(column, justify="left" if column in left else "right")
-    for row in rows:
-        shown.add_row(*cells(*row))
-    out.print(shown)
-
-
-def key_values(rows: list[tuple[str, Any, bool]]) -> None:
-    """Key and value per line; values are data, a `warn` value in yellow."""
-    shown = Table(show_header=False, box=None, pad_edge=False)
-    for key, value, warn in rows:
-        shown.add_row(f"[bold]{key}[/]", Text(printable(value), style="yellow" if warn else ""))
-    out.print(shown, highlight=False)
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-        disable=not err.is_terminal and os.environ.get("TOSCA_PROGRESS") != "1",
-    )
-
-
-def as_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
-
-
-def pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.2f}"
+def _router(help_text: str) -> Any:
+    return parameter("router", str | None, typer.Option(None, "--router", help=help_text))
 
 
 # ------------------------------------------------------------------------------------------- extract
@@ -256,7 +61,7 @@ def pct(value: float | None) -> str:
 
 @app.command()
 @user_errors
-@from_request(ExtractRequest, _json())
+@from_request(ExtractRequest, json_flag())
 def extract(request: ExtractRequest, as_json_: bool) -> None:
     """Run a frozen backbone once over a dataset and store its final features (resumable)."""
     summary = _extract(request)
@@ -387,13 +192,12 @@ ROUTERS_SHOWN = "Routers to show, comma-separated (default: all; every one is ev
 
 @app.command()
 @user_errors
-@from_request(FitRequest, _router(ROUTERS_SHOWN), _json(), recipe="values")
-def fit(request: FitRequest, router: str | None, as_json_: bool, recipe: dict[str, Any]) -> None:
+@from_request(FitRequest, _router(ROUTERS_SHOWN), json_flag(), flags=FIT_FLAGS, into="recipe")
+def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.experiments.runs import fit as fit_command
     from tosca_heads.experiments.runs import fit_recipe
 
-    request = dataclasses.replace(request, recipe=recipe)
     fit_recipe(request)  # a bad flag is the only line: before the stage table's header
     routers = _routers(router)
     result = fit_command(request, on_stage=None if as_json_ else _stage_printer(routers))
@@ -459,7 +263,7 @@ def routers_command(
 
 @app.command()
 @user_errors
-@from_request(PredictRequest, _json("A JSON list, one object per image."))
+@from_request(PredictRequest, json_flag("A JSON list, one object per image."))
 def predict(request: PredictRequest, as_json_: bool) -> None:
     """Classify new images with a trained run: the store's backbone, every task module, a router."""
     from featcache.embed import embed_images, image_paths
@@ -478,25 +282,13 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
 # ------------------------------------------------------------------------------------------- sweep
 
 
-GRID_SPLIT = [
-    _parameter(name, str | None, typer.Option(default, help=f"Comma-separated values to sweep: {what}."))
-    for name, default, what in (
-        ("init_cls", None, "classes in task 0 (default: the paper split)"),
-        ("increment", None, "classes per later task"),
-        ("order_seed", "1993", "class-order seed"),
-    )
-]
-
-
 @app.command()
 @user_errors
-@from_request(SweepRequest, *GRID_SPLIT, _json("Print the summary rows as JSON."), recipe="lists")
-def sweep(request: SweepRequest, as_json_: bool, recipe: dict[str, Any], **split: str | None) -> None:
+@from_request(SweepRequest, json_flag("Print the summary rows as JSON."), flags=SWEEP_FLAGS, into="grid")
+def sweep(request: SweepRequest, as_json_: bool) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
     from tosca_heads.experiments.sweeps import sweep as sweep_command
 
-    grid = {("seed" if k == "seeds" else k): v for k, v in {**recipe, **split}.items()}
-    request = dataclasses.replace(request, grid=grid)
     swept: list[str] = []
 
     def started(plan: Any) -> None:
@@ -516,7 +308,7 @@ def sweep(request: SweepRequest, as_json_: bool, recipe: dict[str, Any], **split
         lambda on_point: sweep_command(request, started, on_point), request.rank_by, swept
     )
     if as_json_:
-        return out.print_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
+        return out.printjson_flag("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     _sweep_table(outcome, outcome.rank_by, outcome.shown)
 
 
@@ -573,7 +365,7 @@ def _sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) ->
 
 @app.command()
 @user_errors
-@from_request(BaselinesRequest, _json("Print the comparison rows as JSON."))
+@from_request(BaselinesRequest, json_flag("Print the comparison rows as JSON."))
 def baselines(request: BaselinesRequest, as_json_: bool) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
     from tosca_heads.experiments.comparison import compare
@@ -753,13 +545,13 @@ def cache_verify(
 
     report = verify(store, fix)
     for fault in report.fixed:
-        err.print(f"[yellow]fixed[/] {escape(printable(fault))}: marked not done", highlight=False)
+        note("fixed", "yellow", f"{fault}: marked not done")
     if report.fixed:
         say("run the same `tosca extract` to recompute them", err)
-    for note in report.notes:
-        err.print(f"[yellow]note[/] {escape(printable(note))}", highlight=False)
+    for line in report.notes:
+        note("note", "yellow", line)
     for problem in report.problems:
-        err.print(f"[red]FAIL[/] {escape(printable(problem))}", highlight=False)
+        note("FAIL", "red", problem)
     if report.problems:
         raise typer.Exit(1)
     say(f"OK {store}")

@@ -3,8 +3,8 @@
     python benchmarks/fit_speed.py [--train 50000] [--test 10000] [--dim 768] [--device cpu]
 
 Random class-structured features stand in for real ones (timing only). Prints seconds per task,
-the split between training and evaluation, and the mean time of one SGD step. Goal (issue #8) on
-the 2-core dev machine: the whole 20-task run, training and all evaluations, in 20 s or less.
+the split between training and evaluation, and the mean time of one SGD step. The goal on a
+2-core machine: the whole 20-task run, training and all evaluations, in 20 s or less.
 Evaluation of task t overlaps the training of task t+1 on a multi-core CPU; TOSCA_OVERLAP_EVAL=0
 turns that off (then the train and eval columns add up to the whole).
 """

@@ -1,4 +1,4 @@
-"""How far routing can go on a store: issue #10's goal against what the features and modules allow.
+"""How far routing can go on a store: the routing goal against what the features and modules allow.
 
     python benchmarks/routing_ceiling.py [--data ../shared/data] [--cache cache] [--stores eurosat,cifar10,cifar100]
 
@@ -16,7 +16,7 @@ folder is missing), after the last task:
   half of the test set is routed by weights fitted on the other half). No honest router may do
   this; it bounds what a learned fusion of these signals could reach.
 
-The figures decide whether issue #10's goal is reachable with these features and modules.
+The figures say whether the goal is reachable with these features and modules.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Ceiling:
 
     @property
     def goal(self) -> float:
-        """The A_last issue #10 asks for: RanPAC's, and half the entropy-to-oracle gap."""
+        """The A_last of the goal: RanPAC's, and half the entropy-to-oracle gap."""
         return max(self.ranpac, (self.entropy.a_last + self.oracle.a_last) / 2)
 
 

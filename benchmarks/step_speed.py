@@ -6,7 +6,7 @@ configurations.
 
 Prints milliseconds per step and configuration-steps per second, for the PyTorch step and (on a
 CPU) the compiled C step that training uses there. The autograd row is the step as
-the trainer before the engine took it (reference LuCA + CosineClassifier + F.cross_entropy +
+a plain PyTorch trainer would take it (reference LuCA + cosine_logits + F.cross_entropy +
 torch.optim.SGD, L1 added to the gradients), so both are measured on the same machine, same day.
 """
 
@@ -27,7 +27,7 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, Step, TorchStep
-from tosca_heads.method.classifier import CosineClassifier
+from tosca_heads.method.classifier import cosine_logits, new_rows
 from tosca_heads.method.luca import LuCA
 
 
@@ -71,11 +71,10 @@ def autograd_step_ms(args: argparse.Namespace, device: torch.device) -> list[flo
     d, r, batch, classes = args.dim, args.r, args.batch, args.classes
     torch.manual_seed(0)
     module = LuCA(d, r, r).to(device)
-    head = CosineClassifier(d)
-    head.grow(classes)
-    head = head.to(device)
+    weight = new_rows(classes, d, first_task=True).to(device).requires_grad_()
+    sigma = torch.ones(1, device=device, requires_grad=True)
     params = list(module.parameters())
-    optimizer = torch.optim.SGD([*params, head.weight, head.sigma], lr=0.025, momentum=0.9)
+    optimizer = torch.optim.SGD([*params, weight, sigma], lr=0.025, momentum=0.9)
     features = torch.randn(2500, d, device=device)
     targets = torch.randint(0, classes, (2500,), device=device)
     order = torch.randperm(2500).to(device)
@@ -83,7 +82,7 @@ def autograd_step_ms(args: argparse.Namespace, device: torch.device) -> list[flo
     def run(n: int) -> None:
         for i in range(n):
             index = order[(i % 52) * batch : (i % 52) * batch + batch]
-            loss = F.cross_entropy(head(module(features[index])), targets[index])
+            loss = F.cross_entropy(cosine_logits(module(features[index]), weight, sigma), targets[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch._foreach_add_([p.grad for p in params], torch._foreach_sign(params), alpha=5e-4)

@@ -63,7 +63,7 @@ def preprocessing_of_store(store: FeatureStore) -> Preprocessing:
 
 def image_paths(inputs: list[Path]) -> tuple[list[Path], LeftOut]:
     """Image files named directly (used whatever their name), and the images under named folders by
-    the rule `tosca extract` follows (`featcache.listing`: hidden and non-image files are left out
+    the rule `tosca extract` follows (`featcache.sources.listing`: hidden and non-image files are left out
     and counted), in that order; refuses a path that does not exist and inputs without one image."""
     found: list[Path] = []
     left_out = LeftOut()

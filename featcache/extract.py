@@ -4,7 +4,7 @@
 and a precision, and decides the store's identity; `run_extraction` computes only the chunks
 not yet flagged done, locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
 
-`run_extraction` holds the store's lock (`featcache.lock`) from before it opens or creates the
+`run_extraction` holds the store's lock (`featcache.foundation.locks`) from before it opens or creates the
 store until it is done: one writer per store, and a dead writer's lock is gone with it.
 """
 
@@ -37,13 +37,13 @@ from featcache.foundation.limits import (
 from featcache.foundation.locks import acquire, folder_lock
 from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
 from featcache.images.decoding import resolve_decoder
+from featcache.images.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.images.transforms import POLICIES, Preprocessing, make_preprocessing
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_precision
 from featcache.requests import ExtractRequest
 from featcache.sources.archives import waiting_notice
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
-from featcache.sources.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.store import (
     DTYPES,
     SPLITS,

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import ROOT
 
 from tosca_heads.engine import native
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(script: str, *args: str) -> str:
@@ -78,7 +77,7 @@ def _benchmark_module(name: str) -> types.ModuleType:
 def test_routing_ceiling_reads_a_run_and_bounds_its_routers(tmp_path: Path) -> None:
     """On a tiny synthetic run: the routers it shares with the run give the run's own figures, the
     oracle routes everything right, and the table carries one row per store."""
-    from heads_fixtures import synthetic_store
+    from support.stores import synthetic_store
 
     from tosca_heads.experiments.runs import fit_run
     from tosca_heads.method.protocol import StreamConfig

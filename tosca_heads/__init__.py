@@ -1,5 +1,12 @@
-"""Stage 2: LuCA modules, the cosine classifier and the entropy router, trained on cached features.
+"""Stage 2: one LuCA module per task, the shared cosine classifier and the routers, trained on a
+store's cached features, and the experiments built on them.
 
-Needs torch, numpy and zarr only: never imports timm or torchvision, so a machine that only
-fits heads never loads a backbone.
+Floors, each importing only those below it (tests/test_import_boundary.py checks):
+`method` (what TOSCA is: LuCA, the classifier, the protocol, the recipe, metrics, feature
+sources, baselines), `routers` (which module answers a sample), `engine` (how many
+configurations train as one program, on a CPU or a GPU), `experiments` (runs, sweeps, results,
+comparison, predict, demo: what the commands ask for). Beneath them all, `featcache.foundation`
+and `featcache.store`; never the backbone side (backbones, datasets, decoding, the extraction
+pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
+image embedder handed in by the caller.
 """

@@ -7,7 +7,7 @@ from its request class. One place for a flag's name, type, default and meaning; 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 
@@ -25,3 +25,16 @@ def option(
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ExtraFlag:
+    """A flag of a command that is no field of its request but an entry of one of its dict fields
+    (the recipe flags of `fit`, the grid flags of `sweep`): its option name, type, help, default,
+    and its key in that dict (default: its name)."""
+
+    name: str
+    kind: Any
+    help: str
+    default: Any = None
+    key: str | None = None

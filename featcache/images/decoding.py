@@ -4,12 +4,12 @@
   the DataLoader workers.
 - `torch`: torchvision.io decodes 8-bit RGB and grey JPEG and PNG into uint8 tensors (every
   other file, 16-bit, alpha, palette, CMYK or another format, through PIL and the same colour
-  rules as `pil`: `featcache.pixels`), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
+  rules as `pil`: `featcache.sources.pixels`), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
   like `pil` (and costs about half as much CPU per image); on CUDA the workers only read the
   files' bytes and the extraction process decodes whole batches with nvjpeg and resizes them on
-  the GPU (`DeviceImages`), so the host's cores no longer bound the throughput.
+  the GPU (`DeviceImages`), so the host's cores do not bound the throughput.
 
-Both draw view crops and flips from the same seeded generator (featcache.transforms), so they
+Both draw view crops and flips from the same seeded generator (featcache.images.transforms), so they
 differ only in pixel interpolation. The decoder is part of the preprocessing identity
 (`Preprocessing.decoder`), so a store never mixes them.
 """
@@ -28,9 +28,9 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
 from featcache.foundation.errors import UserError
-from featcache.images.pixels import check_pixels, needs_rules, to_rgb8
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
+from featcache.sources.pixels import check_pixels, needs_rules, to_rgb8
 from featcache.store.describe import DECODERS as DESCRIPTIONS
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
@@ -112,7 +112,7 @@ def _plain(data: torch.Tensor) -> tuple[bool, Image.Image]:
 
 def open_tensor(samples: SplitSamples, i: int) -> torch.Tensor:
     """uint8 [3, H, W]: 8-bit RGB or grey JPEG and PNG through torchvision.io, every other file
-    through PIL and the colour rules of `featcache.pixels`."""
+    through PIL and the colour rules of `featcache.sources.pixels`."""
     if samples.arrays is not None:
         return _array_pixels(samples, i)
     assert samples.root is not None

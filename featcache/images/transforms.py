@@ -58,7 +58,7 @@ class Preprocessing:
     view_scale: tuple[float, float] = (0.05, 1.0)
     view_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     view_flip_p: float = 0.5
-    decoder: str = "pil"  # featcache.decoding: who decodes and resizes; part of the store identity
+    decoder: str = "pil"  # featcache.images.decoding: who decodes and resizes; part of the store identity
 
     def attrs(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,7 +147,7 @@ def view_rng(seed: int, split: str, sample_id: str, view_index: int) -> np.rando
 
 
 def make_preprocessing(policy: str, data_config: dict[str, Any], decoder: str = "pil") -> Preprocessing:
-    """Resolve a policy name against the model's timm data config (`decoder`: see featcache.decoding)."""
+    """Resolve a policy name against the model's timm data config (`decoder`: see featcache.images.decoding)."""
     if policy == "pilot":
         return Preprocessing("pilot", 224, 256, "bicubic", None, None, decoder=decoder)
     if policy == "timm":

@@ -64,7 +64,7 @@ def default_batch_size(device: torch.device) -> int:
 
 
 def prefers_channels_last(model: nn.Module) -> bool:
-    """CNNs run up to 3x faster channels-last on CPU; ViTs (a patch-embed conv only) run slower."""
+    """CNNs run faster channels-last on a CPU; ViTs (a patch-embed conv only) run slower."""
     return not hasattr(model, "patch_embed")
 
 

@@ -158,7 +158,7 @@ def unpack_once(
                 (tmp / _DONE_MARK).write_text(
                     json.dumps({"sha256": sha, "left_out": left_out.attrs()}) + "\n"
                 )
-                shutil.rmtree(dest, ignore_errors=True)  # an unmarked folder from before the lock existed
+                shutil.rmtree(dest, ignore_errors=True)  # an unmarked folder: not known to be whole
                 tmp.rename(dest)
         except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
             raise UserError(f"cannot unpack {archive}: {exc}") from exc

@@ -2,7 +2,7 @@
 
 A dataset is only a list of (stable id, label, how to open the image) per split, plus its
 class names, the rule that made the split, where it came from (the resolved data root and a
-fingerprint of the files it uses) and what the folder rule left out (`featcache.listing`).
+fingerprint of the files it uses) and what the folder rule left out (`featcache.sources.listing`).
 Nothing here decodes images eagerly.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 from PIL import Image
 
 from featcache.foundation.errors import UserError
-from featcache.images.pixels import check_pixels, to_rgb8
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, image_files, subfolders
+from featcache.sources.pixels import check_pixels, to_rgb8
 from featcache.store.left_out import LeftOut
 
 SPLITS = ("train", "test")
@@ -43,7 +43,7 @@ class SplitSamples:
         return str(self.root / self.ids[i]) if self.root is not None else f"{self.ids[i]} (in-memory array)"
 
     def open_image(self, i: int) -> Image.Image:
-        """Sample i as the 8-bit RGB image a viewer shows (`featcache.pixels`), decoded by Pillow."""
+        """Sample i as the 8-bit RGB image a viewer shows (`featcache.sources.pixels`), decoded by Pillow."""
         if self.arrays is not None:
             return Image.fromarray(self.arrays[i])
         assert self.root is not None

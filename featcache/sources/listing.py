@@ -7,7 +7,7 @@
 - Every other file is used, whatever its name (a class folder named `_background_` is a class).
 - Links are followed: a symbolic link to a file is the file it points to, a link to a folder is
   walked like a folder, and a folder reached twice (a link cycle) is walked once. Archives are
-  unpacked by `featcache.archives`, which keeps links that stay inside the archive and counts the
+  unpacked by `featcache.sources.archives`, which keeps links that stay inside the archive and counts the
   ones that do not.
 
 What is left out is counted by reason (`LeftOut`), recorded in the store's attrs and shown by

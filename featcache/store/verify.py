@@ -245,3 +245,14 @@ def verify_streaming(store: FeatureStore, split: str) -> None:
             raise _refuse(store, str(fault)) from None
         if chunk_checksum(*blocks) != str(sums[chunk]):
             raise _refuse(store, str(ChunkFault(split, chunk, MISMATCH)))
+
+
+def open_unchanged(path: Path | str, recorded: str, since: str, then: str) -> FeatureStore:
+    """The store at `path`, checked as `check_readable` does, refused in one line when it is no
+    longer the store whose fingerprint was `recorded` (re-extracted or edited `since` then; `then`
+    says what to do). A damaged store is named as damaged, not as changed."""
+    store = FeatureStore.open(path)
+    check_readable(store)
+    if store.fingerprint != recorded:
+        raise UserError(f"the store at {path} changed since {since} (fingerprint differs); {then}")
+    return store

@@ -81,7 +81,7 @@ class ParamLayout:
             for name, slot in self.slots.items()
         }
 
-    def _live(self, slot: Slot, r: int, s: int) -> tuple[slice, ...]:
+    def live(self, slot: Slot, r: int, s: int) -> tuple[slice, ...]:
         """The index of the unpadded part of a slot for a configuration with bottlenecks (r, s)."""
         index = [slice(None)] * len(slot.shape)
         if slot.pad_axis is not None:
@@ -98,7 +98,7 @@ class ParamLayout:
             value = state[name].detach().to(dtype)
             value = value.T if slot.transposed else value
             target = flat[slot.offset : slot.offset + slot.size].view(slot.shape)
-            target[self._live(slot, r, s)] = value
+            target[self.live(slot, r, s)] = value
         return flat
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -108,17 +108,10 @@ class ParamLayout:
             for name, slot in self.slots.items()
         }
 
-    def padding_mask(self, r: int, s: int) -> torch.Tensor:
-        """True at the flat positions that pad a configuration with bottlenecks (r, s)."""
-        mask = torch.ones(self.size, dtype=torch.bool)
-        for slot in self.slots.values():
-            mask[slot.offset : slot.offset + slot.size].view(slot.shape)[self._live(slot, r, s)] = False
-        return mask
-
     def unpack(self, flat: torch.Tensor, r: int, s: int) -> dict[str, torch.Tensor]:
         """One flat row -> the reference `LuCA` state dict at bottlenecks (r, s), padding dropped."""
         state = {}
         for name, slot in self.slots.items():
-            value = flat[slot.offset : slot.offset + slot.size].view(slot.shape)[self._live(slot, r, s)]
+            value = flat[slot.offset : slot.offset + slot.size].view(slot.shape)[self.live(slot, r, s)]
             state[name] = (value.T if slot.transposed else value).contiguous().clone()
         return state

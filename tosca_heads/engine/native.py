@@ -20,7 +20,6 @@ loaded only from a folder owned by this user and writable by no one else (the fo
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
@@ -176,8 +175,18 @@ def _cpu_identity() -> str:
     return "\n".join(sorted(set(keep)))
 
 
-def _compiler() -> str | None:
+def compiler() -> str | None:
+    """The C compiler that builds the step: $CC, else cc or gcc on the PATH (None: none)."""
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def library_path(compiler_version: str) -> Path:
+    """Where the library built from this source, with these flags, by this compiler (its
+    `--version` text) for this CPU lives in the kernel cache."""
+    key = hashlib.sha256(
+        "\n".join([SOURCE.read_text(), " ".join(FLAGS), compiler_version, _cpu_identity()]).encode()
+    ).hexdigest()[:16]
+    return cache_dir() / f"luca_step-{key}.so"
 
 
 def _sgemm_address() -> int | None:
@@ -244,6 +253,8 @@ def _build(compiler: str, target: Path) -> str:
 def _abi_mismatch(lib: ctypes.CDLL) -> str:
     """Why the loaded library does not fit this Python side ("" when it does)."""
     try:
+        for name in ("tosca_abi_version", "tosca_sizeof_step_args", "tosca_sizeof_forward_args"):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = [], ctypes.c_int64
         version = lib.tosca_abi_version()
         sizes = (lib.tosca_sizeof_step_args(), lib.tosca_sizeof_forward_args())
     except AttributeError:
@@ -255,9 +266,7 @@ def _abi_mismatch(lib: ctypes.CDLL) -> str:
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    for name in ("tosca_abi_version", "tosca_sizeof_step_args", "tosca_sizeof_forward_args"):
-        with contextlib.suppress(AttributeError):
-            getattr(lib, name).argtypes, getattr(lib, name).restype = [], ctypes.c_int64
+    """The argument and result types of the step's entry points (after `_abi_mismatch` passed)."""
     lib.tosca_step.argtypes = [ctypes.POINTER(StepArgs)]
     lib.tosca_step.restype = None
     lib.tosca_workspace_floats.argtypes = [ctypes.c_int64] * 5
@@ -274,16 +283,13 @@ def _load() -> tuple[ctypes.CDLL | None, int | None, str]:
     gemm = _sgemm_address()
     if gemm is None:
         return None, None, "this PyTorch build exports no sgemm_ to call"
-    compiler = _compiler()
-    if compiler is None:
+    cc = compiler()
+    if cc is None:
         return None, None, "no C compiler (cc or gcc) found; set CC"
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, None, f"C compiler {compiler} does not run ({exc})"
-    key = hashlib.sha256(
-        "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity()]).encode()
-    ).hexdigest()[:16]
+        return None, None, f"C compiler {cc} does not run ({exc})"
     folder = cache_dir()
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -294,25 +300,25 @@ def _load() -> tuple[ctypes.CDLL | None, int | None, str]:
         raise UserError(
             f"{unsafe}: anyone who can write there could run code here; set TOSCA_KERNEL_CACHE to a folder of your own"
         )
-    target = folder / f"luca_step-{key}.so"
+    target = library_path(version)
     for attempt in range(2):  # a library that does not fit is rebuilt once
         if not target.exists():
-            why = _build(compiler, target)
+            why = _build(cc, target)
             if why:
                 return None, None, why
         unsafe = _safe_folder(target)
         if unsafe:
             raise UserError(f"{unsafe.replace('kernel cache', 'compiled step')}: refusing to load it")
         try:
-            lib = _declare(ctypes.CDLL(str(target)))
+            lib = ctypes.CDLL(str(target))
         except OSError as exc:
             return None, None, f"could not load {target} ({exc})"
         mismatch = _abi_mismatch(lib)
         if not mismatch:
-            return lib, gemm, ""
+            return _declare(lib), gemm, ""
         if attempt == 0:
             target.unlink(missing_ok=True)
-            target = target.with_name(f"luca_step-{key}-rebuilt.so")
+            target = target.with_name(f"{target.stem}-rebuilt.so")
     raise UserError(
         f"the compiled step {target} does not fit this tosca ({mismatch}); delete {folder} and retry"
     )
@@ -334,6 +340,13 @@ def use_native(device: torch.device) -> bool:
         raise UserError(f"TOSCA_STEP=native, but the compiled CPU step is unavailable: {why}")
     _warn_once(why)
     return False
+
+
+def forget() -> None:
+    """Forget the loaded library and the warning given, so that the next `load` looks again (after
+    CC or TOSCA_KERNEL_CACHE changed)."""
+    _load.cache_clear()
+    _warn_once.cache_clear()
 
 
 @functools.lru_cache(maxsize=1)

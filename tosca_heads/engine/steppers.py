@@ -2,7 +2,7 @@
 
 - `TorchStep`: `kernels.LucaStep` + `optim.GroupSGD`, PyTorch operations; every device.
 - `NativeStep`: the compiled C step (`native.py`), forward, backward and update of all G
-  configurations in one call; CPU only, 2-3x faster there.
+  configurations in one call; CPU only, several times faster there (docs/benchmarks.md).
 
 Both do the same arithmetic (tests hold them to each other), keep the same tallies (the CE loss
 of every step for the divergence check; loss with the L1 term and training accuracy over the

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.options import option
+from featcache.foundation.options import ExtraFlag, option
+from tosca_heads.method.recipe import RECIPE_FLAGS
 
 STORE_HELP = "Store path (else found from --model/--dataset in CACHE_DIR)."
 MODEL_HELP = "Backbone alias of the store to use."
@@ -22,6 +23,34 @@ DEVICE_HELP = "Where stage 2 runs: auto (CUDA when available), cpu, cuda or cuda
 INIT_HELP = "Classes in task 0 (default: the dataset's paper split)."
 INCREMENT_HELP = "Classes per later task (default: the dataset's paper split)."
 DEMO_PER_CLASS = 300
+
+
+def _lower_first(text: str) -> str:
+    """'Epochs per task' -> 'epochs per task'; an acronym (SGD, L1) stays."""
+    return text if text[:2].isupper() else text[0].lower() + text[1:]
+
+
+# `tosca fit`'s recipe flags, one value each (into FitRequest.recipe)
+FIT_FLAGS = tuple(ExtraFlag(f.name, f.kind, f"{f.help}.") for f in RECIPE_FLAGS)
+# `tosca sweep`'s grid flags, comma-separated values each (into SweepRequest.grid): the recipe's,
+# the seed as --seeds, and the task split's
+SWEEP_FLAGS = (
+    *(
+        ExtraFlag(
+            "seeds" if f.name == "seed" else f.name,
+            str,
+            f"Comma-separated values to sweep: {_lower_first(f.help)}.",
+            "0" if f.name == "seed" else None,
+            f.name,
+        )
+        for f in RECIPE_FLAGS
+    ),
+    ExtraFlag(
+        "init_cls", str, "Comma-separated values to sweep: classes in task 0 (default: the paper split)."
+    ),
+    ExtraFlag("increment", str, "Comma-separated values to sweep: classes per later task."),
+    ExtraFlag("order_seed", str, "Comma-separated values to sweep: class-order seed.", "1993"),
+)
 
 
 @dataclass(frozen=True)

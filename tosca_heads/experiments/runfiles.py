@@ -39,7 +39,7 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json, identity_differences
-from featcache.store import FeatureStore, check_readable
+from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -142,13 +142,12 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
 
 def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
     """The store a run was fitted on, checked (complete, attrs that fit) and still the same one."""
-    store = FeatureStore.open(config["store"])
-    check_readable(store)  # a damaged store is named as such, not as "changed"
-    if store.fingerprint != config["store_fingerprint"]:
-        raise UserError(
-            f"the store at {config['store']} changed since run {run_dir} was made (fingerprint differs)"
-        )
-    return store
+    return open_unchanged(
+        config["store"],
+        config["store_fingerprint"],
+        f"run {run_dir} was made",
+        "fit a new run on it (another --run)",
+    )
 
 
 def is_run_dir(folder: Path) -> bool:

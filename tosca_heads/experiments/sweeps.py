@@ -35,7 +35,7 @@ from featcache.foundation.fingerprints import canonical_json
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.scheduler import SchedulerChoice, check_available, dask_client, parse_scheduler
-from featcache.store import FeatureStore, check_readable, resolve_store
+from featcache.store import FeatureStore, check_readable, open_unchanged, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.requests import SweepRequest
@@ -154,12 +154,9 @@ def _features_on_worker(
     key = (store_path, fingerprint, str(device))
     with _SOURCES_LOCK:
         if key not in _SOURCES:
-            store = FeatureStore.open(store_path)
-            if store.fingerprint != fingerprint:
-                raise UserError(
-                    f"store {store_path} changed under the sweep (fingerprint differs); "
-                    "rerun the sweep against the store as it is now"
-                )
+            store = open_unchanged(
+                store_path, fingerprint, "the sweep began", "rerun the sweep against the store as it is now"
+            )
             _SOURCES.clear()  # a worker that moves on to another store frees the previous one's arrays
             budget = _memory_budget() if device.type == "cpu" else MEMORY_BUDGET_BYTES
             _SOURCES[key] = (store, CachedFeatures(store, budget, device).preload())
@@ -168,8 +165,8 @@ def _features_on_worker(
 
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, so glibc hands freed memory
-# back to the OS after nearly every SGD step and the next step page-faults it in again: measured
-# 2.04 -> 4.89 ms per step (sys time from 0 to half the step). A sweep worker keeps its memory.
+# back to the OS after nearly every SGD step and the next step page-faults it in again (a step
+# about twice as slow: docs/benchmarks.md). A sweep worker keeps its memory.
 DASK_TRIM_VARIABLE = "MALLOC_TRIM_THRESHOLD_"
 KEEP_FREED_BYTES = 256 << 20
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest allowed value on 64-bit

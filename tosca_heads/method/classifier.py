@@ -1,4 +1,5 @@
-"""The shared cosine classifier: logit_c = sigma * cos(out, w_c), rows appended per task (method.md §4)."""
+"""The shared cosine classifier: logit_c = sigma * cos(out, w_c), one learnable sigma (init 1,
+carried across tasks) and rows appended per task (method.md §4)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 
 def new_rows(
@@ -21,33 +21,7 @@ def new_rows(
     return torch.zeros(n_new, dim)
 
 
-class CosineClassifier(nn.Module):
-    """One learnable sigma (init 1, carried across tasks) and one row per seen class."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.dim = dim
-        self.weight = nn.Parameter(torch.empty(0, dim))
-        self.sigma = nn.Parameter(torch.ones(1))
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.weight.shape[0])
-
-    def grow(self, n_new: int, generator: torch.Generator | None = None) -> None:
-        rows = new_rows(n_new, self.dim, self.num_classes == 0, generator)
-        self.weight = nn.Parameter(torch.cat([self.weight.detach(), rows]))
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.sigma * F.linear(F.normalize(features, dim=1), F.normalize(self.weight, dim=1))
-
-    @torch.no_grad()
-    def set_rows(self, classes: range, prototypes: torch.Tensor) -> None:
-        self.weight[classes.start : classes.stop] = prototypes
-
-    def state(self) -> dict[str, torch.Tensor]:
-        return {"head.weight": self.weight.detach().clone(), "head.sigma": self.sigma.detach().clone()}
-
-    def load(self, state: dict[str, torch.Tensor]) -> None:
-        self.weight = nn.Parameter(state["head.weight"].clone())
-        self.sigma = nn.Parameter(state["head.sigma"].clone())
+def cosine_logits(features: torch.Tensor, weight: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """The reference classifier: sigma * cos(features, w_c) per class row (the engine's step and
+    evaluation compute this written out, for many configurations at once; tests hold them to it)."""
+    return sigma * F.linear(F.normalize(features, dim=1), F.normalize(weight, dim=1))

@@ -1,8 +1,8 @@
 """Feature sources: where a trainer's features come from (the one seam between cache and backbone).
 
-`CachedFeatures` reads a store; an online source (featcache.online) runs the backbone on the
-images instead. Both answer the same two questions, so "cached == online" is testable and
-the speed-up measurable side by side. The engine moves what a source returns to its device;
+`CachedFeatures` reads a store. Any object that answers the same two questions can stand in
+(the tests run the backbone on the images every epoch, as the reference code does, and hold the
+cached run to it). The engine moves what a source returns to its device;
 a cached source can hold its arrays there already, so features cross to a GPU once.
 
 A cached source checks the store before it hands out a number: complete, attrs that fit the

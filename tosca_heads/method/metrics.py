@@ -34,7 +34,7 @@ def forgetting(matrix: list[list[float]]) -> float:
 def summarise(
     curve: list[float], matrix: list[list[float]], routing: list[float] | None = None
 ) -> dict[str, object]:
-    """The metrics block of every metrics.json (TOSCA routing modes and baselines alike).
+    """The metrics block of every metrics.json (TOSCA's routers and the baselines alike).
 
     Methods without a router (the baselines) pass routing=None and get null routing fields, so
     every block has the same keys.

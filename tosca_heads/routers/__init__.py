@@ -20,7 +20,7 @@ from tosca_heads.routers.registry import (
 )
 from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
-ALIASES = {"sample": "entropy"}  # the name `entropy` routing had first
+ALIASES = {"sample": "entropy"}  # per-sample entropy routing, by its other name
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show
 
 

@@ -1,9 +1,9 @@
 """The frozen-feature routers' classifiers after each task, computed once per process and task split.
 
 They depend only on the store's clean training features and the task split, never on the point
-being trained, yet every run used to rebuild them (on a CIFAR-100-shaped store about 7 s of the
-~40 s a sweep point costs on one core). A sweep worker trains many points of the same store and
-split one after another, so it keeps them here. Runs that write files keep their own
+being trained, and building them is a sizeable share of a sweep point's cost (docs/benchmarks.md).
+A sweep worker trains many points of the same store and split one after another, so it keeps
+them here. Runs that write files keep their own
 `ClassStatistics` (they save its state), so this serves runs that write nothing.
 """
 

@@ -1,0 +1,139 @@
+"""How a `tosca` command meets its user: options built from a request class's fields (see
+featcache.foundation.options), and every mistake the user can fix as one line on stderr with exit
+code 2, whether click finds it (a non-number for a number, an unknown option) or the code does
+(UserError, a full or read-only disk, out of memory). Anything else is a bug and keeps its
+traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sys
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import os_error_line
+from featcache.foundation.options import ExtraFlag
+from featcache.foundation.terminal import err, error_line
+from featcache.foundation.text import printable
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class OneLineUsageErrors(TyperGroup):
+    """A malformed command line is one line on stderr and exit 2, instead of click's usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None)
+            hint = f" (see `{where} --help`)" if where else ""
+            err.print(
+                f"[bold red]error:[/] {escape(' '.join(printable(exc.format_message()).split()))}{escape(hint)}",
+                highlight=False,
+            )
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def user_errors(fn: F) -> F:
+    """A mistake the user can fix is one line and exit code 2; anything else propagates."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            error_line(str(exc))
+        except OSError as exc:
+            line = os_error_line(exc)
+            if line is None:
+                raise
+            error_line(line)
+        except MemoryError:
+            error_line("out of memory: this machine cannot hold what the command asked for; ask for less")
+        raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parameter(name: str, kind: Any, info: Any) -> inspect.Parameter:
+    """An extra option of a command, beside its request's fields."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind)
+
+
+def json_flag(help_text: str = "Print the answer as JSON.") -> inspect.Parameter:
+    return parameter("as_json_", bool, typer.Option(False, "--json", help=help_text))
+
+
+def _field_parameters(cls: type) -> tuple[list[inspect.Parameter], dict[str, Callable[[Any], Any]]]:
+    """One option (or argument) per field of a request class that carries `option(...)`, and how to
+    turn each value into the field's."""
+    hints = typing.get_type_hints(cls)
+    params, convert = [], {}
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata:
+            continue
+        kind, meta = hints[f.name], f.metadata
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = ... if required else f.default if f.default is not dataclasses.MISSING else None
+        if meta["comma"]:  # a tuple from one comma-separated value
+            kind, default = str | None, None if default is None else ",".join(default)
+            convert[f.name] = lambda v: (
+                None if v is None else tuple(x.strip() for x in v.split(",") if x.strip())
+            )
+        elif typing.get_origin(kind) is tuple:  # positional: any number of them
+            kind, convert[f.name] = list[typing.get_args(kind)[0]], tuple
+        if meta["argument"]:
+            info = typer.Argument(default, help=meta["help"])
+        else:
+            info = typer.Option(default, *meta["names"], help=meta["help"])
+        params.append(parameter(f.name, kind, info))
+    return params, convert
+
+
+def from_request(
+    cls: type, *extra: inspect.Parameter, flags: typing.Sequence[ExtraFlag] = (), into: str | None = None
+) -> Callable[[F], F]:
+    """The command's options are `cls`'s fields, then `extra`, then `flags`; the command is called
+    with `request=cls(...)` (the flags' values, by key, in its field `into`) and the extras by name."""
+
+    def decorate(fn: F) -> F:
+        params, convert = _field_parameters(cls)
+        flag_params = [parameter(f.name, f.kind | None, typer.Option(f.default, help=f.help)) for f in flags]
+        names = {p.name for p in params}
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            fields = {k: convert.get(k, lambda v: v)(kwargs.pop(k)) for k in list(kwargs) if k in names}
+            if into is not None:
+                fields[into] = {f.key or f.name: kwargs.pop(f.name) for f in flags}
+            return fn(request=cls(**fields), **kwargs)
+
+        everything = [*params, *extra, *flag_params]
+        wrapper.__signature__ = inspect.Signature(everything)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in everything}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

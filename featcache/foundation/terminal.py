@@ -1,0 +1,93 @@
+"""What tosca shows on a terminal: data (paths, class names, store attrs) always as inert text,
+never read as markup, control characters escaped; errors as one line on stderr. Off a terminal
+(pipes, logs, CI) nothing wraps at 80 columns, so paths and tables stay whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from featcache.foundation.text import printable
+
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True, width=_WIDTH)
+
+
+def error_line(message: str) -> None:
+    """`error: <message>` on one line of stderr, whatever paths or names it quotes shown inert."""
+    err.print(
+        f"[bold red]error:[/] {escape(' '.join(printable(message).split()))}", highlight=False, soft_wrap=True
+    )
+
+
+def say(line: Any, console: Console = out) -> None:
+    """One line of data: never markup, control characters escaped."""
+    console.print(printable(line), markup=False, highlight=False)
+
+
+def note(label: str, style: str, line: Any) -> None:
+    """`label line` on stderr, the label styled and the line inert (`fixed`, `note`, `FAIL`)."""
+    err.print(f"[{style}]{label}[/] {escape(printable(line))}", highlight=False)
+
+
+def cells(*values: Any) -> list[Text]:
+    return [v if isinstance(v, Text) else Text(printable(v)) for v in values]
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], left: tuple[str, ...] = ()) -> None:
+    """An aligned table of data cells; the `left` columns left-aligned, the rest right."""
+    shown = Table(title=Text(printable(title)) if title else None)
+    for column in columns:
+        shown.add_column(column, justify="left" if column in left else "right")
+    for row in rows:
+        shown.add_row(*cells(*row))
+    out.print(shown)
+
+
+def key_values(rows: list[tuple[str, Any, bool]]) -> None:
+    """Key and value per line; a `warn` value in yellow."""
+    shown = Table(show_header=False, box=None, pad_edge=False)
+    for key, value, warn in rows:
+        shown.add_row(f"[bold]{key}[/]", Text(printable(value), style="yellow" if warn else ""))
+    out.print(shown, highlight=False)
+
+
+def progress_bar() -> Progress:
+    """A bar on stderr for long work: shown on a terminal, or anywhere with TOSCA_PROGRESS=1."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal and os.environ.get("TOSCA_PROGRESS") != "1",
+    )
+
+
+def as_json(data: Any) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+def pct(value: float | None) -> str:
+    """A fraction as a percentage with two decimals; `–` for none."""
+    return "–" if value is None else f"{100 * value:.2f}"

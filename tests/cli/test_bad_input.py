@@ -1,0 +1,603 @@
+"""The bad-input sweep: every command, fed malformed values, ends with exit code 1 or 2 and one line
+naming the problem, no traceback, and no file changed.
+
+One table, one row per mistake. Each row runs in a folder holding a complete synthetic store, an
+incomplete one, a finished run, a small image tree, a stray file and an empty folder; the working
+directory is that folder, so default outputs (runs/, cache/) would land there too, and its files
+(names, sizes, modification times) and folders must be exactly the same afterwards.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.images import TINY_VIT, make_image_tree
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.store import FeatureStore
+
+runner = CliRunner()
+
+# placeholders in the rows: {store} complete store, {half} incomplete store, {run} a finished run,
+# {img} an image tree, {file} a plain file, {empty} an empty folder, {missing} a path that does not exist
+EXTRACT = ["extract", "-m", TINY_VIT, "-d", "imagefolder", "--data-root", "{img}", "--random-init"]
+FIT = ["fit", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
+SWEEP = ["sweep", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
+BASE = [
+    "baselines",
+    "--store",
+    "{store}",
+    "--device",
+    "cpu",
+    "--no-tosca",
+    "--init-cls",
+    "2",
+    "--increment",
+    "2",
+]
+
+ROWS: list[tuple[str, list[str], str]] = [
+    # ------------------------------------------------------------------ extract
+    ("extract views negative", [*EXTRACT, "--views", "-1"], "--views must be 0 or more, got -1"),
+    ("extract views not a number", [*EXTRACT, "--views", "two"], "Invalid value for '--views'"),
+    ("extract batch size zero", [*EXTRACT, "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    ("extract workers negative", [*EXTRACT, "--workers", "-2"], "--workers must be 0 or more, got -2"),
+    ("extract chunk size zero", [*EXTRACT, "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
+    (
+        "extract chunk size not a number",
+        [*EXTRACT, "--chunk-size", "1e3"],
+        "Invalid value for '--chunk-size'",
+    ),
+    ("extract seed not a number", [*EXTRACT, "--seed", "x"], "Invalid value for '--seed'"),
+    (
+        "extract limit zero",
+        [*EXTRACT, "--limit-per-class", "0"],
+        "--limit-per-class must be at least 1, got 0",
+    ),
+    (
+        "extract unknown model",
+        ["extract", "-m", "resnet_9000", "-d", "imagefolder"],
+        "unknown model 'resnet_9000'",
+    ),
+    ("extract empty model", ["extract", "-m", "", "-d", "imagefolder"], "unknown model ''"),
+    ("extract unknown dataset", [*EXTRACT[:3], "-d", "mnist"], "unknown dataset 'mnist'"),
+    ("extract unknown dtype", [*EXTRACT, "--dtype", "int8"], "unknown --dtype 'int8'"),
+    ("extract unknown policy", [*EXTRACT, "--policy", "fancy"], "unknown --policy 'fancy'"),
+    ("extract unknown device", [*EXTRACT, "--device", "tpu"], "unknown --device 'tpu'"),
+    ("extract unknown precision", [*EXTRACT, "--precision", "fp8"], "unknown --precision 'fp8'"),
+    ("extract unknown decoder", [*EXTRACT, "--decode", "magic"], "unknown --decode 'magic'"),
+    (
+        "extract scheduler local:0",
+        [*EXTRACT, "--scheduler", "local:0"],
+        "--scheduler local:0: N must be at least 1",
+    ),
+    ("extract unknown scheduler", [*EXTRACT, "--scheduler", "cluster"], "unknown --scheduler 'cluster'"),
+    ("extract missing data root", [*EXTRACT[:6], "{missing}"], "data root not found: {missing}"),
+    (
+        "extract data root a file",
+        [*EXTRACT[:6], "{file}"],
+        "data root {file} is a file but not a known archive",
+    ),
+    (
+        "extract data root no splits",
+        [*EXTRACT[:6], "{empty}"],
+        "no train/ with test/ or val/ folders found under {empty}",
+    ),
+    ("extract missing data root flag", EXTRACT[:5], "dataset 'imagefolder' needs --data-root"),
+    (
+        "extract weights missing",
+        [*EXTRACT[:7], "--weights", "{missing}"],
+        "weights file not found: {missing}",
+    ),
+    (
+        "extract weights a folder",
+        [*EXTRACT[:7], "--weights", "{empty}"],
+        "--weights {empty} is a folder, not a weights file",
+    ),
+    (
+        "extract weights and random init",
+        [*EXTRACT, "--weights", "{file}"],
+        "--weights and --random-init exclude each other",
+    ),
+    ("extract store a file", [*EXTRACT, "--store", "{file}"], "not a feature store: {file}"),
+    ("extract store a plain folder", [*EXTRACT, "--store", "{img}"], "not a feature store: {img}"),
+    (
+        "extract cache dir a file",
+        [*EXTRACT, "--cache-dir", "{file}"],
+        "--cache-dir {file} is a file, not a folder",
+    ),
+    ("extract unknown option", [*EXTRACT, "--view", "2"], "No such option: --view"),
+    ("extract missing model", ["extract", "-d", "imagefolder"], "Missing option '--model'"),
+    # ------------------------------------------------------------------ cache
+    ("ls missing cache dir", ["cache", "ls", "--cache-dir", "{missing}"], "no folder {missing}"),
+    (
+        "ls cache dir a file",
+        ["cache", "ls", "--cache-dir", "{file}"],
+        "--cache-dir {file} is a file, not a folder",
+    ),
+    ("info missing store", ["cache", "info", "{missing}"], "not a feature store: {missing}"),
+    ("info a file", ["cache", "info", "{file}"], "not a feature store: {file}"),
+    ("info a plain folder", ["cache", "info", "{empty}"], "not a feature store: {empty}"),
+    ("info no argument", ["cache", "info"], "Missing argument 'store'"),
+    ("verify missing store", ["cache", "verify", "{missing}"], "not a feature store: {missing}"),
+    ("verify a file", ["cache", "verify", "{file}"], "not a feature store: {file}"),
+    ("verify --fix a plain folder", ["cache", "verify", "{empty}", "--fix"], "not a feature store: {empty}"),
+    (
+        "verify incomplete store",
+        ["cache", "verify", "{half}"],
+        "FAIL train: 1/8 chunks not done (first: [3])",
+    ),
+    # ------------------------------------------------------------------ fit
+    ("fit task out of range", [*FIT, "--task", "99"], "--task 99"),
+    ("fit task negative", [*FIT, "--task", "-1"], "--task must be 0 or more, got -1"),
+    ("fit task not a number", [*FIT, "--task", "last"], "Invalid value for '--task'"),
+    ("fit r zero", [*FIT, "--r", "0"], "--r must be at least 1, got 0"),
+    ("fit r negative", [*FIT, "--r", "-4"], "--r must be at least 1, got -4"),
+    ("fit s zero", [*FIT, "--s", "0"], "--s must be at least 1, got 0"),
+    ("fit lr zero", [*FIT, "--lr", "0"], "--lr must be > 0 and --l1 >= 0 (got 0.0,"),
+    ("fit lr negative", [*FIT, "--lr", "-0.1"], "--lr must be > 0 and --l1 >= 0 (got -0.1,"),
+    ("fit lr not a number", [*FIT, "--lr", "fast"], "Invalid value for '--lr'"),
+    ("fit l1 negative", [*FIT, "--l1", "-1e-4"], "--l1 >= 0 (got 0.025, -0.0001)"),
+    ("fit epochs zero", [*FIT, "--epochs", "0"], "--epochs must be at least 1, got 0"),
+    ("fit batch size zero", [*FIT, "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    ("fit unknown flow", [*FIT, "--flow", "sideways"], "unknown --flow 'sideways'"),
+    ("fit unknown preset", [*FIT, "--preset", "best"], "unknown --preset 'best'"),
+    ("fit init cls zero", [*FIT[:5], "--init-cls", "0"], "--init-cls must be at least 1, got 0"),
+    ("fit init cls negative", [*FIT[:5], "--init-cls", "-2"], "--init-cls must be at least 1, got -2"),
+    (
+        "fit increment zero",
+        [*FIT[:5], "--init-cls", "2", "--increment", "0"],
+        "--increment must be at least 1, got 0",
+    ),
+    (
+        "fit init cls past classes",
+        [*FIT[:5], "--init-cls", "99"],
+        "--init-cls 99 is more than the store's 6 classes",
+    ),
+    ("fit unknown device", [*FIT[:3], "--device", "tpu"], "unknown --device 'tpu'"),
+    (
+        "fit missing store",
+        ["fit", "--store", "{missing}", "--device", "cpu"],
+        "not a feature store: {missing}",
+    ),
+    ("fit store a file", ["fit", "--store", "{file}", "--device", "cpu"], "not a feature store: {file}"),
+    ("fit incomplete store", ["fit", "--store", "{half}", "--device", "cpu"], "is not fully extracted"),
+    (
+        "fit no store matches",
+        ["fit", "-m", "vit_b16", "--cache-dir", "{root}", "--device", "cpu"],
+        "no store under",
+    ),
+    ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
+    ("fit order seed negative", [*FIT, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
+    ("fit seed too large", [*FIT, "--seed", str(2**40)], f"--seed must be in [0, 2**32), got {2**40}"),
+    # ------------------------------------------------------------------ eval
+    (
+        "eval missing run",
+        ["eval", "{missing}", "--device", "cpu"],
+        "not a run directory: {missing} (no config.json)",
+    ),
+    ("eval a file", ["eval", "{file}", "--device", "cpu"], "not a run directory: {file} (no config.json)"),
+    (
+        "eval not a run",
+        ["eval", "{empty}", "--device", "cpu"],
+        "not a run directory: {empty} (no config.json)",
+    ),
+    ("eval unknown device", ["eval", "{run}", "--device", "tpu"], "unknown --device 'tpu'"),
+    ("eval no argument", ["eval"], "Missing argument 'run'"),
+    # ------------------------------------------------------------------ sweep
+    ("sweep empty list", [*SWEEP, "--r", ""], "--r is empty"),
+    ("sweep empty items", [*SWEEP, "--r", ",,"], "--r is empty"),
+    ("sweep not numbers", [*SWEEP, "--r", "8,big"], "--r: 'big' is not an integer"),
+    ("sweep r zero", [*SWEEP, "--r", "0,8"], "--r must be at least 1, got 0"),
+    ("sweep r negative", [*SWEEP, "--r", "-8"], "--r must be at least 1, got -8"),
+    ("sweep lr negative", [*SWEEP, "--lr", "-0.1"], "--lr must be > 0 and --l1 >= 0 (got -0.1,"),
+    ("sweep epochs zero", [*SWEEP, "--epochs", "0"], "--epochs must be at least 1, got 0"),
+    ("sweep unknown flow", [*SWEEP, "--flow", "tosca,sideways"], "unknown --flow 'sideways'"),
+    ("sweep empty seeds", [*SWEEP, "--seeds", ""], "--seeds is empty"),
+    ("sweep seed negative", [*SWEEP, "--seeds", "0,-3"], "--seed must be in [0, 2**32), got -3"),
+    ("sweep init cls zero", [*SWEEP[:5], "--init-cls", "0"], "--init-cls must be at least 1, got 0"),
+    (
+        "sweep init cls past classes",
+        [*SWEEP[:5], "--init-cls", "99"],
+        "--init-cls 99 is more than the store's 6 classes",
+    ),
+    ("sweep jobs zero", [*SWEEP, "--jobs", "0"], "--jobs must be at least 1, got 0"),
+    ("sweep group negative", [*SWEEP, "--group", "-1"], "--group must be at least 1, got -1"),
+    ("sweep unknown rank", [*SWEEP, "--rank-by", "best"], "unknown --rank-by 'best'"),
+    ("sweep unknown preset", [*SWEEP, "--preset", "best"], "unknown --preset 'best'"),
+    ("sweep unknown scheduler", [*SWEEP, "--scheduler", "cluster"], "unknown --scheduler 'cluster'"),
+    ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a sweep folder"),
+    (
+        "sweep missing store",
+        ["sweep", "--store", "{missing}", "--device", "cpu"],
+        "not a feature store: {missing}",
+    ),
+    ("sweep incomplete store", ["sweep", "--store", "{half}", "--device", "cpu"], "is not fully extracted"),
+    # ------------------------------------------------------------------ baselines
+    ("baselines empty methods", [*BASE, "--methods", ""], "unknown --methods"),
+    ("baselines unknown method", [*BASE, "--methods", "simplecil,magic"], "unknown --methods 'magic'"),
+    ("baselines ranpac m zero", [*BASE, "--ranpac-m", "0"], "--ranpac-m must be at least 1, got 0"),
+    ("baselines ranpac m not a number", [*BASE, "--ranpac-m", "10k"], "Invalid value for '--ranpac-m'"),
+    (
+        "baselines init cls zero",
+        [*BASE[:5], "--no-tosca", "--init-cls", "0"],
+        "--init-cls must be at least 1, got 0",
+    ),
+    (
+        "baselines increment negative",
+        [*BASE[:5], "--no-tosca", "--init-cls", "2", "--increment", "-2"],
+        "--increment must be at least 1, got -2",
+    ),
+    ("baselines missing store", ["baselines", "--store", "{missing}"], "not a feature store: {missing}"),
+    (
+        "baselines incomplete store",
+        ["baselines", "--store", "{half}", "--no-tosca"],
+        "is not fully extracted",
+    ),
+    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a baselines folder"),
+    (
+        "baselines run missing",
+        [*BASE[:5], "--run", "{missing}"],
+        "not a run directory: {missing} (no config.json)",
+    ),
+    ("baselines unknown device", [*BASE[:3], "--device", "tpu"], "unknown --device 'tpu'"),
+    ("baselines order seed", [*BASE, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
+    # ------------------------------------------------------------------ demo
+    (
+        "demo per class zero",
+        ["demo", "--data-root", "{img}", "--per-class", "0"],
+        "--per-class must be at least 1, got 0",
+    ),
+    (
+        "demo per class negative",
+        ["demo", "--data-root", "{img}", "--per-class", "-5"],
+        "--per-class must be at least 1, got -5",
+    ),
+    ("demo jobs zero", ["demo", "--data-root", "{img}", "--jobs", "0"], "--jobs must be at least 1, got 0"),
+    ("demo missing data", ["demo", "--data-root", "{missing}"], "no EuroSAT data at {missing}"),
+    (
+        "demo data a plain file",
+        ["demo", "--data-root", "{file}"],
+        "--data-root {file} is neither a folder nor an archive",
+    ),
+    ("demo unknown device", ["demo", "--data-root", "{img}", "--device", "tpu"], "unknown --device 'tpu'"),
+    (
+        "demo cache dir a file",
+        ["demo", "--data-root", "{img}", "--cache-dir", "{file}"],
+        "--cache-dir {file} is a file",
+    ),
+    # ------------------------------------------------------------------ routers, predict
+    ("routers missing run", ["routers", "{missing}"], "{missing}"),
+    ("routers a file", ["routers", "{file}"], "{file}"),
+    ("routers not a run", ["routers", "{empty}"], "{empty}"),
+    (
+        "predict two routers",
+        ["predict", "{run}", "{img}", "--router", "entropy,lda"],
+        "--router takes one router for predict, got 'entropy,lda'",
+    ),
+    (
+        "predict oracle router",
+        ["predict", "{run}", "{img}", "--router", "oracle"],
+        "--router oracle needs the task id",
+    ),
+    (
+        "predict unknown router",
+        ["predict", "{run}", "{img}", "--router", "magic"],
+        "unknown --router 'magic'",
+    ),
+    ("predict not a run", ["predict", "{empty}", "{img}"], "not a run directory: {empty}"),
+    # ------------------------------------------------------------------ sizes checked before any work
+    (
+        "fit epochs 2**31",
+        [*FIT, "--epochs", str(2**31)],
+        "--epochs 2147483648 is over the limit of 10,000 epochs per task",
+    ),
+    (
+        "fit r ten million",
+        [*FIT, "--r", "10000000"],
+        "of r up to 10000000, s up to 2, batch up to 48 would need",
+    ),
+    (
+        "fit s ten million",
+        [*FIT, "--s", "10000000"],
+        "of r up to 2, s up to 10000000, batch up to 48 would need",
+    ),
+    (
+        "sweep epochs 2**31",
+        [*SWEEP, "--epochs", str(2**31)],
+        "--epochs 2147483648 is over the limit of 10,000",
+    ),
+    ("sweep r ten million", [*SWEEP, "--r", "4,10000000"], "of r up to 10000000, s up to 2"),
+    (
+        "sweep grid too large",
+        [*SWEEP, "--r", ",".join(map(str, range(1, 401))), "--l1", ",".join(f"{i}e-6" for i in range(300))],
+        "a grid of 120000 is over the limit of 100,000 points",
+    ),
+    ("sweep jobs 10**5", [*SWEEP, "--jobs", "100000"], "--jobs 100000 is over the limit of"),
+    ("extract workers 10**5", [*EXTRACT, "--workers", "100000"], "--workers 100000 is over the limit of"),
+    ("extract local:10**5", [*EXTRACT, "--scheduler", "local:100000"], "N = 100000 is over the limit of"),
+    ("extract views 10**7", [*EXTRACT, "--views", "10000000"], "view(s) each would need"),
+    ("extract zip bomb", [*EXTRACT[:6], "{bomb}"], "times its own size (the limit is 100x"),
+    ("baselines ranpac m 10**6", [*BASE, "--ranpac-m", "1000000"], "RanPAC with M = 1,000,000 would need"),
+    (
+        "demo jobs 10**5",
+        ["demo", "--data-root", "{img}", "--jobs", "100000"],
+        "--jobs 100000 is over the limit",
+    ),
+    (
+        "extract data root a fifo",
+        [*EXTRACT[:6], "{fifo}"],
+        "data root {fifo} is neither a folder nor an archive",
+    ),
+    (
+        "extract store inside a store",
+        [*EXTRACT, "--store", "{store}/inner.zarr"],
+        "lies inside the zarr store {store}",
+    ),
+    (
+        "extract scheduler file not one",
+        [*EXTRACT, "--scheduler", "{notsched}"],
+        "--scheduler {notsched} is not a scheduler file (no address in it)",
+    ),
+    (
+        "fit run name too long",
+        [*FIT, "--run", "{root}/" + "r" * 300],
+        "a file or folder name is too long for this filesystem",
+    ),
+    (
+        "extract store name too long",
+        [*EXTRACT, "--store", "{root}/" + "s" * 300 + ".zarr"],
+        "a file or folder name is too long for this filesystem",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad-input")
+    store = synthetic_store(root / "store.zarr").path
+    half = synthetic_store(root / "half.zarr").path
+    FeatureStore.open(half, mode="r+").mark_undone("train", [3])
+    run = root / "run"
+    result = runner.invoke(
+        app,
+        [*(s.format(store=store) for s in FIT), "--epochs", "1", "--r", "4", "--s", "4", "--run", str(run)],
+    )
+    assert result.exit_code == 0, result.output
+    img = make_image_tree(root / "img", classes=2, train=1, test=1)
+    (root / "file.txt").write_text("not what you think")
+    os.mkfifo(root / "fifo")
+    (root / "notsched.json").write_text("{}")
+    with zipfile.ZipFile(root / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as bomb:
+        bomb.writestr("train/a/x.png", bytes(8 << 20))  # 8 MiB of zeros in a few kB
+        bomb.writestr("test/a/x.png", b"x")
+    (root / "empty").mkdir()
+    return {
+        "root": root,
+        "store": store,
+        "half": half,
+        "run": run,
+        "img": img,
+        "bomb": root / "bomb.zip",
+        "fifo": root / "fifo",
+        "notsched": root / "notsched.json",
+        "file": root / "file.txt",
+        "empty": root / "empty",
+        "missing": root / "no-such-thing",
+    }
+
+
+def _state(root: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
+    files, folders = {}, set()
+    for path in root.rglob("*"):
+        if path.is_dir():
+            folders.add(str(path))
+        else:
+            files[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
+    return files, folders
+
+
+@pytest.mark.parametrize(("name", "argv", "expected"), [pytest.param(*row, id=row[0]) for row in ROWS])
+def test_bad_input(
+    name: str, argv: list[str], expected: str, folder: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(folder["root"])
+    monkeypatch.delenv("TOSCA_DATA", raising=False)
+    places = {k: str(v) for k, v in folder.items()}
+    args = [part.format(**places) for part in argv]
+    before = _state(folder["root"])
+    result = runner.invoke(app, args)
+    after = _state(folder["root"])
+    output = result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        f"{name}: {result.exception!r}"
+    )
+    assert result.exit_code in (1, 2), f"{name}: exit {result.exit_code}: {output}"
+    assert "Traceback" not in output and "╭" not in output, output
+    lines = [
+        line for line in output.splitlines() if line.strip() and not line.startswith(("warning:", "note "))
+    ]
+    problem = [line for line in lines if line.startswith(("error:", "FAIL"))]
+    assert len(problem) == 1 and len(lines) == 1, f"{name}: {lines}"
+    assert expected.format(**places) in problem[0], f"{name}: {problem[0]}"
+    assert after == before, (
+        f"{name} changed files: {set(after[0]) ^ set(before[0])} {set(after[1]) ^ set(before[1])}"
+    )
+
+
+# ---------------------------------------------------------------------------------- damaged files
+# Each row damages a fresh copy of the folder (prepare), then runs one command: it must stop with
+# one line naming the file and what to do, and change nothing.
+
+
+def _edit_json(path: Path, **changes: object) -> None:
+    data = json.loads(path.read_text())
+    for dotted, value in changes.items():
+        block = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            block = block[key]
+        block[last] = value
+    path.write_text(json.dumps(data))
+
+
+def _garbage(path: Path) -> None:
+    path.write_text("not a safetensors file")
+
+
+def _identity_without_a_name(root: Path) -> None:
+    from featcache.foundation.fingerprints import fingerprint
+
+    meta = json.loads((root / "store.zarr" / "zarr.json").read_text())
+    meta["attributes"]["identity"]["dataset"]["name"] = ["not", "a", "name"]
+    meta["attributes"]["fingerprint"] = fingerprint(meta["attributes"]["identity"])
+    (root / "store.zarr" / "zarr.json").write_text(json.dumps(meta))
+
+
+def _sweep_results(root: Path) -> None:
+    results = root / "sweep" / "results.csv"
+    rows = list(csv.reader(io.StringIO(results.read_text())))
+    rows[1][rows[0].index("A_last")] = "banana"
+    with open(results, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+
+
+DAMAGED: list[tuple[str, Any, list[str], str]] = [
+    (
+        "task file not safetensors",
+        lambda root: _garbage(root / "run" / "task_000.safetensors"),
+        ["eval", "{run}", "--device", "cpu"],
+        "run {run}: task_000.safetensors is damaged (SafetensorError",
+    ),
+    (
+        "task file of another recipe",
+        lambda root: shutil.copy(
+            root / "wide" / "task_001.safetensors", root / "run" / "task_001.safetensors"
+        ),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_001.safetensors is damaged (its module does not fit the recipe in config.json)",
+    ),
+    (
+        "router file not safetensors",
+        lambda root: _garbage(root / "run" / "router.safetensors"),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "router.safetensors is damaged (SafetensorError",
+    ),
+    (
+        "config r not a number",
+        lambda root: _edit_json(root / "run" / "config.json", train__r="forty"),
+        ["eval", "{run}", "--device", "cpu"],
+        "records an invalid recipe (--r must be an integer, got 'forty'); the file was edited or damaged",
+    ),
+    (
+        "config stream negative",
+        lambda root: _edit_json(root / "run" / "config.json", stream__increment=-2),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "records an invalid task split (--increment must be at least 1, got -2)",
+    ),
+    (
+        "config a list",
+        lambda root: (root / "run" / "config.json").write_text("[1, 2]"),
+        ["eval", "{run}", "--device", "cpu"],
+        "holds a list, not a JSON object; it was edited or damaged",
+    ),
+    (
+        "config store not text",
+        lambda root: _edit_json(root / "run" / "config.json", store=123),
+        ["eval", "{run}", "--device", "cpu"],
+        "records a store that is not text; the file was edited or damaged",
+    ),
+    (
+        "store identity edited and re-fingerprinted",
+        _identity_without_a_name,
+        ["fit", "--store", "{store}", "--device", "cpu", "--run", "{root}/new-run"],
+        "records no valid dataset.name in its identity; was it edited by hand?",
+    ),
+    (
+        "metrics not numbers",
+        lambda root: _edit_json(root / "run" / "metrics.json", routers__entropy__A_last="high"),
+        ["routers", "{run}"],
+        "were edited or damaged; `tosca eval {run}` rewrites them",
+    ),
+    (
+        "sweep results not numbers",
+        _sweep_results,
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "results.csv line 2: A_last holds 'banana', not a number",
+    ),
+    (
+        "sweep file edited",
+        lambda root: (root / "sweep" / "sweep.json").write_text("{oops"),
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "sweep file {root}/sweep/sweep.json is not valid JSON",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def damaged_template(folder: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bad-input folder plus a run of another recipe and a finished sweep, to damage copies of."""
+    root = folder["root"]
+    store = folder["store"]
+    wide = [
+        *(s.format(store=store) for s in FIT),
+        "--epochs",
+        "1",
+        "--r",
+        "8",
+        "--s",
+        "8",
+        "--run",
+        str(root / "wide"),
+    ]
+    assert runner.invoke(app, wide).exit_code == 0
+    sweep = [*(s.format(store=store) for s in SWEEP), "--r", "2", "--epochs", "1", "--jobs", "1"]
+    assert runner.invoke(app, [*sweep, "--out", str(root / "sweep")]).exit_code == 0
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "prepare", "argv", "expected"), [pytest.param(*r, id=r[0]) for r in DAMAGED]
+)
+def test_damaged_files(
+    name: str,
+    prepare: Any,
+    argv: list[str],
+    expected: str,
+    damaged_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tmp_path / "copy"
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    for run in ("run", "wide"):  # the copies' runs point at the copy's store
+        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+    _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
+    prepare(root)
+    monkeypatch.chdir(root)
+    places = {
+        "root": str(root),
+        "store": str(root / "store.zarr"),
+        "run": str(root / "run"),
+        "img": str(root / "img"),
+    }
+    before = _state(root)
+    result = runner.invoke(app, [part.format(**places) for part in argv])
+    output = result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        f"{name}: {result.exception!r}"
+    )
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith("note")]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), f"{name}: {lines}"
+    assert expected.format(**places) in lines[0], f"{name}: {lines[0]}"
+    assert _state(root) == before, f"{name} changed files"

@@ -1,0 +1,135 @@
+"""Never overwrite what tosca did not write: every writer claims its folder first, and refuses one
+that holds someone else's files, a folder of another kind, or a store, in one line and before
+anything is written (not even a lock file beside it); folders written before the marker existed
+are still taken over."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.foundation.folders import MARKER, marked_kind
+
+runner = CliRunner()
+SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+QUICK = ["--epochs", "1", "--r", "4", "--s", "4"]
+
+
+def _invoke(*args: object) -> tuple[int, list[str]]:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return synthetic_store(tmp_path / "store.zarr", classes=4, per_class=10).path
+
+
+def _writers(store: Path, target: Path) -> dict[str, list[object]]:
+    return {
+        "fit --run": ["fit", "--store", store, "--run", target, *QUICK, *SPLIT],
+        "sweep --out": [
+            "sweep",
+            "--store",
+            store,
+            "--r",
+            "4",
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            target,
+            *SPLIT,
+        ],
+        "baselines --out": [
+            "baselines",
+            "--store",
+            store,
+            "--no-tosca",
+            "--methods",
+            "simplecil",
+            "--out",
+            target,
+            *SPLIT,
+        ],
+    }
+
+
+@pytest.mark.parametrize("writer", ["fit --run", "sweep --out", "baselines --out"])
+def test_a_folder_of_someone_elses_files_is_refused(writer: str, store: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("my,precious,data\n")
+    (mine / "metrics.json").write_text("{}")
+    before = _snapshot(tmp_path)
+    code, lines = _invoke(*_writers(store, mine)[writer])
+    flag = writer.split()[1]
+    assert code == 2 and lines == [
+        f"error: refusing to write into {mine}: it holds files tosca did not write (metrics.json, "
+        f"results.csv); pass a new or empty folder as {flag}"
+    ], lines
+    assert _snapshot(tmp_path) == before and not (tmp_path / "mine.lock").exists()
+
+
+@pytest.mark.parametrize("writer", ["fit --run", "sweep --out", "baselines --out"])
+@pytest.mark.parametrize("where", ["the store", "inside the store"])
+def test_a_store_is_never_written_into(writer: str, where: str, store: Path, tmp_path: Path) -> None:
+    target = store if where == "the store" else store / "train" / "results"
+    before = _snapshot(tmp_path)
+    code, lines = _invoke(*_writers(store, target)[writer])
+    described = "is a zarr store" if where == "the store" else f"lies inside the zarr store {store}"
+    assert code == 2 and len(lines) == 1 and described in lines[0], lines
+    assert _snapshot(tmp_path) == before
+
+
+def test_tosca_folders_are_not_mixed_up(store: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert _invoke(*_writers(store, run)["fit --run"])[0] == 0
+    assert marked_kind(run) == "run"
+    code, lines = _invoke(*_writers(store, run)["sweep --out"])
+    assert code == 2 and lines == [
+        f"error: --out {run} is a tosca run folder, not a sweep folder: pass another --out"
+    ]
+
+
+def test_folders_written_before_the_marker_are_taken_over(store: Path, tmp_path: Path) -> None:
+    """Runs, sweeps and baselines folders that today's tosca wrote carry no marker: they resume."""
+    for writer, target, kind in (
+        ("fit --run", tmp_path / "run", "run"),
+        ("sweep --out", tmp_path / "sweep", "sweep"),
+        ("baselines --out", tmp_path / "baselines", "baselines"),
+    ):
+        argv = _writers(store, target)[writer]
+        assert _invoke(*argv)[0] == 0
+        (target / MARKER).unlink()
+        code, lines = _invoke(*argv)
+        assert code == 0, (writer, lines)
+        assert marked_kind(target) == kind, writer
+
+
+def test_an_empty_folder_is_claimed(store: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _invoke(*_writers(store, empty)["baselines --out"])[0] == 0
+    assert (empty / "simplecil" / "metrics.json").is_file() and marked_kind(empty) == "baselines"
+    shutil.rmtree(empty)
+
+
+def test_a_users_file_named_like_tosca_output_is_not_taken_for_tosca(store: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "comparison.csv").write_text("my,own,table\n")
+    code, lines = _invoke(*_writers(store, mine)["baselines --out"])
+    assert code == 2 and "it holds files tosca did not write (comparison.csv)" in lines[0], lines
+    assert (mine / "comparison.csv").read_text() == "my,own,table\n"

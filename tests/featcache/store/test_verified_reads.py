@@ -1,0 +1,187 @@
+"""Stage 2 checks what it reads: a store whose values or attrs do not hold up stops fit, eval, sweep,
+baselines and predict with one line naming the fault and `tosca cache verify --fix`, before a number
+is printed or a file of the run is rewritten; `cache verify` fails a store without checksums and
+`--fix` makes the same extract recompute what cannot be vouched for."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from support.images import FAST_CNN, make_image_tree
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.foundation.fingerprints import fingerprint
+from featcache.store import FeatureStore, StoreDamaged, check_readable, read_split
+
+runner = CliRunner()
+SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+
+
+def _invoke(*args: str) -> tuple[int, list[str]]:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+
+
+def _chunk(store: Path, array: str = "train/features", key: str = "1/0") -> Path:
+    return store / array / "c" / key
+
+
+def _flip(store: Path) -> str:
+    path = _chunk(store)
+    data = bytearray(path.read_bytes())
+    data[18] ^= 0x01  # a low mantissa bit of one value: finite, slightly off
+    path.write_bytes(bytes(data))
+    return "train chunk 1: values do not match the checksum recorded when it was written"
+
+
+def _delete(store: Path) -> str:
+    _chunk(store).unlink()  # zarr would read zeros
+    return "train chunk 1: its file train/features/c/1/0 is missing"
+
+
+def _truncate(store: Path) -> str:
+    path = _chunk(store)
+    path.write_bytes(path.read_bytes()[:100])
+    return "train chunk 1: cannot be read (ValueError)"
+
+
+def _no_checksums(store: Path) -> str:
+    for split in ("train", "test"):
+        shutil.rmtree(store / split / "checksums")
+    return "no chunk checksums (train, test): its values cannot be checked"
+
+
+def _edit_attrs(store: Path) -> str:
+    meta = json.loads((store / "zarr.json").read_text())
+    meta["attributes"]["identity"]["seed"] = 7  # the fingerprint no longer fits the identity
+    (store / "zarr.json").write_text(json.dumps(meta))
+    return "fingerprint does not match the identity attrs (edited after the store was made)"
+
+
+def _attrs_off_arrays(store: Path) -> str:
+    meta = json.loads((store / "zarr.json").read_text())
+    identity = meta["attributes"]["identity"]
+    identity["dataset"]["samples"]["train"] = 999  # re-fingerprinted: only the arrays can tell
+    meta["attributes"]["fingerprint"] = fingerprint(identity)
+    (store / "zarr.json").write_text(json.dumps(meta))
+    return "train: 40 rows, attrs say 999"
+
+
+DAMAGES: dict[str, Callable[[Path], str]] = {
+    "flipped bit": _flip,
+    "deleted chunk file": _delete,
+    "truncated chunk file": _truncate,
+    "checksums deleted": _no_checksums,
+    "attrs edited": _edit_attrs,
+    "attrs that do not fit the arrays": _attrs_off_arrays,
+}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A store (40 train rows in 16-row chunks) and a finished run on it."""
+    root = tmp_path_factory.mktemp("verified")
+    store = synthetic_store(root / "store.zarr", classes=4, per_class=10).path
+    run = root / "run"
+    code, lines = _invoke(
+        "fit", "--store", store, "--run", run, "--epochs", "2", "--r", "4", "--s", "4", *SPLIT
+    )
+    assert code == 0, lines
+    return store, run
+
+
+def _copy(finished: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    store, run = tmp_path / "store.zarr", tmp_path / "run"
+    shutil.copytree(finished[0], store)
+    shutil.copytree(finished[1], run)
+    config = json.loads((run / "config.json").read_text())
+    config["store"] = str(store)
+    (run / "config.json").write_text(json.dumps(config))
+    return store, run
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_every_stage_2_command_stops_on_a_damaged_store(
+    damage: str, finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    store, run = _copy(finished, tmp_path)
+    metrics = (run / "metrics.json").read_bytes()
+    reason = DAMAGES[damage](store)
+    images = make_image_tree(tmp_path / "new", classes=1, train=1, test=1)
+    commands = {
+        "fit": ["fit", "--store", store, "--run", tmp_path / "run2", "--epochs", "1", *SPLIT],
+        "eval": ["eval", run, "--device", "cpu"],
+        "sweep": [
+            "sweep",
+            "--store",
+            store,
+            "--r",
+            "4",
+            "--epochs",
+            "1",
+            "--out",
+            tmp_path / "sw",
+            "--jobs",
+            "1",
+            *SPLIT,
+        ],
+        "baselines": ["baselines", "--store", store, "--no-tosca", "--out", tmp_path / "b", *SPLIT],
+    }
+    if damage in ("attrs edited", "attrs that do not fit the arrays", "checksums deleted"):
+        commands["predict"] = ["predict", run, images, "--device", "cpu"]  # predict reads attrs, not chunks
+    for name, argv in commands.items():
+        code, lines = _invoke(*argv)
+        assert code == 2 and len(lines) == 1, (name, lines)
+        assert lines[0].startswith(f"error: store {store} cannot be used: "), (name, lines)
+        assert reason in lines[0] and f"`tosca cache verify {store} --fix`" in lines[0], (name, lines)
+    assert (run / "metrics.json").read_bytes() == metrics  # eval did not rewrite the run's numbers
+    assert not (tmp_path / "run2").exists() and not any((tmp_path / "b").glob("*/metrics.json"))
+
+
+def test_reads_are_checked_in_the_library_too(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=10, views=2)
+    features, views = read_split(store, "train")
+    assert features.shape == (40, 32) and views is not None and views.shape == (2, 40, 32)
+    view_chunk = store.path / "train" / "views" / "c" / "1" / "2" / "0"
+    view_chunk.write_bytes(bytes(len(view_chunk.read_bytes())))
+    check_readable(store)  # attrs and completeness still hold: the values do not
+    with pytest.raises(StoreDamaged, match="train chunk 2: values do not match the checksum"):
+        read_split(store, "train")
+    view_chunk.unlink()
+    with pytest.raises(StoreDamaged, match="its file train/views/c/1/2/0 is missing"):
+        read_split(store, "train")
+
+
+def test_verify_fails_without_checksums_and_fix_makes_extract_recompute_everything(tmp_path: Path) -> None:
+    tree = make_image_tree(tmp_path / "imgs", classes=2, train=2, test=1)
+    store = tmp_path / "s.zarr"
+    extract = [
+        *("extract", "--model", FAST_CNN, "--dataset", "imagefolder", "--data-root", tree),
+        *("--store", store, "--random-init", "--chunk-size", "2", "--workers", "0", "--device", "cpu"),
+    ]
+    assert _invoke(*extract)[0] == 0
+    before = np.asarray(zarr.open_group(str(store))["train/features"][:])
+    for split in ("train", "test"):
+        shutil.rmtree(store / split / "checksums")
+    code, lines = _invoke("cache", "verify", store)
+    assert code == 1 and lines == ["FAIL no chunk checksums (train, test): its values cannot be checked"], (
+        lines
+    )
+    code, lines = _invoke("cache", "verify", store, "--fix")
+    assert code == 1 and lines[0] == "fixed train chunk 0: no checksum to vouch for it: marked not done", (
+        lines
+    )
+    assert not FeatureStore.open(store).done("train").any()
+    code, lines = _invoke(*extract)
+    assert code == 0 and any("3 computed, 0 already done" in line for line in lines), lines
+    np.testing.assert_array_equal(np.asarray(zarr.open_group(str(store))["train/features"][:]), before)
+    assert _invoke("cache", "verify", store) == (0, [f"OK {store}"])

@@ -1,0 +1,463 @@
+"""The compiled CPU step (engine/native.py + csrc/luca_step.c) against the PyTorch step it replaces:
+the same gradients, the same updated weights over epochs, inert padding, the same tallies, and
+the choice between them (`TOSCA_STEP`) with one-line errors."""
+
+from __future__ import annotations
+
+import functools
+import stat
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support.layouts import padding_mask
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.foundation.errors import UserError
+from tosca_heads.engine import native
+from tosca_heads.engine.device import ThreadPlan, plan_threads, step_mode
+from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
+from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
+from tosca_heads.experiments.runs import fit_run
+from tosca_heads.method.luca import FLOWS, new_module
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
+
+# where a C compiler is, the compiled step must build: its tests fail there, never skip
+needs_native = pytest.mark.skipif(native.compiler() is None, reason="no C compiler here")
+
+
+@dataclass
+class Hyper:
+    momentum: float
+    weight_decay: float
+    l1: float
+    batch_size: int = 8
+
+
+CONFIGS = [Hyper(0.9, 0.0, 5e-3), Hyper(0.5, 1e-3, 0.0), Hyper(0.8, 1e-4, 1e-2)]
+BOTTLENECKS = [(4, 4), (2, 3), (4, 1)]  # padded to r = s = 4
+
+
+def _group(flow: str, d: int = 32, classes: int = 7) -> tuple[ParamLayout, list[torch.Tensor]]:
+    layout = ParamLayout(d, 4, 4, flow)
+    torch.manual_seed(0)
+    flat = torch.stack([layout.pack(new_module(d, r, s, flow, 1).state_dict(), r, s) for r, s in BOTTLENECKS])
+    with torch.no_grad():
+        flat += (
+            0.05 * torch.randn_like(flat) * ~torch.stack([padding_mask(layout, r, s) for r, s in BOTTLENECKS])
+        )
+    weight = 0.3 * torch.randn(3, classes, d)
+    weight[:, 5:] = 0  # a new task's rows start at zero (the reference quirk's huge first step)
+    return layout, [flat, weight, torch.tensor([1.0, 1.3, 0.8])]
+
+
+def _train(kind: type, flow: str, epochs: int = 3) -> tuple[list[torch.Tensor], object]:
+    layout, tensors = _group(flow)
+    gen = torch.Generator().manual_seed(1)
+    n = 44  # 5 full batches of 8 and one of 4
+    features = torch.randn(n, layout.dim, generator=gen)
+    targets = torch.randint(0, 7, (n,), generator=gen)
+    step = kind(layout, CONFIGS, *tensors, targets)
+    for epoch in range(epochs):
+        order = torch.stack([torch.randperm(n, generator=gen) for _ in CONFIGS])
+        step.start_epoch(features, order, [0.05, 0.02, 0.03], track=epoch == epochs - 1)
+        for begin in range(0, n, 8):
+            step.step(begin, min(8, n - begin))
+    return tensors, step
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_step_trains_as_the_pytorch_step(flow: str) -> None:
+    """Three epochs of three padded configurations (different r, s, L1, momentum, weight decay, lr):
+    modules, classifier and sigma agree to float rounding, the padding stays exactly 0, and the
+    tallies (loss per epoch, last-epoch loss with L1 and correct count) agree."""
+    (t_flat, t_weight, t_sigma), torch_step = _train(TorchStep, flow)
+    (n_flat, n_weight, n_sigma), native_step = _train(NativeStep, flow)
+    torch.testing.assert_close(n_flat, t_flat, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(n_sigma, t_sigma, rtol=1e-4, atol=1e-5)
+    # rows that existed keep their scale; the rows that started at zero took a first step divided
+    # by eps = 1e-12 (the reference quirk), so they are compared relative to their own size
+    torch.testing.assert_close(n_weight[:, :5], t_weight[:, :5], rtol=1e-4, atol=1e-5)
+    new_rows = t_weight[:, 5:].abs().amax()
+    torch.testing.assert_close(n_weight[:, 5:] / new_rows, t_weight[:, 5:] / new_rows, rtol=0, atol=1e-5)
+    layout = ParamLayout(32, 4, 4, flow)
+    for g, (r, s) in enumerate(BOTTLENECKS):
+        assert torch.all(n_flat[g][padding_mask(layout, r, s)] == 0)
+    assert not torch.equal(n_flat, _group(flow)[1][0])  # training moved the weights
+    np.testing.assert_allclose(native_step.epoch_loss().numpy(), torch_step.epoch_loss().numpy(), rtol=1e-5)
+    (t_loss, t_correct), (n_loss, n_correct) = torch_step.totals(), native_step.totals()
+    np.testing.assert_allclose(n_loss, t_loss, rtol=1e-5)
+    assert n_correct == t_correct
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_two_threads_train_as_one(flow: str) -> None:
+    """The step split over two threads (rows, then each parameter's output rows) gives one thread's
+    weights and tallies to float rounding (MKL may round a half-height matmul differently), keeps
+    the padding at exactly 0, and counts the same correct predictions."""
+    with step_mode(torch.device("cpu"), 1):  # flush-to-zero, as training runs: the helper copies it
+        (o_flat, o_weight, o_sigma), one = _train(NativeStep, flow)
+        (t_flat, t_weight, t_sigma), two = _train(functools.partial(NativeStep, threads=2), flow)
+    torch.testing.assert_close(t_flat, o_flat, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_sigma, o_sigma, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_weight[:, :5], o_weight[:, :5], rtol=1e-5, atol=1e-6)
+    layout = ParamLayout(32, 4, 4, flow)
+    for g, (r, s) in enumerate(BOTTLENECKS):
+        assert torch.all(t_flat[g][padding_mask(layout, r, s)] == 0)
+    np.testing.assert_allclose(two.epoch_loss().numpy(), one.epoch_loss().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(two.totals()[0], one.totals()[0], rtol=1e-6)
+    assert two.totals()[1] == one.totals()[1]
+
+
+@needs_native
+def test_two_threads_split_odd_and_tiny_shapes() -> None:
+    """One-row batches (the second thread gets no row), odd class counts and bottlenecks, at the
+    engine's real width: the same weights as one thread, and a canary after the workspace intact."""
+    d, r, classes = 768, 5, 3
+    layout = ParamLayout(d, r, r, "tosca")
+    gen = torch.Generator().manual_seed(4)
+    start = torch.stack([layout.pack(new_module(d, r, r, "tosca", 1).state_dict(), r, r)])
+    results = []
+    for threads in (1, 2):
+        flat, weight, sigma = start.clone(), 0.1 * torch.randn(1, classes, d, generator=gen), torch.ones(1)
+        if results:
+            weight.copy_(results[0][1])  # the same start for both
+        initial = weight.clone()
+        features = torch.randn(7, d, generator=torch.Generator().manual_seed(5))
+        targets = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+        step = NativeStep(
+            layout, [Hyper(0.9, 1e-4, 5e-4, batch_size=3)], flat, weight, sigma, targets, threads
+        )
+        canary = step.work.new_full((1,), 7.0)
+        step.work = torch.cat([step.work, canary])
+        step.args.work = step.work.data_ptr()
+        with step_mode(torch.device("cpu"), 1):
+            step.start_epoch(features, torch.arange(7).view(1, 7), [0.05], track=True)
+            for begin, size in ((0, 3), (3, 3), (6, 1)):
+                step.step(begin, size)
+        assert step.work[-1] == 7.0
+        results.append((flat, initial, weight, sigma))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[1][2], results[0][2], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(results[1][3], results[0][3], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(results[1][0], start)
+
+
+def test_thread_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("TOSCA_OVERLAP_EVAL", raising=False)
+    monkeypatch.delenv("TOSCA_STEP_THREADS", raising=False)
+    monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 2)
+    # the evaluation thread takes the second core
+    assert plan_threads(cpu, None, compiled=True) == ThreadPlan(True, 1, 1)
+    monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 8)
+    assert plan_threads(cpu, True, compiled=True) == ThreadPlan(True, 2, 1)
+    assert plan_threads(cpu, False, compiled=True) == ThreadPlan(False, 1, 1)  # a sweep worker
+    assert plan_threads(cpu, False, compiled=False) == ThreadPlan(False, 1, None)
+    assert plan_threads(torch.device("cuda"), None, compiled=False).overlap is False
+    assert plan_threads(torch.device("cuda"), True, compiled=False).step_threads == 1
+    monkeypatch.setenv("TOSCA_STEP_THREADS", "2")
+    assert plan_threads(cpu, False, compiled=True).step_threads == 2
+    monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "0")
+    assert plan_threads(cpu, None, compiled=True).overlap is False
+    monkeypatch.setenv("TOSCA_STEP_THREADS", "4")
+    with pytest.raises(UserError, match=r"TOSCA_STEP_THREADS='4': use 1 or 2"):
+        plan_threads(cpu, True, compiled=True)
+    layout, tensors = _group("tosca")
+    if native.load()[0] is not None:
+        with pytest.raises(ValueError, match="1 or 2 threads"):
+            NativeStep(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long), threads=3)
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_gradients_are_the_written_out_gradients(flow: str) -> None:
+    """One step: the raw gradients the C step leaves behind equal LucaStep's (before L1 and decay)."""
+    layout, (flat, weight, sigma) = _group(flow)
+    gen = torch.Generator().manual_seed(2)
+    features = torch.randn(8, layout.dim, generator=gen)
+    targets = torch.randint(0, 7, (8,), generator=gen)
+    order = torch.stack([torch.randperm(8, generator=gen) for _ in CONFIGS])
+    kernel = LucaStep(layout, 3)
+    grad, grad_w, grad_s = torch.zeros_like(flat), torch.zeros_like(weight), torch.zeros_like(sigma)
+    x, y = kernel.inputs(features, targets, order)
+    kernel(kernel.views(flat), kernel.views(grad), weight, sigma.view(-1, 1, 1), grad_w, grad_s, x, y)
+    step = NativeStep(layout, CONFIGS, flat.clone(), weight.clone(), sigma.clone(), targets)
+    step.start_epoch(features, order, [0.0, 0.0, 0.0], track=False)
+    step.step(0, 8)
+    torch.testing.assert_close(step.grads[0], grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(step.grads[1][:, :5], grad_w[:, :5], rtol=1e-4, atol=1e-6)
+    new_rows = grad_w[:, 5:].abs().amax()
+    torch.testing.assert_close(step.grads[1][:, 5:] / new_rows, grad_w[:, 5:] / new_rows, rtol=0, atol=1e-6)
+    torch.testing.assert_close(step.grads[2], grad_s, rtol=1e-4, atol=1e-6)
+
+
+@needs_native
+def test_a_run_is_the_same_with_either_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole 4-task run, compiled step (one and two threads) against PyTorch step: A_t of every
+    routing mode within 0.1 points, and training accuracy per task within 1 point."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
+    config = TrainConfig(r=4, s=4, epochs=4, batch_size=8)
+    runs = {}
+    for kind, threads in (("native", "1"), ("native-2", "2"), ("torch", "1")):
+        monkeypatch.setenv("TOSCA_STEP", kind.split("-")[0])
+        monkeypatch.setenv("TOSCA_STEP_THREADS", threads)
+        runs[kind] = fit_run(store, StreamConfig(2, 2), config, None, tmp_path / kind)
+    results = {k: r.metrics() for k, r in runs.items()}
+    accuracy = {k: [s.stats["train_acc"] for s in r.stages] for k, r in runs.items()}
+    for kind in ("native", "native-2"):
+        for mode, block in results["torch"]["routers"].items():
+            np.testing.assert_allclose(results[kind]["routers"][mode]["A_t"], block["A_t"], atol=1e-3)
+        np.testing.assert_allclose(accuracy[kind], accuracy["torch"], atol=1e-2)
+
+
+def test_step_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TOSCA_STEP", "torch")
+    layout, tensors = _group("tosca")
+    assert isinstance(make_step(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long)), TorchStep)
+    monkeypatch.setenv("TOSCA_STEP", "fastest")
+    with pytest.raises(UserError, match=r"unknown TOSCA_STEP='fastest': use one of auto, native, torch"):
+        native.use_native(cpu)
+    monkeypatch.setenv("TOSCA_STEP", "native")
+    with pytest.raises(UserError, match="TOSCA_STEP=native is a CPU step"):
+        native.use_native(torch.device("cuda"))
+
+
+def test_without_a_compiler_auto_falls_back_with_a_warning_and_native_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(tmp_path / "kernels"))
+    native.forget()
+    try:
+        monkeypatch.setenv("TOSCA_STEP", "native")
+        with pytest.raises(UserError, match=r"compiled CPU step is unavailable: C compiler .*no-such-cc"):
+            native.use_native(torch.device("cpu"))
+        monkeypatch.setenv("TOSCA_STEP", "auto")
+        with pytest.warns(RuntimeWarning, match="training with the PyTorch step"):
+            assert native.use_native(torch.device("cpu")) is False
+        assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").glob("*.so"))
+    finally:
+        native.forget()
+
+
+@needs_native
+def test_the_library_is_built_once_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(tmp_path))
+    native.forget()
+    try:
+        lib, _, why = native.load()
+        assert lib is not None, why
+        built = list(tmp_path.glob("luca_step-*.so"))
+        assert len(built) == 1 and not [p for p in tmp_path.iterdir() if p.is_dir()]  # no temporaries left
+        stamp = built[0].stat().st_mtime_ns
+        native.forget()
+        native.load()
+        assert built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    finally:
+        native.forget()
+
+
+@needs_native
+@pytest.mark.parametrize("flow", FLOWS)
+def test_compiled_outputs_are_luca_forward(flow: str) -> None:
+    """Module outputs over many rows (evaluation, prototypes): 150 rows cross the library's 64-row
+    blocks; raw and unit outputs equal the PyTorch forward's, padding included."""
+    layout, (flat, _, _) = _group(flow)
+    x = torch.randn(150, layout.dim, generator=torch.Generator().manual_seed(3))
+    raw = luca_forward(layout.views(flat), x, flow)
+    torch.testing.assert_close(native.forward(layout, flat, x, normalize=False), raw, rtol=1e-5, atol=1e-6)
+    unit = native.forward(layout, flat, x, normalize=True)
+    torch.testing.assert_close(unit, normalize_rows(raw), rtol=1e-5, atol=1e-6)
+
+
+@needs_native
+def test_the_compiled_step_refuses_what_would_index_out_of_bounds() -> None:
+    layout, tensors = _group("tosca")
+    with pytest.raises(ValueError, match=r"class ids must lie in \[0, 7\)"):
+        NativeStep(layout, CONFIGS, *tensors, torch.tensor([0, 7]))
+    step = NativeStep(layout, CONFIGS, *tensors, torch.zeros(10, dtype=torch.long))
+    with pytest.raises(ValueError, match="outside"):
+        step.start_epoch(torch.zeros(10, layout.dim), torch.full((3, 10), 10), [0.1] * 3, track=False)
+    step.start_epoch(
+        torch.zeros(10, layout.dim), torch.zeros(3, 10, dtype=torch.long), [0.1] * 3, track=False
+    )
+    with pytest.raises(ValueError, match=r"a step takes 1\.\.8 rows"):
+        step.step(0, 9)
+
+
+@needs_native
+def test_small_shapes_stay_inside_the_workspace() -> None:
+    """d = 32, r = s = 2, batch 2, 2 classes (where rounding each buffer up overflowed once): the
+    step writes nothing past the size the library asks for its workspace."""
+    layout = ParamLayout(32, 2, 2, "tosca")
+    flat = layout.pack(new_module(32, 2, 2, "tosca", 1).state_dict(), 2, 2)[None].contiguous()
+    hyper = [Hyper(0.9, 0.0, 0.0, batch_size=2)]
+    step = NativeStep(layout, hyper, flat, torch.randn(1, 2, 32), torch.ones(1), torch.tensor([0, 1]))
+    floats = step.work.numel()
+    step.work = torch.full((floats + 4096,), float("nan"))  # a canary beyond the declared size
+    step.args.work = step.work.data_ptr()
+    step.start_epoch(torch.randn(2, 32), torch.tensor([[0, 1]]), [0.1], track=False)
+    step.step(0, 2)
+    assert torch.isnan(step.work[floats:]).all()
+
+
+BAD_STEP_SETTINGS = [  # (environment, the one line it must give)
+    ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
+    ({"TOSCA_STEP_THREADS": "8"}, "TOSCA_STEP_THREADS='8': use 1 or 2"),
+    ({"TOSCA_STEP_THREADS": "0"}, "TOSCA_STEP_THREADS='0': use 1 or 2"),
+]
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_STEP_SETTINGS)
+def test_a_bad_step_setting_stops_fit_with_one_line_and_no_run(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = [
+        "fit",
+        "--store",
+        str(store.path),
+        "--run",
+        str(tmp_path / "run"),
+        "--init-cls",
+        "2",
+        "--increment",
+        "2",
+    ]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {message}"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_STEP_SETTINGS)
+def test_a_bad_step_setting_stops_sweep_before_its_folder(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--store", str(store.path), "--r", "2", "--l1", "0", "--jobs", "1", "--out", str(out)]
+    args += ["--init-cls", "2", "--increment", "2"]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == f"error: {message}"
+    assert not out.exists()
+
+
+@needs_native
+def test_the_compiled_step_builds_where_there_is_a_compiler() -> None:
+    lib, gemm, why = native.load()
+    assert lib is not None and gemm is not None, why
+
+
+@pytest.fixture
+def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A kernel cache of this test's own, the library forgotten before and after."""
+    folder = tmp_path / "cache" / "kernels"
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(folder))
+    native.forget()
+    yield folder
+    native.forget()
+
+
+@needs_native
+def test_the_kernel_cache_is_made_private(kernel_cache: Path) -> None:
+    assert native.load()[0] is not None
+    assert stat.S_IMODE(kernel_cache.stat().st_mode) == 0o700
+    (library,) = kernel_cache.glob("luca_step-*.so")
+    assert stat.S_IMODE(library.stat().st_mode) & 0o077 == 0
+
+
+@needs_native
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_a_kernel_cache_others_can_write_is_refused(kernel_cache: Path, mode: int) -> None:
+    kernel_cache.mkdir(parents=True)
+    kernel_cache.chmod(mode)
+    with pytest.raises(
+        UserError, match=r"writable by others .*set TOSCA_KERNEL_CACHE to a folder of your own"
+    ):
+        native.load()
+    assert not list(kernel_cache.iterdir())  # nothing built, nothing loaded
+
+
+@needs_native
+def test_a_kernel_cache_of_another_user_is_refused(
+    kernel_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel_cache.mkdir(parents=True, mode=0o700)
+    monkeypatch.setattr(native.os, "getuid", lambda: kernel_cache.stat().st_uid + 1)
+    with pytest.raises(UserError, match="belongs to another user"):
+        native.load()
+
+
+@needs_native
+def test_a_library_others_can_write_is_not_loaded(kernel_cache: Path) -> None:
+    assert native.load()[0] is not None
+    (library,) = kernel_cache.glob("luca_step-*.so")
+    library.chmod(0o777)
+    native.forget()
+    with pytest.raises(UserError, match=r"writable by others .*refusing to load it"):
+        native.load()
+
+
+@needs_native
+def test_the_cache_refusal_is_one_line_from_the_command_line(
+    kernel_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel_cache.mkdir(parents=True)
+    kernel_cache.chmod(0o777)
+    monkeypatch.setenv("TOSCA_STEP", "auto")
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), "--device", "cpu"]
+    result = CliRunner().invoke(app, [*args, "--epochs", "1", "--init-cls", "2", "--increment", "2"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "writable by others" in lines[0]
+
+
+@needs_native
+def test_a_library_of_another_abi_is_rebuilt_once(kernel_cache: Path) -> None:
+    """A library in the cache under this source's name that does not report this tosca's ABI (one
+    built from another source) is replaced by a fresh build, and the fresh one is loaded."""
+    cc = native.compiler()
+    assert cc is not None
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    library = native.library_path(version)
+    kernel_cache.mkdir(parents=True, mode=0o700)
+    stale = kernel_cache / "stale.c"
+    stale.write_text("long tosca_abi_version(void) { return -1; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", str(stale), "-o", str(library)], check=True)
+    library.chmod(0o700)
+    lib, _, why = native.load()
+    assert lib is not None, why
+    assert lib.tosca_abi_version() == native.ABI_VERSION
+    assert not library.exists() and library.with_name(f"{library.stem}-rebuilt.so").exists()
+
+
+@needs_native
+def test_a_library_that_still_does_not_fit_stops_with_one_line(
+    kernel_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "ABI_VERSION", native.ABI_VERSION + 1)  # this side moved on alone
+    with pytest.raises(UserError, match=r"does not fit this tosca \(ABI \d+ .*expects ABI \d+.*delete"):
+        native.load()

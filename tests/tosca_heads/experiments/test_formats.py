@@ -1,0 +1,164 @@
+"""Files on disk carry a format version, and what tosca 0.1 wrote still opens: the store, run, sweep
+and baselines in tests/data/tosca-0.1 (made by its make.py with that version) are verified,
+re-evaluated, resumed and read by this one. Results' columns do not depend on the router registry,
+so adding a router does not stop an older sweep from resuming."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from support import ROOT
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from tosca_heads.experiments import comparison, results, runfiles, sweeps
+from tosca_heads.experiments.runfiles import read_metrics
+from tosca_heads.routers import ROUTERS, Router, StageView
+
+RUNNER = CliRunner()
+SPLIT = ["--init-cls", "1", "--increment", "1", "--device", "cpu"]
+OLD_ROUTERS = ["entropy", "batch", "batch_shuffled", "oracle", "energy", "ncm", "lda", "fusion"]
+
+
+@pytest.fixture
+def old(tmp_path: Path) -> Path:
+    """A copy of the 0.1 files, their @FIXTURE@ paths pointing at the copy."""
+    root = tmp_path / "tosca-0.1"
+    shutil.copytree(ROOT / "tests" / "data" / "tosca-0.1", root)
+    for path in root.rglob("*"):
+        if path.suffix in (".json", ".csv", ".md") and path.is_file():
+            path.write_text(path.read_text().replace("@FIXTURE@", str(root)))
+    return root
+
+
+def _run(*args: object) -> str:
+    result = RUNNER.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    """File -> sha256 of its bytes, for every file under folder."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_an_old_store_verifies_and_is_described(old: Path) -> None:
+    assert "OK" in _run("cache", "verify", old / "store.zarr")
+    info = _run("cache", "info", old / "store.zarr")
+    assert "test_vit" in info and "imagefolder" in info
+
+
+def test_an_old_run_reevaluates_to_its_recorded_numbers_and_resumes(old: Path) -> None:
+    recorded = json.loads((old / "run" / "metrics.json").read_text())
+    assert "modes" in recorded and "format" not in recorded  # as 0.1 wrote it
+    upgraded = read_metrics(old / "run")  # read in this version's form
+    assert upgraded["format"] == runfiles.FORMAT and upgraded["routers"] == recorded["modes"]
+    before = _digest(old / "run")
+    resumed = _run("fit", "--store", old / "store.zarr", "--run", old / "run", *_fit_flags())
+    assert resumed.count("reused") == 2 and "0 task(s) trained" in resumed
+    evaluated = json.loads(_run("eval", old / "run", "--device", "cpu", "--json"))
+    assert list(evaluated["routers"]) == list(ROUTERS)
+    for name, block in recorded["modes"].items():
+        assert evaluated["routers"][name]["A_t"] == pytest.approx(block["A_t"], abs=1e-6), name
+    after = _digest(old / "run")
+    assert all(after[name] == before[name] for name in before if name.startswith("task_"))  # reused
+    assert json.loads((old / "run" / "metrics.json").read_text())["format"] == runfiles.FORMAT
+    assert json.loads((old / "run" / "config.json").read_text()).get("format", 1) in (1, runfiles.FORMAT)
+
+
+def _fit_flags() -> list[str]:
+    return ["--epochs", "1", "--r", "4", "--s", "4", *SPLIT]
+
+
+def test_an_old_sweep_resumes_and_is_rewritten_in_the_current_format(old: Path) -> None:
+    wide = pd.read_csv(old / "sweep" / "results.csv")
+    assert len(wide) == 2 and "A_last_entropy" in wide  # format 1: one wide row per point
+    sweep = ["sweep", "--store", old / "store.zarr", "--epochs", "1", "--jobs", "1", "--out", old / "sweep"]
+    again = _run(*sweep, "--r", "2,4", *SPLIT)
+    assert "0 run(s)" in again and "2 already done" in again
+    long = pd.read_csv(old / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
+    assert list(long.columns) == results.COLUMNS and set(long["format"]) == {results.FORMAT}
+    assert len(long) == 2 * len(OLD_ROUTERS) and set(long["router"]) == set(OLD_ROUTERS)
+    points = results.by_point(long).set_index("key")
+    for _, row in wide.iterrows():  # every recorded number kept
+        for name in OLD_ROUTERS:
+            assert points.loc[row["key"], f"A_last_{name}"] == row[f"A_last_{name}"]
+    grown = _run(*sweep, "--r", "2,4,8", *SPLIT)
+    assert "1 run(s)" in grown and "2 already done" in grown
+    assert json.loads((old / "sweep" / "sweep.json").read_text())["format"] == sweeps.FORMAT
+
+
+def test_old_baselines_are_read_and_rewritten_in_the_current_format(old: Path) -> None:
+    old_blocks = {}
+    for name in ("simplecil", "ranpac", "joint_probe"):
+        payload = comparison.read_baseline(old / "baselines" / name / "metrics.json")
+        assert payload is not None and "format" not in payload, name  # 0.1's form, read
+        old_blocks[name] = payload["routers"]["none"]
+    shown = json.loads(_run("routers", old / "run", "--json"))
+    assert {r["router"] for r in shown if r["kind"] == "baseline"} == set(old_blocks)
+    _run(
+        "baselines",
+        *("--store", old / "store.zarr", "--run", old / "run", "--out", old / "baselines"),
+        *("--ranpac-m", "64", *SPLIT),
+    )
+    for name, block in old_blocks.items():
+        written = json.loads((old / "baselines" / name / "metrics.json").read_text())
+        assert written["format"] == comparison.FORMAT and "modes" not in written
+        assert written["routers"]["none"]["A_t"] == pytest.approx(block["A_t"]), name
+
+
+class FirstModule(Router):
+    name = "first_module"
+    summary = "always task 0's module (a router added after the sweep began)"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return torch.zeros(view.entropy.shape[0], view.entropy.shape[2], dtype=torch.long)
+
+
+def test_adding_a_router_does_not_stop_an_older_sweep_from_resuming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    sweep = ["sweep", "--store", store.path, "--epochs", "1", "--jobs", "1", "--out", tmp_path / "sw"]
+    _run(*sweep, "--r", "2,4", "--init-cls", "2", "--increment", "2", "--device", "cpu")
+    monkeypatch.setitem(ROUTERS, FirstModule.name, FirstModule())
+    grown = _run(*sweep, "--r", "2,4,8", "--init-cls", "2", "--increment", "2", "--device", "cpu")
+    assert "1 run(s)" in grown and "2 already done" in grown
+    long = pd.read_csv(tmp_path / "sw" / "results.csv", keep_default_na=False, na_values=[""])
+    per_point = long.groupby("r")["router"].apply(set)
+    assert per_point[8] == set(ROUTERS) and FirstModule.name not in per_point[2] | per_point[4]
+    assert (long.groupby("key")["router"].count() == long.groupby("key")["routers"].first()).all()
+    assert "| 8 |" in (tmp_path / "sw" / "summary.md").read_text()  # the tables are rebuilt with it
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [("run/metrics.json", "format"), ("run/config.json", "format"), ("sweep/sweep.json", "format")],
+)
+def test_a_file_of_a_newer_format_is_refused_in_one_line(old: Path, path: str, field: str) -> None:
+    target = old / path
+    data = json.loads(target.read_text())
+    data[field] = 99
+    target.write_text(json.dumps(data))
+    command = (
+        ["routers", str(old / "run")]
+        if path.startswith("run/metrics")
+        else ["eval", str(old / "run"), "--device", "cpu"]
+        if path.startswith("run/")
+        else ["sweep", "--store", str(old / "store.zarr"), "--r", "2", "--out", str(old / "sweep"), *SPLIT]
+    )
+    result = RUNNER.invoke(app, command)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "newer tosca" in lines[0] and "upgrade tosca" in lines[0], lines
