@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TOSCA_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 export TOSCA_DATA
 
-.PHONY: test demo lint install clean
+.PHONY: test demo lint install clean gpu-bundle gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,5 +27,13 @@ test: lint
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/tosca demo
 
+# A borrowed GPU machine (README, "On a GPU"): the bundle is made here, the check runs there with
+# the image's own python3 and torch (no venv): `make gpu-check` needs nothing else.
+gpu-bundle: $(STAMP)
+	$(BIN)/python benchmarks/gpu_bundle.py --out gpu-bundle
+
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --bundle gpu-bundle
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache gpu-bundle

@@ -3,6 +3,7 @@ moved function must not wait for the next person who measures to be found."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -115,3 +116,97 @@ def test_routing_ceiling_fit_finds_an_informative_signal() -> None:
     chosen, weights = ceiling.fitted_on_test(signals, true_task.numpy())
     assert (chosen == true_task.numpy()).all()
     assert abs(weights[1]) > 5 * max(abs(weights[0]), abs(weights[2]))
+
+
+@pytest.mark.slow
+def test_the_gpu_check_rehearses_every_step_on_a_cpu(tmp_path: Path) -> None:
+    """`make gpu-check` cannot rot between GPU loans: its --tiny mode runs every step on a CPU, says
+    which parts need CUDA, and writes its table where $OUT points."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path / "out")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_check.py"),
+            "--tiny",
+            "--bundle",
+            str(tmp_path / "none"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
+    rows = report["rows"]
+    assert report["tiny"] and report["failed"] == 0
+    steps = {r["step"] for r in rows}
+    assert {"machine", "install", "tests", "extract", "fit", "sweep", "local-cuda", "all"} <= steps
+    figures = {r["what"]: r for r in rows}
+    for alias in ("effnet_lite0", "vit_b16"):
+        for mode in ("fp32", "tf32", "bf16"):
+            assert figures[f"{alias} bare forward {mode}"]["value"].endswith("img/s")
+        assert figures[f"{alias} cosine torch vs pil"]["verdict"] == "ok"
+    if not torch.cuda.is_available():
+        assert figures["CUDA fit"]["verdict"] == "skipped: no CUDA"
+        assert figures["extraction on local-cuda"]["verdict"] == "skipped: no CUDA"
+    assert figures["points finished"]["value"] == "8 / 8"
+    assert (tmp_path / "out" / "gpu-check.log").exists()
+    assert "verdict" in done.stdout.splitlines()[0]  # the table, printed
+
+
+def _gpu_check() -> types.ModuleType:
+    return _benchmark_module("gpu_check")
+
+
+def _bundle(root: Path, wheels: dict[str, dict[str, str]]) -> Path:
+    """A bundle folder with these wheels (dist -> {path inside: text}) and its manifest."""
+    import zipfile
+
+    (root / "wheels").mkdir(parents=True)
+    entries = []
+    for dist, files in wheels.items():
+        name = f"{dist}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(root / "wheels" / name, "w") as archive:
+            for inner, text in files.items():
+                archive.writestr(inner, text)
+        entries.append({"file": name, "dist": dist, "version": "1.0"})
+    (root / "manifest.json").write_text(json.dumps({"wheels": entries, "left_out": []}))
+    return root
+
+
+def test_the_gpu_check_unpacks_only_what_the_image_lacks(tmp_path: Path) -> None:
+    check = _gpu_check()
+    bundle = _bundle(
+        tmp_path / "bundle",
+        {
+            "tosca-test-absent": {
+                "absent_pkg/__init__.py": "X = 1\n",
+                "tosca_test_absent-1.0.data/purelib/extra.py": "",
+            },
+            "pytest": {"pytest_shadow/__init__.py": ""},  # the image has pytest: never unpacked over it
+        },
+    )
+    rows = check.install(bundle, tiny=False, work=tmp_path)
+    site = bundle / "site"
+    assert (site / "absent_pkg" / "__init__.py").read_text() == "X = 1\n"
+    assert (site / "extra.py").exists()  # a wheel's .data/purelib lands at the root
+    assert not (site / "pytest_shadow").exists()
+    assert {r.what: r.value for r in rows}["already in the image"] == "pytest"
+
+
+def test_a_wheel_that_reaches_outside_the_site_is_refused(tmp_path: Path) -> None:
+    check = _gpu_check()
+    bundle = _bundle(tmp_path / "bundle", {"tosca-test-evil": {"../evil.py": ""}})
+    with pytest.raises(SystemExit, match="unsafe path"):
+        check.install(bundle, tiny=False, work=tmp_path)
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_without_a_bundle_the_full_check_stops_and_the_tiny_one_goes_on(tmp_path: Path) -> None:
+    check = _gpu_check()
+    (full,) = check.install(tmp_path / "none", tiny=False, work=tmp_path)
+    (tiny,) = check.install(tmp_path / "none", tiny=True, work=tmp_path)
+    assert full.verdict.startswith("FAIL") and "make gpu-bundle" in full.verdict
+    assert tiny.verdict == "skipped: no bundle"

@@ -20,10 +20,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
@@ -31,6 +30,9 @@ from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import HEADLINE, ROUTERS
+
+if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
+    import pandas as pd
 
 FORMAT = 2
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
@@ -207,6 +209,8 @@ class ResultsTable:
 
     def frame(self) -> pd.DataFrame:
         """Every row, one per point and router (what results.parquet holds)."""
+        import pandas as pd
+
         if not self._points:
             return pd.DataFrame(columns=COLUMNS)
         return pd.read_csv(self.path, keep_default_na=False, na_values=[""])

@@ -44,6 +44,7 @@ def _perturbed(d: int, r: int, s: int, flow: str, seed: int) -> LuCA:
     return module
 
 
+@pytest.mark.cpu_reference
 @pytest.mark.parametrize("flow", FLOWS)
 def test_group_step_is_autograd_of_each_configuration(flow: str) -> None:
     """G = 3 configurations of different r and s, padded to the largest, in float64: the written-out
@@ -123,6 +124,7 @@ def _steps(layout: ParamLayout, state: dict, r: int, s: int, data: tuple, n: int
     }
 
 
+@pytest.mark.cpu_reference
 def test_padding_r16_to_48_is_exactly_inert() -> None:
     """r = s = 16 trained inside a layout padded to 48 gives the same outputs, gradients and updated
     weights as r = 16 unpadded; padded parameters, gradients and momenta stay exactly 0."""
@@ -150,6 +152,7 @@ def test_padding_r16_to_48_is_exactly_inert() -> None:
         assert torch.all(padded[key][padding] == 0), key  # parameters, gradients, momenta of padding: 0
 
 
+@pytest.mark.cpu_reference
 def test_cosine_schedule_is_pytorchs() -> None:
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=0.025)
@@ -199,6 +202,7 @@ def test_a_group_of_four_equals_the_four_points_alone(
     assert len(spread) > 2  # the points really differ, so the comparison is not vacuous
 
 
+@pytest.mark.cpu_reference
 @pytest.mark.parametrize("groups", [1, 3])
 def test_cpu_logits_in_row_blocks_are_the_whole_matmul_bit_for_bit(groups: int) -> None:
     """Evaluation multiplies 512 test rows at a time on a CPU (MKL is faster at that height); the
@@ -212,6 +216,7 @@ def test_cpu_logits_in_row_blocks_are_the_whole_matmul_bit_for_bit(groups: int) 
     assert torch.equal(blocks, bmm(units, w_unit))  # the one matmul evaluation did before
 
 
+@pytest.mark.cpu_reference
 def test_group_members_must_share_flow_epochs_and_batch(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     with pytest.raises(ValueError, match="share flow, epochs and batch size"):
@@ -253,6 +258,7 @@ def test_cuda_step_equals_cpu_step(monkeypatch: pytest.MonkeyPatch) -> None:
         torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.cpu_reference
 def test_training_leaves_the_cuda_generators_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each module's init seeds the CPU generator only, inside fork_rng: a user's CUDA random
     state in the same process is not reseeded by a fit."""

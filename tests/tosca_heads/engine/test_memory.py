@@ -13,6 +13,8 @@ from tosca_heads.experiments.sweeps import SweepPoint
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 
+pytestmark = pytest.mark.cpu_reference
+
 
 def test_more_tasks_and_larger_bottlenecks_need_more_memory(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=6, dim=32)

@@ -11,6 +11,8 @@ import torch
 from tosca_heads.method.classifier import cosine_logits, new_rows
 from tosca_heads.method.luca import FLOWS, LuCA, new_module
 
+pytestmark = pytest.mark.cpu_reference
+
 
 def test_parameter_count_of_the_paper() -> None:
     assert LuCA(768, 48, 48, "tosca").num_parameters() == 149_808

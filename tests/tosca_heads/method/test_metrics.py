@@ -17,6 +17,8 @@ from tosca_heads.method.metrics import (
     summarise,
 )
 
+pytestmark = pytest.mark.cpu_reference
+
 # three tasks: block 0 falls from 0.9 to 0.6, block 1 peaks at 0.8 and ends at 0.7
 MATRIX = [[0.9], [0.8, 0.8], [0.6, 0.7, 0.95]]
 CURVE = [0.9, 0.8, 0.75]  # A_t: accuracy over all test samples seen after task t
