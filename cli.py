@@ -36,6 +36,7 @@ from tosca_heads.experiments.requests import (
     DemoRequest,
     FitRequest,
     PredictRequest,
+    SuiteRequest,
     SweepRequest,
 )
 
@@ -52,8 +53,13 @@ cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args
 app.add_typer(cache_app, name="cache")
 
 
-def _router(help_text: str) -> Any:
-    return parameter("router", str | None, typer.Option(None, "--router", help=help_text))
+@app.callback()
+@user_errors
+def plugins() -> None:
+    """Plug-ins ($TOSCA_PLUGINS, entry points `tosca.plugins`) register before any command runs."""
+    from featcache.foundation.plugins import load_plugins
+
+    load_plugins()
 
 
 # ------------------------------------------------------------------------------------------- extract
@@ -188,11 +194,12 @@ def _run_summary(result: Any, routers: list[str]) -> None:
 
 
 ROUTERS_SHOWN = "Routers to show, comma-separated (default: all; every one is evaluated and saved)."
+ROUTERS_OPTION = parameter("router", str | None, typer.Option(None, "--router", help=ROUTERS_SHOWN))
 
 
 @app.command()
 @user_errors
-@from_request(FitRequest, _router(ROUTERS_SHOWN), json_flag(), flags=FIT_FLAGS, into="recipe")
+@from_request(FitRequest, ROUTERS_OPTION, json_flag(), flags=FIT_FLAGS, into="recipe")
 def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.experiments.runs import fit as fit_command
@@ -389,21 +396,70 @@ def baselines(request: BaselinesRequest, as_json_: bool) -> None:
 
 
 def _comparison_table(comparison: Any) -> None:
+    metrics = ("A_bar", "A_last", "forgetting", "routing_accuracy")
     rows = [
-        [
-            r.method,
-            r.routing,
-            pct(r.metrics["A_bar"]),
-            pct(r.metrics["A_last"]),
-            pct(r.metrics["forgetting"]),
-            pct(r.metrics["routing_accuracy"]),
-            f"{r.parameters:,}",
-            f"{r.seconds:.1f}",
-        ]
+        [r.method, r.routing, *(pct(r.metrics[m]) for m in metrics), f"{r.parameters:,}", f"{r.seconds:.1f}"]
         for r in comparison.results
     ]
     columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
     table(comparison.title, columns, rows, ("method", "routing"))
+
+
+# ------------------------------------------------------------------------------------------- suite
+
+
+@app.command()
+@user_errors
+@from_request(SuiteRequest, json_flag("Print the table rows as JSON."))
+def suite(request: SuiteRequest, as_json_: bool) -> None:
+    """Stores to the paper's tables: TOSCA, baselines and ablations over seeds, claims checked."""
+    from tosca_heads.experiments.suite.run import suite as run
+
+    with progress_bar() as bar:
+        cells = bar.add_task("suite", total=None, rate="")
+
+        def on_cell(cell: Any, finished: int, total: int) -> None:
+            bar.update(cells, total=total, completed=finished, rate=cell.key)
+
+        result = run(request, _extract_for_suite, on_cell)
+    if request.dry_run:
+        return _suite_plan(result)
+    if as_json_:
+        return out.print_json(result.tables.table.to_json(orient="records"))
+    for name in ("table.md", "claims.md"):
+        for line in [*(result.out / name).read_text().splitlines(), ""]:
+            say(line)
+    ran = sum(1 for c in result.cells if c.status == "ran")
+    say(
+        f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; missing: {len(result.missing)}"
+    )
+    for name, path in result.files.items():
+        say(f"  {name:<15} {path}")
+
+
+def _suite_plan(result: Any) -> None:
+    rows = [[c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder] for c in result.cells]
+    table(
+        f"suite {result.spec.name}: {len(rows)} cells",
+        ["store", "cell", "status", "folder"],
+        rows,
+        ("store", "cell", "status", "folder"),
+    )
+    todo = sum(1 for c in result.cells if c.status == "missing")
+    minutes = (result.estimate_seconds or 0) / 60
+    say(f"{todo} cell(s) to run; their TOSCA runs take about {minutes:.1f} min here (baselines not counted)")
+
+
+def _extract_for_suite(
+    model: str, dataset: str, data_root: Path | None, store: Path, per_class: int | None
+) -> Path:
+    summary = _extract(
+        ExtractRequest(
+            model, dataset, data_root, store.parent, store, limit_per_class=per_class, chunk_size=256
+        )
+    )
+    _extract_summary(summary)
+    return summary.store
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -482,37 +538,20 @@ def cache_ls(
         return as_json(rows)
     if not rows:
         return say(f"no stores under {cache_dir}")
-    shown = []
-    for r in rows:
-        if "error" in r:
-            shown.append([r["store"], Text(printable(f"unreadable: {r['error']}"), style="red")])
-            continue
-        complete = Text("yes") if r["complete"] else Text("no", style="red")
-        shown.append(
-            [
-                *(r[k] for k in ("store", "dataset", "backbone", "weights", "policy")),
-                f"{r['train']:,}",
-                f"{r['test']:,}",
-                r["dim"],
-                r["views"],
-                complete,
-                human_bytes(r["bytes"]),
-            ]
-        )
-    columns = [
-        "store",
-        "dataset",
-        "backbone",
-        "weights",
-        "policy",
-        "train",
-        "test",
-        "dim",
-        "views",
-        "complete",
-        "size",
+    text = ("store", "dataset", "backbone", "weights", "policy")
+    shown = [
+        [r["store"], Text(printable(f"unreadable: {r['error']}"), style="red")]
+        if "error" in r
+        else [
+            *(r[k] for k in text),
+            *(f"{r[k]:,}" for k in ("train", "test", "dim", "views")),
+            Text("yes") if r["complete"] else Text("no", style="red"),
+            human_bytes(r["bytes"]),
+        ]
+        for r in rows
     ]
-    table(None, columns, shown, ("store", "dataset", "backbone", "weights", "policy", "complete"))
+    columns = [*text, "train", "test", "dim", "views", "complete", "size"]
+    table(None, columns, shown, (*text, "complete"))
 
 
 @cache_app.command("info")

@@ -9,4 +9,47 @@ comparison, predict, demo: what the commands ask for). Beneath them all, `featca
 and `featcache.store`; never the backbone side (backbones, datasets, decoding, the extraction
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.
+
+The Python API (tosca_heads.api) is re-exported here, loaded on first use: `fit`, `evaluate`,
+`sweep`, `load_run`, `predict`, `baselines`, `run_suite`, `load_suite`, `register_router`,
+`register_baseline`, and the types they return.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+API = (
+    "BASELINES",
+    "ROUTERS",
+    "Predictions",
+    "Router",
+    "RunPredictor",
+    "RunResult",
+    "StageView",
+    "SuiteResult",
+    "SuiteSpec",
+    "baselines",
+    "evaluate",
+    "fit",
+    "load_run",
+    "load_suite",
+    "parse_suite",
+    "predict",
+    "register_baseline",
+    "register_router",
+    "run_suite",
+    "sweep",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from tosca_heads import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tosca_heads' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

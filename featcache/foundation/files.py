@@ -26,16 +26,24 @@ TOO_LONG = (errno.ENAMETOOLONG,)
 USER_FIXABLE = (*FULL, *NOT_WRITABLE, *TOO_LONG)
 
 
+def read_text(path: str | Path, what: str, hint: str = "") -> str:
+    """A text file's contents; a missing, unreadable or binary file is one line naming it."""
+    path, hint = Path(path), f"; {hint}" if hint else ""
+    try:
+        if path.is_dir():
+            raise UserError(f"{what} {path} is a folder, not a file{hint}")
+        return path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} is missing{hint}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise UserError(f"cannot read {what} {path} ({reason}){hint}") from None
+
+
 def read_json(path: str | Path, what: str, hint: str) -> dict[str, Any]:
     """A JSON object from `path`; a missing, unreadable, malformed or non-object file is one line."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} is missing; {hint}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise UserError(f"cannot read {what} {path} ({reason}); {hint}") from None
+    text = read_text(path, what, hint)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

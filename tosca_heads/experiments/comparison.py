@@ -98,6 +98,12 @@ def run_baseline(
     return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
 
 
+def baseline_params(method: str, ranpac_m: int, ranpac_seed: int) -> dict[str, Any]:
+    """A baseline's own parameters as `tosca baselines` sets them (RanPAC: M and the projection's
+    seed; the others have none and are deterministic)."""
+    return {"projection_dim": ranpac_m, "seed": ranpac_seed} if method == "ranpac" else {}
+
+
 def check_ranpac_size(m: int, dim: int) -> None:
     """RanPAC's M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
     require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
@@ -192,8 +198,15 @@ def check_baselines_folder(folder: Path) -> None:
     folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
 
 
-def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stream_cfg: StreamConfig) -> None:
-    """One baseline's folder inside a claimed baselines folder: metrics.json and results.csv."""
+def write_baseline(
+    folder: Path,
+    result: MethodResult,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
+    own parameters, RanPAC's M and seed) and results.csv."""
     folders.claim(folder.parent, "baselines", "--out", written_before=is_baselines_dir)
     folder.mkdir(exist_ok=True)
     payload = {
@@ -202,6 +215,7 @@ def write_baseline(folder: Path, result: MethodResult, store: FeatureStore, stre
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
         "stream": asdict(stream_cfg),
+        "params": params or {},
         "finished_tasks": len(result.metrics["A_t"]),
         "parameters": result.parameters,
         "seconds": result.seconds,
@@ -334,9 +348,9 @@ def compare(
             on_tosca(request.run)
         results += tosca_results(tosca_run(store, stream, request.run, source, device, request.runs_root))
     for method in request.methods:
-        params = {"projection_dim": request.ranpac_m} if method == "ranpac" else {}
+        params = baseline_params(method, request.ranpac_m, request.ranpac_seed)
         result = run_baseline(method, store, stream, source, on_task, device=device, **params)
-        write_baseline(folder / method, result, store, stream)
+        write_baseline(folder / method, result, store, stream, params)
         results.append(result)
     title = (
         f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"

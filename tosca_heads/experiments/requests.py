@@ -113,6 +113,7 @@ class BaselinesRequest:
         ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
     )
     ranpac_m: int = option(10_000, "RanPAC's random projection size M (its paper: 10,000).")
+    ranpac_seed: int = option(0, "Seed of RanPAC's random projection.")
     run: Path | None = option(
         None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing)."
     )
@@ -151,3 +152,22 @@ class DemoRequest:
     per_class: int = option(DEMO_PER_CLASS, "Images per class in each split.")
     jobs: int | None = option(None, "Sweep worker processes (default: usable cores; 1 on CUDA).")
     device: str = option("auto", DEVICE_HELP)
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    """`tosca suite`: a SUITE.toml or a preset."""
+
+    suite: Path | None = option(None, "Suite file (SUITE.toml); or --preset.", argument=True)
+    preset: str | None = option(None, "A suite tosca ships: local (the archives here) or paper.")
+    out: Path | None = option(None, "Suite folder; an existing one continues (default: runs/suite-<name>).")
+    jobs: int = option(1, "Worker processes for the cells (Dask).")
+    scheduler: str | None = option(None, "local:N, local-cuda, a Dask scheduler address or file.")
+    device: str = option("auto", DEVICE_HELP)
+    dry_run: bool = option(
+        False, "Print the plan (cells, which exist, a time estimate); run nothing.", ("--dry-run",)
+    )
+    tables_only: bool = option(
+        False, "Write the tables from the cells finished so far; run nothing.", ("--tables-only",)
+    )
+    runs_root: Path = Path("runs")

@@ -78,8 +78,8 @@ def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> P
 
 
 def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Differences that matter: not the store's path (a moved store still matches), nor the list of
-    routing modes that the first runs recorded."""
+    """Differences that matter: not the store's path (a moved store still matches), the format, nor
+    the routers a format-1 config listed."""
     return identity_differences(
         {k: v for k, v in existing.items() if k not in INFORMATIONAL},
         {k: v for k, v in new.items() if k not in INFORMATIONAL},

@@ -143,10 +143,10 @@ def grid_points(
 
 _SOURCES: dict[tuple[str, str, str], tuple[FeatureStore, CachedFeatures]] = {}
 _SOURCES_LOCK = threading.Lock()
-_LOADS: dict[tuple[str, str, str], int] = {}  # times this process read each store's arrays (1 = once)
+LOADS: dict[tuple[str, str, str], int] = {}  # times this process read each store's arrays (1 = once)
 
 
-def _features_on_worker(
+def features_on_worker(
     store_path: str, fingerprint: str, device: torch.device
 ) -> tuple[tuple[str, str, str], FeatureStore, CachedFeatures]:
     """Open the store and load its arrays (onto the device) once per process; every later group
@@ -160,7 +160,7 @@ def _features_on_worker(
             _SOURCES.clear()  # a worker that moves on to another store frees the previous one's arrays
             budget = _memory_budget() if device.type == "cpu" else MEMORY_BUDGET_BYTES
             _SOURCES[key] = (store, CachedFeatures(store, budget, device).preload())
-            _LOADS[key] = _LOADS.get(key, 0) + 1
+            LOADS[key] = LOADS.get(key, 0) + 1
         return (key, *_SOURCES[key])
 
 
@@ -208,7 +208,7 @@ def run_group(
     written; each point's results.csv rows. Seconds are the point's share of the group's wall time."""
     _keep_freed_memory()
     resolved = resolve_device(device)
-    key, store, source = _features_on_worker(store_path, fingerprint, resolved)
+    key, store, source = features_on_worker(store_path, fingerprint, resolved)
     start = time.perf_counter()
     results = fit_group(
         store,
@@ -222,7 +222,7 @@ def run_group(
     )
     seconds = time.perf_counter() - start
     return [
-        _rows(p, r, seconds, len(points), str(resolved), _LOADS[key])
+        _rows(p, r, seconds, len(points), str(resolved), LOADS[key])
         for p, r in zip(points, results, strict=True)
     ]
 

@@ -12,10 +12,13 @@ state ends in `_`.
 
 Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them). Each estimator
 takes a `device` (cpu, cuda, ...) and computes there; inputs may be numpy arrays or tensors,
-predictions are numpy arrays.
+predictions are numpy arrays. `register_baseline` adds one from outside the package: every
+comparison, `tosca baselines --methods NAME` and suites then run it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -201,4 +204,41 @@ class JointProbe:
         return int(self.weight_.numel() + self.bias_.numel())
 
 
-BASELINES = {"simplecil": SimpleCIL, "ranpac": RanPAC, "joint_probe": JointProbe}
+BASELINES: dict[str, type] = {"simplecil": SimpleCIL, "ranpac": RanPAC, "joint_probe": JointProbe}
+ESTIMATOR_METHODS = ("predict", "num_parameters")
+
+
+def register_baseline(name: str) -> Callable[[type], type]:
+    """A class decorator adding a baseline under `name`. The class follows the estimators here:
+    `__init__(device=...)` stores arguments; `incremental = True` with `partial_fit(x, y)` (one
+    task's data at a time) or `False` with `fit(x, y)` (every seen class at once); `predict(x)`
+    returns incremental class ids; `num_parameters()` counts what it learned.
+
+    >>> @register_baseline("doc_nearest_first")
+    ... class NearestFirst:
+    ...     incremental = True
+    ...     def __init__(self, device="cpu"):
+    ...         self.device = device
+    ...     def partial_fit(self, features, labels):
+    ...         self.first_ = int(np.asarray(labels).min())
+    ...         return self
+    ...     def predict(self, features):
+    ...         return np.full(len(features), self.first_)
+    ...     def num_parameters(self):
+    ...         return 1
+    >>> "doc_nearest_first" in BASELINES
+    True
+    >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
+    """
+
+    def decorate(cls: type) -> type:
+        if not name or name in BASELINES:
+            raise ValueError(f"baseline name {name!r} is empty or registered twice")
+        learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
+        missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
+        if not hasattr(cls, "incremental") or missing:
+            raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
+        BASELINES[name] = cls
+        return cls
+
+    return decorate

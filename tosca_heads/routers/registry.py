@@ -75,7 +75,20 @@ ROUTERS: dict[str, Router] = {}
 
 def register_router(cls: type[Router]) -> type[Router]:
     """Add a router to the registry (a class decorator): every evaluation after this reports it,
-    `--router NAME` and `tosca routers` show it. A name registered twice is refused."""
+    `--router NAME` and `tosca routers` show it. A name registered twice is refused.
+
+    >>> import torch
+    >>> @register_router
+    ... class LastModule(Router):
+    ...     name = "doc_last_module"
+    ...     summary = "always the newest task's module"
+    ...     def route(self, view: StageView) -> torch.Tensor:
+    ...         groups, modules, n = view.entropy.shape
+    ...         return torch.full((groups, n), modules - 1, dtype=torch.long)
+    >>> "doc_last_module" in ROUTERS
+    True
+    >>> del ROUTERS["doc_last_module"]  # (a doctest leaves the registry as it found it)
+    """
     if not cls.name or cls.name in ROUTERS:
         raise ValueError(f"router name {cls.name!r} is empty or registered twice")
     ROUTERS[cls.name] = cls()

@@ -1,0 +1,128 @@
+"""Stage 1 from Python: open a store and read its arrays, extract one, and register backbones and
+datasets that live outside the package. Re-exported as `featcache.open_store`, ... (loaded on first
+use, so `import featcache` stays light).
+
+The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a small store on disk,
+`IMAGES` a folder of train/<class>/ and test/<class>/ images, `TMP` an empty folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from featcache.backbones import BackboneSpec
+from featcache.backbones import register_backbone as _register_backbone
+from featcache.sources.datasets import DatasetSource
+from featcache.sources.datasets import register_dataset as _register_dataset
+from featcache.store import FeatureStore, check_readable
+
+__all__ = [
+    "BackboneSpec",
+    "DatasetSource",
+    "FeatureStore",
+    "embed",
+    "extract",
+    "open_store",
+    "register_backbone",
+    "register_dataset",
+]
+
+
+def open_store(path: str | Path) -> FeatureStore:
+    """A feature store, checked (complete, every chunk against its checksum) before it is handed
+    out. Its arrays are plain numpy: `features(split)` [n, d] float32, `labels(split)` [n] int64,
+    `ids(split)` the samples' names.
+
+    >>> store = open_store(STORE)
+    >>> store.features("train").shape, store.labels("train").dtype.name
+    ((96, 32), 'int64')
+    >>> store.shape.classes, store.dim
+    (6, 32)
+    """
+    store = FeatureStore.open(path)
+    check_readable(store, values=True)
+    return store
+
+
+def extract(
+    model: str,
+    dataset: str,
+    data_root: str | Path | None = None,
+    *,
+    store: str | Path | None = None,
+    cache_dir: str | Path = "cache",
+    **options: Any,
+) -> Path:
+    """`tosca extract` from Python: run a frozen backbone once over a dataset and store its
+    features; resumable, and nothing to do when the store is complete. `options` are the other
+    flags of `tosca extract` (random_init, views, device, precision, decode, limit_per_class, ...).
+    Returns the store's path.
+
+    >>> path = extract("test_efficientnet", "imagefolder", IMAGES, store=TMP / "tiny.zarr", random_init=True, workers=0)
+    >>> open_store(path).shape.classes
+    3
+    """
+    from featcache.extract import plan_extraction, run_extraction
+    from featcache.requests import ExtractRequest
+
+    request = ExtractRequest(
+        model=model,
+        dataset=dataset,
+        data_root=None if data_root is None else Path(data_root),
+        cache_dir=Path(cache_dir),
+        store=None if store is None else Path(store),
+        **options,
+    )
+    return run_extraction(plan_extraction(request)).store
+
+
+def embed(store: str | Path | FeatureStore, images: list[str | Path], device: str = "cpu") -> Any:
+    """The store's features of new images (files, or folders searched by the rule of `tosca
+    extract`): the same backbone, weights (checked by hash), preprocessing and precision. [n, d]
+    float32, in the order of the images found.
+
+    >>> from pathlib import Path
+    >>> tiny = extract("test_efficientnet", "imagefolder", IMAGES, store=TMP / "embed.zarr", random_init=True, workers=0)
+    >>> embed(tiny, [Path(IMAGES) / "test"]).shape
+    (6, 40)
+    """
+    from featcache.embed import embed_images, image_paths
+    from featcache.foundation.devices import resolve_device
+
+    opened = store if isinstance(store, FeatureStore) else open_store(store)
+    paths, _ = image_paths([Path(p) for p in images])
+    return embed_images(opened, paths, resolve_device(device))
+
+
+def register_backbone(spec: BackboneSpec) -> BackboneSpec:
+    """Add a backbone under a short alias (`tosca extract --model ALIAS` then finds it): a timm
+    model name (optionally `arch.tag`), its preprocessing policy (`timm` or `pilot`), and where
+    its weights come from. A name registered twice is refused.
+
+    >>> from featcache.backbones import BACKBONES
+    >>> spec = register_backbone(BackboneSpec("doc_tiny_cnn", "test_efficientnet", "timm", note="a doctest's"))
+    >>> resolve_backbone("doc_tiny_cnn").timm_name
+    'test_efficientnet'
+    >>> del BACKBONES["doc_tiny_cnn"]  # (a doctest leaves the registry as it found it)
+    """
+    return _register_backbone(spec)
+
+
+def register_dataset(
+    name: str, num_classes: int | None, description: str
+) -> Callable[[Callable[[Path | None, Path], DatasetSource]], Callable[[Path | None, Path], DatasetSource]]:
+    """A decorator adding a dataset under `name` (`tosca extract --dataset NAME`): the function
+    gets the data root and the cache folder and returns a `DatasetSource` (its splits' samples and
+    class names); `num_classes` is checked against what it returns (None: any).
+
+    >>> from featcache.sources.datasets import DATASETS, folder_dataset
+    >>> @register_dataset("doc_folders", None, "train/ and test/ class folders, as a doctest")
+    ... def doc_folders(data_root, cache_dir):
+    ...     return folder_dataset("doc_folders", data_root, cache_dir)
+    >>> "doc_folders" in DATASETS
+    True
+    >>> del DATASETS["doc_folders"]  # (a doctest leaves the registry as it found it)
+    """
+    return _register_dataset(name, num_classes, description)

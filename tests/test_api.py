@@ -1,0 +1,188 @@
+"""The Python API: every public function's docstring example runs (doctests on tiny data), the
+packages re-export it without loading it at import, and plug-ins registered from outside the
+package show up in the commands' tables and in the Python results."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from support import ROOT
+from support.images import make_image_tree
+from support.stores import synthetic_store
+
+import featcache
+import tosca_heads
+from featcache import api as stage1
+from tosca_heads import api as stage2
+
+
+@pytest.mark.parametrize("module", [stage1, stage2], ids=["featcache.api", "tosca_heads.api"])
+def test_every_public_function_has_an_example_that_runs(
+    module: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scratch").mkdir()
+    globs = {
+        "STORE": synthetic_store(tmp_path / "store.zarr", classes=6, per_class=16, test_per_class=8).path,
+        "IMAGES": make_image_tree(tmp_path / "images", classes=3, train=4, test=2),
+        "TMP": tmp_path / "scratch",
+    }
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    functions = [n for n in module.__all__ if inspect.isfunction(getattr(module, n))]
+    without = []
+    for name in functions:
+        tests = [t for t in finder.find(getattr(module, name), name, globs=dict(globs)) if t.examples]
+        if not tests:
+            without.append(name)
+        for test in tests:
+            runner.run(test)
+    assert functions and not without, f"public functions without an example: {without}"
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_packages_reexport_the_api_without_loading_it() -> None:
+    code = (
+        "import sys, featcache, tosca_heads\n"
+        "assert 'featcache.api' not in sys.modules and 'tosca_heads.api' not in sys.modules\n"
+        "assert callable(featcache.open_store) and callable(tosca_heads.fit)\n"
+        "assert 'timm' not in sys.modules\n"
+        "print(sorted(featcache.API), sorted(tosca_heads.API))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert set(featcache.API) <= set(dir(featcache)) and set(tosca_heads.API) <= set(dir(tosca_heads))
+    with pytest.raises(AttributeError):
+        featcache.no_such_thing  # noqa: B018
+
+
+PLUGIN = '''
+import numpy as np
+import torch
+
+from tosca_heads import Router, StageView, register_baseline, register_router
+
+
+@register_router
+class FirstModule(Router):
+    name = "first_module"
+    summary = "always task 0's module (a plug-in)"
+
+    def route(self, view: StageView) -> torch.Tensor:
+        return torch.zeros(view.entropy.shape[0], view.entropy.shape[2], dtype=torch.long)
+
+
+@register_baseline("majority")
+class Majority:
+    """Always the most frequent class seen so far (a plug-in)."""
+
+    incremental = True
+
+    def __init__(self, device="cpu"):
+        self.device = device
+        self.counts_ = np.zeros(0, dtype=np.int64)
+
+    def partial_fit(self, features, labels):
+        labels = np.asarray(labels.cpu() if hasattr(labels, "cpu") else labels)
+        grown = np.zeros(max(len(self.counts_), int(labels.max()) + 1), dtype=np.int64)
+        grown[: len(self.counts_)] = self.counts_
+        np.add.at(grown, labels, 1)
+        self.counts_ = grown
+        return self
+
+    def predict(self, features):
+        return np.full(len(features), int(self.counts_.argmax()))
+
+    def num_parameters(self):
+        return len(self.counts_)
+'''
+
+
+def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
+    (tmp_path / "my_plugins.py").write_text(textwrap.dedent(PLUGIN))
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "TOSCA_PLUGINS": "my_plugins",
+    }
+    tosca = [sys.executable, "-c", "from cli import app; app()"]
+    split = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+    run = tmp_path / "run"
+    fit = subprocess.run(
+        [*tosca, "fit", "--store", str(store.path), "--run", str(run), "--epochs", "1", *split],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert fit.returncode == 0, fit.stderr
+    assert "first_module" in fit.stdout
+    routers = subprocess.run([*tosca, "routers", str(run)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert routers.returncode == 0 and "first_module" in routers.stdout and "a plug-in" in routers.stdout
+    out = tmp_path / "baselines"
+    base = subprocess.run(
+        [
+            *tosca,
+            "baselines",
+            "--store",
+            str(store.path),
+            "--run",
+            str(run),
+            "--methods",
+            "simplecil,majority",
+            "--out",
+            str(out),
+            *split,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert base.returncode == 0, base.stderr
+    assert "majority" in base.stdout and (out / "majority" / "metrics.json").exists()
+    code = textwrap.dedent(f"""
+        import my_plugins, tosca_heads
+        frame = tosca_heads.baselines({str(store.path)!r}, ["majority"], init_cls=2, increment=2)
+        result = tosca_heads.fit({str(store.path)!r}, init_cls=2, increment=2, epochs=1)
+        print(frame["method"].tolist(), "first_module" in result.metrics()["routers"])
+    """)
+    python = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert python.returncode == 0, python.stderr
+    assert python.stdout.strip() == "['majority'] True"
+    broken = {**env, "TOSCA_PLUGINS": "no_such_plugin"}
+    failed = subprocess.run(
+        [*tosca, "routers", str(run)], cwd=ROOT, env=broken, capture_output=True, text=True
+    )
+    assert failed.returncode == 2 and failed.stderr.strip().startswith(
+        "error: plug-in 'no_such_plugin' failed to import"
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [("sweep_and_plot.py", "best under lda"), ("custom_router.py", "confident")],
+)
+def test_the_examples_run_on_tiny_data(tmp_path: Path, script: str, said: str) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=16)
+    args = ["--store", str(store.path), "--epochs", "2"]
+    if script == "sweep_and_plot.py":
+        args += ["--out", str(tmp_path / "sweep"), "--r", "2,4", "--l1", "0,5e-4"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert said in done.stdout
+    if script == "sweep_and_plot.py":
+        assert (tmp_path / "sweep" / "a_last_by_r.png").stat().st_size > 0

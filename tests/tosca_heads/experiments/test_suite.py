@@ -1,0 +1,286 @@
+"""`tosca suite`: every cell equals its single command, a killed suite resumes to the same tables
+with its finished cells untouched, missing cells are said, the suite format is checked in one
+line, and the paper preset runs on stand-in stores."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from support.crash_harness import PauseAt, start
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+from featcache.foundation.errors import UserError
+from tosca_heads.experiments.suite import load_suite, parse_suite, run_suite
+from tosca_heads.experiments.suite.presets import PAPER_BENCHMARKS, preset
+from tosca_heads.experiments.suite.spec import with_stores
+
+RUNNER = CliRunner()
+SUITE = """
+name = "tiny"
+seeds = [0, 1]
+[tosca]
+routers = ["entropy", "lda", "batch", "oracle"]
+flags = {{ epochs = 2, batch_size = 8 }}
+[baselines]
+methods = {baselines}
+ranpac_m = 64
+[ablation]
+flows = {flows}
+l1_off = true
+[[stores]]
+name = "A"
+path = "a.zarr"
+init_cls = 2
+increment = 2
+"""
+
+
+def _suite(
+    folder: Path, baselines: str = '["simplecil", "ranpac"]', flows: str = '["tosca", "tosca_r"]'
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "a.zarr").exists():
+        synthetic_store(folder / "a.zarr", classes=6, per_class=16, test_per_class=8, spread=1.0)
+    path = folder / "SUITE.toml"
+    path.write_text(SUITE.format(baselines=baselines, flows=flows))
+    return path
+
+
+def _run(*args: object) -> str:
+    result = RUNNER.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_each_cell_equals_its_single_command(tmp_path: Path) -> None:
+    path = _suite(tmp_path)
+    result = run_suite(load_suite(path), tmp_path / "out", device="cpu")
+    assert not result.missing and {c.status for c in result.cells} == {"ran"}
+    for state in result.cells:
+        args = shlex.split(state.command)[1:]
+        alone = tmp_path / "alone" / state.cell.key.replace("/", "_")
+        where = args.index("--run" if state.cell.kind == "tosca" else "--out") + 1
+        args[where] = str(alone)
+        _run(*args)
+        if state.cell.kind == "tosca":
+            mine = json.loads((state.folder / "metrics.json").read_text())["routers"]
+            single = json.loads((alone / "metrics.json").read_text())["routers"]
+        else:
+            mine = json.loads((state.folder / "metrics.json").read_text())["routers"]
+            single = json.loads((alone / state.cell.method / "metrics.json").read_text())["routers"]
+        assert mine == single, state.cell.key  # exactly: the same numbers, not close ones
+    table = result.tables.table
+    entropy = table[(table.method == "tosca:entropy") & (table.metric == "A_last")].iloc[0]
+    seeds = [
+        json.loads((s.folder / "metrics.json").read_text())["routers"]["entropy"]["A_last"]
+        for s in result.cells
+        if s.cell.kind == "tosca" and s.cell.flow == "tosca" and s.cell.l1 > 0
+    ]
+    assert entropy["n"] == 2 and entropy["mean"] == pytest.approx(sum(seeds) / 2)
+
+
+def _digests(folder: Path) -> dict[str, tuple[str, int]]:
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched(tmp_path: Path) -> None:
+    path = _suite(tmp_path)
+    out = tmp_path / "killed"
+    args = ["suite", str(path), "--out", str(out), "--device", "cpu"]
+    pause = PauseAt(function="tosca_heads.experiments.suite.run:run_job", occurrence=4)
+    child = start(args, tmp_path / "child", pause)
+    child.wait_paused()
+    child.kill()
+    finished = sorted(m.parent for m in (out / "cells").rglob("metrics.json"))
+    assert len(finished) == 3, finished  # three jobs done, the fourth paused before it began
+    before = {p: _digests(p) for p in finished}
+    assert not (out / "table.csv").exists()
+    resumed = _run(*args)
+    assert "8 cell(s) run" in resumed and "3 already done" in resumed, resumed[-400:]
+    for folder, digests in before.items():
+        assert _digests(folder) == digests, f"{folder} was recomputed"
+    calm = tmp_path / "calm"
+    _run("suite", str(path), "--out", str(calm), "--device", "cpu")
+    columns = ["method", "store", "metric", "mean", "std", "n", "expected"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(out / "table.csv")[columns], pd.read_csv(calm / "table.csv")[columns]
+    )
+    assert (out / "ablation.md").read_text() == (calm / "ablation.md").read_text()
+    assert (out / "claims.md").read_text() == (calm / "claims.md").read_text()
+
+
+def test_missing_cells_are_said_never_averaged_away(tmp_path: Path) -> None:
+    path = _suite(tmp_path, flows="[]")
+    spec = load_suite(path)
+    out = tmp_path / "out"
+    full = run_suite(spec, out, device="cpu")
+    ranpac_seed1 = next(s for s in full.cells if s.cell.method == "ranpac" and s.cell.seed == 1)
+    tosca_seeds = [s for s in full.cells if s.cell.kind == "tosca"]
+    for state in (ranpac_seed1, *tosca_seeds):
+        (state.folder / "metrics.json").unlink()
+    partial = run_suite(spec, out, device="cpu", tables_only=True)
+    assert sorted(partial.missing) == sorted(s.cell.key for s in (ranpac_seed1, *tosca_seeds))
+    text = (out / "table.md").read_text()
+    assert "(n=1 of 2)" in text  # RanPAC: one of its two seeds
+    assert "| TOSCA (entropy) | missing | missing |" in text
+    table = partial.tables.table
+    ranpac = table[(table.method == "ranpac") & (table.metric == "A_last")].iloc[0]
+    assert ranpac["n"] == 1 and ranpac["expected"] == 2
+    assert "not measured" in (out / "claims.md").read_text()  # no TOSCA cells: nothing to check
+
+
+def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    path = _suite(tmp_path)
+    output = _run("suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--dry-run")
+    assert "to run" in output and "min here" in output and "tosca-tosca_r-l1=0-seed1-order1993" in output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('name = "x"\n', "names no [[stores]]"),
+        ('bogus = 1\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "unknown key 'bogus'"),
+        (
+            '[tosca]\nrouters = ["psychic"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown tosca.routers entry 'psychic'",
+        ),
+        (
+            '[baselines]\nmethods = ["ewc"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown baselines.methods entry 'ewc'",
+        ),
+        (
+            '[ablation]\nflows = ["backwards"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown ablation.flows entry 'backwards'",
+        ),
+        ('[tosca]\nflags = { lr = -1.0 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "--lr must be > 0"),
+        (
+            '[tosca]\nflags = { seed = 3 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown tosca.flags entry 'seed'",
+        ),
+        ('seeds = ["one"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "seeds holds 'one'"),
+        ('[[stores]]\nname = "A"\n', "has neither a path nor model + dataset"),
+        (
+            '[[stores]]\nname = "A"\npath = "a.zarr"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "two stores are named 'A'",
+        ),
+        ('[[stores]]\nname = "A"\npath = "a.zarr"\ninit_cls = 4\nincrement = 4\n', "store 'A' (6 classes)"),
+        ('[[stores]]\nname = "A"\npath = "nowhere.zarr"\n', "is not a tosca store"),
+        ("[[stores\n", "is not valid TOML"),
+    ],
+)
+def test_a_bad_suite_is_one_line(tmp_path: Path, toml: str, message: str) -> None:
+    synthetic_store(tmp_path / "a.zarr", classes=6)
+    (tmp_path / "SUITE.toml").write_text(toml)
+    result = RUNNER.invoke(
+        app, ["suite", str(tmp_path / "SUITE.toml"), "--out", str(tmp_path / "out"), "--device", "cpu"]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "fantasy"], "unknown --preset 'fantasy': use one of local, paper"),
+        ([], "give a suite file"),
+        (["SUITE.toml", "--preset", "local"], "not both or neither"),
+        (["missing.toml"], "suite file missing.toml is missing"),
+        (["--preset", "local", "--jobs", "0"], "--jobs must be at least 1"),
+    ],
+)
+def test_a_bad_suite_command_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SUITE.toml").write_text('[[stores]]\nname = "A"\npath = "a.zarr"\n')
+    result = RUNNER.invoke(app, ["suite", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
+    """The paper's six benchmarks with their class counts and splits, as tiny random stores: the
+    preset's plan, cells, tables and claims, at one seed and two flows to stay quick."""
+    classes = {
+        "cifar100": 100,
+        "cub200": 200,
+        "imagenet_r": 200,
+        "imagenet_a": 200,
+        "omnibenchmark": 300,
+        "vtab": 50,
+    }
+    spec = parse_suite(preset("paper"), tmp_path)
+    assert [s.name for s in spec.stores] == [name for name, _, _ in PAPER_BENCHMARKS]
+    assert all(s.model == "vit_b16" and s.weights == "IN-21k" for s in spec.stores)
+    assert (
+        spec.seeds == (0, 1, 2)
+        and set(spec.flows) == {"tosca", "tosca_r", "adapter", "calibrator"}
+        and spec.l1_off
+    )
+    stand_ins = {
+        name: synthetic_store(
+            tmp_path / f"{dataset}.zarr", classes=classes[dataset], per_class=2, test_per_class=1, dim=16
+        ).path
+        for name, dataset, _ in PAPER_BENCHMARKS
+    }
+    quick = dataclasses.replace(
+        with_stores(spec, stand_ins),
+        seeds=(0,),
+        flows=("tosca", "tosca_r"),
+        l1_off=False,
+        ranpac_m=32,
+        flags={"epochs": 1},
+    )
+    result = run_suite(quick, tmp_path / "out", device="cpu")
+    assert not result.missing
+    table = result.tables.table
+    assert set(table.store) == set(stand_ins) and (table.n == table.expected).all()
+    tasks = {
+        s.name: json.loads((c.folder / "metrics.json").read_text())["finished_tasks"]
+        for s in quick.stores
+        for c in result.cells
+        if c.cell.store == s.name and c.cell.kind == "tosca"
+    }
+    assert tasks == {
+        "CIFAR-100": 20,
+        "CUB-200": 20,
+        "ImageNet-R": 10,
+        "ImageNet-A": 10,
+        "OmniBenchmark": 10,
+        "VTAB": 5,
+    }
+    assert "IN-21k" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_a_store_name_that_the_suite_lacks_is_refused() -> None:
+    spec = parse_suite(preset("paper"), Path("."))
+    with pytest.raises(UserError, match="no store 'MNIST' in suite 'paper'"):
+        with_stores(spec, {"MNIST": Path("x")})
+
+
+def test_a_finished_run_elsewhere_with_the_same_configuration_is_reused(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines="[]", flows="[]")
+    spec = load_suite(path)
+    first = run_suite(spec, tmp_path / "runs" / "first", device="cpu", runs_root=tmp_path / "runs")
+    again = run_suite(
+        spec, tmp_path / "second", device="cpu", runs_root=tmp_path / "runs" / "first" / "cells" / "A"
+    )
+    assert {c.status for c in again.cells} == {"reused"}
+    assert [c.folder for c in again.cells] == [c.folder for c in first.cells]
+    pd.testing.assert_frame_equal(again.tables.table, first.tables.table)

@@ -1,0 +1,217 @@
+"""Stage 2 from Python: fit, evaluate and sweep on a store, predict from features or images, the
+baselines, suites, and the registries for routers and baselines that live outside the package.
+Re-exported as `tosca_heads.fit`, ... (loaded on first use). Results are plain objects:
+`RunResult.metrics()` is the dict metrics.json holds, sweeps and baselines come as pandas frames,
+predictions as numpy arrays.
+
+The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a small store on disk
+(6 classes, 32-dimensional features), `TMP` an empty folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from featcache.store import FeatureStore
+from tosca_heads.experiments.predict import Predictions, RunPredictor
+from tosca_heads.experiments.runs import RunResult
+from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
+from tosca_heads.method.baselines import BASELINES, register_baseline
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
+from tosca_heads.routers import ROUTERS, Router, StageView, register_router
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = [
+    "BASELINES",
+    "ROUTERS",
+    "Predictions",
+    "Router",
+    "RunPredictor",
+    "RunResult",
+    "StageView",
+    "SuiteResult",
+    "SuiteSpec",
+    "baselines",
+    "evaluate",
+    "fit",
+    "load_run",
+    "load_suite",
+    "parse_suite",
+    "predict",
+    "register_baseline",
+    "register_router",
+    "run_suite",
+    "sweep",
+]
+
+
+def _store(store: FeatureStore | str | Path) -> FeatureStore:
+    return store if isinstance(store, FeatureStore) else FeatureStore.open(store)
+
+
+def _stream(store: FeatureStore, init_cls: int | None, increment: int | None, order_seed: int) -> Any:
+    from tosca_heads.method.protocol import stream_config
+
+    return stream_config(
+        store.identity["dataset"]["name"], store.shape.classes, init_cls, increment, order_seed
+    )
+
+
+def fit(
+    store: FeatureStore | str | Path,
+    *,
+    run: str | Path | None = None,
+    init_cls: int | None = None,
+    increment: int | None = None,
+    order_seed: int = DEFAULT_ORDER_SEED,
+    device: str = "cpu",
+    **recipe: Any,
+) -> RunResult:
+    """`tosca fit`: one LuCA module per task, the cosine classifier and every router, on the
+    store's cached features. `recipe` holds fit flags over the paper preset (r, s, l1, lr,
+    epochs, batch_size, flow, seed, ...). With `run` the run folder is written (and a matching one
+    resumed); without, nothing touches the disk.
+
+    >>> result = fit(STORE, init_cls=2, increment=2, epochs=2, batch_size=8)
+    >>> metrics = result.metrics()
+    >>> metrics["finished_tasks"], sorted(metrics["routers"])[:4]
+    (3, ['batch', 'batch_shuffled', 'energy', 'entropy'])
+    >>> 0.0 <= metrics["routers"]["lda"]["A_last"] <= 1.0
+    True
+    """
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.recipe import recipe as make_recipe
+
+    opened = _store(store)
+    stream = _stream(opened, init_cls, increment, order_seed)
+    train = make_recipe("paper", recipe)
+    return fit_run(
+        opened,
+        stream,
+        train,
+        None,
+        None if run is None else Path(run),
+        write_outputs=run is not None,
+        device=device,
+    )
+
+
+def evaluate(run: str | Path, device: str = "cpu") -> RunResult:
+    """`tosca eval`: re-evaluate a run folder from its saved modules (every router), rewriting its
+    metrics.
+
+    >>> first = fit(STORE, run=TMP / "run", init_cls=2, increment=2, epochs=1, batch_size=8)
+    >>> again = evaluate(TMP / "run")
+    >>> again.metrics()["routers"]["entropy"]["A_t"] == first.metrics()["routers"]["entropy"]["A_t"]
+    True
+    """
+    from featcache.foundation.devices import resolve_device
+    from tosca_heads.experiments.runs import evaluate_run
+
+    return evaluate_run(Path(run), device=resolve_device(device))
+
+
+def sweep(
+    store: FeatureStore | str | Path,
+    grid: dict[str, Sequence[Any]],
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    init_cls: int | None = None,
+    increment: int | None = None,
+    device: str = "cpu",
+    rank_by: str = "entropy",
+    **fixed: Any,
+) -> pd.DataFrame:
+    """`tosca sweep`: every point of the grid (flag -> values; `seed` for seeds) is a full run;
+    `fixed` holds flags every point shares. Resumable in `out`; returns results.csv as a frame,
+    one row per point and router.
+
+    >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", init_cls=2, increment=2, epochs=1, batch_size=8)
+    >>> sorted(set(frame["r"])), len(frame) == 2 * len(ROUTERS)
+    ([2, 4], True)
+    """
+    from tosca_heads.experiments.sweeps import grid_points, run_sweep
+    from tosca_heads.method.recipe import recipe as make_recipe
+
+    opened = _store(store)
+    stream = _stream(opened, init_cls, increment, DEFAULT_ORDER_SEED)
+    points = grid_points(
+        {k: list(v) for k, v in grid.items()},
+        make_recipe("paper", fixed),
+        stream,
+        opened.dim,
+        opened.shape.classes,
+    )
+    return run_sweep(opened, points, Path(out), jobs, None, rank_by, device=device).frame
+
+
+def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
+    """A finished run, ready to classify frozen features (`predict`), nothing trained.
+
+    >>> _ = fit(STORE, run=TMP / "loaded", init_cls=2, increment=2, epochs=1, batch_size=8)
+    >>> predictor = load_run(TMP / "loaded")
+    >>> predictor.tasks_
+    3
+    """
+    from tosca_heads.experiments.runfiles import open_run_store, read_run_config
+
+    config = read_run_config(Path(run))
+    store = open_run_store(config, Path(run))
+    return RunPredictor(Path(run), store.shape.classes, device).load()
+
+
+def predict(
+    run: str | Path | RunPredictor, features: np.ndarray, *, router: str | None = None, device: str = "cpu"
+) -> Predictions:
+    """Classify frozen features [n, d] with a run and one honest router (default: the run's best by
+    A_last). Classes are incremental ids (`RunPredictor.class_names` names them). For images, embed
+    them first with the run's store's backbone: `featcache.embed(store, images)`.
+
+    >>> _ = fit(STORE, run=TMP / "predicting", init_cls=2, increment=2, epochs=1, batch_size=8)
+    >>> from featcache import open_store
+    >>> x = open_store(STORE).features("test")[:5]
+    >>> found = predict(TMP / "predicting", x, router="lda")
+    >>> found.classes.shape, int(found.tasks.max()) <= 2
+    ((5,), True)
+    """
+    from tosca_heads.experiments.predict import best_honest_router
+    from tosca_heads.experiments.runfiles import read_metrics
+
+    predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
+    chosen = router or best_honest_router(read_metrics(predictor.run_dir))
+    return predictor.predict(features, chosen)
+
+
+def baselines(
+    store: FeatureStore | str | Path,
+    methods: Sequence[str] = ("simplecil", "ranpac", "joint_probe"),
+    *,
+    init_cls: int | None = None,
+    increment: int | None = None,
+    order_seed: int = DEFAULT_ORDER_SEED,
+    ranpac_m: int = 10_000,
+    ranpac_seed: int = 0,
+    device: str = "cpu",
+) -> pd.DataFrame:
+    """The baselines under TOSCA's protocol on the same store (any registered one by name): one
+    row per method with A_bar, A_last, forgetting, parameters, seconds and A_t. Nothing written.
+
+    >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64)
+    >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
+    (['simplecil', 'ranpac'], True)
+    """
+    from tosca_heads.experiments.comparison import baseline_params, comparison_frame, run_baseline
+
+    opened = _store(store)
+    stream = _stream(opened, init_cls, increment, order_seed)
+    results = [
+        run_baseline(m, opened, stream, device=device, **baseline_params(m, ranpac_m, ranpac_seed))
+        for m in methods
+    ]
+    return comparison_frame(results)

@@ -1,0 +1,14 @@
+"""`tosca suite`: from stores to the paper's tables in one command, with seeds, ablations and the
+paper's claims checked, every cell reproducible by one single command.
+
+- `spec`: what a suite asks for (SUITE.toml or a preset), checked;
+- `presets`: the suites tosca ships (`local`, `paper`);
+- `cells`: one folder per number, and how each is found done, read and rerun alone;
+- `run`: `run_suite`, resumable, in parallel on Dask when asked;
+- `tables`: the tables, claims and figures from the finished cells.
+"""
+
+from tosca_heads.experiments.suite.run import SuiteResult, run_suite
+from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, load_suite, parse_suite
+
+__all__ = ["StoreSpec", "SuiteResult", "SuiteSpec", "load_suite", "parse_suite", "run_suite"]

@@ -1,0 +1,194 @@
+"""A suite's cells: each number of its tables comes from one cell, and each cell is one folder that
+the single command would write with the same flags (a TOSCA cell is a `tosca fit` run folder, a
+baseline cell a `tosca baselines` folder), so `command` reruns it alone.
+
+A cell is done when its folder holds finished results made from the same store, task split and
+recipe; it is then read, never recomputed. A finished `tosca fit` run with the same configuration
+elsewhere under the runs root is reused the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from featcache.foundation.errors import UserError
+from featcache.store import FeatureStore
+from tosca_heads.experiments import comparison, runfiles
+from tosca_heads.experiments.comparison import baseline_params
+from tosca_heads.experiments.suite.spec import SuiteSpec
+from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.recipe import TrainConfig
+
+DETERMINISTIC = ("simplecil", "joint_probe")  # no seed: one cell per store and class order
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One folder of results: TOSCA at (flow, L1, seed), or one baseline at a seed."""
+
+    store: str
+    kind: str  # "tosca" or "baseline"
+    seed: int
+    order_seed: int
+    flow: str = "tosca"
+    l1: float = 0.0
+    method: str = "tosca"
+
+    @property
+    def key(self) -> str:
+        if self.kind == "tosca":
+            return f"{self.store}/tosca-{self.flow}-l1={self.l1:g}-seed{self.seed}-order{self.order_seed}"
+        return f"{self.store}/{self.method}-seed{self.seed}-order{self.order_seed}"
+
+    def folder(self, out: Path) -> Path:
+        """Where the cell's files are: a run folder, or a baselines folder's method subfolder."""
+        base = Path(out) / "cells" / slug(self.store)
+        if self.kind == "tosca":
+            return base / f"tosca-{self.flow}-l1_{self.l1:g}-seed{self.seed}-order{self.order_seed}"
+        return base / f"baselines-seed{self.seed}-order{self.order_seed}" / self.method
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "store"
+
+
+def plan_cells(spec: SuiteSpec) -> list[Cell]:
+    """Every cell of the suite, each once: the main TOSCA runs (the paper flow at the suite's L1),
+    the ablation's flows with L1 on (and off), and the baselines."""
+    cells: dict[str, Cell] = {}
+    l1s = [spec.main_l1, *([0.0] if spec.l1_off and spec.main_l1 != 0.0 else [])]
+    for store in spec.stores:
+        for order in spec.order_seeds:
+            for seed in spec.seeds:
+                for flow, l1 in [("tosca", spec.main_l1), *((f, x) for f in spec.flows for x in l1s)]:
+                    cell = Cell(store.name, "tosca", seed, order, flow, l1)
+                    cells.setdefault(cell.key, cell)
+            for method in spec.baselines:
+                for seed in spec.seeds[:1] if method in DETERMINISTIC else spec.seeds:
+                    cell = Cell(store.name, "baseline", seed, order, method=method)
+                    cells.setdefault(cell.key, cell)
+    return list(cells.values())
+
+
+def cell_train(spec: SuiteSpec, cell: Cell) -> TrainConfig:
+    return spec.train(cell.seed, cell.flow, cell.l1)
+
+
+def cell_params(spec: SuiteSpec, cell: Cell) -> dict[str, Any]:
+    return baseline_params(cell.method, spec.ranpac_m, cell.seed)
+
+
+def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, stream: StreamConfig) -> bool:
+    """The folder holds this cell's finished results (same store, split and recipe)."""
+    tasks = stream.task_stream(store.shape.classes).num_tasks
+    if cell.kind == "tosca":
+        try:
+            config = runfiles.read_run_config(folder)
+            metrics = runfiles.read_metrics(folder)
+        except UserError:
+            return False
+        wanted = runfiles.run_config(store, stream, cell_train(spec, cell))
+        return not runfiles.config_differences(config, wanted) and metrics.get("finished_tasks") == tasks
+    payload = comparison.read_baseline(folder / "metrics.json")
+    return (
+        payload is not None
+        and payload.get("store_fingerprint") == store.fingerprint
+        and payload.get("stream") == asdict(stream)
+        and payload.get("params", {}) == cell_params(spec, cell)
+        and payload.get("finished_tasks") == tasks
+    )
+
+
+def find_finished_run(
+    spec: SuiteSpec, cell: Cell, runs_root: Path, store: FeatureStore, stream: StreamConfig
+) -> Path | None:
+    """A finished `tosca fit` run under runs_root with exactly this cell's configuration."""
+    if cell.kind != "tosca" or not Path(runs_root).is_dir():
+        return None
+    for config in sorted(Path(runs_root).glob("*/config.json")):
+        if finished(spec, cell, config.parent, store, stream):
+            return config.parent
+    return None
+
+
+def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: StreamConfig) -> str:
+    """The one command that makes this cell alone."""
+    split = [
+        "--init-cls",
+        str(stream.init_cls),
+        "--increment",
+        str(stream.increment),
+        "--order-seed",
+        str(cell.order_seed),
+    ]
+    if cell.kind == "tosca":
+        train = cell_train(spec, cell)
+        flags = [
+            f"--{name.replace('_', '-')}={value}"
+            for name, value in sorted(asdict(train).items())
+            if name != "eta_min" and value is not None
+        ]
+        args = ["tosca", "fit", "--store", str(store), "--run", str(folder), *split, *flags]
+    else:
+        params = cell_params(spec, cell)
+        args = ["tosca", "baselines", "--store", str(store), "--no-tosca", "--methods", cell.method]
+        args += ["--out", str(folder.parent), *split]
+        if cell.method == "ranpac":
+            args += ["--ranpac-m", str(params["projection_dim"]), "--ranpac-seed", str(params["seed"])]
+    return shlex.join(args)
+
+
+def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
+    """The finished cell's metrics: {router or "none": metrics block}, and its seconds."""
+    if cell.kind == "tosca":
+        metrics = runfiles.read_metrics(folder)
+        seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
+        return {
+            "routers": metrics["routers"],
+            "seconds": seconds,
+            "params_per_task": metrics["params_per_task"],
+        }
+    payload = comparison.read_baseline(folder / "metrics.json")
+    assert payload is not None
+    return {
+        "routers": payload["routers"],
+        "seconds": float(payload.get("seconds", 0.0)),
+        "parameters": payload.get("parameters"),
+    }
+
+
+def module_similarity(folder: Path) -> float | None:
+    """Mean cosine similarity between the weights of every pair of the run's task modules (each
+    module's parameters as one vector); None for a run of one task."""
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("task_*.safetensors"))
+    if len(files) < 2:
+        return None
+    vectors = []
+    for path in files:
+        state = load_file(str(path))
+        vectors.append(
+            torch.cat([state[k].double().flatten() for k in sorted(state) if k.startswith("luca.")])
+        )
+    unit = torch.nn.functional.normalize(torch.stack(vectors), dim=1)
+    cos = unit @ unit.T
+    pairs = torch.triu_indices(len(files), len(files), offset=1)
+    return float(cos[pairs[0], pairs[1]].mean())
+
+
+def describe(cells: list[Cell]) -> str:
+    kinds = {"tosca": 0, "baseline": 0}
+    for cell in cells:
+        kinds[cell.kind] += 1
+    return f"{kinds['tosca']} TOSCA run(s), {kinds['baseline']} baseline run(s)"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

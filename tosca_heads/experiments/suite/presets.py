@@ -1,0 +1,101 @@
+"""The suites tosca ships, in the structure of a SUITE.toml (`spec.parse_suite` reads both).
+
+- `local`: what runs on the real archives of this project's machines (`$TOSCA_DATA`, else
+  ../shared/data): EfficientNet-Lite0 with its packaged ImageNet weights on per-class subsets of
+  EuroSAT, CIFAR-10 (B0 Inc2) and CIFAR-100 (B0 Inc5), three seeds, every method and ablation.
+  Its stores are the ones `benchmarks/routing.py` and `tosca demo` extract.
+- `paper`: the paper's six benchmarks (method.md §2) on ViT-B/16 IN-21k, three seeds, every method
+  and ablation. It needs the data in `train/<class>/` + `test/<class>/` folders under
+  `$TOSCA_PAPER_DATA/<dataset>/` and the ViT-B/16 IN-21k weights (timm's
+  `vit_base_patch16_224.augreg_in21k`, downloaded on first use or passed as a file).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from featcache.foundation.errors import UserError
+
+ALL_ABLATIONS = {"flows": ["tosca", "tosca_r", "adapter", "calibrator"], "l1_off": True}
+ROUTERS_SHOWN = ["entropy", "lda", "batch", "oracle"]
+
+
+def _data(env: str, fallback: Path) -> str:
+    return os.environ.get(env) or str(fallback)
+
+
+def _local() -> dict[str, Any]:
+    data = Path(_data("TOSCA_DATA", Path.cwd().parent / "shared" / "data"))
+    cache = Path("cache")
+    stores = [
+        ("EuroSAT", "eurosat", "eurosat/EuroSAT-RGB.tar.gz", 300, 2, "effnet_lite0-demo300.zarr"),
+        ("CIFAR-10", "cifar10", "cifar10/cifar10-jpeg.tar.gz", 300, 2, "effnet_lite0-300.zarr"),
+        ("CIFAR-100", "cifar100", "cifar100/cifar100-jpeg.tar.gz", 100, 5, "effnet_lite0-100.zarr"),
+    ]
+    return {
+        "name": "local",
+        "seeds": [0, 1, 2],
+        "tosca": {"routers": ROUTERS_SHOWN},
+        "baselines": {"methods": ["simplecil", "ranpac", "joint_probe"], "ranpac_m": 10_000},
+        "ablation": copy.deepcopy(ALL_ABLATIONS),
+        "stores": [
+            {
+                "name": name,
+                "path": str((cache / dataset / file).resolve()),
+                "model": "effnet_lite0",
+                "dataset": dataset,
+                "data_root": str(data / archive),
+                "limit_per_class": per_class,
+                "init_cls": split,
+                "increment": split,
+                "weights": "ImageNet-1k",
+            }
+            for name, dataset, archive, per_class, split, file in stores
+        ],
+    }
+
+
+PAPER_BENCHMARKS = [  # name, dataset, B0 Inc (method.md §2)
+    ("CIFAR-100", "cifar100", 5),
+    ("CUB-200", "cub200", 10),
+    ("ImageNet-R", "imagenet_r", 20),
+    ("ImageNet-A", "imagenet_a", 20),
+    ("OmniBenchmark", "omnibenchmark", 30),
+    ("VTAB", "vtab", 10),
+]
+
+
+def _paper() -> dict[str, Any]:
+    data = Path(_data("TOSCA_PAPER_DATA", Path("data")))
+    return {
+        "name": "paper",
+        "seeds": [0, 1, 2],
+        "tosca": {"routers": ROUTERS_SHOWN},
+        "baselines": {"methods": ["simplecil", "ranpac", "joint_probe"], "ranpac_m": 10_000},
+        "ablation": copy.deepcopy(ALL_ABLATIONS),
+        "stores": [
+            {
+                "name": name,
+                "path": str((Path("cache") / dataset / "vit_b16.zarr").resolve()),
+                "model": "vit_b16",
+                "dataset": dataset,
+                "data_root": str(data / dataset),
+                "init_cls": increment,
+                "increment": increment,
+                "weights": "IN-21k",
+            }
+            for name, dataset, increment in PAPER_BENCHMARKS
+        ],
+    }
+
+
+PRESETS = {"local": _local, "paper": _paper}
+
+
+def preset(name: str) -> dict[str, Any]:
+    if name not in PRESETS:
+        raise UserError(f"unknown --preset {name!r}: use one of {', '.join(PRESETS)}")
+    return PRESETS[name]()

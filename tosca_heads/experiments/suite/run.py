@@ -1,0 +1,516 @@
+"""`run_suite`: every cell of a suite, resumably, then its tables, claims, figures and manifest.
+
+The suite's folder holds `cells/` (one run or baselines folder per cell), the tables, and
+`manifest.json`. Cells are computed in the order stores, class orders, seeds; TOSCA cells of one
+store and recipe family train as one engine run where the device holds them (a GPU), baselines one
+by one. With `jobs` > 1 or a `scheduler`, cells run as Dask tasks (the `--scheduler` forms of
+featcache.foundation.scheduler); each writes only its own folder, so a killed suite loses at most
+the cells in flight, and the same call continues it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from featcache import __version__
+from featcache.foundation import atomic, folders
+from featcache.foundation.devices import resolve_device
+from featcache.foundation.errors import UserError
+from featcache.foundation.locks import folder_lock
+from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
+from featcache.store import FeatureStore, check_readable, is_tosca_store
+from tosca_heads.engine.device import check_settings
+from tosca_heads.engine.memory import default_group_size, require_room
+from tosca_heads.experiments import comparison
+from tosca_heads.experiments.requests import SuiteRequest
+from tosca_heads.experiments.runs import fit_group
+from tosca_heads.experiments.suite import cells as cellmod
+from tosca_heads.experiments.suite.cells import Cell
+from tosca_heads.experiments.suite.presets import preset
+from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, load_suite, parse_suite
+from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
+from tosca_heads.experiments.sweeps import features_on_worker
+from tosca_heads.method.protocol import StreamConfig, stream_config
+from tosca_heads.method.recipe import group_key
+
+# (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
+Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
+CellCallback = Callable[[Cell, int, int], None]  # (cell, finished, total)
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class OpenStore:
+    spec: StoreSpec
+    store: FeatureStore
+    streams: dict[int, StreamConfig]  # order seed -> task split
+
+
+@dataclass
+class CellState:
+    cell: Cell
+    folder: Path
+    command: str
+    status: str  # done (found finished), reused (a finished run elsewhere), ran, missing
+    seconds: float = 0.0
+    result: dict[str, Any] | None = None
+    similarity: float | None = None
+
+
+@dataclass
+class SuiteResult:
+    """What `run_suite` made: the tables as pandas frames, the claims, every cell's state, the files."""
+
+    spec: SuiteSpec
+    out: Path
+    cells: list[CellState]
+    tables: SuiteTables | None
+    files: dict[str, Path] = field(default_factory=dict)
+    seconds: float = 0.0
+    estimate_seconds: float | None = None
+
+    @property
+    def missing(self) -> list[str]:
+        return [c.cell.key for c in self.cells if c.status == "missing"]
+
+
+def open_stores(spec: SuiteSpec, extract: Extractor | None) -> dict[str, OpenStore]:
+    """Every store of the suite, checked, with its task split per class order; a store given by
+    model + dataset is extracted first when it is not on disk yet."""
+    opened = {}
+    for s in spec.stores:
+        path = s.path
+        if path is None or not is_tosca_store(path):
+            if not (s.model and s.dataset):
+                raise UserError(
+                    f"store {s.name!r}: {path} is not a tosca store and the suite gives no model + dataset to make it"
+                )
+            if extract is None:
+                raise UserError(
+                    f"store {s.name!r} must be extracted first ({s.model} on {s.dataset}): run `tosca extract` or pass an extractor"
+                )
+            target = path or Path("cache") / s.dataset / f"{s.model}-suite.zarr"
+            path = extract(s.model, s.dataset, s.data_root, target, s.limit_per_class)
+        store = FeatureStore.open(path)
+        check_readable(store)
+        dataset = store.identity["dataset"]["name"]
+        streams = {}
+        for order in spec.order_seeds:
+            try:
+                streams[order] = stream_config(dataset, store.shape.classes, s.init_cls, s.increment, order)
+            except UserError as exc:
+                raise UserError(f"store {s.name!r} ({store.shape.classes} classes): {exc}") from None
+        opened[s.name] = OpenStore(s, store, streams)
+    return opened
+
+
+def default_out(spec: SuiteSpec, runs_root: Path) -> Path:
+    return Path(runs_root) / f"suite-{cellmod.slug(spec.name)}"
+
+
+def is_suite_dir(folder: Path) -> bool:
+    """A suite folder without tosca's marker: none is (suites always carried it)."""
+    return False
+
+
+def run_suite(
+    spec: SuiteSpec,
+    out: Path | None = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    device: str = "auto",
+    dry_run: bool = False,
+    extract: Extractor | None = None,
+    on_cell: CellCallback | None = None,
+    runs_root: Path = Path("runs"),
+    tables_only: bool = False,
+) -> SuiteResult:
+    """Plan, run what is not done, and write the tables (see the module docstring). `dry_run`:
+    the plan alone (which cells exist, an estimate of the time), nothing written; `tables_only`:
+    the tables of the cells finished so far, the others marked missing, nothing run.
+
+    >>> spec = parse_suite({"seeds": [0], "tosca": {"flags": {"epochs": 1}}, "baselines": {"methods": ["simplecil"]},
+    ...                     "stores": [{"name": "tiny", "path": str(STORE), "init_cls": 2, "increment": 2}]}, TMP)
+    >>> result = run_suite(spec, TMP / "suite", device="cpu")
+    >>> result.missing, sorted(set(result.tables.table["method"]))[:2]
+    ([], ['simplecil', 'tosca:batch'])
+    """
+    start = time.perf_counter()
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    check_settings()
+    resolved = resolve_device(device)
+    if scheduler is not None:
+        parse_scheduler(scheduler)
+    out = Path(out) if out is not None else default_out(spec, runs_root)
+    if dry_run:
+        stores = open_stores(spec, None)
+        states = _states(spec, stores, out, runs_root)
+        result = SuiteResult(spec, out, states, None)
+        result.estimate_seconds = estimate_seconds(
+            spec, stores, [s for s in states if s.status == "missing"], resolved
+        )
+        return result
+    folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
+    stores = open_stores(spec, extract)
+    for opened in stores.values():  # each cell trains at least alone: the largest must fit here
+        shape = opened.store.shape
+        tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
+        for flow in {"tosca", *spec.flows}:
+            require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, resolved)
+    with folder_lock(out, "suite folder", "pass another --out"):
+        folders.claim(out, "suite", "--out", written_before=is_suite_dir)
+        atomic.remove_stale(out)
+        states = _states(spec, stores, out, runs_root)
+        if not tables_only:
+            _run_missing(spec, stores, states, jobs, scheduler, resolved, on_cell)
+        for state in states:
+            if state.status in ("done", "reused", "ran"):
+                _read(state)
+        tables = build_tables(spec, states)
+        files = write_tables(out, spec, tables)
+        result = SuiteResult(spec, out, states, tables, files, time.perf_counter() - start)
+        files[MANIFEST] = write_manifest(out, spec, stores, states)
+        return result
+
+
+def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:
+    states = []
+    for cell in cellmod.plan_cells(spec):
+        opened = stores[cell.store]
+        stream = opened.streams[cell.order_seed]
+        folder = cell.folder(out)
+        status = "missing"
+        if cellmod.finished(spec, cell, folder, opened.store, stream):
+            status = "done"
+        else:
+            found = cellmod.find_finished_run(spec, cell, runs_root, opened.store, stream)
+            if found is not None:
+                folder, status = found, "reused"
+        command = cellmod.command(spec, cell, cell.folder(out), opened.store.path, stream)
+        states.append(CellState(cell, folder, command, status))
+    return states
+
+
+def _read(state: CellState) -> None:
+    state.result = cellmod.read_result(state.cell, state.folder)
+    state.seconds = state.result["seconds"]
+    if state.cell.kind == "tosca":
+        state.similarity = cellmod.module_similarity(state.folder)
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work for a process: a group of TOSCA cells (one engine run), or one baseline."""
+
+    store_path: str
+    fingerprint: str
+    stream: StreamConfig
+    kind: str
+    trains: tuple[Any, ...] = ()
+    folders: tuple[str, ...] = ()
+    method: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
+
+
+def _jobs(
+    spec: SuiteSpec,
+    stores: dict[str, OpenStore],
+    missing: Sequence[CellState],
+    device: torch.device,
+    sharing: int,
+) -> list[tuple[Job, list[CellState]]]:
+    jobs: list[tuple[Job, list[CellState]]] = []
+    groups: dict[tuple, list[CellState]] = {}
+    for state in missing:
+        cell = state.cell
+        opened = stores[cell.store]
+        stream = opened.streams[cell.order_seed]
+        if cell.kind == "baseline":
+            params = tuple(sorted(cellmod.cell_params(spec, cell).items()))
+            job = Job(
+                str(opened.store.path),
+                opened.store.fingerprint,
+                stream,
+                "baseline",
+                method=cell.method,
+                params=params,
+                folders=(str(state.folder),),
+            )
+            jobs.append((job, [state]))
+        else:
+            key = (cell.store, cell.order_seed, group_key(cellmod.cell_train(spec, cell)))
+            groups.setdefault(key, []).append(state)
+    for (name, order, _), members in groups.items():
+        opened = stores[name]
+        trains = [cellmod.cell_train(spec, s.cell) for s in members]
+        stream = opened.streams[order]
+        size = default_group_size(opened.store.shape, [_Point(t, stream) for t in trains], device, sharing)
+        for i in range(0, len(members), size):
+            part = members[i : i + size]
+            job = Job(
+                str(opened.store.path),
+                opened.store.fingerprint,
+                opened.streams[order],
+                "tosca",
+                trains=tuple(trains[i : i + size]),
+                folders=tuple(str(s.folder) for s in part),
+            )
+            jobs.append((job, part))
+    return jobs
+
+
+@dataclass(frozen=True)
+class _Point:
+    """What the engine's group sizing reads of a cell: its recipe and task split."""
+
+    train: Any
+    stream: StreamConfig
+
+
+def run_job(job: Job, device: str) -> float:
+    """Runs in a worker (or here): one job's cells, written into their folders; its seconds."""
+    resolved = resolve_device(device)
+    _, store, source = features_on_worker(job.store_path, job.fingerprint, resolved)
+    start = time.perf_counter()
+    if job.kind == "tosca":
+        fit_group(
+            store, job.stream, list(job.trains), None, [Path(f) for f in job.folders], source, device=resolved
+        )
+    else:
+        params = dict(job.params)
+        result = comparison.run_baseline(job.method, store, job.stream, source, device=resolved, **params)
+        folder = Path(job.folders[0])
+        comparison.write_baseline(folder, result, store, job.stream, params)
+    return time.perf_counter() - start
+
+
+def _run_missing(
+    spec: SuiteSpec,
+    stores: dict[str, OpenStore],
+    states: list[CellState],
+    jobs: int,
+    scheduler: str | None,
+    device: torch.device,
+    on_cell: CellCallback | None,
+) -> None:
+    missing = [s for s in states if s.status == "missing"]
+    sharing = jobs if scheduler is None else 1
+    work = _jobs(spec, stores, missing, device, sharing)
+    total, finished = len(missing), 0
+
+    def record(members: list[CellState]) -> None:
+        nonlocal finished
+        for state in members:
+            state.status = "ran"
+            finished += 1
+            if on_cell:
+                on_cell(state.cell, finished, total)
+
+    if not work:
+        return
+    if jobs == 1 and scheduler is None:
+        for job, members in work:
+            run_job(job, str(device))
+            record(members)
+        return
+    from distributed import as_completed
+
+    choice = (
+        parse_scheduler(scheduler) if scheduler else SchedulerChoice("local", workers=min(jobs, len(work)))
+    )
+    with dask_client(choice) as client:
+        futures = {client.submit(run_job, job, str(device), pure=False): members for job, members in work}
+        for future in as_completed(futures):
+            future.result()
+            record(futures[future])
+
+
+# ------------------------------------------------------------------------------------------ estimate
+
+
+def estimate_seconds(
+    spec: SuiteSpec, stores: dict[str, OpenStore], missing: Sequence[CellState], device: torch.device
+) -> float:
+    """Seconds the missing TOSCA cells should take here: their SGD steps, counted, times the cost of
+    one step timed on this machine at each store's shape (a short probe), plus a third for the
+    evaluation. Baseline cells are not counted (seconds each on stores of these sizes)."""
+    total = 0.0
+    per_step: dict[str, float] = {}
+    for state in missing:
+        if state.cell.kind != "tosca":
+            continue
+        opened = stores[state.cell.store]
+        train = cellmod.cell_train(spec, state.cell)
+        if state.cell.store not in per_step:
+            per_step[state.cell.store] = _timed_step(opened.store.dim, train, device)
+        stream = opened.streams[state.cell.order_seed].task_stream(opened.store.shape.classes)
+        labels = stream.remap(opened.store.labels("train"))
+        steps = sum(
+            -(-len(stream.rows_of_task(labels, t)) // train.batch_size) for t in range(stream.num_tasks)
+        )
+        total += steps * train.epochs * per_step[state.cell.store] * 4 / 3
+    return total
+
+
+def _timed_step(dim: int, train: Any, device: torch.device) -> float:
+    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features."""
+    import tempfile
+
+    import numpy as np
+
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.recipe import recipe
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, classes = 40 * train.batch_size, 2
+        store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
+        probe = recipe(
+            "paper",
+            {"epochs": 3, "flow": train.flow, "r": train.r, "s": train.s, "batch_size": train.batch_size},
+        )
+        result = fit_run(
+            store, StreamConfig(classes, classes), probe, None, write_outputs=False, device=device
+        )
+        seconds = sum(s.stats["seconds"] for s in result.stages)
+        return seconds / (3 * int(np.ceil(rows / train.batch_size)))
+
+
+def _random_store(path: Path, rows: int, dim: int, classes: int) -> FeatureStore:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = {"train": np.arange(rows) % classes, "test": np.arange(classes) % classes}
+    identity = {
+        "dataset": {
+            "name": "probe",
+            "num_classes": classes,
+            "samples": {k: len(v) for k, v in labels.items()},
+        },
+        "backbone": {"alias": "probe", "feature_dim": dim},
+        "views": 0,
+    }
+    ids = {k: [str(i) for i in range(len(v))] for k, v in labels.items()}
+    store = FeatureStore.create(path, identity, {}, ids, labels, dim, 0, rows, "float32")
+    for split, y in labels.items():
+        store.write_chunk(split, 0, rng.normal(size=(len(y), dim)).astype(np.float32))
+    return store
+
+
+# ------------------------------------------------------------------------------------------ manifest
+
+
+def _git_commit() -> str | None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        root = Path(__file__).resolve().parents[3]
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        if done.returncode == 0:
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
+            )
+            return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    return None
+
+
+def write_manifest(out: Path, spec: SuiteSpec, stores: dict[str, OpenStore], states: list[CellState]) -> Path:
+    """Every cell with its store (fingerprint, sample lists' hash), full configuration, the code
+    version, its seconds and the one command that reruns it alone."""
+    import json
+
+    manifest = {
+        "suite": spec.name,
+        "made": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": f"{platform.node()}: {platform.machine()}, {platform.processor() or '?'}",
+        "code": {
+            "tosca": __version__,
+            "git": _git_commit(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+        "spec": _plain(asdict(spec)),
+        "stores": {
+            name: {
+                "path": str(o.store.path),
+                "fingerprint": o.store.fingerprint,
+                "samples_sha256": o.store.identity["dataset"].get("ids_sha256"),
+                "dataset": o.store.identity["dataset"]["name"],
+                "backbone": o.store.identity["backbone"].get("alias"),
+                "weights": o.store.identity["backbone"].get("weights_source"),
+                "weights_label": o.spec.weights,
+                "streams": {str(k): asdict(v) for k, v in o.streams.items()},
+            }
+            for name, o in stores.items()
+        },
+        "cells": [
+            {
+                "key": s.cell.key,
+                **asdict(s.cell),
+                "config": _cell_config(spec, s.cell, stores[s.cell.store].store.dim),
+                "folder": str(s.folder),
+                "status": s.status,
+                "seconds": s.seconds,
+                "command": s.command,
+            }
+            for s in states
+        ],
+    }
+    path = out / MANIFEST
+    atomic.write_text(path, json.dumps(manifest, indent=2, default=str) + "\n")
+    return path
+
+
+def _cell_config(spec: SuiteSpec, cell: Cell, dim: int) -> dict[str, Any]:
+    if cell.kind == "tosca":
+        return {"train": asdict(cellmod.cell_train(spec, cell).resolved(dim))}
+    return {"baseline": cell.method, "params": cellmod.cell_params(spec, cell)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def spec_of(request: SuiteRequest) -> SuiteSpec:
+    """The suite a request names: a SUITE.toml or a preset, exactly one."""
+    if (request.suite is None) == (request.preset is None):
+        raise UserError("give a suite file (tosca suite SUITE.toml) or --preset NAME, not both or neither")
+    if request.suite is not None:
+        return load_suite(request.suite)
+    return parse_suite(preset(request.preset or ""), Path.cwd(), f"preset {request.preset!r}")
+
+
+def suite(
+    request: SuiteRequest, extract: Extractor | None = None, on_cell: CellCallback | None = None
+) -> SuiteResult:
+    """`tosca suite`."""
+    return run_suite(
+        spec_of(request),
+        request.out,
+        request.jobs,
+        request.scheduler,
+        request.device,
+        request.dry_run,
+        extract,
+        on_cell,
+        request.runs_root,
+        request.tables_only,
+    )

@@ -1,0 +1,299 @@
+"""What a suite asks for, read from SUITE.toml or a preset, every field checked in one line.
+
+A suite file (paths relative to the file's folder):
+
+    name = "my-suite"
+    seeds = [0, 1, 2]            # training seeds: module initialisation and shuffling
+    order_seeds = [1993]         # class orders (the paper's: 1993)
+
+    [tosca]
+    routers = ["entropy", "lda", "batch", "oracle"]   # TOSCA's rows of the table
+    flags = { epochs = 20 }                            # any fit flag over the paper preset
+
+    [baselines]
+    methods = ["simplecil", "ranpac", "joint_probe"]
+    ranpac_m = 10000
+
+    [ablation]
+    flows = ["tosca", "tosca_r", "adapter", "calibrator"]
+    l1_off = true                # each flow also with L1 off
+
+    [[stores]]
+    name = "EuroSAT"
+    path = "cache/eurosat/effnet_lite0-demo300.zarr"   # or model + dataset + data_root to extract
+    init_cls = 2                 # default: the dataset's paper split
+    increment = 2
+    weights = "ImageNet-1k"      # what the backbone's weights are, said in the table
+
+Presets are the same structure in Python (`PRESETS`): `local` (the real archives here,
+EfficientNet-Lite0) and `paper` (the paper's six benchmarks on ViT-B/16 IN-21k).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_text
+from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.luca import FLOWS
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
+from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
+from tosca_heads.method.recipe import PRESETS as RECIPES
+from tosca_heads.routers import ROUTERS
+
+PAPER_L1 = TrainConfig().l1
+MAX_CELLS = 10_000
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """One column of the tables: a store on disk, or what to extract to make it."""
+
+    name: str
+    path: Path | None = None
+    model: str | None = None
+    dataset: str | None = None
+    data_root: Path | None = None
+    limit_per_class: int | None = None
+    init_cls: int | None = None
+    increment: int | None = None
+    weights: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.weights})" if self.weights else self.name
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    stores: tuple[StoreSpec, ...]
+    seeds: tuple[int, ...] = (0,)
+    order_seeds: tuple[int, ...] = (DEFAULT_ORDER_SEED,)
+    routers: tuple[str, ...] = ("entropy", "lda", "batch", "oracle")
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    baselines: tuple[str, ...] = ("simplecil", "ranpac", "joint_probe")
+    ranpac_m: int = 10_000
+    flows: tuple[str, ...] = ()
+    l1_off: bool = False
+    primary: str = "entropy"  # the router the claims and the ablation read
+
+    def train(self, seed: int, flow: str = "tosca", l1: float | None = None) -> TrainConfig:
+        """The recipe of a TOSCA cell: the paper preset, the suite's flags, then the cell's own."""
+        flags = {**self.flags, "seed": seed, "flow": flow}
+        if l1 is not None:
+            flags["l1"] = l1
+        return recipe("paper", flags)
+
+    @property
+    def main_l1(self) -> float:
+        return float(self.flags.get("l1", PAPER_L1))
+
+
+SECTIONS = {
+    "": {"name", "seeds", "order_seeds", "stores", "tosca", "baselines", "ablation"},
+    "tosca": {"routers", "flags", "primary"},
+    "baselines": {"methods", "ranpac_m"},
+    "ablation": {"flows", "l1_off"},
+    "stores": {
+        "name",
+        "path",
+        "model",
+        "dataset",
+        "data_root",
+        "limit_per_class",
+        "init_cls",
+        "increment",
+        "weights",
+    },
+}
+
+
+def load_suite(path: Path) -> SuiteSpec:
+    """A SUITE.toml, checked (relative paths are taken from the file's folder).
+
+    >>> _ = (TMP / "SUITE.toml").write_text('seeds = [0, 1]\\n[[stores]]\\nname = "tiny"\\npath = "store.zarr"')
+    >>> spec = load_suite(TMP / "SUITE.toml")
+    >>> spec.seeds, spec.stores[0].path == TMP.resolve() / "store.zarr"
+    ((0, 1), True)
+    """
+    text = read_text(Path(path), "suite file")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"suite file {path} is not valid TOML: {exc}") from None
+    return parse_suite(data, Path(path).resolve().parent, str(path))
+
+
+def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -> SuiteSpec:
+    """A suite from its TOML structure (or a preset's), every field checked; relative paths are
+    taken from `base`.
+
+    >>> spec = parse_suite({"stores": [{"name": "A", "path": "a.zarr"}], "ablation": {"flows": ["tosca", "adapter"]}}, TMP)
+    >>> spec.flows, spec.routers
+    (('tosca', 'adapter'), ('entropy', 'lda', 'batch', 'oracle'))
+    >>> parse_suite({"stores": [{"name": "A", "path": "a.zarr"}], "tosca": {"routers": ["psychic"]}}, TMP)
+    Traceback (most recent call last):
+    ...
+    featcache.foundation.errors.UserError: the suite: unknown tosca.routers entry 'psychic': use any of ...
+    """
+    _keys(data, "", where)
+    stores = data.get("stores")
+    if not isinstance(stores, list) or not stores:
+        raise UserError(f"{where} names no [[stores]]: give at least one (a path, or model + dataset)")
+    tosca, baselines, ablation = (_section(data, key, where) for key in ("tosca", "baselines", "ablation"))
+    spec = SuiteSpec(
+        name=_text(data.get("name", Path(where).stem), "name", where),
+        stores=tuple(_store(s, i, base, where) for i, s in enumerate(stores)),
+        seeds=_ints(data.get("seeds", [0]), "seeds", where),
+        order_seeds=_ints(data.get("order_seeds", [DEFAULT_ORDER_SEED]), "order_seeds", where),
+        routers=_names(
+            tosca.get("routers", ["entropy", "lda", "batch", "oracle"]), "tosca.routers", ROUTERS, where
+        ),
+        flags=_flags(tosca.get("flags", {}), where),
+        baselines=_names(
+            baselines.get("methods", list(BASELINES)), "baselines.methods", BASELINES, where, empty=True
+        ),
+        ranpac_m=_ints([baselines.get("ranpac_m", 10_000)], "baselines.ranpac_m", where, minimum=1)[0],
+        flows=_names(ablation.get("flows", []), "ablation.flows", FLOWS, where, empty=True),
+        l1_off=_flag(ablation.get("l1_off", False), "ablation.l1_off", where),
+        primary=_names([tosca.get("primary", "entropy")], "tosca.primary", ROUTERS, where)[0],
+    )
+    names = [s.name for s in spec.stores]
+    if len(set(names)) != len(names):
+        raise UserError(
+            f"{where}: two stores are named {sorted(n for n in names if names.count(n) > 1)[0]!r}"
+        )
+    cells = (
+        len(spec.stores)
+        * len(spec.seeds)
+        * len(spec.order_seeds)
+        * (1 + 2 * len(spec.flows) + len(spec.baselines))
+    )
+    if cells > MAX_CELLS:
+        raise UserError(f"{where} asks for {cells:,} cells; at most {MAX_CELLS:,}")
+    return spec
+
+
+def _keys(block: Mapping[str, Any], section: str, where: str) -> None:
+    unknown = sorted(set(block) - SECTIONS[section])
+    if unknown:
+        prefix = f"[{section}] " if section else ""
+        raise UserError(
+            f"{where}: unknown {prefix}key {unknown[0]!r}: use any of {', '.join(sorted(SECTIONS[section]))}"
+        )
+
+
+def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    block = data.get(key, {})
+    if not isinstance(block, Mapping):
+        raise UserError(f"{where}: [{key}] must be a table")
+    _keys(block, key, where)
+    return block
+
+
+def _text(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: {what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _flag(value: Any, what: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {what} must be true or false, got {value!r}")
+    return value
+
+
+def _ints(value: Any, what: str, where: str, minimum: int = 0) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise UserError(f"{where}: {what} must be a non-empty list of integers, got {value!r}")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise UserError(f"{where}: {what} holds {v!r}: use integers >= {minimum}")
+    return tuple(dict.fromkeys(value))
+
+
+def _names(
+    value: Any, what: str, known: Mapping[str, Any] | tuple[str, ...], where: str, empty: bool = False
+) -> tuple[str, ...]:
+    if not isinstance(value, list) or (not value and not empty):
+        raise UserError(f"{where}: {what} must be a {'' if empty else 'non-empty '}list of names")
+    for name in value:
+        if name not in known:
+            raise UserError(f"{where}: unknown {what} entry {name!r}: use any of {', '.join(known)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _flags(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise UserError(f"{where}: tosca.flags must be a table of fit flags")
+    for name in value:
+        if name not in FIELD_TYPES or name in ("seed", "flow"):
+            usable = ", ".join(f for f in FIELD_TYPES if f not in ("seed", "flow"))
+            raise UserError(
+                f"{where}: unknown tosca.flags entry {name!r} (seeds and flows have their own keys): use any of {usable}"
+            )
+    flags = dict(value)
+    try:
+        recipe("paper", flags)
+    except UserError as exc:
+        raise UserError(f"{where}: tosca.flags: {exc}") from None
+    if "paper" not in RECIPES:  # pragma: no cover - the recipe module always has it
+        raise UserError("no paper preset")
+    return flags
+
+
+def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
+    if not isinstance(block, Mapping):
+        raise UserError(f"{where}: stores entry {index + 1} must be a table")
+    _keys(block, "stores", where)
+    name = _text(block.get("name"), f"stores entry {index + 1}'s name", where)
+    here = f"{where}: store {name!r}"
+
+    def path(key: str) -> Path | None:
+        value = block.get(key)
+        if value is None:
+            return None
+        given = Path(os.path.expandvars(_text(value, key, here)))
+        return given if given.is_absolute() else base / given
+
+    spec = StoreSpec(
+        name=name,
+        path=path("path"),
+        model=block.get("model"),
+        dataset=block.get("dataset"),
+        data_root=path("data_root"),
+        limit_per_class=block.get("limit_per_class"),
+        init_cls=block.get("init_cls"),
+        increment=block.get("increment"),
+        weights=block.get("weights", ""),
+    )
+    for key in ("model", "dataset", "weights"):
+        value = getattr(spec, key)
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{here}: {key} must be a string, got {value!r}")
+    for key in ("limit_per_class", "init_cls", "increment"):
+        value = getattr(spec, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{here}: {key} must be an integer >= 1, got {value!r}")
+    if spec.path is None and not (spec.model and spec.dataset):
+        raise UserError(f"{here} has neither a path nor model + dataset to extract it from")
+    return spec
+
+
+def with_stores(spec: SuiteSpec, paths: Mapping[str, Path]) -> SuiteSpec:
+    """The same suite on other stores (by name): how a preset runs on stand-in stores."""
+    unknown = sorted(set(paths) - {s.name for s in spec.stores})
+    if unknown:
+        raise UserError(
+            f"no store {unknown[0]!r} in suite {spec.name!r}: use any of {', '.join(s.name for s in spec.stores)}"
+        )
+    stores = tuple(replace(s, path=Path(paths[s.name])) if s.name in paths else s for s in spec.stores)
+    return replace(spec, stores=stores)
