@@ -86,7 +86,7 @@ def embed(store: str | Path | FeatureStore, images: list[str | Path], device: st
     >>> from pathlib import Path
     >>> tiny = extract("test_efficientnet", "imagefolder", IMAGES, store=TMP / "embed.zarr", random_init=True, workers=0)
     >>> embed(tiny, [Path(IMAGES) / "test"]).shape
-    (6, 40)
+    (6, 256)
     """
     from featcache.embed import embed_images, image_paths
     from featcache.foundation.devices import resolve_device
@@ -101,7 +101,7 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
     model name (optionally `arch.tag`), its preprocessing policy (`timm` or `pilot`), and where
     its weights come from. A name registered twice is refused.
 
-    >>> from featcache.backbones import BACKBONES
+    >>> from featcache.backbones import BACKBONES, resolve_backbone
     >>> spec = register_backbone(BackboneSpec("doc_tiny_cnn", "test_efficientnet", "timm", note="a doctest's"))
     >>> resolve_backbone("doc_tiny_cnn").timm_name
     'test_efficientnet'

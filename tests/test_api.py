@@ -38,7 +38,9 @@ def test_every_public_function_has_an_example_that_runs(
     functions = [n for n in module.__all__ if inspect.isfunction(getattr(module, n))]
     without = []
     for name in functions:
-        tests = [t for t in finder.find(getattr(module, name), name, globs=dict(globs)) if t.examples]
+        obj = getattr(module, name)
+        found = finder.find(obj, name, module=inspect.getmodule(obj), extraglobs=globs)
+        tests = [t for t in found if t.examples]
         if not tests:
             without.append(name)
         for test in tests:
