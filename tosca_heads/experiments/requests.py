@@ -161,7 +161,9 @@ class SuiteRequest:
     suite: Path | None = option(None, "Suite file (SUITE.toml); or --preset.", argument=True)
     preset: str | None = option(None, "A suite tosca ships: local (the archives here) or paper.")
     out: Path | None = option(None, "Suite folder; an existing one continues (default: runs/suite-<name>).")
-    jobs: int = option(1, "Worker processes for the cells (Dask).")
+    jobs: int | None = option(
+        None, "Worker processes for the cells (default: usable cores on the CPU, 1 on CUDA)."
+    )
     scheduler: str | None = option(None, "local:N, local-cuda, a Dask scheduler address or file.")
     device: str = option("auto", DEVICE_HELP)
     dry_run: bool = option(

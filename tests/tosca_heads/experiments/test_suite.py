@@ -98,7 +98,7 @@ def _digests(folder: Path) -> dict[str, tuple[str, int]]:
 def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched(tmp_path: Path) -> None:
     path = _suite(tmp_path)
     out = tmp_path / "killed"
-    args = ["suite", str(path), "--out", str(out), "--device", "cpu"]
+    args = ["suite", str(path), "--out", str(out), "--device", "cpu", "--jobs", "1"]
     pause = PauseAt(function="tosca_heads.experiments.suite.run:run_job", occurrence=4)
     child = start(args, tmp_path / "child", pause)
     child.wait_paused()
@@ -108,11 +108,11 @@ def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched
     before = {p: _digests(p) for p in finished}
     assert not (out / "table.csv").exists()
     resumed = _run(*args)
-    assert "8 cell(s) run" in resumed and "3 already done" in resumed, resumed[-400:]
+    assert "6 cell(s) run" in resumed and "3 already done" in resumed, resumed[-400:]
     for folder, digests in before.items():
         assert _digests(folder) == digests, f"{folder} was recomputed"
     calm = tmp_path / "calm"
-    _run("suite", str(path), "--out", str(calm), "--device", "cpu")
+    _run("suite", str(path), "--out", str(calm), "--device", "cpu", "--jobs", "1")
     columns = ["method", "store", "metric", "mean", "std", "n", "expected"]
     pd.testing.assert_frame_equal(
         pd.read_csv(out / "table.csv")[columns], pd.read_csv(calm / "table.csv")[columns]
@@ -144,7 +144,7 @@ def test_missing_cells_are_said_never_averaged_away(tmp_path: Path) -> None:
 def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     path = _suite(tmp_path)
     output = _run("suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--dry-run")
-    assert "to run" in output and "min here" in output and "tosca-tosca_r-l1=0-seed1-order1993" in output
+    assert "to run" in output and "min here" in output and "tosca-tosca-l1=0-seed1-order1993" in output
     assert not (tmp_path / "out").exists()
 
 
@@ -243,7 +243,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         with_stores(spec, stand_ins),
         seeds=(0,),
         flows=("tosca", "tosca_r"),
-        l1_off=False,
+        l1_off=(),
         ranpac_m=32,
         flags={"epochs": 1},
     )
@@ -284,3 +284,45 @@ def test_a_finished_run_elsewhere_with_the_same_configuration_is_reused(tmp_path
     assert {c.status for c in again.cells} == {"reused"}
     assert [c.folder for c in again.cells] == [c.folder for c in first.cells]
     pd.testing.assert_frame_equal(again.tables.table, first.tables.table)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.mkdir(), "is a folder, not a file"),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00binary"), "cannot read suite file"),
+        (lambda p: p.write_text('name = "a|b"\n[[stores]]\nname = "A"\npath = "a.zarr"\n'), "without | or `"),
+        (lambda p: p.write_text('[[stores]]\nname = "A\\nB"\npath = "a.zarr"\n'), "one printable line"),
+        (
+            lambda p: p.write_text('[[stores]]\nname = "A"\npath = "a.zarr"\nweights = 3\n'),
+            "weights must be a string",
+        ),
+    ],
+)
+def test_a_hostile_suite_file_is_one_line(tmp_path: Path, make: object, message: str) -> None:
+    path = tmp_path / "SUITE.toml"
+    make(path)  # type: ignore[operator]
+    result = RUNNER.invoke(app, ["suite", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_a_suite_folder_that_is_something_else_is_refused(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines="[]", flows="[]")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    for out in (tmp_path / "taken", tmp_path / "a.zarr" / "inside", path):
+        result = RUNNER.invoke(app, ["suite", str(path), "--out", str(out), "--device", "cpu"])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
+    spec = load_suite(path)
+    alone = run_suite(spec, tmp_path / "one", jobs=1, device="cpu")
+    spread = run_suite(spec, tmp_path / "two", jobs=2, device="cpu")
+    assert {c.status for c in spread.cells} == {"ran"}
+    columns = ["method", "store", "metric", "mean", "std", "n"]
+    pd.testing.assert_frame_equal(spread.tables.table[columns], alone.tables.table[columns])

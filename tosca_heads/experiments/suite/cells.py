@@ -61,11 +61,10 @@ def plan_cells(spec: SuiteSpec) -> list[Cell]:
     """Every cell of the suite, each once: the main TOSCA runs (the paper flow at the suite's L1),
     the ablation's flows with L1 on (and off), and the baselines."""
     cells: dict[str, Cell] = {}
-    l1s = [spec.main_l1, *([0.0] if spec.l1_off and spec.main_l1 != 0.0 else [])]
     for store in spec.stores:
         for order in spec.order_seeds:
             for seed in spec.seeds:
-                for flow, l1 in [("tosca", spec.main_l1), *((f, x) for f in spec.flows for x in l1s)]:
+                for flow, l1 in ablation_points(spec):
                     cell = Cell(store.name, "tosca", seed, order, flow, l1)
                     cells.setdefault(cell.key, cell)
             for method in spec.baselines:
@@ -73,6 +72,15 @@ def plan_cells(spec: SuiteSpec) -> list[Cell]:
                     cell = Cell(store.name, "baseline", seed, order, method=method)
                     cells.setdefault(cell.key, cell)
     return list(cells.values())
+
+
+def ablation_points(spec: SuiteSpec) -> list[tuple[str, float]]:
+    """(flow, L1) of every TOSCA cell of a store and seed: the paper's flow at the suite's L1 first,
+    the ablation's flows at it, then the flows also trained with L1 = 0."""
+    points = [("tosca", spec.main_l1), *((f, spec.main_l1) for f in spec.flows)]
+    if spec.main_l1 != 0.0:
+        points += [(f, 0.0) for f in spec.l1_off]
+    return list(dict.fromkeys(points))
 
 
 def cell_train(spec: SuiteSpec, cell: Cell) -> TrainConfig:

@@ -25,6 +25,7 @@ from featcache import __version__
 from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, check_readable, is_tosca_store
@@ -125,7 +126,7 @@ def is_suite_dir(folder: Path) -> bool:
 def run_suite(
     spec: SuiteSpec,
     out: Path | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     scheduler: str | None = None,
     device: str = "auto",
     dry_run: bool = False,
@@ -145,10 +146,15 @@ def run_suite(
     ([], ['simplecil', 'tosca:batch'])
     """
     start = time.perf_counter()
-    if jobs < 1:
-        raise UserError(f"--jobs must be at least 1, got {jobs}")
     check_settings()
     resolved = resolve_device(device)
+    if jobs is None:  # as a sweep: every usable core on the CPU, one process per GPU
+        jobs = 1 if resolved.type == "cuda" or scheduler else min(usable_cores(), max_processes())
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    require_at_most(
+        "--jobs", jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+    )
     if scheduler is not None:
         parse_scheduler(scheduler)
     out = Path(out) if out is not None else default_out(spec, runs_root)

@@ -16,7 +16,7 @@ A suite file (paths relative to the file's folder):
 
     [ablation]
     flows = ["tosca", "tosca_r", "adapter", "calibrator"]
-    l1_off = true                # each flow also with L1 off
+    l1_off = true                # the paper's flow also with L1 = 0 ("all": every flow)
 
     [[stores]]
     name = "EuroSAT"
@@ -82,7 +82,7 @@ class SuiteSpec:
     baselines: tuple[str, ...] = ("simplecil", "ranpac", "joint_probe")
     ranpac_m: int = 10_000
     flows: tuple[str, ...] = ()
-    l1_off: bool = False
+    l1_off: tuple[str, ...] = ()  # the flows also trained with L1 = 0
     primary: str = "entropy"  # the router the claims and the ablation read
 
     def train(self, seed: int, flow: str = "tosca", l1: float | None = None) -> TrainConfig:
@@ -150,7 +150,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         raise UserError(f"{where} names no [[stores]]: give at least one (a path, or model + dataset)")
     tosca, baselines, ablation = (_section(data, key, where) for key in ("tosca", "baselines", "ablation"))
     spec = SuiteSpec(
-        name=_text(data.get("name", Path(where).stem), "name", where),
+        name=_label(data.get("name", Path(where).stem), "name", where),
         stores=tuple(_store(s, i, base, where) for i, s in enumerate(stores)),
         seeds=_ints(data.get("seeds", [0]), "seeds", where),
         order_seeds=_ints(data.get("order_seeds", [DEFAULT_ORDER_SEED]), "order_seeds", where),
@@ -163,7 +163,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         ),
         ranpac_m=_ints([baselines.get("ranpac_m", 10_000)], "baselines.ranpac_m", where, minimum=1)[0],
         flows=_names(ablation.get("flows", []), "ablation.flows", FLOWS, where, empty=True),
-        l1_off=_flag(ablation.get("l1_off", False), "ablation.l1_off", where),
+        l1_off=_l1_off(ablation.get("l1_off", False), ablation.get("flows", []), where),
         primary=_names([tosca.get("primary", "entropy")], "tosca.primary", ROUTERS, where)[0],
     )
     names = [s.name for s in spec.stores]
@@ -175,7 +175,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         len(spec.stores)
         * len(spec.seeds)
         * len(spec.order_seeds)
-        * (1 + 2 * len(spec.flows) + len(spec.baselines))
+        * (1 + len(spec.flows) + len(spec.l1_off) + len(spec.baselines))
     )
     if cells > MAX_CELLS:
         raise UserError(f"{where} asks for {cells:,} cells; at most {MAX_CELLS:,}")
@@ -203,6 +203,23 @@ def _text(value: Any, what: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise UserError(f"{where}: {what} must be a non-empty string, got {value!r}")
     return value
+
+
+def _label(value: Any, what: str, where: str) -> str:
+    """A name shown in tables and used in folder names: one line, no table separators."""
+    text = _text(value, what, where)
+    if len(text) > 64 or any(c in text for c in "|`\n\r\t") or not text.isprintable():
+        raise UserError(
+            f"{where}: {what} {text[:70]!r} must be one printable line of at most 64 characters without | or `"
+        )
+    return text
+
+
+def _l1_off(value: Any, flows: Any, where: str) -> tuple[str, ...]:
+    """`true`: the paper's flow also with L1 = 0; "all": every ablation flow too; `false`: none."""
+    if value == "all":
+        return tuple(dict.fromkeys(["tosca", *(flows if isinstance(flows, list) else [])]))
+    return ("tosca",) if _flag(value, 'ablation.l1_off (true, false or "all")', where) else ()
 
 
 def _flag(value: Any, what: str, where: str) -> bool:
@@ -254,7 +271,7 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
     if not isinstance(block, Mapping):
         raise UserError(f"{where}: stores entry {index + 1} must be a table")
     _keys(block, "stores", where)
-    name = _text(block.get("name"), f"stores entry {index + 1}'s name", where)
+    name = _label(block.get("name"), f"stores entry {index + 1}'s name", where)
     here = f"{where}: store {name!r}"
 
     def path(key: str) -> Path | None:
@@ -279,6 +296,8 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
         value = getattr(spec, key)
         if value is not None and not isinstance(value, str):
             raise UserError(f"{here}: {key} must be a string, got {value!r}")
+    if spec.weights:
+        _label(spec.weights, "weights", here)
     for key in ("limit_per_class", "init_cls", "increment"):
         value = getattr(spec, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

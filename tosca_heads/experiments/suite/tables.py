@@ -19,6 +19,7 @@ import numpy as np
 
 from featcache.foundation import atomic
 from tosca_heads.experiments import plots
+from tosca_heads.experiments.suite.cells import ablation_points
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.routers import ROUTERS
 
@@ -123,35 +124,34 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                     )
                 )
             curves[store.name][label] = [s.result["routers"]["none"]["A_t"] for s in done]
-        for flow in spec.flows:
-            for l1 in sorted({spec.main_l1, *([0.0] if spec.l1_off else [])}, reverse=True):
-                cells = [
-                    s
-                    for s in states
-                    if s.cell.store == store.name
-                    and s.cell.kind == "tosca"
-                    and s.cell.flow == flow
-                    and s.cell.l1 == l1
-                ]
-                done = [s for s in cells if s.result is not None]
-                figures = {
-                    "A_last": [s.result["routers"][spec.primary]["A_last"] for s in done],
-                    "similarity": [s.similarity for s in done if s.similarity is not None],
-                }
-                for metric, values in figures.items():
-                    mean, std, n = _stats(values)
-                    ablation.append(
-                        dict(
-                            flow=flow,
-                            l1=l1,
-                            store=store.name,
-                            metric=metric,
-                            mean=mean,
-                            std=std,
-                            n=n,
-                            expected=len(cells),
-                        )
+        for flow, l1 in ablation_points(spec) if (spec.flows or spec.l1_off) else []:
+            cells = [
+                s
+                for s in states
+                if s.cell.store == store.name
+                and s.cell.kind == "tosca"
+                and s.cell.flow == flow
+                and s.cell.l1 == l1
+            ]
+            done = [s for s in cells if s.result is not None]
+            figures = {
+                "A_last": [s.result["routers"][spec.primary]["A_last"] for s in done],
+                "similarity": [s.similarity for s in done if s.similarity is not None],
+            }
+            for metric, values in figures.items():
+                mean, std, n = _stats(values)
+                ablation.append(
+                    dict(
+                        flow=flow,
+                        l1=l1,
+                        store=store.name,
+                        metric=metric,
+                        mean=mean,
+                        std=std,
+                        n=n,
+                        expected=len(cells),
                     )
+                )
     table = pd.DataFrame(
         rows, columns=["method", "label", "honest", "store", "metric", "mean", "std", "n", "expected"]
     )
