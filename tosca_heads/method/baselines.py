@@ -18,7 +18,8 @@ comparison, `tosca baselines --methods NAME` and suites then run it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -158,6 +159,21 @@ def ridge_path(h: torch.Tensor, y: torch.Tensor, ridges: tuple[float, ...]) -> d
     return {ridge: vh.T @ ((s / (s**2 + ridge))[:, None] * uty) for ridge in ridges}
 
 
+@contextlib.contextmanager
+def one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """L-BFGS follows its float32 sums closely, and a CPU's sums follow the thread count: on one
+    thread the probe gives the same numbers in any process (a suite's worker, a single command)."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class JointProbe:
     """Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage."""
 
@@ -192,7 +208,8 @@ class JointProbe:
             loss.backward()
             return loss
 
-        optimizer.step(closure)
+        with one_cpu_thread(x.device):
+            optimizer.step(closure)
         self.weight_, self.bias_ = weight.detach(), bias.detach()
         return self
 
