@@ -5,6 +5,7 @@ sweeps, comparison, predict, report, demo)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -57,8 +58,13 @@ app.add_typer(cache_app, name="cache")
 @user_errors
 def plugins() -> None:
     """Plug-ins ($TOSCA_PLUGINS, entry points `tosca.plugins`) register before any command runs."""
+    import logging
+
     from featcache.foundation.plugins import load_plugins
 
+    # zarr reads metadata with asyncio: after a damaged file stops a read (one line, exit 2), the
+    # reads still pending are reported at exit as "Task was destroyed but it is pending"
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     load_plugins()
 
 
@@ -423,7 +429,7 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
 
         result = run(request, _extract_for_suite, on_cell)
     if request.dry_run:
-        return _suite_plan(result)
+        return _suite_plan(result, as_json_)
     if as_json_:
         return out.print_json(result.tables.table.to_json(orient="records"))
     for name in ("table.md", "claims.md"):
@@ -437,17 +443,33 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
         say(f"  {name:<15} {path}")
 
 
-def _suite_plan(result: Any) -> None:
+def _suite_plan(result: Any, as_json_: bool) -> None:
     rows = [[c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder] for c in result.cells]
+    if as_json_:
+        keys = ("store", "cell", "status", "folder")
+        plan = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
+        return out.print_json(json.dumps({"cells": plan, "estimate_seconds": result.estimate_seconds}))
     table(
         f"suite {result.spec.name}: {len(rows)} cells",
         ["store", "cell", "status", "folder"],
         rows,
         ("store", "cell", "status", "folder"),
     )
-    todo = sum(1 for c in result.cells if c.status == "missing")
+    count = {
+        status: sum(1 for c in result.cells if c.status == status)
+        for status in ("missing", "to extract", "changed")
+    }
     minutes = (result.estimate_seconds or 0) / 60
-    say(f"{todo} cell(s) to run; their TOSCA runs take about {minutes:.1f} min here (baselines not counted)")
+    say(
+        f"{count['missing']} cell(s) to run; their TOSCA runs take about {minutes:.1f} min here (baselines not counted)"
+    )
+    if count["to extract"]:
+        say(f"{count['to extract']} cell(s) wait for their store to be extracted first (not in the estimate)")
+    if count["changed"]:
+        say(
+            f"{count['changed']} cell(s) hold results of another configuration: the run stops on them "
+            "(pass another --out, or delete their folders to recompute)"
+        )
 
 
 def _extract_for_suite(

@@ -20,6 +20,7 @@ import torch
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
 from featcache.foundation.devices import resolve_device
+from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.chunks import Progress, extract_chunks
@@ -86,6 +87,7 @@ def mapper_on_worker(job: ChunkJob) -> FeatureMapper:
 
 def run_chunk_job(job: ChunkJob, samples: SplitSamples) -> int:
     """Runs on a worker; `samples` is the split's list, scattered to each worker once."""
+    load_plugins()  # a worker process has not run the CLI's start: its plug-in backbones
     if job.torch_threads is not None:
         torch.set_num_threads(job.torch_threads)
     mapper = mapper_on_worker(job)

@@ -281,6 +281,10 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         if request.store
         else default_store_path(request.cache_dir, request.dataset, spec, policy)
     )
+    if store_path.name in ("", ".", ".."):
+        raise UserError(
+            f"--store {str(request.store)!r} names no folder: give the store a name (e.g. --store cache/mine.zarr)"
+        )
     for flag, place in (("--store", store_path.parent), ("--cache-dir", Path(request.cache_dir))):
         inside = zarr_root(place)
         if inside is not None:
@@ -294,6 +298,11 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
         request.decode, device, existing["preprocessing"]["decoder"] if existing else None
     )
     dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
+    for split, folder in dataset.folders.items():  # there, the store would be a class of the next run
+        if store_path.absolute().is_relative_to(Path(folder).absolute()):
+            raise UserError(
+                f"--store {store_path} lies inside the {split} images ({folder}): put it elsewhere"
+            )
     backbone = load_backbone(spec, request.weights, request.random_init)
     prep = make_preprocessing(policy, backbone.data_config, decoder)
     batch_size = request.batch_size or default_batch_size(device)
@@ -352,7 +361,7 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     staging = path.with_name(path.name + ".creating")
     replaced = path.with_name(path.name + ".replaced")
     for leftover in (staging, replaced):  # from a writer killed while creating or replacing
-        shutil.rmtree(leftover, ignore_errors=True)
+        _remove_leftover(leftover)
     existing = None if plan.request.overwrite else stored_identity(path)
     if existing is not None:
         store = FeatureStore.open(path, mode="r+")
@@ -396,6 +405,24 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     staging.rename(path)  # a store appears whole or not at all
     shutil.rmtree(replaced, ignore_errors=True)
     return FeatureStore.open(path, mode="r+"), True
+
+
+def _remove_leftover(folder: Path) -> None:
+    """A half-made or set-aside store of a killed writer goes; anything else by that name is someone
+    else's and stops the extraction (a zarr group's zarr.json is written before anything in it)."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    ours = (
+        folder.is_dir()
+        and not folder.is_symlink()
+        and ((folder / "zarr.json").is_file() or not any(folder.iterdir()))
+    )
+    if not ours:
+        raise UserError(
+            f"{folder} is in the way of the store's creation and is not a store tosca left behind; "
+            "move it away (tosca never deletes what it did not make)"
+        )
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _only_files_changed(existing: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -16,10 +16,12 @@ Import-light (stdlib only).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -103,7 +105,7 @@ def acquire(
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,7 +140,40 @@ def acquire(
         if not _still_the_file(fd, path):  # the previous holder unlinked it as we opened it
             os.close(fd)
             continue
+        if not _is_lock_record(fd):  # someone's file that happens to have the lock's name
+            os.close(fd)
+            raise UserError(
+                f"{path} is in the way of tosca's lock for {Path(store).name} and was not written by "
+                "tosca; move it away (tosca never rewrites or deletes a file it did not make)"
+            )
         return _record(fd, path)
+
+
+def _open_lock_file(path: Path) -> int:
+    """The lock file, made when missing; never through a symbolic link (in a shared folder, a link
+    planted there would have tosca write its record into the link's target) nor onto a fifo."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(
+                f"{path} is a symbolic link: tosca does not follow one for its lock; remove it"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file: tosca needs that name for its lock; move it away")
+    return fd
+
+
+def _is_lock_record(fd: int) -> bool:
+    """Empty (just made, here or by a holder that died before writing) or a record tosca wrote."""
+    try:
+        if os.fstat(fd).st_size == 0:
+            return True
+    except OSError:
+        return False
+    return "pid" in _read_record(fd)
 
 
 def _still_the_file(fd: int, path: Path) -> bool:

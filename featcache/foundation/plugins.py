@@ -26,7 +26,7 @@ def load_plugins() -> list[str]:
         module = name.split(":")[0]
         try:
             importlib.import_module(module)
-        except Exception as exc:  # any failure of foreign code: said, not a traceback of ours
+        except (Exception, SystemExit) as exc:  # any failure of foreign code, even an exit: said
             raise UserError(f"plug-in {module!r} failed to import ({type(exc).__name__}: {exc})") from None
         loaded.append(module)
     return loaded

@@ -67,7 +67,8 @@ def extract_chunks(
             chunk = batch.indices[0] // store.chunk_size
             raise UserError(
                 f"cannot read image {batch.errors[0]}; stopped, {split} chunk {chunk} not marked done "
-                "(fix or remove the file, or pass --skip-bad-images to leave unreadable images out)"
+                "(fix or remove the file and run the same command again, or pass --skip-bad-images "
+                "--overwrite to rebuild the store without unreadable images)"
             )
         assert batch.images is not None
         out = mapper(batch.images)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import lzma
 import os
 import shutil
 import tarfile
 import time
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +41,21 @@ MAX_RATIO = 100  # unpacked bytes per archive byte; images barely compress, a bo
 # prints it); set with `waiting_notice`.
 _ON_WAIT: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
     "on_wait", default=None
+)
+
+
+# what reading a damaged, encrypted or unsupported archive raises (zipfile: RuntimeError for a
+# password, NotImplementedError for a compression method it lacks; zlib/lzma for corrupt streams)
+UNREADABLE = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    EOFError,
+    OSError,
+    RuntimeError,
+    NotImplementedError,
+    zlib.error,
+    lzma.LZMAError,
+    ValueError,
 )
 
 
@@ -89,13 +106,32 @@ def check_archive(archive: Path, dest: Path) -> None:
         else:
             with tarfile.open(archive) as tar:
                 members = [(m.name, m.size if m.isfile() else 0) for m in tar.getmembers()]
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise UserError(f"cannot unpack {archive}: {exc}") from exc
+                _check_read_to_end(archive, tar)
+    except UNREADABLE as exc:
+        raise UserError(f"cannot unpack {archive}: {_why(exc)}") from exc
     root = dest.resolve()
     for name, _ in members:
         if not _inside(root, name):
             raise UserError(f"archive member {name!r} would land outside {dest}; refusing to unpack")
     _check_size(archive, sum(size for _, size in members), dest)
+
+
+def _check_read_to_end(archive: Path, tar: tarfile.TarFile) -> None:
+    """Python's tarfile takes a damaged header after the first for the archive's end: the members
+    after it would be left out without a word. What follows the last header must be padding."""
+    tar.fileobj.seek(tar.offset)  # type: ignore[union-attr]
+    while chunk := tar.fileobj.read(1 << 20):  # type: ignore[union-attr]
+        if chunk.strip(b"\0"):
+            last = tar.members[-1].name if tar.members else "the start"
+            raise UserError(
+                f"cannot unpack {archive}: its headers stop after {last!r} but data follows "
+                "(a damaged header); the archive is not whole"
+            )
+
+
+def _why(exc: BaseException) -> str:
+    """An unpacking error on one line (tarfile lists every method it tried, one per line)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _unpack_zip(archive: Path, tmp: Path, left_out: LeftOut) -> None:
@@ -160,10 +196,10 @@ def unpack_once(
                 )
                 shutil.rmtree(dest, ignore_errors=True)  # an unmarked folder: not known to be whole
                 tmp.rename(dest)
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
-            raise UserError(f"cannot unpack {archive}: {exc}") from exc
         except OSError as exc:
-            raise UserError(f"cannot unpack {archive}: {exc.strerror or exc}") from exc
+            raise UserError(f"cannot unpack {archive}: {exc.strerror or _why(exc)}") from exc
+        except UNREADABLE as exc:  # encrypted or unsupported zip members, corrupt streams
+            raise UserError(f"cannot unpack {archive}: {_why(exc)}") from exc
         finally:
             with contextlib.suppress(OSError):
                 shutil.rmtree(tmp)

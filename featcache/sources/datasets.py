@@ -20,7 +20,7 @@ from PIL import Image
 
 from featcache.foundation.errors import UserError
 from featcache.sources.archives import is_archive, unpack_once
-from featcache.sources.listing import IMAGE_SUFFIXES, image_files, subfolders
+from featcache.sources.listing import IMAGE_SUFFIXES, image_files, skipped_name, subfolders
 from featcache.sources.pixels import check_pixels, to_rgb8
 from featcache.store.left_out import LeftOut
 
@@ -194,19 +194,34 @@ def materialise(
 
 
 def find_split_tree(folder: Path, depth: int = 3) -> tuple[Path, str]:
-    """The folder holding `train/` and `test/` (or `val/`) at most `depth` levels down."""
-    queue = [(folder, 0)]
-    while queue:
-        here, level = queue.pop(0)
-        if (here / "train").is_dir():
-            for test_name in ("test", "val"):
-                if (here / test_name).is_dir():
-                    return here, test_name
-        if level < depth:
-            queue += [
-                (p, level + 1) for p in sorted(here.iterdir()) if p.is_dir() and not p.name.startswith(".")
-            ]
+    """The folder holding `train/` and `test/` (or `val/`) at most `depth` levels down, the
+    shallowest; two at the same depth are refused (which one is meant cannot be told)."""
+    level_folders = [folder]
+    for _ in range(depth + 1):
+        found = [(here, name) for here in level_folders if (name := _test_name(here))]
+        if len(found) > 1:
+            raise UserError(
+                f"{folder} holds more than one train/ + test/ tree ({found[0][0]} and {found[1][0]}): "
+                "pass the one to use as --data-root"
+            )
+        if found:
+            return found[0]
+        level_folders = [
+            p
+            for here in level_folders
+            for p in sorted(here.iterdir())
+            if p.is_dir() and skipped_name(p.name) is None  # not hidden, not macOS metadata
+        ]
     raise UserError(f"no train/ with test/ or val/ folders found under {folder}")
+
+
+def _test_name(here: Path) -> str | None:
+    """'test' or 'val' where `here` holds train/ and one of them."""
+    if (here / "train").is_dir():
+        for test_name in ("test", "val"):
+            if (here / test_name).is_dir():
+                return test_name
+    return None
 
 
 def folder_dataset(

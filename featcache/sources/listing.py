@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from featcache.foundation.errors import UserError
 from featcache.store.left_out import HIDDEN, NOT_A_FILE, NOT_AN_IMAGE, OUTSIDE_CLASSES, LeftOut
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
@@ -32,6 +33,19 @@ def skipped_name(name: str) -> str | None:
     return None
 
 
+def checked_name(path: Path) -> Path:
+    """A kept file or class folder whose name is text: one that is not valid UTF-8 (bytes from
+    another encoding) cannot be recorded in the store nor shown, and is refused naming it."""
+    try:
+        path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("ascii", "backslashreplace")
+        raise UserError(
+            f"{shown} has a name that is not valid UTF-8: rename it (tosca records names as text)"
+        ) from None
+    return path
+
+
 def is_image_name(name: str) -> bool:
     return Path(name).suffix.lower() in IMAGE_SUFFIXES
 
@@ -42,7 +56,7 @@ def subfolders(folder: Path, left_out: LeftOut | None = None) -> list[Path]:
     for entry in sorted(Path(folder).iterdir(), key=lambda p: p.name):
         reason = skipped_name(entry.name) or (None if entry.is_dir() else OUTSIDE_CLASSES)
         if reason is None:
-            kept.append(entry)
+            kept.append(checked_name(entry))
         elif left_out is not None:
             left_out.add(reason, entry)
     return kept
@@ -66,11 +80,11 @@ def image_files(folder: Path, left_out: LeftOut) -> list[Path]:
             if skipped_name(entry.name) is not None:
                 left_out.add(HIDDEN, path)
             elif entry.is_dir():  # follows links
-                walk(path)
+                walk(checked_name(path))
             elif not entry.is_file():
                 left_out.add(NOT_A_FILE, path)  # a dangling link, a pipe, a device: nothing to read
             elif is_image_name(entry.name):
-                found.append(path)
+                found.append(checked_name(path))
             else:
                 left_out.add(NOT_AN_IMAGE, path)
 

@@ -14,6 +14,9 @@ transparent colour) and sends every other file through these same rules, so the 
 in JPEG decoding and resizing, never in how a mode is read (Pillow's own `convert("RGB")` turns a
 16-bit image white, and torchvision scaled it instead).
 
+EXIF orientation is not applied, by either decoder: a photo a camera stored sideways is read
+sideways, as torchvision's ImageFolder and timm's loaders read it (the features then match theirs).
+
 One pixel limit for both decoders (`MAX_PIXELS`, checked from the file's header before it is
 decoded): Pillow refuses images over twice its own limit while torchvision decodes anything.
 """

@@ -7,6 +7,7 @@ that cannot be read is passed over (`tosca cache ls` says why), not fatal.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from featcache.foundation.errors import UserError
@@ -14,11 +15,28 @@ from featcache.store.format import FeatureStore, is_tosca_store
 
 
 def find_stores(cache_dir: str | Path) -> list[Path]:
-    """Every tosca store under `cache_dir` (folders named *.zarr with a schema version)."""
+    """Every tosca store under `cache_dir`: folders named *.zarr with a schema version, and those
+    whose zarr.json cannot be read as one (a damaged store is listed with why, not passed over)."""
     root = Path(cache_dir)
     if not root.is_dir():
         return []
-    return [meta.parent for meta in sorted(root.rglob("*.zarr/zarr.json")) if is_tosca_store(meta.parent)]
+    return [
+        meta.parent
+        for meta in sorted(root.rglob("*.zarr/zarr.json"))
+        if is_tosca_store(meta.parent) or _damaged_metadata(meta)
+    ]
+
+
+def _damaged_metadata(meta: Path) -> bool:
+    """A regular zarr.json that is not a JSON object (another program's zarr store is one)."""
+    if not meta.is_file():
+        return False
+    try:
+        return not isinstance(json.loads(meta.read_text()), dict)
+    except (OSError, UnicodeDecodeError):
+        return False
+    except ValueError:
+        return True
 
 
 def resolve_store(

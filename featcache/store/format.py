@@ -27,6 +27,7 @@ Import-light (zarr, numpy, stdlib only): stage 2 reads stores through this modul
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import re
@@ -158,6 +159,11 @@ def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
             raise UserError(
                 f"store {path} has no {split}/{missing[0]} (damaged or edited by hand); re-extract it"
             )
+        for name in names:  # opening reads each array's zarr.json; a chunk length must be one or more
+            if min(group[split][name].chunks, default=1) < 1:
+                raise UserError(
+                    f"store {path}: {split}/{name} records chunks of no length (edited by hand); re-extract it"
+                )
 
 
 @dataclass(frozen=True)
@@ -217,7 +223,8 @@ class FeatureStore:
     def open(cls, path: str | Path, mode: str = "r") -> FeatureStore:
         path = Path(path)
         if not (path / "zarr.json").is_file():
-            if path.with_name(path.name + ".creating").exists():
+            absolute = path.absolute()  # `.` has no name to put a sibling beside
+            if absolute.with_name(absolute.name + ".creating").exists():
                 raise UserError(
                     f"not a feature store yet: {path} (its creation was interrupted); "
                     "run the same `tosca extract` again"
@@ -230,7 +237,20 @@ class FeatureStore:
             raise UserError(f"{path} has unreadable metadata ({type(exc).__name__}); re-extract it") from None
         _check_schema(path, attrs.get("schema_version"))
         _check_identity_names(path, attrs)
-        _check_arrays(path, group, attrs)
+        try:  # each array's own zarr.json: edited or damaged ones fail in zarr in many ways
+            _check_arrays(path, group, attrs)
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            ZeroDivisionError,
+            json.JSONDecodeError,
+        ) as exc:
+            raise UserError(
+                f"{path} has unreadable array metadata ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); "
+                "re-extract it"
+            ) from None
         return cls(path, group)
 
     @classmethod
@@ -289,11 +309,11 @@ class FeatureStore:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        return dict(self.group.attrs)
+        return copy.deepcopy(dict(self.group.attrs))  # never the attrs' own dicts
 
     @property
     def identity(self) -> dict[str, Any]:
-        return dict(self.group.attrs["identity"])
+        return copy.deepcopy(dict(self.group.attrs["identity"]))  # never the attrs' own dicts
 
     @property
     def fingerprint(self) -> str:
@@ -493,8 +513,11 @@ class FeatureStore:
 
 def is_tosca_store(path: str | Path) -> bool:
     """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+    meta = Path(path) / "zarr.json"
+    if not meta.is_file():  # never read a fifo or a device: it could block for ever
+        return False
     try:
-        attrs = json.loads((Path(path) / "zarr.json").read_text()).get("attributes", {})
+        attrs = json.loads(meta.read_text()).get("attributes", {})
     except (OSError, ValueError, AttributeError):
         return False
     return isinstance(attrs, dict) and "schema_version" in attrs

@@ -229,6 +229,16 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("baselines ranpac m zero", [*BASE, "--ranpac-m", "0"], "--ranpac-m must be at least 1, got 0"),
     ("baselines ranpac m not a number", [*BASE, "--ranpac-m", "10k"], "Invalid value for '--ranpac-m'"),
     (
+        "baselines ranpac seed negative",
+        [*BASE, "--ranpac-seed", "-1"],
+        "--ranpac-seed must be in [0, 2**32), got -1",
+    ),
+    (
+        "baselines ranpac seed huge",
+        [*BASE, "--ranpac-seed", str(10**23)],
+        f"--ranpac-seed must be in [0, 2**32), got {10**23}",
+    ),
+    (
         "baselines init cls zero",
         [*BASE[:5], "--no-tosca", "--init-cls", "0"],
         "--init-cls must be at least 1, got 0",
@@ -344,6 +354,14 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*EXTRACT, "--store", "{store}/inner.zarr"],
         "lies inside the zarr store {store}",
     ),
+    ("extract store named dot", [*EXTRACT, "--store", "."], "--store '.' names no folder"),
+    ("extract store named dot dot", [*EXTRACT, "--store", ".."], "--store '..' names no folder"),
+    (
+        "extract store inside the images",
+        [*EXTRACT, "--store", "{img}/train/feat.zarr"],
+        "lies inside the train images",
+    ),
+    ("info of the working folder", ["cache", "info", "."], "not a feature store: ."),
     (
         "extract scheduler file not one",
         [*EXTRACT, "--scheduler", "{notsched}"],
@@ -485,7 +503,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
             root / "wide" / "task_001.safetensors", root / "run" / "task_001.safetensors"
         ),
         ["eval", "{run}", "--device", "cpu"],
-        "task_001.safetensors is damaged (its module does not fit the recipe in config.json)",
+        "task_001.safetensors is damaged (it was written under another config.json",
     ),
     (
         "router file not safetensors",

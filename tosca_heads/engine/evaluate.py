@@ -24,7 +24,7 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.routers import ROUTERS, FrozenModel, StageView
+from tosca_heads.routers import ROUTERS, FrozenModel, StageView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
@@ -189,7 +189,7 @@ class StageEvaluator:
             router = ROUTERS[name]
             if router.needs_statistics and view.frozen is None:
                 continue
-            chosen = router.route(view)
+            chosen = route(name, view)
             correct = (predict(predictions, chosen) == labels).double()
             blocks = torch.zeros(correct.shape[0], task + 1, dtype=torch.float64, device=self.device)
             blocks.index_add_(1, true_task, correct)

@@ -178,13 +178,20 @@ class GroupTrainer:
             for begin in range(0, n, batch):
                 step.step(begin, min(batch, n - begin))
             self._check_finite(step.epoch_loss(), task, epoch)
-        # the last steps' updates come after the last loss: check what is kept as well
-        kept = [flat.reshape(groups, -1), weight.reshape(groups, -1), sigma.reshape(groups, -1)]
-        finite = torch.stack([torch.isfinite(k).all(1) for k in kept]).all(0)
-        self._check_finite(torch.where(finite, 0.0, float("nan")), task, epochs - 1)
+        before = (self.weight_, self.sigma_)
         self.modules_.append(flat.detach())
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
         self._write_prototypes(task, stream, targets, source.clean("train", rows).to(device))
+        # the last steps' updates come after the last loss, and the new classes' prototypes are the
+        # module's outputs (a huge --lr leaves finite weights whose outputs overflow): check what is kept
+        kept = [flat.reshape(groups, -1), self.weight_.reshape(groups, -1), sigma.reshape(groups, -1)]
+        finite = torch.stack([torch.isfinite(k).all(1) for k in kept]).all(0)
+        try:
+            self._check_finite(torch.where(finite, 0.0, float("nan")), task, epochs - 1)
+        except NumericalError:
+            self.modules_.pop()
+            self.weight_, self.sigma_ = before
+            raise
         seconds = time.perf_counter() - start
         loss_sum, correct = step.totals()
         loss, acc = [v / n for v in loss_sum], [v / n for v in correct]

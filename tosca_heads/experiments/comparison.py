@@ -31,7 +31,7 @@ from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
-from tosca_heads.method.protocol import StreamConfig, stream_config
+from tosca_heads.method.protocol import StreamConfig, TaskStream, stream_config
 from tosca_heads.method.recipe import PRESETS
 
 NO_ROUTING = "none"
@@ -69,7 +69,13 @@ def run_baseline(
         raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
     check_readable(store)
     if name == "ranpac":
-        check_ranpac_size(int(params.get("projection_dim", 10_000)), store.dim)
+        m = params.get("projection_dim", 10_000)
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise UserError(f"RanPAC's projection size M must be an integer of at least 1, got {m!r}")
+        seed = params.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
+        check_ranpac_size(m, store.dim)
     stream = stream_cfg.task_stream(store.shape.classes)
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
@@ -87,7 +93,9 @@ def run_baseline(
             rows = stream.rows_seen(train_y, task)
             estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
         seen = stream.rows_seen(test_y, task)
-        pred = estimator.predict(test_x[_index(seen, test_x)])
+        pred = checked_predictions(
+            name, estimator.predict(test_x[_index(seen, test_x)]), len(seen), task, stream
+        )
         curve.append(accuracy(pred, test_y[seen]))
         matrix.append(block_accuracies(pred, test_y[seen], stream.task_of(test_y[seen]), task + 1))
         if on_task:
@@ -96,6 +104,30 @@ def run_baseline(
     if hasattr(estimator, "ridge_"):
         metrics["ridge"] = estimator.ridge_
     return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
+
+
+def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:
+    """A baseline's predictions as class ids, refused in one line unless they are what `predict` must
+    give: n integers among the classes seen so far. A plug-in's [n, 1] or NaN would otherwise be
+    scored as a plausible but meaningless accuracy."""
+    seen = stream.init_cls + task * stream.increment
+    values = pred.detach().cpu().numpy() if isinstance(pred, torch.Tensor) else pred
+    if not isinstance(values, np.ndarray):
+        raise UserError(
+            f"baseline {name!r}: predict returned {type(pred).__name__}, not an array of class ids"
+        )
+    if values.shape != (n,):
+        raise UserError(
+            f"baseline {name!r}: predict returned shape {list(values.shape)}, not [{n}] (one class id per test sample)"
+        )
+    if not np.issubdtype(values.dtype, np.integer):
+        raise UserError(f"baseline {name!r}: predict returned {values.dtype} values, not integer class ids")
+    if n and (values.min() < 0 or values.max() >= seen):
+        wrong = int(values.min()) if values.min() < 0 else int(values.max())
+        raise UserError(
+            f"baseline {name!r}: predicted class {wrong}; the classes seen so far are 0 to {seen - 1}"
+        )
+    return values
 
 
 def baseline_params(method: str, ranpac_m: int, ranpac_seed: int) -> dict[str, Any]:
@@ -236,13 +268,11 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
         payload = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(payload, dict) or "method" not in payload:
+    if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
         return None
     routers = payload.get("routers", payload.get("modes"))
     block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
-    if not isinstance(block, dict) or not all(
-        isinstance(block.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting")
-    ):
+    if not runfiles.valid_metrics_block(block):
         return None
     return {**payload, "routers": {NO_ROUTING: block}}
 
@@ -306,6 +336,8 @@ def check_request(request: BaselinesRequest) -> None:
         )
     if request.ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {request.ranpac_m}")
+    if not 0 <= request.ranpac_seed < 2**32:
+        raise UserError(f"--ranpac-seed must be in [0, 2**32), got {request.ranpac_seed}")
     if "ranpac" in request.methods:
         check_ranpac_size(request.ranpac_m, 1)
     if request.run is not None and request.with_tosca and not (request.run / runfiles.CONFIG).is_file():

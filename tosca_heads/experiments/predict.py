@@ -26,6 +26,7 @@ from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.experiments.requests import PredictRequest
 from tosca_heads.experiments.runfiles import (
     ROUTER_FILE,
+    check_task_count,
     feature_dim_of,
     finished_tasks,
     load_router_statistics,
@@ -37,7 +38,7 @@ from tosca_heads.experiments.runfiles import (
     train_config_of,
 )
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers
+from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
 from tosca_heads.routers.scores import module_scores
 
 
@@ -69,9 +70,11 @@ class RunPredictor:
         train = train_config_of(self.config_, self.run_dir)
         dim = feature_dim_of(self.config_, self.run_dir)
         self.layout_ = ParamLayout(dim, train.r, train.s, train.flow)
+        self.stream_: TaskStream = stream_config_of(self.config_, self.run_dir).task_stream(self.num_classes)
+        check_task_count(self.run_dir, tasks, self.stream_.num_tasks)
         modules, head = [], {}
         for task in range(tasks):
-            module, head, _ = load_task(self.run_dir, task, self.layout_)
+            module, head, _ = load_task(self.run_dir, task, self.layout_, self.stream_.seen_classes(task))
             modules.append(self.layout_.pack(module, train.r, train.s).unsqueeze(0).to(self.device))
         self.modules_ = tuple(modules)
         self.weight_ = head["head.weight"].unsqueeze(0).to(self.device)
@@ -93,7 +96,6 @@ class RunPredictor:
                 f"classifier of its {tasks} finished tasks has {classes} (the fit stopped before it "
                 f"ended); rebuild them with `tosca eval {self.run_dir}`"
             )
-        self.stream_: TaskStream = stream_config_of(self.config_, self.run_dir).task_stream(self.num_classes)
         self.tasks_ = tasks
         return self
 
@@ -126,6 +128,14 @@ class RunPredictor:
         """Route and classify [n, d] frozen features with the named (honest) router."""
         self.check_router(router)
         x = torch.as_tensor(features).to(self.device, torch.float32)
+        dim = self.layout_.dim
+        if x.ndim != 2 or x.shape[1] != dim:
+            raise UserError(
+                f"features of shape {list(x.shape)} cannot be classified by run {self.run_dir}: "
+                f"it needs [n, {dim}] (the frozen features of its store's backbone)"
+            )
+        if not bool(torch.isfinite(x).all()):
+            raise UserError("features hold NaN or infinite values: they cannot be classified")
         logits = self.module_logits(x)  # [M, n, C]
         entropy, predictions, energy = module_scores(logits)
         classes = np.arange(int(self.weight_.shape[1]))
@@ -141,7 +151,7 @@ class RunPredictor:
             class_ordered=torch.arange(len(x), device=self.device),
             shuffled=torch.arange(len(x), device=self.device),
         )
-        chosen = ROUTERS[router].route(view)[0]
+        chosen = route(router, view)[0]
         rows = torch.arange(len(x), device=self.device)
         chosen_logits = logits[chosen, rows]  # [n, C]
         probabilities = torch.softmax(chosen_logits, -1)

@@ -14,8 +14,10 @@ format 2 when its sweep resumes.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import fields
@@ -26,6 +28,7 @@ import numpy as np
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
+from featcache.foundation.fingerprints import canonical_json
 from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -92,6 +95,70 @@ def point_rows(point: dict[str, Any], routers: dict[str, dict[str, Any]]) -> lis
     return rows
 
 
+FRACTION_COLUMNS = {"A_bar", "A_last", "routing_accuracy"}
+WHOLE_COLUMNS = {
+    "format",
+    "r",
+    "s",
+    "epochs",
+    "batch_size",
+    "seed",
+    "init_cls",
+    "increment",
+    "order_seed",
+    "tasks",
+    "params_per_task",
+    "routers",
+    "group_size",
+    "feature_loads",
+    "worker_pid",
+}
+AT_LEAST_ONE = {"format", "r", "s", "epochs", "batch_size", "init_cls", "increment", "tasks", "routers"}
+
+
+def _cell_problem(column: str, value: str) -> str:
+    """What a numeric cell of results.csv should be and is not ('' when it is fine): finite,
+    accuracies in [0, 1], forgetting in [-1, 1], counts whole; every other number is not negative.
+    (`nan`, `inf`, `-3` or 7.5 would otherwise merge points or be shown as percentages.)"""
+    try:
+        number = float(value)
+    except ValueError:
+        return "a number"
+    if not math.isfinite(number):
+        return "a finite number"
+    if column in FRACTION_COLUMNS:
+        return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
+    if column == "forgetting":
+        return "" if -1.0 <= number <= 1.0 else "a forgetting between -1 and 1"
+    if column in WHOLE_COLUMNS and not number.is_integer():
+        return "a whole number"
+    if number < (1 if column in AT_LEAST_ONE else 0):
+        return f"a number of at least {1 if column in AT_LEAST_ONE else 0}"
+    return ""
+
+
+def point_key(flags: dict[str, Any]) -> str:
+    """A sweep point's identity: a digest of every flag (`SweepPoint.key`), so a grown grid re-uses
+    the points it shares and a row whose flags were edited no longer matches its key."""
+    return hashlib.sha256(canonical_json(flags).encode()).hexdigest()[:16]
+
+
+def _flags_of(row: dict[str, str]) -> dict[str, Any]:
+    """The typed flags of a results.csv row (as `SweepPoint.flags` gives them)."""
+    flags: dict[str, Any] = {}
+    for f in [*fields(TrainConfig), *fields(StreamConfig)]:
+        value, kind = row.get(f.name, ""), str(f.type)
+        if value == "":
+            flags[f.name] = None
+        elif kind == "str":
+            flags[f.name] = value
+        elif kind.startswith("int"):
+            flags[f.name] = int(float(value))
+        else:
+            flags[f.name] = float(value)
+    return flags
+
+
 class ResultsTable:
     """results.csv: every finished point's rows, appended as points finish."""
 
@@ -100,6 +167,7 @@ class ResultsTable:
         rewrite a format-1 file as format 2."""
         self.path = Path(path)
         self._points: dict[str, list[dict[str, str]]] = {}
+        self._line_of: dict[int, int] = {}  # id(row) -> its line in the file, for messages
         if self.path.exists():
             self._points = self._read(rewrite=not check_only)
 
@@ -124,6 +192,8 @@ class ResultsTable:
         for row in rows:
             points.setdefault(row["key"], []).append(row)
         whole = {key: found for key, found in points.items() if _whole(found)}
+        if not converted:  # a format-1 file's rows are checked once rewritten, from the next read on
+            self._check_keys(whole)
         dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
         if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
             self._rewrite([row for found in whole.values() for row in found])
@@ -136,8 +206,21 @@ class ResultsTable:
                 continue  # cut short by a kill
             row = dict(zip(header, line, strict=True))
             self._check(number, row)
+            self._line_of[id(row)] = number
             rows.append(row)
         return rows
+
+    def _check_keys(self, points: dict[str, list[dict[str, str]]]) -> None:
+        """Each recorded point's flags give its key: an edited flag (two points made one, or a
+        point standing for another) is refused. Points a kill cut short are dropped before this."""
+        for key, rows in points.items():
+            for row in rows:
+                if point_key(_flags_of(row)) != key:
+                    number = self._line_of.get(id(row), "?")
+                    raise UserError(
+                        f"{self.path} line {number}: its flags do not match its key {key[:40]!r}; the file "
+                        "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
+                    )
 
     def _format_1(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
         """Wide format-1 rows (a column per router and metric) as format-2 rows."""
@@ -174,13 +257,22 @@ class ResultsTable:
                 or (value == "" and column in OPTIONAL_COLUMNS)
             ):
                 continue
-            try:
-                float(value)
-            except ValueError:
+            wanted = _cell_problem(column, value)
+            if wanted:
                 raise UserError(
-                    f"{self.path} line {number}: {column} holds {value[:40]!r}, not a number; the file was "
+                    f"{self.path} line {number}: {column} holds {value[:40]!r}, not {wanted}; the file was "
                     "edited or damaged: fix or delete that line (the sweep then reruns its point)"
                 ) from None
+        curve = row.get("A_t", "")
+        try:
+            values = json.loads(curve) if curve else []
+        except ValueError:
+            values = None
+        if not isinstance(values, list) or not all(_cell_problem("A_last", str(v)) == "" for v in values):
+            raise UserError(
+                f"{self.path} line {number}: A_t holds {curve[:40]!r}, not a list of accuracies; the file "
+                "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
+            )
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         with atomic.replacing(self.path) as tmp, open(tmp, "w", newline="") as fh:

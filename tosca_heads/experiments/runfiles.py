@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -131,13 +132,41 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
             "format": FORMAT,
         }
     routers = metrics.get("routers")
-    if not isinstance(routers, dict) or not all(
-        isinstance(m, dict)
-        and all(isinstance(m.get(k), (int, float)) for k in ("A_bar", "A_last", "forgetting"))
-        for m in routers.values()
+    tasks = metrics.get("finished_tasks")
+    if (
+        not isinstance(routers, dict)
+        or not all(isinstance(name, str) and valid_metrics_block(m) for name, m in routers.items())
+        or isinstance(tasks, bool)
+        or not isinstance(tasks, int)
+        or tasks < 1
     ):
         raise UserError(f"run metrics {path} were edited or damaged; `tosca eval {run_dir}` rewrites them")
     return metrics
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
+def valid_metrics_block(block: Any) -> bool:
+    """One router's (or a baseline's) metrics as tosca writes them: accuracies are fractions in
+    [0, 1], forgetting a finite difference of two, A_t a list of fractions; anything else was edited
+    (a NaN, 7.5 or `true` would be shown as a percentage and even ranked)."""
+    if not isinstance(block, dict):
+        return False
+    forgetting = block.get("forgetting")
+    routing = block.get("routing_accuracy")
+    curve = block.get("A_t", [])
+    return (
+        _fraction(block.get("A_bar"))
+        and _fraction(block.get("A_last"))
+        and isinstance(forgetting, (int, float))
+        and not isinstance(forgetting, bool)
+        and -1.0 <= forgetting <= 1.0
+        and (routing is None or _fraction(routing))
+        and isinstance(curve, list)
+        and all(_fraction(a) for a in curve)
+    )
 
 
 def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
@@ -237,6 +266,27 @@ def finished_tasks(run_dir: Path) -> int:
     return n
 
 
+def recipe_digest(run_dir: Path) -> str | None:
+    """A digest of the split and recipe in the run's config.json, recorded in each task file: a
+    config.json edited afterwards (another class order, flow or split) no longer matches its files."""
+    try:
+        config = read_run_config(run_dir)
+    except UserError:
+        return None
+    text = canonical_json({"stream": config.get("stream"), "train": config.get("train")})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_task_count(run_dir: Path, found: int, tasks: int) -> None:
+    """More task files than the run's split has tasks: one came from elsewhere, or config.json's
+    split was edited; nothing of such a run can be scored."""
+    if found > tasks:
+        raise UserError(
+            f"run {run_dir} holds {found} task files but its split (config.json) has {tasks} tasks: "
+            "a task file was copied in or the split edited"
+        )
+
+
 def save_task(
     run_dir: Path,
     task: int,
@@ -248,6 +298,9 @@ def save_task(
     tensors = {f"luca.{k}": v for k, v in module.items()}
     tensors.update(head)
     meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats)}
+    digest = recipe_digest(run_dir)
+    if digest is not None:
+        meta["config"] = digest
     atomic.write_safetensors(task_file(run_dir, task), tensors, meta)  # whole or not at all
     atomic.write_safetensors(Path(run_dir) / HEAD_FILE, head)
 
@@ -257,10 +310,12 @@ def _damaged(run_dir: Path, name: str, why: str, fix: str) -> UserError:
 
 
 def load_task(
-    run_dir: Path, task: int, layout: ParamLayout
+    run_dir: Path, task: int, layout: ParamLayout, seen_classes: int | None = None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
-    classifier snapshot and training stats."""
+    classifier snapshot and training stats. Everything in the file is checked against the run's
+    recipe and split (flow, task, the classes seen by then), finite float32 values included: a file
+    copied from another run or edited must stop here, never be scored."""
     from safetensors import SafetensorError, safe_open
 
     path = task_file(run_dir, task)
@@ -270,9 +325,25 @@ def load_task(
     try:
         with safe_open(str(path), "pt") as fh:
             tensors = {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 - not a dict
-            stats = json.loads((fh.metadata() or {})["stats"])
+            meta = fh.metadata() or {}
+            stats = json.loads(meta["stats"])
     except (SafetensorError, OSError, KeyError, ValueError) as exc:
         raise _damaged(run_dir, path.name, f"{type(exc).__name__}: {str(exc)[:80]}", refit) from None
+    if "config" in meta and meta["config"] != recipe_digest(run_dir):
+        raise _damaged(
+            run_dir,
+            path.name,
+            "it was written under another config.json: the split or recipe there was edited since",
+            "restore config.json, or fit a new run",
+        )
+    if meta.get("task", str(task)) != str(task) or meta.get("flow", layout.flow) != layout.flow:
+        why = f"it was written for task {meta.get('task')} of a {meta.get('flow')} run, not task {task} of this {layout.flow} run"
+        raise _damaged(run_dir, path.name, why, refit)
+    for key, value in tensors.items():
+        if value.dtype != torch.float32:
+            raise _damaged(run_dir, path.name, f"{key} holds {value.dtype} values, not float32", refit)
+        if not bool(torch.isfinite(value).all()):
+            raise _damaged(run_dir, path.name, f"{key} holds NaN or inf", refit)
     module = {k[5:]: v for k, v in tensors.items() if k.startswith("luca.")}
     head = {k: v for k, v in tensors.items() if k.startswith("head.")}
     expected = layout.state_shapes()
@@ -288,8 +359,16 @@ def load_task(
         or sigma.numel() != 1
     ):
         raise _damaged(run_dir, path.name, "its classifier does not fit the recipe in config.json", refit)
-    if not isinstance(stats, dict) or not all(
-        isinstance(stats.get(k), (int, float)) for k in ("loss", "train_acc", "seconds")
+    if seen_classes is not None and weight.shape[0] != seen_classes:
+        why = f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has seen {seen_classes}"
+        raise _damaged(run_dir, path.name, why, refit)
+    if (
+        not isinstance(stats, dict)
+        or not all(
+            isinstance(stats.get(k), (int, float)) and math.isfinite(stats[k])
+            for k in ("loss", "train_acc", "seconds")
+        )
+        or not 0.0 <= stats["train_acc"] <= 1.0
     ):
         raise _damaged(run_dir, path.name, "its training stats are unreadable", refit)
     return module, head, stats

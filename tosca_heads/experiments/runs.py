@@ -145,7 +145,8 @@ class GroupFit:
     def resume(self, task: int) -> None:
         """Load a finished task of every run and queue its evaluation."""
         loaded = [
-            runfiles.load_task(d, task, layout) for d, layout in zip(self.dirs, self.layouts, strict=True)
+            runfiles.load_task(d, task, layout, self.stream.seen_classes(task))
+            for d, layout in zip(self.dirs, self.layouts, strict=True)
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
         stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
@@ -341,6 +342,7 @@ def evaluate_run(
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
     store = runfiles.open_run_store(config, run_dir)
+    runfiles.check_task_count(run_dir, done, stream.task_stream(store.shape.classes).num_tasks)
     return fit_run(store, stream, train, done - 1, run_dir, source, device=device)
 
 

@@ -31,9 +31,9 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
-from featcache.foundation.fingerprints import canonical_json
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
+from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, check_available, dask_client, parse_scheduler
 from featcache.store import FeatureStore, check_readable, open_unchanged, resolve_store
 from tosca_heads.engine.device import check_settings
@@ -42,6 +42,7 @@ from tosca_heads.experiments.requests import SweepRequest
 from tosca_heads.experiments.results import (
     ResultsTable,
     by_point,
+    point_key,
     point_rows,
     routers_in,
     summarise_points,
@@ -102,7 +103,7 @@ class SweepPoint:
     @property
     def key(self) -> str:
         """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
-        return hashlib.sha256(canonical_json(self.flags()).encode()).hexdigest()[:16]
+        return point_key(self.flags())
 
     @property
     def group_key(self) -> tuple:
@@ -206,6 +207,7 @@ def run_group(
 ) -> list[list[dict[str, Any]]]:
     """Runs on a worker: one engine run of compatible points (all tasks, every router), nothing
     written; each point's results.csv rows. Seconds are the point's share of the group's wall time."""
+    load_plugins()  # a worker process has not run the CLI's start: its plug-in routers
     _keep_freed_memory()
     resolved = resolve_device(device)
     key, store, source = features_on_worker(store_path, fingerprint, resolved)
@@ -344,6 +346,10 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
     }
     if meta_path.exists():
         existing = read_sweep_file(meta_path)
+        if not isinstance(existing.get("store_fingerprint"), str):
+            raise UserError(
+                f"{meta_path} records no store fingerprint: it was edited or damaged; pass another --out"
+            )
         if existing.get("store_fingerprint") != store.fingerprint:
             raise UserError(
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"

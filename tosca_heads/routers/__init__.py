@@ -15,6 +15,7 @@ from tosca_heads.routers.registry import (
     Router,
     StageView,
     register_router,
+    route,
     route_batches,
     task_log_posterior,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "StageView",
     "register_router",
     "resolve_routers",
+    "route",
     "route_batches",
     "task_log_posterior",
 ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from featcache.foundation.errors import UserError
 from tosca_heads.routers.statistics import FrozenModel
 
 REFERENCE_BATCH = 48
@@ -71,6 +72,27 @@ class Router:
 
 
 ROUTERS: dict[str, Router] = {}
+
+
+def route(name: str, view: StageView) -> torch.Tensor:
+    """The named router's choices, refused in one line unless they are what a router must give: an
+    integer tensor [G, n] of module indices in [0, M). A plug-in's [G, 1] would otherwise be
+    broadcast against the labels into a plausible but meaningless accuracy."""
+    groups, modules, n = view.entropy.shape
+    chosen = ROUTERS[name].route(view)
+    if not isinstance(chosen, torch.Tensor):
+        raise UserError(f"router {name!r} returned {type(chosen).__name__}, not a tensor of module indices")
+    if chosen.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise UserError(f"router {name!r} returned {chosen.dtype} values, not integer module indices")
+    if tuple(chosen.shape) != (groups, n):
+        raise UserError(
+            f"router {name!r} returned shape {list(chosen.shape)}, not [{groups}, {n}] "
+            "(one module per configuration and test sample)"
+        )
+    if n and (int(chosen.min()) < 0 or int(chosen.max()) >= modules):
+        wrong = int(chosen.min()) if int(chosen.min()) < 0 else int(chosen.max())
+        raise UserError(f"router {name!r} chose module {wrong}; there are {modules} (0 to {modules - 1})")
+    return chosen.long().to(view.entropy.device)
 
 
 def register_router(cls: type[Router]) -> type[Router]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.suite import load_suite, parse_suite, run_suite
+from tosca_heads.experiments.suite.cells import plan_cells
 from tosca_heads.experiments.suite.presets import PAPER_BENCHMARKS, preset
 from tosca_heads.experiments.suite.spec import with_stores
 
@@ -326,3 +328,123 @@ def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> N
     assert {c.status for c in spread.cells} == {"ran"}
     columns = ["method", "store", "metric", "mean", "std", "n"]
     pd.testing.assert_frame_equal(spread.tables.table[columns], alone.tables.table[columns])
+
+
+def test_store_names_that_would_share_a_cells_folder_are_refused(tmp_path: Path) -> None:
+    for first, second in (("x y", "x-y"), ("É", "名前"), ("A", "a")):
+        stores = [{"name": n, "path": "a.zarr"} for n in (first, second)]
+        with pytest.raises(UserError, match="would share the cells folder"):
+            parse_suite({"stores": stores}, tmp_path)
+    spec = parse_suite({"stores": [{"name": "..", "path": "a.zarr"}]}, tmp_path)
+    cell = plan_cells(spec)[0]
+    assert cell.folder(tmp_path / "out").parent == tmp_path / "out" / "cells" / "store"
+
+
+def test_a_suite_changed_since_its_cells_were_made_stops_before_running_anything(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
+    out = tmp_path / "out"
+    run_suite(load_suite(path), out, device="cpu")
+    before = _digests(out / "cells")
+    path.write_text(path.read_text().replace("epochs = 2", "epochs = 3"))
+    changed = load_suite(path)
+    with pytest.raises(UserError, match=r"was made with another configuration \(train.epochs: 2 -> 3"):
+        run_suite(changed, out, device="cpu")
+    assert _digests(out / "cells") == before  # not even the baselines were recomputed
+    plan = run_suite(changed, out, device="cpu", dry_run=True)
+    assert {c.status for c in plan.cells if c.cell.kind == "tosca"} == {"changed"}
+    assert {c.status for c in plan.cells if c.cell.kind == "baseline"} == {"done"}
+    tables = run_suite(changed, out, device="cpu", tables_only=True)  # what is done, the rest missing
+    assert len(tables.missing) == 4 and "missing" in (out / "table.md").read_text()
+
+
+def test_a_finished_cell_with_a_task_file_deleted_or_damaged_is_trained_again_or_said(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines="[]", flows="[]")
+    spec = load_suite(path)
+    out = tmp_path / "out"
+    first = run_suite(spec, out, device="cpu")
+    cell = first.cells[0]
+    (cell.folder / "task_001.safetensors").unlink()
+    again = run_suite(spec, out, device="cpu")
+    assert [c.status for c in again.cells] == ["ran"] + ["done"] * (len(again.cells) - 1)
+    pd.testing.assert_frame_equal(again.tables.table, first.tables.table)
+    (cell.folder / "task_001.safetensors").write_bytes(b"\x10\x00\x00")
+    with pytest.raises(UserError, match=r"task_001\.safetensors is damaged"):
+        run_suite(spec, out, device="cpu", tables_only=True)
+
+
+def test_the_l1_claim_is_not_measured_at_l1_zero_and_old_ablation_files_go(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines="[]", flows='["tosca_r"]')
+    out = tmp_path / "out"
+    run_suite(load_suite(path), out, device="cpu")
+    assert (out / "ablation.md").exists() and (out / "ablation.tex").exists()
+    without = path.read_text().replace('[ablation]\nflows = ["tosca_r"]\nl1_off = true\n', "")
+    path.write_text(without)
+    result = run_suite(load_suite(path), out, device="cpu")  # the same folder, no ablation now
+    assert {c.status for c in result.cells} == {"done"}
+    assert not (out / "ablation.md").exists() and not (out / "ablation.tex").exists()
+    path.write_text(without.replace("epochs = 2,", "epochs = 2, l1 = 0.0,") + "[ablation]\nl1_off = true\n")
+    zero = run_suite(load_suite(path), tmp_path / "zero", device="cpu")
+    assert zero.tables.claims[0].verdict == "not measured"  # L1 = 0 against itself is no test
+
+
+def test_a_dry_run_plans_stores_not_extracted_yet_and_speaks_json(tmp_path: Path) -> None:
+    path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
+    text = (
+        path.read_text()
+        + '[[stores]]\nname = "B"\nmodel = "effnet_lite0"\ndataset = "eurosat"\npath = "b.zarr"\n'
+    )
+    path.write_text(text)
+    output = _run(
+        "suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--dry-run", "--json"
+    )
+    plan = json.loads(output)
+    status = {(c["store"], c["status"]) for c in plan["cells"]}
+    assert status == {("A", "missing"), ("B", "to extract")} and plan["estimate_seconds"] > 0
+    said = _run("suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--dry-run")
+    assert "wait for their store to be extracted" in said and not (tmp_path / "out").exists()
+
+
+ROUTER_PLUGIN = """
+import torch
+from tosca_heads.routers import Router, register_router
+
+@register_router
+class Newest(Router):
+    name = "test_suite_newest"
+    def route(self, view):
+        groups, modules, n = view.entropy.shape
+        return torch.full((groups, n), modules - 1, dtype=torch.long)
+"""
+
+
+def test_a_plug_in_router_reaches_the_worker_processes_and_cells_made_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from featcache.foundation.plugins import load_plugins
+    from tosca_heads.routers import ROUTERS
+
+    path = _suite(tmp_path, baselines="[]", flows="[]")
+    out = tmp_path / "out"
+    run_suite(load_suite(path), out, device="cpu")  # before the plug-in
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "suite_newest.py").write_text(ROUTER_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path / "plug"))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path / "plug"), os.environ.get("PYTHONPATH", "")])
+    )
+    monkeypatch.setenv("TOSCA_PLUGINS", "suite_newest")
+    try:
+        load_plugins()
+        path.write_text(path.read_text().replace('"oracle"]', '"oracle", "test_suite_newest"]'))
+        spec = load_suite(path)
+        again = run_suite(spec, out, device="cpu")  # the finished cells are evaluated again
+        assert {c.status for c in again.cells} == {"ran"}
+        spread = run_suite(spec, tmp_path / "two", jobs=2, device="cpu")  # on worker processes
+        for result in (again, spread):
+            rows = result.tables.table[result.tables.table.method == "tosca:test_suite_newest"]
+            assert len(rows) and rows["n"].min() == 2
+    finally:
+        ROUTERS.pop("test_suite_newest", None)
+        sys.modules.pop("suite_newest", None)

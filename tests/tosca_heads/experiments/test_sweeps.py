@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.results import COLUMNS, ResultsTable, by_point, point_rows
+from tosca_heads.experiments.results import COLUMNS, ResultsTable, by_point, point_key, point_rows
 from tosca_heads.experiments.sweeps import grid_points, parse_values
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -197,25 +198,42 @@ def test_groups_hold_only_compatible_points() -> None:
     assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in points)
 
 
-def _point(key: str, routers: tuple[str, ...] = ("entropy", "oracle")) -> list[dict]:
+def _point(seed: int, routers: tuple[str, ...] = ("entropy", "oracle")) -> list[dict]:
+    """A point's rows with every flag 1 but its seed, under the key those flags give."""
     block = {"A_bar": 0.5, "A_last": 0.25, "forgetting": 0.0, "routing_accuracy": 1.0, "A_t": [0.5, 0.25]}
-    return point_rows({c: 1 for c in COLUMNS} | {"key": key, "flow": "tosca"}, dict.fromkeys(routers, block))
+    point = {c: 1 for c in COLUMNS} | {"flow": "tosca", "seed": seed}
+    point["key"] = _key(seed)
+    return point_rows(point, dict.fromkeys(routers, block))
+
+
+def _key(seed: int) -> str:
+    flags = {f.name: 1 for f in [*dataclasses.fields(TrainConfig), *dataclasses.fields(StreamConfig)]}
+    flags |= {
+        "flow": "tosca",
+        "seed": seed,
+        "l1": 1.0,
+        "lr": 1.0,
+        "momentum": 1.0,
+        "weight_decay": 1.0,
+        "eta_min": 1.0,
+    }
+    return point_key(flags)
 
 
 def test_results_table_drops_cut_and_duplicate_points(tmp_path: Path) -> None:
     path = tmp_path / "results.csv"
     table = ResultsTable(path)
-    table.append(_point("a"))
-    table.append(_point("a"))  # the same point twice is recorded once
+    table.append(_point(1))
+    table.append(_point(1))  # the same point twice is recorded once
     whole = path.read_text()
     assert whole.count("\n") == 3  # header and one row per router
-    with open(path, "a") as fh:  # point b cut after its first router's row, mid-line
-        fh.write(whole.splitlines()[1].replace(",a,", ",b,", 1) + "\n" + "c,1,2")
-    assert ResultsTable(path).keys() == {"a"}
+    with open(path, "a") as fh:  # point 2 cut after its first router's row, mid-line
+        fh.write(whole.splitlines()[1].replace(_key(1), _key(2), 1) + "\n" + "c,1,2")
+    assert ResultsTable(path).keys() == {_key(1)}
     assert path.read_text() == whole  # the cut point and the cut line are gone from the file
     table = ResultsTable(path)
-    table.append(_point("b", ("entropy",)))  # a later point may have fewer routers: its own count
-    assert ResultsTable(path).keys() == {"a", "b"}
+    table.append(_point(2, ("entropy",)))  # a later point may have fewer routers: its own count
+    assert ResultsTable(path).keys() == {_key(1), _key(2)}
     path.write_text("key,other\n")
     with pytest.raises(UserError, match="other columns"):
         ResultsTable(path)

@@ -10,7 +10,6 @@ elsewhere under the runs root is reused the same way.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.experiments import comparison, runfiles
 from tosca_heads.experiments.comparison import baseline_params
-from tosca_heads.experiments.suite.spec import SuiteSpec
+from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 
@@ -47,14 +46,10 @@ class Cell:
 
     def folder(self, out: Path) -> Path:
         """Where the cell's files are: a run folder, or a baselines folder's method subfolder."""
-        base = Path(out) / "cells" / slug(self.store)
+        base = Path(out) / "cells" / folder_name(self.store)
         if self.kind == "tosca":
             return base / f"tosca-{self.flow}-l1_{self.l1:g}-seed{self.seed}-order{self.order_seed}"
         return base / f"baselines-seed{self.seed}-order{self.order_seed}" / self.method
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "store"
 
 
 def plan_cells(spec: SuiteSpec) -> list[Cell]:
@@ -101,7 +96,13 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
         except UserError:
             return False
         wanted = runfiles.run_config(store, stream, cell_train(spec, cell))
-        return not runfiles.config_differences(config, wanted) and metrics.get("finished_tasks") == tasks
+        return (
+            not runfiles.config_differences(config, wanted)
+            and metrics.get("finished_tasks") == tasks
+            and runfiles.finished_tasks(folder) >= tasks  # a deleted task file: the fit resumes there
+            # a router registered since (a plug-in): the fit evaluates the finished run again
+            and all(r in metrics.get("routers", {}) for r in (*spec.routers, spec.primary))
+        )
     payload = comparison.read_baseline(folder / "metrics.json")
     return (
         payload is not None
@@ -110,6 +111,30 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
         and payload.get("params", {}) == cell_params(spec, cell)
         and payload.get("finished_tasks") == tasks
     )
+
+
+def made_otherwise(
+    spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, stream: StreamConfig
+) -> str | None:
+    """What differs when the cell's folder holds results of another configuration (the suite file
+    or its store changed since they were made); None when it holds none, or this cell's."""
+    if cell.kind == "tosca":
+        if not (Path(folder) / runfiles.CONFIG).is_file():
+            return None
+        wanted = runfiles.run_config(store, stream, cell_train(spec, cell))
+        differences = runfiles.config_differences(runfiles.read_run_config(folder), wanted)
+        return differences[0] if differences else None
+    payload = comparison.read_baseline(Path(folder) / "metrics.json")
+    if payload is None:
+        return None
+    for what, made, wanted in (
+        ("store_fingerprint", payload.get("store_fingerprint"), store.fingerprint),
+        ("task split", payload.get("stream"), asdict(stream)),
+        ("parameters", payload.get("params", {}), cell_params(spec, cell)),
+    ):
+        if made != wanted:
+            return f"{what}: {made} -> {wanted}"
+    return None
 
 
 def find_finished_run(
@@ -174,14 +199,21 @@ def module_similarity(folder: Path) -> float | None:
     """Mean cosine similarity between the weights of every pair of the run's task modules (each
     module's parameters as one vector); None for a run of one task."""
     import torch
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    files = sorted(Path(folder).glob("task_*.safetensors"))
+    files = [runfiles.task_file(folder, t) for t in range(runfiles.finished_tasks(folder))]
     if len(files) < 2:
         return None
     vectors = []
     for path in files:
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as exc:
+            raise UserError(
+                f"suite cell {folder}: {path.name} is damaged ({type(exc).__name__}: {str(exc)[:80]}); "
+                "delete it and the task files after it, and the suite trains those tasks again"
+            ) from None
         vectors.append(
             torch.cat([state[k].double().flatten() for k in sorted(state) if k.startswith("luca.")])
         )

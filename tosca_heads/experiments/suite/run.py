@@ -27,6 +27,7 @@ from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
+from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, check_readable, is_tosca_store
 from tosca_heads.engine.device import check_settings
@@ -37,7 +38,7 @@ from tosca_heads.experiments.runs import fit_group
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell
 from tosca_heads.experiments.suite.presets import preset
-from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, load_suite, parse_suite
+from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
 from tosca_heads.experiments.sweeps import features_on_worker
 from tosca_heads.method.protocol import StreamConfig, stream_config
@@ -61,10 +62,13 @@ class CellState:
     cell: Cell
     folder: Path
     command: str
-    status: str  # done (found finished), reused (a finished run elsewhere), ran, missing
+    # done (found finished), reused (a finished run elsewhere), ran, missing, changed (its folder
+    # holds results of another configuration: `reason`), to extract (a dry run before its store)
+    status: str
     seconds: float = 0.0
     result: dict[str, Any] | None = None
     similarity: float | None = None
+    reason: str = ""
 
 
 @dataclass
@@ -81,12 +85,12 @@ class SuiteResult:
 
     @property
     def missing(self) -> list[str]:
-        return [c.cell.key for c in self.cells if c.status == "missing"]
+        return [c.cell.key for c in self.cells if c.status not in ("done", "reused", "ran")]
 
 
-def open_stores(spec: SuiteSpec, extract: Extractor | None) -> dict[str, OpenStore]:
+def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = False) -> dict[str, OpenStore]:
     """Every store of the suite, checked, with its task split per class order; a store given by
-    model + dataset is extracted first when it is not on disk yet."""
+    model + dataset is extracted first when it is not on disk yet (a dry run leaves it out)."""
     opened = {}
     for s in spec.stores:
         path = s.path
@@ -95,6 +99,8 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None) -> dict[str, OpenSto
                 raise UserError(
                     f"store {s.name!r}: {path} is not a tosca store and the suite gives no model + dataset to make it"
                 )
+            if dry_run:
+                continue
             if extract is None:
                 raise UserError(
                     f"store {s.name!r} must be extracted first ({s.model} on {s.dataset}): run `tosca extract` or pass an extractor"
@@ -115,7 +121,7 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None) -> dict[str, OpenSto
 
 
 def default_out(spec: SuiteSpec, runs_root: Path) -> Path:
-    return Path(runs_root) / f"suite-{cellmod.slug(spec.name)}"
+    return Path(runs_root) / f"suite-{folder_name(spec.name)}"
 
 
 def is_suite_dir(folder: Path) -> bool:
@@ -124,7 +130,7 @@ def is_suite_dir(folder: Path) -> bool:
 
 
 def run_suite(
-    spec: SuiteSpec,
+    spec: SuiteSpec | str | Path,
     out: Path | None = None,
     jobs: int | None = 1,
     scheduler: str | None = None,
@@ -135,7 +141,8 @@ def run_suite(
     runs_root: Path = Path("runs"),
     tables_only: bool = False,
 ) -> SuiteResult:
-    """Plan, run what is not done, and write the tables (see the module docstring). `dry_run`:
+    """Plan, run what is not done, and write the tables (see the module docstring); `spec` is a
+    SuiteSpec or the path of a SUITE.toml. `dry_run`:
     the plan alone (which cells exist, an estimate of the time), nothing written; `tables_only`:
     the tables of the cells finished so far, the others marked missing, nothing run.
 
@@ -146,6 +153,10 @@ def run_suite(
     ([], ['simplecil', 'tosca:batch'])
     """
     start = time.perf_counter()
+    if isinstance(spec, (str, Path)):  # a SUITE.toml
+        spec = load_suite(Path(spec))
+    if not isinstance(spec, SuiteSpec):
+        raise TypeError(f"run_suite needs a SuiteSpec or the path of a SUITE.toml, not {type(spec).__name__}")
     check_settings()
     resolved = resolve_device(device)
     if jobs is None:  # as a sweep: every usable core on the CPU, one process per GPU
@@ -159,7 +170,7 @@ def run_suite(
         parse_scheduler(scheduler)
     out = Path(out) if out is not None else default_out(spec, runs_root)
     if dry_run:
-        stores = open_stores(spec, None)
+        stores = open_stores(spec, None, dry_run=True)
         states = _states(spec, stores, out, runs_root)
         result = SuiteResult(spec, out, states, None)
         result.estimate_seconds = estimate_seconds(
@@ -177,6 +188,13 @@ def run_suite(
         folders.claim(out, "suite", "--out", written_before=is_suite_dir)
         atomic.remove_stale(out)
         states = _states(spec, stores, out, runs_root)
+        changed = [s for s in states if s.status == "changed"]
+        if changed and not tables_only:
+            raise UserError(
+                f"suite folder {out}: cell {changed[0].cell.key} was made with another configuration "
+                f"({changed[0].reason}; {len(changed)} such cell(s)): the suite file or a store changed "
+                f"since; pass another --out, or delete {changed[0].folder} (and the others) to recompute"
+            )
         if not tables_only:
             _run_missing(spec, stores, states, jobs, scheduler, resolved, on_cell)
         for state in states:
@@ -192,18 +210,24 @@ def run_suite(
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:
     states = []
     for cell in cellmod.plan_cells(spec):
+        folder = cell.folder(out)
+        if cell.store not in stores:  # a dry run, before the store is extracted
+            states.append(CellState(cell, folder, "", "to extract"))
+            continue
         opened = stores[cell.store]
         stream = opened.streams[cell.order_seed]
-        folder = cell.folder(out)
-        status = "missing"
+        status, reason = "missing", ""
         if cellmod.finished(spec, cell, folder, opened.store, stream):
             status = "done"
         else:
             found = cellmod.find_finished_run(spec, cell, runs_root, opened.store, stream)
             if found is not None:
                 folder, status = found, "reused"
+            else:
+                reason = cellmod.made_otherwise(spec, cell, folder, opened.store, stream) or ""
+                status = "changed" if reason else "missing"
         command = cellmod.command(spec, cell, cell.folder(out), opened.store.path, stream)
-        states.append(CellState(cell, folder, command, status))
+        states.append(CellState(cell, folder, command, status, reason=reason))
     return states
 
 
@@ -288,6 +312,7 @@ class _Point:
 
 def run_job(job: Job, device: str) -> float:
     """Runs in a worker (or here): one job's cells, written into their folders; its seconds."""
+    load_plugins()  # a worker process has not run the CLI's start: its plug-in routers and baselines
     resolved = resolve_device(device)
     _, store, source = features_on_worker(job.store_path, job.fingerprint, resolved)
     start = time.perf_counter()

@@ -32,6 +32,7 @@ EfficientNet-Lite0) and `paper` (the paper's six benchmarks on ViT-B/16 IN-21k).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -171,6 +172,14 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         raise UserError(
             f"{where}: two stores are named {sorted(n for n in names if names.count(n) > 1)[0]!r}"
         )
+    folders: dict[str, str] = {}
+    for name in names:  # case-blind: a macOS disk would merge "A" and "a"
+        other = folders.setdefault(folder_name(name).lower(), name)
+        if other != name:
+            raise UserError(
+                f"{where}: stores {other!r} and {name!r} would share the cells folder {folder_name(name)!r}; "
+                "rename one (letters, digits, '_', '.' and '-' are kept, the rest become '-')"
+            )
     cells = (
         len(spec.stores)
         * len(spec.seeds)
@@ -180,6 +189,12 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     if cells > MAX_CELLS:
         raise UserError(f"{where} asks for {cells:,} cells; at most {MAX_CELLS:,}")
     return spec
+
+
+def folder_name(name: str) -> str:
+    """The folder a store's cells (or a suite, under the runs root) go in: its name with anything but
+    letters, digits, '_', '.' and '-' made '-', never '.' or '..' (which would climb out of `cells/`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "store"
 
 
 def _keys(block: Mapping[str, Any], section: str, where: str) -> None:

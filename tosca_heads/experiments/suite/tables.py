@@ -195,7 +195,7 @@ def claims(
     out = []
     # 1. L1 makes the task modules less alike
     checks, figures = [], []
-    for store in names:
+    for store in names if spec.main_l1 != 0.0 else []:  # at L1 = 0 there is no "with L1" to compare
         on = _value(ablation, flow="tosca", l1=spec.main_l1, store=store, metric="similarity")
         off = _value(ablation, flow="tosca", l1=0.0, store=store, metric="similarity")
         if not (math.isnan(on) or math.isnan(off)):
@@ -381,10 +381,18 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     with atomic.replacing(out / "table.parquet") as tmp:
         tables.table.to_parquet(tmp, index=False)
     files["table.parquet"] = out / "table.parquet"
-    if len(tables.ablation):
+    if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
+        for name in ("ablation.md", "ablation.tex"):
+            (out / name).unlink(missing_ok=True)
+    else:
         note = (
             f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, %) and the mean "
             "cosine similarity between the weights of every pair of task modules."
+            + (
+                ""
+                if ROUTERS[spec.primary].honest
+                else f" `{spec.primary}` is not an honest router (docs/routers.md)."
+            )
         )
         header, rows = _ablation_grid(spec, tables.ablation, tex=False)
         files["ablation.md"] = _write(
@@ -427,7 +435,8 @@ def _curves_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
             ax.set_xlabel("task")
             ax.set_ylabel("A_t (%)")
             ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=7)
+        if axes[0][-1].get_legend_handles_labels()[0]:  # nothing finished: nothing to name
+            axes[0][-1].legend(fontsize=7)
 
 
 def _a_last_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
@@ -445,5 +454,6 @@ def _a_last_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
             ax.bar(np.arange(len(spec.stores)) + i * width, means, width, yerr=stds, label=label)
         ax.set_xticks(np.arange(len(spec.stores)) + 0.4 - width / 2, [s.name for s in spec.stores])
         ax.set_ylabel("A_last (%)")
-        ax.legend(fontsize=7, ncols=2)
+        if labels:
+            ax.legend(fontsize=7, ncols=2)
         ax.grid(axis="y", alpha=0.3)
