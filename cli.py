@@ -321,7 +321,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         lambda on_point: sweep_command(request, started, on_point), request.rank_by, swept
     )
     if as_json_:
-        return out.printjson_flag("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
+        return out.print_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     _sweep_table(outcome, outcome.rank_by, outcome.shown)
 
 

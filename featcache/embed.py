@@ -72,6 +72,8 @@ def image_paths(inputs: list[Path]) -> tuple[list[Path], LeftOut]:
             found += image_files(item, left_out)
         elif item.is_file():
             found.append(item)
+        elif item.exists():
+            raise UserError(f"{item} is neither an image file nor a folder (a device, a pipe or a socket)")
         else:
             raise UserError(f"no such image or folder: {item}")
     if not found:

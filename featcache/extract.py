@@ -11,7 +11,6 @@ store until it is done: one writer per store, and a dead writer's lock is gone w
 from __future__ import annotations
 
 import platform
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +50,8 @@ from featcache.store import (
     check_name,
     ids_sha256,
     is_tosca_store,
+    looks_like_store_remains,
+    remove_store_tree,
     stored_chunk_size,
 )
 
@@ -398,31 +399,27 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
                 dtype=plan.request.dtype,
             )
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_store_tree(staging)
         raise
     if path.exists():
         path.rename(replaced)
     staging.rename(path)  # a store appears whole or not at all
-    shutil.rmtree(replaced, ignore_errors=True)
+    remove_store_tree(replaced)
     return FeatureStore.open(path, mode="r+"), True
 
 
 def _remove_leftover(folder: Path) -> None:
     """A half-made or set-aside store of a killed writer goes; anything else by that name is someone
-    else's and stops the extraction (a zarr group's zarr.json is written before anything in it)."""
+    else's and stops the extraction (a zarr group's zarr.json is written before anything in it, and
+    `remove_store_tree` deletes it last)."""
     if not folder.exists() and not folder.is_symlink():
         return
-    ours = (
-        folder.is_dir()
-        and not folder.is_symlink()
-        and ((folder / "zarr.json").is_file() or not any(folder.iterdir()))
-    )
-    if not ours:
+    if not looks_like_store_remains(folder):
         raise UserError(
             f"{folder} is in the way of the store's creation and is not a store tosca left behind; "
             "move it away (tosca never deletes what it did not make)"
         )
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_store_tree(folder)
 
 
 def _only_files_changed(existing: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -37,7 +37,10 @@ class FolderBusy(UserError):
 
 
 def lock_path(store: str | Path) -> Path:
-    store = Path(store).absolute()  # `.` (a run folder one stands in) has no name to put beside
+    """`<folder>.lock` beside the folder itself: links resolved, so a folder reached through a
+    symbolic link has the same lock as by its own path (two writers would not see each other), and
+    `.` (a run folder one stands in) has a name to put it beside."""
+    store = Path(store).resolve()
     return store.with_name(store.name + ".lock")
 
 
@@ -219,11 +222,13 @@ def holder(store: str | Path) -> str | None:
     process ended on this host means nobody; one from another host cannot be checked from here.
     """
     path = lock_path(store)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # never through a link, never waiting on a fifo: what is there may not be tosca's
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         info = _read_record(fd)
     finally:
         os.close(fd)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,12 +207,12 @@ def find_split_tree(folder: Path, depth: int = 3) -> tuple[Path, str]:
             )
         if found:
             return found[0]
-        level_folders = [
-            p
-            for here in level_folders
-            for p in sorted(here.iterdir())
-            if p.is_dir() and skipped_name(p.name) is None  # not hidden, not macOS metadata
-        ]
+        below: dict[Path, Path] = {}  # resolved -> as reached: a tree linked twice is one tree
+        for here in level_folders:
+            for p in sorted(here.iterdir()):
+                if p.is_dir() and skipped_name(p.name) is None:  # not hidden, not macOS metadata
+                    below.setdefault(p.resolve(), p)
+        level_folders = list(below.values())
     raise UserError(f"no train/ with test/ or val/ folders found under {folder}")
 
 
@@ -222,6 +223,20 @@ def _test_name(here: Path) -> str | None:
             if (here / test_name).is_dir():
                 return test_name
     return None
+
+
+def _refuse_look_alikes(root: Path, names: list[str]) -> None:
+    """Two class names that differ only in Unicode normalisation (é as one character or as e plus
+    an accent: macOS and Linux write them differently) look the same everywhere tosca shows them,
+    so two such classes, or a test class that matches its train class only up to that, are refused."""
+    seen: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        other = seen.setdefault(unicodedata.normalize("NFC", name), name)
+        if other != name:
+            raise UserError(
+                f"{root}: class folders {other!a} and {name!a} differ only in Unicode "
+                "normalisation (they look the same); rename them to one spelling"
+            )
 
 
 def folder_dataset(
@@ -241,6 +256,7 @@ def folder_dataset(
             f"{name} expects {expected_classes} class folders in {root / 'train'}, found {len(class_names)}"
         )
     test_classes = [p.name for p in subfolders(root / test_name, left_out)]
+    _refuse_look_alikes(root, class_names + test_classes)
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
         raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")

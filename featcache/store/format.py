@@ -30,8 +30,8 @@ import contextlib
 import copy
 import hashlib
 import json
+import os
 import re
-import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -271,7 +271,7 @@ class FeatureStore:
         if dtype not in DTYPES:
             raise UserError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
         if path.exists():
-            shutil.rmtree(path)
+            remove_store_tree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         group = zarr.open_group(str(path), mode="w")
         chunk_size = stored_chunk_size(chunk_size, max(len(ids[split]) for split in SPLITS))
@@ -509,6 +509,31 @@ class FeatureStore:
                     f"store {self.path} is not fully extracted: {missing}/{total} {split} chunks missing; "
                     "re-run the same `tosca extract` to finish it"
                 )
+
+
+def remove_store_tree(path: Path) -> None:
+    """Delete a store folder (or what is left of one) so that, killed at any moment, what remains
+    still has its top zarr.json or is empty: each folder's other files first, its zarr.json last,
+    the top one at the very end. A rerun then knows the remains for tosca's and finishes the job."""
+    path = Path(path)
+    for here, dirs, files in os.walk(path, topdown=False):
+        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]  # never walked into
+        for name in [*links, *sorted(files, key=lambda n: n == "zarr.json")]:  # zarr.json last
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(here, name))
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.rmdir(here)
+
+
+def looks_like_store_remains(folder: Path) -> bool:
+    """A folder a killed writer left while creating or deleting a store: a zarr.json at its top or
+    anywhere in it (a deletion by an older tosca took files in directory order), or nothing at all."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if (folder / "zarr.json").is_file() or not any(folder.iterdir()):
+        return True
+    return next(folder.rglob("zarr.json"), None) is not None
 
 
 def is_tosca_store(path: str | Path) -> bool:

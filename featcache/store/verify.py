@@ -11,6 +11,7 @@ otherwise train a run on damaged data and report its accuracy with exit code 0.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,10 +248,30 @@ def verify_streaming(store: FeatureStore, split: str) -> None:
             raise _refuse(store, str(ChunkFault(split, chunk, MISMATCH)))
 
 
+def check_not_replaced(path: Path | str, recorded: str, while_: str) -> None:
+    """The store at `path` is still the one whose fingerprint was `recorded` when it was opened:
+    an `extract --overwrite` by another process replaces it as a whole, and arrays read before and
+    after come from two stores. Called after the last read; a result computed across it is refused."""
+    meta = Path(path) / "zarr.json"
+    try:
+        now = (
+            json.loads(meta.read_text()).get("attributes", {}).get("fingerprint") if meta.is_file() else None
+        )
+    except (OSError, ValueError, AttributeError):
+        now = None
+    if now != recorded:
+        raise UserError(
+            f"the store at {path} was replaced or changed while {while_} read it (an `extract "
+            "--overwrite` by another process?); its numbers would mix two stores: run it again"
+        )
+
+
 def open_unchanged(path: Path | str, recorded: str, since: str, then: str) -> FeatureStore:
     """The store at `path`, checked as `check_readable` does, refused in one line when it is no
     longer the store whose fingerprint was `recorded` (re-extracted or edited `since` then; `then`
     says what to do). A damaged store is named as damaged, not as changed."""
+    if not Path(path).exists():
+        raise UserError(f"the store {since} on ({path}) is gone: moved or deleted since")
     store = FeatureStore.open(path)
     check_readable(store)
     if store.fingerprint != recorded:

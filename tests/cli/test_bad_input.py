@@ -306,6 +306,11 @@ ROWS: list[tuple[str, list[str], str]] = [
         "unknown --router 'magic'",
     ),
     ("predict not a run", ["predict", "{empty}", "{img}"], "not a run directory: {empty}"),
+    (
+        "predict a device",
+        ["predict", "{run}", "/dev/null"],
+        "/dev/null is neither an image file nor a folder",
+    ),
     # ------------------------------------------------------------------ sizes checked before any work
     (
         "fit epochs 2**31",

@@ -24,7 +24,7 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_memory
-from featcache.store import FeatureStore, check_readable, resolve_store
+from featcache.store import FeatureStore, check_not_replaced, check_readable, resolve_store
 from tosca_heads.experiments import plots, runfiles
 from tosca_heads.experiments.requests import BaselinesRequest
 from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run
@@ -76,6 +76,7 @@ def run_baseline(
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
             raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
         check_ranpac_size(m, store.dim)
+    fingerprint = store.fingerprint  # as opened: checked again after the last read
     stream = stream_cfg.task_stream(store.shape.classes)
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
@@ -100,6 +101,7 @@ def run_baseline(
         matrix.append(block_accuracies(pred, test_y[seen], stream.task_of(test_y[seen]), task + 1))
         if on_task:
             on_task(name, task, stream.num_tasks)
+    check_not_replaced(store.path, fingerprint, f"baseline {name!r}")
     metrics = summarise(curve, matrix)
     if hasattr(estimator, "ridge_"):
         metrics["ridge"] = estimator.ridge_

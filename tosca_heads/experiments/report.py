@@ -40,14 +40,16 @@ def _row(name: str, kind: str, honest: bool | None, block: dict[str, Any], summa
     }
 
 
-def baseline_rows(run_dir: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The baselines written for the run's store fingerprint and task split under the runs folder."""
+def baseline_rows(run_dir: Path, config: dict[str, Any], tasks: int) -> list[dict[str, Any]]:
+    """The baselines written for the run's store fingerprint and task split under the runs folder,
+    over as many tasks as the run has finished (a run stopped with --task is not set beside
+    baselines measured on more classes)."""
     rows = []
     for path in sorted(Path(run_dir).resolve().parent.glob("*/*/metrics.json")):
         payload = read_baseline(path)
         if payload is None or payload.get("store_fingerprint") != config["store_fingerprint"]:
             continue
-        if payload.get("stream") != config["stream"]:
+        if payload.get("stream") != config["stream"] or payload.get("finished_tasks") != tasks:
             continue
         block = {**payload["routers"][NO_ROUTING], "routing_accuracy": None}
         rows.append(_row(payload["method"], "baseline", True, block, f"baseline ({path.parent})"))
@@ -71,5 +73,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
             _row(name, "router", router.honest if router else None, block, router.summary if router else "")
         )
     return RoutersReport(
-        rows + baseline_rows(run_dir, config), best_honest_router(metrics), int(metrics["finished_tasks"])
+        rows + baseline_rows(run_dir, config, int(metrics["finished_tasks"])),
+        best_honest_router(metrics),
+        int(metrics["finished_tasks"]),
     )

@@ -176,7 +176,8 @@ class ResultsTable:
             text = self.path.read_text()
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is not a text file; it was damaged: pass another --out") from None
-        lines = list(csv.reader(io.StringIO(text)))
+        whole_lines = text[: text.rfind("\n") + 1]  # a last line without its newline was cut by a kill
+        lines = list(csv.reader(io.StringIO(whole_lines)))
         if not lines:
             return {}
         header, body = lines[0], lines[1:]

@@ -27,7 +27,7 @@ from featcache.foundation import atomic
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.locks import folder_lock
-from featcache.store import FeatureStore, check_readable, resolve_store
+from featcache.store import FeatureStore, check_not_replaced, check_readable, resolve_store
 from tosca_heads.engine import native
 from tosca_heads.engine.device import check_settings, plan_threads, step_mode
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
@@ -105,6 +105,7 @@ class GroupFit:
         on_stage: StageCallback | None,
     ):
         self.store, self.stream, self.source, self.device = store, stream, source, device
+        self.fingerprint = store.fingerprint  # as opened: checked again after the last read
         self.dirs, self.write_outputs, self.on_stage = dirs, write_outputs, on_stage
         self.threads = plan_threads(device, overlap, compiled=native.use_native(device))
         self.train_labels = stream.remap(store.labels("train"))
@@ -203,6 +204,7 @@ class GroupFit:
     def finish(self) -> list[RunResult]:
         """Sizes and group size into the results; when writing, the routers' statistics of exactly
         the finished tasks, metrics.json, results.csv and accuracy.png of every run."""
+        check_not_replaced(self.store.path, self.fingerprint, "this fit")
         for result, config in zip(self.results, self.trainer.configs, strict=True):
             result.params_per_task = ParamLayout(self.store.dim, config.r, config.s, config.flow).size
             result.group_size = self.trainer.groups

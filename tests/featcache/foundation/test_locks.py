@@ -76,6 +76,14 @@ def test_lock_is_exclusive_names_its_holder_and_goes_with_release(tmp_path: Path
     acquire(store).release()  # free again
 
 
+def test_a_folder_reached_through_a_link_has_the_same_lock(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "alias").symlink_to("run")
+    with folder_lock(tmp_path / "run"), pytest.raises(FolderBusy):
+        acquire(tmp_path / "alias")
+    assert lock_path(tmp_path / "alias") == lock_path(tmp_path / "run")
+
+
 def test_lock_held_by_children_of_a_dead_writer_says_so(tmp_path: Path) -> None:
     """A killed writer's forked helpers (loader workers) keep its flock a few seconds: say why."""
     store = tmp_path / "s.zarr"

@@ -191,3 +191,75 @@ def test_a_memory_limit_that_is_not_a_number_is_said(monkeypatch: pytest.MonkeyP
             limits.available_memory()
     monkeypatch.setenv("TOSCA_MEMORY_LIMIT", "1000000")
     assert limits.available_memory() <= 1_000_000
+
+
+def test_class_names_differing_only_in_unicode_normalisation_are_refused(tmp_path: Path) -> None:
+    images = make_image_tree(tmp_path / "img", classes=2, train=1, test=1)
+    os.rename(images / "train" / "class_0", images / "train" / "caf\u00e9")  # é as one character
+    os.rename(images / "test" / "class_0", images / "test" / "cafe\u0301")  # e and a combining accent
+    _refused(
+        [*EXTRACT, "--data-root", images, "--cache-dir", tmp_path / "c"],
+        "differ only in Unicode normalisation",
+    )
+
+
+def test_a_store_deleted_by_a_killed_writer_is_still_known_for_tosca_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed at any moment of deleting a store, what is left keeps its top zarr.json (or is empty),
+    so the next extraction cleans it up instead of refusing it as someone else's folder."""
+    from featcache.store import format as store_format
+
+    real_unlink = os.unlink
+    total = sum(len(files) for _, _, files in os.walk(synthetic_store(tmp_path / "probe.zarr").path))
+    for kill_at in range(0, total, max(1, total // 7)):
+        store = synthetic_store(tmp_path / f"s{kill_at}.zarr").path
+        calls = 0
+
+        def unlink(path: str, calls_left: list[int] = [kill_at]) -> None:  # noqa: B006 - a counter
+            nonlocal calls
+            if calls == calls_left[0]:
+                raise KeyboardInterrupt
+            calls += 1
+            real_unlink(path)
+
+        monkeypatch.setattr(store_format.os, "unlink", unlink)
+        with pytest.raises(KeyboardInterrupt):
+            store_format.remove_store_tree(store)
+        monkeypatch.setattr(store_format.os, "unlink", real_unlink)
+        assert store_format.looks_like_store_remains(store), kill_at
+        assert (store / "zarr.json").is_file() or not any(store.iterdir())
+    images = make_image_tree(tmp_path / "img", classes=2, train=1, test=1)
+    leftover = tmp_path / "out" / "feat.zarr.replaced"
+    shutil.copytree(synthetic_store(tmp_path / "old.zarr").path, leftover)
+    (leftover / "zarr.json").unlink()  # as an older tosca's rmtree left it: top file gone first
+    shutil.rmtree(leftover / "test")
+    done = runner.invoke(
+        app, [str(a) for a in [*EXTRACT, "--data-root", images, "--store", tmp_path / "out" / "feat.zarr"]]
+    )
+    assert done.exit_code == 0, done.output
+    assert not leftover.exists()
+
+
+def test_a_fifo_at_the_lock_s_name_never_blocks_cache_info(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = synthetic_store(tmp_path / "s.zarr").path
+    os.mkfifo(tmp_path / "s.zarr.lock")
+    done = subprocess.run(
+        [sys.executable, "-c", "from cli import app; app()", "cache", "info", str(store)],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_one_dataset_tree_reached_twice_through_a_link_is_one_tree(tmp_path: Path) -> None:
+    from featcache.sources.datasets import find_split_tree
+
+    make_image_tree(tmp_path / "data" / "v2", classes=2, train=1, test=1)
+    (tmp_path / "data" / "latest").symlink_to("v2")
+    assert find_split_tree(tmp_path / "data") == (tmp_path / "data" / "latest", "test")

@@ -168,3 +168,101 @@ def test_edited_sweep_results_are_refused(
     with pytest.raises(UserError, match=f"line 2: .*{said}"):
         ResultsTable(edited, check_only=True)
     assert ResultsTable(sweep, check_only=True).keys()  # the file as written reads
+
+
+def test_a_last_line_cut_inside_its_curve_is_dropped_not_refused(sweep: Path, tmp_path: Path) -> None:
+    """A kill mid-append leaves a last line without its newline, cut anywhere (even inside the
+    quoted A_t): that point was not recorded, and the sweep reruns it."""
+    whole = sweep.read_text()
+    cut = tmp_path / "results.csv"
+    cut.write_text(whole[: whole.rstrip("\n").rfind("[") + 5])  # inside the last row's A_t
+    table = ResultsTable(cut)
+    assert len(table.keys()) == len(ResultsTable(sweep, check_only=True).keys()) - 1
+    assert cut.read_text().endswith("\n")
+
+
+def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers take no lock: an `extract --overwrite` by another process mid-fit gave training
+    features of one store and test features of the other (A_last 0.00 %, exit 0)."""
+    from support.stores import synthetic_store as make
+
+    from tosca_heads.experiments import comparison, runs
+
+    a = make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
+    b = make(tmp_path / "b.zarr", classes=4, per_class=8, test_per_class=4, seed=1)
+
+    def replace_a() -> None:
+        shutil.rmtree(a.path)
+        shutil.copytree(b.path, a.path)
+
+    real_train = runs.GroupFit.train_task
+
+    def train_then_replace(self: runs.GroupFit, task: int) -> None:
+        real_train(self, task)
+        if task == 0:
+            replace_a()
+
+    monkeypatch.setattr(runs.GroupFit, "train_task", train_then_replace)
+    with pytest.raises(UserError, match="was replaced or changed while this fit read it"):
+        tosca_heads.fit(a.path, run=tmp_path / "run", **SPLIT)
+    monkeypatch.undo()
+    shutil.rmtree(a.path)
+    make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
+    real_blocks = comparison.block_accuracies
+
+    def blocks_then_replace(*args: object) -> object:  # after the first task's test predictions
+        if not (tmp_path / "replaced").exists():
+            (tmp_path / "replaced").touch()
+            replace_a()
+        return real_blocks(*args)
+
+    monkeypatch.setattr(comparison, "block_accuracies", blocks_then_replace)
+    with pytest.raises(UserError, match="while baseline 'simplecil' read it"):
+        tosca_heads.baselines(a.path, ["simplecil"], init_cls=2, increment=2)
+
+
+def test_routers_of_a_partial_run_leave_out_baselines_measured_on_more_tasks(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    runner = CliRunner()
+    split = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+    store = str(runs["store"])
+    for args in (
+        [
+            "fit",
+            "--store",
+            store,
+            "--run",
+            str(tmp_path / "runs" / "part"),
+            "--task",
+            "0",
+            "--epochs",
+            "1",
+            *split,
+        ],
+        ["fit", "--store", store, "--run", str(tmp_path / "runs" / "whole"), "--epochs", "1", *split],
+        [
+            "baselines",
+            "--store",
+            store,
+            "--no-tosca",
+            "--methods",
+            "simplecil",
+            "--out",
+            str(tmp_path / "runs" / "bl"),
+            *split,
+        ],
+    ):
+        assert runner.invoke(app, args).exit_code == 0
+    kinds = {}
+    for run in ("part", "whole"):
+        done = runner.invoke(app, ["routers", str(tmp_path / "runs" / run), "--json"])
+        assert done.exit_code == 0, done.output
+        kinds[run] = {row["kind"] for row in json.loads(done.stdout)}
+    assert kinds == {"part": {"router"}, "whole": {"router", "baseline"}}

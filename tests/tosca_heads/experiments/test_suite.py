@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -369,6 +370,9 @@ def test_a_finished_cell_with_a_task_file_deleted_or_damaged_is_trained_again_or
     pd.testing.assert_frame_equal(again.tables.table, first.tables.table)
     (cell.folder / "task_001.safetensors").write_bytes(b"\x10\x00\x00")
     with pytest.raises(UserError, match=r"task_001\.safetensors is damaged"):
+        run_suite(spec, out, device="cpu", tables_only=True)
+    shutil.copy(cell.folder / "task_000.safetensors", cell.folder / "task_001.safetensors")
+    with pytest.raises(UserError, match="written for task 0"):  # read with every check of `tosca eval`
         run_suite(spec, out, device="cpu", tables_only=True)
 
 

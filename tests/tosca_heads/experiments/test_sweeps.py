@@ -239,6 +239,15 @@ def test_results_table_drops_cut_and_duplicate_points(tmp_path: Path) -> None:
         ResultsTable(path)
 
 
+def test_sweep_json_is_one_row_per_point(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = ["sweep", "--store", str(store.path), "--r", "2,4", *COMMON, "--jobs", "1"]
+    result = RUNNER.invoke(app, [*args, "--out", str(tmp_path / "sw"), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert sorted(row["r"] for row in rows) == [2, 4]
+
+
 def test_sweep_folder_belongs_to_one_store(tmp_path: Path) -> None:
     a = synthetic_store(tmp_path / "a.zarr", classes=4, seed=0)
     b = synthetic_store(tmp_path / "b.zarr", classes=4, seed=1)

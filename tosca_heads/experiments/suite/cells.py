@@ -197,29 +197,25 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
 
 def module_similarity(folder: Path) -> float | None:
     """Mean cosine similarity between the weights of every pair of the run's task modules (each
-    module's parameters as one vector); None for a run of one task."""
+    module's parameters as one vector); None for a run of one task. The task files are read with
+    every check `tosca eval` makes (recipe, split, finite values): a damaged one is one line."""
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
-    files = [runfiles.task_file(folder, t) for t in range(runfiles.finished_tasks(folder))]
-    if len(files) < 2:
+    from tosca_heads.engine.layout import ParamLayout
+
+    tasks = runfiles.finished_tasks(folder)
+    if tasks < 2:
         return None
+    config = runfiles.read_run_config(folder)
+    train = runfiles.train_config_of(config, folder)
+    layout = ParamLayout(runfiles.feature_dim_of(config, folder), train.r, train.s, train.flow)
     vectors = []
-    for path in files:
-        try:
-            state = load_file(str(path))
-        except (SafetensorError, OSError) as exc:
-            raise UserError(
-                f"suite cell {folder}: {path.name} is damaged ({type(exc).__name__}: {str(exc)[:80]}); "
-                "delete it and the task files after it, and the suite trains those tasks again"
-            ) from None
-        vectors.append(
-            torch.cat([state[k].double().flatten() for k in sorted(state) if k.startswith("luca.")])
-        )
+    for task in range(tasks):
+        module, _, _ = runfiles.load_task(folder, task, layout)
+        vectors.append(torch.cat([module[k].double().flatten() for k in sorted(module)]))
     unit = torch.nn.functional.normalize(torch.stack(vectors), dim=1)
     cos = unit @ unit.T
-    pairs = torch.triu_indices(len(files), len(files), offset=1)
+    pairs = torch.triu_indices(tasks, tasks, offset=1)
     return float(cos[pairs[0], pairs[1]].mean())
 
 
