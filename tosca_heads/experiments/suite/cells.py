@@ -52,6 +52,22 @@ class Cell:
         return base / f"baselines-seed{self.seed}-order{self.order_seed}" / self.method
 
 
+@dataclass
+class CellState:
+    """Where one cell stands in this call of the suite, and what was read from its folder."""
+
+    cell: Cell
+    folder: Path
+    command: str
+    # done (found finished), reused (a finished run elsewhere), ran, missing, changed (its folder
+    # holds results of another configuration: `reason`), to extract (a dry run before its store)
+    status: str
+    seconds: float = 0.0
+    result: dict[str, Any] | None = None
+    similarity: float | None = None
+    reason: str = ""
+
+
 def plan_cells(spec: SuiteSpec) -> list[Cell]:
     """Every cell of the suite, each once: the main TOSCA runs (the paper flow at the suite's L1),
     the ablation's flows with L1 on (and off), and the baselines."""

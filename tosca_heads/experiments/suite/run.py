@@ -36,7 +36,7 @@ from tosca_heads.experiments import comparison
 from tosca_heads.experiments.requests import SuiteRequest
 from tosca_heads.experiments.runs import fit_group
 from tosca_heads.experiments.suite import cells as cellmod
-from tosca_heads.experiments.suite.cells import Cell
+from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
@@ -55,20 +55,6 @@ class OpenStore:
     spec: StoreSpec
     store: FeatureStore
     streams: dict[int, StreamConfig]  # order seed -> task split
-
-
-@dataclass
-class CellState:
-    cell: Cell
-    folder: Path
-    command: str
-    # done (found finished), reused (a finished run elsewhere), ran, missing, changed (its folder
-    # holds results of another configuration: `reason`), to extract (a dry run before its store)
-    status: str
-    seconds: float = 0.0
-    result: dict[str, Any] | None = None
-    similarity: float | None = None
-    reason: str = ""
 
 
 @dataclass

@@ -26,7 +26,7 @@ from tosca_heads.routers import ROUTERS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tosca_heads.experiments.suite.run import CellState
+    from tosca_heads.experiments.suite.cells import CellState
 
 BASELINE_LABELS = {"simplecil": "SimpleCIL", "ranpac": "RanPAC", "joint_probe": "joint linear probe"}
 FLOW_LABELS = {
