@@ -1,6 +1,6 @@
 """The `tosca` command line, and nothing else: each command reads its options into one request
 object of a package, makes one call, and renders what comes back. What the commands do is in the
-packages: `featcache.extract`, `featcache.store.describe`, and `tosca_heads.experiments` (runs,
+packages: `featcache.extraction`, `featcache.store.describe`, and `tosca_heads.experiments` (runs,
 sweeps, comparison, predict, report, demo)."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def extract(request: ExtractRequest, as_json_: bool) -> None:
 
 
 def _extract(request: Any) -> Any:
-    from featcache.extract import extract
+    from featcache.extraction import extract
 
     def planned(plan: Any) -> None:
         if plan.dataset.left_out:
@@ -279,7 +279,7 @@ def routers_command(
 @from_request(PredictRequest, json_flag("A JSON list, one object per image."))
 def predict(request: PredictRequest, as_json_: bool) -> None:
     """Classify new images with a trained run: the store's backbone, every task module, a router."""
-    from featcache.embed import embed_images, image_paths
+    from featcache.embedding import embed_images, image_paths
     from tosca_heads.experiments.predict import predict_images
 
     outcome = predict_images(request, image_paths, embed_images)

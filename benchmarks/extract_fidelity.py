@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore
 
 DATA = Path(os.environ.get("TOSCA_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from featcache.extract import ExtractPlan, ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractPlan, ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.devices import resolve_device
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.pipeline.reader import SampleImages, chunk_batches, make_loader

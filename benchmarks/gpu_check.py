@@ -403,7 +403,7 @@ def step_extract(work: Path, shape: Shape, rows: list[Row]) -> None:
     import numpy as np
     import torch
 
-    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
     from featcache.store import FeatureStore
 
     device = "cuda" if _cuda() else "cpu"
@@ -678,7 +678,7 @@ def step_local_cuda(work: Path, shape: Shape, rows: list[Row]) -> None:
             Row("local-cuda", "extraction on local-cuda", "", "", "absent: dask-cuda is not installed")
         )
         return
-    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 
     root, _ = stage_images(work, shape)
     request = ExtractRequest(

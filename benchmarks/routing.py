@@ -47,7 +47,7 @@ def store_for(name: str, data: Path, cache: Path) -> FeatureStore:
     if name == "eurosat":
         path = cache / name / f"effnet_lite0-demo{per_class}.zarr"  # the demo's store
     if not (path / "zarr.json").exists():
-        from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+        from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 
         request = ExtractRequest(
             model="effnet_lite0",

@@ -9,6 +9,7 @@ The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a smal
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,10 @@ def extract(
     >>> open_store(path).shape.classes
     3
     """
-    from featcache.extract import plan_extraction, run_extraction
+    from featcache.extraction import plan_extraction, run_extraction
     from featcache.requests import ExtractRequest
 
+    _check_option_types(ExtractRequest, options)
     request = ExtractRequest(
         model=model,
         dataset=dataset,
@@ -76,6 +78,27 @@ def extract(
         **options,
     )
     return run_extraction(plan_extraction(request)).store
+
+
+def _check_option_types(request: type, options: dict[str, Any]) -> None:
+    """Each option of the type its flag has: `overwrite="false"` would count as true and replace a
+    store, `chunk_size=True` would be stored as 1; a wrong type is refused before anything runs."""
+    kinds = {f.name: str(f.type) for f in fields(request)}
+    for name, value in options.items():
+        kind = kinds.get(name)
+        if kind is None:
+            raise TypeError(f"unknown option {name!r}: use any of {', '.join(sorted(kinds))}")
+        if value is None and "None" in kind:
+            continue
+        base = kind.split(" |")[0]
+        ok = {
+            "bool": isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "Path": isinstance(value, (str, Path)) and str(value) != "",
+        }.get(base, True)
+        if not ok:
+            raise TypeError(f"option {name}={value!r} must be {kind.replace('Path', 'a path')}")
 
 
 def embed(store: str | Path | FeatureStore, images: list[str | Path], device: str = "cpu") -> Any:
@@ -88,9 +111,13 @@ def embed(store: str | Path | FeatureStore, images: list[str | Path], device: st
     >>> embed(tiny, [Path(IMAGES) / "test"]).shape
     (6, 256)
     """
-    from featcache.embed import embed_images, image_paths
+    from featcache.embedding import embed_images, image_paths
     from featcache.foundation.devices import resolve_device
 
+    if isinstance(images, (str, Path)):  # one path, not its letters
+        images = [images]
+    if any(str(p) == "" for p in images):
+        raise ValueError("an image path is empty (it would mean the current folder): give a file or a folder")
     opened = store if isinstance(store, FeatureStore) else open_store(store)
     paths, _ = image_paths([Path(p) for p in images])
     return embed_images(opened, paths, resolve_device(device))

@@ -20,6 +20,7 @@ from support.stores import synthetic_store
 import featcache
 import tosca_heads
 from featcache import api as stage1
+from featcache.foundation import errors as featcache_errors
 from tosca_heads import api as stage2
 
 
@@ -188,3 +189,39 @@ def test_the_examples_run_on_tiny_data(tmp_path: Path, script: str, said: str) -
     assert said in done.stdout
     if script == "sweep_and_plot.py":
         assert (tmp_path / "sweep" / "a_last_by_r.png").stat().st_size > 0
+
+
+def test_the_api_functions_are_not_hidden_by_modules_of_the_same_name() -> None:
+    import types
+
+    import featcache
+    import featcache.embedding
+    import featcache.extraction
+
+    assert not isinstance(featcache.extract, types.ModuleType) and callable(featcache.extract)
+    assert not isinstance(featcache.embed, types.ModuleType) and callable(featcache.embed)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"overwrite": "false"}, "overwrite='false' must be bool"),
+        ({"random_init": "False"}, "random_init='False' must be bool"),
+        ({"chunk_size": True}, "chunk_size=True must be int"),
+        ({"views": "1"}, "views='1' must be int"),
+        ({"views": 1.0}, "views=1.0 must be int"),
+        ({"colour": 3}, "unknown option 'colour'"),
+    ],
+)
+def test_extract_options_of_the_wrong_type_are_refused(tmp_path: Path, options: dict, said: str) -> None:
+    with pytest.raises(TypeError, match=said):
+        stage1.extract("test_efficientnet", "imagefolder", tmp_path, store=tmp_path / "s.zarr", **options)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_embed_takes_one_path_as_a_list_of_one_and_refuses_an_empty_one(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr")
+    with pytest.raises(ValueError, match="empty"):
+        stage1.embed(store.path, [""])
+    with pytest.raises(featcache_errors.UserError, match=f"no such image or folder: {tmp_path / 'none'}"):
+        stage1.embed(store.path, str(tmp_path / "none"))

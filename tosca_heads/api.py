@@ -163,7 +163,9 @@ def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
 
     config = read_run_config(Path(run))
     store = open_run_store(config, Path(run))
-    return RunPredictor(Path(run), store.shape.classes, device).load()
+    from featcache.foundation.devices import resolve_device
+
+    return RunPredictor(Path(run), store.shape.classes, resolve_device(device)).load()
 
 
 def predict(
@@ -184,7 +186,7 @@ def predict(
     from tosca_heads.experiments.runfiles import read_metrics
 
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
-    chosen = router or best_honest_router(read_metrics(predictor.run_dir))
+    chosen = best_honest_router(read_metrics(predictor.run_dir)) if router is None else router
     return predictor.predict(features, chosen)
 
 

@@ -25,8 +25,8 @@ from rich.text import Text
 from featcache.foundation.text import printable
 
 _WIDTH = None if sys.stdout.isatty() else 160
-out = Console(soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, soft_wrap=True, width=_WIDTH)
+out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
+err = Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
 
 
 def error_line(message: str) -> None:

@@ -1,6 +1,6 @@
 """Compute and write some chunks of one split: the unit of work of every runner.
 
-Its own module so that the local runner (featcache.extract) and the Dask distributor
+Its own module so that the local runner (featcache.extraction) and the Dask distributor
 (featcache.distributor) both import it, and neither imports the other's internals.
 """
 

@@ -205,6 +205,17 @@ class FeatureStore:
         self._nodes: dict[str, Any] = {}
         self._members: dict[str, set[str]] = {}
 
+    def whole(self, path: str) -> Any:
+        """All of a small array (labels, ids, done flags, checksums, sources): a chunk file that no
+        longer decodes (bytes flipped in a compressed chunk) is one line naming it, not zarr's error."""
+        try:
+            return self.node(path)[:]
+        except (RuntimeError, ValueError, TypeError, OSError) as exc:
+            raise UserError(
+                f"store {self.path}: {path} cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:60]}); "
+                "it was damaged: re-extract the store (`tosca extract ... --overwrite`)"
+            ) from None
+
     def node(self, path: str) -> zarr.Array:
         """The array at `<split>/<name>`, opened once per store object (an open reads its metadata)."""
         if path not in self._nodes:
@@ -361,7 +372,7 @@ class FeatureStore:
     # ------------------------------------------------------------ chunks
 
     def done(self, split: str) -> np.ndarray:
-        return np.asarray(self.node(f"{split}/done")[:], dtype=bool)
+        return np.asarray(self.whole(f"{split}/done"), dtype=bool)
 
     def has_checksums(self) -> bool:
         return all(self.has(split, "checksums") for split in SPLITS)
@@ -370,7 +381,7 @@ class FeatureStore:
         """The recorded checksum of every chunk ("" where none), or None for a store made before them."""
         if not self.has(split, "checksums"):
             return None
-        return np.asarray(self.node(f"{split}/checksums")[:], dtype=object)
+        return np.asarray(self.whole(f"{split}/checksums"), dtype=object)
 
     def pending_chunks(self, split: str) -> list[int]:
         return [int(c) for c in np.flatnonzero(~self.done(split))]
@@ -394,7 +405,7 @@ class FeatureStore:
         store made before tosca recorded them."""
         if not self.has(split, "sources"):
             return None
-        return np.asarray(self.node(f"{split}/sources")[:], dtype=object)
+        return np.asarray(self.whole(f"{split}/sources"), dtype=object)
 
     def write_chunk(
         self,
@@ -477,10 +488,10 @@ class FeatureStore:
     # ------------------------------------------------------------ reading
 
     def labels(self, split: str) -> np.ndarray:
-        return np.asarray(self.node(f"{split}/labels")[:], dtype=np.int64)
+        return np.asarray(self.whole(f"{split}/labels"), dtype=np.int64)
 
     def ids(self, split: str) -> np.ndarray:
-        return np.asarray(self.node(f"{split}/ids")[:])
+        return np.asarray(self.whole(f"{split}/ids"))
 
     def features(self, split: str, index: np.ndarray | None = None) -> np.ndarray:
         array = self.node(f"{split}/features")

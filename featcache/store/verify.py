@@ -97,6 +97,10 @@ def attrs_problems(store: FeatureStore) -> list[str]:
     if not store.has_checksums():
         missing = [split for split in SPLITS if store.checksums(split) is None]
         problems.append(f"no chunk checksums ({', '.join(missing)}): its values cannot be checked")
+    if "data_root" in ident.get("dataset", {}):  # made by a tosca that records each chunk's files
+        lost = [split for split in SPLITS if store.sources(split) is None]
+        if lost:
+            problems.append(f"no record of the files each chunk was made from ({', '.join(lost)})")
     dim = ident.get("backbone", {}).get("feature_dim")
     if dim is not None and dim != store.dim:
         problems.append(f"feature dim {store.dim} != backbone feature_dim {dim}")
@@ -171,8 +175,15 @@ def fix_store(path: str | Path) -> list[ChunkFault]:
 # ---------------------------------------------------------------------------------- stage 2's reads
 
 
-def _refuse(store: FeatureStore, what: str, count: int = 1) -> StoreDamaged:
+def _refuse(store: FeatureStore, what: str, count: int = 1, chunks: bool = True) -> StoreDamaged:
+    """One line naming the first problem and what repairs it: damaged chunks are unflagged by
+    `cache verify --fix` and recomputed; attrs, ids or labels that no longer fit can only be rebuilt."""
     more = f" (and {count - 1} more)" if count > 1 else ""
+    if not chunks:
+        return StoreDamaged(
+            f"store {store.path} cannot be used: {what}{more}; `tosca cache verify {store.path} --fix` "
+            "cannot repair that: rebuild the store with the same `tosca extract` and --overwrite"
+        )
     return StoreDamaged(
         f"store {store.path} cannot be used: {what}{more}; run `tosca cache verify {store.path} --fix`, "
         "then the same `tosca extract` to recompute what it unflags"
@@ -186,7 +197,8 @@ def check_readable(store: FeatureStore, values: bool = False) -> None:
     if not store.attrs_checked:
         problems = attrs_problems(store)
         if problems:
-            raise _refuse(store, problems[0], len(problems))
+            fixable = all(p.startswith("no chunk checksums") for p in problems)  # --fix adds them
+            raise _refuse(store, problems[0], len(problems), chunks=fixable)
         store.require_complete()
         store.attrs_checked = True
     if values:

@@ -10,7 +10,7 @@ import pytest
 from distributed import LocalCluster
 from support.images import FAST_CNN, TINY_VIT
 
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore
 
 

@@ -11,7 +11,7 @@ import torch
 from support.images import TINY_CNN, TINY_VIT
 
 from featcache.backbones import RANDOM_INIT_SEED
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.images.transforms import make_preprocessing
 from featcache.sources.datasets import load_dataset
 from featcache.store import FeatureStore

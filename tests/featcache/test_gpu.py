@@ -19,7 +19,7 @@ import pytest
 import torch
 from support.images import TINY_CNN, TINY_VIT, make_jpeg_tree
 
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.images.transforms import make_preprocessing
 from featcache.pipeline.reader import DeviceImages, SampleImages, collate
 from featcache.sources.datasets import load_dataset

@@ -11,7 +11,7 @@ from support.images import TINY_VIT
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper, resolve_precision
 from featcache.store import FeatureStore

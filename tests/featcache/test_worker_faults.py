@@ -15,7 +15,7 @@ import torch
 from support import ROOT
 from support.images import FAST_CNN, make_image_tree
 
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore, verify_store
 
 
@@ -36,7 +36,7 @@ def test_worker_killed_mid_chunk_job_finishes_equal(tmp_path: Path, monkeypatch:
         device="cpu",
     )
     threads = torch.get_num_threads()
-    # the threads each of local:2's workers gets (featcache.extract): a CNN's sums depend on the count
+    # the threads each of local:2's workers gets (featcache.extraction): a CNN's sums depend on the count
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     try:
         undisturbed = FeatureStore.open(

@@ -28,7 +28,7 @@ from typing import Any
 import torch  # noqa: F401
 
 import cli
-import featcache.extract  # noqa: F401  (imported once, in the fork server)
+import featcache.extraction  # noqa: F401  (imported once, in the fork server)
 from support import ROOT
 
 _CONTEXT: Any = None

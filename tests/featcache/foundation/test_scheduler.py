@@ -15,7 +15,7 @@ from support.images import FAST_CNN, TINY_VIT
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore

@@ -11,7 +11,7 @@ import torch
 import zarr
 from support.images import TINY_CNN, TINY_VIT, make_jpeg_tree
 
-from featcache.extract import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.images.decoding import decode_on_device, open_picture, read_encoded, resolve_decoder
 from featcache.images.transforms import make_preprocessing, view_rng

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support.images import TINY_CNN, TINY_VIT
 
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.images.transforms import make_preprocessing, random_resized_crop_box, view_rng
 from featcache.sources.datasets import load_dataset
 from featcache.store import FeatureStore

@@ -263,3 +263,30 @@ def test_one_dataset_tree_reached_twice_through_a_link_is_one_tree(tmp_path: Pat
     make_image_tree(tmp_path / "data" / "v2", classes=2, train=1, test=1)
     (tmp_path / "data" / "latest").symlink_to("v2")
     assert find_split_tree(tmp_path / "data") == (tmp_path / "data" / "latest", "test")
+
+
+def test_a_small_array_that_no_longer_decodes_is_one_line(tmp_path: Path) -> None:
+    from featcache.foundation.errors import UserError
+    from featcache.store import FeatureStore
+
+    store = synthetic_store(tmp_path / "s.zarr").path
+    chunk = next((store / "train" / "labels" / "c").iterdir())
+    chunk.write_bytes(b"\x28\xb5\x2f\xfd" + b"\xff" * 40)  # a zstd frame header, then garbage
+    with pytest.raises(UserError, match="train/labels cannot be read"):
+        FeatureStore.open(store).labels("train")
+
+
+def test_ids_or_labels_that_no_longer_fit_are_sent_to_overwrite_not_to_fix(tmp_path: Path) -> None:
+    import zarr
+
+    store = synthetic_store(tmp_path / "s.zarr").path
+    labels = zarr.open_array(str(store / "train" / "labels"), mode="r+")
+    labels[0] = 99  # a class the store does not have
+    _refused(
+        ["fit", "--store", store, "--device", "cpu", "--run", tmp_path / "run"],
+        "--fix` cannot repair that: rebuild the store with the same `tosca extract` and --overwrite",
+    )
+
+
+def test_names_in_messages_are_never_emoji_codes(tmp_path: Path) -> None:
+    _refused([*EXTRACT, "--data-root", tmp_path, "--scheduler", "local:-1:"], "local:-1:")

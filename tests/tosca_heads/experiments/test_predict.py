@@ -11,7 +11,7 @@ from support.images import TINY_VIT
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore
 from tosca_heads.experiments.predict import RunPredictor
 

@@ -16,7 +16,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.extract import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore

@@ -435,7 +435,11 @@ def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
     for split in SPLITS:
         recorded = store.sources(split)
         done = store.done(split)
-        assert recorded is not None  # stores without sources have no data_root either: refused before
+        if recorded is None:  # its sources array was deleted: which files each chunk used is lost
+            raise UserError(
+                f"store {store.path} has no {split}/sources (damaged): which files its chunks were made "
+                "from is lost; rebuild it with the same `tosca extract` and --overwrite"
+            )
         for chunk, current in enumerate(plan.sources[split]):
             if done[chunk] and str(recorded[chunk]) != current:
                 sl = store.layout(split).chunk_slice(chunk)
