@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from featcache.foundation.version import __version__ as __version__
+
 API = (
     "BackboneSpec",
     "DatasetSource",

@@ -35,6 +35,7 @@ from featcache.foundation.limits import (
 )
 from featcache.foundation.locks import acquire, folder_lock
 from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
+from featcache.foundation.version import __version__
 from featcache.images.decoding import resolve_decoder
 from featcache.images.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.images.transforms import POLICIES, Preprocessing, make_preprocessing
@@ -156,10 +157,8 @@ def _versions() -> dict[str, str]:
     import torchvision
     import zarr
 
-    import featcache
-
     return {
-        "tosca": featcache.__version__,
+        "tosca": __version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,

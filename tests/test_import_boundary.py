@@ -14,7 +14,7 @@ from support import ROOT
 
 # floor -> rank: a module may import its own floor and floors of a lower rank
 FLOORS = {
-    "featcache": 0,  # the package itself: its version
+    "featcache": 8,  # the package itself: its face (re-exports the API; its version is in foundation)
     "featcache.foundation": 0,
     "featcache.store": 1,
     "featcache.sources": 2,

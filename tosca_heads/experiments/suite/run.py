@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from featcache import __version__
 from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
@@ -29,6 +28,7 @@ from featcache.foundation.limits import max_processes, require_at_most, usable_c
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
+from featcache.foundation.version import __version__
 from featcache.store import FeatureStore, check_readable, is_tosca_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
