@@ -173,23 +173,41 @@ def _stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
     return show
 
 
+def _say_protocol(protocol: Any) -> None:
+    """The protocol line and its warnings, on stderr before any work."""
+    say(protocol.line(), err)
+    for warning in protocol.warnings:
+        note("warning", "yellow", warning)
+
+
 def _run_summary(result: Any, routers: list[str]) -> None:
     from tosca_heads.routers import ROUTERS
 
     metrics = result.metrics()
+    validation = metrics.get("validation") or {}
     rows = []
     for name in routers:
         m = metrics["routers"][name]
-        told = "" if ROUTERS[name].honest else ("told" if name == "oracle" else "batch votes")
+        told = "" if ROUTERS[name].honest else ("told the task" if name == "oracle" else "batch votes")
+        held = [pct(validation[name]["A_last"])] if validation else []
         rows.append(
-            [name, pct(m["A_bar"]), pct(m["A_last"]), pct(m["forgetting"]), pct(m["routing_accuracy"]), told]
+            [
+                name,
+                pct(m["A_bar"]),
+                pct(m["A_last"]),
+                *held,
+                pct(m["forgetting"]),
+                pct(m["routing_accuracy"]),
+                told,
+            ]
         )
-    title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}"
+    title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}, test split"
+    held_column = ["val A_last"] if validation else []
     table(
         title,
-        ["router", "A_bar", "A_last", "forgetting", "routing acc", "task id?"],
+        ["router", "A_bar", "A_last", *held_column, "forgetting", "routing acc", "reference"],
         rows,
-        ("router", "task id?"),
+        ("router", "reference"),
     )
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
@@ -213,7 +231,12 @@ def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
 
     fit_recipe(request)  # a bad flag is the only line: before the stage table's header
     routers = _routers(router)
-    result = fit_command(request, on_stage=None if as_json_ else _stage_printer(routers))
+
+    def started(protocol: Any, run: Path) -> None:
+        _say_protocol(protocol)
+        say(f"run {run}", err)
+
+    result = fit_command(request, on_stage=None if as_json_ else _stage_printer(routers), on_start=started)
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
     _run_summary(result, routers)
@@ -252,26 +275,35 @@ def routers_command(
     report = routers_report(run)
     if as_json_:
         return as_json(report.rows)
+    validation = any(row["val_A_last"] is not None for row in report.rows)
     rows = []
     for row in report.rows:
-        name = row["router"] + (" *" if row["router"] == report.best else "")
-        name += " (not honest)" if row["kind"] == "router" and not row["honest"] else ""
+        name = row["router"] + (" *" if row["router"] == report.best and row["kind"] == "router" else "")
+        held = ["–" if row["val_A_last"] is None else f"{row['val_A_last']:.2f}"] if validation else []
         rows.append(
             [
                 name,
-                *(f"{row[k]:.2f}" for k in ("A_bar", "A_last", "forgetting")),
+                *(f"{row[k]:.2f}" for k in ("A_bar", "A_last")),
+                *held,
+                f"{row['forgetting']:.2f}",
                 "–" if row["routing_accuracy"] is None else f"{row['routing_accuracy']:.2f}",
+                row["reference"],
                 row["summary"],
             ]
         )
-    title = f"routers of {run} ({report.tasks} tasks); accuracies in %"
-    table(
-        title,
-        ["router", "A_bar", "A_last", "forgetting", "routing acc", "what it is"],
-        rows,
-        ("router", "what it is"),
-    )
-    say(f"* the best honest router of this run: {report.best} (the default of `tosca predict`)")
+    title = f"routers of {run} ({report.tasks} tasks); accuracies in %, test split"
+    columns = ["router", "A_bar", "A_last", *(["val A_last"] if validation else []), "forgetting"]
+    columns += ["routing acc", "reference", "what it is"]
+    table(title, columns, rows, ("router", "reference", "what it is"))
+    if report.chosen_on == "validation":
+        say(
+            f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
+        )
+    else:
+        say(
+            f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
+            "the run holds out no validation split, so this choice is tuned on test)"
+        )
 
 
 @app.command()
@@ -285,6 +317,15 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
     outcome = predict_images(request, image_paths, embed_images)
     if outcome.left_out:
         say(f"note: left out {outcome.left_out.summary()} (the rule of `tosca extract`)", err)
+    if outcome.chosen_on == "validation":
+        say(f"router {outcome.router}: the run's best honest router on its validation split", err)
+    elif outcome.chosen_on == "test":
+        note(
+            "note",
+            "yellow",
+            f"router {outcome.router}: the run's best honest router on the TEST split (the run holds out no "
+            "validation split, so this choice is tuned on test; fit with --val-fraction to choose on validation)",
+        )
     if as_json_:
         return as_json(outcome.rows)
     rows = [[r["image"], r["class"], f"{r['probability']:.3f}", r["task"]] for r in outcome.rows]
@@ -316,6 +357,10 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
             f"sweep: {len(plan.points)} runs ({plan.shape()}) on {plan.store.path}, {plan.workers or 'remote'} worker(s) on {on}; {where}",
             err,
         )
+        if plan.protocol is not None:
+            _say_protocol(plan.protocol)
+        if len(plan.splits) > 1:
+            say(f"the split is swept: {', '.join(plan.splits)}", err)
 
     outcome = _sweep_with_progress(
         lambda on_point: sweep_command(request, started, on_point), request.rank_by, swept
@@ -348,27 +393,46 @@ def _sweep_with_progress(run: Callable[[Any], Any], rank_by: str, swept: list[st
 
 
 def _sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.experiments.results import flag_text
+    from tosca_heads.experiments.results import choice_lines, flag_text
 
     if outcome.frame.empty:
         return say(f"sweep {outcome.out}: no results")
     flags = outcome.varying or ["r", "l1"]
+    on_validation = outcome.chosen["split"] == "validation"
+
+    def spread(row: Any, column: str) -> str:
+        mean, std = row.get(f"{column}_mean"), row.get(f"{column}_std")
+        return pct(mean) + ("" if std is None or std != std else f" ± {100 * std:.2f}")
+
     rows = [
         [
             *(flag_text(row[f]) for f in flags),
-            *(pct(row.get(f"A_last_{m}_mean")) for m in shown),
+            *([spread(row, f"val_A_last_{rank_by}")] if on_validation else []),
+            *(spread(row, f"A_last_{m}") for m in shown),
             pct(row[f"routing_{rank_by}_mean"]),
             f"{int(row['params_per_task']):,}",
             int(row["seeds"]),
         ]
         for _, row in outcome.summary.head(top).iterrows()
     ]
-    columns = [*flags, *(f"A_last {SHORT.get(m, m)}" for m in shown), "routing", "params/task", "seeds"]
-    table(f"sweep {outcome.out}: best first by A_last ({rank_by} router), mean over seeds", columns, rows)
+    val = [f"val A_last {SHORT.get(rank_by, rank_by)}"] if on_validation else []
+    columns = [
+        *flags,
+        *val,
+        *(f"A_last {SHORT.get(m, m)}" for m in shown),
+        f"routing acc ({SHORT.get(rank_by, rank_by)})",
+        "params/task",
+        "seeds",
+    ]
+    split = "validation" if on_validation else "TEST (no validation split: tuned on test)"
+    title = f"sweep {outcome.out}: best first by A_last ({rank_by} router) on {split}; test A_last beside; mean ± std over seeds"
+    table(title, columns, rows)
     more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""
     say(
         f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), {outcome.already_done} already done; {len(outcome.summary)} configurations{more}"
     )
+    for line in choice_lines(outcome.chosen):
+        say(line)
     for name, path in outcome.files.items():
         say(f"  {name:<18} {path}")
 
@@ -393,6 +457,7 @@ def baselines(request: BaselinesRequest, as_json_: bool) -> None:
             request,
             on_task,
             lambda given: say("TOSCA: paper preset run" if given is None else f"TOSCA: run {given}", err),
+            _say_protocol,
         )
     if as_json_:
         return as_json([r.__dict__ for r in comparison.results])
@@ -403,12 +468,22 @@ def baselines(request: BaselinesRequest, as_json_: bool) -> None:
 
 def _comparison_table(comparison: Any) -> None:
     metrics = ("A_bar", "A_last", "forgetting", "routing_accuracy")
+    validation = any(r.validation is not None for r in comparison.results)
     rows = [
-        [r.method, r.routing, *(pct(r.metrics[m]) for m in metrics), f"{r.parameters:,}", f"{r.seconds:.1f}"]
+        [
+            r.method,
+            r.routing,
+            *(pct(r.metrics[m]) for m in metrics),
+            *([pct(r.validation["A_last"]) if r.validation else "–"] if validation else []),
+            f"{r.parameters:,}",
+            f"{r.seconds:.1f}",
+            r.reference,
+        ]
         for r in comparison.results
     ]
-    columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
-    table(comparison.title, columns, rows, ("method", "routing"))
+    columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc"]
+    columns += [*(["val A_last"] if validation else []), "parameters", "seconds", "reference"]
+    table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
 
 
 # ------------------------------------------------------------------------------------------- suite
@@ -427,7 +502,13 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
         def on_cell(cell: Any, finished: int, total: int) -> None:
             bar.update(cells, total=total, completed=finished, rate=cell.key)
 
-        result = run(request, _extract_for_suite, on_cell)
+        def started(protocols: dict[str, Any]) -> None:
+            for name, protocol in protocols.items():
+                say(f"store {name}: {protocol.line()}", err)
+                for warning in protocol.warnings:
+                    note("warning", "yellow", f"store {name}: {warning}")
+
+        result = run(request, _extract_for_suite, on_cell, started)
     if request.dry_run:
         return _suite_plan(result, as_json_)
     if as_json_:

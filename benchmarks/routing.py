@@ -146,7 +146,7 @@ def main() -> None:
             gap = (m["A_last"] - entropy) / (oracle - entropy) if oracle > entropy else float("nan")
             cost = seconds.get(router)
             cost_text = "–" if cost is None else f"{cost:.3f} ({cost / seconds['entropy']:.2f}x)"
-            tag = "" if ROUTERS[router].honest else " (not honest)"
+            tag = "" if ROUTERS[router].honest else " (reference)"
             lines.append(
                 f"| {label} | {router}{tag} | {100 * m['A_last']:.2f} | {100 * m['A_bar']:.2f} | "
                 f"{100 * m['routing_accuracy']:.2f} | {100 * gap:.0f}% | {cost_text} |"

@@ -23,6 +23,8 @@ API = (
     "BASELINES",
     "ROUTERS",
     "Predictions",
+    "ProtocolWarning",
+    "ReferenceView",
     "Router",
     "RunPredictor",
     "RunResult",

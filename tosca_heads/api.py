@@ -10,17 +10,19 @@ The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a smal
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featcache.store import FeatureStore
 from tosca_heads.experiments.predict import Predictions, RunPredictor
+from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.runs import RunResult
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
 from tosca_heads.method.baselines import BASELINES, register_baseline
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
-from tosca_heads.routers import ROUTERS, Router, StageView, register_router
+from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,6 +32,8 @@ __all__ = [
     "BASELINES",
     "ROUTERS",
     "Predictions",
+    "ProtocolWarning",
+    "ReferenceView",
     "Router",
     "RunPredictor",
     "RunResult",
@@ -54,12 +58,29 @@ def _store(store: FeatureStore | str | Path) -> FeatureStore:
     return store if isinstance(store, FeatureStore) else FeatureStore.open(store)
 
 
-def _stream(store: FeatureStore, init_cls: int | None, increment: int | None, order_seed: int) -> Any:
-    from tosca_heads.method.protocol import stream_config
+def _protocol(
+    store: FeatureStore,
+    init_cls: int | None,
+    increment: int | None,
+    order_seed: int,
+    val_fraction: float = 0.0,
+    val_seed: int = 0,
+) -> tuple[Any, Any]:
+    """The split (the dataset's default where not given, as the commands decide it) and the
+    validation split; the protocol's warnings (figures that will mean little) as Python warnings."""
+    from tosca_heads.experiments.runs import request_protocol
+    from tosca_heads.method.protocol import ValidationConfig
 
-    return stream_config(
-        store.identity["dataset"]["name"], store.shape.classes, init_cls, increment, order_seed
-    )
+    validation = ValidationConfig(val_fraction, val_seed)
+    validation.validate()
+    stream, protocol = request_protocol(store, init_cls, increment, order_seed, validation)
+    for line in protocol.warnings:
+        warnings.warn(line, ProtocolWarning, stacklevel=3)
+    return stream, validation
+
+
+class ProtocolWarning(UserWarning):
+    """A figure the protocol makes mean little (few test images per task or class)."""
 
 
 def fit(
@@ -69,12 +90,17 @@ def fit(
     init_cls: int | None = None,
     increment: int | None = None,
     order_seed: int = DEFAULT_ORDER_SEED,
+    val_fraction: float = 0.0,
+    val_seed: int = 0,
     device: str = "cpu",
     **recipe: Any,
 ) -> RunResult:
     """`tosca fit`: one LuCA module per task, the cosine classifier and every router, on the
     store's cached features. `recipe` holds fit flags over the paper preset (r, s, l1, lr,
-    epochs, batch_size, flow, seed, ...). With `run` the run folder is written (and a matching one
+    epochs, batch_size, flow, seed, ...). The split defaults as the command's does (the
+    dataset's paper split; without one, at most 10 equal tasks). `val_fraction` holds out that
+    share of each class's training images as a validation split, scored beside test (0, the
+    default: the paper's protocol). With `run` the run folder is written (and a matching one
     resumed); without, nothing touches the disk.
 
     >>> result = fit(STORE, init_cls=2, increment=2, epochs=2, batch_size=8)
@@ -88,7 +114,7 @@ def fit(
     from tosca_heads.method.recipe import recipe as make_recipe
 
     opened = _store(store)
-    stream = _stream(opened, init_cls, increment, order_seed)
+    stream, validation = _protocol(opened, init_cls, increment, order_seed, val_fraction, val_seed)
     train = make_recipe("paper", recipe)
     return fit_run(
         opened,
@@ -98,6 +124,7 @@ def fit(
         None if run is None else Path(run),
         write_outputs=run is not None,
         device=device,
+        validation=validation,
     )
 
 
@@ -124,29 +151,34 @@ def sweep(
     jobs: int = 1,
     init_cls: int | None = None,
     increment: int | None = None,
+    val_fraction: float = SWEEP_VAL_FRACTION,
+    val_seed: int = 0,
     device: str = "cpu",
     rank_by: str = "entropy",
     **fixed: Any,
 ) -> pd.DataFrame:
     """`tosca sweep`: every point of the grid (flag -> values; `seed` for seeds) is a full run;
-    `fixed` holds flags every point shares. Resumable in `out`; returns results.csv as a frame,
-    one row per point and router.
+    `fixed` holds flags every point shares. As the command, it holds out a validation split
+    (`val_fraction`, 10% of each class's training images by default) and ranks on it. Resumable in
+    `out`; returns results.csv as a frame, one row per point, split and router (sweep.json records
+    what was chosen, on which split).
 
     >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", init_cls=2, increment=2, epochs=1, batch_size=8)
-    >>> sorted(set(frame["r"])), len(frame) == 2 * len(ROUTERS)
-    ([2, 4], True)
+    >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(ROUTERS)
+    ([2, 4], ['test', 'validation'], True)
     """
     from tosca_heads.experiments.sweeps import grid_points, run_sweep
     from tosca_heads.method.recipe import recipe as make_recipe
 
     opened = _store(store)
-    stream = _stream(opened, init_cls, increment, DEFAULT_ORDER_SEED)
+    stream, validation = _protocol(opened, init_cls, increment, DEFAULT_ORDER_SEED, val_fraction, val_seed)
     points = grid_points(
         {k: list(v) for k, v in grid.items()},
         make_recipe("paper", fixed),
         stream,
         opened.dim,
         opened.shape.classes,
+        validation,
     )
     return run_sweep(opened, points, Path(out), jobs, None, rank_by, device=device).frame
 
@@ -165,29 +197,41 @@ def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
     store = open_run_store(config, Path(run))
     from featcache.foundation.devices import resolve_device
 
-    return RunPredictor(Path(run), store.shape.classes, resolve_device(device)).load()
+    names = store.identity["dataset"].get("class_names")
+    return RunPredictor(
+        Path(run),
+        store.shape.classes,
+        resolve_device(device),
+        None if names is None else [str(n) for n in names],
+    ).load()
 
 
 def predict(
     run: str | Path | RunPredictor, features: np.ndarray, *, router: str | None = None, device: str = "cpu"
 ) -> Predictions:
-    """Classify frozen features [n, d] with a run and one honest router (default: the run's best by
-    A_last). Classes are incremental ids (`RunPredictor.class_names` names them). For images, embed
-    them first with the run's store's backbone: `featcache.embed(store, images)`.
+    """Classify frozen features [n, d] with a run and one honest router (default: the run's best
+    honest router by A_last on its validation split, else on test: `chosen_on` says which). The
+    answer is in the dataset's terms: `classes` are the store's label ids (as `store.labels(split)`
+    holds them) and `class_names` their names; `incremental_classes` are positions in the run's
+    class order. For images, embed them first with the run's store's backbone:
+    `featcache.embed(store, images)`.
 
     >>> _ = fit(STORE, run=TMP / "predicting", init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> from featcache import open_store
-    >>> x = open_store(STORE).features("test")[:5]
-    >>> found = predict(TMP / "predicting", x, router="lda")
-    >>> found.classes.shape, int(found.tasks.max()) <= 2
-    ((5,), True)
+    >>> store = open_store(STORE)
+    >>> found = predict(TMP / "predicting", store.features("test"), router="lda")
+    >>> accuracy = float((found.classes == store.labels("test")).mean())  # the dataset's label ids
+    >>> found.classes.shape, found.chosen_on, 0.0 <= accuracy <= 1.0
+    ((48,), 'given', True)
     """
-    from tosca_heads.experiments.predict import best_honest_router
+    from tosca_heads.experiments.predict import default_router
     from tosca_heads.experiments.runfiles import read_metrics
 
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
-    chosen = best_honest_router(read_metrics(predictor.run_dir)) if router is None else router
-    return predictor.predict(features, chosen)
+    if router is None:
+        chosen, chosen_on = default_router(read_metrics(predictor.run_dir))
+        return predictor.predict(features, chosen, chosen_on)
+    return predictor.predict(features, router)
 
 
 def baselines(
@@ -197,12 +241,16 @@ def baselines(
     init_cls: int | None = None,
     increment: int | None = None,
     order_seed: int = DEFAULT_ORDER_SEED,
+    val_fraction: float = 0.0,
+    val_seed: int = 0,
     ranpac_m: int = 10_000,
     ranpac_seed: int = 0,
     device: str = "cpu",
 ) -> pd.DataFrame:
     """The baselines under TOSCA's protocol on the same store (any registered one by name): one
-    row per method with A_bar, A_last, forgetting, parameters, seconds and A_t. Nothing written.
+    row per method with A_bar, A_last, forgetting, parameters, seconds and A_t on test,
+    `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a row is no
+    honest result: the joint probe sees every task at once). Nothing written.
 
     >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64)
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
@@ -211,9 +259,16 @@ def baselines(
     from tosca_heads.experiments.comparison import baseline_params, comparison_frame, run_baseline
 
     opened = _store(store)
-    stream = _stream(opened, init_cls, increment, order_seed)
+    stream, validation = _protocol(opened, init_cls, increment, order_seed, val_fraction, val_seed)
     results = [
-        run_baseline(m, opened, stream, device=device, **baseline_params(m, ranpac_m, ranpac_seed))
+        run_baseline(
+            m,
+            opened,
+            stream,
+            device=device,
+            validation=validation,
+            **baseline_params(m, ranpac_m, ranpac_seed),
+        )
         for m in methods
     ]
     return comparison_frame(results)

@@ -241,8 +241,8 @@ class FeatureStore:
                     "run the same `tosca extract` again"
                 )
             raise UserError(f"not a feature store: {path} (no zarr.json); see `tosca cache ls`")
-        try:
-            group = zarr.open_group(str(path), mode=mode)
+        try:  # by its absolute path: the store read is the one opened, whatever chdir comes later
+            group = zarr.open_group(str(path.absolute()), mode=mode)
             attrs = dict(group.attrs)
         except (ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
             raise UserError(f"{path} has unreadable metadata ({type(exc).__name__}); re-extract it") from None
@@ -262,7 +262,7 @@ class FeatureStore:
                 f"{path} has unreadable array metadata ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); "
                 "re-extract it"
             ) from None
-        return cls(path, group)
+        return cls(path.absolute(), group)
 
     @classmethod
     def create(

@@ -194,6 +194,21 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("eval unknown device", ["eval", "{run}", "--device", "tpu"], "unknown --device 'tpu'"),
     ("eval no argument", ["eval"], "Missing argument 'run'"),
+    # the validation split: a share of each class, at most half
+    ("fit validation over half", [*FIT, "--val-fraction", "0.7"], "--val-fraction must be in [0, 0.5]"),
+    ("fit validation negative", [*FIT, "--val-fraction", "-0.1"], "--val-fraction must be in [0, 0.5]"),
+    ("fit validation nan", [*FIT, "--val-fraction", "nan"], "--val-fraction must be in [0, 0.5]"),
+    (
+        "fit validation seed negative",
+        [*FIT, "--val-seed", "-1"],
+        "--val-seed must be an integer in [0, 2**32)",
+    ),
+    (
+        "sweep validation over half",
+        [*SWEEP, "--r", "2", "--val-fraction", "1"],
+        "--val-fraction must be in [0, 0.5]",
+    ),
+    ("baselines validation inf", [*BASE, "--val-fraction", "inf"], "--val-fraction must be in [0, 0.5]"),
     # ------------------------------------------------------------------ sweep
     ("sweep empty list", [*SWEEP, "--r", ""], "--r is empty"),
     ("sweep empty items", [*SWEEP, "--r", ",,"], "--r is empty"),
@@ -298,7 +313,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "predict oracle router",
         ["predict", "{run}", "{img}", "--router", "oracle"],
-        "--router oracle needs the task id",
+        "--router oracle is a reference (it needs the task id",
     ),
     (
         "predict unknown router",

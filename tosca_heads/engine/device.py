@@ -4,7 +4,8 @@ thousands of tiny steps on a CPU (the figures behind these choices: docs/benchma
 Settings, checked by `check_settings` before a command writes anything:
 - `TOSCA_STEP`: `auto` (the compiled step on a CPU when it builds, else the PyTorch step),
   `native` (insist on the compiled step) or `torch` (always the PyTorch step).
-- `TOSCA_STEP_THREADS`: 1 or 2 threads for the compiled step (default: 2 only with a core to spare).
+- `TOSCA_STEP_THREADS`: 1 or 2 threads for the compiled step (default 1: two give one thread's
+  numbers to float rounding, not bit for bit).
 - `TOSCA_OVERLAP_EVAL`: 1 or 0, evaluate task t on a second thread while task t+1 trains
   (default: on a CPU with two or more usable cores).
 """
@@ -84,23 +85,19 @@ class ThreadPlan:
 
 
 def plan_threads(device: torch.device, overlap: bool | None, compiled: bool) -> ThreadPlan:
-    """The thread policy of an engine run on `device`.
+    """The thread policy of an engine run on `device`: the same numbers on any machine's thread
+    count and in any process (a suite's worker, a sweep's, the single command).
 
-    - Evaluation overlaps training where `overlap_evaluation` says so (unless told).
-    - The compiled step runs on 2 threads only where each has a core besides the evaluation thread
-      (3 or more usable cores, evaluation overlapped); a sweep's workers (overlap off) already fill
-      the cores. TOSCA_STEP_THREADS overrides.
-    - Matmuls of the training thread run on one thread beside an evaluation thread, and always for
-      the compiled step (MKL's fork-join makes its tiny matmuls slower); else on every core.
+    - Evaluation overlaps training where `overlap_evaluation` says so (unless told): it moves work
+      to another core, never changes a number.
+    - The compiled step runs on one thread unless TOSCA_STEP_THREADS=2 asks for two (two threads
+      sum a few gradients in another order: the same numbers to float rounding, not bit for bit).
+    - Matmuls run on one thread, always: a multithreaded BLAS splits sums by its thread count, and
+      MKL's fork-join makes these tiny matmuls slower anyway.
     """
     overlap = overlap_evaluation(device) if overlap is None else overlap
     chosen = configured_step_threads()
-    threads = (
-        chosen
-        if chosen is not None
-        else (2 if device.type == "cpu" and overlap and usable_cores() >= 3 else 1)
-    )
-    return ThreadPlan(overlap, threads, 1 if overlap or compiled else None)
+    return ThreadPlan(overlap, chosen if chosen is not None else 1, 1)
 
 
 @contextlib.contextmanager

@@ -24,9 +24,10 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.routers import ROUTERS, FrozenModel, StageView, route
+from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
+Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing}}
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
 FORWARD_BYTES = 256 << 20  # one [G, rows, d] activation of a module forward over test rows
@@ -62,39 +63,21 @@ class Snapshot:
         return int(self.weight.shape[0])
 
 
-class StageEvaluator:
-    """Scores a group after each task, under every router, on the test rows seen so far."""
+class ModuleScorer:
+    """Every module of a snapshot on fixed rows: its normalised outputs (kept within a memory
+    budget, since a frozen module's never change), and from them, with that snapshot's classifier,
+    each module's entropy, energy and argmax class (`routers.scores.module_scores`). Evaluation and
+    `predict` both score through it, so a run's figures and its predictions on the same features
+    are the same computation."""
 
-    def __init__(
-        self,
-        stream: TaskStream,
-        test_labels: np.ndarray,
-        source: FeatureSource,
-        device: torch.device,
-        cache_bytes: int | None = None,
-    ):
-        self.stream, self.device = stream, device
-        self.test_labels = test_labels  # incremental class ids, store order
-        self.order = np.argsort(test_labels, kind="stable")  # store rows, by class
-        self.position = np.empty_like(self.order)
-        self.position[self.order] = np.arange(len(self.order))  # store row -> sorted position
-        self.labels = torch.from_numpy(test_labels[self.order]).to(device)
-        self.true_task = torch.from_numpy(stream.task_of(test_labels[self.order])).to(device)
-        self.features = source.clean("test", self.order).to(device)
-        if not bool(torch.isfinite(self.features).all()):
-            raise NumericalError(
-                "the test features hold NaN or inf; check the store with `tosca cache verify STORE`"
-            )
+    def __init__(self, features: torch.Tensor, device: torch.device, cache_bytes: int | None = None):
+        self.features, self.device = features, device
         self.cache_bytes = default_cache_bytes(device) if cache_bytes is None else cache_bytes
         self._cache: dict[int, tuple[torch.Tensor, int]] = {}  # task -> (unit outputs [G, N, d], rows filled)
         self._cached_bytes = 0
 
-    def seen(self, task: int) -> int:
-        """How many test rows (a prefix of the sorted order) belong to the classes seen after `task`."""
-        return int(np.searchsorted(self.test_labels[self.order], self.stream.seen_classes(task)))
-
-    def _units(self, state: Snapshot, module: int, n: int) -> torch.Tensor:
-        """Normalised outputs of a module on the first n sorted test rows: [G, n, d]."""
+    def units(self, state: Snapshot, module: int, n: int) -> torch.Tensor:
+        """Normalised outputs of a module on the first n rows: [G, n, d]."""
         if module in self._cache:
             cache, filled = self._cache[module]
         else:
@@ -116,9 +99,9 @@ class StageEvaluator:
         return cache[:, :n]
 
     def _forward(self, state: Snapshot, module: int, lo: int, hi: int, out: torch.Tensor) -> torch.Tensor:
-        """Normalised module outputs of sorted test rows lo..hi into `out`, a few rows at a time (a
-        module's intermediate tensors are [G, rows, d] each: thousands of rows x hundreds of
-        configurations would not fit a GPU at once)."""
+        """Normalised module outputs of rows lo..hi into `out`, a few rows at a time (a module's
+        intermediate tensors are [G, rows, d] each: thousands of rows x hundreds of configurations
+        would not fit a GPU at once)."""
         step = max(1, FORWARD_BYTES // (state.groups * self.features.shape[1] * 4))
         for start in range(lo, hi, step):
             stop = min(hi, start + step)
@@ -128,27 +111,34 @@ class StageEvaluator:
         return out
 
     @torch.no_grad()
-    def evaluate(self, task: int, state: Snapshot) -> tuple[list[dict[str, dict[str, Any]]], float]:
-        """Per configuration: {router: {A_t, blocks (accuracy per task block), routing}}; and the seconds."""
-        start = time.perf_counter()
-        n, modules, groups = self.seen(task), task + 1, state.groups
+    def logits(self, state: Snapshot, module: int, lo: int, hi: int) -> torch.Tensor:
+        """One module's logits on rows lo..hi: [G, rows, C], as `scores` computes them."""
+        w_unit = normalize_rows(state.weight).transpose(1, 2)
+        return self._logits(self.units(state, module, hi)[:, lo:hi], w_unit) * state.sigma.view(-1, 1, 1)
+
+    @torch.no_grad()
+    def scores(
+        self, state: Snapshot, modules: int, n: int, top_probability: bool = False
+    ) -> tuple[torch.Tensor, ...]:
+        """Over the first n rows and modules 0..modules-1: entropy, argmax class and energy, each
+        [G, M, n] (and, with `top_probability`, the softmax probability of the argmax class)."""
+        groups = state.groups
         w_unit = normalize_rows(state.weight).transpose(1, 2)  # [G, d, C]
         sigma = state.sigma.view(-1, 1, 1)
         entropy = torch.empty(groups, modules, n, device=self.device)
         energy = torch.empty(groups, modules, n, device=self.device)
         predictions = torch.empty(groups, modules, n, dtype=torch.long, device=self.device)
+        top = torch.empty(groups, modules, n, device=self.device) if top_probability else None
         step = max(1, CHUNK_BYTES // max(1, groups * w_unit.shape[-1] * 4))
         for i in range(modules):
-            units = self._units(state, i, n)
+            units = self.units(state, i, n)
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
                 logits = self._logits(units[:, lo:hi], w_unit) * sigma
                 entropy[:, i, lo:hi], predictions[:, i, lo:hi], energy[:, i, lo:hi] = module_scores(logits)
-        view = self._view(task, state, entropy, energy, n)
-        results = self._score(task, view, predictions)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return results, time.perf_counter() - start
+                if top is not None:
+                    top[:, i, lo:hi] = torch.softmax(logits, -1).amax(-1)
+        return (entropy, predictions, energy) if top is None else (entropy, predictions, energy, top)
 
     def _logits(self, units: torch.Tensor, w_unit: torch.Tensor) -> torch.Tensor:
         """Cosines of unit outputs [G, rows, d] with unit classifier rows [G, d, C]: [G, rows, C]."""
@@ -160,14 +150,64 @@ class StageEvaluator:
             bmm(units[:, lo:hi].contiguous(), w_unit, out=out[:, lo:hi])
         return out
 
+
+class StageEvaluator:
+    """Scores a group after each task, under every router, on the rows of one split seen so far
+    (the test split, or the validation rows held out of the train split)."""
+
+    def __init__(
+        self,
+        stream: TaskStream,
+        labels: np.ndarray,
+        source: FeatureSource,
+        device: torch.device,
+        cache_bytes: int | None = None,
+        split: str = "test",
+        rows: np.ndarray | None = None,
+    ):
+        self.stream, self.device, self.split = stream, device, split
+        self.test_labels = labels  # incremental class ids of `rows` (store order)
+        rows = np.arange(len(labels)) if rows is None else np.asarray(rows, dtype=np.int64)
+        self.order = np.argsort(labels, kind="stable")  # positions in `rows`, by class
+        self.position = np.empty_like(self.order)
+        self.position[self.order] = np.arange(len(self.order))  # position in `rows` -> sorted position
+        self.labels = torch.from_numpy(labels[self.order]).to(device)
+        self.true_task = torch.from_numpy(stream.task_of(labels[self.order])).to(device)
+        features = source.clean(split, rows[self.order]).to(device)
+        if not bool(torch.isfinite(features).all()):
+            raise NumericalError(
+                f"the {split} features hold NaN or inf; check the store with `tosca cache verify STORE`"
+            )
+        self.scorer = ModuleScorer(features, device, cache_bytes)
+
+    @property
+    def features(self) -> torch.Tensor:
+        return self.scorer.features
+
+    def seen(self, task: int) -> int:
+        """How many rows (a prefix of the sorted order) belong to the classes seen after `task`."""
+        return int(np.searchsorted(self.test_labels[self.order], self.stream.seen_classes(task)))
+
+    @torch.no_grad()
+    def evaluate(self, task: int, state: Snapshot) -> tuple[list[Scores], float]:
+        """Per configuration: {router: {A_t, blocks (accuracy per task block), routing}}; and the seconds."""
+        start = time.perf_counter()
+        n = self.seen(task)
+        entropy, predictions, energy = self.scorer.scores(state, task + 1, n)
+        view = self._view(task, state, entropy, energy, n)
+        results = self._score(task, view, predictions)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return results, time.perf_counter() - start
+
     def _view(
         self, task: int, state: Snapshot, entropy: torch.Tensor, energy: torch.Tensor, n: int
-    ) -> StageView:
+    ) -> ReferenceView:
         seen_rows = np.flatnonzero(self.test_labels < self.stream.seen_classes(task))  # store order
         class_ordered = self.position[seen_rows[np.argsort(self.test_labels[seen_rows], kind="stable")]]
         shuffled = self.position[seen_rows[shuffled_order(n, task)]]
         classes = np.arange(self.stream.seen_classes(task))
-        return StageView(
+        return ReferenceView(
             entropy=entropy,
             energy=energy,
             frozen=None if state.frozen is None else state.frozen.to(self.device),
@@ -178,9 +218,7 @@ class StageEvaluator:
             shuffled=torch.from_numpy(shuffled).to(self.device),
         )
 
-    def _score(
-        self, task: int, view: StageView, predictions: torch.Tensor
-    ) -> list[dict[str, dict[str, Any]]]:
+    def _score(self, task: int, view: ReferenceView, predictions: torch.Tensor) -> list[Scores]:
         n = view.true_task.shape[0]
         labels, true_task = self.labels[:n], view.true_task
         counts = torch.bincount(true_task, minlength=task + 1).double()
@@ -213,10 +251,12 @@ class StageEvaluator:
 
 class StageQueue:
     """Evaluations in task order, each run at once or, with `overlap`, on one background thread
-    while the next task trains (on a multi-core CPU the two share the machine)."""
+    while the next task trains (on a multi-core CPU the two share the machine). Each evaluation
+    scores every split's evaluator (test, and validation where the run holds one out) on one
+    snapshot."""
 
-    def __init__(self, evaluator: StageEvaluator, overlap: bool):
-        self.evaluator = evaluator
+    def __init__(self, evaluators: dict[str, StageEvaluator], overlap: bool):
+        self.evaluators = evaluators
         self._pool = ThreadPoolExecutor(1, initializer=_quiet_thread) if overlap else None
         self._queue: deque[tuple[Any, Future | tuple]] = deque()
 
@@ -224,15 +264,21 @@ class StageQueue:
         """state() gives the snapshot to score; it runs on the evaluation thread too, in task order
         (so work it does, such as updating the routers' statistics, leaves the training thread)."""
         if self._pool is None:
-            self._queue.append((payload, self.evaluator.evaluate(task, state())))
+            self._queue.append((payload, self._run(task, state)))
         else:
             self._queue.append((payload, self._pool.submit(self._run, task, state)))
 
-    def _run(self, task: int, state: Callable[[], Snapshot]) -> tuple[list[dict[str, dict[str, Any]]], float]:
-        return self.evaluator.evaluate(task, state())
+    def _run(self, task: int, state: Callable[[], Snapshot]) -> tuple[dict[str, list[Scores]], float]:
+        snapshot = state()
+        scored, seconds = {}, 0.0
+        for split, evaluator in self.evaluators.items():
+            scored[split], spent = evaluator.evaluate(task, snapshot)
+            seconds += spent
+        return scored, seconds
 
-    def ready(self, wait: bool = False) -> Iterator[tuple[Any, list[dict[str, dict[str, Any]]], float]]:
-        """Finished evaluations in task order: (payload, per-configuration routers' scores, seconds)."""
+    def ready(self, wait: bool = False) -> Iterator[tuple[Any, dict[str, list[Scores]], float]]:
+        """Finished evaluations in task order: (payload, {split: per-configuration routers'
+        scores}, seconds)."""
         while self._queue:
             payload, result = self._queue[0]
             if isinstance(result, Future):

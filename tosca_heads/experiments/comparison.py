@@ -27,15 +27,24 @@ from featcache.foundation.limits import require_memory
 from featcache.store import FeatureStore, check_not_replaced, check_readable, resolve_store
 from tosca_heads.experiments import plots, runfiles
 from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run, request_protocol
+from tosca_heads.method.baselines import BASELINES, single_threaded
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
-from tosca_heads.method.protocol import StreamConfig, TaskStream, stream_config
+from tosca_heads.method.protocol import (
+    HELD_OUT,
+    NO_VALIDATION,
+    ProtocolReport,
+    StreamConfig,
+    TaskStream,
+    ValidationConfig,
+    split_name,
+)
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.routers import reference_text
 
 NO_ROUTING = "none"
-FORMAT = 2  # a baseline's metrics.json and results.csv
+FORMAT = 3  # a baseline's metrics.json and results.csv (3: the validation split)
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
 BASELINE_FILES = ("metrics.json", "results.csv")
 COMPARISON_HEADER = "method,routing,A_bar,A_last,"
@@ -43,13 +52,18 @@ COMPARISON_HEADER = "method,routing,A_bar,A_last,"
 
 @dataclass
 class MethodResult:
-    """One row of the comparison: a baseline, or TOSCA under one router."""
+    """One row of the comparison: a baseline, or TOSCA under one router; its metrics on test, and
+    on the validation split where one is held out. `reference` says what makes it no honest
+    result ("" when it is one): a router told the task or letting a batch vote, a baseline that
+    sees every task at once."""
 
     method: str
     routing: str
     metrics: dict[str, Any]
     parameters: int
     seconds: float
+    validation: dict[str, Any] | None = None
+    reference: str = ""
 
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
@@ -62,50 +76,85 @@ def run_baseline(
     source: FeatureSource | None = None,
     on_task: TaskCallback | None = None,
     device: str | torch.device = "cpu",
+    validation: ValidationConfig = NO_VALIDATION,
     **params: Any,
 ) -> MethodResult:
-    """Learn task by task (all seen classes at once for the joint probe); evaluate after each task."""
+    """Learn task by task (all seen classes at once for the joint probe); evaluate after each task
+    on test and, with a validation split, on the held-out training rows (which never train).
+    Computed on one CPU thread: the same numbers in a suite's worker and from the single command,
+    whatever OMP_NUM_THREADS says (multithreaded BLAS sums in another order)."""
     if name not in BASELINES:
         raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
     check_readable(store)
-    if name == "ranpac":
-        m = params.get("projection_dim", 10_000)
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise UserError(f"RanPAC's projection size M must be an integer of at least 1, got {m!r}")
-        seed = params.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-            raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
-        check_ranpac_size(m, store.dim)
+    check_baseline_params(name, params, store.dim)
+    validation.validate()
     fingerprint = store.fingerprint  # as opened: checked again after the last read
     stream = stream_cfg.task_stream(store.shape.classes)
     source = source or CachedFeatures(store, device=device)
-    train_y, test_y = stream.remap(store.labels("train")), stream.remap(store.labels("test"))
+    labels = stream.remap(store.labels("train"))
+    held = validation.carve(store.labels("train"), store.identity["dataset"].get("class_names"))
+    train_y = labels.copy()
+    train_y[held] = HELD_OUT  # never trained on
+    test_y = stream.remap(store.labels("test"))
     train_x = source.clean("train", np.arange(len(train_y))).to(device)
-    test_x = source.clean("test", np.arange(len(test_y))).to(device)
+    scored = {"test": (source.clean("test", np.arange(len(test_y))).to(device), test_y)}
+    if len(held):
+        scored["validation"] = (train_x[_index(held, train_x)], labels[held])
     estimator = BASELINES[name](device=device, **params)
-    curve: list[float] = []
-    matrix: list[list[float]] = []
+    curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     start = time.perf_counter()
-    for task in range(stream.num_tasks):
-        if estimator.incremental:
-            rows = stream.rows_of_task(train_y, task)
-            estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
-        else:
-            rows = stream.rows_seen(train_y, task)
-            estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
-        seen = stream.rows_seen(test_y, task)
-        pred = checked_predictions(
-            name, estimator.predict(test_x[_index(seen, test_x)]), len(seen), task, stream
-        )
-        curve.append(accuracy(pred, test_y[seen]))
-        matrix.append(block_accuracies(pred, test_y[seen], stream.task_of(test_y[seen]), task + 1))
-        if on_task:
-            on_task(name, task, stream.num_tasks)
+    with single_threaded(torch.device(device)):
+        for task in range(stream.num_tasks):
+            if estimator.incremental:
+                rows = stream.rows_of_task(train_y, task)
+                estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
+            else:
+                rows = stream.rows_seen(train_y, task)
+                estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
+            for split, (x, y) in scored.items():
+                seen = stream.rows_seen(y, task)
+                pred = checked_predictions(
+                    name, estimator.predict(x[_index(seen, x)]), len(seen), task, stream
+                )
+                curves[split][0].append(accuracy(pred, y[seen]))
+                curves[split][1].append(block_accuracies(pred, y[seen], stream.task_of(y[seen]), task + 1))
+            if on_task:
+                on_task(name, task, stream.num_tasks)
     check_not_replaced(store.path, fingerprint, f"baseline {name!r}")
-    metrics = summarise(curve, matrix)
+    metrics = summarise(*curves["test"])
     if hasattr(estimator, "ridge_"):
         metrics["ridge"] = estimator.ridge_
-    return MethodResult(name, NO_ROUTING, metrics, estimator.num_parameters(), time.perf_counter() - start)
+    held_out = summarise(*curves["validation"]) if "validation" in curves else None
+    reference = baseline_reference(name)
+    return MethodResult(
+        name,
+        NO_ROUTING,
+        metrics,
+        estimator.num_parameters(),
+        time.perf_counter() - start,
+        held_out,
+        reference,
+    )
+
+
+def baseline_reference(name: str) -> str:
+    """What makes a registered baseline a reference, in words ("" for an honest continual method):
+    its class's `reference` (True, or the words)."""
+    declared = getattr(BASELINES[name], "reference", False)
+    return declared if isinstance(declared, str) else ("a reference" if declared else "")
+
+
+def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
+    """A baseline's own parameters, checked once for the dry run and the real one: one line each."""
+    if name != "ranpac":
+        return
+    m = params.get("projection_dim", 10_000)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise UserError(f"RanPAC's projection size M must be an integer of at least 1, got {m!r}")
+    seed = params.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
+    check_ranpac_size(m, dim)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:
@@ -154,8 +203,10 @@ def tosca_results(run: RunResult) -> list[MethodResult]:
     classes = run.config["stream"]["init_cls"] + (tasks - 1) * run.config["stream"]["increment"]
     parameters = tasks * metrics["params_per_task"] + classes * run.config["feature_dim"] + 1
     train_s = sum(s.stats["seconds"] for s in run.stages)
+    held = metrics.get("validation") or {}
     return [
-        MethodResult("tosca", name, block, parameters, train_s) for name, block in metrics["routers"].items()
+        MethodResult("tosca", name, block, parameters, train_s, held.get(name), reference_text(name))
+        for name, block in metrics["routers"].items()
     ]
 
 
@@ -166,13 +217,17 @@ def tosca_run(
     source: FeatureSource | None = None,
     device: str | torch.device = "cpu",
     runs_root: Path = Path("runs"),
+    validation: ValidationConfig = NO_VALIDATION,
 ) -> RunResult:
-    """TOSCA on the same store and stream: a given run (all tasks finished), else the paper preset's
-    default run under `runs_root`, fitted now unless it is already on disk."""
+    """TOSCA on the same store, stream and validation split: a given run (all tasks finished), else
+    the paper preset's default run under `runs_root`, fitted now unless it is already on disk."""
     if run_dir is None:
         train = PRESETS["paper"]
-        default = runfiles.default_run_dir(runfiles.run_config(store, stream_cfg, train), runs_root)
-        return fit_run(store, stream_cfg, train, None, default, source=source, device=device)
+        config = runfiles.run_config(store, stream_cfg, train, validation)
+        default = runfiles.default_run_dir(config, runs_root)
+        return fit_run(
+            store, stream_cfg, train, None, default, source=source, device=device, validation=validation
+        )
     config = runfiles.read_run_config(
         run_dir
     )  # checked before evaluating: a run of another store is left alone
@@ -182,6 +237,11 @@ def tosca_run(
         raise UserError(
             f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
             "pass the same --init-cls/--increment"
+        )
+    if runfiles.validation_of(config, run_dir) != validation:
+        raise UserError(
+            f"run {run_dir} holds out another validation split ({config.get('validation', 'none')}) than the "
+            f"baselines ({validation.record() if validation.enabled else 'none'}); pass the same --val-fraction"
         )
     result = evaluate_run(run_dir, source, device)
     tasks = stream_cfg.task_stream(store.shape.classes).num_tasks
@@ -238,9 +298,10 @@ def write_baseline(
     store: FeatureStore,
     stream_cfg: StreamConfig,
     params: dict[str, Any] | None = None,
+    validation: ValidationConfig = NO_VALIDATION,
 ) -> None:
     """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
-    own parameters, RanPAC's M and seed) and results.csv."""
+    own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
     folders.claim(folder.parent, "baselines", "--out", written_before=is_baselines_dir)
     folder.mkdir(exist_ok=True)
     payload = {
@@ -253,14 +314,20 @@ def write_baseline(
         "finished_tasks": len(result.metrics["A_t"]),
         "parameters": result.parameters,
         "seconds": result.seconds,
+        "reference": result.reference,
         "routers": {NO_ROUTING: result.metrics},
     }
+    if validation.enabled:
+        payload["validation_split"] = runfiles.validation_record(store, validation)
+    if result.validation is not None:
+        payload["validation"] = {NO_ROUTING: result.validation}
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
     with atomic.replacing(folder / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["format", "task", "router", "A_t"])
-        for task, a in enumerate(result.metrics["A_t"]):
-            writer.writerow([FORMAT, task, NO_ROUTING, f"{a:.6f}"])
+        writer.writerow(["format", "task", "split", "router", "A_t"])
+        for split, block in (("test", result.metrics), ("validation", result.validation)):
+            for task, a in enumerate((block or {}).get("A_t", [])):
+                writer.writerow([FORMAT, task, split, NO_ROUTING, f"{a:.6f}"])
 
 
 def read_baseline(path: Path) -> dict[str, Any] | None:
@@ -276,10 +343,17 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
     block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
     if not runfiles.valid_metrics_block(block):
         return None
+    held = payload.get("validation")
+    if held is not None and not (
+        isinstance(held, dict) and runfiles.valid_metrics_block(held.get(NO_ROUTING))
+    ):
+        return None
     return {**payload, "routers": {NO_ROUTING: block}}
 
 
 def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
+    """One row per method (and TOSCA router), test figures; `val_A_last` on the validation split
+    where one is held out; `reference` says why a row is no honest result ("" when it is one)."""
     rows = [
         {
             "method": r.method,
@@ -291,6 +365,8 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
             "parameters": r.parameters,
             "seconds": r.seconds,
             "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
+            "val_A_last": None if r.validation is None else r.validation["A_last"],
+            "reference": r.reference,
         }
         for r in results
     ]
@@ -299,7 +375,12 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
 
 def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
     header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
-    lines = [f"# {title}", "", "Accuracies in %.", "", "| " + " | ".join(header) + " |"]
+    header.append("reference")
+    note = (
+        "Accuracies in %, on the test split. A row marked as a reference is no honest result: a router "
+        "told the task or letting a test batch vote, or a method that sees every task at once."
+    )
+    lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
     for _, r in frame.iterrows():
         routing_acc = "–" if pd.isna(r["routing_accuracy"]) else f"{100 * r['routing_accuracy']:.2f}"
@@ -312,6 +393,7 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
             routing_acc,
             f"{int(r['parameters']):,}",
             f"{r['seconds']:.1f}",
+            r["reference"] or "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -361,32 +443,39 @@ def compare(
     request: BaselinesRequest,
     on_task: TaskCallback | None = None,
     on_tosca: Callable[[Path | None], None] | None = None,
+    on_start: Callable[[ProtocolReport], None] | None = None,
 ) -> Comparison:
     """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
-    baseline's, under the same protocol, written into the baselines folder."""
+    baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
     check_request(request)
+    validation = ValidationConfig(request.val_fraction, request.val_seed)
+    validation.validate()
     device = resolve_device(request.device)
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)
     ident = store.identity
-    stream = stream_config(
-        ident["dataset"]["name"], store.shape.classes, request.init_cls, request.increment, request.order_seed
+    stream, protocol = request_protocol(
+        store, request.init_cls, request.increment, request.order_seed, validation
     )
-    name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-B{stream.init_cls}Inc{stream.increment}"
+    split = split_name(stream.init_cls, stream.increment)
+    held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
+    name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"
     folder = request.out or request.runs_root / name
     check_baselines_folder(folder)
-    source = CachedFeatures(store, device=device)  # read once, for TOSCA's evaluation and every baseline
+    # read once (every chunk checked), for TOSCA's evaluation and every baseline, before anything is said
+    source = CachedFeatures(store, device=device).preload()
+    if on_start:
+        on_start(protocol)
     results = []
     if request.with_tosca:
         if on_tosca:
             on_tosca(request.run)
-        results += tosca_results(tosca_run(store, stream, request.run, source, device, request.runs_root))
+        run = tosca_run(store, stream, request.run, source, device, request.runs_root, validation)
+        results += tosca_results(run)
     for method in request.methods:
         params = baseline_params(method, request.ranpac_m, request.ranpac_seed)
-        result = run_baseline(method, store, stream, source, on_task, device=device, **params)
-        write_baseline(folder / method, result, store, stream, params)
+        result = run_baseline(method, store, stream, source, on_task, device, validation, **params)
+        write_baseline(folder / method, result, store, stream, params, validation)
         results.append(result)
-    title = (
-        f"{ident['dataset']['name']} / {ident['backbone']['alias']}, B{stream.init_cls} Inc{stream.increment}"
-    )
+    title = f"{ident['dataset']['name']} / {ident['backbone']['alias']}, {split}"
     return Comparison(results, title, write_comparison(folder, results, title))

@@ -3,7 +3,8 @@
 1. extract: the packaged ImageNet EfficientNet-Lite0 on a per-class subset of the real EuroSAT
    archive (no cached views);
 2. fit: TOSCA with the paper preset on EuroSAT B0 Inc2 (5 tasks);
-3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks;
+3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split
+   (10% of each class's training images, as `tosca sweep` holds out by default);
 4. baselines: SimpleCIL, RanPAC (M = 10,000) and a joint linear probe on the same store;
 5. the comparison table, and the paths of the plots and tables.
 
@@ -31,11 +32,11 @@ from tosca_heads.experiments.comparison import (
     write_baseline,
     write_comparison,
 )
-from tosca_heads.experiments.requests import DemoRequest
+from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION, DemoRequest
 from tosca_heads.experiments.runs import RunResult, StageResult, fit_run
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, grid_points, run_sweep
 from tosca_heads.method.features import CachedFeatures
-from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import PRESETS
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
@@ -115,8 +116,11 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     )
     show.fitted(result)
 
-    show.section("3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks")
-    points = grid_points(SWEEP, PRESETS["paper"], stream, store.dim, store.shape.classes)
+    show.section(
+        "3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split"
+    )
+    validation = ValidationConfig(SWEEP_VAL_FRACTION)
+    points = grid_points(SWEEP, PRESETS["paper"], stream, store.dim, store.shape.classes, validation)
     jobs = request.jobs or (1 if device.type == "cuda" else usable_cores())
     outcome = run_sweep(
         store,

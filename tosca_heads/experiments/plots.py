@@ -69,9 +69,16 @@ def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
 
 
 def heatmaps(
-    points: Any, path: Path, shown: Sequence[str], flag_columns: Sequence[str], varying: Sequence[str]
+    points: Any,
+    path: Path,
+    shown: Sequence[str],
+    flag_columns: Sequence[str],
+    varying: Sequence[str],
+    pick: str = "",
 ) -> None:
-    """A_last over r x l1, one panel per shown router; other flags: the best configuration per cell."""
+    """Test A_last over r x l1, one panel per shown router (mean over seeds). With other flags
+    swept, each cell shows the configuration that is best by the `pick` column (the ranking
+    router's validation A_last where the sweep has one), never the best by the test figure shown."""
     rs, l1s = sorted(points["r"].unique()), sorted(points["l1"].unique())
     others = [f for f in varying if f not in ("r", "l1")]
     config = [c for c in flag_columns if c != "seed"]
@@ -79,9 +86,11 @@ def heatmaps(
     with drawing(path, 110, nrows=1, ncols=len(shown), figsize=size, squeeze=False) as (fig, axes):
         for ax, router in zip(axes[0], shown, strict=True):
             grid = np.full((len(rs), len(l1s)), np.nan)
-            means = points.groupby(config, dropna=False)[f"A_last_{router}"].mean().reset_index()
+            chooser = pick or f"A_last_{router}"
+            columns = list(dict.fromkeys([f"A_last_{router}", chooser]))
+            means = points.groupby(config, dropna=False)[columns].mean().reset_index()
             for (r, l1), cell in means.groupby(["r", "l1"]):
-                grid[rs.index(r), l1s.index(l1)] = 100 * cell[f"A_last_{router}"].max()
+                grid[rs.index(r), l1s.index(l1)] = 100 * cell.loc[cell[chooser].idxmax(), f"A_last_{router}"]
             image = ax.imshow(grid, cmap="viridis", aspect="auto", vmin=np.nanmin(grid), vmax=np.nanmax(grid))
             for i in range(len(rs)):
                 for j in range(len(l1s)):
@@ -94,7 +103,11 @@ def heatmaps(
             ax.set_title(f"A_last, {router} router (%)", fontsize=9)
             fig.colorbar(image, ax=ax, fraction=0.046)
         if others:
-            fig.suptitle(f"each cell: best over {', '.join(others)}; mean over seeds", fontsize=9)
+            by = pick.removeprefix("val_").replace("A_last_", "") if pick else ""
+            on = f"best on validation ({by})" if pick.startswith("val_") else "best on test"
+            fig.suptitle(
+                f"test A_last; each cell: the configuration {on} over {', '.join(others)}", fontsize=9
+            )
 
 
 def best_curves(
@@ -104,9 +117,10 @@ def best_curves(
     path: Path,
     flag_columns: Sequence[str],
     labels: Sequence[str],
+    split: str = "test",
     top: int = 5,
 ) -> None:
-    """A_t under `rank_by` (mean over seeds) of the `top` best configurations."""
+    """Test A_t under `rank_by` (mean over seeds) of the `top` configurations best on `split`."""
     config = [c for c in flag_columns if c != "seed"]
     curves: dict[tuple, list[float]] = {}
     for key, rows in points.groupby(config, dropna=False):
@@ -120,8 +134,11 @@ def best_curves(
                 f"{f}={row[f]:g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in labels
             )
             ax.plot(range(len(curve)), [100 * a for a in curve], marker="o", label=label)
-        _task_axis(ax, f"A_t, {rank_by} router (%)")
-        ax.set_title(f"best {min(top, len(summary))} of {len(summary)} configurations (mean over seeds)")
+        _task_axis(ax, f"test A_t, {rank_by} router (%)")
+        ax.set_title(
+            f"best {min(top, len(summary))} of {len(summary)} configurations on {split} (mean over seeds)",
+            fontsize=9,
+        )
         ax.legend(fontsize=7)
 
 

@@ -20,9 +20,8 @@ import torch
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
-from tosca_heads.engine.kernels import normalize_rows
+from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.experiments.requests import PredictRequest
 from tosca_heads.experiments.runfiles import (
     ROUTER_FILE,
@@ -37,27 +36,46 @@ from tosca_heads.experiments.runfiles import (
     stream_config_of,
     train_config_of,
 )
+from tosca_heads.method.baselines import single_threaded
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
-from tosca_heads.routers.scores import module_scores
+from tosca_heads.routers.scores import predict as predict_classes
 
 
 @dataclass
 class Predictions:
-    """Per image: the incremental class id, its probability under the chosen module, the chosen task."""
+    """Per sample, in the dataset's terms: `classes`, the store's label ids (what
+    `store.labels(split)` holds, so `(found.classes == store.labels("test")).mean()` is an
+    accuracy), `class_names` their names, `probabilities` the predicted class's softmax
+    probability under the chosen module, `tasks` the chosen task module; `incremental_classes`
+    are the same classes as positions in the run's class order (what the run's classifier rows
+    are indexed by). `router` is the router that chose, `chosen_on` how it was picked: "given",
+    "validation" (the run's best honest router on its validation split) or "test" (the best
+    on the test split: a choice tuned on test, said so)."""
 
     classes: np.ndarray
+    class_names: list[str]
     probabilities: np.ndarray
     tasks: np.ndarray
+    incremental_classes: np.ndarray
+    router: str = ""
+    chosen_on: str = "given"
 
 
 class RunPredictor:
     """A finished run, ready to classify features: `load` reads it, `predict` routes and classifies."""
 
-    def __init__(self, run_dir: Path, num_classes: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        run_dir: Path,
+        num_classes: int,
+        device: torch.device | str = "cpu",
+        class_names: list[str] | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.num_classes = num_classes  # the dataset's: the class order permutes all of them
         self.device = torch.device(device)
+        self.class_names = class_names  # the store's, by label id (None: the ids as names)
 
     def load(self) -> RunPredictor:
         """Read the modules, the last classifier and the router statistics (nothing is trained)."""
@@ -103,9 +121,10 @@ class RunPredictor:
         """Refuse a router this run cannot serve (before any image is embedded)."""
         if router not in ROUTERS:
             raise UserError(f"unknown --router {router!r}: use one of {', '.join(ROUTERS)}")
-        if not ROUTERS[router].honest:
+        if ROUTERS[router].reference:
             raise UserError(
-                f"--router {router} needs the task id or a batch of test images; pick an honest router"
+                f"--router {router} is a reference (it needs the task id or a batch of test images); "
+                "pick an honest router"
             )
         if ROUTERS[router].needs_statistics and self.statistics_ is None:
             raise UserError(
@@ -113,58 +132,72 @@ class RunPredictor:
             )
 
     @torch.no_grad()
-    def module_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Every module's logits over all classes of the last classifier, on frozen features x [n, d]: [M, n, C]."""
-        w_unit = normalize_rows(self.weight_[0]).T
-        return torch.stack(
-            [
-                self.sigma_ * module_outputs(self.layout_, m, x, normalize=True)[0] @ w_unit
-                for m in self.modules_
-            ]
-        )
+    def module_logits(self, features: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Every module's logits over all classes of the last classifier on frozen features [n, d]:
+        [M, n, C] (the arithmetic of evaluation and `predict`)."""
+        x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
+        scorer = ModuleScorer(x, self.device, cache_bytes=0)
+        return torch.stack([scorer.logits(self.snapshot(), m, 0, len(x))[0] for m in range(self.tasks_)])
+
+    def snapshot(self) -> Snapshot:
+        """The run after its last finished task, as evaluation scores it."""
+        return Snapshot(self.layout_, self.modules_, self.weight_, self.sigma_)
 
     @torch.no_grad()
-    def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
-        """Route and classify [n, d] frozen features with the named (honest) router."""
+    def predict(
+        self, features: np.ndarray | torch.Tensor, router: str, chosen_on: str = "given"
+    ) -> Predictions:
+        """Route and classify [n, d] frozen features with the named (honest) router: the same
+        computation as the run's evaluation after its last task."""
         self.check_router(router)
-        x = torch.as_tensor(features).to(self.device, torch.float32)
-        dim = self.layout_.dim
-        if x.ndim != 2 or x.shape[1] != dim:
-            raise UserError(
-                f"features of shape {list(x.shape)} cannot be classified by run {self.run_dir}: "
-                f"it needs [n, {dim}] (the frozen features of its store's backbone)"
-            )
-        if not bool(torch.isfinite(x).all()):
-            raise UserError("features hold NaN or infinite values: they cannot be classified")
-        logits = self.module_logits(x)  # [M, n, C]
-        entropy, predictions, energy = module_scores(logits)
+        x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
+        scorer = ModuleScorer(x, self.device, cache_bytes=0)
+        with single_threaded(self.device):  # as evaluation computes: one thread, the same numbers
+            return self._predict(scorer, x, router, chosen_on)
+
+    def _predict(self, scorer: ModuleScorer, x: torch.Tensor, router: str, chosen_on: str) -> Predictions:
+        entropy, predictions, energy, top = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
         classes = np.arange(int(self.weight_.shape[1]))
         view = StageView(
-            entropy=entropy.unsqueeze(0),
-            energy=energy.unsqueeze(0),
+            entropy=entropy,
+            energy=energy,
             frozen=None if self.statistics_ is None else self.statistics_.model().to(self.device),
             features=x,
             class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
-            true_task=torch.zeros(
-                len(x), dtype=torch.long, device=self.device
-            ),  # never read by honest routers
-            class_ordered=torch.arange(len(x), device=self.device),
-            shuffled=torch.arange(len(x), device=self.device),
         )
-        chosen = route(router, view)[0]
-        rows = torch.arange(len(x), device=self.device)
-        chosen_logits = logits[chosen, rows]  # [n, C]
-        probabilities = torch.softmax(chosen_logits, -1)
-        predicted = predictions[chosen, rows]
+        chosen = route(router, view)  # [1, n]
+        incremental = predict_classes(predictions, chosen)[0].cpu().numpy()
+        probability = top.gather(1, chosen.unsqueeze(1)).squeeze(1)[0].cpu().numpy()
+        labels = self.stream_.order[incremental].astype(np.int64)
+        names = [self._name(int(label)) for label in labels]
         return Predictions(
-            predicted.cpu().numpy(),
-            probabilities[rows, predicted].cpu().numpy(),
-            chosen.cpu().numpy(),
+            labels, names, probability, chosen[0].cpu().numpy(), incremental, router, chosen_on
         )
 
-    def class_names(self, names: list[str]) -> list[str]:
-        """Names of the incremental class ids, from the dataset's class names (original label order)."""
-        return [names[int(original)] for original in self.stream_.order]
+    def _name(self, label: int) -> str:
+        return str(self.class_names[label]) if self.class_names else str(label)
+
+    def class_names_in_order(self) -> list[str]:
+        """The class names by incremental id (the run's class order)."""
+        return [self._name(int(original)) for original in self.stream_.order]
+
+
+def _checked_features(features: Any, dim: int, run_dir: Path) -> torch.Tensor:
+    """[n, dim] finite real features as float32, or one line saying what is wrong."""
+    x = torch.as_tensor(np.asarray(features) if not isinstance(features, torch.Tensor) else features)
+    if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64)):
+        raise UserError(
+            f"features of type {x.dtype} cannot be classified: give real numbers (float32, [n, {dim}])"
+        )
+    x = x.to(torch.float32)
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise UserError(
+            f"features of shape {list(x.shape)} cannot be classified by run {run_dir}: "
+            f"it needs [n, {dim}] (the frozen features of its store's backbone)"
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise UserError("features hold NaN or infinite values: they cannot be classified")
+    return x
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -172,13 +205,15 @@ class RunPredictor:
 
 @dataclass
 class PredictOutcome:
-    """One row per image (image, class, class_id, probability, task, router), and what the listing
+    """One row per image (image, class, class_id: the store's label id, incremental_class,
+    probability, task, router), the router and on which split it was chosen, and what the listing
     left out."""
 
     rows: list[dict[str, Any]]
     router: str
     tasks: int
     left_out: Any = field(default=None)
+    chosen_on: str = "given"
 
 
 ListImages = Callable[[list[Path]], tuple[list[Path], Any]]  # paths -> (images, what was left out)
@@ -187,44 +222,61 @@ Embed = Callable[[FeatureStore, list[Path], torch.device, "int | None"], np.ndar
 
 def predict_images(request: PredictRequest, list_images: ListImages, embed: Embed) -> PredictOutcome:
     """Classify new images with a run: its store's backbone (through `embed`), every task module, a
-    router (one honest router; the run's best by default)."""
+    router (one honest router; by default the run's best on validation, else on test, said so)."""
     if request.batch_size is not None and request.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {request.batch_size}")
     config = read_run_config(request.run)
     metrics = read_metrics(request.run)
     if request.router is None:
-        chosen = best_honest_router(metrics)
+        chosen, chosen_on = default_router(metrics)
     else:
         names = resolve_routers(request.router)
         if len(names) != 1:
             raise UserError(f"--router takes one router for predict, got {request.router!r}")
-        chosen = names[0]
+        chosen, chosen_on = names[0], "given"
     device = resolve_device(request.device)
     paths, left_out = list_images(list(request.images))
     store = open_run_store(config, request.run)
-    predictor = RunPredictor(request.run, store.shape.classes, device).load()
+    names = list(store.identity["dataset"].get("class_names") or range(store.shape.classes))
+    predictor = RunPredictor(request.run, store.shape.classes, device, [str(n) for n in names]).load()
     predictor.check_router(chosen)
-    result = predictor.predict(embed(store, paths, device, request.batch_size), chosen)
-    names = predictor.class_names(
-        list(store.identity["dataset"].get("class_names") or range(store.shape.classes))
-    )
+    result = predictor.predict(embed(store, paths, device, request.batch_size), chosen, chosen_on)
     rows = [
         {
             "image": str(path),
-            "class": str(names[int(c)]),
-            "class_id": int(c),
+            "class": name,
+            "class_id": int(label),
+            "incremental_class": int(incremental),
             "probability": float(p),
             "task": int(t),
             "router": chosen,
         }
-        for path, c, p, t in zip(paths, result.classes, result.probabilities, result.tasks, strict=True)
+        for path, name, label, incremental, p, t in zip(
+            paths,
+            result.class_names,
+            result.classes,
+            result.incremental_classes,
+            result.probabilities,
+            result.tasks,
+            strict=True,
+        )
     ]
-    return PredictOutcome(rows, chosen, predictor.tasks_, left_out)
+    return PredictOutcome(rows, chosen, predictor.tasks_, left_out, chosen_on)
 
 
-def best_honest_router(metrics: dict[str, Any]) -> str:
-    """The honest router with the highest A_last in a run's metrics (ties: the registry's order)."""
-    candidates = [n for n in ROUTERS if ROUTERS[n].honest and n in metrics["routers"]]
+def best_honest_router(metrics: dict[str, Any], split: str = "test") -> str:
+    """The honest router with the highest A_last on `split` ("test", or "validation" where the
+    run has one) in a run's metrics (ties: the registry's order)."""
+    blocks = metrics["routers"] if split == "test" else metrics.get("validation") or {}
+    candidates = [n for n in ROUTERS if ROUTERS[n].honest and n in blocks]
     if not candidates:
         raise UserError("this run's metrics.json has no honest router; re-evaluate it with `tosca eval RUN`")
-    return max(candidates, key=lambda n: metrics["routers"][n]["A_last"])
+    return max(candidates, key=lambda n: blocks[n]["A_last"])
+
+
+def default_router(metrics: dict[str, Any]) -> tuple[str, str]:
+    """The router `predict` uses when none is given, and the split it was chosen on: the best
+    honest router on the run's validation split where it has one, else on test (a choice tuned on
+    the test set, which the caller says)."""
+    split = "validation" if metrics.get("validation") else "test"
+    return best_honest_router(metrics, split), split

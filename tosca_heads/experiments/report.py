@@ -9,31 +9,44 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.comparison import NO_ROUTING, read_baseline
-from tosca_heads.experiments.predict import best_honest_router
+from tosca_heads.experiments.predict import default_router
 from tosca_heads.experiments.runfiles import read_metrics, read_run_config
-from tosca_heads.routers import ROUTERS
+from tosca_heads.routers import ROUTERS, reference_text
 
 
 @dataclass
 class RoutersReport:
-    """The rows of `tosca routers` (accuracies in %), the run's best honest router and its tasks."""
+    """The rows of `tosca routers` (accuracies in %, test split; `val_A_last` on the validation
+    split where the run has one), the run's best honest router, the split it was chosen on, and the
+    run's tasks."""
 
     rows: list[dict[str, Any]]
     best: str
     tasks: int
+    chosen_on: str = "test"
 
 
 def _percent(value: float | None) -> float | None:
     return None if value is None else 100.0 * value
 
 
-def _row(name: str, kind: str, honest: bool | None, block: dict[str, Any], summary: str) -> dict[str, Any]:
+def _row(
+    name: str,
+    kind: str,
+    honest: bool | None,
+    block: dict[str, Any],
+    summary: str,
+    held: dict[str, Any] | None = None,
+    reference: str = "",
+) -> dict[str, Any]:
     return {
         "router": name,
         "kind": kind,
         "honest": honest,
+        "reference": reference,
         "A_bar": _percent(block["A_bar"]),
         "A_last": _percent(block["A_last"]),
+        "val_A_last": None if held is None else _percent(held["A_last"]),
         "forgetting": _percent(block["forgetting"]),
         "routing_accuracy": _percent(block.get("routing_accuracy")),
         "summary": summary,
@@ -52,7 +65,10 @@ def baseline_rows(run_dir: Path, config: dict[str, Any], tasks: int) -> list[dic
         if payload.get("stream") != config["stream"] or payload.get("finished_tasks") != tasks:
             continue
         block = {**payload["routers"][NO_ROUTING], "routing_accuracy": None}
-        rows.append(_row(payload["method"], "baseline", True, block, f"baseline ({path.parent})"))
+        held = (payload.get("validation") or {}).get(NO_ROUTING)
+        reference = payload.get("reference") or ""
+        where = f"baseline ({path.parent})"
+        rows.append(_row(payload["method"], "baseline", not reference, block, where, held, reference))
     return rows
 
 
@@ -67,13 +83,17 @@ def routers_report(run_dir: Path) -> RoutersReport:
             f"re-evaluate it with `tosca eval {run_dir}`"
         )
     rows = []
+    validation = metrics.get("validation") or {}
     for name, block in metrics["routers"].items():
         router = ROUTERS.get(name)
-        rows.append(
-            _row(name, "router", router.honest if router else None, block, router.summary if router else "")
-        )
+        honest = router.honest if router else None
+        summary = router.summary if router else ""
+        reference = reference_text(name) if router else ""
+        rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
+    best, chosen_on = default_router(metrics)
     return RoutersReport(
         rows + baseline_rows(run_dir, config, int(metrics["finished_tasks"])),
-        best_honest_router(metrics),
+        best,
         int(metrics["finished_tasks"]),
+        chosen_on,
     )

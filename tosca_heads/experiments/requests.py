@@ -20,8 +20,17 @@ STORE_HELP = "Store path (else found from --model/--dataset in CACHE_DIR)."
 MODEL_HELP = "Backbone alias of the store to use."
 DATASET_HELP = "Dataset of the store to use."
 DEVICE_HELP = "Where stage 2 runs: auto (CUDA when available), cpu, cuda or cuda:N."
-INIT_HELP = "Classes in task 0 (default: the dataset's paper split)."
-INCREMENT_HELP = "Classes per later task (default: the dataset's paper split)."
+INIT_HELP = (
+    "Classes in task 0 (default: the dataset's paper split; without one, at most 10 equal tasks of "
+    "the fewest classes each, 2 or more)."
+)
+INCREMENT_HELP = "Classes per later task (default: as --init-cls)."
+VAL_HELP = (
+    "Share of each class's training images held out as a validation split, scored beside test after "
+    "every task (0: none, the paper's protocol; at most 0.5)."
+)
+VAL_SEED_HELP = "Seed of the validation split's draw (per class)."
+SWEEP_VAL_FRACTION = 0.1  # a sweep chooses a point: by default it holds out a validation split to choose on
 DEMO_PER_CLASS = 300
 
 
@@ -68,6 +77,8 @@ class FitRequest:
     init_cls: int | None = option(None, INIT_HELP)
     increment: int | None = option(None, INCREMENT_HELP)
     order_seed: int = option(1993, "Seed of the class order (np.random.seed(1993) permutation).")
+    val_fraction: float = option(0.0, VAL_HELP)
+    val_seed: int = option(0, VAL_SEED_HELP)
     device: str = option("auto", DEVICE_HELP)
     recipe: dict[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
@@ -90,7 +101,15 @@ class SweepRequest:
     device: str = option("auto", DEVICE_HELP)
     scheduler: str | None = option(None, "local:N, local-cuda, a Dask scheduler address or file.")
     out: Path | None = option(None, "Sweep folder; an existing one resumes (default: this grid's, else new).")
-    rank_by: str = option("entropy", "Router whose A_last ranks the points.")
+    rank_by: str = option(
+        "entropy",
+        "Router whose A_last ranks the points (on the validation split; on test with --val-fraction 0).",
+    )
+    val_fraction: float = option(
+        SWEEP_VAL_FRACTION,
+        "Share of each class's training images held out to rank the points on (0: rank on test, said so).",
+    )
+    val_seed: int = option(0, VAL_SEED_HELP)
     shown: tuple[str, ...] | None = option(
         None, "Routers of the tables (default: entropy, lda, batch, oracle).", ("--router",), comma=True
     )
@@ -109,6 +128,8 @@ class BaselinesRequest:
     init_cls: int | None = option(None, INIT_HELP)
     increment: int | None = option(None, INCREMENT_HELP)
     order_seed: int = option(1993, "Seed of the class order.")
+    val_fraction: float = option(0.0, VAL_HELP)
+    val_seed: int = option(0, VAL_SEED_HELP)
     methods: tuple[str, ...] = option(
         ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
     )
@@ -135,7 +156,11 @@ class PredictRequest:
     images: tuple[Path, ...] = option(
         help="Image files or folders (searched by the rule of `tosca extract`).", argument=True
     )
-    router: str | None = option(None, "Router (default: the run's best honest router by A_last).")
+    router: str | None = option(
+        None,
+        "Router (default: the run's best honest router by A_last on its validation split; on test, said so, "
+        "when it has none).",
+    )
     device: str = option("auto", "Where it runs: auto (CUDA when available), cpu, cuda or cuda:N.")
     batch_size: int | None = option(None, "Images per backbone pass (default: 12 on CPU, 128 on CUDA).")
 

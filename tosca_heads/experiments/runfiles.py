@@ -3,20 +3,26 @@
 ```
 runs/<name>/
   .tosca                 {"kind": "run"}: the folder is tosca's (featcache.foundation.folders)
-  config.json            the resolved recipe, task split, store path and fingerprint; "format"
+  config.json            the resolved recipe, task split, validation split (when one is held
+                         out), store path and fingerprint, the protocol in words (each task's
+                         class names, warnings); "format"
+  validation.json        the store ids of the training images held out for validation (when any)
   task_NNN.safetensors   task NNN's LuCA module (`luca.*`, the reference state dict), the
                          classifier after that task (`head.weight`, `head.sigma`) and its
                          training stats (metadata)
   head.safetensors       the classifier after the last finished task
   router.safetensors     the frozen-feature routers' per-class statistics after the last task
   metrics.json           "format", finished tasks, parameters per task, and per router: A_t,
-                         A_bar, A_last, forgetting, accuracy matrix, routing accuracy
-  results.csv            one row per task and router ("format" column)
+                         A_bar, A_last, forgetting, accuracy matrix, routing accuracy (on test
+                         under "routers", on the validation split under "validation")
+  results.csv            one row per task, router and split ("format" column)
   accuracy.png           A_t per router
 ```
 
 Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
-as they are (their metrics.json says "modes" where format 2 says "routers"); `FORMAT` is what this
+as they are (their metrics.json says "modes" where format 2 says "routers"); format 3 added the
+validation split (config.json's "validation", metrics.json's "validation", results.csv's "split"
+column) and the protocol record; a format-2 run is a run without validation. `FORMAT` is what this
 version writes. A file of a newer format is refused in one line.
 
 Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
@@ -42,21 +48,31 @@ from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import canonical_json, identity_differences
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 
-FORMAT = 2  # config.json, metrics.json and results.csv of a run
+FORMAT = 3  # config.json, metrics.json and results.csv of a run
 CONFIG = "config.json"
+VALIDATION_FILE = "validation.json"
 METRICS = "metrics.json"
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
 HEAD_FILE = "head.safetensors"
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
-INFORMATIONAL = ("store", "routing_modes", "format")  # config.json keys that do not decide a run's numbers
+# config.json keys that do not decide a run's numbers
+INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
 
 
-def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) -> dict[str, Any]:
+def run_config(
+    store: FeatureStore,
+    stream: StreamConfig,
+    train: TrainConfig,
+    validation: ValidationConfig = NO_VALIDATION,
+    protocol: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What config.json holds. The validation split is recorded only when one is held out, so a
+    run without one has the config (and the default folder name) it had before validation existed."""
     ident = store.identity
-    return {
+    config = {
         "format": FORMAT,
         "store": str(store.path.resolve()),
         "store_fingerprint": store.fingerprint,
@@ -67,6 +83,48 @@ def run_config(store: FeatureStore, stream: StreamConfig, train: TrainConfig) ->
         "stream": asdict(stream),
         "train": asdict(train.resolved(store.dim)),
     }
+    if validation.enabled:
+        config["validation"] = validation_record(store, validation)
+    if protocol is not None:
+        config["protocol"] = protocol
+    return config
+
+
+def validation_record(store: FeatureStore, validation: ValidationConfig) -> dict[str, Any]:
+    """The validation split as config.json records it: fraction, seed, how many training images
+    it holds and a digest of their store ids (validation.json lists them)."""
+    ids = held_out_ids(store, validation)
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return {**validation.record(), "samples": len(ids), "ids_sha256": digest}
+
+
+def held_out_ids(store: FeatureStore, validation: ValidationConfig) -> list[str]:
+    """The store ids of the training images a validation split holds out."""
+    names = store.identity["dataset"].get("class_names")
+    rows = validation.carve(store.labels("train"), names)
+    ids = store.ids("train")
+    return [str(ids[r]) for r in rows]
+
+
+def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
+    """The validation split a run's config.json records (none when it records none), checked."""
+    if "validation" not in config:
+        return NO_VALIDATION
+    block = config["validation"]
+    if not isinstance(block, dict):
+        raise UserError(
+            f"{Path(run_dir) / CONFIG}: its validation is not an object; the file was edited or damaged"
+        )
+    return _recorded(
+        run_dir, "validation split", ValidationConfig, {k: block.get(k) for k in ("fraction", "seed")}
+    )
+
+
+def write_validation_ids(folder: Path, store: FeatureStore, validation: ValidationConfig) -> None:
+    """validation.json: the held-out training images' store ids (the split, recorded)."""
+    if validation.enabled:
+        payload = {**validation.record(), "ids": held_out_ids(store, validation)}
+        atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
 
 
 def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
@@ -133,9 +191,12 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
         }
     routers = metrics.get("routers")
     tasks = metrics.get("finished_tasks")
+    validation = metrics.get("validation", {})
     if (
         not isinstance(routers, dict)
         or not all(isinstance(name, str) and valid_metrics_block(m) for name, m in routers.items())
+        or not isinstance(validation, dict)
+        or not all(isinstance(name, str) and valid_metrics_block(m) for name, m in validation.items())
         or isinstance(tasks, bool)
         or not isinstance(tasks, int)
         or tasks < 1
@@ -273,7 +334,10 @@ def recipe_digest(run_dir: Path) -> str | None:
         config = read_run_config(run_dir)
     except UserError:
         return None
-    text = canonical_json({"stream": config.get("stream"), "train": config.get("train")})
+    decisive = {"stream": config.get("stream"), "train": config.get("train")}
+    if "validation" in config:  # a run without validation keeps the digest it had before
+        decisive["validation"] = config["validation"]
+    text = canonical_json(decisive)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

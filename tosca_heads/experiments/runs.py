@@ -38,7 +38,17 @@ from tosca_heads.experiments import plots, runfiles
 from tosca_heads.experiments.requests import FitRequest
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.metrics import summarise
-from tosca_heads.method.protocol import StreamConfig, TaskStream, stream_config
+from tosca_heads.method.protocol import (
+    HELD_OUT,
+    NO_VALIDATION,
+    ProtocolReport,
+    StreamConfig,
+    TaskStream,
+    ValidationConfig,
+    describe_protocol,
+    split_origin,
+    stream_config,
+)
 from tosca_heads.method.recipe import TrainConfig, group_key, recipe
 from tosca_heads.routers import ROUTERS, ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
@@ -46,12 +56,14 @@ from tosca_heads.routers.memo import shared_statistics
 
 @dataclass
 class StageResult:
-    """Evaluation after one task: per router, A_t, block accuracies and routing accuracy."""
+    """Evaluation after one task: per router, A_t, block accuracies and routing accuracy, on the
+    test split (`routers`) and on the validation split (`validation`, None without one)."""
 
     task: int
     stats: dict[str, float]
     routers: dict[str, dict[str, Any]]
     eval_seconds: float
+    validation: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass
@@ -64,20 +76,29 @@ class RunResult:
     group_size: int = 1  # configurations trained together in its engine run
 
     def metrics(self) -> dict[str, Any]:
-        """What metrics.json holds (format `runfiles.FORMAT`)."""
-        routers = {}
-        for name in (r for r in ROUTERS if self.stages and r in self.stages[0].routers):
-            curve = [s.routers[name]["A_t"] for s in self.stages]
-            matrix = [s.routers[name]["blocks"] for s in self.stages]
-            routing = [s.routers[name]["routing"] for s in self.stages]
-            routers[name] = summarise(curve, matrix, routing)
-        return {
+        """What metrics.json holds (format `runfiles.FORMAT`): per router on test ("routers"), and
+        on the validation split ("validation") where the run holds one out."""
+        metrics = {
             "format": runfiles.FORMAT,
             "finished_tasks": len(self.stages),
             "params_per_task": self.params_per_task,
-            "routers": routers,
+            "routers": _summaries([s.routers for s in self.stages]),
             "tasks": [{"task": s.task, **s.stats, "eval_seconds": s.eval_seconds} for s in self.stages],
         }
+        if self.stages and self.stages[0].validation is not None:
+            metrics["validation"] = _summaries([s.validation or {} for s in self.stages])
+        return metrics
+
+
+def _summaries(stages: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per router (the registry's order), its metrics over the stages' scores."""
+    summaries = {}
+    for name in (r for r in ROUTERS if stages and r in stages[0]):
+        curve = [s[name]["A_t"] for s in stages]
+        matrix = [s[name]["blocks"] for s in stages]
+        routing = [s[name]["routing"] for s in stages]
+        summaries[name] = summarise(curve, matrix, routing)
+    return summaries
 
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -103,20 +124,29 @@ class GroupFit:
         overlap: bool | None,
         write_outputs: bool,
         on_stage: StageCallback | None,
+        validation: ValidationConfig = NO_VALIDATION,
     ):
         self.store, self.stream, self.source, self.device = store, stream, source, device
         self.fingerprint = store.fingerprint  # as opened: checked again after the last read
         self.dirs, self.write_outputs, self.on_stage = dirs, write_outputs, on_stage
         self.threads = plan_threads(device, overlap, compiled=native.use_native(device))
-        self.train_labels = stream.remap(store.labels("train"))
+        labels = stream.remap(store.labels("train"))
+        held = validation.carve(store.labels("train"), store.identity["dataset"].get("class_names"))
+        # held-out rows are marked HELD_OUT: no task's rows include them, so they never train, never
+        # make a prototype and never enter the routers' statistics
+        self.train_labels = labels.copy()
+        self.train_labels[held] = HELD_OUT
         self.trainer = make_trainer(trains, store.dim, device, self.threads.step_threads)
         self.layouts = [ParamLayout(store.dim, c.r, c.s, c.flow) for c in self.trainer.configs]
-        self.queue = StageQueue(
-            StageEvaluator(stream, stream.remap(store.labels("test")), source, device), self.threads.overlap
-        )
+        evaluators = {"test": StageEvaluator(stream, stream.remap(store.labels("test")), source, device)}
+        if len(held):
+            evaluators["validation"] = StageEvaluator(
+                stream, labels[held], source, device, split="train", rows=held
+            )
+        self.queue = StageQueue(evaluators, self.threads.overlap)
         self.statistics = ClassStatistics(store.dim)
         # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
-        key = None if write_outputs else _statistics_key(store, stream, source)
+        key = None if write_outputs else _statistics_key(store, stream, source, validation)
         self.memo = None if key is None else shared_statistics(key, store.dim)
         self.results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
 
@@ -192,9 +222,11 @@ class GroupFit:
         return with_statistics
 
     def _record(self, wait: bool = False) -> None:
-        for (task, stats, trained), routers, eval_s in self.queue.ready(wait):
+        for (task, stats, trained), scored, eval_s in self.queue.ready(wait):
+            validation = scored.get("validation")
             for g, result in enumerate(self.results):
-                stage = StageResult(task, stats[g], routers[g], eval_s)
+                held = None if validation is None else validation[g]
+                stage = StageResult(task, stats[g], scored["test"][g], eval_s, held)
                 result.stages.append(stage)
                 if trained:
                     result.trained.append(task)
@@ -214,16 +246,19 @@ class GroupFit:
         return self.results
 
 
-def _statistics_key(store: FeatureStore, stream: TaskStream, source: FeatureSource) -> tuple | None:
+def _statistics_key(
+    store: FeatureStore, stream: TaskStream, source: FeatureSource, validation: ValidationConfig
+) -> tuple | None:
     """What the routers' statistics depend on: the store's training features (its place, identity
-    and chunk checksums) and the task split. None (no sharing) when the features come from
-    elsewhere than the store's own cache."""
+    and chunk checksums), the task split and the rows held out for validation. None (no sharing)
+    when the features come from elsewhere than the store's own cache."""
     sums = store.checksums("train")
     if sums is None or not isinstance(source, CachedFeatures) or source.store is not store:
         return None
     content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())
-    return (path, store.fingerprint, content, stream.order.tobytes(), stream.init_cls, stream.increment)
+    split = (stream.order.tobytes(), stream.init_cls, stream.increment, validation.fraction, validation.seed)
+    return (path, store.fingerprint, content, *split)
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -240,12 +275,19 @@ def fit_group(
     write_outputs: bool = True,
     device: str | torch.device = "cpu",
     overlap: bool | None = None,
+    validation: ValidationConfig = NO_VALIDATION,
+    protocol: ProtocolReport | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> list[RunResult]:
     """Train G recipes that share flow, epochs and batch size in one engine run; one RunResult each.
+    `on_start` is called once every check has passed and the run folders are claimed, before the
+    first task (a refusal is then the only line a command prints).
 
     A group resumes from the tasks every one of its runs has finished. With write_outputs=False
-    nothing touches the disk (a sweep's points: their numbers are returned, not saved).
+    nothing touches the disk (a sweep's points: their numbers are returned, not saved). With a
+    validation split, its rows never train and every router is scored on them too.
     """
+    validation.validate()
     for train in trains:
         train.validate()
     check_settings()  # a bad TOSCA_STEP(_THREADS) stops before any run directory is claimed
@@ -254,8 +296,11 @@ def fit_group(
     device = resolve_device(device) if isinstance(device, str) else device
     if not isinstance(source, CachedFeatures):
         check_readable(store)  # a cached source checks the store itself, chunk by chunk
-    configs = [runfiles.run_config(store, stream_cfg, train) for train in trains]
     stream = stream_cfg.task_stream(store.shape.classes)
+    if write_outputs:
+        protocol = protocol or protocol_of(store, stream_cfg, validation)
+    record = None if protocol is None else protocol.record()
+    configs = [runfiles.run_config(store, stream_cfg, train, validation, record) for train in trains]
     last = stream.num_tasks - 1 if upto_task is None else upto_task
     if not 0 <= last < stream.num_tasks:
         raise UserError(
@@ -275,10 +320,33 @@ def fit_group(
             for run_dir, config in zip(dirs, configs, strict=True):
                 locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
                 runfiles.claim_run_dir(run_dir, config)
+                runfiles.write_validation_ids(run_dir, store, validation)
         group = GroupFit(
-            store, stream, trains, dirs, configs, source, device, overlap, write_outputs, on_stage
+            store, stream, trains, dirs, configs, source, device, overlap, write_outputs, on_stage, validation
         )
+        if on_start:
+            on_start()
         return group.run(last)
+
+
+def protocol_of(
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    validation: ValidationConfig = NO_VALIDATION,
+    origin: str = "as given",
+) -> ProtocolReport:
+    """The protocol of a fit, a sweep or a baseline on this store (said, and recorded)."""
+    ident = store.identity["dataset"]
+    return describe_protocol(
+        ident["name"],
+        store.shape.classes,
+        ident.get("class_names"),
+        stream_cfg,
+        origin,
+        validation,
+        store.labels("train"),
+        store.labels("test"),
+    )
 
 
 def fit_run(
@@ -291,6 +359,9 @@ def fit_run(
     on_stage: Callable[[StageResult, bool], None] | None = None,
     write_outputs: bool = True,
     device: str | torch.device = "cpu",
+    validation: ValidationConfig = NO_VALIDATION,
+    protocol: ProtocolReport | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> RunResult:
     """Train tasks 0..upto_task (all when None), reusing finished tasks of a matching run: the engine
     with G = 1."""
@@ -304,6 +375,9 @@ def fit_run(
         None if on_stage is None else lambda g, stage, trained: on_stage(stage, trained),
         write_outputs,
         device,
+        validation=validation,
+        protocol=protocol,
+        on_start=on_start,
     )[0]
 
 
@@ -317,21 +391,56 @@ def fit_recipe(request: FitRequest) -> TrainConfig:
     return recipe(request.preset, request.recipe)
 
 
-def fit(request: FitRequest, on_stage: Callable[[StageResult, bool], None] | None = None) -> RunResult:
-    """`tosca fit`: the recipe and device checked, the store found, the task split decided, then
-    tasks 0..task trained (reusing a matching run's finished tasks) and every router evaluated."""
+def fit(
+    request: FitRequest,
+    on_stage: Callable[[StageResult, bool], None] | None = None,
+    on_start: Callable[[ProtocolReport, Path], None] | None = None,
+) -> RunResult:
+    """`tosca fit`: the recipe and device checked, the store found, the task split decided and
+    said (`on_start` gets the protocol and the run folder once every check has passed), then tasks
+    0..task trained (reusing a matching run's finished tasks) and every router evaluated."""
     train = fit_recipe(request)
+    validation = ValidationConfig(request.val_fraction, request.val_seed)
+    validation.validate()
     check_settings()
     device = resolve_device(request.device)
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
-    ident = store.identity["dataset"]
-    stream = stream_config(
-        ident["name"], int(ident["num_classes"]), request.init_cls, request.increment, request.order_seed
+    stream, protocol = request_protocol(
+        store, request.init_cls, request.increment, request.order_seed, validation
     )
     run_dir = request.run
     if run_dir is None:
-        run_dir = runfiles.default_run_dir(runfiles.run_config(store, stream, train), request.runs_root)
-    return fit_run(store, stream, train, request.task, run_dir, on_stage=on_stage, device=device)
+        config = runfiles.run_config(store, stream, train, validation)
+        run_dir = runfiles.default_run_dir(config, request.runs_root)
+    return fit_run(
+        store,
+        stream,
+        train,
+        request.task,
+        run_dir,
+        on_stage=on_stage,
+        device=device,
+        validation=validation,
+        protocol=protocol,
+        on_start=None if on_start is None else lambda: on_start(protocol, run_dir),
+    )
+
+
+def request_protocol(
+    store: FeatureStore,
+    init_cls: int | None,
+    increment: int | None,
+    order_seed: int,
+    validation: ValidationConfig = NO_VALIDATION,
+) -> tuple[StreamConfig, ProtocolReport]:
+    """The split a command's flags ask for on this store (the dataset's default where not given,
+    refused in one line where none fits) and the protocol it makes, in words. The store is checked
+    first (complete, attrs and labels that fit its arrays): the protocol reads its labels."""
+    check_readable(store)
+    ident = store.identity["dataset"]
+    stream = stream_config(ident["name"], store.shape.classes, init_cls, increment, order_seed)
+    origin = split_origin(ident["name"], init_cls, increment)
+    return stream, protocol_of(store, stream, validation, origin)
 
 
 def evaluate_run(
@@ -343,48 +452,53 @@ def evaluate_run(
     done = runfiles.finished_tasks(run_dir)
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
+    validation = runfiles.validation_of(config, run_dir)
     store = runfiles.open_run_store(config, run_dir)
     runfiles.check_task_count(run_dir, done, stream.task_stream(store.shape.classes).num_tasks)
-    return fit_run(store, stream, train, done - 1, run_dir, source, device=device)
+    return fit_run(store, stream, train, done - 1, run_dir, source, device=device, validation=validation)
 
 
 # ------------------------------------------------------------------------------------------ files
 
 
+RESULT_COLUMNS = (
+    "format",
+    "task",
+    "split",
+    "router",
+    "A_t",
+    "routing_accuracy",
+    "loss",
+    "train_acc",
+    "train_seconds",
+    "eval_seconds",
+)
+
+
 def write_results(result: RunResult) -> None:
-    """metrics.json, results.csv (one row per task and router) and accuracy.png of a run."""
+    """metrics.json, results.csv (one row per task, split and router) and accuracy.png of a run."""
     run_dir = result.run_dir
     atomic.write_text(run_dir / runfiles.METRICS, json.dumps(result.metrics(), indent=2) + "\n")
     with atomic.replacing(run_dir / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(
-            [
-                "format",
-                "task",
-                "router",
-                "A_t",
-                "routing_accuracy",
-                "loss",
-                "train_acc",
-                "train_seconds",
-                "eval_seconds",
-            ]
-        )
+        writer.writerow(RESULT_COLUMNS)
         for stage in result.stages:
-            for name, scores in stage.routers.items():
-                writer.writerow(
-                    [
-                        runfiles.FORMAT,
-                        stage.task,
-                        name,
-                        f"{scores['A_t']:.6f}",
-                        f"{scores['routing']:.6f}",
-                        f"{stage.stats['loss']:.6f}",
-                        f"{stage.stats['train_acc']:.6f}",
-                        f"{stage.stats['seconds']:.4f}",
-                        f"{stage.eval_seconds:.4f}",
-                    ]
-                )
+            for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
+                for name, scores in routers.items():
+                    writer.writerow(
+                        [
+                            runfiles.FORMAT,
+                            stage.task,
+                            split,
+                            name,
+                            f"{scores['A_t']:.6f}",
+                            f"{scores['routing']:.6f}",
+                            f"{stage.stats['loss']:.6f}",
+                            f"{stage.stats['train_acc']:.6f}",
+                            f"{stage.stats['seconds']:.4f}",
+                            f"{stage.eval_seconds:.4f}",
+                        ]
+                    )
     curves = {name: [s.routers[name]["A_t"] for s in result.stages] for name in result.stages[0].routers}
     title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
     plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")

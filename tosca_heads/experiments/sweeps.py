@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import os
+import shlex
 import sys
 import threading
 import time
@@ -38,10 +39,12 @@ from featcache.foundation.scheduler import SchedulerChoice, check_available, das
 from featcache.store import FeatureStore, check_readable, open_unchanged, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
+from tosca_heads.experiments import runfiles
 from tosca_heads.experiments.requests import SweepRequest
 from tosca_heads.experiments.results import (
     ResultsTable,
     by_point,
+    flag_text,
     point_key,
     point_rows,
     routers_in,
@@ -49,9 +52,17 @@ from tosca_heads.experiments.results import (
     varying_flags,
     write_sweep_outputs,
 )
-from tosca_heads.experiments.runs import RunResult, fit_group
+from tosca_heads.experiments.runs import RunResult, fit_group, protocol_of
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
-from tosca_heads.method.protocol import StreamConfig, default_stream
+from tosca_heads.method.protocol import (
+    NO_VALIDATION,
+    ProtocolReport,
+    StreamConfig,
+    ValidationConfig,
+    split_name,
+    split_origin,
+    stream_config,
+)
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
 from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS
 
@@ -61,7 +72,7 @@ TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {flag.name: flag.kind for flag in
 STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": int, "order_seed": int}
 GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
 MAX_GRID_POINTS = 100_000
-FORMAT = 2  # sweep.json (results.csv: experiments.results)
+FORMAT = 3  # sweep.json (3: the validation split and the choice; results.csv: experiments.results)
 
 
 def option_name(flag: str) -> str:
@@ -92,13 +103,20 @@ def parse_values(flag: str, text: str) -> list[Any]:
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One run of the grid: a resolved training recipe (r, s as numbers) and a stream split."""
+    """One run of the grid: a resolved training recipe (r, s as numbers), a stream split and the
+    validation split held out (the same for every point of a sweep)."""
 
     train: TrainConfig
     stream: StreamConfig
+    validation: ValidationConfig = NO_VALIDATION
 
     def flags(self) -> dict[str, Any]:
-        return {**asdict(self.train), **asdict(self.stream)}
+        """Every flag; the validation split's only when one is held out (so a point without one
+        keeps the key it had before validation splits existed)."""
+        flags = {**asdict(self.train), **asdict(self.stream)}
+        if self.validation.enabled:
+            flags.update(val_fraction=self.validation.fraction, val_seed=self.validation.seed)
+        return flags
 
     @property
     def key(self) -> str:
@@ -108,7 +126,7 @@ class SweepPoint:
     @property
     def group_key(self) -> tuple:
         """Points with equal group keys can train together in one engine run."""
-        return (*group_key(self.train), *asdict(self.stream).values())
+        return (*group_key(self.train), *asdict(self.stream).values(), *asdict(self.validation).values())
 
 
 def make_groups(points: Sequence[SweepPoint], size: int) -> list[list[SweepPoint]]:
@@ -120,7 +138,12 @@ def make_groups(points: Sequence[SweepPoint], size: int) -> list[list[SweepPoint
 
 
 def grid_points(
-    grid: dict[str, list[Any]], base_train: TrainConfig, base_stream: StreamConfig, dim: int, num_classes: int
+    grid: dict[str, list[Any]],
+    base_train: TrainConfig,
+    base_stream: StreamConfig,
+    dim: int,
+    num_classes: int,
+    validation: ValidationConfig = NO_VALIDATION,
 ) -> list[SweepPoint]:
     """The Cartesian product in a fixed flag order, each point validated before anything runs."""
     unknown = set(grid) - set(GRID_FLAGS)
@@ -136,7 +159,7 @@ def grid_points(
         train.validate()
         stream = replace(base_stream, **{k: v for k, v in chosen.items() if k in STREAM_FLAGS})
         stream.task_stream(num_classes)  # refuses a split that does not divide the classes
-        points.append(SweepPoint(train.resolved(dim), stream))
+        points.append(SweepPoint(train.resolved(dim), stream, validation))
     return points
 
 
@@ -221,6 +244,7 @@ def run_group(
         write_outputs=False,
         device=resolved,
         overlap=False,  # the sweep's worker processes (--jobs, default: the cores) already use every core
+        validation=points[0].validation,
     )
     seconds = time.perf_counter() - start
     return [
@@ -234,6 +258,7 @@ def _rows(
 ) -> list[dict[str, Any]]:
     metrics = result.metrics()
     columns: dict[str, Any] = {"key": point.key, **point.flags()}
+    columns.update(val_fraction=point.validation.fraction, val_seed=point.validation.seed)
     columns.update(
         dataset=result.config["dataset"],
         backbone=result.config["backbone"],
@@ -248,7 +273,7 @@ def _rows(
         group_seconds=group_seconds,
         device=device,
     )
-    return point_rows(columns, metrics["routers"])
+    return point_rows(columns, metrics["routers"], metrics.get("validation"))
 
 
 # ------------------------------------------------------------------------------------------ driver side
@@ -268,6 +293,7 @@ class SweepOutcome:
     shown: list[str] = field(default_factory=lambda: list(HEADLINE))
     summary: Any = None  # per configuration, mean and std over seeds, best first (empty: no results)
     varying: list[str] = field(default_factory=list)  # the flags that take more than one value
+    chosen: dict[str, Any] | None = None  # what was chosen, on which split (`results.choices`)
 
 
 PointCallback = Callable[[list[dict[str, Any]], int, int], None]  # (a point's rows, finished, total)
@@ -321,16 +347,30 @@ def read_sweep_file(path: Path) -> dict[str, Any]:
     return meta
 
 
-def check_sweep_folder(out: Path) -> None:
-    """Refuse now, before anything runs or is written, a folder a sweep may not write, or one whose
-    files (sweep.json, results.csv) were damaged."""
+def check_sweep_folder(out: Path, validation: ValidationConfig | None = None) -> None:
+    """Refuse now, before anything runs or is written, a folder a sweep may not write, one whose
+    files (sweep.json, results.csv) were damaged, or (given `validation`) one made with another
+    validation split."""
     if folders.check_claimable(out, "sweep", "--out", written_before=is_sweep_dir):
         if (out / "sweep.json").exists():
-            read_sweep_file(out / "sweep.json")
+            recorded = read_sweep_file(out / "sweep.json").get("validation")
+            if validation is not None and not _same_validation(recorded, validation):
+                raise UserError(f"sweep folder {out} {_validation_mismatch(recorded)}")
         ResultsTable(out / "results.csv", check_only=True)
 
 
-def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint]) -> None:
+def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
+    """A sweep.json's validation split (None: none) is this one."""
+    if not validation.enabled:
+        return recorded is None
+    return isinstance(recorded, dict) and validation.record() == {
+        k: recorded.get(k) for k in ("fraction", "seed")
+    }
+
+
+def _claim_sweep_dir(
+    out: Path, store: FeatureStore, points: Sequence[SweepPoint], protocol: dict[str, Any] | None = None
+) -> None:
     """A sweep folder belongs to one store: resuming it on another store would mix their rows."""
     folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
     atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
@@ -344,6 +384,12 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
         "backbone": ident["backbone"]["alias"],
         "grid": grid_digest(points),
     }
+    validation = points[0].validation if points else NO_VALIDATION
+    if validation.enabled:
+        meta["validation"] = runfiles.validation_record(store, validation)
+        runfiles.write_validation_ids(out, store, validation)
+    if protocol is not None:
+        meta["protocol"] = protocol
     if meta_path.exists():
         existing = read_sweep_file(meta_path)
         if not isinstance(existing.get("store_fingerprint"), str):
@@ -354,12 +400,55 @@ def _claim_sweep_dir(out: Path, store: FeatureStore, points: Sequence[SweepPoint
             raise UserError(
                 f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
             )
+        if existing.get("validation") != meta.get("validation"):
+            raise UserError(f"sweep folder {out} {_validation_mismatch(existing.get('validation'))}")
         known = [existing.get("grid"), *existing.get("grids", [])]
         if meta["grid"] in known:
             return
         # a grown grid resumed with --out: the same command without --out finds this folder again
-        meta = {**existing, "format": FORMAT, "grids": [*existing.get("grids", []), meta["grid"]]}
+        meta = {
+            **existing,
+            **meta,
+            "grid": existing.get("grid"),
+            "grids": [*existing.get("grids", []), meta["grid"]],
+        }
     atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
+
+
+def _validation_mismatch(recorded: Any) -> str:
+    """Why a sweep folder cannot take this sweep's points: it was made with another validation split
+    (one folder, one split: its points are ranked together)."""
+    if not isinstance(recorded, dict):
+        return (
+            "holds points without a validation split (ranked on test); pass --val-fraction 0 to resume it, "
+            "or another --out"
+        )
+    return (
+        f"holds points of another validation split ({recorded.get('fraction')!r} of each class, seed "
+        f"{recorded.get('seed')!r}); pass --val-fraction {recorded.get('fraction')} --val-seed "
+        f"{recorded.get('seed')} to resume it, or another --out"
+    )
+
+
+def record_choice(out: Path, chosen: dict[str, Any] | None) -> None:
+    """sweep.json keeps what the sweep chose, on which split, and the command that refits it."""
+    meta_path = out / "sweep.json"
+    meta = read_sweep_file(meta_path)
+    if meta.get("chosen") != chosen:
+        atomic.write_text(meta_path, json.dumps({**meta, "chosen": chosen}, indent=2) + "\n")
+
+
+def fit_command(store: FeatureStore, config: dict[str, Any], seed: int, validation: ValidationConfig) -> str:
+    """The `tosca fit` command that refits one configuration of a sweep (at one of its seeds)."""
+    args = ["tosca", "fit", "--store", str(store.path.resolve())]
+    for name in [*STREAM_FLAGS, *TRAIN_FLAGS]:
+        value = seed if name == "seed" else config.get(name)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        args.append(f"{option_name(name) if name != 'seed' else '--seed'}={flag_text(value)}")
+    if validation.enabled:
+        args += [f"--val-fraction={validation.fraction:g}", f"--val-seed={validation.seed}"]
+    return shlex.join(args)
 
 
 def run_sweep(
@@ -373,9 +462,13 @@ def run_sweep(
     group: int | None = None,
     device: str = "cpu",
     shown: Sequence[str] | None = None,
+    protocol: dict[str, Any] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> SweepOutcome:
     """Run the points not yet in out/results.csv, up to `group` compatible points per engine run
-    (None: 1 on the CPU, as many as fit the GPU's memory on CUDA); rebuild the tables and plots."""
+    (None: 1 on the CPU, as many as fit the GPU's memory on CUDA); rebuild the tables and plots,
+    and record what the sweep chose (on its validation split where it has one). `on_start` is
+    called once the folder is claimed, before the first point (a refusal is the only line)."""
     if rank_by not in ROUTERS:
         raise UserError(f"unknown --rank-by {rank_by!r}: use one of {', '.join(ROUTERS)}")
     if jobs < 1:
@@ -400,10 +493,24 @@ def run_sweep(
     if not remote:
         check_room(store, points, resolved)
     out = Path(out)
-    check_sweep_folder(out)  # before its lock file is made beside it
+    check_sweep_folder(
+        out, points[0].validation if points else None
+    )  # before its lock file is made beside it
     with folder_lock(out, "sweep folder", "pass another --out"):
         return _run_sweep_locked(
-            store, points, out, jobs, scheduler, rank_by, on_point, group, resolved, sent, shown
+            store,
+            points,
+            out,
+            jobs,
+            scheduler,
+            rank_by,
+            on_point,
+            group,
+            resolved,
+            sent,
+            shown,
+            protocol,
+            on_start,
         )
 
 
@@ -419,8 +526,12 @@ def _run_sweep_locked(
     resolved: torch.device,
     worker_device: str,
     shown: Sequence[str] | None,
+    protocol: dict[str, Any] | None,
+    on_start: Callable[[], None] | None,
 ) -> SweepOutcome:
-    _claim_sweep_dir(out, store, points)
+    _claim_sweep_dir(out, store, points, protocol)
+    if on_start:
+        on_start()
     table = ResultsTable(out / "results.csv")
     done = table.keys()
     pending = [p for p in points if p.key not in done]
@@ -446,11 +557,16 @@ def _run_sweep_locked(
     elif groups:
         _run_on_dask(groups, path, fingerprint, workers, scheduler, worker_device, record)
     frame = table.frame()
-    files = write_sweep_outputs(out, frame, rank_by, shown)
+    validation = points[0].validation if points else NO_VALIDATION
+    seed = min((p.train.seed for p in points), default=0)
+    files, chosen = write_sweep_outputs(
+        out, frame, rank_by, shown, lambda config: fit_command(store, config, seed, validation)
+    )
+    record_choice(out, chosen)
     outcome = SweepOutcome(
         out, len(points), len(points) - total, total, time.perf_counter() - start, files, frame, size
     )
-    outcome.rank_by, outcome.shown = rank_by, list(shown or HEADLINE)
+    outcome.rank_by, outcome.shown, outcome.chosen = rank_by, list(shown or HEADLINE), chosen
     if not frame.empty:
         points_frame = by_point(frame)
         outcome.summary = summarise_points(points_frame, rank_by, routers_in(frame))
@@ -525,6 +641,8 @@ class SweepPlan:
     remote: bool
     rank_by: str
     request: SweepRequest
+    protocol: ProtocolReport | None = None  # the first point's split (`splits` says whether it is swept)
+    splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
 
     def shape(self) -> str:
         """'2 r x 3 l1' or 'one configuration'."""
@@ -584,10 +702,22 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     for value in grid.get("init_cls", []):
         if value > classes:
             raise UserError(f"--init-cls {value} is more than the store's {classes} classes")
-    points = grid_points(grid, base_train, default_stream(ident["name"], classes), store.dim, classes)
+    validation = ValidationConfig(request.val_fraction, request.val_seed)
+    validation.validate()
+    given = {
+        flag: grid[flag][0] if len(grid.get(flag, [])) == 1 else None for flag in ("init_cls", "increment")
+    }
+    if "init_cls" in grid and "increment" in grid:  # every point's split is given
+        base_stream = StreamConfig(grid["init_cls"][0], grid["increment"][0])
+    else:
+        base_stream = stream_config(ident["name"], classes, given["init_cls"], given["increment"])
+    points = grid_points(grid, base_train, base_stream, store.dim, classes, validation)
+    origin = split_origin(ident["name"], given["init_cls"], given["increment"])
+    protocol = protocol_of(store, points[0].stream, validation, origin)
+    splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, points)
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
-    check_sweep_folder(out)
+    check_sweep_folder(out, validation)
     if not remote:
         check_room(store, points, resolved)
     workers = (
@@ -595,7 +725,18 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     )
     sent = request.device if remote else str(resolved)
     return SweepPlan(
-        store, points, list(grid), out, found is not None, workers, sent, remote, rank_by, request
+        store,
+        points,
+        list(grid),
+        out,
+        found is not None,
+        workers,
+        sent,
+        remote,
+        rank_by,
+        request,
+        protocol,
+        splits,
     )
 
 
@@ -604,10 +745,9 @@ def sweep(
     on_start: Callable[[SweepPlan], None] | None = None,
     on_point: PointCallback | None = None,
 ) -> SweepOutcome:
-    """`tosca sweep`: plan (every check), tell `on_start`, then run the points not yet done."""
+    """`tosca sweep`: plan (every check), claim the folder, tell `on_start`, then run the points not
+    yet done."""
     plan = plan_sweep(request)
-    if on_start:
-        on_start(plan)
     shown = list(request.shown or HEADLINE)
     return run_sweep(
         plan.store,
@@ -620,4 +760,6 @@ def sweep(
         request.group,
         plan.device,
         shown,
+        None if plan.protocol is None else plan.protocol.record(),
+        None if on_start is None else lambda: on_start(plan),
     )

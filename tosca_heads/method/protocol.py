@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from featcache.foundation.errors import UserError
 
 DEFAULT_ORDER_SEED = 1993
+MAX_DEFAULT_TASKS = 10  # a dataset without a paper split: at most this many equal tasks by default
+MAX_VAL_FRACTION = 0.5  # a validation split may take at most half of each class's training rows
+HELD_OUT = -1  # the incremental label of a training row held out for validation: in no task
 # (init_cls, increment) of the paper's settings; EuroSAT and CIFAR-10 are not in the paper: B0 Inc2.
 PAPER_SPLITS: dict[str, tuple[int, int]] = {
     "cifar100": (5, 5),
@@ -59,6 +64,17 @@ class TaskStream:
     def num_tasks(self) -> int:
         return 1 + (self.num_classes - self.init_cls) // self.increment
 
+    @property
+    def name(self) -> str:
+        return split_name(self.init_cls, self.increment)
+
+    def describe(self) -> str:
+        """'B0 Inc2: 5 tasks of 2 classes' or 'B50 Inc10: 6 tasks (50 classes, then 5 of 10)'."""
+        if self.init_cls == self.increment:
+            return f"{self.name}: {_count(self.num_tasks, 'task')} of {_count(self.increment, 'class')}"
+        later = self.num_tasks - 1
+        return f"{self.name}: {_count(self.num_tasks, 'task')} ({_count(self.init_cls, 'class')}, then {later} of {self.increment})"
+
     def task_classes(self, task: int) -> range:
         """Incremental class ids (positions in the order) of one task."""
         start = 0 if task == 0 else self.init_cls + (task - 1) * self.increment
@@ -82,7 +98,13 @@ class TaskStream:
         return np.flatnonzero((remapped >= classes.start) & (remapped < classes.stop))
 
     def rows_seen(self, remapped: np.ndarray, task: int) -> np.ndarray:
-        return np.flatnonzero(remapped < self.seen_classes(task))
+        """Rows of every class seen by `task` (rows marked HELD_OUT are in no task)."""
+        return np.flatnonzero((remapped >= 0) & (remapped < self.seen_classes(task)))
+
+
+def _count(n: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"{n} {noun if n == 1 else plural}"
 
 
 @dataclass(frozen=True)
@@ -110,8 +132,29 @@ class StreamConfig:
 
 
 def default_stream(dataset: str, num_classes: int) -> StreamConfig:
-    init_cls, increment = PAPER_SPLITS.get(dataset, (max(1, num_classes // 10),) * 2)
-    return StreamConfig(init_cls, increment)
+    """The split a command uses when --init-cls/--increment are not given: the dataset's paper
+    split (`PAPER_SPLITS`), else `generic_split` (refused in one line when there is none)."""
+    if dataset in PAPER_SPLITS:
+        return StreamConfig(*PAPER_SPLITS[dataset])
+    increment = generic_increment(num_classes)
+    if increment is None:
+        raise UserError(
+            f"{num_classes} classes do not split into 2 or more equal tasks of 2 or more classes, and "
+            f"dataset {dataset!r} has no paper split: pass --init-cls and --increment"
+        )
+    return StreamConfig(increment, increment)
+
+
+def generic_increment(num_classes: int) -> int | None:
+    """The default split of a dataset without a paper split (an image folder): the smallest number
+    of classes per task, at least 2, that makes at most MAX_DEFAULT_TASKS equal tasks, and at least
+    two of them (10 classes: B0 Inc2, 5 tasks; 100: B0 Inc10, 10 tasks). None when no such split
+    exists (a prime number of classes, or fewer than 4): one class per task or a single task is
+    never chosen by surprise."""
+    for increment in range(2, num_classes // 2 + 1):
+        if num_classes % increment == 0 and num_classes // increment <= MAX_DEFAULT_TASKS:
+            return increment
+    return None
 
 
 def stream_config(
@@ -121,14 +164,17 @@ def stream_config(
     increment: int | None,
     order_seed: int = DEFAULT_ORDER_SEED,
 ) -> StreamConfig:
-    """The class split a command asks for: the flags where given, else the dataset's paper split;
-    refused in one line when it does not fit the store's classes."""
+    """The class split a command asks for: the flags where given, else the dataset's default split
+    (`default_stream`); refused in one line when it does not fit the store's classes."""
     for flag, value in (("--init-cls", init_cls), ("--increment", increment)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     if init_cls is not None and init_cls > num_classes:
         raise UserError(f"--init-cls {init_cls} is more than the store's {num_classes} classes")
-    base = default_stream(dataset, num_classes)
+    if init_cls is not None and increment is not None:
+        base = StreamConfig(init_cls, increment)
+    else:
+        base = default_stream(dataset, num_classes)
     chosen = StreamConfig(
         init_cls if init_cls is not None else base.init_cls,
         increment if increment is not None else base.increment,
@@ -136,3 +182,183 @@ def stream_config(
     )
     chosen.task_stream(num_classes)  # refuses a split that does not divide the classes
     return chosen
+
+
+def split_name(init_cls: int, increment: int) -> str:
+    """The split in the literature's notation, the one naming used everywhere: B0 Inc5 when every
+    task has `increment` classes (the first included), B50 Inc10 when the first task has more."""
+    return f"B0 Inc{increment}" if init_cls == increment else f"B{init_cls} Inc{increment}"
+
+
+def split_origin(dataset: str, init_cls: int | None, increment: int | None) -> str:
+    """Where a command's split comes from, in words (the protocol line says it)."""
+    if init_cls is not None and increment is not None:
+        return "as given"
+    if dataset in ("eurosat", "cifar10"):
+        source = f"tosca's default for {dataset}, not in the paper"
+    elif dataset in PAPER_SPLITS:
+        source = f"the paper's split for {dataset}"
+    else:
+        source = f"the default without a paper split: at most {MAX_DEFAULT_TASKS} equal tasks, the fewest classes each"
+    return source if (init_cls, increment) == (None, None) else f"given in part, the rest from {source}"
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """A validation split carved from the train split: per class, a seeded `fraction` of its
+    training rows is held out (never trained on, never in the routers' statistics) and every
+    router is evaluated on it after every task, beside the test split. Off (fraction 0) is the
+    paper's protocol: every training image trains."""
+
+    fraction: float = 0.0
+    seed: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.fraction > 0
+
+    def validate(self) -> None:
+        """One line naming the first value of the wrong type or out of range."""
+        if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)):
+            raise UserError(f"--val-fraction must be a number, got {self.fraction!r}")
+        if not (math.isfinite(self.fraction) and 0 <= self.fraction <= MAX_VAL_FRACTION):
+            raise UserError(
+                f"--val-fraction must be in [0, {MAX_VAL_FRACTION}] (0: no validation split), got {self.fraction!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise UserError(f"--val-seed must be an integer in [0, 2**32), got {self.seed!r}")
+
+    def carve(self, labels: np.ndarray, class_names: list[str] | None = None) -> np.ndarray:
+        """The held-out train rows (sorted store rows): per class (by its store label, so the carve
+        does not depend on the class order), round(fraction x n) of its rows drawn by a generator
+        seeded by (seed, label), at least 1 and at most n - 1. A class with fewer than 2 training
+        rows cannot give one up: one line."""
+        self.validate()
+        labels = np.asarray(labels)
+        if not self.enabled:
+            return np.zeros(0, dtype=np.int64)
+        held = []
+        for label in np.unique(labels):
+            rows = np.flatnonzero(labels == label)
+            if len(rows) < 2:
+                name = class_names[int(label)] if class_names and int(label) < len(class_names) else label
+                raise UserError(
+                    f"class {name!s} has {len(rows)} training image(s): none can be held out for validation; "
+                    "pass --val-fraction 0 (no validation split) or add images"
+                )
+            take = min(len(rows) - 1, max(1, round(self.fraction * len(rows))))
+            order = np.random.default_rng([self.seed, int(label)]).permutation(len(rows))
+            held.append(rows[order[:take]])
+        return np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+
+    def record(self) -> dict[str, Any]:
+        return {"fraction": float(self.fraction), "seed": int(self.seed)}
+
+
+NO_VALIDATION = ValidationConfig()
+
+
+# ------------------------------------------------------------------------------------------ the protocol, said
+
+REFERENCE_BATCH = 48  # the reference code's test batch (`batch` routing votes over it)
+FEW_IMAGES = 5  # fewer images than this per class make its accuracy move in big steps
+
+
+@dataclass(frozen=True)
+class ProtocolReport:
+    """The protocol a command runs under, said once at its start and recorded in its files: the
+    split and where it came from, the class order, each task's classes, the validation split, and
+    warnings about figures that will mean little."""
+
+    dataset: str
+    split: str  # 'B0 Inc2'
+    summary: str  # 'B0 Inc2: 5 tasks of 2 classes'
+    origin: str
+    order_seed: int
+    tasks: tuple[tuple[str, ...], ...]  # each task's class names, in the class order
+    validation: ValidationConfig
+    held_out: int  # training images held out for validation
+    warnings: tuple[str, ...]
+
+    def line(self) -> str:
+        """One line: what every header shows."""
+        held = (
+            f"validation: {self.held_out:,} training images held out ({100 * self.validation.fraction:g}% of "
+            f"each class, seed {self.validation.seed})"
+            if self.validation.enabled
+            else "no validation split (the paper's protocol: every training image trains)"
+        )
+        return f"protocol: {self.dataset}, {self.summary} ({self.origin}), class order of seed {self.order_seed}; {held}"
+
+    def record(self) -> dict[str, Any]:
+        """What run, sweep and suite files keep of it."""
+        return {
+            "split": self.split,
+            "summary": self.summary,
+            "origin": self.origin,
+            "order_seed": self.order_seed,
+            "tasks": [list(names) for names in self.tasks],
+            "validation": {**self.validation.record(), "held_out": self.held_out},
+            "warnings": list(self.warnings),
+        }
+
+
+def describe_protocol(
+    dataset: str,
+    num_classes: int,
+    class_names: list[str] | None,
+    config: StreamConfig,
+    origin: str,
+    validation: ValidationConfig,
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+) -> ProtocolReport:
+    """The protocol of a command on a store (its labels by split, store label ids)."""
+    stream = config.task_stream(num_classes)
+    names = [str(n) for n in (class_names or range(num_classes))]
+    tasks = tuple(
+        tuple(names[int(stream.order[c])] for c in stream.task_classes(t)) for t in range(stream.num_tasks)
+    )
+    held = validation.carve(train_labels, names)
+    trained = np.delete(np.asarray(train_labels), held)
+    warnings = []
+    test_tasks = stream.task_of(stream.remap(np.asarray(test_labels)))
+    small = [(t, int((test_tasks == t).sum())) for t in range(stream.num_tasks)]
+    small = [(t, n) for t, n in small if n < REFERENCE_BATCH]
+    if small:
+        t, n = small[0]
+        more = f" (and {len(small) - 1} more task(s))" if len(small) > 1 else ""
+        warnings.append(
+            f"task {t} has {n} test image(s), fewer than the {REFERENCE_BATCH} of a `batch` routing batch{more}: "
+            "its batches mix tasks, so the `batch` and `batch_shuffled` figures mean little"
+        )
+    for what, labels in (
+        ("test", test_labels),
+        ("training", trained),
+        ("validation", np.asarray(train_labels)[held]),
+    ):
+        if what == "validation" and not validation.enabled:
+            continue
+        counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=stream.num_classes)
+        few = np.flatnonzero(counts < FEW_IMAGES)
+        if len(few):
+            c = int(few[0])
+            more = f" (and {len(few) - 1} more class(es))" if len(few) > 1 else ""
+            warnings.append(
+                f"class {names[c]} has {int(counts[c])} {what} image(s){more}, fewer than {FEW_IMAGES}: "
+                f"its {what} accuracy moves in steps of {100 / max(1, int(counts[c])):.0f} points"
+            )
+    return ProtocolReport(
+        dataset,
+        stream.name,
+        stream.describe(),
+        origin,
+        config.order_seed,
+        tasks,
+        validation,
+        len(held),
+        tuple(warnings),
+    )

@@ -12,8 +12,11 @@ from __future__ import annotations
 from featcache.foundation.errors import UserError
 from tosca_heads.routers.registry import (
     ROUTERS,
+    ReferenceView,
     Router,
     StageView,
+    is_honest,
+    reference_text,
     register_router,
     route,
     route_batches,
@@ -43,8 +46,11 @@ __all__ = [
     "ROUTERS",
     "ClassStatistics",
     "FrozenModel",
+    "ReferenceView",
     "Router",
     "StageView",
+    "is_honest",
+    "reference_text",
     "register_router",
     "resolve_routers",
     "route",

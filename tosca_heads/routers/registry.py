@@ -1,46 +1,69 @@
 """The routers: each picks, for every test sample and configuration, the task module that answers.
 
-Every router is one short class with the same interface, registered by name. A router may use
-only what an exemplar-free learner keeps: the task modules' outputs on the sample itself and
-per-class statistics of the frozen features (`stats.ClassStatistics`). `honest` is False for
-the ones that are not deployable as they stand: `oracle` is told the task, and the `batch`
-reports let the other test samples of a batch vote (the reference code's routing).
+Every router is one short class with the same interface, registered by name. Honesty is
+structural, not declared: an honest router is handed a `StageView`, which holds only what an
+exemplar-free learner keeps (each module's outputs on the sample itself, and per-class
+statistics of the frozen features, `statistics.ClassStatistics`); reading anything else from it
+is an error, and a router that tries is refused in one line. Only routers registered as
+references (`reference = True`) get a `ReferenceView`, which adds what no deployed model has:
+`oracle` is told the task, and the `batch` routers let the other test samples of a class-sorted
+(or shuffled) batch vote, as the reference code does. References are reported beside the honest
+routers, never as honest results, and are never chosen as a default.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
 from featcache.foundation.errors import UserError
+from tosca_heads.method.protocol import REFERENCE_BATCH
 from tosca_heads.routers.statistics import FrozenModel
 
-REFERENCE_BATCH = 48
+REFERENCE_FIELDS = ("true_task", "class_ordered", "shuffled")
+
+
+class ReferenceOnly(AttributeError):
+    """An honest router read a field only reference routers see."""
 
 
 @dataclass(frozen=True)
 class StageView:
-    """What routers see after a task, for G configurations, M modules and n test samples."""
+    """What an honest router sees after a task, for G configurations, M modules and n samples.
 
-    entropy: torch.Tensor  # [G, M, n] entropy of each module's softmax over all seen classes
-    energy: torch.Tensor  # [G, M, n] -logsumexp of each module's logits
-    frozen: FrozenModel | None  # frozen-feature class statistics' classifiers (None: not kept)
-    features: torch.Tensor  # [n, d] the frozen test features
-    class_task: torch.Tensor  # [C] the task of each incremental class seen so far
-    true_task: torch.Tensor  # [n] (only the oracle looks)
-    class_ordered: torch.Tensor  # [n] sample positions in the reference's class-by-class test order
-    shuffled: torch.Tensor  # [n] sample positions in a shuffled order
+    - `entropy` [G, M, n]: the entropy of each module's softmax over all seen classes;
+    - `energy` [G, M, n]: -logsumexp of each module's logits;
+    - `frozen`: the frozen-feature class statistics' classifiers (`FrozenModel`: `ncm_scores(x)`
+      [n, C], `lda_log_posterior(x)` [n, C]), or None when the run keeps none;
+    - `features` [n, d]: the samples' frozen features;
+    - `class_task` [C]: the task of each incremental class seen so far.
+    """
+
+    entropy: torch.Tensor
+    energy: torch.Tensor
+    frozen: FrozenModel | None
+    features: torch.Tensor
+    class_task: torch.Tensor
+
+    def __getattr__(self, name: str) -> object:
+        if name in REFERENCE_FIELDS:
+            raise ReferenceOnly(name)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
     @property
     def groups(self) -> int:
         return int(self.entropy.shape[0])
 
+    @property
+    def modules(self) -> int:
+        return int(self.entropy.shape[1])
+
     def task_log_posterior(self, class_log_posterior: torch.Tensor) -> torch.Tensor:
         """log p(task | x) over this view's modules: [n, C] -> [n, M]."""
-        return task_log_posterior(class_log_posterior, self.class_task, int(self.entropy.shape[1]))
+        return task_log_posterior(class_log_posterior, self.class_task, self.modules)
 
     @functools.cached_property
     def lda_task_log_posterior(self) -> torch.Tensor:
@@ -53,6 +76,25 @@ class StageView:
         return chosen.to(self.entropy.device).expand(self.groups, -1)
 
 
+@dataclass(frozen=True)
+class ReferenceView(StageView):
+    """What a reference router sees besides: `true_task` [n] (each sample's task),
+    `class_ordered` [n] (sample positions in the reference code's class-by-class test order) and
+    `shuffled` [n] (sample positions in a seeded shuffled order)."""
+
+    true_task: torch.Tensor = None  # type: ignore[assignment]
+    class_ordered: torch.Tensor = None  # type: ignore[assignment]
+    shuffled: torch.Tensor = None  # type: ignore[assignment]
+
+    def honest(self) -> StageView:
+        """The same stage without what only references see (what every honest router is handed);
+        one per view, so what honest routers compute from it (`lda_task_log_posterior`) is shared."""
+        if "_honest" not in self.__dict__:
+            part = StageView(**{f.name: getattr(self, f.name) for f in fields(StageView)})
+            object.__setattr__(self, "_honest", part)
+        return self.__dict__["_honest"]
+
+
 def task_log_posterior(
     class_log_posterior: torch.Tensor, class_task: torch.Tensor, tasks: int
 ) -> torch.Tensor:
@@ -62,10 +104,18 @@ def task_log_posterior(
 
 
 class Router:
+    """A router: `route(view)` gives the module index per configuration and sample, [G, n].
+    `reference = True` (or words saying why, "told the task") registers it as a reference (handed
+    a `ReferenceView`, listed apart, never honest); `needs_statistics` when it reads `view.frozen`."""
+
     name: str = ""
-    honest: bool = True
+    reference: bool | str = False
     needs_statistics: bool = False
     summary: str = ""
+
+    @property
+    def honest(self) -> bool:
+        return not self.reference
 
     def route(self, view: StageView) -> torch.Tensor:  # [G, n] module index per sample
         raise NotImplementedError
@@ -74,12 +124,39 @@ class Router:
 ROUTERS: dict[str, Router] = {}
 
 
+def is_honest(name: str) -> bool:
+    """An honest router: registered without `reference` (it never saw what only references see)."""
+    return not ROUTERS[name].reference
+
+
+def reference_text(name: str) -> str:
+    """Why a router is a reference, in words ("" for an honest one)."""
+    declared = ROUTERS[name].reference
+    return declared if isinstance(declared, str) else ("a reference" if declared else "")
+
+
 def route(name: str, view: StageView) -> torch.Tensor:
     """The named router's choices, refused in one line unless they are what a router must give: an
     integer tensor [G, n] of module indices in [0, M). A plug-in's [G, 1] would otherwise be
-    broadcast against the labels into a plausible but meaningless accuracy."""
+    broadcast against the labels into a plausible but meaningless accuracy. An honest router is
+    handed the honest part of the view; one that reads a reference field is refused. A reference
+    router needs a `ReferenceView` (evaluation has one; new images have no true task)."""
     groups, modules, n = view.entropy.shape
-    chosen = ROUTERS[name].route(view)
+    router = ROUTERS[name]
+    if router.reference and not isinstance(view, ReferenceView):
+        raise UserError(
+            f"router {name!r} is a reference (it is told the task or lets a class-sorted batch vote): "
+            "it cannot route new samples; pick an honest router"
+        )
+    honest = view.honest() if isinstance(view, ReferenceView) else view
+    try:
+        chosen = router.route(view if router.reference else honest)
+    except ReferenceOnly as exc:
+        raise UserError(
+            f"router {name!r} read view.{exc.args[0]}, which only reference routers see (the true task and "
+            "the test order carry the labels): an honest router may read entropy, energy, frozen, features "
+            "and class_task; register it with `reference = True` to report it as a reference"
+        ) from None
     if not isinstance(chosen, torch.Tensor):
         raise UserError(f"router {name!r} returned {type(chosen).__name__}, not a tensor of module indices")
     if chosen.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
@@ -113,6 +190,11 @@ def register_router(cls: type[Router]) -> type[Router]:
     """
     if not cls.name or cls.name in ROUTERS:
         raise ValueError(f"router name {cls.name!r} is empty or registered twice")
+    declared = next((vars(c)["honest"] for c in cls.__mro__ if "honest" in vars(c) and c is not Router), None)
+    if declared is not None:  # routers written before `reference`: `honest = False` declared a reference
+        if not isinstance(declared, bool) or (declared and cls.reference):  # both said, and they disagree
+            raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
+        cls.reference = cls.reference or not declared
     ROUTERS[cls.name] = cls()
     return cls
 
@@ -129,30 +211,30 @@ class Entropy(Router):
 @register_router
 class Batch(Router):
     name = "batch"
-    honest = False
+    reference = "a test batch votes"
     summary = "the reference code's: one module per batch of 48 of a class-sorted test set, by mean entropy"
 
-    def route(self, view: StageView) -> torch.Tensor:
+    def route(self, view: ReferenceView) -> torch.Tensor:  # type: ignore[override]
         return route_batches(view.entropy, view.class_ordered)
 
 
 @register_router
 class ShuffledBatch(Router):
     name = "batch_shuffled"
-    honest = False
+    reference = "a test batch votes"
     summary = "`batch` on shuffled batches: how much `batch` owes to the ordering"
 
-    def route(self, view: StageView) -> torch.Tensor:
+    def route(self, view: ReferenceView) -> torch.Tensor:  # type: ignore[override]
         return route_batches(view.entropy, view.shuffled)
 
 
 @register_router
 class Oracle(Router):
     name = "oracle"
-    honest = False
+    reference = "told the task"
     summary = "the true task's module: the ceiling of any router"
 
-    def route(self, view: StageView) -> torch.Tensor:
+    def route(self, view: ReferenceView) -> torch.Tensor:  # type: ignore[override]
         return view.true_task.long().to(view.entropy.device).expand(view.groups, -1)
 
 

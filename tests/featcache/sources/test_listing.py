@@ -94,7 +94,8 @@ def test_predict_leaves_out_what_extract_leaves_out(tmp_path: Path) -> None:
     store = tmp_path / "s.zarr"
     assert _extract(tree, store)[0] == 0
     run = tmp_path / "run"
-    code, output = _run("fit", "--store", store, "--run", run, "--device", "cpu", "--epochs", "1")
+    split = ("--init-cls", "1", "--increment", "1")  # 2 classes have no default split
+    code, output = _run("fit", "--store", store, "--run", run, "--device", "cpu", "--epochs", "1", *split)
     assert code == 0, output
     new = make_image_tree(tmp_path / "new", classes=1, train=2, test=0)
     (new / "train" / "class_0" / "._img_000.png").write_bytes(b"\0\x05\x16\x07 AppleDouble")

@@ -110,7 +110,20 @@ def test_a_store_made_before_sources_opens_for_stage_2_but_is_not_extended(tmp_p
     ]
     result = runner.invoke(
         app,
-        ["fit", "--store", str(store), "--run", str(tmp_path / "run"), "--device", "cpu", "--epochs", "1"],
+        [
+            *(
+                "fit",
+                "--store",
+                str(store),
+                "--run",
+                str(tmp_path / "run"),
+                "--device",
+                "cpu",
+                "--epochs",
+                "1",
+            ),
+            *("--init-cls", "1", "--increment", "1"),  # 2 classes have no default split
+        ],
     )
     assert result.exit_code == 0, result.output
 

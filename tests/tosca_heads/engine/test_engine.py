@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from support.layouts import padding_mask
 from support.stores import synthetic_store
 
-from tosca_heads.engine.evaluate import StageEvaluator
+from tosca_heads.engine.evaluate import ModuleScorer
 from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
@@ -210,7 +210,7 @@ def test_cpu_logits_in_row_blocks_are_the_whole_matmul_bit_for_bit(groups: int) 
     gen = torch.Generator().manual_seed(0)
     units = F.normalize(torch.randn(groups, 1300, 64, generator=gen), dim=-1)
     w_unit = F.normalize(torch.randn(groups, 30, 64, generator=gen), dim=-1).transpose(1, 2)
-    evaluator = StageEvaluator.__new__(StageEvaluator)  # only its device matters here
+    evaluator = ModuleScorer.__new__(ModuleScorer)  # only its device matters here
     evaluator.device = torch.device("cpu")
     blocks = evaluator._logits(units, w_unit)
     assert torch.equal(blocks, bmm(units, w_unit))  # the one matmul evaluation did before

@@ -18,6 +18,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
+from featcache.store import FeatureStore
 from tosca_heads.experiments import comparison, results, runfiles, sweeps
 from tosca_heads.experiments.runfiles import read_metrics
 from tosca_heads.routers import ROUTERS, Router, StageView
@@ -85,8 +86,13 @@ def test_an_old_sweep_resumes_and_is_rewritten_in_the_current_format(old: Path) 
     wide = pd.read_csv(old / "sweep" / "results.csv")
     assert len(wide) == 2 and "A_last_entropy" in wide  # format 1: one wide row per point
     sweep = ["sweep", "--store", old / "store.zarr", "--epochs", "1", "--jobs", "1", "--out", old / "sweep"]
+    refused = RUNNER.invoke(
+        app, [str(a) for a in (*sweep, "--r", "2,4", *SPLIT)]
+    )  # the default holds one out
+    assert refused.exit_code == 2 and "pass --val-fraction 0 to resume it" in refused.output
+    sweep += ["--val-fraction", "0"]  # its points hold out no validation split
     again = _run(*sweep, "--r", "2,4", *SPLIT)
-    assert "0 run(s)" in again and "2 already done" in again
+    assert "0 run(s)" in again and "2 already done" in again and "Chosen on test" in again
     long = pd.read_csv(old / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
     assert list(long.columns) == results.COLUMNS and set(long["format"]) == {results.FORMAT}
     assert len(long) == 2 * len(OLD_ROUTERS) and set(long["router"]) == set(OLD_ROUTERS)
@@ -138,7 +144,7 @@ def test_adding_a_router_does_not_stop_an_older_sweep_from_resuming(
     long = pd.read_csv(tmp_path / "sw" / "results.csv", keep_default_na=False, na_values=[""])
     per_point = long.groupby("r")["router"].apply(set)
     assert per_point[8] == set(ROUTERS) and FirstModule.name not in per_point[2] | per_point[4]
-    assert (long.groupby("key")["router"].count() == long.groupby("key")["routers"].first()).all()
+    assert (long.groupby("key")["router"].count() == long.groupby("key")["rows"].first()).all()
     assert "| 8 |" in (tmp_path / "sw" / "summary.md").read_text()  # the tables are rebuilt with it
 
 
@@ -156,9 +162,88 @@ def test_a_file_of_a_newer_format_is_refused_in_one_line(old: Path, path: str, f
         if path.startswith("run/metrics")
         else ["eval", str(old / "run"), "--device", "cpu"]
         if path.startswith("run/")
-        else ["sweep", "--store", str(old / "store.zarr"), "--r", "2", "--out", str(old / "sweep"), *SPLIT]
+        else [
+            "sweep",
+            "--store",
+            str(old / "store.zarr"),
+            "--r",
+            "2",
+            "--out",
+            str(old / "sweep"),
+            *SPLIT,
+            "--val-fraction",
+            "0",
+        ]
     )
     result = RUNNER.invoke(app, command)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "newer tosca" in lines[0] and "upgrade tosca" in lines[0], lines
+
+
+# ------------------------------------------------------------------------------------------ format 2
+
+
+@pytest.fixture
+def fmt2(tmp_path: Path) -> Path:
+    """A copy of the format-2 files (tosca at ec92508: before the validation split), with the 0.1
+    store they were made on copied in, their @FIXTURE@ paths pointing at the copy."""
+    root = tmp_path / "format-2"
+    shutil.copytree(ROOT / "tests" / "data" / "format-2", root)
+    shutil.copytree(ROOT / "tests" / "data" / "tosca-0.1" / "store.zarr", root / "store.zarr")
+    for path in root.rglob("*"):
+        if path.suffix in (".json", ".csv", ".md", ".tex") and path.is_file():
+            path.write_text(path.read_text().replace("@FIXTURE@", str(root)))
+    return root
+
+
+def test_a_format_2_run_reevaluates_to_its_numbers_resumes_and_predicts(fmt2: Path) -> None:
+    recorded = read_metrics(fmt2 / "run")
+    assert (
+        json.loads((fmt2 / "run" / "metrics.json").read_text())["format"] == 2
+        and "validation" not in recorded
+    )
+    before = _digest(fmt2 / "run")
+    resumed = _run("fit", "--store", fmt2 / "store.zarr", "--run", fmt2 / "run", *_fit_flags())
+    assert resumed.count("reused") == 2 and "0 task(s) trained" in resumed  # no validation: the same run
+    evaluated = json.loads(_run("eval", fmt2 / "run", "--device", "cpu", "--json"))
+    for name, block in recorded["routers"].items():
+        assert evaluated["routers"][name]["A_t"] == block["A_t"], name  # bit for bit
+    after = _digest(fmt2 / "run")
+    assert all(after[name] == before[name] for name in before if name.startswith("task_"))
+    from tosca_heads.experiments.predict import RunPredictor
+
+    store = FeatureStore.open(fmt2 / "store.zarr")
+    found = RunPredictor(fmt2 / "run", store.shape.classes).load().predict(store.features("test"), "lda")
+    assert found.chosen_on == "given" and set(found.classes) <= set(store.labels("test").tolist())
+
+
+def test_a_format_2_sweep_resumes_without_validation_and_is_rewritten(fmt2: Path) -> None:
+    old = pd.read_csv(fmt2 / "sweep" / "results.csv")
+    assert "routers" in old and "split" not in old and set(old["format"]) == {2}
+    sweep = ["sweep", "--store", fmt2 / "store.zarr", "--epochs", "1", "--jobs", "1", "--out", fmt2 / "sweep"]
+    again = _run(*sweep, "--r", "2,4", *SPLIT, "--val-fraction", "0")
+    assert "0 run(s)" in again and "2 already done" in again
+    long = pd.read_csv(fmt2 / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
+    assert list(long.columns) == results.COLUMNS and set(long["format"]) == {results.FORMAT}
+    assert set(long["split"]) == {"test"} and set(long["val_fraction"]) == {0}
+    merged = long.merge(old, on=["key", "router"], suffixes=("", "_old"))
+    assert len(merged) == len(old) and (merged["A_last"] == merged["A_last_old"]).all()
+    assert json.loads((fmt2 / "sweep" / "sweep.json").read_text())["chosen"]["split"] == "test"
+
+
+def test_format_2_baselines_and_suite_cells_are_read_not_recomputed(fmt2: Path) -> None:
+    for name in ("simplecil", "ranpac"):
+        payload = comparison.read_baseline(fmt2 / "baselines" / name / "metrics.json")
+        assert payload is not None and payload["format"] == 2, name
+    shown = json.loads(_run("routers", fmt2 / "run", "--json"))
+    assert {r["router"] for r in shown if r["kind"] == "baseline"} == {"simplecil", "ranpac", "joint_probe"}
+    cells = fmt2 / "suite" / "cells"
+    before = _digest(cells)
+    old_table = pd.read_csv(fmt2 / "suite" / "table.csv")
+    _run("suite", fmt2 / "suite.toml", "--out", fmt2 / "suite", "--jobs", "1", "--device", "cpu")
+    assert _digest(cells) == before  # every cell was done: read, never recomputed
+    table = pd.read_csv(fmt2 / "suite" / "table.csv")
+    merged = table.merge(old_table, on=["method", "store", "metric"], suffixes=("", "_old"))
+    assert len(merged) == len(old_table) and (merged["mean"] == merged["mean_old"]).all()
+    assert set(table["chosen_on"]) == {"test"}  # no validation split: the bold entries were chosen on test

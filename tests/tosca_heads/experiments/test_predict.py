@@ -70,12 +70,13 @@ def test_predict_on_images_equals_the_run_on_their_cached_features(tmp_path: Pat
         assert result.exit_code == 0, result.output
         rows = {Path(r["image"]).resolve(): r for r in json.loads(result.output)}
         assert len(rows) == 6 and {r["router"] for r in rows.values()} == {router}
-        predictor = RunPredictor(run, 3).load()
+        names = store.identity["dataset"]["class_names"]
+        predictor = RunPredictor(run, 3, class_names=names).load()
         expected = predictor.predict(store.features("test"), router)
-        names = predictor.class_names(store.identity["dataset"]["class_names"])
         for i, sample_id in enumerate(store.ids("test")):
             row = rows[(image_tree / sample_id).resolve()]
-            assert row["class"] == names[int(expected.classes[i])] and row["task"] == int(expected.tasks[i])
+            assert row["class"] == expected.class_names[i] == names[int(expected.classes[i])]
+            assert row["class_id"] == int(expected.classes[i]) and row["task"] == int(expected.tasks[i])
             np.testing.assert_allclose(row["probability"], expected.probabilities[i], rtol=1e-4)
     default = RUNNER.invoke(
         app, ["predict", str(run), str(image_tree / "test" / "class_0"), "--device", "cpu"]

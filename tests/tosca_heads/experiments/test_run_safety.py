@@ -106,7 +106,9 @@ def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
     result = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "run", 3, "--lr", "1e38"))
     assert result.exit_code == 2, result.output
     assert "the loss or the weights became NaN or inf at task 0, epoch" in result.output
-    assert len(result.output.strip().splitlines()) <= 2  # the table header, then the one-line error
+    lines = result.output.strip().splitlines()  # the protocol and the run folder, then the one-line error
+    assert lines[0].startswith("protocol: ") and lines[-1].startswith("error: training diverged")
+    assert sum(line.startswith("error") for line in lines) == 1 and len(lines) <= 4
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 

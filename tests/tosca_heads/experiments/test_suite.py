@@ -181,6 +181,12 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
         ),
         ('[[stores]]\nname = "A"\npath = "a.zarr"\ninit_cls = 4\nincrement = 4\n', "store 'A' (6 classes)"),
         ('[[stores]]\nname = "A"\npath = "nowhere.zarr"\n', "is not a tosca store"),
+        ('val_fraction = 0.9\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "val_fraction must be in [0, 0.5]"),
+        (
+            'val_fraction = "a tenth"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "val_fraction must be a number",
+        ),
+        ('val_seed = -3\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "val_seed must be an integer"),
         ("[[stores\n", "is not valid TOML"),
     ],
 )

@@ -33,6 +33,7 @@ def _points(csv_path: Path) -> pd.DataFrame:
 
 
 COMMON = ["--epochs", "3", "--batch-size", "8", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
+HELD = ["--val-fraction", "0.1"]  # a sweep's default validation split, given to `fit` to match it
 
 
 def test_parse_values_and_grid() -> None:
@@ -79,8 +80,9 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     long = pd.read_csv(out / "results.csv")
-    assert len(long) == 4 * len(ROUTERS) and set(long["router"]) == set(ROUTERS)
-    assert set(long["routers"]) == {len(ROUTERS)} and set(long["format"]) == {2}
+    assert len(long) == 4 * 2 * len(ROUTERS) and set(long["router"]) == set(ROUTERS)
+    assert set(long["rows"]) == {2 * len(ROUTERS)} and set(long["format"]) == {3}
+    assert set(long["split"]) == {"test", "validation"} and set(long["val_fraction"]) == {0.1}
     rows = _points(out / "results.csv")
     assert len(rows) == 4 and rows["key"].is_unique
     assert set(rows["feature_loads"]) == {1}  # each worker read the store once, for all its points
@@ -94,18 +96,33 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
             run = tmp_path / f"fit-{r}-{l1}"
             fit = RUNNER.invoke(
                 app,
-                ["fit", "--store", str(store.path), "--r", str(r), "--l1", l1, *COMMON, "--run", str(run)],
+                [
+                    "fit",
+                    "--store",
+                    str(store.path),
+                    "--r",
+                    str(r),
+                    "--l1",
+                    l1,
+                    *COMMON,
+                    *HELD,
+                    "--run",
+                    str(run),
+                ],
             )
             assert fit.exit_code == 0, fit.output
             metrics = json.loads((run / "metrics.json").read_text())
             row = rows[(rows["r"] == r) & (rows["l1"] == float(l1))].iloc[0]
-            assert set(metrics["routers"]) == set(ROUTERS)
+            assert set(metrics["routers"]) == set(ROUTERS) == set(metrics["validation"])
             for router in ROUTERS:
-                m = metrics["routers"][router]
-                assert row[f"A_last_{router}"] == m["A_last"], (r, l1, router)
-                assert row[f"A_bar_{router}"] == pytest.approx(m["A_bar"], abs=1e-12)
-                assert row[f"routing_{router}"] == m["routing_accuracy"]
-                assert json.loads(row[f"A_t_{router}"]) == pytest.approx(m["A_t"], abs=1e-6)
+                for prefix, block in (
+                    ("", metrics["routers"][router]),
+                    ("val_", metrics["validation"][router]),
+                ):
+                    assert row[f"{prefix}A_last_{router}"] == block["A_last"], (r, l1, router, prefix)
+                    assert row[f"{prefix}A_bar_{router}"] == pytest.approx(block["A_bar"], abs=1e-12)
+                    assert row[f"{prefix}routing_{router}"] == block["routing_accuracy"]
+                    assert json.loads(row[f"{prefix}A_t_{router}"]) == pytest.approx(block["A_t"], abs=1e-6)
             assert row["params_per_task"] == metrics["params_per_task"]
             spread.add(row["A_last_entropy"])
     assert len(spread) > 1  # the four points really differ: the comparison is not vacuous
@@ -143,7 +160,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     child.kill()
     csv_path = out / "results.csv"
     before = pd.read_csv(csv_path)
-    assert len(before) == 2 * len(ROUTERS) and before["key"].nunique() == 2
+    assert len(before) == 2 * 2 * len(ROUTERS) and before["key"].nunique() == 2  # test and validation rows
     cut = before.iloc[0].to_dict() | {"key": "deadbeef"}
     with open(csv_path, "a", newline="") as fh:  # a point whose rows a kill cut short: its first only
         csv.writer(fh).writerow("" if pd.isna(v) else v for v in cut.values())
@@ -151,7 +168,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     assert resumed.exit_code == 0, resumed.output
     assert "2 already done" in resumed.output
     after = pd.read_csv(csv_path)
-    assert len(after) == 6 * len(ROUTERS) and after["key"].nunique() == 6
+    assert len(after) == 6 * 2 * len(ROUTERS) and after["key"].nunique() == 6
     assert "deadbeef" not in set(after["key"])
     pd.testing.assert_frame_equal(after.head(len(before)), before)  # finished rows kept as they were
     again = RUNNER.invoke(app, _sweep_cmd(store.path, out))
@@ -201,7 +218,7 @@ def test_groups_hold_only_compatible_points() -> None:
 def _point(seed: int, routers: tuple[str, ...] = ("entropy", "oracle")) -> list[dict]:
     """A point's rows with every flag 1 but its seed, under the key those flags give."""
     block = {"A_bar": 0.5, "A_last": 0.25, "forgetting": 0.0, "routing_accuracy": 1.0, "A_t": [0.5, 0.25]}
-    point = {c: 1 for c in COLUMNS} | {"flow": "tosca", "seed": seed}
+    point = {c: 1 for c in COLUMNS} | {"flow": "tosca", "seed": seed, "val_fraction": 0.0, "val_seed": 0}
     point["key"] = _key(seed)
     return point_rows(point, dict.fromkeys(routers, block))
 

@@ -13,7 +13,7 @@ from featcache.foundation.errors import UserError
 from tosca_heads.routers import (
     ROUTERS,
     ClassStatistics,
-    StageView,
+    ReferenceView,
     resolve_routers,
     route_batches,
 )
@@ -21,7 +21,7 @@ from tosca_heads.routers.scores import predict
 from tosca_heads.routers.statistics import _class_moments, _merge
 
 
-def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> StageView:
+def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> ReferenceView:
     n = entropy.shape[-1]
     fields = {
         "entropy": entropy,
@@ -33,7 +33,7 @@ def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra
         "class_ordered": torch.arange(n),
         "shuffled": torch.from_numpy(np.random.default_rng(seed).permutation(n)),
     }
-    return StageView(**{**fields, **extra})
+    return ReferenceView(**{**fields, **extra})
 
 
 def _constructed(n_per_task: int = 6, tasks: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

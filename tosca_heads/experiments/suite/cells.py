@@ -111,7 +111,7 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
             metrics = runfiles.read_metrics(folder)
         except UserError:
             return False
-        wanted = runfiles.run_config(store, stream, cell_train(spec, cell))
+        wanted = runfiles.run_config(store, stream, cell_train(spec, cell), spec.validation)
         return (
             not runfiles.config_differences(config, wanted)
             and metrics.get("finished_tasks") == tasks
@@ -125,8 +125,14 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
         and payload.get("store_fingerprint") == store.fingerprint
         and payload.get("stream") == asdict(stream)
         and payload.get("params", {}) == cell_params(spec, cell)
+        and payload.get("validation_split") == validation_split(spec, store)
         and payload.get("finished_tasks") == tasks
     )
+
+
+def validation_split(spec: SuiteSpec, store: FeatureStore) -> dict[str, Any] | None:
+    """What a baseline cell's metrics.json records of the suite's validation split (None: none)."""
+    return runfiles.validation_record(store, spec.validation) if spec.validation.enabled else None
 
 
 def made_otherwise(
@@ -137,7 +143,7 @@ def made_otherwise(
     if cell.kind == "tosca":
         if not (Path(folder) / runfiles.CONFIG).is_file():
             return None
-        wanted = runfiles.run_config(store, stream, cell_train(spec, cell))
+        wanted = runfiles.run_config(store, stream, cell_train(spec, cell), spec.validation)
         differences = runfiles.config_differences(runfiles.read_run_config(folder), wanted)
         return differences[0] if differences else None
     payload = comparison.read_baseline(Path(folder) / "metrics.json")
@@ -147,6 +153,7 @@ def made_otherwise(
         ("store_fingerprint", payload.get("store_fingerprint"), store.fingerprint),
         ("task split", payload.get("stream"), asdict(stream)),
         ("parameters", payload.get("params", {}), cell_params(spec, cell)),
+        ("validation split", payload.get("validation_split"), validation_split(spec, store)),
     ):
         if made != wanted:
             return f"{what}: {made} -> {wanted}"
@@ -175,6 +182,8 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
         "--order-seed",
         str(cell.order_seed),
     ]
+    if spec.validation.enabled:
+        split += ["--val-fraction", f"{spec.val_fraction:g}", "--val-seed", str(spec.val_seed)]
     if cell.kind == "tosca":
         train = cell_train(spec, cell)
         flags = [
@@ -193,12 +202,14 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
 
 
 def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
-    """The finished cell's metrics: {router or "none": metrics block}, and its seconds."""
+    """The finished cell's metrics: {router or "none": metrics block} on test, the same on the
+    validation split (empty without one), and its seconds."""
     if cell.kind == "tosca":
         metrics = runfiles.read_metrics(folder)
         seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
         return {
             "routers": metrics["routers"],
+            "validation": metrics.get("validation") or {},
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
         }
@@ -206,18 +217,37 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     assert payload is not None
     return {
         "routers": payload["routers"],
+        "validation": payload.get("validation") or {},
         "seconds": float(payload.get("seconds", 0.0)),
         "parameters": payload.get("parameters"),
     }
 
 
-def module_similarity(folder: Path) -> float | None:
-    """Mean cosine similarity between the weights of every pair of the run's task modules (each
-    module's parameters as one vector); None for a run of one task. The task files are read with
-    every check `tosca eval` makes (recipe, split, finite values): a damaged one is one line."""
+WEIGHT_MATRICES = ("down.weight", "up.weight", "cal_down.weight", "cal_up.weight")
+OUTPUT_ROWS = 1_000  # test features the output similarity is measured on (evenly spaced)
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """Mean cosine similarity over every pair of a run's task modules, three ways: their weight
+    matrices alone (no LayerNorm, no biases: what L1 acts on directly), all their parameters as one
+    vector, and their outputs on the same test features (mean over the features of each pair's
+    cosine)."""
+
+    weights: float
+    parameters: float
+    outputs: float | None
+
+
+def module_similarity(folder: Path, test_features: Any | None = None) -> Similarity | None:
+    """The three similarities between a run's task modules (None for a run of one task).
+    `test_features` [n, d] (a store's test split) gives the outputs' similarity on up to
+    OUTPUT_ROWS of them; without, that one is None. The task files are read with every check
+    `tosca eval` makes (recipe, split, finite values): a damaged one is one line."""
     import torch
 
     from tosca_heads.engine.layout import ParamLayout
+    from tosca_heads.engine.outputs import module_outputs
 
     tasks = runfiles.finished_tasks(folder)
     if tasks < 2:
@@ -225,14 +255,31 @@ def module_similarity(folder: Path) -> float | None:
     config = runfiles.read_run_config(folder)
     train = runfiles.train_config_of(config, folder)
     layout = ParamLayout(runfiles.feature_dim_of(config, folder), train.r, train.s, train.flow)
-    vectors = []
-    for task in range(tasks):
-        module, _, _ = runfiles.load_task(folder, task, layout)
-        vectors.append(torch.cat([module[k].double().flatten() for k in sorted(module)]))
-    unit = torch.nn.functional.normalize(torch.stack(vectors), dim=1)
-    cos = unit @ unit.T
+    modules = [runfiles.load_task(folder, task, layout)[0] for task in range(tasks)]
     pairs = torch.triu_indices(tasks, tasks, offset=1)
-    return float(cos[pairs[0], pairs[1]].mean())
+
+    def mean_pair_cosine(vectors: list[torch.Tensor]) -> float:
+        unit = torch.nn.functional.normalize(torch.stack(vectors), dim=1)
+        cos = unit @ unit.T
+        return float(cos[pairs[0], pairs[1]].mean())
+
+    weights = mean_pair_cosine(
+        [torch.cat([m[k].double().flatten() for k in WEIGHT_MATRICES if k in m]) for m in modules]
+    )
+    everything = mean_pair_cosine([torch.cat([m[k].double().flatten() for k in sorted(m)]) for m in modules])
+    outputs = None
+    if test_features is not None and len(test_features):
+        x = torch.as_tensor(test_features, dtype=torch.float32)
+        x = x[torch.linspace(0, len(x) - 1, min(OUTPUT_ROWS, len(x))).long()]
+        units = torch.stack(
+            [
+                module_outputs(layout, layout.pack(m, train.r, train.s).unsqueeze(0), x, normalize=True)[0]
+                for m in modules
+            ]
+        ).double()  # [T, n, d]
+        per_pair = (units[pairs[0]] * units[pairs[1]]).sum(-1)  # [pairs, n]
+        outputs = float(per_pair.mean())
+    return Similarity(weights, everything, outputs)
 
 
 def describe(cells: list[Cell]) -> str:

@@ -29,19 +29,26 @@ from featcache.foundation.locks import folder_lock
 from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.foundation.version import __version__
-from featcache.store import FeatureStore, check_readable, is_tosca_store
+from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments import comparison
 from tosca_heads.experiments.requests import SuiteRequest
-from tosca_heads.experiments.runs import fit_group
+from tosca_heads.experiments.runs import fit_group, protocol_of
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
 from tosca_heads.experiments.sweeps import features_on_worker
-from tosca_heads.method.protocol import StreamConfig, stream_config
+from tosca_heads.method.protocol import (
+    NO_VALIDATION,
+    ProtocolReport,
+    StreamConfig,
+    ValidationConfig,
+    split_origin,
+    stream_config,
+)
 from tosca_heads.method.recipe import group_key
 
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
@@ -55,6 +62,7 @@ class OpenStore:
     spec: StoreSpec
     store: FeatureStore
     streams: dict[int, StreamConfig]  # order seed -> task split
+    protocols: dict[int, ProtocolReport] = field(default_factory=dict)  # order seed -> the protocol, said
 
 
 @dataclass
@@ -96,13 +104,15 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = Fals
         store = FeatureStore.open(path)
         check_readable(store)
         dataset = store.identity["dataset"]["name"]
-        streams = {}
+        streams, protocols = {}, {}
         for order in spec.order_seeds:
             try:
                 streams[order] = stream_config(dataset, store.shape.classes, s.init_cls, s.increment, order)
+                origin = split_origin(dataset, s.init_cls, s.increment)
+                protocols[order] = protocol_of(store, streams[order], spec.validation, origin)
             except UserError as exc:
                 raise UserError(f"store {s.name!r} ({store.shape.classes} classes): {exc}") from None
-        opened[s.name] = OpenStore(s, store, streams)
+        opened[s.name] = OpenStore(s, store, streams, protocols)
     return opened
 
 
@@ -126,9 +136,11 @@ def run_suite(
     on_cell: CellCallback | None = None,
     runs_root: Path = Path("runs"),
     tables_only: bool = False,
+    on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
 ) -> SuiteResult:
     """Plan, run what is not done, and write the tables (see the module docstring); `spec` is a
-    SuiteSpec or the path of a SUITE.toml. `dry_run`:
+    SuiteSpec or the path of a SUITE.toml. `on_start` is told each store's protocol (its first
+    class order's) once every check has passed, before any cell runs. `dry_run`:
     the plan alone (which cells exist, an estimate of the time), nothing written; `tables_only`:
     the tables of the cells finished so far, the others marked missing, nothing run.
 
@@ -181,11 +193,17 @@ def run_suite(
                 f"({changed[0].reason}; {len(changed)} such cell(s)): the suite file or a store changed "
                 f"since; pass another --out, or delete {changed[0].folder} (and the others) to recompute"
             )
+        if on_start:
+            on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
         if not tables_only:
             _run_missing(spec, stores, states, jobs, scheduler, resolved, on_cell)
+        features = {}  # each store's test features, read (and checked) once, for the modules' similarity
         for state in states:
             if state.status in ("done", "reused", "ran"):
-                _read(state)
+                store = stores[state.cell.store].store
+                if state.cell.kind == "tosca" and state.cell.store not in features:
+                    features[state.cell.store] = read_split(store, "test")[0]
+                _read(state, features.get(state.cell.store))
         tables = build_tables(spec, states)
         files = write_tables(out, spec, tables)
         result = SuiteResult(spec, out, states, tables, files, time.perf_counter() - start)
@@ -217,11 +235,11 @@ def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root:
     return states
 
 
-def _read(state: CellState) -> None:
+def _read(state: CellState, test_features: Any | None = None) -> None:
     state.result = cellmod.read_result(state.cell, state.folder)
     state.seconds = state.result["seconds"]
     if state.cell.kind == "tosca":
-        state.similarity = cellmod.module_similarity(state.folder)
+        state.similarity = cellmod.module_similarity(state.folder, test_features)
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -239,6 +257,7 @@ class Job:
     folders: tuple[str, ...] = ()
     method: str = ""
     params: tuple[tuple[str, Any], ...] = ()
+    validation: ValidationConfig = NO_VALIDATION
 
 
 def _jobs(
@@ -264,6 +283,7 @@ def _jobs(
                 method=cell.method,
                 params=params,
                 folders=(str(state.folder),),
+                validation=spec.validation,
             )
             jobs.append((job, [state]))
         else:
@@ -283,6 +303,7 @@ def _jobs(
                 "tosca",
                 trains=tuple(trains[i : i + size]),
                 folders=tuple(str(s.folder) for s in part),
+                validation=spec.validation,
             )
             jobs.append((job, part))
     return jobs
@@ -304,13 +325,22 @@ def run_job(job: Job, device: str) -> float:
     start = time.perf_counter()
     if job.kind == "tosca":
         fit_group(
-            store, job.stream, list(job.trains), None, [Path(f) for f in job.folders], source, device=resolved
+            store,
+            job.stream,
+            list(job.trains),
+            None,
+            [Path(f) for f in job.folders],
+            source,
+            device=resolved,
+            validation=job.validation,
         )
     else:
         params = dict(job.params)
-        result = comparison.run_baseline(job.method, store, job.stream, source, device=resolved, **params)
+        result = comparison.run_baseline(
+            job.method, store, job.stream, source, device=resolved, validation=job.validation, **params
+        )
         folder = Path(job.folders[0])
-        comparison.write_baseline(folder, result, store, job.stream, params)
+        comparison.write_baseline(folder, result, store, job.stream, params, job.validation)
     return time.perf_counter() - start
 
 
@@ -469,6 +499,7 @@ def write_manifest(out: Path, spec: SuiteSpec, stores: dict[str, OpenStore], sta
                 "weights": o.store.identity["backbone"].get("weights_source"),
                 "weights_label": o.spec.weights,
                 "streams": {str(k): asdict(v) for k, v in o.streams.items()},
+                "protocols": {str(k): v.record() for k, v in o.protocols.items()},
             }
             for name, o in stores.items()
         },
@@ -516,7 +547,10 @@ def spec_of(request: SuiteRequest) -> SuiteSpec:
 
 
 def suite(
-    request: SuiteRequest, extract: Extractor | None = None, on_cell: CellCallback | None = None
+    request: SuiteRequest,
+    extract: Extractor | None = None,
+    on_cell: CellCallback | None = None,
+    on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
 ) -> SuiteResult:
     """`tosca suite`."""
     return run_suite(
@@ -530,4 +564,5 @@ def suite(
         on_cell,
         request.runs_root,
         request.tables_only,
+        on_start,
     )

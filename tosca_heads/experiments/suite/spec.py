@@ -5,6 +5,8 @@ A suite file (paths relative to the file's folder):
     name = "my-suite"
     seeds = [0, 1, 2]            # training seeds: module initialisation and shuffling
     order_seeds = [1993]         # class orders (the paper's: 1993)
+    val_fraction = 0.1           # a validation split to choose the bold entries on (default 0:
+    val_seed = 0                 #   none, the paper's protocol; the bold entries are then chosen on test)
 
     [tosca]
     routers = ["entropy", "lda", "batch", "oracle"]   # TOSCA's rows of the table
@@ -44,7 +46,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_text
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
-from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
 from tosca_heads.method.recipe import PRESETS as RECIPES
 from tosca_heads.routers import ROUTERS
@@ -85,6 +87,12 @@ class SuiteSpec:
     flows: tuple[str, ...] = ()
     l1_off: tuple[str, ...] = ()  # the flows also trained with L1 = 0
     primary: str = "entropy"  # the router the claims and the ablation read
+    val_fraction: float = 0.0  # a validation split held out of each class's training images (0: none)
+    val_seed: int = 0
+
+    @property
+    def validation(self) -> ValidationConfig:
+        return ValidationConfig(self.val_fraction, self.val_seed)
 
     def train(self, seed: int, flow: str = "tosca", l1: float | None = None) -> TrainConfig:
         """The recipe of a TOSCA cell: the paper preset, the suite's flags, then the cell's own."""
@@ -99,7 +107,17 @@ class SuiteSpec:
 
 
 SECTIONS = {
-    "": {"name", "seeds", "order_seeds", "stores", "tosca", "baselines", "ablation"},
+    "": {
+        "name",
+        "seeds",
+        "order_seeds",
+        "val_fraction",
+        "val_seed",
+        "stores",
+        "tosca",
+        "baselines",
+        "ablation",
+    },
     "tosca": {"routers", "flags", "primary"},
     "baselines": {"methods", "ranpac_m"},
     "ablation": {"flows", "l1_off"},
@@ -166,7 +184,15 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         flows=_names(ablation.get("flows", []), "ablation.flows", FLOWS, where, empty=True),
         l1_off=_l1_off(ablation.get("l1_off", False), ablation.get("flows", []), where),
         primary=_names([tosca.get("primary", "entropy")], "tosca.primary", ROUTERS, where)[0],
+        val_fraction=data.get("val_fraction", 0.0),
+        val_seed=data.get("val_seed", 0),
     )
+    try:
+        spec.validation.validate()
+    except UserError as exc:
+        raise UserError(
+            f"{where}: {str(exc).replace('--val-fraction', 'val_fraction').replace('--val-seed', 'val_seed')}"
+        ) from None
     names = [s.name for s in spec.stores]
     if len(set(names)) != len(names):
         raise UserError(

@@ -2,16 +2,17 @@
 
 Means and standard deviations are over the seeds (and class orders) actually finished; a table
 entry with fewer says how many of how many ("n=2 of 3"), and one with none says "missing": never a
-blank or a partial mean passed off as whole. The best honest entry of each column is in bold
-(`batch` and `oracle` are not honest: one lets a batch vote, the other is told the task).
+blank or a partial mean passed off as whole. The best honest entry of each column is in bold,
+chosen on the suite's validation split where it holds one out (else on test, and the table says
+so); references are never bold: routers told the task (`oracle`) or letting a test batch vote
+(`batch`), and methods that see every task at once (the joint probe). The claims are in `claims`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,13 @@ import numpy as np
 
 from featcache.foundation import atomic
 from tosca_heads.experiments import plots
+from tosca_heads.experiments.comparison import baseline_reference
+from tosca_heads.experiments.runfiles import feature_dim_of, read_run_config
+from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
+from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim
 from tosca_heads.experiments.suite.spec import SuiteSpec
-from tosca_heads.routers import ROUTERS
+from tosca_heads.routers import ROUTERS, reference_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,24 +41,21 @@ FLOW_LABELS = {
     "calibrator": "calibrator only",
 }
 METRICS = ("A_bar", "A_last")
-LAYERS = 12  # the ViT-B/16 depth a layer-wise adapter is counted over
-
-
-@dataclass
-class Claim:
-    statement: str
-    verdict: str  # holds, does not hold, not measured
-    figures: list[str] = field(default_factory=list)
+TABLE_COLUMNS = [
+    *("method", "label", "honest", "reference", "store", "metric", "mean", "std", "n", "expected"),
+    *("val_mean", "val_std", "val_n", "bold", "chosen_on"),
+]
 
 
 @dataclass
 class SuiteTables:
     """The suite's results as pandas frames (long form: one row per entry) and its claims."""
 
-    table: pd.DataFrame  # method, label, honest, store, metric, mean, std, n, expected
-    ablation: pd.DataFrame  # flow, l1, store, metric (A_last or similarity), mean, std, n, expected
+    table: pd.DataFrame  # TABLE_COLUMNS: test mean/std/n, validation's, bold and the split it was chosen on
+    ablation: pd.DataFrame  # flow, l1, store, metric (A_last or a similarity), mean, std, n, expected
     claims: list[Claim]
     curves: dict[str, dict[str, list[list[float]]]]  # store -> method label -> A_t per finished cell
+    chosen_on: str = "test"  # the split the bold entries were chosen on
 
 
 def _stats(values: Sequence[float]) -> tuple[float, float, int]:
@@ -74,6 +76,42 @@ def _main_cells(spec: SuiteSpec, states: Sequence[CellState], store: str) -> lis
     ]
 
 
+def _entries(
+    method: str,
+    label: str,
+    reference: str,
+    store: str,
+    results: list[dict[str, Any]],
+    key: str,
+    expected: int,
+) -> list[dict[str, Any]]:
+    """The table's rows of one method on one store: A_bar and A_last over the finished cells, on test
+    and on the validation split (NaN without one)."""
+    rows = []
+    for metric in METRICS:
+        mean, std, n = _stats([r["routers"][key][metric] for r in results])
+        held = [r["validation"][key][metric] for r in results if key in r.get("validation", {})]
+        val_mean, val_std, val_n = _stats(held)
+        rows.append(
+            dict(
+                method=method,
+                label=label,
+                honest=not reference,
+                reference=reference,
+                store=store,
+                metric=metric,
+                mean=mean,
+                std=std,
+                n=n,
+                expected=expected,
+                val_mean=val_mean,
+                val_std=val_std,
+                val_n=val_n,
+            )
+        )
+    return rows
+
+
 def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
     import pandas as pd
 
@@ -82,48 +120,22 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
         main = _main_cells(spec, states, store.name)
         curves[store.name] = {}
         for router in spec.routers:
-            label = f"TOSCA ({router})" + ("" if ROUTERS[router].honest else " †")
-            done = [s for s in main if s.result is not None]
-            for metric in METRICS:
-                mean, std, n = _stats([s.result["routers"][router][metric] for s in done])
-                rows.append(
-                    dict(
-                        method=f"tosca:{router}",
-                        label=label,
-                        honest=ROUTERS[router].honest,
-                        store=store.name,
-                        metric=metric,
-                        mean=mean,
-                        std=std,
-                        n=n,
-                        expected=len(main),
-                    )
-                )
-            curves[store.name][label] = [s.result["routers"][router]["A_t"] for s in done]
+            reference = reference_text(router)
+            label = f"TOSCA ({router})" + (" †" if reference else "")
+            done = [s.result for s in main if s.result is not None]
+            rows += _entries(f"tosca:{router}", label, reference, store.name, done, router, len(main))
+            curves[store.name][label] = [r["routers"][router]["A_t"] for r in done]
         for method in spec.baselines:
             cells = [
                 s
                 for s in states
                 if s.cell.store == store.name and s.cell.kind == "baseline" and s.cell.method == method
             ]
-            done = [s for s in cells if s.result is not None]
-            label = BASELINE_LABELS.get(method, method)
-            for metric in METRICS:
-                mean, std, n = _stats([s.result["routers"]["none"][metric] for s in done])
-                rows.append(
-                    dict(
-                        method=method,
-                        label=label,
-                        honest=True,
-                        store=store.name,
-                        metric=metric,
-                        mean=mean,
-                        std=std,
-                        n=n,
-                        expected=len(cells),
-                    )
-                )
-            curves[store.name][label] = [s.result["routers"]["none"]["A_t"] for s in done]
+            done = [s.result for s in cells if s.result is not None]
+            reference = baseline_reference(method)
+            label = BASELINE_LABELS.get(method, method) + (" †" if reference else "")
+            rows += _entries(method, label, reference, store.name, done, "none", len(cells))
+            curves[store.name][label] = [r["routers"]["none"]["A_t"] for r in done]
         for flow, l1 in ablation_points(spec) if (spec.flows or spec.l1_off) else []:
             cells = [
                 s
@@ -134,10 +146,14 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                 and s.cell.l1 == l1
             ]
             done = [s for s in cells if s.result is not None]
-            figures = {
-                "A_last": [s.result["routers"][spec.primary]["A_last"] for s in done],
-                "similarity": [s.similarity for s in done if s.similarity is not None],
-            }
+            figures = {"A_last": [s.result["routers"][spec.primary]["A_last"] for s in done]}
+            for metric in SIMILARITIES:
+                measure = metric.removeprefix("similarity_")
+                figures[metric] = [
+                    getattr(s.similarity, measure)
+                    for s in done
+                    if s.similarity is not None and getattr(s.similarity, measure) is not None
+                ]
             for metric, values in figures.items():
                 mean, std, n = _stats(values)
                 ablation.append(
@@ -152,39 +168,26 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                         expected=len(cells),
                     )
                 )
-    table = pd.DataFrame(
-        rows, columns=["method", "label", "honest", "store", "metric", "mean", "std", "n", "expected"]
-    )
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-2])
+    chosen_on = _mark_best(table)
     ablation_frame = pd.DataFrame(
         ablation, columns=["flow", "l1", "store", "metric", "mean", "std", "n", "expected"]
     )
-    return SuiteTables(table, ablation_frame, claims(spec, states, table, ablation_frame), curves)
+    return SuiteTables(table, ablation_frame, claims(spec, states, table, ablation_frame), curves, chosen_on)
 
 
-# ------------------------------------------------------------------------------------------ claims
-
-
-def _value(frame: pd.DataFrame, **where: Any) -> float:
-    rows = frame
-    for key, value in where.items():
-        rows = rows[rows[key] == value]
-    return float(rows["mean"].iloc[0]) if len(rows) and rows["n"].iloc[0] > 0 else math.nan
-
-
-def luca_parameters(d: int, r: int, s: int) -> int:
-    """method.md §3: 2dr + r + d (adapter) + 2d (LayerNorm) + 2ds (calibrator)."""
-    return 2 * d * r + r + d + 2 * d + 2 * d * s
-
-
-def layerwise_adapter_parameters(d: int, r: int, layers: int = LAYERS) -> int:
-    """One bottleneck adapter (2dr + r + d) in each of `layers` blocks."""
-    return layers * (2 * d * r + r + d)
-
-
-def _verdict(checks: Sequence[bool]) -> str:
-    if not checks:
-        return "not measured"
-    return "holds" if all(checks) else "does not hold"
+def _mark_best(table: pd.DataFrame) -> str:
+    """Mark the best honest entry of each (store, metric) column in `bold`, chosen on validation
+    where every honest entry of the suite has a validation figure, else on test; record the split
+    in `chosen_on` and return it."""
+    honest = table["honest"] & (table["n"] > 0)
+    on_validation = bool(honest.any()) and bool((table.loc[honest, "val_n"] > 0).all())
+    column = "val_mean" if on_validation else "mean"
+    table["bold"] = False
+    for _, part in table[honest].groupby(["store", "metric"]):
+        table.loc[part[column].idxmax(), "bold"] = True
+    table["chosen_on"] = "validation" if on_validation else "test"
+    return "validation" if on_validation else "test"
 
 
 def claims(
@@ -192,86 +195,20 @@ def claims(
 ) -> list[Claim]:
     """The paper's claims, each checked on every store of the suite that measured it."""
     names = [s.name for s in spec.stores]
-    out = []
-    # 1. L1 makes the task modules less alike
-    checks, figures = [], []
-    for store in names if spec.main_l1 != 0.0 else []:  # at L1 = 0 there is no "with L1" to compare
-        on = _value(ablation, flow="tosca", l1=spec.main_l1, store=store, metric="similarity")
-        off = _value(ablation, flow="tosca", l1=0.0, store=store, metric="similarity")
-        if not (math.isnan(on) or math.isnan(off)):
-            checks.append(on < off)
-            figures.append(
-                f"{store}: mean cosine similarity between task modules {on:.3f} with L1 = {spec.main_l1:g}, {off:.3f} without"
-            )
-    out.append(Claim("L1 lowers the similarity between task modules", _verdict(checks), figures))
-    # 2. adapter then calibrator beats the reverse order
-    checks, figures = [], []
-    for store in names:
-        a = _value(ablation, flow="tosca", l1=spec.main_l1, store=store, metric="A_last")
-        b = _value(ablation, flow="tosca_r", l1=spec.main_l1, store=store, metric="A_last")
-        if not (math.isnan(a) or math.isnan(b)):
-            checks.append(a > b)
-            figures.append(
-                f"{store}: A_last ({spec.primary}) {100 * a:.2f} for tosca, {100 * b:.2f} for tosca_r"
-            )
-    out.append(
-        Claim("adapter-then-calibrator (tosca) beats the reverse order (tosca_r)", _verdict(checks), figures)
-    )
-    # 3. parameters against a layer-wise adapter of the same bottleneck
-    checks, figures = [], []
+    shapes = {}
     for store in names:
         main = [s for s in _main_cells(spec, states, store) if s.result is not None]
-        if not main:
-            continue
-        config = spec.train(main[0].cell.seed)
-        d = _feature_dim(main[0])
-        r, s = config.r or max(1, d // 16), config.s or max(1, d // 16)
-        ratio = layerwise_adapter_parameters(d, r) / luca_parameters(d, r, s)
-        checks.append(7.0 <= ratio <= 9.0)
-        figures.append(
-            f"{store} (d = {d}, r = s = {r}): {luca_parameters(d, r, s):,} per LuCA module against "
-            f"{layerwise_adapter_parameters(d, r):,} for {LAYERS} layer-wise adapters of bottleneck {r}: {ratio:.2f}x"
-        )
-    if figures:
-        figures.append(
-            f"(the paper's 8x compares with EASE's adapters of bottleneck 64 at d = 768: "
-            f"{layerwise_adapter_parameters(768, 64):,} / {luca_parameters(768, 48, 48):,} = "
-            f"{layerwise_adapter_parameters(768, 64) / luca_parameters(768, 48, 48):.2f}x)"
-        )
-    out.append(
-        Claim(
-            f"a LuCA module has about 8x fewer parameters than a layer-wise adapter of the same bottleneck on a {LAYERS}-block backbone",
-            _verdict(checks),
-            figures,
-        )
-    )
-    # 4. the paper's batch routing against the honest routers
-    checks, figures = [], []
-    honest = [r for r in ROUTERS if ROUTERS[r].honest]
-    for store in names:
-        batch = _value(table, method="tosca:batch", store=store, metric="A_last")
-        best = max(
-            ((_value(table, method=f"tosca:{r}", store=store, metric="A_last"), r) for r in honest),
-            default=(math.nan, ""),
-        )
-        if not (math.isnan(batch) or math.isnan(best[0])):
-            checks.append(batch - best[0] <= 0.01)
-            figures.append(
-                f"{store}: batch {100 * batch:.2f}, best honest router ({best[1]}) {100 * best[0]:.2f}: {100 * (batch - best[0]):+.2f} points"
-            )
-    out.append(
-        Claim(
-            "the paper's `batch` routing is an honest figure (within 1 point of the best honest router)",
-            _verdict(checks),
-            figures,
-        )
-    )
-    return out
-
-
-def _feature_dim(state: CellState) -> int:
-    config = json.loads((state.folder / "config.json").read_text())
-    return int(config["feature_dim"])
+        if main:
+            config = spec.train(main[0].cell.seed)
+            d = feature_dim_of(read_run_config(main[0].folder), main[0].folder)
+            shapes[store] = (d, config.r or max(1, d // 16), config.s or max(1, d // 16))
+    honest = [r for r in spec.routers if not ROUTERS[r].reference]
+    return [
+        claimmod.l1_claim(ablation, names, spec.main_l1),
+        claimmod.order_claim(ablation, names, spec.main_l1, spec.primary),
+        claimmod.parameters_claim(shapes),
+        claimmod.batch_claim(table, names, honest),
+    ]
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -288,12 +225,9 @@ def _entry(row: Any, tex: bool = False) -> str:
 
 
 def _grid(spec: SuiteSpec, table: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the main table: methods as rows, (store, metric) as columns, bold best honest."""
+    """Header and rows of the main table: methods as rows, (store, metric) as columns, the entry
+    marked `bold` (the best honest one, chosen on the split `_mark_best` says) in bold."""
     columns = [(s.name, m) for s in spec.stores for m in METRICS]
-    best = {}
-    for store, metric in columns:
-        honest = table[(table.store == store) & (table.metric == metric) & table.honest & (table.n > 0)]
-        best[(store, metric)] = honest["mean"].max() if len(honest) else math.nan
     header = ["method", *(f"{next(x.label for x in spec.stores if x.name == s)} {m}" for s, m in columns)]
     rows = []
     for method in dict.fromkeys(table["method"]):
@@ -302,20 +236,32 @@ def _grid(spec: SuiteSpec, table: pd.DataFrame, tex: bool) -> tuple[list[str], l
         for store, metric in columns:
             row = mine[(mine.store == store) & (mine.metric == metric)].iloc[0]
             text = _entry(row, tex)
-            if row["honest"] and row["n"] > 0 and row["mean"] == best[(store, metric)]:
+            if row["bold"]:
                 text = rf"\textbf{{{text}}}" if tex else f"**{text}**"
             cells.append(text)
         rows.append(cells)
     return header, rows
 
 
-def _protocol_line(spec: SuiteSpec) -> str:
+def _protocol_line(spec: SuiteSpec, chosen_on: str = "test") -> str:
     orders = ", ".join(map(str, spec.order_seeds))
+    held = (
+        f"a validation split of {100 * spec.val_fraction:g}% of each class's training images (seed "
+        f"{spec.val_seed}) is held out: the figures are on test, "
+        if spec.validation.enabled
+        else "no validation split (the paper's protocol): "
+    )
+    bold = (
+        "the best honest entry of each column is in bold, chosen on the validation split"
+        if chosen_on == "validation"
+        else "the best honest entry of each column is in bold, chosen on these test figures (no validation split)"
+    )
     return (
         f"Mean ± std over seeds {', '.join(map(str, spec.seeds))} (n = seeds finished x class orders), "
-        f"class order{'s' if len(spec.order_seeds) > 1 else ''} of seed {orders}; accuracies in %. "
-        "† not honest (`batch` lets a test batch vote, `oracle` is told the task). SimpleCIL and the joint "
-        "probe are deterministic: one run per class order."
+        f"class order{'s' if len(spec.order_seeds) > 1 else ''} of seed {orders}; accuracies in %, on the test "
+        f"split; {held}{bold}. † a reference, never bold and no honest result: `batch` lets a test batch vote, "
+        "`oracle` is told the task, the joint probe sees every task at once. SimpleCIL and the joint probe are "
+        "deterministic: one run per class order."
     )
 
 
@@ -346,24 +292,27 @@ def _tex(caption: str, header: list[str], rows: list[list[str]]) -> str:
 
 
 def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
-    header = [
-        "flow",
-        "L1",
-        *(f"{s.name} {m}" for s in spec.stores for m in (f"A_last ({spec.primary})", "similarity")),
-    ]
+    header = ["flow", "L1"]
+    for store in spec.stores:
+        header += [
+            f"{store.name} A_last ({spec.primary})",
+            f"{store.name} similarity: weights / all / outputs",
+        ]
     rows = []
     for (flow, l1), part in ablation.groupby(["flow", "l1"], sort=False):
         cells = [FLOW_LABELS.get(flow, flow), f"{l1:g}"]
         for store in spec.stores:
-            for metric in ("A_last", "similarity"):
-                row = part[(part.store == store.name) & (part.metric == metric)].iloc[0]
-                if metric == "similarity" and row["n"] > 0:
-                    cells.append(
-                        f"{row['mean']:.3f}"
-                        + (f" (n={row['n']} of {row['expected']})" if row["n"] < row["expected"] else "")
-                    )
-                else:
-                    cells.append(_entry(row, tex))
+            mine = part[part.store == store.name]
+            cells.append(_entry(mine[mine.metric == "A_last"].iloc[0], tex))
+            sims = []
+            for metric in SIMILARITIES:
+                row = mine[mine.metric == metric]
+                sims.append(f"{row['mean'].iloc[0]:.3f}" if len(row) and row["n"].iloc[0] > 0 else "–")
+            count = mine[mine.metric == "similarity_weights"].iloc[0]
+            partial = (
+                f" (n={count['n']} of {count['expected']})" if 0 < count["n"] < count["expected"] else ""
+            )
+            cells.append(" / ".join(sims) + partial)
         rows.append(cells)
     return header, rows
 
@@ -372,11 +321,12 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
     figures a_t.png and a_last.png."""
     files: dict[str, Path] = {}
+    note = _protocol_line(spec, tables.chosen_on)
     header, rows = _grid(spec, tables.table, tex=False)
     title = f"Suite {spec.name}: methods x stores"
-    files["table.md"] = _write(out / "table.md", _markdown(title, _protocol_line(spec), header, rows))
+    files["table.md"] = _write(out / "table.md", _markdown(title, note, header, rows))
     header, rows = _grid(spec, tables.table, tex=True)
-    files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {_protocol_line(spec)}", header, rows))
+    files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {note}", header, rows))
     files["table.csv"] = _write(out / "table.csv", tables.table.to_csv(index=False))
     with atomic.replacing(out / "table.parquet") as tmp:
         tables.table.to_parquet(tmp, index=False)
@@ -386,12 +336,13 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
             (out / name).unlink(missing_ok=True)
     else:
         note = (
-            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, %) and the mean "
-            "cosine similarity between the weights of every pair of task modules."
+            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, %, test split), and "
+            "the mean cosine similarity over every pair of task modules three ways: their weight matrices "
+            "(no LayerNorm, no biases), all their parameters, and their outputs on the same test features."
             + (
                 ""
                 if ROUTERS[spec.primary].honest
-                else f" `{spec.primary}` is not an honest router (docs/routers.md)."
+                else f" `{spec.primary}` is a reference router (docs/routers.md)."
             )
         )
         header, rows = _ablation_grid(spec, tables.ablation, tex=False)
@@ -402,16 +353,22 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
         files["ablation.tex"] = _write(
             out / "ablation.tex", _tex(f"Suite {spec.name}: ablation. {note}", header, rows)
         )
-    lines = [f"# Suite {spec.name}: the paper's claims on these stores", ""]
-    for claim in tables.claims:
-        lines.append(f"- **{claim.statement}**: {claim.verdict}")
-        lines += [f"  - {figure}" for figure in claim.figures]
-    files["claims.md"] = _write(out / "claims.md", "\n".join(lines) + "\n")
+    files["claims.md"] = _write(out / "claims.md", claims_markdown(spec, tables.claims))
     files["a_t.png"] = out / "a_t.png"
     _curves_figure(spec, tables, files["a_t.png"])
     files["a_last.png"] = out / "a_last.png"
     _a_last_figure(spec, tables, files["a_last.png"])
     return files
+
+
+def claims_markdown(spec: SuiteSpec, found: Sequence[Claim]) -> str:
+    """claims.md: each claim, its verdict, what "holds" means, and the figures it read."""
+    lines = [f"# Suite {spec.name}: the paper's claims on these stores", ""]
+    for claim in found:
+        lines.append(f"- **{claim.statement}**: {claim.verdict}")
+        lines.append(f"  - holds when: {claim.threshold}")
+        lines += [f"  - {figure}" for figure in claim.figures]
+    return "\n".join(lines) + "\n"
 
 
 def _write(path: Path, text: str) -> Path:
