@@ -8,7 +8,6 @@ blank or a partial mean passed off as whole. The best honest entry of each colum
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -270,8 +269,9 @@ def claims(
 
 
 def _feature_dim(state: CellState) -> int:
-    config = json.loads((state.folder / "config.json").read_text())
-    return int(config["feature_dim"])
+    from tosca_heads.experiments.runfiles import feature_dim_of, read_run_config
+
+    return feature_dim_of(read_run_config(state.folder), state.folder)  # read bounded, and checked
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -378,8 +378,8 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     header, rows = _grid(spec, tables.table, tex=True)
     files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {_protocol_line(spec)}", header, rows))
     files["table.csv"] = _write(out / "table.csv", tables.table.to_csv(index=False))
-    with atomic.replacing(out / "table.parquet") as tmp:
-        tables.table.to_parquet(tmp, index=False)
+    with atomic.writing(out / "table.parquet", "wb") as fh:
+        tables.table.to_parquet(fh, index=False)
     files["table.parquet"] = out / "table.parquet"
     if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
         for name in ("ablation.md", "ablation.tex"):
