@@ -127,6 +127,11 @@ class RunPredictor:
     def predict(self, features: np.ndarray | torch.Tensor, router: str) -> Predictions:
         """Route and classify [n, d] frozen features with the named (honest) router."""
         self.check_router(router)
+        kind = features.dtype if isinstance(features, torch.Tensor) else np.asarray(features).dtype
+        if isinstance(kind, torch.dtype) and (kind.is_complex or kind == torch.bool):
+            raise UserError(f"features of dtype {kind} cannot be classified: give real numbers (float32)")
+        if isinstance(kind, np.dtype) and kind.kind not in "fiu":
+            raise UserError(f"features of dtype {kind} cannot be classified: give real numbers (float32)")
         x = torch.as_tensor(features).to(self.device, torch.float32)
         dim = self.layout_.dim
         if x.ndim != 2 or x.shape[1] != dim:

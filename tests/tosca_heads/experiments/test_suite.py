@@ -452,3 +452,19 @@ def test_a_plug_in_router_reaches_the_worker_processes_and_cells_made_before_it(
     finally:
         ROUTERS.pop("test_suite_newest", None)
         sys.modules.pop("suite_newest", None)
+
+
+def test_a_dry_run_refuses_what_the_real_run_refuses(tmp_path: Path) -> None:
+    """One check of what the cells would allocate for both: a dry run does not pass a RanPAC of
+    M = 10^12 that the real run refuses."""
+    path = _suite(tmp_path, baselines='["ranpac"]', flows="[]")
+    path.write_text(path.read_text().replace("ranpac_m = 64", "ranpac_m = 1000000000000"))
+    said = []
+    for extra in (["--dry-run"], []):
+        result = RUNNER.invoke(
+            app, ["suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", *extra]
+        )
+        assert result.exit_code == 2, result.output
+        said.append(result.output.strip())
+    assert said[0] == said[1] and said[0].startswith("error: RanPAC with M = 1,000,000,000,000 would need")
+    assert len(said[0].splitlines()) == 1 and not (tmp_path / "out").exists()
