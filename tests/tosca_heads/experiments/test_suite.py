@@ -321,7 +321,9 @@ def test_a_suite_folder_that_is_something_else_is_refused(tmp_path: Path) -> Non
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
 
 
-def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> None:
+def test_cells_on_two_worker_processes_give_the_same_tables(
+    tmp_path: Path, planted_working_folder: Path
+) -> None:
     path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
     spec = load_suite(path)
     alone = run_suite(spec, tmp_path / "one", jobs=1, device="cpu")
@@ -329,6 +331,8 @@ def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> N
     assert {c.status for c in spread.cells} == {"ran"}
     columns = ["method", "store", "metric", "mean", "std", "n"]
     pd.testing.assert_frame_equal(spread.tables.table[columns], alone.tables.table[columns])
+    # the workers imported nothing from the working folder (a planted multiprocessing.py)
+    assert not planted_working_folder.exists(), planted_working_folder.read_text()
 
 
 def test_store_names_that_would_share_a_cells_folder_are_refused(tmp_path: Path) -> None:
