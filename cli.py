@@ -57,10 +57,17 @@ app.add_typer(cache_app, name="cache")
 @app.callback()
 @user_errors
 def plugins() -> None:
-    """Plug-ins ($TOSCA_PLUGINS, entry points `tosca.plugins`) register before any command runs."""
+    """Before any command runs: every setting is checked (one line for a bad one), the processes a
+    command starts leave the working folder off their import path, and plug-ins ($TOSCA_PLUGINS,
+    entry points `tosca.plugins`) register."""
     import logging
 
     from featcache.foundation.plugins import load_plugins
+    from featcache.foundation.processes import installed_code_only
+    from featcache.foundation.settings import check_settings
+
+    check_settings()
+    installed_code_only()
 
     # zarr reads metadata with asyncio: after a damaged file stops a read (one line, exit 2), the
     # reads still pending are reported at exit as "Task was destroyed but it is pending"

@@ -65,7 +65,7 @@ def extract(
     >>> open_store(path).shape.classes
     3
     """
-    from featcache.extraction import plan_extraction, run_extraction
+    from featcache.extraction import extract as run
     from featcache.requests import ExtractRequest
 
     _check_option_types(ExtractRequest, options)
@@ -77,7 +77,7 @@ def extract(
         store=None if store is None else Path(store),
         **options,
     )
-    return run_extraction(plan_extraction(request)).store
+    return run(request).store
 
 
 def _check_option_types(request: type, options: dict[str, Any]) -> None:

@@ -142,9 +142,16 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise UserError(f"weights file not found: {path}")
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        from featcache.foundation.tensorfiles import read_header
+
+        try:  # its header first, bounded and whole; then the tensors, mapped from the file
+            read_header(path)
+            return load_file(str(path))
+        except (UserError, SafetensorError, OSError) as exc:
+            raise UserError(f"cannot read weights {path}: {exc}") from None
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a pickle with objects, a truncated file, not a torch file at all

@@ -269,13 +269,13 @@ def check_sizes(
         )
 
 
-def plan_extraction(request: ExtractRequest) -> ExtractPlan:
+def store_path_of(request: ExtractRequest) -> Path:
+    """Where the request's store goes, after every check of the flags alone (nothing is read or
+    written yet): the place must be a store's, and --overwrite must replace a store."""
     check_request(request)
     spec = resolve_backbone(request.model)
     check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy
-    device = resolve_device(request.device)
-    precision = resolve_precision(request.precision)
     store_path = (
         Path(request.store)
         if request.store
@@ -291,7 +291,20 @@ def plan_extraction(request: ExtractRequest) -> ExtractPlan:
             raise UserError(f"{flag} {place} lies inside the zarr store {inside}: pass a place of its own")
     if request.overwrite:
         refuse_replacing_other_things(store_path)
-    if store_path.parent.is_dir():  # refuse now, not after loading everything, if a writer runs
+    return store_path
+
+
+def plan_extraction(request: ExtractRequest, locked: bool = False) -> ExtractPlan:
+    """Every check, the dataset listed (an archive unpacked), the backbone loaded, the identity
+    decided. `locked`: the caller holds the store's lock (`extract` takes it before this runs, so of
+    two extractions of one store the first one started is the one that goes on); otherwise a
+    store being written by another process is refused now, before anything is loaded."""
+    store_path = store_path_of(request)
+    spec = resolve_backbone(request.model)
+    policy = request.policy or spec.default_policy
+    device = resolve_device(request.device)
+    precision = resolve_precision(request.precision)
+    if not locked and store_path.parent.is_dir():  # refuse now, not after loading everything
         acquire(store_path).release()
     existing = None if request.overwrite else stored_identity(store_path)
     decoder = resolve_decoder(
@@ -460,12 +473,18 @@ def extract(
 ) -> ExtractSummary:
     """`tosca extract`: plan (every check, the dataset listed, the backbone loaded; `on_wait` hears
     when another process is unpacking the same archive), tell `on_planned`, then compute the pending
-    chunks (`progress(split, images done now, images of the split)`)."""
-    with waiting_notice(on_wait or (lambda holder: None)):
-        plan = plan_extraction(request)
-    if on_planned:
-        on_planned(plan)
-    return run_extraction(plan, progress)
+    chunks (`progress(split, images done now, images of the split)`).
+
+    First come, first served: the store's lock is taken before anything is listed, unpacked or
+    loaded, and held to the end, so a second extraction of the same store started while this one
+    unpacks its archive is the one refused (in one line naming this one); the folders made for
+    the lock are removed again when this one is refused."""
+    path = store_path_of(request)
+    with waiting_notice(on_wait or (lambda holder: None)), folder_lock(path):
+        plan = plan_extraction(request, locked=True)
+        if on_planned:
+            on_planned(plan)
+        return _run_locked(plan, progress)
 
 
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:

@@ -58,3 +58,34 @@ def _torch_globals() -> tuple:
         torch.get_num_threads(),
         torch.are_deterministic_algorithms_enabled(),
     )
+
+
+PLANTED = '''\
+"""Planted in a working folder by a test: records that it was imported, then hands over to the
+real module (so that a process that imports it still works, and the test can say where it ran)."""
+import importlib
+import os
+import sys
+
+with open({marker!r}, "a") as fh:
+    fh.write(f"{{__name__}} imported in process {{os.getpid()}}\\n")
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+del sys.modules[__name__]
+sys.modules[__name__] = importlib.import_module(__name__)
+'''
+
+
+@pytest.fixture
+def planted_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working folder becomes one holding a planted `multiprocessing.py` (what a spawned or
+    forkserver child imports first, from its working folder unless protected); returns the file in
+    which it records every process that imported it (it must not exist after the test), and leaves
+    PYTHONSAFEPATH unset in this process meanwhile (tosca must set it for what it starts)."""
+    folder, marker = tmp_path / "planted", tmp_path / "planted-module-imported.txt"
+    folder.mkdir()
+    (folder / "multiprocessing.py").write_text(PLANTED.format(marker=str(marker)))
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("PYTHONSAFEPATH", "")  # restored (or removed again) after the test
+    monkeypatch.delenv("PYTHONSAFEPATH")
+    return marker

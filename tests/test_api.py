@@ -225,3 +225,29 @@ def test_embed_takes_one_path_as_a_list_of_one_and_refuses_an_empty_one(tmp_path
         stage1.embed(store.path, [""])
     with pytest.raises(featcache_errors.UserError, match=f"no such image or folder: {tmp_path / 'none'}"):
         stage1.embed(store.path, str(tmp_path / "none"))
+
+
+def test_a_sweep_grid_value_that_is_not_a_list_is_quoted_and_an_empty_list_refused(tmp_path: Path) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=4).path
+    for grid, said in (
+        ({"r": "48"}, r"grid\['r'\] must be a list of values, got '48'"),  # not swept as 4 and 8
+        ({"r": 48}, r"grid\['r'\] must be a list of values, got 48"),
+        ({"r": []}, r"grid\['r'\] is an empty list: give at least one value"),
+    ):
+        with pytest.raises(featcache_errors.UserError, match=said):
+            stage2.sweep(store, grid, tmp_path / "sweep", init_cls=2, increment=2, epochs=1)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_features_that_are_not_real_numbers_are_refused_by_predict(tmp_path: Path) -> None:
+    import numpy as np
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    stage2.fit(store.path, run=tmp_path / "run", init_cls=2, increment=2, epochs=1, batch_size=8)
+    x = store.features("test")[:3]
+    assert stage2.predict(tmp_path / "run", x, router="lda").classes.shape == (3,)
+    for bad in (x.astype(np.complex64), x.astype(str)):
+        with pytest.raises(
+            featcache_errors.UserError, match=f"features of dtype {bad.dtype} cannot be classified"
+        ):
+            stage2.predict(tmp_path / "run", bad, router="lda")

@@ -173,7 +173,7 @@ def sweep(
     opened = _store(store)
     stream, validation = _protocol(opened, init_cls, increment, DEFAULT_ORDER_SEED, val_fraction, val_seed)
     points = grid_points(
-        {k: list(v) for k, v in grid.items()},
+        _grid_lists(grid),
         make_recipe("paper", fixed),
         stream,
         opened.dim,
@@ -181,6 +181,28 @@ def sweep(
         validation,
     )
     return run_sweep(opened, points, Path(out), jobs, None, rank_by, device=device).frame
+
+
+def _grid_lists(grid: Any) -> dict[str, list[Any]]:
+    """A sweep's grid as flag -> list of values; a flag given one value instead of a list of them
+    (`{"r": "48"}` would otherwise be swept as r = 4 and r = 8), or no value, is one line quoting it."""
+    from featcache.foundation.errors import UserError
+
+    if not isinstance(grid, dict):
+        raise UserError(f"grid must be a dict of flag -> list of values, got {type(grid).__name__}")
+    lists = {}
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise UserError(
+                f"grid[{name!r}] must be a list of values, got {values!r}: write {{{name!r}: [{values!r}]}} "
+                "for one value"
+            )
+        if not values:
+            raise UserError(
+                f"grid[{name!r}] is an empty list: give at least one value, or leave {name!r} out"
+            )
+        lists[name] = list(values)
+    return lists
 
 
 def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:

@@ -12,12 +12,14 @@ never replaced.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import disk_errors, require_writable
+from featcache.foundation.files import disk_errors, parse_json, read_bytes, require_writable
 from featcache.foundation.text import printable
 
 MARKER = ".tosca"
@@ -25,19 +27,23 @@ KINDS = ("run", "sweep", "baselines", "suite")
 
 
 def zarr_root(path: Path) -> Path | None:
-    """The zarr store (a folder with zarr.json) that `path` is or lies inside, if any."""
+    """The zarr store (a folder with zarr.json) that `path` is or lies inside, if any: the outermost
+    of the folders with a zarr.json that hold each other (a store, not its `train` group)."""
     here = Path(path).absolute()
+    found = None
     for folder in (here, *here.parents):
         if (folder / "zarr.json").is_file():
-            return folder
-    return None
+            found = folder
+        elif found is not None:
+            return found
+    return found
 
 
 def marked_kind(folder: Path) -> str | None:
     """The kind recorded in a folder's marker (None: no readable marker)."""
-    try:
-        data = json.loads((Path(folder) / MARKER).read_text())
-    except (OSError, ValueError):
+    try:  # bounded: a fifo, a huge or a deeply nested file by that name is no marker
+        data = parse_json(read_bytes(Path(folder) / MARKER, "marker"), "marker")
+    except UserError:
         return None
     kind = data.get("kind") if isinstance(data, dict) else None
     return kind if isinstance(kind, str) else None
@@ -47,6 +53,29 @@ def _shown(folder: Path) -> str:
     names = sorted(p.name for p in folder.iterdir())
     listed = ", ".join(printable(n) for n in names[:3])
     return listed + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def refuse_planted(folder: Path, flag: str) -> None:
+    """Refuse a tosca folder that holds a symbolic link, a fifo, a device or a socket anywhere in it:
+    tosca makes none of them, never writes through one, and in a shared folder one can be planted to
+    have it write elsewhere (or read for ever). Checked before anything is written."""
+    for here, dirs, files in os.walk(folder):  # links to folders are listed, never walked into
+        for name in [*dirs, *files]:
+            path = Path(here) / name
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:  # gone meanwhile
+                continue
+            if stat.S_ISLNK(mode):
+                what = "a symbolic link: tosca never writes through one, nor keeps one in its folders"
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                what = "not a regular file (a fifo, a device or a socket)"
+            else:
+                continue
+            raise UserError(
+                f"{flag} {folder} holds {printable(path.relative_to(folder))}, {what} (in a shared folder one "
+                "can be planted there); remove it"
+            )
 
 
 def check_claimable(
@@ -64,13 +93,12 @@ def check_claimable(
     if not folder.is_dir() or not any(folder.iterdir()):
         return False
     found = marked_kind(folder)
-    if found == kind:
-        return True
-    if found is not None:
+    if found is not None and found != kind:
         raise UserError(
             f"{flag} {folder} is a tosca {found} folder, not a {kind} folder: pass another {flag}"
         )
-    if written_before is not None and written_before(folder):
+    if found == kind or (written_before is not None and written_before(folder)):
+        refuse_planted(folder, flag)
         return True
     raise UserError(
         f"refusing to write into {folder}: it holds files tosca did not write ({_shown(folder)}); "

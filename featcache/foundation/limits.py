@@ -42,10 +42,10 @@ def available_memory() -> int:
             found = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             found = 1 << 62
-    cap = os.environ.get("TOSCA_MEMORY_LIMIT", "").strip()
-    if cap:
-        if not cap.isdigit() or int(cap) < 1:
-            raise UserError(f"TOSCA_MEMORY_LIMIT={cap[:40]!r} is not a number of bytes (a whole number >= 1)")
+    from featcache.foundation.settings import setting  # one check for every setting
+
+    cap = setting("TOSCA_MEMORY_LIMIT")
+    if cap is not None:
         found = min(found, int(cap))
     return found
 

@@ -25,11 +25,13 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.files import parse_json
+from featcache.foundation.text import printable
 
 
 class FolderBusy(UserError):
@@ -57,11 +59,13 @@ def _holder_text(info: dict[str, Any]) -> str:
 
 
 def _read_record(fd: int) -> dict[str, Any]:
+    """The record in a lock file (its first 4 KiB, parsed with the depth checked first); {} when
+    it holds none that tosca could have written."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         data = os.read(fd, 4096)
-        record = json.loads(data.decode()) if data.strip() else {}
-    except (OSError, ValueError):
+        record = parse_json(data, "lock record") if data.strip() else {}
+    except (OSError, UserError):
         return {}
     return record if isinstance(record, dict) else {}
 
@@ -79,12 +83,27 @@ def _same_host_and_dead(info: dict[str, Any]) -> bool:
     return False
 
 
+# How long a rerun waits for the helper processes of a writer that was killed (its loader workers,
+# forked with the lock's descriptor, hold the lock until they exit; they are told to die with it,
+# see featcache.foundation.processes, so this is a bound, not what a rerun usually waits).
+HELPERS_EXIT_SECONDS = 30.0
+_POLL_SECONDS = 0.05
+
+
+def _say(line: str) -> None:
+    """A line for the user on stderr (locks are import-light: no rich here)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.flush()
+
+
 @dataclass
 class FolderLock:
     """A held lock; `release()` (or leaving `folder_lock`'s block) gives it up."""
 
     path: Path
     fd: int
+    made: list[Path] = field(default_factory=list)  # folders made for the lock file, innermost first
 
     def release(self) -> None:
         if self.fd < 0:
@@ -93,6 +112,48 @@ class FolderLock:
             self.path.unlink()  # while still held: a waiter on the old inode retries (see acquire)
         os.close(self.fd)  # closing drops the flock
         self.fd = -1
+        _remove_empty(self.made)  # a refused command leaves no empty folder behind; a used one stays
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove these folders (innermost first) while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Make `folder` and its missing parents; the ones made, innermost first."""
+    missing = []
+    here = folder
+    while not here.exists() and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _wait_for_helpers(fd: int, path: Path, store: str | Path, info: dict[str, Any]) -> dict[str, Any] | None:
+    """The lock is held but its recorded holder ended on this host: its helper processes still hold
+    it while they exit. Wait for them, at most HELPERS_EXIT_SECONDS, saying so once. None when the
+    lock was taken; the record of whoever holds it instead (a live writer that took it meanwhile)."""
+    _say(
+        f"waiting: the tosca process that wrote {store} ({_holder_text(info)}) has ended; its helper "
+        f"processes are exiting (at most {HELPERS_EXIT_SECONDS:.0f} s)"
+    )
+    deadline = time.monotonic() + HELPERS_EXIT_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            now = _read_record(fd)
+            if now != info and not _same_host_and_dead(now):
+                return now  # a live writer took it: the usual refusal
+    return info
 
 
 def acquire(
@@ -104,9 +165,28 @@ def acquire(
     """Take the lock of a store (or of another folder one process writes at a time: a run, a sweep)
     now, or raise FolderBusy naming the holder. With `on_wait`, wait instead: it is called once
     with the holder's description, then the lock is taken when the holder lets go (or dies).
-    `what` and `advice` word the refusal."""
+    A holder that ended on this host whose helper processes still hold the lock is waited for
+    (at most HELPERS_EXIT_SECONDS, with one line saying so): a rerun right after a kill resumes.
+    `what` and `advice` word the refusal. Folders made for the lock file are removed again on
+    release when they are still empty."""
     path = lock_path(store)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(path.parent)
+    try:
+        lock = _acquire(path, store, what, advice, on_wait)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    lock.made = made
+    return lock
+
+
+def _acquire(
+    path: Path,
+    store: str | Path,
+    what: str,
+    advice: str,
+    on_wait: Callable[[str], None] | None,
+) -> FolderLock:
     while True:
         fd = _open_lock_file(path)
         try:
@@ -125,10 +205,22 @@ def acquire(
                     os.close(fd)
                     continue
                 return _record(fd, path)
+            dead = _same_host_and_dead(info)
+            if dead:
+                holder_now = _wait_for_helpers(fd, path, store, info)
+                if holder_now is None:
+                    if not _still_the_file(fd, path):
+                        os.close(fd)
+                        continue
+                    return _record(fd, path)
+                dead = _same_host_and_dead(holder_now)
+                info = holder_now
             os.close(fd)
             hint = (
-                "; that process has ended and its helper processes are exiting: try again in a few seconds"
-                if _same_host_and_dead(info)
+                f"; that process has ended, but processes it started still hold the lock after "
+                f"{HELPERS_EXIT_SECONDS:.0f} s: end them (`fuser {path}` lists them), then run the same "
+                "command again"
+                if dead
                 else f"; wait for it to finish, or {advice}"
             )
             raise FolderBusy(

@@ -6,16 +6,16 @@ plug-in that fails to import stops the command in one line naming it."""
 from __future__ import annotations
 
 import importlib
-import os
 from importlib import metadata
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.settings import setting
 
 ENTRY_POINTS = "tosca.plugins"
 
 
 def plugin_names() -> list[str]:
-    named = [n.strip() for n in os.environ.get("TOSCA_PLUGINS", "").split(",") if n.strip()]
+    named = [n.strip() for n in (setting("TOSCA_PLUGINS") or "").split(",") if n.strip()]
     return [*named, *(ep.value for ep in metadata.entry_points(group=ENTRY_POINTS))]
 
 

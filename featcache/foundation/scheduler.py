@@ -17,7 +17,8 @@ Usage::
         ...
 
 Local clusters read Dask's config when they start, so a caller can change worker settings with
-`with dask.config.set({...}), dask_client(choice) as client:`.
+`with dask.config.set({...}), dask_client(choice) as client:`. Their workers import installed code
+only and die with this process (featcache.foundation.processes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.limits import max_processes, require_at_most
+from featcache.foundation.processes import local_cluster_config
 
 SCHEDULER_FORMS = (
     "local:N (N worker processes here), local-cuda (one worker per GPU, needs dask-cuda), "
@@ -113,20 +115,23 @@ def dask_client(
 
     `cluster_options` go to LocalCluster / LocalCUDACluster (ignored for a running scheduler).
     """
+    import dask
     from distributed import Client, LocalCluster
 
     check_available(choice)
     quiet = {"dashboard_address": None, "silence_logs": logging.ERROR}
     if choice.kind in ("local", "local-cuda"):
-        if choice.kind == "local":
-            defaults = {"n_workers": choice.workers, "threads_per_worker": 1, "processes": True}
-            cluster = LocalCluster(**{**defaults, **quiet, **cluster_options})
-        else:
-            from dask_cuda import LocalCUDACluster
+        # its workers: installed code only, and gone with this process (featcache.foundation.processes)
+        with dask.config.set(local_cluster_config(dask.config)):
+            if choice.kind == "local":
+                defaults = {"n_workers": choice.workers, "threads_per_worker": 1, "processes": True}
+                cluster = LocalCluster(**{**defaults, **quiet, **cluster_options})
+            else:
+                from dask_cuda import LocalCUDACluster
 
-            cluster = LocalCUDACluster(**{**quiet, **cluster_options})
-        with cluster, Client(cluster) as client:
-            yield client
+                cluster = LocalCUDACluster(**{**quiet, **cluster_options})
+            with cluster, Client(cluster) as client:
+                yield client
         return
     try:
         if choice.kind == "file":

@@ -5,7 +5,6 @@ never read as markup, control characters escaped; errors as one line on stderr. 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -22,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from featcache.foundation.settings import setting
 from featcache.foundation.text import printable
 
 _WIDTH = None if sys.stdout.isatty() else 160
@@ -80,7 +80,7 @@ def progress_bar() -> Progress:
         TimeRemainingColumn(),
         console=err,
         transient=False,
-        disable=not err.is_terminal and os.environ.get("TOSCA_PROGRESS") != "1",
+        disable=not err.is_terminal and setting("TOSCA_PROGRESS") != "1",
     )
 
 

@@ -9,6 +9,8 @@ decoder, and the unreadable ones are left out and recorded in the store's attrs.
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.processes import loader_worker_start
 from featcache.images.decoding import open_picture
 from featcache.sources.datasets import SplitSamples
 
@@ -90,6 +93,7 @@ def find_bad_images(
         num_workers=workers,
         collate_fn=_as_list,
         prefetch_factor=4 if workers > 0 else None,
+        worker_init_fn=functools.partial(loader_worker_start, os.getpid()),  # gone with this process
     )
     bad = []
     for items in loader:

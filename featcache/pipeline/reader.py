@@ -11,11 +11,14 @@ Two stages: the host stage (DataLoader workers) decodes and transforms on the CP
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from featcache.foundation.processes import loader_worker_start
 from featcache.images.decoding import DecodeError, Encoded, decode_on_device, open_picture, read_encoded
 from featcache.images.transforms import Preprocessing, view_rng
 from featcache.sources.datasets import SplitSamples
@@ -169,4 +172,5 @@ def make_loader(
         persistent_workers=False,
         prefetch_factor=4 if workers > 0 else None,
         pin_memory=pin_memory,
+        worker_init_fn=functools.partial(loader_worker_start, os.getpid()),  # gone with this process
     )

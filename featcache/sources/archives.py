@@ -21,14 +21,16 @@ import lzma
 import os
 import shutil
 import tarfile
+import tempfile
 import time
 import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import disk_errors
+from featcache.foundation.files import disk_errors, read_json
 from featcache.foundation.fingerprints import file_sha256
 from featcache.foundation.limits import human_bytes, require_disk
 from featcache.foundation.locks import folder_lock
@@ -171,28 +173,30 @@ def unpack_once(
     """
     sha = file_sha256(archive)
     dest = Path(cache_dir) / "_unpacked" / f"{_stem(archive)}-{sha[:12]}"
-    if not (dest / _DONE_MARK).exists():
+    if not _marked(dest):
         check_archive(archive, dest)  # before anything is written
     with disk_errors(dest.parent, "preparing to unpack the archive"):
         dest.parent.mkdir(parents=True, exist_ok=True)
     wait = on_wait or _ON_WAIT.get() or (lambda holder: None)
     with folder_lock(dest, "archive folder", "", on_wait=wait):
         mark = dest / _DONE_MARK
-        if mark.exists():
+        if _marked(dest):
             return dest, sha, _read_mark(mark)
         left_out = LeftOut()
-        tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
         for leftover in dest.parent.glob(f"{dest.name}.partial*"):  # killed unpackers (we hold the lock)
-            shutil.rmtree(leftover, ignore_errors=True)
+            shutil.rmtree(leftover, ignore_errors=True)  # a link by that name is never followed
+        tmp: Path | None = None
         try:
-            with disk_errors(tmp, f"unpacking {archive}"):
-                tmp.mkdir(parents=True)
+            with disk_errors(dest.parent, f"unpacking {archive}"):
+                # a new folder of a name nobody can guess: nothing planted can be in it, or be it
+                tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.partial-{os.getpid()}-", dir=dest.parent))
+                tmp.chmod(0o777 & ~_umask())  # as a folder made the usual way (mkdtemp makes it private)
                 if archive.name.lower().endswith(".zip"):
                     _unpack_zip(archive, tmp, left_out)
                 else:
                     _unpack_tar(archive, tmp, left_out)
-                (tmp / _DONE_MARK).write_text(
-                    json.dumps({"sha256": sha, "left_out": left_out.attrs()}) + "\n"
+                atomic.write_text(
+                    tmp / _DONE_MARK, json.dumps({"sha256": sha, "left_out": left_out.attrs()}) + "\n"
                 )
                 shutil.rmtree(dest, ignore_errors=True)  # an unmarked folder: not known to be whole
                 tmp.rename(dest)
@@ -201,15 +205,31 @@ def unpack_once(
         except UNREADABLE as exc:  # encrypted or unsupported zip members, corrupt streams
             raise UserError(f"cannot unpack {archive}: {_why(exc)}") from exc
         finally:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(tmp)
     return dest, sha, left_out
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux); the usual 022 elsewhere."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def _marked(dest: Path) -> bool:
+    """The folder holds its done mark: a regular file (a link or a fifo by that name is not one)."""
+    mark = dest / _DONE_MARK
+    return mark.is_file() and not mark.is_symlink()
 
 
 def _read_mark(mark: Path) -> LeftOut:
     """What the unpacking that wrote this done mark left out (older marks hold only the sha256)."""
-    try:
-        recorded = json.loads(mark.read_text()).get("left_out", {})
-    except (OSError, ValueError, AttributeError):
+    try:  # bounded: a huge or deeply nested mark is one that records nothing
+        recorded = read_json(mark, "unpacking mark", "").get("left_out", {})
+    except UserError:
         return LeftOut()
-    return LeftOut.from_attrs(recorded)
+    return LeftOut.from_attrs(recorded) if isinstance(recorded, dict) else LeftOut()

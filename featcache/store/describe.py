@@ -49,28 +49,29 @@ def list_stores(cache_dir: Path) -> list[dict[str, Any]]:
         raise UserError(f"no folder {cache_dir}: pass --cache-dir with the folder your stores are in")
     rows = []
     for path in find_stores(cache_dir):
-        try:
-            store = FeatureStore.open(path)
+        try:  # a damaged store is a row saying why; the others are still listed
+            rows.append(_row(path))
         except UserError as exc:
             rows.append({"store": str(path), "error": str(exc)})
-            continue
-        ident = store.identity
-        rows.append(
-            {
-                "store": str(path),
-                "dataset": str(field_of(ident, "dataset", "name")),
-                "backbone": str(field_of(ident, "backbone", "alias")),
-                "weights": str(field_of(ident, "backbone", "weights_source")),
-                "policy": str(field_of(ident, "preprocessing", "policy")),
-                "train": store.layout("train").n,
-                "test": store.layout("test").n,
-                "dim": store.dim,
-                "views": store.views,
-                "complete": store.is_complete(),
-                "bytes": store.size_bytes(),
-            }
-        )
     return rows
+
+
+def _row(path: Path) -> dict[str, Any]:
+    store = FeatureStore.open(path)
+    ident = store.identity
+    return {
+        "store": str(path),
+        "dataset": str(field_of(ident, "dataset", "name")),
+        "backbone": str(field_of(ident, "backbone", "alias")),
+        "weights": str(field_of(ident, "backbone", "weights_source")),
+        "policy": str(field_of(ident, "preprocessing", "policy")),
+        "train": store.layout("train").n,
+        "test": store.layout("test").n,
+        "dim": store.dim,
+        "views": store.views,
+        "complete": store.is_complete(),
+        "bytes": store.size_bytes(),
+    }
 
 
 @dataclass

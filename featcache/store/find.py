@@ -7,10 +7,10 @@ that cannot be read is passed over (`tosca cache ls` says why), not fatal.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
 from featcache.store.format import FeatureStore, is_tosca_store
 
 
@@ -28,15 +28,16 @@ def find_stores(cache_dir: str | Path) -> list[Path]:
 
 
 def _damaged_metadata(meta: Path) -> bool:
-    """A regular zarr.json that is not a JSON object (another program's zarr store is one)."""
-    if not meta.is_file():
+    """A regular zarr.json that cannot be read as a JSON object (another program's zarr store is
+    one): not JSON, larger than metadata can be, or nested too deeply. Read bounded; a fifo or a
+    device by that name is never opened for reading (it could block for ever)."""
+    if meta.is_symlink() or not meta.is_file():
         return False
     try:
-        return not isinstance(json.loads(meta.read_text()), dict)
-    except (OSError, UnicodeDecodeError):
-        return False
-    except ValueError:
+        read_json(meta, "store metadata", "")
+    except UserError:
         return True
+    return False
 
 
 def resolve_store(

@@ -30,6 +30,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ import numpy as np
 import zarr
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import disk_errors
+from featcache.foundation.files import check_depth, disk_errors, read_bytes, read_json
 from featcache.foundation.fingerprints import fingerprint
+from featcache.foundation.limits import human_bytes
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -166,6 +168,209 @@ def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
                 )
 
 
+# ------------------------------------------------------------------ the tree on disk, checked first
+
+_TREE_DEPTH = 8  # folders below a store's root: split / array / c / up to 3 chunk-key levels, and some
+_ITEM_BYTES = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+}
+_STRING_BYTES = 8 << 10  # a stored string (a sample id is a relative path; PATH_MAX is 4 KiB)
+
+
+@dataclass
+class StoreTree:
+    """What a store's folder holds, read without zarr and without reading a chunk: every zarr.json
+    parsed (by its folder: "" the root, "train", "train/features"), and every chunk file's key and
+    size (by its array)."""
+
+    metas: dict[str, dict[str, Any]]
+    chunks: dict[str, list[tuple[str, int]]]
+
+
+def _read_meta(store: Path, file: str, rel: str) -> dict[str, Any]:
+    what = "metadata" if rel == "" else "array metadata"
+    try:
+        text = read_bytes(file, "metadata").decode()
+        check_depth(text, f"{rel or '.'}/zarr.json")
+        data = json.loads(text)
+    except UserError as exc:
+        raise UserError(f"{store} has unreadable {what} ({exc}); re-extract it") from None
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{store} has unreadable {what} (UnicodeDecodeError in {rel or '.'}/zarr.json); re-extract it"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{store} has unreadable {what} (JSONDecodeError: {rel or '.'}/zarr.json, {exc.msg} at line "
+            f"{exc.lineno}); re-extract it"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{store} has unreadable {what} ({rel or '.'}/zarr.json is no JSON object); re-extract it"
+        )
+    return data
+
+
+def read_tree(path: Path) -> StoreTree:
+    """Walk a store's folder: refuse, in one line, a symbolic link (one planted in a shared cache
+    would have zarr read or write elsewhere), a fifo, a device or a socket (reading one blocks or
+    never ends), a tree deeper than a store's, and metadata that is too large, too deeply nested or
+    not JSON. Nothing here reads a chunk."""
+    tree = StoreTree({}, {})
+
+    def visit(folder: str, rel: str, depth: int) -> None:
+        if depth > _TREE_DEPTH:
+            raise UserError(f"store {path} has folders nested deeper than a store's ({rel}); re-extract it")
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            raise UserError(
+                f"cannot read store {path} ({exc.strerror or type(exc).__name__} in {rel or '.'})"
+            ) from None
+        for entry in entries:
+            inner = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_symlink():
+                raise UserError(
+                    f"store {path} holds a symbolic link ({inner}): tosca follows no link inside a store (in "
+                    "a shared cache one can be planted to have it read or write elsewhere); re-extract the store"
+                )
+            if entry.is_dir(follow_symlinks=False):
+                visit(entry.path, inner, depth + 1)
+            elif not entry.is_file(follow_symlinks=False):
+                raise UserError(
+                    f"store {path} holds {inner}, which is not a regular file (a fifo, a device or a socket: "
+                    "reading it could wait for ever); re-extract the store"
+                )
+            elif entry.name == "zarr.json":
+                tree.metas[rel] = _read_meta(path, entry.path, rel)
+            elif "/c/" in f"/{inner}":
+                array, _, key = f"/{inner}".partition("/c/")
+                tree.chunks.setdefault(array.lstrip("/"), []).append(
+                    (key, entry.stat(follow_symlinks=False).st_size)
+                )
+
+    visit(str(path), "", 0)
+    return tree
+
+
+def _ints(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        return None
+    return tuple(value)
+
+
+def _array_layout(path: Path, tree: StoreTree, name: str) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
+    """(shape, chunk shape, data type) of an array from its zarr.json, as tosca writes them (a regular
+    chunk grid, default chunk keys with "/"); anything else is one line."""
+    meta = tree.metas.get(name, {})
+    grid = meta.get("chunk_grid")
+    config = grid.get("configuration") if isinstance(grid, dict) else None
+    shape = _ints(meta.get("shape"))
+    chunks = _ints(config.get("chunk_shape")) if isinstance(config, dict) else None
+    encoding = meta.get("chunk_key_encoding")
+    separator = (
+        (encoding.get("configuration") or {}).get("separator", "/") if isinstance(encoding, dict) else None
+    )
+    if (
+        shape is None
+        or chunks is None
+        or len(shape) != len(chunks)
+        or grid.get("name") != "regular"
+        or not isinstance(encoding, dict)
+        or encoding.get("name") != "default"
+        or separator != "/"
+    ):
+        raise UserError(
+            f"store {path}: {name} records no regular chunk grid with tosca's chunk keys (edited by hand); re-extract it"
+        )
+    return shape, chunks, meta.get("data_type")
+
+
+def check_layout(path: Path, tree: StoreTree, attrs: dict[str, Any]) -> None:
+    """Every array's shape, chunks and data type fit the others' and the attrs, and every chunk file is
+    no larger than its array's chunks can be; checked before anything loops over chunks, so a `done`
+    array that claims 10^8 entries or a chunk longer than the layout is one line, not minutes of
+    reading fill values (and every later loop is bounded by the files on disk: the ids of each split
+    have one chunk file per chunk, written when the store was made)."""
+    identity = attrs.get("identity", {})
+    layouts = {
+        name: _array_layout(path, tree, name)
+        for name, meta in tree.metas.items()
+        if name.count("/") == 1 and meta.get("node_type") == "array"
+    }
+
+    def refuse(name: str, why: str) -> UserError:
+        return UserError(f"store {path}: {name} {why} (damaged or edited by hand); re-extract it")
+
+    if any(f"{split}/features" not in layouts for split in SPLITS):
+        return  # no features array: named by _check_arrays
+    rows = {split: layouts[f"{split}/features"][0] for split in SPLITS}
+    for split, shape in rows.items():
+        if len(shape) != 2:
+            raise refuse(f"{split}/features", f"has shape {list(shape)}, not [rows, dim]")
+    n = {split: shape[0] for split, shape in rows.items()}
+    dim = rows["train"][1]
+    chunk = layouts["train/features"][1][0]
+    recorded = identity.get("chunk_size") if isinstance(identity, dict) else None
+    if not (chunk <= max(1, *n.values()) or chunk == recorded):
+        raise refuse(
+            "train/features",
+            f"records chunks of {chunk} rows, longer than any split ({max(n.values())} rows)",
+        )
+    dtype = layouts["train/features"][2]
+    expected: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]]] = {}
+    for split in SPLITS:
+        k = -(-n[split] // chunk)
+        expected[f"{split}/features"] = ((n[split], dim), (chunk, dim), DTYPES)
+        expected[f"{split}/labels"] = ((n[split],), (chunk,), ("int64",))
+        expected[f"{split}/ids"] = ((n[split],), (chunk,), ("string",))
+        expected[f"{split}/done"] = ((k,), (1,), ("bool",))
+        for name in ("checksums", "sources"):
+            expected[f"{split}/{name}"] = ((k,), (1,), ("string",))
+    if "train/views" in layouts:
+        views = layouts["train/views"][0][:1]
+        expected["train/views"] = ((*views, n["train"], dim), (1, chunk, dim), (dtype,))
+    for name, (shape, chunks, types) in expected.items():
+        if name not in layouts:
+            continue  # a missing array is named by _check_arrays
+        found_shape, found_chunks, found_type = layouts[name]
+        if found_type not in types:
+            raise refuse(name, f"holds {found_type} values, not {' or '.join(map(str, types))}")
+        if (found_shape, found_chunks) != (shape, chunks):
+            raise refuse(
+                name,
+                f"records shape {list(found_shape)} in chunks {list(found_chunks)}, where the store's layout has "
+                f"shape {list(shape)} in chunks {list(chunks)}",
+            )
+    for split in SPLITS:
+        keys = [key for key, _ in tree.chunks.get(f"{split}/ids", []) if key.isdigit()]
+        if n[split] and len(keys) != -(-n[split] // chunk):
+            raise refuse(
+                f"{split}/ids",
+                f"has {len(keys)} chunk files for its {-(-n[split] // chunk)} chunks of sample ids",
+            )
+    for name, (_, chunks, types) in layouts.items():
+        item = _ITEM_BYTES.get(types if isinstance(types, str) else "", _STRING_BYTES)
+        most = 2 * math.prod(chunks) * item + (64 << 10)  # compression never doubles a chunk
+        for key, size in tree.chunks.get(name, []):
+            if size > most:
+                raise UserError(
+                    f"store {path}: {name}/c/{key} is {human_bytes(size)}, more than a chunk of {name} can be "
+                    f"({human_bytes(most)}): damaged or planted; delete it, then `tosca cache verify {path} --fix` "
+                    "and the same `tosca extract` recompute it"
+                )
+
+
 @dataclass(frozen=True)
 class StoreShape:
     """The sizes stage 2 plans with: feature dim, rows per split, views, classes."""
@@ -232,8 +437,13 @@ class FeatureStore:
 
     @classmethod
     def open(cls, path: str | Path, mode: str = "r") -> FeatureStore:
+        """Open a store for reading (or "r+" for its one writer), after every check that needs no
+        chunk read: every entry of the store's tree is a regular file or folder (no link, no fifo),
+        every zarr.json is bounded in size and nesting and parses, every chunk file is no larger
+        than its array's chunks can be, and every array's shape, chunks and data type fit the
+        others' and the attrs (`check_layout`). A loop over chunks comes only after these."""
         path = Path(path)
-        if not (path / "zarr.json").is_file():
+        if not os.path.lexists(path / "zarr.json"):
             absolute = path.absolute()  # `.` has no name to put a sibling beside
             if absolute.with_name(absolute.name + ".creating").exists():
                 raise UserError(
@@ -241,6 +451,7 @@ class FeatureStore:
                     "run the same `tosca extract` again"
                 )
             raise UserError(f"not a feature store: {path} (no zarr.json); see `tosca cache ls`")
+        tree = read_tree(path)
         try:  # by its absolute path: the store read is the one opened, whatever chdir comes later
             group = zarr.open_group(str(path.absolute()), mode=mode)
             attrs = dict(group.attrs)
@@ -262,6 +473,7 @@ class FeatureStore:
                 f"{path} has unreadable array metadata ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); "
                 "re-extract it"
             ) from None
+        check_layout(path, tree, attrs)
         return cls(path.absolute(), group)
 
     @classmethod
@@ -549,11 +761,8 @@ def looks_like_store_remains(folder: Path) -> bool:
 
 def is_tosca_store(path: str | Path) -> bool:
     """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
-    meta = Path(path) / "zarr.json"
-    if not meta.is_file():  # never read a fifo or a device: it could block for ever
-        return False
-    try:
-        attrs = json.loads(meta.read_text()).get("attributes", {})
-    except (OSError, ValueError, AttributeError):
+    try:  # bounded: never a fifo or a device, nothing huge or nested too deeply
+        attrs = read_json(Path(path) / "zarr.json", "store metadata", "").get("attributes", {})
+    except UserError:
         return False
     return isinstance(attrs, dict) and "schema_version" in attrs

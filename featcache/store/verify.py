@@ -11,13 +11,13 @@ otherwise train a run on damaged data and report its accuracy with exit code 0.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
 from featcache.foundation.fingerprints import fingerprint
 from featcache.foundation.locks import folder_lock
 from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
@@ -264,12 +264,10 @@ def check_not_replaced(path: Path | str, recorded: str, while_: str) -> None:
     """The store at `path` is still the one whose fingerprint was `recorded` when it was opened:
     an `extract --overwrite` by another process replaces it as a whole, and arrays read before and
     after come from two stores. Called after the last read; a result computed across it is refused."""
-    meta = Path(path) / "zarr.json"
-    try:
-        now = (
-            json.loads(meta.read_text()).get("attributes", {}).get("fingerprint") if meta.is_file() else None
-        )
-    except (OSError, ValueError, AttributeError):
+    try:  # bounded: what is there now may be anything
+        attributes = read_json(Path(path) / "zarr.json", "store metadata", "").get("attributes")
+        now = attributes.get("fingerprint") if isinstance(attributes, dict) else None
+    except UserError:
         now = None
     if now != recorded:
         raise UserError(

@@ -12,8 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import shutil
+import stat
+import struct
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -364,6 +367,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["demo", "--data-root", "{img}", "--jobs", "100000"],
         "--jobs 100000 is over the limit",
     ),
+    ("suite file a fifo", ["suite", "{fifo}", "--dry-run"], "suite file {fifo} is not a regular file"),
     (
         "extract data root a fifo",
         [*EXTRACT[:6], "{fifo}"],
@@ -438,10 +442,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _state(root: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
     files, folders = {}, set()
     for path in root.rglob("*"):
-        if path.is_dir():
+        info = path.lstat()  # a link is compared as itself, never followed
+        if stat.S_ISDIR(info.st_mode):
             folders.add(str(path))
         else:
-            files[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
+            files[str(path)] = (info.st_size, info.st_mtime_ns)
     return files, folders
 
 
@@ -510,12 +515,74 @@ def _sweep_results(root: Path) -> None:
         csv.writer(fh).writerows(rows)
 
 
+def _sparse(path: Path, size: int, head: bytes = b"") -> None:
+    """A file of `size` bytes that takes a few KiB on disk (a hole after `head`)."""
+    with open(path, "wb") as fh:
+        fh.write(head)
+        fh.truncate(size)
+
+
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def _task_file_edit(path: Path, edit: Any, extra_bytes: int = 0) -> None:
+    """Rewrite a safetensors file's header with `edit`; `extra_bytes` of hole appended to its data."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8 : 8 + n]), raw[8 + n :]
+    edit(header, len(data))
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    _sparse(path, 8 + len(text) + len(data) + extra_bytes, struct.pack("<Q", len(text)) + text + data)
+
+
+def _extra_tensor(header: dict[str, Any], data: int) -> None:
+    header["extra"] = {"dtype": "F32", "shape": [2 << 30], "data_offsets": [data, data + (8 << 30)]}
+
+
+def _deep_stats(header: dict[str, Any], data: int) -> None:
+    header["__metadata__"]["stats"] = DEEP
+
+
+def _router_of_a_million_classes(root: Path) -> None:
+    path = root / "run" / "router.safetensors"
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    dim = json.loads(raw[8 : 8 + n])["scatter"]["shape"][0]
+    layout, offset = {}, 0
+    for name, shape, dtype, size in (
+        ("counts", [10**6], "F64", 8),
+        ("sums", [10**6, dim], "F64", 8),
+        ("tsums", [10**6, dim], "F64", 8),
+        ("scatter", [dim, dim], "F64", 8),
+        ("shrinkage", [1], "F64", 8),
+        ("tukey", [1], "BOOL", 1),
+    ):
+        layout[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + math.prod(shape) * size],
+        }
+        offset += math.prod(shape) * size
+    text = json.dumps(layout).encode()
+    text += b" " * (-len(text) % 8)
+    _sparse(path, 8 + len(text) + offset, struct.pack("<Q", len(text)) + text)
+
+
+def _deep_cell(root: Path) -> None:
+    results = root / "sweep" / "results.csv"
+    rows = list(csv.reader(io.StringIO(results.read_text())))
+    rows[1][rows[0].index("A_t")] = DEEP
+    with open(results, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+
+
 DAMAGED: list[tuple[str, Any, list[str], str]] = [
     (
         "task file not safetensors",
         lambda root: _garbage(root / "run" / "task_000.safetensors"),
         ["eval", "{run}", "--device", "cpu"],
-        "run {run}: task_000.safetensors is damaged (SafetensorError",
+        "run {run}: task_000.safetensors is damaged (it is not a safetensors file",
     ),
     (
         "task file of another recipe",
@@ -529,7 +596,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "router file not safetensors",
         lambda root: _garbage(root / "run" / "router.safetensors"),
         ["predict", "{run}", "{img}", "--device", "cpu"],
-        "router.safetensors is damaged (SafetensorError",
+        "router.safetensors is damaged (it is not a safetensors file",
     ),
     (
         "config r not a number",
@@ -579,6 +646,84 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
         "sweep file {root}/sweep/sweep.json is not valid JSON",
     ),
+    # ------------------------------------------------ crafted files: bounded reads, one line in seconds
+    (
+        "config.json a sparse 2 GiB file",
+        lambda root: _sparse(root / "run" / "config.json", 2 << 30, b"{"),
+        ["eval", "{run}", "--device", "cpu"],
+        "run config {run}/config.json is larger than such a file can be (2.0 GiB; at most 32.0 MiB)",
+    ),
+    (
+        "config.json nested 3,000 deep",
+        lambda root: (root / "run" / "config.json").write_text('{"x": ' + DEEP + "}"),
+        ["eval", "{run}", "--device", "cpu"],
+        "run config {run}/config.json nests more than 64 levels deep",
+    ),
+    (
+        "metrics.json nested 3,000 deep",
+        lambda root: (root / "run" / "metrics.json").write_text('{"x": ' + DEEP + "}"),
+        ["routers", "{run}"],
+        "run metrics {run}/metrics.json nests more than 64 levels deep",
+    ),
+    (
+        "sweep.json nested 3,000 deep",
+        lambda root: (root / "sweep" / "sweep.json").write_text('{"x": ' + DEEP + "}"),
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "sweep file {root}/sweep/sweep.json nests more than 64 levels deep",
+    ),
+    (
+        "a task file's metadata nested 3,000 deep",
+        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _deep_stats),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_000.safetensors is damaged (its training stats nests more than 64 levels deep",
+    ),
+    (
+        "a task file with an extra 8 GiB tensor",
+        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _extra_tensor, 8 << 30),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_000.safetensors is damaged (it holds a tensor 'extra' that no task file has)",
+    ),
+    (
+        "a router file claiming a million classes",
+        _router_of_a_million_classes,
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "router.safetensors is damaged (it covers 1000000 classes in 1 tasks",
+    ),
+    (
+        "a results.csv cell nested 3,000 deep",
+        _deep_cell,
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "results.csv line 2: A_t holds '[[[[",
+    ),
+]
+
+# Links and fifos planted in tosca's folders, one row per file a command writes there (in a shared
+# folder, a link makes tosca write where its planter wants): refused in one line before anything is
+# written; the file it points to is untouched. A dangling link must not create its target either.
+SWEEP_MORE = [*SWEEP, "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"]
+FIT_MORE = [*FIT, "--epochs", "1", "--r", "4", "--s", "4", "--run", "{run}"]
+BASELINES_AGAIN = [*BASE, "--methods", "simplecil", "--out", "{root}/base"]
+LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is planted there, command)
+    ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
+    ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
+    ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
+    ("sweep.json", "sweep/sweep.json", "link", SWEEP_MORE),
+    ("sweep summary.md", "sweep/summary.md", "link", SWEEP_MORE),
+    ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
+    ("sweep heatmap", "sweep/heatmap_A_last.png", "link", SWEEP_MORE),
+    ("run config.json, a dangling link", "run/config.json", "dangling", FIT_MORE),
+    ("run marker .tosca", "run/.tosca", "link", FIT_MORE),
+    ("run metrics.json", "run/metrics.json", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run results.csv", "run/results.csv", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run accuracy.png", "run/accuracy.png", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run router.safetensors", "run/router.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run head.safetensors", "run/head.safetensors", "link", FIT_MORE),
+    ("run the next task file, a dangling link", "run/task_002.safetensors", "dangling", FIT_MORE),
+    ("run metrics.json a fifo", "run/metrics.json", "fifo", ["eval", "{run}", "--device", "cpu"]),
+    ("baselines metrics.json", "base/simplecil/metrics.json", "link", BASELINES_AGAIN),
+    ("baselines results.csv", "base/simplecil/results.csv", "link", BASELINES_AGAIN),
+    ("baselines comparison.csv", "base/comparison.csv", "link", BASELINES_AGAIN),
+    ("baselines comparison.png", "base/comparison.png", "link", BASELINES_AGAIN),
 ]
 
 
@@ -601,6 +746,8 @@ def damaged_template(folder: dict[str, Path], tmp_path_factory: pytest.TempPathF
     assert runner.invoke(app, wide).exit_code == 0
     sweep = [*(s.format(store=store) for s in SWEEP), "--r", "2", "--epochs", "1", "--jobs", "1"]
     assert runner.invoke(app, [*sweep, "--out", str(root / "sweep")]).exit_code == 0
+    base = [*(s.format(store=store) for s in BASE), "--methods", "simplecil", "--out", str(root / "base")]
+    assert runner.invoke(app, base).exit_code == 0
     return root
 
 
@@ -638,4 +785,50 @@ def test_damaged_files(
     lines = [line for line in output.splitlines() if line.strip() and not line.startswith("note")]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), f"{name}: {lines}"
     assert expected.format(**places) in lines[0], f"{name}: {lines[0]}"
+    assert _state(root) == before, f"{name} changed files"
+
+
+def _copy(damaged_template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "copy"
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    for run in ("run", "wide"):  # the copies' runs point at the copy's store
+        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+    _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
+    return root
+
+
+@pytest.mark.parametrize(("name", "file", "planted", "argv"), [pytest.param(*r, id=r[0]) for r in LINKED])
+def test_a_planted_link_or_fifo_is_never_written_through(
+    name: str,
+    file: str,
+    planted: str,
+    argv: list[str],
+    damaged_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = _copy(damaged_template, tmp_path)
+    target, outside = root / file, tmp_path / "outside.txt"
+    outside.write_text("the planter's target\n")
+    target.unlink(missing_ok=True)
+    if planted == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(outside if planted == "link" else tmp_path / "created-through-the-link")
+    monkeypatch.chdir(root)
+    places = {
+        "root": str(root),
+        "store": str(root / "store.zarr"),
+        "run": str(root / "run"),
+        "img": str(root / "img"),
+    }
+    before = _state(root)
+    result = runner.invoke(app, [part.format(**places) for part in argv])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, f"{name}: {lines}"
+    what = "not a regular file" if planted == "fifo" else "a symbolic link"
+    inside = file.split("/", 1)[1]  # as named from the folder the command claims
+    assert lines[0].startswith("error: ") and f"holds {inside}, {what}" in lines[0], lines[0]
+    assert outside.read_text() == "the planter's target\n"
+    assert not (tmp_path / "created-through-the-link").exists()
     assert _state(root) == before, f"{name} changed files"

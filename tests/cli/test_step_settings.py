@@ -1,5 +1,6 @@
-"""The compute settings a user can set (TOSCA_STEP, TOSCA_STEP_THREADS, the kernel cache) are
-checked before a command writes anything, and a refusal is one line."""
+"""The settings a user can set (TOSCA_STEP, TOSCA_STEP_THREADS, TOSCA_OVERLAP_EVAL, the kernel cache
+and every other one featcache.foundation.settings knows) are checked like flags, in one place,
+before a command writes anything, and a refusal is one line."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ BAD_STEP_SETTINGS = [  # (environment, the one line it must give)
     ({"TOSCA_STEP": "fastest"}, "unknown TOSCA_STEP='fastest': use one of auto, native, torch"),
     ({"TOSCA_STEP_THREADS": "8"}, "TOSCA_STEP_THREADS='8': use 1 or 2"),
     ({"TOSCA_STEP_THREADS": "0"}, "TOSCA_STEP_THREADS='0': use 1 or 2"),
+    (
+        {"TOSCA_OVERLAP_EVAL": "2"},
+        "TOSCA_OVERLAP_EVAL='2': use 1 (evaluate on a second thread) or 0 (after each task)",
+    ),
+    (
+        {"TOSCA_OVERLAP_EVAL": "yes"},
+        "TOSCA_OVERLAP_EVAL='yes': use 1 (evaluate on a second thread) or 0 (after each task)",
+    ),
 ]
 
 
@@ -81,3 +90,34 @@ def test_the_cache_refusal_is_one_line_from_the_command_line(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "writable by others" in lines[0]
+
+
+BAD_SETTINGS = {  # a value no setting may take, for each one tosca reads that has a form
+    "TOSCA_STEP": "fastest",
+    "TOSCA_STEP_THREADS": "3",
+    "TOSCA_OVERLAP_EVAL": "yes",
+    "TOSCA_PROGRESS": "on",
+    "TOSCA_MEMORY_LIMIT": "8G",
+    "TOSCA_PLUGINS": "my-plugin.py",
+}
+PLACES = ("TOSCA_KERNEL_CACHE", "TOSCA_DATA", "TOSCA_PAPER_DATA")  # any path: checked where it is used
+
+
+def test_every_setting_is_checked_like_a_flag_before_any_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from featcache.foundation.errors import UserError
+    from featcache.foundation.settings import SETTINGS, check_settings
+
+    assert set(BAD_SETTINGS) | set(PLACES) == set(SETTINGS)
+    for name, value in BAD_SETTINGS.items():
+        monkeypatch.setenv(name, value)
+        with pytest.raises(UserError, match=name) as refused:
+            check_settings()
+        assert "\n" not in str(refused.value)
+        monkeypatch.undo()
+    monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "yes")
+    result = CliRunner().invoke(app, ["cache", "ls", "--cache-dir", str(tmp_path)])  # any command
+    assert result.exit_code == 2 and result.output.strip().startswith("error: TOSCA_OVERLAP_EVAL='yes'")
+    monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "")  # empty: unset, as for any variable
+    check_settings()

@@ -20,7 +20,9 @@ from featcache.store import FeatureStore, verify_store
 
 
 @pytest.mark.slow
-def test_worker_killed_mid_chunk_job_finishes_equal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_killed_mid_chunk_job_finishes_equal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted_working_folder: Path
+) -> None:
     tree = make_image_tree(tmp_path / "imgs", classes=2, train=5, test=2)
     common = dict(
         model=FAST_CNN,
@@ -66,3 +68,5 @@ def test_worker_killed_mid_chunk_job_finishes_equal(tmp_path: Path, monkeypatch:
     views = np.asarray(store.group["train/views"][:])
     np.testing.assert_array_equal(views, np.asarray(undisturbed.group["train/views"][:]))
     assert 0 <= chunk < 5
+    # the workers imported nothing from the working folder (a planted multiprocessing.py)
+    assert not planted_working_folder.exists(), planted_working_folder.read_text()

@@ -32,6 +32,7 @@ import featcache.extraction  # noqa: F401  (imported once, in the fork server)
 from support import ROOT
 
 _CONTEXT: Any = None
+_DEFAULT_METHOD = multiprocessing.get_start_method()  # this process's, as `tosca` would have it
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,13 @@ def _install_write_hook(folder: Path, pause: PauseAt | None) -> list[str]:
     return written
 
 
-def _child(args: list[str], folder: str, pause: dict[str, Any] | None) -> None:
-    """The child: run `tosca ARGS` with stdout/stderr in files; exit with its exit code."""
+def _child(
+    args: list[str], folder: str, pause: dict[str, Any] | None, start_method: str | None = None
+) -> None:
+    """The child: run `tosca ARGS` with stdout/stderr in files; exit with its exit code. A fork
+    server's child inherits its start method: `start_method` gives back the one `tosca` has."""
+    if start_method is not None:
+        multiprocessing.set_start_method(start_method, force=True)
     where = Path(folder)
     out = os.open(where / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     err = os.open(where / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -207,20 +213,24 @@ class Child:
         return int(self.process.exitcode)
 
 
-def start(args: list[str], folder: Path, pause: PauseAt | None = None) -> Child:
-    """Start `tosca ARGS` in a child process; its stdout, stderr and list of writes go to `folder`."""
+def start(args: list[str], folder: Path, pause: PauseAt | None = None, daemon: bool = True) -> Child:
+    """Start `tosca ARGS` in a child process; its stdout, stderr and list of writes go to `folder`.
+    A child that starts processes of its own (loader workers) must not be a daemon (`daemon=False`),
+    and starts them as `tosca` does here (forked, Python's default on Linux)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("paused", "resume", "stdout", "stderr", "writes.json"):
         (folder / name).unlink(missing_ok=True)
     process = context().Process(
-        target=_child, args=(list(args), str(folder), asdict(pause) if pause else None), daemon=True
+        target=_child,
+        args=(list(args), str(folder), asdict(pause) if pause else None, None if daemon else _DEFAULT_METHOD),
+        daemon=daemon,
     )
     process.start()
     return Child(process, folder)
 
 
-def run(args: list[str], folder: Path, timeout: float = 300) -> tuple[int, str, str]:
+def run(args: list[str], folder: Path, timeout: float = 300, daemon: bool = True) -> tuple[int, str, str]:
     """Run `tosca ARGS` to its end in a child; (exit code, stdout, stderr)."""
-    child = start(args, folder)
+    child = start(args, folder, daemon=daemon)
     code = child.finish(timeout)
     return code, child.text("stdout"), child.text("stderr")

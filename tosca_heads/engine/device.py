@@ -8,6 +8,7 @@ Settings, checked by `check_settings` before a command writes anything:
   numbers to float rounding, not bit for bit).
 - `TOSCA_OVERLAP_EVAL`: 1 or 0, evaluate task t on a second thread while task t+1 trains
   (default: on a CPU with two or more usable cores).
+Each is read through featcache.foundation.settings, which refuses any other value in one line.
 """
 
 from __future__ import annotations
@@ -15,40 +16,33 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from featcache.foundation.errors import UserError
 from featcache.foundation.limits import usable_cores
+from featcache.foundation.settings import check_settings as check_every_setting
+from featcache.foundation.settings import setting
 
 STEP_CHOICES = ("auto", "native", "torch")
 
 
 def step_choice() -> str:
-    choice = os.environ.get("TOSCA_STEP", "auto")
-    if choice not in STEP_CHOICES:
-        raise UserError(f"unknown TOSCA_STEP={choice!r}: use one of {', '.join(STEP_CHOICES)}")
-    return choice
+    return setting("TOSCA_STEP") or "auto"
 
 
 def configured_step_threads() -> int | None:
     """TOSCA_STEP_THREADS (None when unset); a value other than 1 or 2 is refused in one line."""
-    value = os.environ.get("TOSCA_STEP_THREADS")
-    if value is None:
-        return None
-    if value not in ("1", "2"):
-        raise UserError(f"TOSCA_STEP_THREADS={value!r}: use 1 or 2")
-    return int(value)
+    value = setting("TOSCA_STEP_THREADS")
+    return None if value is None else int(value)
 
 
 def check_settings() -> None:
-    """Refuse a bad TOSCA_STEP or TOSCA_STEP_THREADS in one line, before a command writes anything."""
-    step_choice()
-    configured_step_threads()
+    """Refuse a bad setting (TOSCA_STEP, TOSCA_STEP_THREADS, TOSCA_OVERLAP_EVAL and every other one
+    featcache.foundation.settings knows) in one line, before a command writes anything."""
+    check_every_setting()
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,8 +63,9 @@ def mkl_thread_setter() -> tuple[ctypes._CFuncPtr | None, int | None]:  # type: 
 
 def overlap_evaluation(device: torch.device) -> bool:
     """Evaluate task t on a second thread while task t+1 trains: on a CPU with cores to spare."""
-    if os.environ.get("TOSCA_OVERLAP_EVAL") in ("0", "1"):
-        return os.environ["TOSCA_OVERLAP_EVAL"] == "1"
+    chosen = setting("TOSCA_OVERLAP_EVAL")
+    if chosen is not None:
+        return chosen == "1"
     return device.type == "cpu" and usable_cores() >= 2
 
 

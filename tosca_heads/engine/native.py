@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.settings import setting
 from tosca_heads.engine.device import mkl_thread_setter, step_choice
 from tosca_heads.engine.layout import ParamLayout
 
@@ -159,8 +160,9 @@ def forward(layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normali
 
 
 def cache_dir() -> Path:
-    if os.environ.get("TOSCA_KERNEL_CACHE"):
-        return Path(os.environ["TOSCA_KERNEL_CACHE"])
+    chosen = setting("TOSCA_KERNEL_CACHE")
+    if chosen is not None:
+        return Path(chosen)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "tosca" / "kernels"
 

@@ -23,6 +23,7 @@ import torch
 from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_bytes, read_json
 from featcache.foundation.limits import require_memory
 from featcache.store import FeatureStore, check_not_replaced, check_readable, resolve_store
 from tosca_heads.experiments import plots, runfiles
@@ -270,8 +271,8 @@ def is_baselines_dir(folder: Path) -> bool:
         if any(f.name not in BASELINE_FILES for f in entry.iterdir()):
             return False
         try:
-            metrics = json.loads((entry / "metrics.json").read_text())
-        except (OSError, ValueError):
+            metrics = read_json(entry / "metrics.json", "baseline metrics", "")
+        except UserError:
             return False
         if not isinstance(metrics, dict) or metrics.get("method") != entry.name:
             return False
@@ -280,10 +281,9 @@ def is_baselines_dir(folder: Path) -> bool:
 
 
 def _starts_with(path: Path, text: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(len(text)) == text
-    except OSError:
+    try:  # bounded: never a fifo
+        return read_bytes(path, "table").decode("utf-8", errors="replace").startswith(text)
+    except UserError:
         return False
 
 
@@ -322,7 +322,7 @@ def write_baseline(
     if result.validation is not None:
         payload["validation"] = {NO_ROUTING: result.validation}
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
-    with atomic.replacing(folder / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
+    with atomic.writing(folder / "results.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["format", "task", "split", "router", "A_t"])
         for split, block in (("test", result.metrics), ("validation", result.validation)):
@@ -334,8 +334,8 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
     """A baseline's metrics.json in this version's form (format 1 said "modes"), or None when the
     file is not one tosca wrote or was damaged (a scan for baselines passes it over)."""
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, ValueError):
+        payload = read_json(path, "baseline metrics", "")
+    except UserError:
         return None
     if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
         return None

@@ -183,13 +183,15 @@ class RunPredictor:
 
 
 def _checked_features(features: Any, dim: int, run_dir: Path) -> torch.Tensor:
-    """[n, dim] finite real features as float32, or one line saying what is wrong."""
-    x = torch.as_tensor(np.asarray(features) if not isinstance(features, torch.Tensor) else features)
-    if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64)):
-        raise UserError(
-            f"features of type {x.dtype} cannot be classified: give real numbers (float32, [n, {dim}])"
-        )
-    x = x.to(torch.float32)
+    """[n, dim] finite real features as float32, or one line saying what is wrong (complex, text or
+    boolean values, another width, NaN or inf)."""
+    kind = features.dtype if isinstance(features, torch.Tensor) else np.asarray(features).dtype
+    real = (
+        not (kind.is_complex or kind == torch.bool) if isinstance(kind, torch.dtype) else kind.kind in "fiu"
+    )
+    if not real:
+        raise UserError(f"features of dtype {kind} cannot be classified: give real numbers (float32)")
+    x = torch.as_tensor(features).to(torch.float32)
     if x.ndim != 2 or x.shape[1] != dim:
         raise UserError(
             f"features of shape {list(x.shape)} cannot be classified by run {run_dir}: "

@@ -33,6 +33,7 @@ import numpy as np
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
+from featcache.foundation.files import parse_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.method.protocol import StreamConfig
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows 
     import pandas as pd
 
 FORMAT = 3
+RESULTS_LIMIT = 1 << 30  # bytes of results.csv: 100,000 points of a dozen routers fit in a third of it
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
 VALIDATION_COLUMNS = ["val_fraction", "val_seed"]  # the point's validation split (0: none)
 TIMING_COLUMNS = [
@@ -212,10 +214,7 @@ class ResultsTable:
             self._points = self._read(rewrite=not check_only)
 
     def _read(self, rewrite: bool) -> dict[str, list[dict[str, str]]]:
-        try:
-            text = self.path.read_text()
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path} is not a text file; it was damaged: pass another --out") from None
+        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
         whole_lines = text[: text.rfind("\n") + 1]  # a last line without its newline was cut by a kill
         lines = list(csv.reader(io.StringIO(whole_lines)))
         if not lines:
@@ -314,8 +313,8 @@ class ResultsTable:
                 ) from None
         curve = row.get("A_t", "")
         try:
-            values = json.loads(curve) if curve else []
-        except ValueError:
+            values = parse_json(curve, "A_t") if curve else []
+        except UserError:
             values = None
         if not isinstance(values, list) or not all(_cell_problem("A_last", str(v)) == "" for v in values):
             raise UserError(
@@ -324,7 +323,7 @@ class ResultsTable:
             )
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        with atomic.replacing(self.path) as tmp, open(tmp, "w", newline="") as fh:
+        with atomic.writing(self.path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
@@ -339,13 +338,11 @@ class ResultsTable:
         cells = [{c: _cell(row[c]) for c in COLUMNS} for row in rows]
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, COLUMNS)
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            writer.writeheader()
-        writer.writerows(cells)
-        with open(self.path, "a", newline="") as fh:
+        with atomic.appending(self.path, newline="") as fh:  # never through a link (synced at the end)
+            if os.fstat(fh.fileno()).st_size == 0:
+                writer.writeheader()
+            writer.writerows(cells)
             fh.write(buffer.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
         self._points[cells[0]["key"]] = cells
 
     def frame(self) -> pd.DataFrame:
@@ -354,7 +351,8 @@ class ResultsTable:
 
         if not self._points:
             return pd.DataFrame(columns=COLUMNS)
-        return pd.read_csv(self.path, keep_default_na=False, na_values=[""])
+        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
+        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
 
 
 def _whole(rows: list[dict[str, str]]) -> bool:
@@ -576,8 +574,8 @@ def write_sweep_outputs(
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files, None
-    with atomic.replacing(out / "results.parquet") as tmp:
-        frame.to_parquet(tmp, index=False)
+    with atomic.writing(out / "results.parquet", "wb") as fh:
+        frame.to_parquet(fh, index=False)
     points = by_point(frame)
     summary = summarise_points(points, rank_by, routers_in(frame))
     chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,9 @@ import torch
 
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
+from featcache.foundation.files import parse_json, read_json
 from featcache.foundation.fingerprints import canonical_json, identity_differences
+from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
@@ -380,29 +382,19 @@ def load_task(
     classifier snapshot and training stats. Everything in the file is checked against the run's
     recipe and split (flow, task, the classes seen by then), finite float32 values included: a file
     copied from another run or edited must stop here, never be scored."""
-    from safetensors import SafetensorError, safe_open
-
     path = task_file(run_dir, task)
     refit = (
         f"delete it and the task files after it, then `tosca fit --run {run_dir}` trains those tasks again"
     )
-    try:
-        with safe_open(str(path), "pt") as fh:
-            tensors = {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 - not a dict
-            meta = fh.metadata() or {}
-            stats = json.loads(meta["stats"])
-    except (SafetensorError, OSError, KeyError, ValueError) as exc:
-        raise _damaged(run_dir, path.name, f"{type(exc).__name__}: {str(exc)[:80]}", refit) from None
-    if "config" in meta and meta["config"] != recipe_digest(run_dir):
-        raise _damaged(
-            run_dir,
-            path.name,
-            "it was written under another config.json: the split or recipe there was edited since",
-            "restore config.json, or fit a new run",
-        )
-    if meta.get("task", str(task)) != str(task) or meta.get("flow", layout.flow) != layout.flow:
-        why = f"it was written for task {meta.get('task')} of a {meta.get('flow')} run, not task {task} of this {layout.flow} run"
-        raise _damaged(run_dir, path.name, why, refit)
+    try:  # the header first: the run, names, dtypes and shapes it expects, or no tensor is read
+        tensors, meta = read_safetensors(path, _task_header(run_dir, task, layout, seen_classes))
+        stats = parse_json(meta["stats"], "its training stats")
+    except KeyError as exc:
+        raise _damaged(run_dir, path.name, f"no {exc} in its metadata", refit) from None
+    except _OtherConfig as exc:
+        raise _damaged(run_dir, path.name, str(exc), "restore config.json, or fit a new run") from None
+    except UserError as exc:
+        raise _damaged(run_dir, path.name, str(exc), refit) from None
     for key, value in tensors.items():
         if value.dtype != torch.float32:
             raise _damaged(run_dir, path.name, f"{key} holds {value.dtype} values, not float32", refit)
@@ -438,20 +430,103 @@ def load_task(
     return module, head, stats
 
 
-def load_router_statistics(run_dir: Path) -> dict[str, torch.Tensor] | None:
-    """The routers' statistics file of a run (None when the run has none)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+class _OtherConfig(TensorFileError):
+    """A task file written under another config.json (restoring it is the fix, not refitting)."""
 
+
+def _task_header(
+    run_dir: Path, task: int, layout: ParamLayout, seen_classes: int | None
+) -> Callable[[Header], None]:
+    """What a task file's header must say before its tensors are read: the recipe's module (names
+    and shapes), a classifier of the run's dimension whose rows are the classes seen by `task`
+    (at most those the split can have seen then, when the caller does not know), float32 only."""
+
+    def check(header: Header) -> None:
+        meta = header.metadata
+        if "config" in meta and meta["config"] != recipe_digest(run_dir):
+            raise _OtherConfig(
+                "it was written under another config.json: the split or recipe there was edited since"
+            )
+        if meta.get("task", str(task)) != str(task) or meta.get("flow", layout.flow) != layout.flow:
+            raise TensorFileError(
+                f"it was written for task {meta.get('task')} of a {meta.get('flow')} run, not task {task} "
+                f"of this {layout.flow} run"
+            )
+        module = {f"luca.{k}": v for k, v in layout.state_shapes().items()}
+        unknown = sorted(set(header.tensors) - set(module) - {"head.weight", "head.sigma"})
+        if unknown:
+            raise TensorFileError(f"it holds a tensor {unknown[0][:60]!r} that no task file has")
+        for key, info in header.tensors.items():
+            if info.dtype != "F32":
+                raise TensorFileError(f"{key} holds {info.dtype} values, not float32")
+        if {k: v.shape for k, v in header.tensors.items() if k.startswith("luca.")} != module:
+            raise TensorFileError("its module does not fit the recipe in config.json")
+        weight, sigma = header.tensors.get("head.weight"), header.tensors.get("head.sigma")
+        if (
+            weight is None
+            or sigma is None
+            or len(weight.shape) != 2
+            or weight.shape[1] != layout.dim
+            or math.prod(sigma.shape) != 1
+        ):
+            raise TensorFileError("its classifier does not fit the recipe in config.json")
+        if seen_classes is not None and weight.shape[0] != seen_classes:
+            raise TensorFileError(
+                f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has "
+                f"seen {seen_classes}"
+            )
+        stream = read_run_config(run_dir).get("stream")
+        if seen_classes is None and isinstance(stream, dict):
+            most = stream.get("init_cls", 0) + task * stream.get("increment", 0)
+            if isinstance(most, int) and weight.shape[0] > most:
+                raise TensorFileError(
+                    f"its classifier has {weight.shape[0]} classes; task {task} of the run's split has seen "
+                    f"at most {most}"
+                )
+
+    return check
+
+
+def _router_header(run_dir: Path) -> Callable[[Header], None]:
+    """A routers' statistics file holds per-class counts and sums, one scatter matrix and one
+    shrinkage per task, float64, at the run's feature dimension, for no more classes than the run's
+    finished tasks have seen; checked before its tensors are read."""
+    config = read_run_config(run_dir)
+    dim = feature_dim_of(config, run_dir)
+    stream = stream_config_of(config, run_dir)
+    tasks = max(1, finished_tasks(run_dir))
+    most = stream.init_cls + (tasks - 1) * stream.increment
+
+    def check(header: Header) -> None:
+        counts, shrinkage = header.tensors.get("counts"), header.tensors.get("shrinkage")
+        classes = counts.shape[0] if counts is not None and len(counts.shape) == 1 else None
+        steps = shrinkage.shape[0] if shrinkage is not None and len(shrinkage.shape) == 1 else None
+        shapes = {
+            "counts": (classes,),
+            "sums": (classes, dim),
+            "tsums": (classes, dim),
+            "scatter": (dim, dim),
+            "shrinkage": (steps,),
+            "tukey": (1,),
+        }
+        expect(header, shapes, {**dict.fromkeys(shapes, "F64"), "tukey": "BOOL"})
+        if (classes or 0) > most or (steps or 0) > tasks:
+            raise TensorFileError(
+                f"it covers {classes} classes in {steps} tasks; the run's {tasks} finished task(s) have seen "
+                f"at most {most} classes"
+            )
+
+    return check
+
+
+def load_router_statistics(run_dir: Path) -> dict[str, torch.Tensor] | None:
+    """The routers' statistics file of a run (None when the run has none), its header checked
+    against the run's feature dimension before a tensor is read."""
     path = Path(run_dir) / ROUTER_FILE
     if not path.is_file():
         return None
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise _damaged(
-            run_dir,
-            ROUTER_FILE,
-            f"{type(exc).__name__}: {str(exc)[:80]}",
-            f"`tosca eval {run_dir}` rebuilds it",
-        ) from None
+        tensors, _ = read_safetensors(path, _router_header(run_dir))
+    except UserError as exc:
+        raise _damaged(run_dir, ROUTER_FILE, str(exc), f"`tosca eval {run_dir}` rebuilds it") from None
+    return tensors

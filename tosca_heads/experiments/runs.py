@@ -479,7 +479,7 @@ def write_results(result: RunResult) -> None:
     """metrics.json, results.csv (one row per task, split and router) and accuracy.png of a run."""
     run_dir = result.run_dir
     atomic.write_text(run_dir / runfiles.METRICS, json.dumps(result.metrics(), indent=2) + "\n")
-    with atomic.replacing(run_dir / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
+    with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(RESULT_COLUMNS)
         for stage in result.stages:

@@ -310,8 +310,8 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, points: Sequence[SweepP
     digest = grid_digest(points)
     for meta_path in sorted(Path(runs_root).glob("sweep-*/sweep.json"), reverse=True):
         try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, ValueError):
+            meta = read_json(meta_path, "sweep file", "")
+        except UserError:
             continue  # a damaged folder is not this grid's: it is never resumed by accident
         if not isinstance(meta, dict) or not isinstance(meta.get("grids", []), list):
             continue

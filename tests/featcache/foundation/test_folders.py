@@ -88,7 +88,8 @@ def test_a_store_is_never_written_into(writer: str, where: str, store: Path, tmp
     target = store if where == "the store" else store / "train" / "results"
     before = _snapshot(tmp_path)
     code, lines = _invoke(*_writers(store, target)[writer])
-    described = "is a zarr store" if where == "the store" else f"lies inside the zarr store {store}"
+    # the store is named, not the `train` group (a zarr.json of its own) the folder lies in
+    described = "is a zarr store:" if where == "the store" else f"lies inside the zarr store {store}:"
     assert code == 2 and len(lines) == 1 and described in lines[0], lines
     assert _snapshot(tmp_path) == before
 

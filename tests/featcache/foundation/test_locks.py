@@ -84,17 +84,50 @@ def test_a_folder_reached_through_a_link_has_the_same_lock(tmp_path: Path) -> No
     assert lock_path(tmp_path / "alias") == lock_path(tmp_path / "run")
 
 
-def test_lock_held_by_children_of_a_dead_writer_says_so(tmp_path: Path) -> None:
-    """A killed writer's forked helpers (loader workers) keep its flock a few seconds: say why."""
-    store = tmp_path / "s.zarr"
+def _held_for_a_dead_writer(store: Path) -> int:
+    """The lock file of a writer that ended on this host, its flock still held (as its forked
+    loader workers hold it while they exit): here by a descriptor of this test."""
     dead = subprocess.Popen(["true"])
     dead.wait()
     path = lock_path(store)
     path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "then"}))
     fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_a_rerun_waits_for_the_helpers_of_a_dead_writer_then_takes_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed writer's forked helpers keep its flock until they exit: a rerun says so in one line,
+    waits for them, then goes on (here the helpers exit when the line is said)."""
+    from featcache.foundation import locks
+
+    store = tmp_path / "s.zarr"
+    fd = _held_for_a_dead_writer(store)
+    said: list[str] = []
+
+    def helpers_exit(line: str) -> None:
+        said.append(line)
+        os.close(fd)  # the last helper exits: the kernel drops the flock
+
+    monkeypatch.setattr(locks, "_say", helpers_exit)
+    lock = acquire(store)
+    assert len(said) == 1 and said[0].startswith(f"waiting: the tosca process that wrote {store} (pid ")
+    assert "has ended; its helper processes are exiting (at most 30 s)" in said[0]
+    assert json.loads(lock_path(store).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_helpers_that_outlive_the_bound_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from featcache.foundation import locks
+
+    monkeypatch.setattr(locks, "HELPERS_EXIT_SECONDS", 0.2)
+    monkeypatch.setattr(locks, "_say", lambda line: None)
+    store = tmp_path / "s.zarr"
+    fd = _held_for_a_dead_writer(store)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(FolderBusy, match=r"that process has ended .* try again in a few seconds"):
+        with pytest.raises(FolderBusy, match=r"that process has ended, but processes it started still hold"):
             acquire(store)
     finally:
         os.close(fd)

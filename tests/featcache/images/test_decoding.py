@@ -95,7 +95,9 @@ def _request(tmp_path: Path, tree: Path, name: str, **kw: object) -> ExtractRequ
     return ExtractRequest(**args)
 
 
-def test_device_stage_equals_loader_stage(tmp_path: Path, jpeg_tree: Path) -> None:
+def test_device_stage_equals_loader_stage(
+    tmp_path: Path, jpeg_tree: Path, planted_working_folder: Path
+) -> None:
     """The CUDA road (bytes in the loader, batched decode + transforms + prefetch thread) run on the
     CPU writes exactly what the torch decoder's loader workers write."""
     host = FeatureStore.open(
@@ -124,6 +126,8 @@ def test_device_stage_equals_loader_stage(tmp_path: Path, jpeg_tree: Path) -> No
     np.testing.assert_array_equal(
         np.asarray(store.group["train/views"][:]), np.asarray(host.group["train/views"][:])
     )
+    # the loader workers imported nothing from the working folder (a planted multiprocessing.py)
+    assert not planted_working_folder.exists(), planted_working_folder.read_text()
 
 
 def test_decoder_is_part_of_the_identity(tmp_path: Path, image_tree: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import zarr
 from support.crash_harness import PauseAt, run, start
@@ -131,3 +132,29 @@ def test_sigkill_then_verify_then_rerun_equals_uninterrupted(
     assert _verify(store) == (0, [f"OK {store}"])
     leftovers = [p for p in tmp_path.rglob("*") if p.name.endswith((".partial", ".creating", ".lock"))]
     assert leftovers == [], leftovers
+
+
+def test_a_rerun_right_after_a_kill_resumes_and_the_killed_run_s_helpers_are_gone(
+    tmp_path: Path, uninterrupted: tuple[Path, dict[str, np.ndarray], int]
+) -> None:
+    """`kill -9` of an extraction with loader workers (forked, they hold the store's lock with it):
+    the workers die with it at once, and the same command, run at once, resumes to the arrays of an
+    uninterrupted run (a rerun that still found them exiting would wait for them, saying so)."""
+    tree, reference, _ = uninterrupted
+    store = tmp_path / "killed.zarr"
+    args = _args(tree, store)
+    args[args.index("--workers") + 1] = "2"
+    child = start(args, tmp_path / "killed-run", PauseAt(r"\.zarr/train/features/c/", 2), daemon=False)
+    child.wait_paused()
+    helpers = psutil.Process(child.process.pid).children(recursive=True)
+    assert len(helpers) >= 2, helpers  # the loader workers, alive
+    child.kill()
+    _, alive = psutil.wait_procs(helpers, timeout=2)  # torch's own check would take up to 5 s
+    assert alive == [], alive
+    code, stdout, stderr = run(args, tmp_path / "rerun", daemon=False)
+    assert code == 0, stderr
+    assert "computed" in stdout
+    resumed = _arrays(store)
+    for key, value in reference.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    assert _verify(store) == (0, [f"OK {store}"])

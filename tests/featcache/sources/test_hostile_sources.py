@@ -290,3 +290,132 @@ def test_ids_or_labels_that_no_longer_fit_are_sent_to_overwrite_not_to_fix(tmp_p
 
 def test_names_in_messages_are_never_emoji_codes(tmp_path: Path) -> None:
     _refused([*EXTRACT, "--data-root", tmp_path, "--scheduler", "local:-1:"], "local:-1:")
+
+
+def _meta(store: Path, array: str, edit: object) -> None:
+    path = store / array / "zarr.json"
+    meta = json.loads(path.read_text())
+    edit(meta)  # type: ignore[operator]
+    path.write_text(json.dumps(meta))
+
+
+def _sparse(path: Path, size: int) -> None:
+    path.unlink()
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _deep_attrs(store: Path) -> None:
+    text = (store / "zarr.json").read_text()
+    deep = "[" * 3000 + "]" * 3000
+    (store / "zarr.json").write_text(
+        text.replace('"attributes": {', '"attributes": {"deep": ' + deep + ", ", 1)
+    )
+
+
+def _a_hundred_million_rows(store: Path) -> None:
+    """Every array and the attrs claim 10^8 train rows, consistently (re-fingerprinted): only the
+    files on disk can tell (8 chunk files of ids for 6,250,000 chunks)."""
+    from featcache.foundation.fingerprints import fingerprint
+
+    n, chunks = 10**8, 10**8 // 16
+    _meta(store, "train/features", lambda m: m.update(shape=[n, 32]))
+    for name in ("labels", "ids"):
+        _meta(store, f"train/{name}", lambda m: m.update(shape=[n]))
+    for name in ("done", "checksums", "sources"):
+        _meta(store, f"train/{name}", lambda m: m.update(shape=[chunks]))
+    meta = json.loads((store / "zarr.json").read_text())
+    meta["attributes"]["identity"]["dataset"]["samples"]["train"] = n
+    meta["attributes"]["fingerprint"] = fingerprint(meta["attributes"]["identity"])
+    (store / "zarr.json").write_text(json.dumps(meta))
+
+
+def _link_to_dev_zero(store: Path) -> None:
+    chunk = store / "train" / "ids" / "c" / "0"
+    chunk.unlink()
+    chunk.symlink_to("/dev/zero")  # read whole, it would never end
+
+
+def _complex(store: Path) -> None:
+    for split in ("train", "test"):
+        _meta(store, f"{split}/features", lambda m: m.update(data_type="complex64", fill_value=[0.0, 0.0]))
+
+
+CRAFTED = [  # (what, how, the line's words): each one line, within seconds, in every cache command
+    (
+        "done claiming 10^6 entries",
+        lambda s: _meta(s, "train/done", lambda m: m.update(shape=[10**6])),
+        "train/done records shape [1000000] in chunks [1], where the store's layout has shape [8]",
+    ),
+    (
+        "done claiming 10^8 entries",
+        lambda s: _meta(s, "train/done", lambda m: m.update(shape=[10**8])),
+        "train/done records shape [100000000] in chunks [1]",
+    ),
+    (
+        "a chunk longer than its array",
+        lambda s: _meta(
+            s, "train/features", lambda m: m["chunk_grid"]["configuration"].update(chunk_shape=[1000, 32])
+        ),
+        "train/features records chunks of 1000 rows, longer than any split (120 rows)",
+    ),
+    (
+        "every array and the attrs claiming 10^8 rows",
+        _a_hundred_million_rows,
+        "train/ids has 8 chunk files for its 6250000 chunks",
+    ),
+    (
+        "a fifo as an array's zarr.json",
+        lambda s: _fifo(s / "train" / "labels" / "zarr.json"),
+        "holds train/labels/zarr.json, which is not a regular file",
+    ),
+    (
+        "attrs nested 3,000 deep",
+        _deep_attrs,
+        "has unreadable metadata (./zarr.json nests more than 64 levels deep",
+    ),
+    (
+        "a sparse 2 GiB zarr.json",
+        lambda s: _sparse(s / "train" / "ids" / "zarr.json", 2 << 30),
+        "is larger than such a file can be (2.0 GiB",
+    ),
+    ("a link to /dev/zero as a chunk file", _link_to_dev_zero, "holds a symbolic link (train/ids/c/0)"),
+    (
+        "a sparse 8 GiB chunk file",
+        lambda s: _sparse(s / "train" / "features" / "c" / "0" / "0", 8 << 30),
+        "train/features/c/0/0 is 8.0 GiB, more than a chunk of train/features can be",
+    ),
+    ("complex-valued features", _complex, "train/features holds complex64 values, not float32 or float16"),
+]
+
+
+@pytest.mark.parametrize(("what", "craft", "said"), [pytest.param(*c, id=c[0]) for c in CRAFTED])
+def test_a_crafted_store_is_one_line_within_seconds_and_cache_ls_goes_on(
+    tmp_path: Path, what: str, craft: object, said: str
+) -> None:
+    import time
+
+    cache = tmp_path / "cache"
+    good = synthetic_store(cache / "good.zarr").path
+    store = synthetic_store(cache / "crafted.zarr").path
+    craft(store)  # type: ignore[operator]
+    for command in (
+        ["cache", "info", store],
+        ["cache", "verify", store],
+        ["fit", "--store", store, "--device", "cpu", "--run", tmp_path / "run"],
+    ):
+        start = time.monotonic()
+        _refused(command, said)
+        assert time.monotonic() - start < 10, (what, command[:2])
+    assert not (tmp_path / "run").exists()
+    start = time.monotonic()
+    listed = runner.invoke(app, ["cache", "ls", "--cache-dir", str(cache), "--json"])
+    assert listed.exit_code == 0 and time.monotonic() - start < 10, listed.output
+    rows = {Path(row["store"]).name: row for row in json.loads(listed.output)}
+    assert said in rows["crafted.zarr"]["error"] and "error" not in rows["good.zarr"], rows
+    assert good.exists()

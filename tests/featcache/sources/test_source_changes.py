@@ -167,6 +167,28 @@ def test_two_extractions_of_one_archive_unpack_it_once(tmp_path: Path) -> None:
         np.testing.assert_array_equal(one.features(split), two.features(split))
 
 
+def test_of_two_extractions_into_one_store_the_first_started_finishes(tmp_path: Path) -> None:
+    """First come, first served: the store is claimed (its lock taken) before the archive is
+    unpacked, so a second extraction into the same store, started while the first unpacks (with
+    another --limit-per-class), is refused in one line naming the first, which then finishes."""
+    archive, cache, store = _archive(tmp_path), tmp_path / "cache", tmp_path / "one.zarr"
+    first = start(
+        _cli_args(archive, cache, store),
+        tmp_path / "first",
+        PauseAt(function="featcache.sources.archives:_unpack_tar", resumable=True),
+    )
+    first.wait_paused()
+    second = start([*_cli_args(archive, cache, store), "--limit-per-class", "3"], tmp_path / "second")
+    assert second.finish() == 2
+    lines = [line for line in second.text("stderr").splitlines() if not line.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: store {store} is being written by another tosca")
+    assert f"(pid {first.process.pid} on " in lines[0]
+    first.resume()
+    assert first.finish() == 0, first.text("stderr")
+    assert FeatureStore.open(store).is_complete()
+    assert FeatureStore.open(store).identity["dataset"]["limit_per_class"] is None
+
+
 def test_a_killed_unpacking_leaves_nothing_that_looks_finished(tmp_path: Path) -> None:
     archive, cache = _archive(tmp_path), tmp_path / "cache"
     args = _cli_args(archive, cache, tmp_path / "one.zarr")

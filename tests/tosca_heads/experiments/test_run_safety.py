@@ -78,8 +78,8 @@ def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
 def test_an_interrupted_write_leaves_the_previous_file(tmp_path: Path) -> None:
     path = tmp_path / "metrics.json"
     atomic.write_text(path, '{"A_last": 0.5}\n')
-    with pytest.raises(RuntimeError), atomic.replacing(path) as tmp:
-        tmp.write_text('{"A_la')  # a writer that dies half-way
+    with pytest.raises(RuntimeError), atomic.writing(path) as fh:
+        fh.write('{"A_la')  # a writer that dies half-way
         raise RuntimeError("killed")
     assert json.loads(path.read_text()) == {"A_last": 0.5}
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]

@@ -327,7 +327,9 @@ def test_a_suite_folder_that_is_something_else_is_refused(tmp_path: Path) -> Non
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
 
 
-def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> None:
+def test_cells_on_two_worker_processes_give_the_same_tables(
+    tmp_path: Path, planted_working_folder: Path
+) -> None:
     path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
     spec = load_suite(path)
     alone = run_suite(spec, tmp_path / "one", jobs=1, device="cpu")
@@ -335,6 +337,8 @@ def test_cells_on_two_worker_processes_give_the_same_tables(tmp_path: Path) -> N
     assert {c.status for c in spread.cells} == {"ran"}
     columns = ["method", "store", "metric", "mean", "std", "n"]
     pd.testing.assert_frame_equal(spread.tables.table[columns], alone.tables.table[columns])
+    # the workers imported nothing from the working folder (a planted multiprocessing.py)
+    assert not planted_working_folder.exists(), planted_working_folder.read_text()
 
 
 def test_store_names_that_would_share_a_cells_folder_are_refused(tmp_path: Path) -> None:
@@ -458,3 +462,19 @@ def test_a_plug_in_router_reaches_the_worker_processes_and_cells_made_before_it(
     finally:
         ROUTERS.pop("test_suite_newest", None)
         sys.modules.pop("suite_newest", None)
+
+
+def test_a_dry_run_refuses_what_the_real_run_refuses(tmp_path: Path) -> None:
+    """One check of what the cells would allocate for both: a dry run does not pass a RanPAC of
+    M = 10^12 that the real run refuses."""
+    path = _suite(tmp_path, baselines='["ranpac"]', flows="[]")
+    path.write_text(path.read_text().replace("ranpac_m = 64", "ranpac_m = 1000000000000"))
+    said = []
+    for extra in (["--dry-run"], []):
+        result = RUNNER.invoke(
+            app, ["suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", *extra]
+        )
+        assert result.exit_code == 2, result.output
+        said.append(result.output.strip())
+    assert said[0] == said[1] and said[0].startswith("error: RanPAC with M = 1,000,000,000,000 would need")
+    assert len(said[0].splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -397,7 +397,7 @@ def test_worker_memory_limit_caps_the_in_memory_store() -> None:
         assert client.submit(sweep._memory_budget).result() == 100_000_000
 
 
-def test_sweep_survives_a_killed_worker(tmp_path: Path) -> None:
+def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: Path) -> None:
     """--scheduler local:2 and one worker process SIGKILLed as the first point lands: the sweep still
     finishes, every point recorded exactly once, with the numbers of an undisturbed sweep."""
     from tosca_heads.experiments.sweeps import run_sweep
@@ -427,3 +427,5 @@ def test_sweep_survives_a_killed_worker(tmp_path: Path) -> None:
     for router in ROUTERS:
         assert (a[f"A_last_{router}"] == b[f"A_last_{router}"]).all(), router
     assert hit.ran == len(points)
+    # the workers imported nothing from the working folder (a planted multiprocessing.py)
+    assert not planted_working_folder.exists(), planted_working_folder.read_text()

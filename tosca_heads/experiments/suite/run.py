@@ -169,6 +169,7 @@ def run_suite(
     out = Path(out) if out is not None else default_out(spec, runs_root)
     if dry_run:
         stores = open_stores(spec, None, dry_run=True)
+        check_room(spec, stores, resolved)  # the real run's check, on the stores there already
         states = _states(spec, stores, out, runs_root)
         result = SuiteResult(spec, out, states, None)
         result.estimate_seconds = estimate_seconds(
@@ -177,11 +178,7 @@ def run_suite(
         return result
     folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
     stores = open_stores(spec, extract)
-    for opened in stores.values():  # each cell trains at least alone: the largest must fit here
-        shape = opened.store.shape
-        tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
-        for flow in {"tosca", *spec.flows}:
-            require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, resolved)
+    check_room(spec, stores, resolved)
     with folder_lock(out, "suite folder", "pass another --out"):
         folders.claim(out, "suite", "--out", written_before=is_suite_dir)
         atomic.remove_stale(out)
@@ -209,6 +206,20 @@ def run_suite(
         result = SuiteResult(spec, out, states, tables, files, time.perf_counter() - start)
         files[MANIFEST] = write_manifest(out, spec, stores, states)
         return result
+
+
+def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.device) -> None:
+    """What the suite's cells would allocate, checked before anything runs (a dry run checks the same,
+    on the stores there already): each TOSCA cell trains at least alone, so the largest must fit
+    here; RanPAC's M x M matrices must fit."""
+    for opened in stores.values():
+        shape = opened.store.shape
+        tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
+        for flow in {"tosca", *spec.flows}:
+            require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
+    if "ranpac" in spec.baselines:
+        dims = [opened.store.dim for opened in stores.values()] or [1]
+        comparison.check_ranpac_size(spec.ranpac_m, max(dims))
 
 
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:

@@ -40,10 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_text
+from featcache.foundation.files import read_toml
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
@@ -143,11 +141,7 @@ def load_suite(path: Path) -> SuiteSpec:
     >>> spec.seeds, spec.stores[0].path == TMP.resolve() / "store.zarr"
     ((0, 1), True)
     """
-    text = read_text(Path(path), "suite file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"suite file {path} is not valid TOML: {exc}") from None
+    data = read_toml(Path(path), "suite file")  # bounded: never a fifo, nothing huge or nested too deep
     return parse_suite(data, Path(path).resolve().parent, str(path))
 
 

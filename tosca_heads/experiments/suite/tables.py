@@ -328,8 +328,8 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     header, rows = _grid(spec, tables.table, tex=True)
     files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {note}", header, rows))
     files["table.csv"] = _write(out / "table.csv", tables.table.to_csv(index=False))
-    with atomic.replacing(out / "table.parquet") as tmp:
-        tables.table.to_parquet(tmp, index=False)
+    with atomic.writing(out / "table.parquet", "wb") as fh:
+        tables.table.to_parquet(fh, index=False)
     files["table.parquet"] = out / "table.parquet"
     if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
         for name in ("ablation.md", "ablation.tex"):

@@ -1,0 +1,112 @@
+"""Every setting tosca reads from the environment, checked like a flag, in one place.
+
+A setting is read only through `setting(name)`, which checks its value against the table below:
+a value that is not one of those allowed stops the command in one line naming the setting, the
+value and what is valid, never silently taken for the default (`TOSCA_OVERLAP_EVAL=yes` would
+otherwise mean "no"). `check_settings()` checks all of them at once: the command line calls it
+before any command runs, and the library's entry points (fit, sweep, suite, a dry run as the real
+run) call it before they write anything. An empty value means unset, as for any variable.
+
+Import-light (stdlib only).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from featcache.foundation.errors import UserError
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?$")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An environment variable tosca reads: what it means, and the one line for a bad value (None
+    when the value is fine)."""
+
+    name: str
+    meaning: str
+    problem: Callable[[str], str | None]
+
+
+def _one_of(name: str, allowed: tuple[str, ...], said: str) -> Callable[[str], str | None]:
+    def problem(value: str) -> str | None:
+        return None if value in allowed else f"{name}={value[:40]!r}: {said}"
+
+    return problem
+
+
+def _bytes(value: str) -> str | None:
+    if value.isdigit() and int(value) >= 1:
+        return None
+    return f"TOSCA_MEMORY_LIMIT={value[:40]!r} is not a number of bytes (a whole number >= 1)"
+
+
+def _modules(value: str) -> str | None:
+    bad = [name.strip() for name in value.split(",") if name.strip() and not _MODULE.match(name.strip())]
+    if bad:
+        return f"TOSCA_PLUGINS names {bad[0][:60]!r}, which is no module name: give importable module names, comma-separated"
+    return None
+
+
+def _any(value: str) -> str | None:
+    """A place (any path the user names): what is there is checked where it is used."""
+    return None
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting(
+            "TOSCA_STEP",
+            "the SGD step: auto (the compiled step on a CPU when it builds), native or torch",
+            lambda v: (
+                None
+                if v in ("auto", "native", "torch")
+                else f"unknown TOSCA_STEP={v[:40]!r}: use one of auto, native, torch"
+            ),
+        ),
+        Setting(
+            "TOSCA_STEP_THREADS",
+            "threads of the compiled step: 1 or 2",
+            _one_of("TOSCA_STEP_THREADS", ("1", "2"), "use 1 or 2"),
+        ),
+        Setting(
+            "TOSCA_OVERLAP_EVAL",
+            "evaluate task t on a second thread while task t+1 trains: 1 or 0",
+            _one_of(
+                "TOSCA_OVERLAP_EVAL", ("0", "1"), "use 1 (evaluate on a second thread) or 0 (after each task)"
+            ),
+        ),
+        Setting(
+            "TOSCA_PROGRESS",
+            "show progress bars off a terminal too: 1 or 0",
+            _one_of("TOSCA_PROGRESS", ("0", "1"), "use 1 (show progress bars) or 0"),
+        ),
+        Setting("TOSCA_MEMORY_LIMIT", "the memory tosca plans with, in bytes", _bytes),
+        Setting("TOSCA_PLUGINS", "modules to import before a command runs, comma-separated", _modules),
+        Setting("TOSCA_KERNEL_CACHE", "where the compiled step is built", _any),
+        Setting("TOSCA_DATA", "the real data for the demo and the paper suites", _any),
+        Setting("TOSCA_PAPER_DATA", "the real data for the paper suites", _any),
+    )
+}
+
+
+def setting(name: str) -> str | None:
+    """The value of a setting (None when unset or empty), refused in one line when it is not valid."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    problem = SETTINGS[name].problem(value)
+    if problem is not None:
+        raise UserError(problem)
+    return value
+
+
+def check_settings() -> None:
+    """Refuse the first setting with a bad value, in one line, before anything is done."""
+    for name in SETTINGS:
+        setting(name)
