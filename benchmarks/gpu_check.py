@@ -603,7 +603,8 @@ def step_sweep(work: Path, shape: Shape, rows: list[Row]) -> None:
     import torch
 
     from tosca_heads.engine.memory import default_group_size
-    from tosca_heads.experiments.sweeps import grid_points, make_groups, run_group
+    from tosca_heads.experiments.executor import run_work
+    from tosca_heads.experiments.sweeps import grid_points, make_groups
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
 
@@ -635,7 +636,7 @@ def step_sweep(work: Path, shape: Shape, rows: list[Row]) -> None:
     for members in groups:
         if time.time() > deadline:
             break  # the rows below say how far it got
-        finished += len(run_group(str(store.path), store.fingerprint, members, device.type))
+        finished += len(run_work(members[0].work(members, store), device.type, alone=True).runs)
     seconds = time.perf_counter() - began
     steps = steps * finished // len(points)
     where = "CUDA" if device.type == "cuda" else "CPU (rehearsal)"

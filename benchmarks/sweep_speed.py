@@ -28,8 +28,9 @@ import torch
 from fit_speed import make_store
 
 from featcache.foundation.devices import resolve_device
-from tosca_heads.experiments.sweeps import grid_points, run_sweep
-from tosca_heads.method.protocol import StreamConfig, TaskStream
+from tosca_heads.experiments.requests import SweepRequest
+from tosca_heads.experiments.sweeps import sweep
+from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.recipe import PRESETS
 
 GRIDS = {
@@ -83,19 +84,25 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp) / "bench.zarr", args.train, args.test, args.dim, 100)
-        stream_cfg = StreamConfig(5, 5)
-        points = grid_points(grid, PRESETS["paper"], stream_cfg, store.dim, 100)
-        start = time.perf_counter()
-        outcome = run_sweep(
-            store, points, Path(tmp) / "sweep", jobs=jobs, group=args.group, device=str(device)
+        flags = {**{k: ",".join(map(str, v)) for k, v in grid.items()}, "init_cls": "5", "increment": "5"}
+        request = SweepRequest(  # the paper's protocol: no validation split, as the figures before it
+            store=store,
+            out=Path(tmp) / "sweep",
+            jobs=jobs,
+            group=args.group,
+            device=str(device),
+            val_fraction=0.0,
+            grid=flags,
         )
+        start = time.perf_counter()
+        outcome = sweep(request)
         sweep_s = time.perf_counter() - start
         stream = TaskStream.build(100, 5, 5)
         train = stream.remap(store.labels("train"))
         test = stream.remap(store.labels("test"))
     frame = outcome.frame
     print(
-        f"sweep: {len(points)} points ({' x '.join(f'{k} {v}' for k, v in grid.items())}), 20 tasks each, "
+        f"sweep: {outcome.points} points ({' x '.join(f'{k} {v}' for k, v in grid.items())}), 20 tasks each, "
         f"{args.train:,} x {args.dim} train, {jobs} worker(s) on {device}, up to {outcome.group} points "
         f"per engine run: {sweep_s:.1f} s wall ({frame['run_seconds'].mean():.2f} s per point)"
     )
@@ -106,10 +113,10 @@ def main() -> None:
         f"{args.model} forward on this machine: {sec_per_image:.3f} s/image ({1 / sec_per_image:.1f} img/s)"
     )
     forwards = reference_forwards(train, test, stream, PRESETS["paper"].epochs)
-    reference_s = len(points) * forwards * sec_per_image
+    reference_s = outcome.points * forwards * sec_per_image
     extract_s = (args.train + args.test) * sec_per_image
     print(
-        f"reference: {forwards:,} backbone forwards per run x {len(points)} runs x {sec_per_image:.3f} s "
+        f"reference: {forwards:,} backbone forwards per run x {outcome.points} runs x {sec_per_image:.3f} s "
         f"= {reference_s:,.0f} s ({reference_s / 86400:.1f} days) on this machine"
     )
     print(
@@ -124,7 +131,7 @@ def main() -> None:
     print(
         f"with {views} cached views per training image (the reference's per-epoch augmentation): extraction "
         f"{extract_views_s:,.0f} s, ratio {reference_s / (sweep_s + extract_views_s):,.1f}x for these "
-        f"{len(points)} runs; each further run costs {sweep_s / len(points) * jobs:,.0f} s of one core "
+        f"{outcome.points} runs; each further run costs {sweep_s / outcome.points * jobs:,.0f} s of one core "
         f"instead of {forwards * sec_per_image:,.0f} s"
     )
 

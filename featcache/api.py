@@ -101,10 +101,10 @@ def _check_option_types(request: type, options: dict[str, Any]) -> None:
             raise TypeError(f"option {name}={value!r} must be {kind.replace('Path', 'a path')}")
 
 
-def embed(store: str | Path | FeatureStore, images: list[str | Path], device: str = "cpu") -> Any:
+def embed(store: str | Path | FeatureStore, images: list[str | Path], device: str = "auto") -> Any:
     """The store's features of new images (files, or folders searched by the rule of `tosca
     extract`): the same backbone, weights (checked by hash), preprocessing and precision. [n, d]
-    float32, in the order of the images found.
+    float32, in the order of the images found. `device` as `tosca predict`'s (auto: CUDA when present).
 
     >>> from pathlib import Path
     >>> tiny = extract("test_efficientnet", "imagefolder", IMAGES, store=TMP / "embed.zarr", random_init=True, workers=0)

@@ -65,6 +65,25 @@ def test_the_packages_reexport_the_api_without_loading_it() -> None:
         featcache.no_such_thing  # noqa: B018
 
 
+def test_protocol_warnings_point_at_the_line_that_asked(tmp_path: Path) -> None:
+    """A figure that will mean little is a ProtocolWarning from the user's own line (not from deep
+    in tosca), once per thing said, for each face that fits."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6)
+    calls = {
+        "fit": lambda: tosca_heads.fit(
+            store.path, write=False, init_cls=2, increment=2, epochs=1, batch_size=8
+        ),
+        "baselines": lambda: tosca_heads.baselines(
+            store.path, ["simplecil"], init_cls=2, increment=2, with_tosca=False, out=tmp_path / "b"
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.warns(tosca_heads.ProtocolWarning) as caught:
+            call()
+        assert {w.filename for w in caught} == {__file__}, name
+        assert "fewer than" in str(caught[0].message)
+
+
 PLUGIN = '''
 import numpy as np
 import torch

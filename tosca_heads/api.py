@@ -10,6 +10,7 @@ The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a smal
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,29 +55,22 @@ __all__ = [
 ]
 
 
-def _store(store: FeatureStore | str | Path) -> FeatureStore:
-    return store if isinstance(store, FeatureStore) else FeatureStore.open(store)
+def _store(store: FeatureStore | str | Path) -> FeatureStore | Path:
+    """A store as a request takes it: one already opened, or its path."""
+    return store if isinstance(store, FeatureStore) else Path(store)
 
 
-def _protocol(
-    store: FeatureStore,
-    init_cls: int | None,
-    increment: int | None,
-    order_seed: int,
-    val_fraction: float = 0.0,
-    val_seed: int = 0,
-) -> tuple[Any, Any]:
-    """The split (the dataset's default where not given, as the commands decide it) and the
-    validation split; the protocol's warnings (figures that will mean little) as Python warnings."""
-    from tosca_heads.experiments.runs import request_protocol
-    from tosca_heads.method.protocol import ValidationConfig
-
-    validation = ValidationConfig(val_fraction, val_seed)
-    validation.validate()
-    stream, protocol = request_protocol(store, init_cls, increment, order_seed, validation)
+def _warn(protocol: Any) -> None:
+    """The protocol's warnings (figures that will mean little), as Python warnings pointing at the
+    user's line that asked for the work (however deep in tosca the protocol was said)."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in _OURS:
+        frame, level = frame.f_back, level + 1
     for line in protocol.warnings:
-        warnings.warn(line, ProtocolWarning, stacklevel=3)
-    return stream, validation
+        warnings.warn(line, ProtocolWarning, stacklevel=level)
+
+
+_OURS = ("tosca_heads", "featcache")  # the packages whose frames a warning skips
 
 
 class ProtocolWarning(UserWarning):
@@ -86,49 +80,55 @@ class ProtocolWarning(UserWarning):
 def fit(
     store: FeatureStore | str | Path,
     *,
+    task: int | None = None,
     run: str | Path | None = None,
+    write: bool = True,
+    preset: str = "paper",
     init_cls: int | None = None,
     increment: int | None = None,
     order_seed: int = DEFAULT_ORDER_SEED,
     val_fraction: float = 0.0,
     val_seed: int = 0,
-    device: str = "cpu",
+    device: str = "auto",
     **recipe: Any,
 ) -> RunResult:
-    """`tosca fit`: one LuCA module per task, the cosine classifier and every router, on the
-    store's cached features. `recipe` holds fit flags over the paper preset (r, s, l1, lr,
-    epochs, batch_size, flow, seed, ...). The split defaults as the command's does (the
-    dataset's paper split; without one, at most 10 equal tasks). `val_fraction` holds out that
-    share of each class's training images as a validation split, scored beside test (0, the
-    default: the paper's protocol). With `run` the run folder is written (and a matching one
-    resumed); without, nothing touches the disk.
+    """`tosca fit`, through the same request and function, with the same defaults: one LuCA module
+    per task, the cosine classifier and every router, on the store's cached features: tasks 0..`task`
+    (default: all). `recipe` holds fit flags over the `preset` (r, s, l1, lr, epochs, batch_size,
+    flow, seed, ...). The
+    split defaults as the command's does (the dataset's paper split; without one, at most 10 equal
+    tasks). `val_fraction` holds out that share of each class's training images as a validation
+    split, scored beside test (0, the default: the paper's protocol). The run folder is `run` (a
+    matching one resumed), or the command's default under runs/; `write=False` keeps it in memory.
 
-    >>> result = fit(STORE, init_cls=2, increment=2, epochs=2, batch_size=8)
+    >>> result = fit(STORE, write=False, init_cls=2, increment=2, epochs=2, batch_size=8)
     >>> metrics = result.metrics()
     >>> metrics["finished_tasks"], sorted(metrics["routers"])[:4]
     (3, ['batch', 'batch_shuffled', 'energy', 'entropy'])
     >>> 0.0 <= metrics["routers"]["lda"]["A_last"] <= 1.0
     True
     """
-    from tosca_heads.experiments.runs import fit_run
-    from tosca_heads.method.recipe import recipe as make_recipe
+    from tosca_heads.experiments.requests import FitRequest
+    from tosca_heads.experiments.runs import fit as fit_command
 
-    opened = _store(store)
-    stream, validation = _protocol(opened, init_cls, increment, order_seed, val_fraction, val_seed)
-    train = make_recipe("paper", recipe)
-    return fit_run(
-        opened,
-        stream,
-        train,
-        None,
-        None if run is None else Path(run),
-        write_outputs=run is not None,
+    request = FitRequest(
+        task=task,
+        store=_store(store),
+        run=None if run is None else Path(run),
+        preset=preset,
+        init_cls=init_cls,
+        increment=increment,
+        order_seed=order_seed,
+        val_fraction=val_fraction,
+        val_seed=val_seed,
         device=device,
-        validation=validation,
+        recipe=recipe,
+        write=write,
     )
+    return fit_command(request, on_start=lambda protocol, _: _warn(protocol))
 
 
-def evaluate(run: str | Path, device: str = "cpu") -> RunResult:
+def evaluate(run: str | Path, device: str = "auto") -> RunResult:
     """`tosca eval`: re-evaluate a run folder from its saved modules (every router), rewriting its
     metrics.
 
@@ -146,41 +146,55 @@ def evaluate(run: str | Path, device: str = "cpu") -> RunResult:
 def sweep(
     store: FeatureStore | str | Path,
     grid: dict[str, Sequence[Any]],
-    out: str | Path,
+    out: str | Path | None = None,
     *,
-    jobs: int = 1,
+    preset: str = "paper",
+    jobs: int | None = None,
+    group: int | None = None,
+    scheduler: str | None = None,
     init_cls: int | None = None,
     increment: int | None = None,
     val_fraction: float = SWEEP_VAL_FRACTION,
     val_seed: int = 0,
-    device: str = "cpu",
+    device: str = "auto",
     rank_by: str = "entropy",
     **fixed: Any,
 ) -> pd.DataFrame:
-    """`tosca sweep`: every point of the grid (flag -> values; `seed` for seeds) is a full run;
-    `fixed` holds flags every point shares. As the command, it holds out a validation split
+    """`tosca sweep`, through the same request and function, with the same defaults: every point of
+    the grid (flag -> values; `seed` for seeds) is a full run; `fixed` holds flags every point
+    shares (one value each, as a one-value flag of the command). It holds out a validation split
     (`val_fraction`, 10% of each class's training images by default) and ranks on it. Resumable in
-    `out`; returns results.csv as a frame, one row per point, split and router (sweep.json records
-    what was chosen, on which split).
+    `out` (default: the command's, under runs/); `preset` gives every flag not swept, `group` how
+    many compatible points train together (default: as the command's). Returns results.csv as a frame, one row per point,
+    split and router (sweep.json records what was chosen, on which split).
 
-    >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", init_cls=2, increment=2, epochs=1, batch_size=8)
+    >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", jobs=1, init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(ROUTERS)
     ([2, 4], ['test', 'validation'], True)
     """
-    from tosca_heads.experiments.sweeps import grid_points, run_sweep
-    from tosca_heads.method.recipe import recipe as make_recipe
+    from tosca_heads.experiments.requests import SWEEP_FLAGS, SweepRequest
+    from tosca_heads.experiments.sweeps import sweep as sweep_command
 
-    opened = _store(store)
-    stream, validation = _protocol(opened, init_cls, increment, DEFAULT_ORDER_SEED, val_fraction, val_seed)
-    points = grid_points(
-        _grid_lists(grid),
-        make_recipe("paper", fixed),
-        stream,
-        opened.dim,
-        opened.shape.classes,
-        validation,
+    # the command's grid defaults (seed 0, order seed 1993), so both faces name the same grid
+    flags: dict[str, Any] = {f.key or f.name: f.default for f in SWEEP_FLAGS if f.default is not None}
+    flags.update({**_grid_lists(grid), **{k: [v] for k, v in fixed.items()}})
+    for name, value in (("init_cls", init_cls), ("increment", increment)):
+        if value is not None:
+            flags[name] = [value]
+    request = SweepRequest(
+        store=_store(store),
+        preset=preset,
+        jobs=jobs,
+        group=group,
+        scheduler=scheduler,
+        device=device,
+        out=None if out is None else Path(out),
+        rank_by=rank_by,
+        val_fraction=val_fraction,
+        val_seed=val_seed,
+        grid=flags,
     )
-    return run_sweep(opened, points, Path(out), jobs, None, rank_by, device=device).frame
+    return sweep_command(request, on_start=lambda plan: plan.protocol and _warn(plan.protocol)).frame
 
 
 def _grid_lists(grid: Any) -> dict[str, list[Any]]:
@@ -205,7 +219,7 @@ def _grid_lists(grid: Any) -> dict[str, list[Any]]:
     return lists
 
 
-def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
+def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     """A finished run, ready to classify frozen features (`predict`), nothing trained.
 
     >>> _ = fit(STORE, run=TMP / "loaded", init_cls=2, increment=2, epochs=1, batch_size=8)
@@ -213,7 +227,7 @@ def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
     >>> predictor.tasks_
     3
     """
-    from tosca_heads.experiments.runfiles import open_run_store, read_run_config
+    from tosca_heads.experiments.records.run import open_run_store, read_run_config
 
     config = read_run_config(Path(run))
     store = open_run_store(config, Path(run))
@@ -229,7 +243,7 @@ def load_run(run: str | Path, device: str = "cpu") -> RunPredictor:
 
 
 def predict(
-    run: str | Path | RunPredictor, features: np.ndarray, *, router: str | None = None, device: str = "cpu"
+    run: str | Path | RunPredictor, features: np.ndarray, *, router: str | None = None, device: str = "auto"
 ) -> Predictions:
     """Classify frozen features [n, d] with a run and one honest router (default: the run's best
     honest router by A_last on its validation split, else on test: `chosen_on` says which). The
@@ -247,7 +261,7 @@ def predict(
     ((48,), 'given', True)
     """
     from tosca_heads.experiments.predict import default_router
-    from tosca_heads.experiments.runfiles import read_metrics
+    from tosca_heads.experiments.records.run import read_metrics
 
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
@@ -267,30 +281,40 @@ def baselines(
     val_seed: int = 0,
     ranpac_m: int = 10_000,
     ranpac_seed: int = 0,
-    device: str = "cpu",
+    run: str | Path | None = None,
+    with_tosca: bool = True,
+    out: str | Path | None = None,
+    device: str = "auto",
 ) -> pd.DataFrame:
-    """The baselines under TOSCA's protocol on the same store (any registered one by name): one
-    row per method with A_bar, A_last, forgetting, parameters, seconds and A_t on test,
-    `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a row is no
-    honest result: the joint probe sees every task at once). Nothing written.
+    """`tosca baselines`, through the same request and function, with the same defaults: the
+    baselines under TOSCA's protocol on the same store (any registered one by name) beside TOSCA's
+    routers (a given `run`, or the paper preset's, fitted if missing; `with_tosca=False`: the
+    baselines alone), written into a baselines folder (`out`, default the command's under runs/).
+    One row per method (and TOSCA router) with A_bar, A_last, forgetting, parameters, seconds and
+    A_t on test, `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a
+    row is no honest result: the joint probe sees every task at once, `oracle` is told the task).
 
-    >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64)
+    >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64, with_tosca=False, out=TMP / "base")
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
     (['simplecil', 'ranpac'], True)
     """
-    from tosca_heads.experiments.comparison import baseline_params, comparison_frame, run_baseline
+    from tosca_heads.experiments.comparison import compare
+    from tosca_heads.experiments.records.baseline import comparison_frame
+    from tosca_heads.experiments.requests import BaselinesRequest
 
-    opened = _store(store)
-    stream, validation = _protocol(opened, init_cls, increment, order_seed, val_fraction, val_seed)
-    results = [
-        run_baseline(
-            m,
-            opened,
-            stream,
-            device=device,
-            validation=validation,
-            **baseline_params(m, ranpac_m, ranpac_seed),
-        )
-        for m in methods
-    ]
-    return comparison_frame(results)
+    request = BaselinesRequest(
+        store=_store(store),
+        init_cls=init_cls,
+        increment=increment,
+        order_seed=order_seed,
+        val_fraction=val_fraction,
+        val_seed=val_seed,
+        methods=tuple(methods),
+        ranpac_m=ranpac_m,
+        ranpac_seed=ranpac_seed,
+        run=None if run is None else Path(run),
+        with_tosca=with_tosca,
+        out=None if out is None else Path(out),
+        device=device,
+    )
+    return comparison_frame(compare(request, on_start=_warn).results)

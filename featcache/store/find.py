@@ -41,8 +41,12 @@ def _damaged_metadata(meta: Path) -> bool:
 
 
 def resolve_store(
-    store: Path | None, model: str | None, dataset: str | None, cache_dir: Path
+    store: Path | FeatureStore | None, model: str | None, dataset: str | None, cache_dir: Path
 ) -> FeatureStore:
+    """The store a command names: `store` (a path, or one already opened from Python), else the one
+    store under cache_dir matching model and dataset."""
+    if isinstance(store, FeatureStore):
+        return store
     if store is not None:
         return FeatureStore.open(store)
     matches: list[FeatureStore] = []

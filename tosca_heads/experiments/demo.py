@@ -17,27 +17,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
-from featcache.foundation.limits import max_processes, require_at_most, usable_cores
-from featcache.store import FeatureStore
-from tosca_heads.experiments.comparison import (
-    Comparison,
-    TaskCallback,
-    check_baselines_folder,
-    run_baseline,
-    tosca_results,
-    write_baseline,
-    write_comparison,
-)
-from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION, DemoRequest
-from tosca_heads.experiments.runs import RunResult, StageResult, fit_run
-from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, grid_points, run_sweep
-from tosca_heads.method.features import CachedFeatures
-from tosca_heads.method.protocol import StreamConfig, ValidationConfig
-from tosca_heads.method.recipe import PRESETS
+from featcache.foundation.limits import max_processes, require_at_most
+from tosca_heads.experiments.baselines import TaskCallback
+from tosca_heads.experiments.comparison import Comparison, compare
+from tosca_heads.experiments.records.baseline import check_baselines_folder
+from tosca_heads.experiments.records.run import RunResult, StageResult
+from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
+from tosca_heads.experiments.runs import fit
+from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, sweep
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
@@ -95,62 +86,60 @@ def check_request(request: DemoRequest) -> None:
 
 
 def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> None:
-    """Extract, fit, sweep, baselines and the comparison, each step reusing what a rerun finds."""
+    """Extract, fit, sweep, baselines and the comparison, each step the command's own request (the
+    same checks, defaults and files as `tosca fit`, `tosca sweep` and `tosca baselines`), each
+    reusing what a rerun finds."""
     check_request(request)
-    device = resolve_device(request.device)
+    device = str(resolve_device(request.device))
     data = data_root(request)
     show.section("1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     path = request.cache_dir / "eurosat" / f"effnet_lite0-demo{request.per_class}.zarr"
-    store = FeatureStore.open(
-        extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
-    )
-    stream = StreamConfig(2, 2)
+    store = extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
     name = f"demo-eurosat-effnet_lite0-{request.per_class}"
+    split = {"init_cls": 2, "increment": 2}
     folder = request.runs_dir / f"{name}-baselines"
     check_baselines_folder(folder)
 
     show.section("2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
-    source = CachedFeatures(store, device=device)  # read once, for the fit, TOSCA's rows and the baselines
-    result = fit_run(
-        store, stream, PRESETS["paper"], None, request.runs_dir / name, source, show.stage, device=device
-    )
-    show.fitted(result)
+    fitted = fit(FitRequest(store=store, run=request.runs_dir / name, device=device, **split), show.stage)
+    show.fitted(fitted)
 
     show.section(
         "3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split"
     )
-    validation = ValidationConfig(SWEEP_VAL_FRACTION)
-    points = grid_points(SWEEP, PRESETS["paper"], stream, store.dim, store.shape.classes, validation)
-    jobs = request.jobs or (1 if device.type == "cuda" else usable_cores())
-    outcome = run_sweep(
-        store,
-        points,
-        request.runs_dir / f"{name}-sweep",
-        jobs,
-        None,
-        "entropy",
-        show.point(),
-        None,
-        str(device),
-        SWEEP_ROUTERS,
+    grid = {**{k: ",".join(map(str, v)) for k, v in SWEEP.items()}, **{k: str(v) for k, v in split.items()}}
+    swept = sweep(
+        SweepRequest(
+            store=store,
+            out=request.runs_dir / f"{name}-sweep",
+            jobs=request.jobs,
+            device=device,
+            shown=SWEEP_ROUTERS,
+            grid=grid,
+        ),
+        on_point=show.point(),
     )
-    show.swept(outcome)
+    show.swept(swept)
 
     show.section("4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
-    results = tosca_results(result)
-    on_task = show.baseline_task()
-    for method in BASELINES:
-        params: dict[str, Any] = {"projection_dim": 10_000} if method == "ranpac" else {}
-        baseline = run_baseline(method, store, stream, source, on_task, device=device, **params)
-        write_baseline(folder / method, baseline, store, stream)
-        results.append(baseline)
     title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
-    files = write_comparison(folder, results, title)
+    comparison = compare(
+        BaselinesRequest(
+            store=store,
+            run=fitted.run_dir,
+            out=folder,
+            methods=BASELINES,
+            device=device,
+            title=title,
+            **split,
+        ),
+        show.baseline_task(),
+    )
     show.section("5/5 comparison (accuracies in %, test images of all classes seen so far)")
     plots = [
-        result.run_dir / "accuracy.png",
-        files["comparison.png"],
-        *(p for n, p in outcome.files.items() if n.endswith(".png")),
+        fitted.run_dir / "accuracy.png",
+        comparison.files["comparison.png"],
+        *(p for n, p in swept.files.items() if n.endswith(".png")),
     ]
-    tables = [files["comparison.md"], outcome.files.get("summary.md", outcome.out / "summary.md")]
-    show.compared(Comparison(results, title, files), plots, tables)
+    tables = [comparison.files["comparison.md"], swept.files.get("summary.md", swept.out / "summary.md")]
+    show.compared(comparison, plots, tables)

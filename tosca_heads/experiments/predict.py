@@ -22,10 +22,10 @@ from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.experiments.requests import PredictRequest
-from tosca_heads.experiments.runfiles import (
+from tosca_heads.experiments.records.run import (
     ROUTER_FILE,
     check_task_count,
+    config_digest,
     feature_dim_of,
     finished_tasks,
     load_router_statistics,
@@ -36,6 +36,7 @@ from tosca_heads.experiments.runfiles import (
     stream_config_of,
     train_config_of,
 )
+from tosca_heads.experiments.requests import PredictRequest
 from tosca_heads.method.baselines import single_threaded
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
@@ -92,7 +93,8 @@ class RunPredictor:
         check_task_count(self.run_dir, tasks, self.stream_.num_tasks)
         modules, head = [], {}
         for task in range(tasks):
-            module, head, _ = load_task(self.run_dir, task, self.layout_, self.stream_.seen_classes(task))
+            seen = self.stream_.seen_classes(task)
+            module, head, _ = load_task(self.run_dir, task, self.layout_, seen, config_digest(self.config_))
             modules.append(self.layout_.pack(module, train.r, train.s).unsqueeze(0).to(self.device))
         self.modules_ = tuple(modules)
         self.weight_ = head["head.weight"].unsqueeze(0).to(self.device)

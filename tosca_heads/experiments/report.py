@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.comparison import NO_ROUTING, read_baseline
 from tosca_heads.experiments.predict import default_router
-from tosca_heads.experiments.runfiles import read_metrics, read_run_config
+from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline
+from tosca_heads.experiments.records.run import read_metrics, read_run_config
 from tosca_heads.routers import ROUTERS, reference_text
 
 

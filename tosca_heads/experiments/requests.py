@@ -9,6 +9,7 @@ checked and run by its module: `runs.fit`, `sweeps.sweep`, `comparison.compare`,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class FitRequest:
     device: str = option("auto", DEVICE_HELP)
     recipe: dict[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
+    write: bool = True  # False (Python only): nothing written, the run kept in memory
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class SweepRequest:
     shown: tuple[str, ...] | None = option(
         None, "Routers of the tables (default: entropy, lda, batch, oracle).", ("--router",), comma=True
     )
-    grid: dict[str, str] = field(default_factory=dict)
+    grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
     runs_root: Path = Path("runs")
 
 
@@ -146,6 +148,7 @@ class BaselinesRequest:
     )
     device: str = option("auto", DEVICE_HELP)
     runs_root: Path = Path("runs")
+    title: str | None = None  # the comparison's title (default: dataset / backbone, split)
 
 
 @dataclass(frozen=True)

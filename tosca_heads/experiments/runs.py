@@ -12,11 +12,9 @@ from its files.
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +31,11 @@ from tosca_heads.engine.device import check_settings, plan_threads, step_mode
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.memory import require_room
-from tosca_heads.engine.trainer import make_trainer
-from tosca_heads.experiments import plots, runfiles
+from tosca_heads.engine.trainer import GroupTrainer
+from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import FitRequest
 from tosca_heads.method.features import CachedFeatures, FeatureSource
-from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import (
     HELD_OUT,
     NO_VALIDATION,
@@ -49,59 +47,12 @@ from tosca_heads.method.protocol import (
     split_origin,
     stream_config,
 )
-from tosca_heads.method.recipe import TrainConfig, group_key, recipe
-from tosca_heads.routers import ROUTERS, ClassStatistics
+from tosca_heads.method.recipe import TrainConfig, recipe
+from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
 
-
-@dataclass
-class StageResult:
-    """Evaluation after one task: per router, A_t, block accuracies and routing accuracy, on the
-    test split (`routers`) and on the validation split (`validation`, None without one)."""
-
-    task: int
-    stats: dict[str, float]
-    routers: dict[str, dict[str, Any]]
-    eval_seconds: float
-    validation: dict[str, dict[str, Any]] | None = None
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    config: dict[str, Any]
-    stages: list[StageResult]
-    trained: list[int] = field(default_factory=list)
-    params_per_task: int = 0
-    group_size: int = 1  # configurations trained together in its engine run
-
-    def metrics(self) -> dict[str, Any]:
-        """What metrics.json holds (format `runfiles.FORMAT`): per router on test ("routers"), and
-        on the validation split ("validation") where the run holds one out."""
-        metrics = {
-            "format": runfiles.FORMAT,
-            "finished_tasks": len(self.stages),
-            "params_per_task": self.params_per_task,
-            "routers": _summaries([s.routers for s in self.stages]),
-            "tasks": [{"task": s.task, **s.stats, "eval_seconds": s.eval_seconds} for s in self.stages],
-        }
-        if self.stages and self.stages[0].validation is not None:
-            metrics["validation"] = _summaries([s.validation or {} for s in self.stages])
-        return metrics
-
-
-def _summaries(stages: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Per router (the registry's order), its metrics over the stages' scores."""
-    summaries = {}
-    for name in (r for r in ROUTERS if stages and r in stages[0]):
-        curve = [s[name]["A_t"] for s in stages]
-        matrix = [s[name]["blocks"] for s in stages]
-        routing = [s[name]["routing"] for s in stages]
-        summaries[name] = summarise(curve, matrix, routing)
-    return summaries
-
-
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
+CPU = torch.device("cpu")
 
 
 # ------------------------------------------------------------------------------------------ one engine run
@@ -136,7 +87,7 @@ class GroupFit:
         # make a prototype and never enter the routers' statistics
         self.train_labels = labels.copy()
         self.train_labels[held] = HELD_OUT
-        self.trainer = make_trainer(trains, store.dim, device, self.threads.step_threads)
+        self.trainer = GroupTrainer(trains, store.dim, device, self.threads.step_threads)  # resolved recipes
         self.layouts = [ParamLayout(store.dim, c.r, c.s, c.flow) for c in self.trainer.configs]
         evaluators = {"test": StageEvaluator(stream, stream.remap(store.labels("test")), source, device)}
         if len(held):
@@ -149,12 +100,13 @@ class GroupFit:
         key = None if write_outputs else _statistics_key(store, stream, source, validation)
         self.memo = None if key is None else shared_statistics(key, store.dim)
         self.results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
+        self.digests = [run_record.config_digest(c) for c in configs]  # what each task file records
 
     def finished(self) -> int:
         """Tasks every run of the group has on disk (none when nothing is written)."""
         if not self.write_outputs:
             return 0
-        return min(min(runfiles.finished_tasks(d) for d in self.dirs), self.stream.num_tasks)
+        return min(min(run_record.finished_tasks(d) for d in self.dirs), self.stream.num_tasks)
 
     def run(self, last: int) -> list[RunResult]:
         """Tasks 0..last: the finished ones resumed, the rest trained. A run's files describe all of
@@ -176,8 +128,8 @@ class GroupFit:
     def resume(self, task: int) -> None:
         """Load a finished task of every run and queue its evaluation."""
         loaded = [
-            runfiles.load_task(d, task, layout, self.stream.seen_classes(task))
-            for d, layout in zip(self.dirs, self.layouts, strict=True)
+            run_record.load_task(d, task, layout, self.stream.seen_classes(task), digest)
+            for d, layout, digest in zip(self.dirs, self.layouts, self.digests, strict=True)
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
         stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
@@ -191,9 +143,8 @@ class GroupFit:
         if self.write_outputs:
             for g, run_dir in enumerate(self.dirs):
                 module, head = self.trainer.module_state(task, g), self.trainer.head_state(g)
-                runfiles.save_task(
-                    run_dir, task, module, head, self.trainer.configs[g].flow, asdict(stats[g])
-                )
+                flow = self.trainer.configs[g].flow
+                run_record.save_task(run_dir, task, module, head, flow, asdict(stats[g]), self.digests[g])
         rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
         self.queue.submit(task, state, (task, rows, True))
 
@@ -237,12 +188,14 @@ class GroupFit:
         """Sizes and group size into the results; when writing, the routers' statistics of exactly
         the finished tasks, metrics.json, results.csv and accuracy.png of every run."""
         check_not_replaced(self.store.path, self.fingerprint, "this fit")
-        for result, config in zip(self.results, self.trainer.configs, strict=True):
-            result.params_per_task = ParamLayout(self.store.dim, config.r, config.s, config.flow).size
+        for result, layout in zip(self.results, self.layouts, strict=True):
+            result.params_per_task = layout.size
             result.group_size = self.trainer.groups
             if self.write_outputs:
-                atomic.write_safetensors(result.run_dir / runfiles.ROUTER_FILE, self.statistics.state_dict())
-                write_results(result)
+                atomic.write_safetensors(
+                    result.run_dir / run_record.ROUTER_FILE, self.statistics.state_dict()
+                )
+                run_record.write_results(result)
         return self.results
 
 
@@ -273,56 +226,61 @@ def fit_group(
     source: FeatureSource | None = None,
     on_stage: StageCallback | None = None,
     write_outputs: bool = True,
-    device: str | torch.device = "cpu",
+    device: torch.device = CPU,
     overlap: bool | None = None,
     validation: ValidationConfig = NO_VALIDATION,
     protocol: ProtocolReport | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> list[RunResult]:
     """Train G recipes that share flow, epochs and batch size in one engine run; one RunResult each.
-    `on_start` is called once every check has passed and the run folders are claimed, before the
-    first task (a refusal is then the only line a command prints).
+    Everything handed in was checked where it came in (a request, a run's files, a suite file): this
+    trusts it. `on_start` is called once the run folders are claimed, before the first task (a
+    refusal is then the only line a command prints).
 
     A group resumes from the tasks every one of its runs has finished. With write_outputs=False
     nothing touches the disk (a sweep's points: their numbers are returned, not saved). With a
     validation split, its rows never train and every router is scored on them too.
     """
-    validation.validate()
-    for train in trains:
-        train.validate()
-    check_settings()  # a bad TOSCA_STEP(_THREADS) stops before any run directory is claimed
-    if len({group_key(t) for t in trains}) > 1:
-        raise ValueError("recipes of one group must share flow, epochs and batch size")
-    device = resolve_device(device) if isinstance(device, str) else device
-    if not isinstance(source, CachedFeatures):
+    device = torch.device(device)
+    if source is None:
+        source = CachedFeatures(store, device=device)
+    elif not isinstance(source, CachedFeatures):
         check_readable(store)  # a cached source checks the store itself, chunk by chunk
     stream = stream_cfg.task_stream(store.shape.classes)
     if write_outputs:
         protocol = protocol or protocol_of(store, stream_cfg, validation)
     record = None if protocol is None else protocol.record()
-    configs = [runfiles.run_config(store, stream_cfg, train, validation, record) for train in trains]
+    configs = [run_record.run_config(store, stream_cfg, train, validation, record) for train in trains]
     last = stream.num_tasks - 1 if upto_task is None else upto_task
-    if not 0 <= last < stream.num_tasks:
-        raise UserError(
-            f"--task {last} is past the last task: this stream has tasks 0..{stream.num_tasks - 1}"
-        )
-    require_room(store.shape, [t.resolved(store.dim) for t in trains], stream.num_tasks, device)
-    # read (every chunk checked against its checksum) before any run folder is claimed
-    source = source or CachedFeatures(store, device=device).preload()
+    assert 0 <= last < stream.num_tasks, f"task {last} of {stream.num_tasks}"
+    resolved = [t.resolved(store.dim) for t in trains]
+    require_room(store.shape, resolved, stream.num_tasks, device)
+    if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed
+        source.preload()
     dirs = [
-        Path(d) if d is not None else runfiles.default_run_dir(c)
+        Path(d) if d is not None else run_record.default_run_dir(c)
         for d, c in zip(run_dirs or [None] * len(trains), configs, strict=True)
     ]
     with contextlib.ExitStack() as locks:
         if write_outputs:
             for run_dir in dirs:  # before its lock file is made beside it
-                runfiles.check_claimable(run_dir)
+                run_record.check_claimable(run_dir)
             for run_dir, config in zip(dirs, configs, strict=True):
                 locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
-                runfiles.claim_run_dir(run_dir, config)
-                runfiles.write_validation_ids(run_dir, store, validation)
+                run_record.claim_run_dir(run_dir, config)
+                run_record.write_validation_ids(run_dir, store, validation)
         group = GroupFit(
-            store, stream, trains, dirs, configs, source, device, overlap, write_outputs, on_stage, validation
+            store,
+            stream,
+            resolved,
+            dirs,
+            configs,
+            source,
+            device,
+            overlap,
+            write_outputs,
+            on_stage,
+            validation,
         )
         if on_start:
             on_start()
@@ -358,7 +316,7 @@ def fit_run(
     source: FeatureSource | None = None,
     on_stage: Callable[[StageResult, bool], None] | None = None,
     write_outputs: bool = True,
-    device: str | torch.device = "cpu",
+    device: torch.device = CPU,
     validation: ValidationConfig = NO_VALIDATION,
     protocol: ProtocolReport | None = None,
     on_start: Callable[[], None] | None = None,
@@ -394,11 +352,13 @@ def fit_recipe(request: FitRequest) -> TrainConfig:
 def fit(
     request: FitRequest,
     on_stage: Callable[[StageResult, bool], None] | None = None,
-    on_start: Callable[[ProtocolReport, Path], None] | None = None,
+    on_start: Callable[[ProtocolReport, Path | None], None] | None = None,
 ) -> RunResult:
-    """`tosca fit`: the recipe and device checked, the store found, the task split decided and
-    said (`on_start` gets the protocol and the run folder once every check has passed), then tasks
-    0..task trained (reusing a matching run's finished tasks) and every router evaluated."""
+    """`tosca fit` and `tosca_heads.fit`: every value of the request checked here, once (the recipe,
+    the validation split, the settings, the device, the store, the task split), the protocol said
+    (`on_start` gets it and the run folder once the folder is claimed), then tasks 0..task trained
+    (reusing a matching run's finished tasks) and every router evaluated. A request that does not
+    `write` keeps everything in memory."""
     train = fit_recipe(request)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate()
@@ -408,10 +368,13 @@ def fit(
     stream, protocol = request_protocol(
         store, request.init_cls, request.increment, request.order_seed, validation
     )
-    run_dir = request.run
-    if run_dir is None:
-        config = runfiles.run_config(store, stream, train, validation)
-        run_dir = runfiles.default_run_dir(config, request.runs_root)
+    tasks = stream.task_stream(store.shape.classes).num_tasks
+    if request.task is not None and request.task >= tasks:
+        raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
+    run_dir = request.run if request.write else None
+    if request.write and run_dir is None:
+        config = run_record.run_config(store, stream, train, validation)
+        run_dir = run_record.default_run_dir(config, request.runs_root)
     return fit_run(
         store,
         stream,
@@ -419,6 +382,7 @@ def fit(
         request.task,
         run_dir,
         on_stage=on_stage,
+        write_outputs=request.write,
         device=device,
         validation=validation,
         protocol=protocol,
@@ -443,62 +407,17 @@ def request_protocol(
     return stream, protocol_of(store, stream, validation, origin)
 
 
-def evaluate_run(
-    run_dir: Path, source: FeatureSource | None = None, device: str | torch.device = "cpu"
-) -> RunResult:
+def evaluate_run(run_dir: Path, source: FeatureSource | None = None, device: torch.device = CPU) -> RunResult:
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
-    config = runfiles.read_run_config(run_dir)
-    stream, train = runfiles.stream_config_of(config, run_dir), runfiles.train_config_of(config, run_dir)
-    done = runfiles.finished_tasks(run_dir)
+    config = run_record.read_run_config(run_dir)
+    stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
+    done = run_record.finished_tasks(run_dir)
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
-    validation = runfiles.validation_of(config, run_dir)
-    store = runfiles.open_run_store(config, run_dir)
-    runfiles.check_task_count(run_dir, done, stream.task_stream(store.shape.classes).num_tasks)
+    validation = run_record.validation_of(config, run_dir)
+    store = run_record.open_run_store(config, run_dir)
+    run_record.check_task_count(run_dir, done, stream.task_stream(store.shape.classes).num_tasks)
     return fit_run(store, stream, train, done - 1, run_dir, source, device=device, validation=validation)
 
 
 # ------------------------------------------------------------------------------------------ files
-
-
-RESULT_COLUMNS = (
-    "format",
-    "task",
-    "split",
-    "router",
-    "A_t",
-    "routing_accuracy",
-    "loss",
-    "train_acc",
-    "train_seconds",
-    "eval_seconds",
-)
-
-
-def write_results(result: RunResult) -> None:
-    """metrics.json, results.csv (one row per task, split and router) and accuracy.png of a run."""
-    run_dir = result.run_dir
-    atomic.write_text(run_dir / runfiles.METRICS, json.dumps(result.metrics(), indent=2) + "\n")
-    with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(RESULT_COLUMNS)
-        for stage in result.stages:
-            for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
-                for name, scores in routers.items():
-                    writer.writerow(
-                        [
-                            runfiles.FORMAT,
-                            stage.task,
-                            split,
-                            name,
-                            f"{scores['A_t']:.6f}",
-                            f"{scores['routing']:.6f}",
-                            f"{stage.stats['loss']:.6f}",
-                            f"{stage.stats['train_acc']:.6f}",
-                            f"{stage.stats['seconds']:.4f}",
-                            f"{stage.eval_seconds:.4f}",
-                        ]
-                    )
-    curves = {name: [s.routers[name]["A_t"] for s in result.stages] for name in result.stages[0].routers}
-    title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
-    plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")

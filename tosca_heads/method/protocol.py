@@ -44,10 +44,8 @@ class TaskStream:
     def build(
         cls, num_classes: int, init_cls: int, increment: int, order_seed: int = DEFAULT_ORDER_SEED
     ) -> TaskStream:
-        if not 0 <= order_seed < 2**32:
-            raise UserError(f"--order-seed must be in [0, 2**32), got {order_seed}")
-        if init_cls < 1 or increment < 1:
-            raise UserError(f"--init-cls and --increment must be at least 1 (got {init_cls}, {increment})")
+        """The split of num_classes classes (its values checked by `StreamConfig.validate`), refused
+        in one line when it does not fit them."""
         if init_cls > num_classes:
             raise UserError(f"--init-cls {init_cls} exceeds the {num_classes} classes of the store")
         if (num_classes - init_cls) % increment:
@@ -126,8 +124,8 @@ class StreamConfig:
             raise UserError(f"--order-seed must be in [0, 2**32), got {self.order_seed}")
 
     def task_stream(self, num_classes: int) -> TaskStream:
-        """The tasks this split makes of num_classes classes (a clear error if it does not split)."""
-        self.validate()
+        """The tasks this split makes of num_classes classes (a clear error if it does not split).
+        The split's own values were checked where it came in (`stream_config`, a run's files)."""
         return TaskStream.build(num_classes, self.init_cls, self.increment, self.order_seed)
 
 
@@ -180,6 +178,7 @@ def stream_config(
         increment if increment is not None else base.increment,
         order_seed,
     )
+    chosen.validate()
     chosen.task_stream(num_classes)  # refuses a split that does not divide the classes
     return chosen
 

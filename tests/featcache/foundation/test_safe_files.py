@@ -224,7 +224,12 @@ def test_every_writer_goes_through_the_one_primitive() -> None:
         ROOT / "featcache" / "foundation" / "atomic.py",
         ROOT / "featcache" / "foundation" / "locks.py",
     }
-    for path in [*ROOT.glob("featcache/**/*.py"), *ROOT.glob("tosca_heads/**/*.py"), ROOT / "cli.py"]:
+    for path in [
+        *ROOT.glob("featcache/**/*.py"),
+        *ROOT.glob("tosca_heads/**/*.py"),
+        ROOT / "cli.py",
+        ROOT / "cli_views.py",
+    ]:
         if path in allowed:
             continue
         tree = ast.parse(path.read_text())

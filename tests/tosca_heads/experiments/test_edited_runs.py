@@ -17,8 +17,8 @@ from support.stores import synthetic_store
 
 import tosca_heads
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.results import ResultsTable
-from tosca_heads.experiments.runfiles import read_metrics
+from tosca_heads.experiments.records.run import read_metrics
+from tosca_heads.experiments.records.sweep import ResultsTable
 from tosca_heads.experiments.runs import evaluate_run
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
@@ -188,7 +188,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
     features of one store and test features of the other (A_last 0.00 %, exit 0)."""
     from support.stores import synthetic_store as make
 
-    from tosca_heads.experiments import comparison, runs
+    from tosca_heads.experiments import baselines, runs
 
     a = make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
     b = make(tmp_path / "b.zarr", classes=4, per_class=8, test_per_class=4, seed=1)
@@ -210,7 +210,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
     monkeypatch.undo()
     shutil.rmtree(a.path)
     make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
-    real_blocks = comparison.block_accuracies
+    real_blocks = baselines.block_accuracies
 
     def blocks_then_replace(*args: object) -> object:  # after the first task's test predictions
         if not (tmp_path / "replaced").exists():
@@ -218,7 +218,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
             replace_a()
         return real_blocks(*args)
 
-    monkeypatch.setattr(comparison, "block_accuracies", blocks_then_replace)
+    monkeypatch.setattr(baselines, "block_accuracies", blocks_then_replace)
     with pytest.raises(UserError, match="while baseline 'simplecil' read it"):
         tosca_heads.baselines(a.path, ["simplecil"], init_cls=2, increment=2)
 

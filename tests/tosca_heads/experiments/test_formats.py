@@ -19,8 +19,12 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments import comparison, results, runfiles, sweeps
-from tosca_heads.experiments.runfiles import read_metrics
+from tosca_heads.experiments import records
+from tosca_heads.experiments.records import baseline as baseline_record
+from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records import sweep as sweep_record
+from tosca_heads.experiments.records.run import read_metrics
+from tosca_heads.experiments.results import by_point
 from tosca_heads.routers import ROUTERS, Router, StageView
 
 RUNNER = CliRunner()
@@ -64,7 +68,7 @@ def test_an_old_run_reevaluates_to_its_recorded_numbers_and_resumes(old: Path) -
     recorded = json.loads((old / "run" / "metrics.json").read_text())
     assert "modes" in recorded and "format" not in recorded  # as 0.1 wrote it
     upgraded = read_metrics(old / "run")  # read in this version's form
-    assert upgraded["format"] == runfiles.FORMAT and upgraded["routers"] == recorded["modes"]
+    assert upgraded["format"] == run_record.FORMAT and upgraded["routers"] == recorded["modes"]
     before = _digest(old / "run")
     resumed = _run("fit", "--store", old / "store.zarr", "--run", old / "run", *_fit_flags())
     assert resumed.count("reused") == 2 and "0 task(s) trained" in resumed
@@ -74,8 +78,8 @@ def test_an_old_run_reevaluates_to_its_recorded_numbers_and_resumes(old: Path) -
         assert evaluated["routers"][name]["A_t"] == pytest.approx(block["A_t"], abs=1e-6), name
     after = _digest(old / "run")
     assert all(after[name] == before[name] for name in before if name.startswith("task_"))  # reused
-    assert json.loads((old / "run" / "metrics.json").read_text())["format"] == runfiles.FORMAT
-    assert json.loads((old / "run" / "config.json").read_text()).get("format", 1) in (1, runfiles.FORMAT)
+    assert json.loads((old / "run" / "metrics.json").read_text())["format"] == run_record.FORMAT
+    assert json.loads((old / "run" / "config.json").read_text()).get("format", 1) in (1, run_record.FORMAT)
 
 
 def _fit_flags() -> list[str]:
@@ -94,21 +98,21 @@ def test_an_old_sweep_resumes_and_is_rewritten_in_the_current_format(old: Path) 
     again = _run(*sweep, "--r", "2,4", *SPLIT)
     assert "0 run(s)" in again and "2 already done" in again and "Chosen on test" in again
     long = pd.read_csv(old / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
-    assert list(long.columns) == results.COLUMNS and set(long["format"]) == {results.FORMAT}
+    assert list(long.columns) == sweep_record.COLUMNS and set(long["format"]) == {records.FORMAT}
     assert len(long) == 2 * len(OLD_ROUTERS) and set(long["router"]) == set(OLD_ROUTERS)
-    points = results.by_point(long).set_index("key")
+    points = by_point(long).set_index("key")
     for _, row in wide.iterrows():  # every recorded number kept
         for name in OLD_ROUTERS:
             assert points.loc[row["key"], f"A_last_{name}"] == row[f"A_last_{name}"]
     grown = _run(*sweep, "--r", "2,4,8", *SPLIT)
     assert "1 run(s)" in grown and "2 already done" in grown
-    assert json.loads((old / "sweep" / "sweep.json").read_text())["format"] == sweeps.FORMAT
+    assert json.loads((old / "sweep" / "sweep.json").read_text())["format"] == records.FORMAT
 
 
 def test_old_baselines_are_read_and_rewritten_in_the_current_format(old: Path) -> None:
     old_blocks = {}
     for name in ("simplecil", "ranpac", "joint_probe"):
-        payload = comparison.read_baseline(old / "baselines" / name / "metrics.json")
+        payload = baseline_record.read_baseline(old / "baselines" / name / "metrics.json")
         assert payload is not None and "format" not in payload, name  # 0.1's form, read
         old_blocks[name] = payload["routers"]["none"]
     shown = json.loads(_run("routers", old / "run", "--json"))
@@ -120,7 +124,7 @@ def test_old_baselines_are_read_and_rewritten_in_the_current_format(old: Path) -
     )
     for name, block in old_blocks.items():
         written = json.loads((old / "baselines" / name / "metrics.json").read_text())
-        assert written["format"] == comparison.FORMAT and "modes" not in written
+        assert written["format"] == records.FORMAT and "modes" not in written
         assert written["routers"]["none"]["A_t"] == pytest.approx(block["A_t"]), name
 
 
@@ -225,7 +229,7 @@ def test_a_format_2_sweep_resumes_without_validation_and_is_rewritten(fmt2: Path
     again = _run(*sweep, "--r", "2,4", *SPLIT, "--val-fraction", "0")
     assert "0 run(s)" in again and "2 already done" in again
     long = pd.read_csv(fmt2 / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
-    assert list(long.columns) == results.COLUMNS and set(long["format"]) == {results.FORMAT}
+    assert list(long.columns) == sweep_record.COLUMNS and set(long["format"]) == {records.FORMAT}
     assert set(long["split"]) == {"test"} and set(long["val_fraction"]) == {0}
     merged = long.merge(old, on=["key", "router"], suffixes=("", "_old"))
     assert len(merged) == len(old) and (merged["A_last"] == merged["A_last_old"]).all()
@@ -234,7 +238,7 @@ def test_a_format_2_sweep_resumes_without_validation_and_is_rewritten(fmt2: Path
 
 def test_format_2_baselines_and_suite_cells_are_read_not_recomputed(fmt2: Path) -> None:
     for name in ("simplecil", "ranpac"):
-        payload = comparison.read_baseline(fmt2 / "baselines" / name / "metrics.json")
+        payload = baseline_record.read_baseline(fmt2 / "baselines" / name / "metrics.json")
         assert payload is not None and payload["format"] == 2, name
     shown = json.loads(_run("routers", fmt2 / "run", "--json"))
     assert {r["router"] for r in shown if r["kind"] == "baseline"} == {"simplecil", "ranpac", "joint_probe"}

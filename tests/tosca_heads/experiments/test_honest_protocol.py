@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import tosca_heads
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments.runfiles import held_out_ids
+from tosca_heads.experiments.records.run import held_out_ids
 from tosca_heads.method.protocol import ValidationConfig
 from tosca_heads.routers import ROUTERS, Router, StageView, register_router
 

@@ -18,6 +18,8 @@ import pytest
 from support import ROOT
 from support.stores import synthetic_store
 
+from tosca_heads.experiments.records.suite import read_manifest
+
 pytestmark = pytest.mark.slow
 
 PLUGIN = '''
@@ -118,7 +120,7 @@ def test_every_cell_reruns_to_the_same_figures_on_any_thread_and_worker_count(
             tmp_path,
         )
         runs[(threads, jobs)] = out
-    manifest = json.loads((runs[(1, 1)] / "manifest.json").read_text())
+    manifest = read_manifest(runs[(1, 1)])
     kinds = {c["kind"] if c["kind"] == "tosca" else c["method"] for c in manifest["cells"]}
     expected = {"tosca"} | (
         {"simplecil", "ranpac", "joint_probe", "least_squares"} if step == "native" else set()

@@ -20,7 +20,8 @@ from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
-from tosca_heads.experiments.runs import evaluate_run, fit_run
+from tosca_heads.experiments.requests import FitRequest
+from tosca_heads.experiments.runs import evaluate_run, fit, fit_run
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import StreamConfig, TaskStream, class_order
 from tosca_heads.method.recipe import TrainConfig
@@ -91,8 +92,10 @@ def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
 
 def test_refusals_are_one_clear_line(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
+    past = FitRequest(task=3, store=store.path, init_cls=2, increment=2, run=tmp_path / "r")
     with pytest.raises(UserError, match=r"past the last task: this stream has tasks 0\.\.2"):
-        fit_run(store, StreamConfig(2, 2), FAST, 3, tmp_path / "r")
+        fit(past)  # checked at the edge, before a folder is claimed
+    assert not (tmp_path / "r").exists()
     fit_run(store, StreamConfig(2, 2), FAST, 0, tmp_path / "r")
     with pytest.raises(UserError, match="another config"):
         fit_run(store, StreamConfig(2, 2), TrainConfig(epochs=4, batch_size=8, r=4, s=4), 1, tmp_path / "r")
@@ -184,7 +187,7 @@ def test_a_store_extracted_again_under_a_run_is_named_as_changed(tmp_path: Path)
     longer describe it, and eval and the sweep's workers stop with one line instead of scoring."""
     import shutil
 
-    from tosca_heads.experiments.sweeps import run_group
+    from tosca_heads.experiments.executor import Work, run_work
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4, seed=0)
     run = tmp_path / "run"
@@ -196,5 +199,5 @@ def test_a_store_extracted_again_under_a_run_is_named_as_changed(tmp_path: Path)
     assert result.exit_code == 2, result.output
     line = " ".join(result.output.split())
     assert f"changed since run {run} was made (fingerprint differs)" in line, line
-    with pytest.raises(UserError, match="changed since the sweep began"):
-        run_group(str(store.path), fingerprint, [], "cpu")
+    with pytest.raises(UserError, match="changed since the work was planned"):
+        run_work(Work(str(store.path), fingerprint, StreamConfig(2, 2)), "cpu", alone=True)

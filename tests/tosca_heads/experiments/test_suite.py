@@ -341,6 +341,31 @@ def test_cells_on_two_worker_processes_give_the_same_tables(
     assert not planted_working_folder.exists(), planted_working_folder.read_text()
 
 
+def test_baselines_sharing_a_folder_find_it_claimed_before_any_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seed's baselines write one folder from several workers at once: the suite claims it first,
+    so no worker meets another's half-written marker (which read as a stranger's file and stopped
+    the suite)."""
+    from featcache.foundation.folders import marked_kind
+    from tosca_heads.experiments import executor
+
+    seen: list[bool] = []
+    run = executor.Executor.run
+
+    def checking(self: executor.Executor, works: list, *args: object, **kwargs: object) -> object:
+        seen.extend(
+            marked_kind(Path(w.baseline_folder).parent) == "baselines" for w in works if w.baseline_folder
+        )
+        return run(self, works, *args, **kwargs)
+
+    monkeypatch.setattr(executor.Executor, "run", checking)
+    spec = load_suite(_suite(tmp_path, flows="[]"))
+    run_suite(spec, tmp_path / "out", jobs=1, device="cpu")
+    baselines = [c for c in plan_cells(spec) if c.kind == "baseline"]
+    assert len(seen) == len(baselines) >= 2 and all(seen)
+
+
 def test_store_names_that_would_share_a_cells_folder_are_refused(tmp_path: Path) -> None:
     for first, second in (("x y", "x-y"), ("É", "名前"), ("A", "a")):
         stores = [{"name": n, "path": "a.zarr"} for n in (first, second)]

@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.results import COLUMNS, ResultsTable, by_point, point_key, point_rows
+from tosca_heads.experiments.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
+from tosca_heads.experiments.results import by_point
 from tosca_heads.experiments.sweeps import grid_points, parse_values
-from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import ROUTERS
 
@@ -400,15 +401,26 @@ def test_worker_memory_limit_caps_the_in_memory_store() -> None:
 def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: Path) -> None:
     """--scheduler local:2 and one worker process SIGKILLed as the first point lands: the sweep still
     finishes, every point recorded exactly once, with the numbers of an undisturbed sweep."""
-    from tosca_heads.experiments.sweeps import run_sweep
+    from tosca_heads.experiments.requests import SweepRequest
+    from tosca_heads.experiments.sweeps import sweep
 
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=30, spread=1.5)
+    grid = {
+        "r": "2,4",
+        "l1": "0,1e-3",
+        "seed": "0,1",
+        "epochs": "8",
+        "batch_size": "8",
+        "init_cls": "2",
+        "increment": "2",
+    }
     points = grid_points(
         {"r": [2, 4], "l1": [0.0, 1e-3], "seed": [0, 1]},
         TrainConfig(epochs=8, batch_size=8),
         StreamConfig(2, 2),
         store.dim,
         8,
+        ValidationConfig(0.1),
     )
     killed: list[int] = []
 
@@ -417,8 +429,11 @@ def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: 
             killed.append(int(rows[0]["worker_pid"]))
             os.kill(killed[0], signal.SIGKILL)
 
-    hit = run_sweep(store, points, tmp_path / "hit", scheduler="local:2", on_point=kill_first_worker)
-    calm = run_sweep(store, points, tmp_path / "calm", jobs=1)
+    def request(out: str, **how: object) -> SweepRequest:
+        return SweepRequest(store=store.path, out=tmp_path / out, device="cpu", grid=grid, **how)  # type: ignore[arg-type]
+
+    hit = sweep(request("hit", scheduler="local:2"), on_point=kill_first_worker)
+    calm = sweep(request("calm", jobs=1))
     rows = _points(tmp_path / "hit" / "results.csv")
     assert killed and len(rows) == len(points) and rows["key"].is_unique
     assert set(rows["key"]) == {p.key for p in points}

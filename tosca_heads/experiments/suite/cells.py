@@ -17,8 +17,9 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
-from tosca_heads.experiments import comparison, runfiles
-from tosca_heads.experiments.comparison import baseline_params
+from tosca_heads.experiments.baselines import baseline_params
+from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records.baseline import read_baseline
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -107,19 +108,19 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
     tasks = stream.task_stream(store.shape.classes).num_tasks
     if cell.kind == "tosca":
         try:
-            config = runfiles.read_run_config(folder)
-            metrics = runfiles.read_metrics(folder)
+            config = run_record.read_run_config(folder)
+            metrics = run_record.read_metrics(folder)
         except UserError:
             return False
-        wanted = runfiles.run_config(store, stream, cell_train(spec, cell), spec.validation)
+        wanted = run_record.run_config(store, stream, cell_train(spec, cell), spec.validation)
         return (
-            not runfiles.config_differences(config, wanted)
+            not run_record.config_differences(config, wanted)
             and metrics.get("finished_tasks") == tasks
-            and runfiles.finished_tasks(folder) >= tasks  # a deleted task file: the fit resumes there
+            and run_record.finished_tasks(folder) >= tasks  # a deleted task file: the fit resumes there
             # a router registered since (a plug-in): the fit evaluates the finished run again
             and all(r in metrics.get("routers", {}) for r in (*spec.routers, spec.primary))
         )
-    payload = comparison.read_baseline(folder / "metrics.json")
+    payload = read_baseline(folder / "metrics.json")
     return (
         payload is not None
         and payload.get("store_fingerprint") == store.fingerprint
@@ -132,7 +133,7 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
 
 def validation_split(spec: SuiteSpec, store: FeatureStore) -> dict[str, Any] | None:
     """What a baseline cell's metrics.json records of the suite's validation split (None: none)."""
-    return runfiles.validation_record(store, spec.validation) if spec.validation.enabled else None
+    return run_record.validation_record(store, spec.validation) if spec.validation.enabled else None
 
 
 def made_otherwise(
@@ -141,12 +142,12 @@ def made_otherwise(
     """What differs when the cell's folder holds results of another configuration (the suite file
     or its store changed since they were made); None when it holds none, or this cell's."""
     if cell.kind == "tosca":
-        if not (Path(folder) / runfiles.CONFIG).is_file():
+        if not (Path(folder) / run_record.CONFIG).is_file():
             return None
-        wanted = runfiles.run_config(store, stream, cell_train(spec, cell), spec.validation)
-        differences = runfiles.config_differences(runfiles.read_run_config(folder), wanted)
+        wanted = run_record.run_config(store, stream, cell_train(spec, cell), spec.validation)
+        differences = run_record.config_differences(run_record.read_run_config(folder), wanted)
         return differences[0] if differences else None
-    payload = comparison.read_baseline(Path(folder) / "metrics.json")
+    payload = read_baseline(Path(folder) / "metrics.json")
     if payload is None:
         return None
     for what, made, wanted in (
@@ -205,7 +206,7 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     """The finished cell's metrics: {router or "none": metrics block} on test, the same on the
     validation split (empty without one), and its seconds."""
     if cell.kind == "tosca":
-        metrics = runfiles.read_metrics(folder)
+        metrics = run_record.read_metrics(folder)
         seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
         return {
             "routers": metrics["routers"],
@@ -213,7 +214,7 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
         }
-    payload = comparison.read_baseline(folder / "metrics.json")
+    payload = read_baseline(folder / "metrics.json")
     assert payload is not None
     return {
         "routers": payload["routers"],
@@ -249,13 +250,17 @@ def module_similarity(folder: Path, test_features: Any | None = None) -> Similar
     from tosca_heads.engine.layout import ParamLayout
     from tosca_heads.engine.outputs import module_outputs
 
-    tasks = runfiles.finished_tasks(folder)
+    tasks = run_record.finished_tasks(folder)
     if tasks < 2:
         return None
-    config = runfiles.read_run_config(folder)
-    train = runfiles.train_config_of(config, folder)
-    layout = ParamLayout(runfiles.feature_dim_of(config, folder), train.r, train.s, train.flow)
-    modules = [runfiles.load_task(folder, task, layout)[0] for task in range(tasks)]
+    config = run_record.read_run_config(folder)
+    train = run_record.train_config_of(config, folder)
+    layout = ParamLayout(run_record.feature_dim_of(config, folder), train.r, train.s, train.flow)
+    digest, split = run_record.config_digest(config), run_record.stream_config_of(config, folder)
+    modules = [
+        run_record.load_task(folder, task, layout, split.init_cls + task * split.increment, digest)[0]
+        for task in range(tasks)
+    ]
     pairs = torch.triu_indices(tasks, tasks, offset=1)
 
     def mean_pair_cosine(vectors: list[torch.Tensor]) -> float:

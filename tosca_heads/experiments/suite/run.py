@@ -10,9 +10,6 @@ the cells in flight, and the same call continues it.
 
 from __future__ import annotations
 
-import contextlib
-import platform
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,26 +23,25 @@ from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
-from featcache.foundation.plugins import load_plugins
-from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
-from featcache.foundation.version import __version__
+from featcache.foundation.scheduler import parse_scheduler
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.experiments import comparison
+from tosca_heads.experiments.baselines import check_ranpac_size
+from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.records import suite as records_suite
+from tosca_heads.experiments.records.baseline import claim_baselines_dir
+from tosca_heads.experiments.records.suite import MANIFEST
 from tosca_heads.experiments.requests import SuiteRequest
-from tosca_heads.experiments.runs import fit_group, protocol_of
+from tosca_heads.experiments.runs import protocol_of
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
-from tosca_heads.experiments.sweeps import features_on_worker
 from tosca_heads.method.protocol import (
-    NO_VALIDATION,
     ProtocolReport,
     StreamConfig,
-    ValidationConfig,
     split_origin,
     stream_config,
 )
@@ -54,7 +50,6 @@ from tosca_heads.method.recipe import group_key
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
 CellCallback = Callable[[Cell, int, int], None]  # (cell, finished, total)
-MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -128,7 +123,7 @@ def is_suite_dir(folder: Path) -> bool:
 def run_suite(
     spec: SuiteSpec | str | Path,
     out: Path | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = None,
     scheduler: str | None = None,
     device: str = "auto",
     dry_run: bool = False,
@@ -193,7 +188,7 @@ def run_suite(
         if on_start:
             on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
         if not tables_only:
-            _run_missing(spec, stores, states, jobs, scheduler, resolved, on_cell)
+            _run_missing(spec, stores, states, Executor(jobs, scheduler, str(resolved)), resolved, on_cell)
         features = {}  # each store's test features, read (and checked) once, for the modules' similarity
         for state in states:
             if state.status in ("done", "reused", "ran"):
@@ -219,7 +214,7 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
     if "ranpac" in spec.baselines:
         dims = [opened.store.dim for opened in stores.values()] or [1]
-        comparison.check_ranpac_size(spec.ranpac_m, max(dims))
+        check_ranpac_size(spec.ranpac_m, max(dims))
 
 
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:
@@ -256,68 +251,56 @@ def _read(state: CellState, test_features: Any | None = None) -> None:
 # ------------------------------------------------------------------------------------------ running
 
 
-@dataclass(frozen=True)
-class Job:
-    """One unit of work for a process: a group of TOSCA cells (one engine run), or one baseline."""
-
-    store_path: str
-    fingerprint: str
-    stream: StreamConfig
-    kind: str
-    trains: tuple[Any, ...] = ()
-    folders: tuple[str, ...] = ()
-    method: str = ""
-    params: tuple[tuple[str, Any], ...] = ()
-    validation: ValidationConfig = NO_VALIDATION
-
-
-def _jobs(
+def works_of(
     spec: SuiteSpec,
     stores: dict[str, OpenStore],
     missing: Sequence[CellState],
+    executor: Executor,
     device: torch.device,
-    sharing: int,
-) -> list[tuple[Job, list[CellState]]]:
-    jobs: list[tuple[Job, list[CellState]]] = []
-    groups: dict[tuple, list[CellState]] = {}
+) -> list[tuple[Work, list[CellState]]]:
+    """What to run for the missing cells: each baseline cell alone; TOSCA cells of one store, class
+    order and recipe family as engine runs of as many as the device holds (1 on a CPU)."""
+    works: list[tuple[Work, list[CellState]]] = []
+    tosca = []
     for state in missing:
-        cell = state.cell
-        opened = stores[cell.store]
-        stream = opened.streams[cell.order_seed]
+        cell, opened = state.cell, stores[state.cell.store]
+        path, stream = str(opened.store.path.resolve()), opened.streams[cell.order_seed]
         if cell.kind == "baseline":
             params = tuple(sorted(cellmod.cell_params(spec, cell).items()))
-            job = Job(
-                str(opened.store.path),
+            work = Work(
+                path,
                 opened.store.fingerprint,
                 stream,
-                "baseline",
+                spec.validation,
                 method=cell.method,
                 params=params,
-                folders=(str(state.folder),),
-                validation=spec.validation,
+                baseline_folder=str(state.folder),
             )
-            jobs.append((job, [state]))
+            works.append((work, [state]))
         else:
-            key = (cell.store, cell.order_seed, group_key(cellmod.cell_train(spec, cell)))
-            groups.setdefault(key, []).append(state)
-    for (name, order, _), members in groups.items():
-        opened = stores[name]
+            tosca.append(state)
+
+    def family(state: CellState) -> tuple:
+        return (state.cell.store, state.cell.order_seed, group_key(cellmod.cell_train(spec, state.cell)))
+
+    sharing = executor.processes_per_device()
+    for members in in_groups(tosca, family, len(tosca) or 1):
+        opened = stores[members[0].cell.store]
+        stream = opened.streams[members[0].cell.order_seed]
         trains = [cellmod.cell_train(spec, s.cell) for s in members]
-        stream = opened.streams[order]
         size = default_group_size(opened.store.shape, [_Point(t, stream) for t in trains], device, sharing)
         for i in range(0, len(members), size):
             part = members[i : i + size]
-            job = Job(
-                str(opened.store.path),
+            work = Work(
+                str(opened.store.path.resolve()),
                 opened.store.fingerprint,
-                opened.streams[order],
-                "tosca",
-                trains=tuple(trains[i : i + size]),
-                folders=tuple(str(s.folder) for s in part),
-                validation=spec.validation,
+                stream,
+                spec.validation,
+                tuple(trains[i : i + size]),
+                tuple(str(s.folder) for s in part),
             )
-            jobs.append((job, part))
-    return jobs
+            works.append((work, part))
+    return works
 
 
 @dataclass(frozen=True)
@@ -328,72 +311,32 @@ class _Point:
     stream: StreamConfig
 
 
-def run_job(job: Job, device: str) -> float:
-    """Runs in a worker (or here): one job's cells, written into their folders; its seconds."""
-    load_plugins()  # a worker process has not run the CLI's start: its plug-in routers and baselines
-    resolved = resolve_device(device)
-    _, store, source = features_on_worker(job.store_path, job.fingerprint, resolved)
-    start = time.perf_counter()
-    if job.kind == "tosca":
-        fit_group(
-            store,
-            job.stream,
-            list(job.trains),
-            None,
-            [Path(f) for f in job.folders],
-            source,
-            device=resolved,
-            validation=job.validation,
-        )
-    else:
-        params = dict(job.params)
-        result = comparison.run_baseline(
-            job.method, store, job.stream, source, device=resolved, validation=job.validation, **params
-        )
-        folder = Path(job.folders[0])
-        comparison.write_baseline(folder, result, store, job.stream, params, job.validation)
-    return time.perf_counter() - start
-
-
 def _run_missing(
     spec: SuiteSpec,
     stores: dict[str, OpenStore],
     states: list[CellState],
-    jobs: int,
-    scheduler: str | None,
+    executor: Executor,
     device: torch.device,
     on_cell: CellCallback | None,
 ) -> None:
+    """The missing cells through the executor, each writing its own folder."""
     missing = [s for s in states if s.status == "missing"]
-    sharing = jobs if scheduler is None else 1
-    work = _jobs(spec, stores, missing, device, sharing)
-    total, finished = len(missing), 0
+    for state in missing:  # one folder holds a seed's baselines: claimed here, before they run at once
+        if state.cell.kind == "baseline":
+            claim_baselines_dir(state.folder.parent)
+    planned = works_of(spec, stores, missing, executor, device)
+    members_of = {id(work): members for work, members in planned}
+    finished = 0
 
-    def record(members: list[CellState]) -> None:
+    def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
-        for state in members:
+        for state in members_of[id(work)]:
             state.status = "ran"
             finished += 1
             if on_cell:
-                on_cell(state.cell, finished, total)
+                on_cell(state.cell, finished, len(missing))
 
-    if not work:
-        return
-    if jobs == 1 and scheduler is None:
-        for job, members in work:
-            run_job(job, str(device))
-            record(members)
-        return
-    from distributed import as_completed
-
-    choice = (
-        parse_scheduler(scheduler) if scheduler else SchedulerChoice("local", workers=min(jobs, len(work)))
-    )
-    with dask_client(choice) as client:
-        futures = {client.submit(run_job, job, str(device), pure=False): members for job, members in work}
-        for future in as_completed(futures):
-            future.result()
-            record(futures[future])
+    executor.run([work for work, _ in planned], record)
 
 
 # ------------------------------------------------------------------------------------------ estimate
@@ -470,82 +413,42 @@ def _random_store(path: Path, rows: int, dim: int, classes: int) -> FeatureStore
 # ------------------------------------------------------------------------------------------ manifest
 
 
-def _git_commit() -> str | None:
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        root = Path(__file__).resolve().parents[3]
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        if done.returncode == 0:
-            dirty = subprocess.run(
-                ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
-            )
-            return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-    return None
-
-
 def write_manifest(out: Path, spec: SuiteSpec, stores: dict[str, OpenStore], states: list[CellState]) -> Path:
-    """Every cell with its store (fingerprint, sample lists' hash), full configuration, the code
-    version, its seconds and the one command that reruns it alone."""
-    import json
-
-    manifest = {
-        "suite": spec.name,
-        "made": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "machine": f"{platform.node()}: {platform.machine()}, {platform.processor() or '?'}",
-        "code": {
-            "tosca": __version__,
-            "git": _git_commit(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },
-        "spec": _plain(asdict(spec)),
-        "stores": {
-            name: {
-                "path": str(o.store.path),
-                "fingerprint": o.store.fingerprint,
-                "samples_sha256": o.store.identity["dataset"].get("ids_sha256"),
-                "dataset": o.store.identity["dataset"]["name"],
-                "backbone": o.store.identity["backbone"].get("alias"),
-                "weights": o.store.identity["backbone"].get("weights_source"),
-                "weights_label": o.spec.weights,
-                "streams": {str(k): asdict(v) for k, v in o.streams.items()},
-                "protocols": {str(k): v.record() for k, v in o.protocols.items()},
-            }
-            for name, o in stores.items()
-        },
-        "cells": [
-            {
-                "key": s.cell.key,
-                **asdict(s.cell),
-                "config": _cell_config(spec, s.cell, stores[s.cell.store].store.dim),
-                "folder": str(s.folder),
-                "status": s.status,
-                "seconds": s.seconds,
-                "command": s.command,
-            }
-            for s in states
-        ],
+    """The suite's cells and stores as records.suite writes them: each store's identity, streams
+    and protocols; each cell with its full configuration, folder, seconds and rerun command."""
+    store_records = {
+        name: {
+            "path": str(o.store.path),
+            "fingerprint": o.store.fingerprint,
+            "samples_sha256": o.store.identity["dataset"].get("ids_sha256"),
+            "dataset": o.store.identity["dataset"]["name"],
+            "backbone": o.store.identity["backbone"].get("alias"),
+            "weights": o.store.identity["backbone"].get("weights_source"),
+            "weights_label": o.spec.weights,
+            "streams": {str(k): asdict(v) for k, v in o.streams.items()},
+            "protocols": {str(k): v.record() for k, v in o.protocols.items()},
+        }
+        for name, o in stores.items()
     }
-    path = out / MANIFEST
-    atomic.write_text(path, json.dumps(manifest, indent=2, default=str) + "\n")
-    return path
+    cells = [
+        {
+            "key": s.cell.key,
+            **asdict(s.cell),
+            "config": _cell_config(spec, s.cell, stores[s.cell.store].store.dim),
+            "folder": str(s.folder),
+            "status": s.status,
+            "seconds": s.seconds,
+            "command": s.command,
+        }
+        for s in states
+    ]
+    return records_suite.write_manifest(out, spec.name, asdict(spec), store_records, cells)
 
 
 def _cell_config(spec: SuiteSpec, cell: Cell, dim: int) -> dict[str, Any]:
     if cell.kind == "tosca":
         return {"train": asdict(cellmod.cell_train(spec, cell).resolved(dim))}
     return {"baseline": cell.method, "params": cellmod.cell_params(spec, cell)}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def spec_of(request: SuiteRequest) -> SuiteSpec:

@@ -20,8 +20,8 @@ import numpy as np
 
 from featcache.foundation import atomic
 from tosca_heads.experiments import plots
-from tosca_heads.experiments.comparison import baseline_reference
-from tosca_heads.experiments.runfiles import feature_dim_of, read_run_config
+from tosca_heads.experiments.baselines import baseline_reference
+from tosca_heads.experiments.records.run import feature_dim_of, read_run_config
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
 from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim

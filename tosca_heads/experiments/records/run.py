@@ -33,11 +33,12 @@ command with one line naming the file and what to do, never a traceback or a wro
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,13 @@ from featcache.foundation.fingerprints import canonical_json, identity_differenc
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.experiments import plots
+from tosca_heads.experiments.records import FORMAT, check_format, store_block, valid_metrics_block
+from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.routers import ROUTERS
 
-FORMAT = 3  # config.json, metrics.json and results.csv of a run
 CONFIG = "config.json"
 VALIDATION_FILE = "validation.json"
 METRICS = "metrics.json"
@@ -73,13 +77,8 @@ def run_config(
 ) -> dict[str, Any]:
     """What config.json holds. The validation split is recorded only when one is held out, so a
     run without one has the config (and the default folder name) it had before validation existed."""
-    ident = store.identity
     config = {
-        "format": FORMAT,
-        "store": str(store.path.resolve()),
-        "store_fingerprint": store.fingerprint,
-        "dataset": ident["dataset"]["name"],
-        "backbone": ident["backbone"]["alias"],
+        **store_block(store),
         "feature_dim": store.dim,
         "views": store.views,
         "stream": asdict(stream),
@@ -166,17 +165,6 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return config
 
 
-def check_format(path: Path, written: Any) -> int:
-    """The format a file says it has (1 when it says none), refused when this tosca cannot read it."""
-    if isinstance(written, bool) or not isinstance(written, int) or written < 1:
-        raise UserError(f"{path} records format {written!r}; the file was edited or damaged")
-    if written > FORMAT:
-        raise UserError(
-            f"{path} was written by a newer tosca (format {written}; this one reads up to {FORMAT}): upgrade tosca"
-        )
-    return written
-
-
 def read_metrics(run_dir: Path) -> dict[str, Any]:
     """A run's metrics.json in this version's form (a format-1 file's "modes" are its "routers"),
     refused in one line when missing, damaged or edited."""
@@ -205,31 +193,6 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
     ):
         raise UserError(f"run metrics {path} were edited or damaged; `tosca eval {run_dir}` rewrites them")
     return metrics
-
-
-def _fraction(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
-
-
-def valid_metrics_block(block: Any) -> bool:
-    """One router's (or a baseline's) metrics as tosca writes them: accuracies are fractions in
-    [0, 1], forgetting a finite difference of two, A_t a list of fractions; anything else was edited
-    (a NaN, 7.5 or `true` would be shown as a percentage and even ranked)."""
-    if not isinstance(block, dict):
-        return False
-    forgetting = block.get("forgetting")
-    routing = block.get("routing_accuracy")
-    curve = block.get("A_t", [])
-    return (
-        _fraction(block.get("A_bar"))
-        and _fraction(block.get("A_last"))
-        and isinstance(forgetting, (int, float))
-        and not isinstance(forgetting, bool)
-        and -1.0 <= forgetting <= 1.0
-        and (routing is None or _fraction(routing))
-        and isinstance(curve, list)
-        and all(_fraction(a) for a in curve)
-    )
 
 
 def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
@@ -330,12 +293,17 @@ def finished_tasks(run_dir: Path) -> int:
 
 
 def recipe_digest(run_dir: Path) -> str | None:
-    """A digest of the split and recipe in the run's config.json, recorded in each task file: a
-    config.json edited afterwards (another class order, flow or split) no longer matches its files."""
+    """The digest of the split and recipe in the run's config.json on disk (None without one)."""
     try:
         config = read_run_config(run_dir)
     except UserError:
         return None
+    return config_digest(config)
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """A digest of the split and recipe of a run's config, recorded in each task file: a config.json
+    edited afterwards (another class order, flow or split) no longer matches its files."""
     decisive = {"stream": config.get("stream"), "train": config.get("train")}
     if "validation" in config:  # a run without validation keeps the digest it had before
         decisive["validation"] = config["validation"]
@@ -360,13 +328,12 @@ def save_task(
     head: dict[str, torch.Tensor],
     flow: str,
     stats: dict[str, Any],
+    digest: str,
 ) -> None:
+    """A finished task's file (module, classifier, stats, the config's digest) and the last head."""
     tensors = {f"luca.{k}": v for k, v in module.items()}
     tensors.update(head)
-    meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats)}
-    digest = recipe_digest(run_dir)
-    if digest is not None:
-        meta["config"] = digest
+    meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats), "config": digest}
     atomic.write_safetensors(task_file(run_dir, task), tensors, meta)  # whole or not at all
     atomic.write_safetensors(Path(run_dir) / HEAD_FILE, head)
 
@@ -376,18 +343,25 @@ def _damaged(run_dir: Path, name: str, why: str, fix: str) -> UserError:
 
 
 def load_task(
-    run_dir: Path, task: int, layout: ParamLayout, seen_classes: int | None = None
+    run_dir: Path,
+    task: int,
+    layout: ParamLayout,
+    seen_classes: int | None = None,
+    digest: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
     classifier snapshot and training stats. Everything in the file is checked against the run's
-    recipe and split (flow, task, the classes seen by then), finite float32 values included: a file
-    copied from another run or edited must stop here, never be scored."""
+    recipe and split (flow, task, the classes seen by then, the config's `digest`, read from
+    config.json when not given), finite float32 values included: a file copied from another run or
+    edited must stop here, never be scored."""
     path = task_file(run_dir, task)
     refit = (
         f"delete it and the task files after it, then `tosca fit --run {run_dir}` trains those tasks again"
     )
     try:  # the header first: the run, names, dtypes and shapes it expects, or no tensor is read
-        tensors, meta = read_safetensors(path, _task_header(run_dir, task, layout, seen_classes))
+        expected = recipe_digest(run_dir) if digest is None else digest
+        most = _most_classes(run_dir, task) if seen_classes is None else None
+        tensors, meta = read_safetensors(path, _task_header(task, layout, seen_classes, expected, most))
         stats = parse_json(meta["stats"], "its training stats")
     except KeyError as exc:
         raise _damaged(run_dir, path.name, f"no {exc} in its metadata", refit) from None
@@ -434,8 +408,17 @@ class _OtherConfig(TensorFileError):
     """A task file written under another config.json (restoring it is the fix, not refitting)."""
 
 
+def _most_classes(run_dir: Path, task: int) -> int | None:
+    """The most classes task `task` of the run's recorded split can have seen (None: unknown)."""
+    stream = read_run_config(run_dir).get("stream")
+    if not isinstance(stream, dict):
+        return None
+    most = stream.get("init_cls", 0) + task * stream.get("increment", 0)
+    return most if isinstance(most, int) else None
+
+
 def _task_header(
-    run_dir: Path, task: int, layout: ParamLayout, seen_classes: int | None
+    task: int, layout: ParamLayout, seen_classes: int | None, digest: str | None, most: int | None
 ) -> Callable[[Header], None]:
     """What a task file's header must say before its tensors are read: the recipe's module (names
     and shapes), a classifier of the run's dimension whose rows are the classes seen by `task`
@@ -443,7 +426,7 @@ def _task_header(
 
     def check(header: Header) -> None:
         meta = header.metadata
-        if "config" in meta and meta["config"] != recipe_digest(run_dir):
+        if "config" in meta and meta["config"] != digest:
             raise _OtherConfig(
                 "it was written under another config.json: the split or recipe there was edited since"
             )
@@ -475,14 +458,11 @@ def _task_header(
                 f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has "
                 f"seen {seen_classes}"
             )
-        stream = read_run_config(run_dir).get("stream")
-        if seen_classes is None and isinstance(stream, dict):
-            most = stream.get("init_cls", 0) + task * stream.get("increment", 0)
-            if isinstance(most, int) and weight.shape[0] > most:
-                raise TensorFileError(
-                    f"its classifier has {weight.shape[0]} classes; task {task} of the run's split has seen "
-                    f"at most {most}"
-                )
+        if seen_classes is None and most is not None and weight.shape[0] > most:
+            raise TensorFileError(
+                f"its classifier has {weight.shape[0]} classes; task {task} of the run's split has seen "
+                f"at most {most}"
+            )
 
     return check
 
@@ -530,3 +510,96 @@ def load_router_statistics(run_dir: Path) -> dict[str, torch.Tensor] | None:
     except UserError as exc:
         raise _damaged(run_dir, ROUTER_FILE, str(exc), f"`tosca eval {run_dir}` rebuilds it") from None
     return tensors
+
+
+# ------------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class StageResult:
+    """Evaluation after one task: per router, A_t, block accuracies and routing accuracy, on the
+    test split (`routers`) and on the validation split (`validation`, None without one)."""
+
+    task: int
+    stats: dict[str, float]
+    routers: dict[str, dict[str, Any]]
+    eval_seconds: float
+    validation: dict[str, dict[str, Any]] | None = None
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    config: dict[str, Any]
+    stages: list[StageResult]
+    trained: list[int] = field(default_factory=list)
+    params_per_task: int = 0
+    group_size: int = 1  # configurations trained together in its engine run
+
+    def metrics(self) -> dict[str, Any]:
+        """What metrics.json holds (format `FORMAT`): per router on test ("routers"), and
+        on the validation split ("validation") where the run holds one out."""
+        metrics = {
+            "format": FORMAT,
+            "finished_tasks": len(self.stages),
+            "params_per_task": self.params_per_task,
+            "routers": _summaries([s.routers for s in self.stages]),
+            "tasks": [{"task": s.task, **s.stats, "eval_seconds": s.eval_seconds} for s in self.stages],
+        }
+        if self.stages and self.stages[0].validation is not None:
+            metrics["validation"] = _summaries([s.validation or {} for s in self.stages])
+        return metrics
+
+
+def _summaries(stages: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per router (the registry's order), its metrics over the stages' scores."""
+    summaries = {}
+    for name in (r for r in ROUTERS if stages and r in stages[0]):
+        curve = [s[name]["A_t"] for s in stages]
+        matrix = [s[name]["blocks"] for s in stages]
+        routing = [s[name]["routing"] for s in stages]
+        summaries[name] = summarise(curve, matrix, routing)
+    return summaries
+
+
+RESULT_COLUMNS = (
+    "format",
+    "task",
+    "split",
+    "router",
+    "A_t",
+    "routing_accuracy",
+    "loss",
+    "train_acc",
+    "train_seconds",
+    "eval_seconds",
+)
+
+
+def write_results(result: RunResult) -> None:
+    """metrics.json, results.csv (one row per task, split and router) and accuracy.png of a run."""
+    run_dir = result.run_dir
+    atomic.write_text(run_dir / METRICS, json.dumps(result.metrics(), indent=2) + "\n")
+    with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(RESULT_COLUMNS)
+        for stage in result.stages:
+            for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
+                for name, scores in routers.items():
+                    writer.writerow(
+                        [
+                            FORMAT,
+                            stage.task,
+                            split,
+                            name,
+                            f"{scores['A_t']:.6f}",
+                            f"{scores['routing']:.6f}",
+                            f"{stage.stats['loss']:.6f}",
+                            f"{stage.stats['train_acc']:.6f}",
+                            f"{stage.stats['seconds']:.4f}",
+                            f"{stage.eval_seconds:.4f}",
+                        ]
+                    )
+    curves = {name: [s.routers[name]["A_t"] for s in result.stages] for name in result.stages[0].routers}
+    title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
+    plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")

@@ -1,0 +1,292 @@
+"""How the `tosca` commands show what comes back: the tables, progress lines and summaries of each
+command, apart from cli.py, which only turns options into one request and one call. Everything
+here reads plain results (RunResult, a sweep's outcome, a comparison, a suite's result) and
+prints; nothing here decides or computes a number."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from featcache.foundation.limits import human_bytes
+from featcache.foundation.terminal import err, key_values, note, out, pct, progress_bar, say, table
+
+SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
+
+
+def extract_summary(summary: Any) -> None:
+    if summary.already_done:
+        return say(f"nothing to do: {summary.store} is complete ({summary.chunks_skipped} chunks done)")
+    rate = f"{summary.images_computed:,} in {summary.seconds:.1f} s ({summary.images_per_second:.1f} img/s)"
+    rows = [
+        ("store", summary.store, False),
+        ("samples", ", ".join(f"{k} {v:,}" for k, v in summary.samples.items()), False),
+        ("feature dim", summary.dim, False),
+        ("views", summary.views, False),
+        ("chunks", f"{summary.chunks_computed} computed, {summary.chunks_skipped} already done", False),
+        ("precision / decoder", f"{summary.extra.get('precision')} / {summary.extra.get('decoder')}", False),
+        ("compute", summary.extra.get("compute"), False),
+        ("images", rate, False),
+        ("store size", human_bytes(summary.store_bytes), False),
+    ]
+    if summary.extra.get("skipped_images"):
+        rows.append(("skipped images", f"{summary.extra['skipped_images']} (see `tosca cache info`)", False))
+    key_values(rows)
+
+
+def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
+    """One aligned row per task as it finishes (loss, train acc, A_t per router, seconds); the
+    routing accuracy shown is the first router's. The header comes with the first row."""
+    header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
+        f"{SHORT.get(m, m):>10}" for m in routers
+    )
+    started = []
+
+    def show(stage: Any, trained: bool) -> None:
+        if not started:
+            out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+            started.append(True)
+        accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
+        out.print(
+            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
+            f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.routers[routers[0]]['routing']:>6.1f}% "
+            f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
+            highlight=False,
+        )
+
+    return show
+
+
+def say_protocol(protocol: Any) -> None:
+    """The protocol line and its warnings, on stderr before any work."""
+    say(protocol.line(), err)
+    for warning in protocol.warnings:
+        note("warning", "yellow", warning)
+
+
+def run_summary(result: Any, routers: list[str]) -> None:
+    from tosca_heads.routers import ROUTERS
+
+    metrics = result.metrics()
+    validation = metrics.get("validation") or {}
+    rows = []
+    for name in routers:
+        m = metrics["routers"][name]
+        told = "" if ROUTERS[name].honest else ("told the task" if name == "oracle" else "batch votes")
+        held = [pct(validation[name]["A_last"])] if validation else []
+        rows.append(
+            [
+                name,
+                pct(m["A_bar"]),
+                pct(m["A_last"]),
+                *held,
+                pct(m["forgetting"]),
+                pct(m["routing_accuracy"]),
+                told,
+            ]
+        )
+    title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}, test split"
+    held_column = ["val A_last"] if validation else []
+    table(
+        title,
+        ["router", "A_bar", "A_last", *held_column, "forgetting", "routing acc", "reference"],
+        rows,
+        ("router", "reference"),
+    )
+    train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
+    eval_s = sum(s.eval_seconds for s in result.stages)
+    say(
+        f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
+        f"{metrics['params_per_task']:,} parameters per task"
+    )
+
+
+def sweep_with_progress(run: Callable[[Any], Any], rank_by: str, swept: list[str]) -> Any:
+    """A sweep under a progress bar that shows the running best point (by its swept flags)."""
+    from tosca_heads.experiments.results import flag_text
+
+    with progress_bar() as bar:
+        progress = bar.add_task("sweep", total=None, rate="")
+        best: dict[str, Any] = {}
+
+        def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
+            mine = next((r for r in rows if r["router"] == rank_by), rows[0])
+            if not best or mine["A_last"] > best["score"]:
+                best.update(score=mine["A_last"], label=", ".join(f"{f}={flag_text(mine[f])}" for f in swept))
+            bar.update(
+                progress,
+                total=total,
+                completed=finished,
+                rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
+            )
+
+        return run(on_point)
+
+
+def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
+    from tosca_heads.experiments.results import choice_lines, flag_text
+
+    if outcome.frame.empty:
+        return say(f"sweep {outcome.out}: no results")
+    flags = outcome.varying or ["r", "l1"]
+    on_validation = outcome.chosen["split"] == "validation"
+
+    def spread(row: Any, column: str) -> str:
+        mean, std = row.get(f"{column}_mean"), row.get(f"{column}_std")
+        return pct(mean) + ("" if std is None or std != std else f" ± {100 * std:.2f}")
+
+    rows = [
+        [
+            *(flag_text(row[f]) for f in flags),
+            *([spread(row, f"val_A_last_{rank_by}")] if on_validation else []),
+            *(spread(row, f"A_last_{m}") for m in shown),
+            pct(row[f"routing_{rank_by}_mean"]),
+            f"{int(row['params_per_task']):,}",
+            int(row["seeds"]),
+        ]
+        for _, row in outcome.summary.head(top).iterrows()
+    ]
+    val = [f"val A_last {SHORT.get(rank_by, rank_by)}"] if on_validation else []
+    columns = [
+        *flags,
+        *val,
+        *(f"A_last {SHORT.get(m, m)}" for m in shown),
+        f"routing acc ({SHORT.get(rank_by, rank_by)})",
+        "params/task",
+        "seeds",
+    ]
+    split = "validation" if on_validation else "TEST (no validation split: tuned on test)"
+    title = f"sweep {outcome.out}: best first by A_last ({rank_by} router) on {split}; test A_last beside; mean ± std over seeds"
+    table(title, columns, rows)
+    more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""
+    say(
+        f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), {outcome.already_done} already done; {len(outcome.summary)} configurations{more}"
+    )
+    for line in choice_lines(outcome.chosen):
+        say(line)
+    for name, path in outcome.files.items():
+        say(f"  {name:<18} {path}")
+
+
+def comparison_table(comparison: Any) -> None:
+    metrics = ("A_bar", "A_last", "forgetting", "routing_accuracy")
+    validation = any(r.validation is not None for r in comparison.results)
+    rows = [
+        [
+            r.method,
+            r.routing,
+            *(pct(r.metrics[m]) for m in metrics),
+            *([pct(r.validation["A_last"]) if r.validation else "–"] if validation else []),
+            f"{r.parameters:,}",
+            f"{r.seconds:.1f}",
+            r.reference,
+        ]
+        for r in comparison.results
+    ]
+    columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc"]
+    columns += [*(["val A_last"] if validation else []), "parameters", "seconds", "reference"]
+    table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
+
+
+def suite_plan(result: Any, as_json_: bool) -> None:
+    rows = [[c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder] for c in result.cells]
+    if as_json_:
+        keys = ("store", "cell", "status", "folder")
+        plan = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
+        return out.print_json(json.dumps({"cells": plan, "estimate_seconds": result.estimate_seconds}))
+    table(
+        f"suite {result.spec.name}: {len(rows)} cells",
+        ["store", "cell", "status", "folder"],
+        rows,
+        ("store", "cell", "status", "folder"),
+    )
+    count = {
+        status: sum(1 for c in result.cells if c.status == status)
+        for status in ("missing", "to extract", "changed")
+    }
+    minutes = (result.estimate_seconds or 0) / 60
+    say(
+        f"{count['missing']} cell(s) to run; their TOSCA runs take about {minutes:.1f} min here (baselines not counted)"
+    )
+    if count["to extract"]:
+        say(f"{count['to extract']} cell(s) wait for their store to be extracted first (not in the estimate)")
+    if count["changed"]:
+        say(
+            f"{count['changed']} cell(s) hold results of another configuration: the run stops on them "
+            "(pass another --out, or delete their folders to recompute)"
+        )
+
+
+class DemoDisplay:
+    """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
+
+    def section(self, title: str) -> None:
+        out.rule(f"[bold]{escape(title)}")
+
+    def stage(self, stage: Any, trained: bool) -> None:
+        from tosca_heads.experiments.demo import ROUTERS
+
+        if not hasattr(self, "_stages"):
+            self._stages = stage_printer(list(ROUTERS))
+        self._stages(stage, trained)
+
+    def fitted(self, result: Any) -> None:
+        from tosca_heads.experiments.demo import ROUTERS
+
+        run_summary(result, list(ROUTERS))
+
+    def point(self) -> Any:
+        return None
+
+    def swept(self, outcome: Any) -> None:
+        from tosca_heads.experiments.demo import SWEEP_ROUTERS
+
+        sweep_table(outcome, "entropy", list(SWEEP_ROUTERS))
+
+    def baseline_task(self) -> Any:
+        return None
+
+    def compared(self, comparison: Any, plots: list[Path], tables: list[Path]) -> None:
+        comparison_table(comparison)
+        say("plots:")
+        for path in plots:
+            say(f"  {path}")
+        say(f"tables: {', '.join(map(str, tables))}")
+
+
+def routers_table(run: Path, report: Any) -> None:
+    """`tosca routers`: every router of a run beside the baselines of its store, and which one
+    `tosca predict` takes by default (and on which split it was chosen)."""
+    validation = any(row["val_A_last"] is not None for row in report.rows)
+    rows = []
+    for row in report.rows:
+        name = row["router"] + (" *" if row["router"] == report.best and row["kind"] == "router" else "")
+        held = ["–" if row["val_A_last"] is None else f"{row['val_A_last']:.2f}"] if validation else []
+        rows.append(
+            [
+                name,
+                *(f"{row[k]:.2f}" for k in ("A_bar", "A_last")),
+                *held,
+                f"{row['forgetting']:.2f}",
+                "–" if row["routing_accuracy"] is None else f"{row['routing_accuracy']:.2f}",
+                row["reference"],
+                row["summary"],
+            ]
+        )
+    title = f"routers of {run} ({report.tasks} tasks); accuracies in %, test split"
+    columns = ["router", "A_bar", "A_last", *(["val A_last"] if validation else []), "forgetting"]
+    columns += ["routing acc", "reference", "what it is"]
+    table(title, columns, rows, ("router", "reference", "what it is"))
+    if report.chosen_on == "validation":
+        say(
+            f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
+        )
+    else:
+        say(
+            f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
+            "the run holds out no validation split, so this choice is tuned on test)"
+        )

@@ -1,0 +1,152 @@
+"""The baselines under TOSCA's protocol (same store, class order, tasks, validation and test rows,
+metrics), computed: `run_baseline` learns one registered baseline task by task and scores it after
+each task; `check_baseline_params` checks a baseline's own parameters once, for a dry run and a
+real one alike. Their files are `records.baseline`; the comparison beside TOSCA is `comparison`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.limits import require_memory
+from featcache.store import FeatureStore, check_not_replaced, check_readable
+from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
+from tosca_heads.method.baselines import BASELINES, single_threaded
+from tosca_heads.method.features import CachedFeatures, FeatureSource
+from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
+from tosca_heads.method.protocol import HELD_OUT, NO_VALIDATION, StreamConfig, TaskStream, ValidationConfig
+
+TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
+
+
+def run_baseline(
+    name: str,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    source: FeatureSource | None = None,
+    on_task: TaskCallback | None = None,
+    device: str | torch.device = "cpu",
+    validation: ValidationConfig = NO_VALIDATION,
+    **params: Any,
+) -> MethodResult:
+    """Learn task by task (all seen classes at once for the joint probe); evaluate after each task
+    on test and, with a validation split, on the held-out training rows (which never train).
+    Computed on one CPU thread: the same numbers in a suite's worker and from the single command,
+    whatever OMP_NUM_THREADS says (multithreaded BLAS sums in another order)."""
+    if name not in BASELINES:
+        raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
+    check_readable(store)
+    check_baseline_params(name, params, store.dim)
+    validation.validate()
+    fingerprint = store.fingerprint  # as opened: checked again after the last read
+    stream = stream_cfg.task_stream(store.shape.classes)
+    source = source or CachedFeatures(store, device=device)
+    labels = stream.remap(store.labels("train"))
+    held = validation.carve(store.labels("train"), store.identity["dataset"].get("class_names"))
+    train_y = labels.copy()
+    train_y[held] = HELD_OUT  # never trained on
+    test_y = stream.remap(store.labels("test"))
+    train_x = source.clean("train", np.arange(len(train_y))).to(device)
+    scored = {"test": (source.clean("test", np.arange(len(test_y))).to(device), test_y)}
+    if len(held):
+        scored["validation"] = (train_x[_index(held, train_x)], labels[held])
+    estimator = BASELINES[name](device=device, **params)
+    curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
+    start = time.perf_counter()
+    with single_threaded(torch.device(device)):
+        for task in range(stream.num_tasks):
+            if estimator.incremental:
+                rows = stream.rows_of_task(train_y, task)
+                estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
+            else:
+                rows = stream.rows_seen(train_y, task)
+                estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
+            for split, (x, y) in scored.items():
+                seen = stream.rows_seen(y, task)
+                pred = checked_predictions(
+                    name, estimator.predict(x[_index(seen, x)]), len(seen), task, stream
+                )
+                curves[split][0].append(accuracy(pred, y[seen]))
+                curves[split][1].append(block_accuracies(pred, y[seen], stream.task_of(y[seen]), task + 1))
+            if on_task:
+                on_task(name, task, stream.num_tasks)
+    check_not_replaced(store.path, fingerprint, f"baseline {name!r}")
+    metrics = summarise(*curves["test"])
+    if hasattr(estimator, "ridge_"):
+        metrics["ridge"] = estimator.ridge_
+    held_out = summarise(*curves["validation"]) if "validation" in curves else None
+    reference = baseline_reference(name)
+    return MethodResult(
+        name,
+        NO_ROUTING,
+        metrics,
+        estimator.num_parameters(),
+        time.perf_counter() - start,
+        held_out,
+        reference,
+    )
+
+
+def baseline_reference(name: str) -> str:
+    """What makes a registered baseline a reference, in words ("" for an honest continual method):
+    its class's `reference` (True, or the words)."""
+    declared = getattr(BASELINES[name], "reference", False)
+    return declared if isinstance(declared, str) else ("a reference" if declared else "")
+
+
+def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
+    """A baseline's own parameters, checked once for the dry run and the real one: one line each."""
+    if name != "ranpac":
+        return
+    m = params.get("projection_dim", 10_000)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise UserError(f"RanPAC's projection size M must be an integer of at least 1, got {m!r}")
+    seed = params.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
+    check_ranpac_size(m, dim)
+
+
+def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:
+    """A baseline's predictions as class ids, refused in one line unless they are what `predict` must
+    give: n integers among the classes seen so far. A plug-in's [n, 1] or NaN would otherwise be
+    scored as a plausible but meaningless accuracy."""
+    seen = stream.init_cls + task * stream.increment
+    values = pred.detach().cpu().numpy() if isinstance(pred, torch.Tensor) else pred
+    if not isinstance(values, np.ndarray):
+        raise UserError(
+            f"baseline {name!r}: predict returned {type(pred).__name__}, not an array of class ids"
+        )
+    if values.shape != (n,):
+        raise UserError(
+            f"baseline {name!r}: predict returned shape {list(values.shape)}, not [{n}] (one class id per test sample)"
+        )
+    if not np.issubdtype(values.dtype, np.integer):
+        raise UserError(f"baseline {name!r}: predict returned {values.dtype} values, not integer class ids")
+    if n and (values.min() < 0 or values.max() >= seen):
+        wrong = int(values.min()) if values.min() < 0 else int(values.max())
+        raise UserError(
+            f"baseline {name!r}: predicted class {wrong}; the classes seen so far are 0 to {seen - 1}"
+        )
+    return values
+
+
+def baseline_params(method: str, ranpac_m: int, ranpac_seed: int) -> dict[str, Any]:
+    """A baseline's own parameters as `tosca baselines` sets them (RanPAC: M and the projection's
+    seed; the others have none and are deterministic)."""
+    return {"projection_dim": ranpac_m, "seed": ranpac_seed} if method == "ranpac" else {}
+
+
+def check_ranpac_size(m: int, dim: int) -> None:
+    """RanPAC's M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
+    require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
+
+
+def _index(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(rows).to(like.device)

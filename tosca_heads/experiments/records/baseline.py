@@ -1,0 +1,202 @@
+"""A baselines folder (`tosca baselines`): one folder per baseline holding its metrics.json (the
+metrics block `tosca fit` writes, under the router "none", and under "validation" where a split is
+held out; the baseline's own parameters; `reference` when it is no continual method) and its
+results.csv, and the comparison files beside TOSCA's routers: comparison.csv, .md and .png.
+Format `records.FORMAT`; a format-1 file ("modes" for "routers", tosca 0.1) is read as the current.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_bytes, read_json
+from featcache.store import FeatureStore
+from tosca_heads.experiments import plots
+from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
+from tosca_heads.experiments.records.run import validation_record
+from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+
+NO_ROUTING = "none"
+COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
+BASELINE_FILES = ("metrics.json", "results.csv")
+COMPARISON_HEADER = "method,routing,A_bar,A_last,"
+
+
+@dataclass
+class MethodResult:
+    """One row of the comparison: a baseline, or TOSCA under one router; its metrics on test, and
+    on the validation split where one is held out. `reference` says what makes it no honest
+    result ("" when it is one): a router told the task or letting a batch vote, a baseline that
+    sees every task at once."""
+
+    method: str
+    routing: str
+    metrics: dict[str, Any]
+    parameters: int
+    seconds: float
+    validation: dict[str, Any] | None = None
+    reference: str = ""
+
+
+def is_baselines_dir(folder: Path) -> bool:
+    """A baselines folder written before folders carried tosca's marker: nothing but the comparison
+    files (comparison.csv with tosca's header) and folders named after baselines, each holding a
+    metrics.json that tosca wrote for that baseline (and its results.csv); at least one of those."""
+    written = 0
+    for entry in Path(folder).iterdir():
+        if entry.is_file() and entry.name in COMPARISON_FILES:
+            if entry.name == "comparison.csv" and not _starts_with(entry, COMPARISON_HEADER):
+                return False
+            continue
+        if not (entry.is_dir() and entry.name in BASELINES):
+            return False
+        if any(f.name not in BASELINE_FILES for f in entry.iterdir()):
+            return False
+        try:
+            metrics = read_json(entry / "metrics.json", "baseline metrics", "")
+        except UserError:
+            return False
+        if not isinstance(metrics, dict) or metrics.get("method") != entry.name:
+            return False
+        written += 1
+    return written > 0
+
+
+def _starts_with(path: Path, text: str) -> bool:
+    try:  # bounded: never a fifo
+        return read_bytes(path, "table").decode("utf-8", errors="replace").startswith(text)
+    except UserError:
+        return False
+
+
+def check_baselines_folder(folder: Path) -> None:
+    """Refuse now, before anything runs, a folder a baselines run may not write."""
+    folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
+
+
+def claim_baselines_dir(folder: Path) -> Path:
+    """Create or take over a baselines folder. Baselines written at once into one folder (a suite's
+    cells on several workers) need it claimed first, by one process: a second claimant would find
+    the first one's half-written marker, a file tosca cannot tell from a stranger's."""
+    return folders.claim(folder, "baselines", "--out", written_before=is_baselines_dir)
+
+
+def write_baseline(
+    folder: Path,
+    result: MethodResult,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    params: dict[str, Any] | None = None,
+    validation: ValidationConfig = NO_VALIDATION,
+) -> None:
+    """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
+    own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
+    claim_baselines_dir(folder.parent)
+    folder.mkdir(exist_ok=True)
+    payload = {
+        **store_block(store, described=False),
+        "method": result.method,
+        "stream": asdict(stream_cfg),
+        "params": params or {},
+        "finished_tasks": len(result.metrics["A_t"]),
+        "parameters": result.parameters,
+        "seconds": result.seconds,
+        "reference": result.reference,
+        "routers": {NO_ROUTING: result.metrics},
+    }
+    if validation.enabled:
+        payload["validation_split"] = validation_record(store, validation)
+    if result.validation is not None:
+        payload["validation"] = {NO_ROUTING: result.validation}
+    atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
+    with atomic.writing(folder / "results.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["format", "task", "split", "router", "A_t"])
+        for split, block in (("test", result.metrics), ("validation", result.validation)):
+            for task, a in enumerate((block or {}).get("A_t", [])):
+                writer.writerow([FORMAT, task, split, NO_ROUTING, f"{a:.6f}"])
+
+
+def read_baseline(path: Path) -> dict[str, Any] | None:
+    """A baseline's metrics.json in this version's form (format 1 said "modes"), or None when the
+    file is not one tosca wrote or was damaged (a scan for baselines passes it over)."""
+    try:
+        payload = read_json(path, "baseline metrics", "")
+    except UserError:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
+        return None
+    routers = payload.get("routers", payload.get("modes"))
+    block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
+    if not valid_metrics_block(block):
+        return None
+    held = payload.get("validation")
+    if held is not None and not (isinstance(held, dict) and valid_metrics_block(held.get(NO_ROUTING))):
+        return None
+    return {**payload, "routers": {NO_ROUTING: block}}
+
+
+def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
+    """One row per method (and TOSCA router), test figures; `val_A_last` on the validation split
+    where one is held out; `reference` says why a row is no honest result ("" when it is one)."""
+    rows = [
+        {
+            "method": r.method,
+            "routing": r.routing,
+            "A_bar": r.metrics["A_bar"],
+            "A_last": r.metrics["A_last"],
+            "forgetting": r.metrics["forgetting"],
+            "routing_accuracy": r.metrics["routing_accuracy"],
+            "parameters": r.parameters,
+            "seconds": r.seconds,
+            "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
+            "val_A_last": None if r.validation is None else r.validation["A_last"],
+            "reference": r.reference,
+        }
+        for r in results
+    ]
+    return pd.DataFrame(rows)
+
+
+def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
+    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
+    header.append("reference")
+    note = (
+        "Accuracies in %, on the test split. A row marked as a reference is no honest result: a router "
+        "told the task or letting a test batch vote, or a method that sees every task at once."
+    )
+    lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    for _, r in frame.iterrows():
+        routing_acc = "–" if pd.isna(r["routing_accuracy"]) else f"{100 * r['routing_accuracy']:.2f}"
+        cells = [
+            r["method"],
+            r["routing"],
+            f"{100 * r['A_bar']:.2f}",
+            f"{100 * r['A_last']:.2f}",
+            f"{100 * r['forgetting']:.2f}",
+            routing_acc,
+            f"{int(r['parameters']):,}",
+            f"{r['seconds']:.1f}",
+            r["reference"] or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
+    folders.claim(out, "baselines", "--out", written_before=is_baselines_dir)
+    frame = comparison_frame(results)
+    atomic.write_text(out / "comparison.csv", frame.to_csv(index=False))
+    atomic.write_text(out / "comparison.md", comparison_markdown(frame, title))
+    plots.comparison(frame.to_dict("records"), title, out / "comparison.png")
+    return {name: out / name for name in COMPARISON_FILES}

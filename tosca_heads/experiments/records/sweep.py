@@ -1,0 +1,504 @@
+"""A sweep folder's records: sweep.json (the store, the grids, the validation split, what was
+chosen) and results.csv, the append-only table of every finished point.
+
+results.csv (format 3) holds one row per point, split and router: the point's flags (its
+validation split's among them) and timings, then the split ("test", or "validation" where the
+sweep holds one out), the router's name and metrics; its columns do not depend on which routers
+exist, so a sweep made before a router was added still resumes. `format` and `rows` (how many rows
+the point has) are columns of every row. A point's rows are appended (and fsynced) in one write
+the moment it finishes, so a killed sweep loses at most the points in flight; a point whose rows a
+kill cut short is dropped when the file is next opened, and a point appears at most once. Older
+files are read and rewritten as format 3 when their sweep resumes: format 2 (one row per point and
+router, a `routers` column, no validation) and format 1 (one wide row per point, a column per
+router and metric: tosca 0.1).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import parse_json, read_json, read_text
+from featcache.foundation.fingerprints import canonical_json
+from featcache.store import FeatureStore
+from tosca_heads.experiments.records import FORMAT, check_format, store_block
+from tosca_heads.experiments.records.run import validation_record, write_validation_ids
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+from tosca_heads.method.recipe import TrainConfig
+
+if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
+    import pandas as pd
+
+SWEEP_FILE = "sweep.json"
+RESULTS_FILE = "results.csv"
+RESULTS_LIMIT = 1 << 30  # bytes of results.csv: 100,000 points of a dozen routers fit in a third of it
+FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
+VALIDATION_COLUMNS = ["val_fraction", "val_seed"]  # the point's validation split (0: none)
+TIMING_COLUMNS = [
+    "train_seconds",
+    "eval_seconds",
+    "run_seconds",
+    "worker_pid",
+    "feature_loads",
+    "group_size",
+    "group_seconds",
+    "device",
+]
+POINT_COLUMNS = [
+    "format",
+    "key",
+    *FLAG_COLUMNS,
+    *VALIDATION_COLUMNS,
+    "dataset",
+    "backbone",
+    "tasks",
+    "params_per_task",
+    *TIMING_COLUMNS,
+]
+METRIC_COLUMNS = {
+    "A_bar": "A_bar",
+    "A_last": "A_last",
+    "forgetting": "forgetting",
+    "routing": "routing_accuracy",
+    "A_t": "A_t",
+}
+COLUMNS = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
+SPLITS = ("test", "validation")
+TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "split", "router", "A_t"}
+# format 2 (before the validation split): no validation columns, one row per router, `routers`
+FORMAT_2 = [
+    *(c for c in POINT_COLUMNS if c not in VALIDATION_COLUMNS),
+    "routers",
+    "router",
+    *METRIC_COLUMNS.values(),
+]
+OPTIONAL_COLUMNS = {"r", "s", "group_size", "group_seconds", "device", "routing_accuracy"}
+# the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
+FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
+FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
+
+
+def point_rows(
+    point: dict[str, Any],
+    routers: dict[str, dict[str, Any]],
+    validation: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of one finished point: its own columns, then one row per split and router's
+    metrics block (test, then validation where the point has one)."""
+    blocks = [("test", name, block) for name, block in routers.items()]
+    blocks += [("validation", name, block) for name, block in (validation or {}).items()]
+    rows = []
+    for split, name, block in blocks:
+        row = {
+            **{c: point.get(c) for c in POINT_COLUMNS},
+            "format": FORMAT,
+            "rows": len(blocks),
+            "split": split,
+            "router": name,
+        }
+        row.update(
+            A_bar=block["A_bar"],
+            A_last=block["A_last"],
+            forgetting=block["forgetting"],
+            routing_accuracy=block["routing_accuracy"],
+            A_t=json.dumps([round(a, 6) for a in block["A_t"]]),
+        )
+        rows.append(row)
+    return rows
+
+
+FRACTION_COLUMNS = {"A_bar", "A_last", "routing_accuracy", "val_fraction"}
+WHOLE_COLUMNS = {
+    "format",
+    "r",
+    "s",
+    "epochs",
+    "batch_size",
+    "seed",
+    "init_cls",
+    "increment",
+    "order_seed",
+    "val_seed",
+    "tasks",
+    "params_per_task",
+    "routers",
+    "rows",
+    "group_size",
+    "feature_loads",
+    "worker_pid",
+}
+AT_LEAST_ONE = {
+    "format",
+    "r",
+    "s",
+    "epochs",
+    "batch_size",
+    "init_cls",
+    "increment",
+    "tasks",
+    "routers",
+    "rows",
+}
+
+
+def _cell_problem(column: str, value: str) -> str:
+    """What a numeric cell of results.csv should be and is not ('' when it is fine): finite,
+    accuracies in [0, 1], forgetting in [-1, 1], counts whole; every other number is not negative.
+    (`nan`, `inf`, `-3` or 7.5 would otherwise merge points or be shown as percentages.)"""
+    try:
+        number = float(value)
+    except ValueError:
+        return "a number"
+    if not math.isfinite(number):
+        return "a finite number"
+    if column in FRACTION_COLUMNS:
+        return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
+    if column == "forgetting":
+        return "" if -1.0 <= number <= 1.0 else "a forgetting between -1 and 1"
+    if column in WHOLE_COLUMNS and not number.is_integer():
+        return "a whole number"
+    if number < (1 if column in AT_LEAST_ONE else 0):
+        return f"a number of at least {1 if column in AT_LEAST_ONE else 0}"
+    return ""
+
+
+def point_key(flags: dict[str, Any]) -> str:
+    """A sweep point's identity: a digest of every flag (`SweepPoint.key`), so a grown grid re-uses
+    the points it shares and a row whose flags were edited no longer matches its key."""
+    return hashlib.sha256(canonical_json(flags).encode()).hexdigest()[:16]
+
+
+def _flags_of(row: dict[str, str]) -> dict[str, Any]:
+    """The typed flags of a results.csv row (as `SweepPoint.flags` gives them: the validation
+    split's only when the point holds one out)."""
+    flags: dict[str, Any] = {}
+    for f in [*fields(TrainConfig), *fields(StreamConfig)]:
+        value, kind = row.get(f.name, ""), str(f.type)
+        if value == "":
+            flags[f.name] = None
+        elif kind == "str":
+            flags[f.name] = value
+        elif kind.startswith("int"):
+            flags[f.name] = int(float(value))
+        else:
+            flags[f.name] = float(value)
+    if float(row.get("val_fraction") or 0) > 0:
+        flags["val_fraction"] = float(row["val_fraction"])
+        flags["val_seed"] = int(float(row.get("val_seed") or 0))
+    return flags
+
+
+class ResultsTable:
+    """results.csv: every finished point's rows, appended as points finish."""
+
+    def __init__(self, path: Path, check_only: bool = False):
+        """Read (and check) the rows there; unless `check_only`, drop what a kill cut short and
+        rewrite a format-1 file as format 2."""
+        self.path = Path(path)
+        self._points: dict[str, list[dict[str, str]]] = {}
+        self._line_of: dict[int, int] = {}  # id(row) -> its line in the file, for messages
+        if self.path.exists():
+            self._points = self._read(rewrite=not check_only)
+
+    def _read(self, rewrite: bool) -> dict[str, list[dict[str, str]]]:
+        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
+        whole_lines = text[: text.rfind("\n") + 1]  # a last line without its newline was cut by a kill
+        lines = list(csv.reader(io.StringIO(whole_lines)))
+        if not lines:
+            return {}
+        header, body = lines[0], lines[1:]
+        if header == COLUMNS:
+            rows, converted = self._rows(header, body), False
+        elif header == FORMAT_2:
+            rows, converted = [_format_2_row(row) for row in self._rows(header, body)], True
+        elif header[: len(FORMAT_1_POINT)] == FORMAT_1_POINT:
+            rows, converted = self._format_1(header, body), True
+        else:
+            raise UserError(
+                f"{self.path} has other columns than tosca writes; pass another --out for a new sweep"
+            )
+        points: dict[str, list[dict[str, str]]] = {}
+        for row in rows:
+            points.setdefault(row["key"], []).append(row)
+        whole = {key: found for key, found in points.items() if _whole(found)}
+        if not converted or header == FORMAT_2:  # a format-1 file's are checked once rewritten
+            self._check_keys(whole)
+        dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
+        if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
+            self._rewrite([row for found in whole.values() for row in found])
+        return whole
+
+    def _rows(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
+        rows = []
+        for number, line in enumerate(body, start=2):
+            if len(line) != len(header):
+                continue  # cut short by a kill
+            row = dict(zip(header, line, strict=True))
+            self._check(number, row)
+            self._line_of[id(row)] = number
+            rows.append(row)
+        return rows
+
+    def _check_keys(self, points: dict[str, list[dict[str, str]]]) -> None:
+        """Each recorded point's flags give its key: an edited flag (two points made one, or a
+        point standing for another) is refused. Points a kill cut short are dropped before this."""
+        for key, rows in points.items():
+            for row in rows:
+                if point_key(_flags_of(row)) != key:
+                    number = self._line_of.get(id(row), "?")
+                    raise UserError(
+                        f"{self.path} line {number}: its flags do not match its key {key[:40]!r}; the file "
+                        "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
+                    )
+
+    def _format_1(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
+        """Wide format-1 rows (a column per router and metric) as format-2 rows."""
+        names = [c[len("A_last_") :] for c in header if c.startswith("A_last_")]
+        rows = []
+        for number, line in enumerate(body, start=2):
+            if len(line) != len(header):
+                continue
+            wide = dict(zip(header, line, strict=True))
+            self._check(number, {k: v for k, v in wide.items() if not k.startswith("A_t_")})
+            point = {c: wide.get(c, "") for c in POINT_COLUMNS}
+            point.update(format=str(FORMAT), val_fraction="0", val_seed="0")
+            for name in names:
+                rows.append(
+                    {
+                        **point,
+                        "rows": str(len(names)),
+                        "split": "test",
+                        "router": name,
+                        **{
+                            column: wide.get(f"{metric}_{name}", "")
+                            for metric, column in METRIC_COLUMNS.items()
+                        },
+                    }
+                )
+        return rows
+
+    def _check(self, number: int, row: dict[str, str]) -> None:
+        """A row whose numbers are not numbers was edited: one line naming the cell, not a traceback
+        (or a table built from it)."""
+        for column, value in row.items():
+            if column == "split" and value not in SPLITS:
+                raise UserError(
+                    f"{self.path} line {number}: split holds {value[:40]!r}, not test or validation; the file "
+                    "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
+                )
+            if (
+                column in TEXT_COLUMNS
+                or column.startswith("A_t_")
+                or (value == "" and column in OPTIONAL_COLUMNS)
+            ):
+                continue
+            wanted = _cell_problem(column, value)
+            if wanted:
+                raise UserError(
+                    f"{self.path} line {number}: {column} holds {value[:40]!r}, not {wanted}; the file was "
+                    "edited or damaged: fix or delete that line (the sweep then reruns its point)"
+                ) from None
+        curve = row.get("A_t", "")
+        try:
+            values = parse_json(curve, "A_t") if curve else []
+        except UserError:
+            values = None
+        if not isinstance(values, list) or not all(_cell_problem("A_last", str(v)) == "" for v in values):
+            raise UserError(
+                f"{self.path} line {number}: A_t holds {curve[:40]!r}, not a list of accuracies; the file "
+                "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
+            )
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        with atomic.writing(self.path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def keys(self) -> set[str]:
+        return set(self._points)
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
+        if not rows or rows[0]["key"] in self._points:
+            return
+        cells = [{c: _cell(row[c]) for c in COLUMNS} for row in rows]
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, COLUMNS)
+        with atomic.appending(self.path, newline="") as fh:  # never through a link (synced at the end)
+            if os.fstat(fh.fileno()).st_size == 0:
+                writer.writeheader()
+            writer.writerows(cells)
+            fh.write(buffer.getvalue())
+        self._points[cells[0]["key"]] = cells
+
+    def frame(self) -> pd.DataFrame:
+        """Every row, one per point and router (what results.parquet holds)."""
+        import pandas as pd
+
+        if not self._points:
+            return pd.DataFrame(columns=COLUMNS)
+        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
+        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+
+
+def _whole(rows: list[dict[str, str]]) -> bool:
+    """A point's rows are all there: as many as its `rows` column says, one per split and router."""
+    expected = rows[0]["rows"]
+    kinds = {(r["split"], r["router"]) for r in rows}
+    return expected.isdigit() and len(rows) == int(expected) and len(kinds) == len(rows)
+
+
+def _format_2_row(row: dict[str, str]) -> dict[str, str]:
+    """A format-2 row (no validation split, one row per router) as a format-3 row."""
+    converted = {c: row.get(c, "") for c in COLUMNS}
+    converted.update(format=str(FORMAT), val_fraction="0", val_seed="0", rows=row["routers"], split="test")
+    return converted
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------ sweep.json
+
+
+def grid_digest(keys: Sequence[str]) -> str:
+    """Identity of a grid (its points' keys), recorded so the same command finds its folder again."""
+    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
+
+
+def find_sweep_dir(runs_root: Path, store: FeatureStore, keys: Sequence[str]) -> Path | None:
+    """The newest sweep folder under runs_root made by this grid on this store, if any: rerunning
+    a sweep command without --out resumes it instead of starting a new runs/sweep-<time>."""
+    digest = grid_digest(keys)
+    for meta_path in sorted(Path(runs_root).glob("sweep-*/sweep.json"), reverse=True):
+        try:
+            meta = read_json(meta_path, "sweep file", "")
+        except UserError:
+            continue  # a damaged folder is not this grid's: it is never resumed by accident
+        if not isinstance(meta, dict) or not isinstance(meta.get("grids", []), list):
+            continue
+        grids = [meta.get("grid"), *meta.get("grids", [])]
+        if meta.get("store_fingerprint") == store.fingerprint and digest in grids:
+            return meta_path.parent
+    return None
+
+
+def is_sweep_dir(folder: Path) -> bool:
+    """A sweep folder written before folders carried tosca's marker: it holds a sweep.json."""
+    return (Path(folder) / "sweep.json").is_file()
+
+
+def read_sweep_file(path: Path) -> dict[str, Any]:
+    """A sweep.json, refused in one line when damaged, edited or of a newer format."""
+    meta = read_json(path, "sweep file", "it was edited or damaged; pass another --out")
+    check_format(path, meta.get("format", 1), "sweep file")
+    if not isinstance(meta.get("grids", []), list):
+        raise UserError(f"sweep file {path} was edited: its grids are not a list; pass another --out")
+    return meta
+
+
+def check_sweep_folder(out: Path, validation: ValidationConfig | None = None) -> None:
+    """Refuse now, before anything runs or is written, a folder a sweep may not write, one whose
+    files (sweep.json, results.csv) were damaged, or (given `validation`) one made with another
+    validation split."""
+    if folders.check_claimable(out, "sweep", "--out", written_before=is_sweep_dir):
+        if (out / "sweep.json").exists():
+            recorded = read_sweep_file(out / "sweep.json").get("validation")
+            if validation is not None and not _same_validation(recorded, validation):
+                raise UserError(f"sweep folder {out} {validation_mismatch(recorded)}")
+        ResultsTable(out / "results.csv", check_only=True)
+
+
+def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
+    """A sweep.json's validation split (None: none) is this one."""
+    if not validation.enabled:
+        return recorded is None
+    return isinstance(recorded, dict) and validation.record() == {
+        k: recorded.get(k) for k in ("fraction", "seed")
+    }
+
+
+def claim_sweep_dir(
+    out: Path,
+    store: FeatureStore,
+    keys: Sequence[str],
+    validation: ValidationConfig,
+    protocol: dict[str, Any] | None = None,
+) -> None:
+    """Claim the folder and write (or check) its sweep.json: a sweep folder belongs to one store
+    (resuming it on another would mix their rows) and one validation split; a grown grid's digest
+    is added so the same command without --out finds the folder again."""
+    folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
+    atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
+    meta_path = out / "sweep.json"
+    meta = {
+        **store_block(store),
+        "grid": grid_digest(keys),
+    }
+    if validation.enabled:
+        meta["validation"] = validation_record(store, validation)
+        write_validation_ids(out, store, validation)
+    if protocol is not None:
+        meta["protocol"] = protocol
+    if meta_path.exists():
+        existing = read_sweep_file(meta_path)
+        if not isinstance(existing.get("store_fingerprint"), str):
+            raise UserError(
+                f"{meta_path} records no store fingerprint: it was edited or damaged; pass another --out"
+            )
+        if existing.get("store_fingerprint") != store.fingerprint:
+            raise UserError(
+                f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
+            )
+        if existing.get("validation") != meta.get("validation"):
+            raise UserError(f"sweep folder {out} {validation_mismatch(existing.get('validation'))}")
+        known = [existing.get("grid"), *existing.get("grids", [])]
+        if meta["grid"] in known:
+            return
+        # a grown grid resumed with --out: the same command without --out finds this folder again
+        meta = {
+            **existing,
+            **meta,
+            "grid": existing.get("grid"),
+            "grids": [*existing.get("grids", []), meta["grid"]],
+        }
+    atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
+
+
+def validation_mismatch(recorded: Any) -> str:
+    """Why a sweep folder cannot take this sweep's points: it was made with another validation split
+    (one folder, one split: its points are ranked together)."""
+    if not isinstance(recorded, dict):
+        return (
+            "holds points without a validation split (ranked on test); pass --val-fraction 0 to resume it, "
+            "or another --out"
+        )
+    return (
+        f"holds points of another validation split ({recorded.get('fraction')!r} of each class, seed "
+        f"{recorded.get('seed')!r}); pass --val-fraction {recorded.get('fraction')} --val-seed "
+        f"{recorded.get('seed')} to resume it, or another --out"
+    )
+
+
+def record_choice(out: Path, chosen: dict[str, Any] | None) -> None:
+    """sweep.json keeps what the sweep chose, on which split, and the command that refits it."""
+    meta_path = out / "sweep.json"
+    meta = read_sweep_file(meta_path)
+    if meta.get("chosen") != chosen:
+        atomic.write_text(meta_path, json.dumps({**meta, "chosen": chosen}, indent=2) + "\n")
