@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TOSCA_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 export TOSCA_DATA
 
-.PHONY: test test-realdata demo lint install clean gpu-bundle gpu-check
+.PHONY: test test-heavy test-realdata demo lint install clean gpu-bundle gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# `make test`: everything but the checks on the real archives (marker realdata), which
-# `make test-realdata` runs; CI (.ci/run) runs both.
+# `make test`: everything but the long tests (marker heavy: whole suites, Dask clusters, commands
+# in subprocesses, the GPU check's rehearsal), which `make test-heavy` runs, and the checks on the
+# real archives (marker realdata), which `make test-realdata` runs; CI (.ci/run) runs all three.
 test: lint
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "not realdata"
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "not realdata and not heavy"
+
+test-heavy: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "heavy and not realdata"
 
 test-realdata: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -m realdata

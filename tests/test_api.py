@@ -126,6 +126,7 @@ class Majority:
 '''
 
 
+@pytest.mark.heavy
 def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
     (tmp_path / "my_plugins.py").write_text(textwrap.dedent(PLUGIN))
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
@@ -172,7 +173,7 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
     assert "majority" in base.stdout and (out / "majority" / "metrics.json").exists()
     code = textwrap.dedent(f"""
         import my_plugins, tosca_heads
-        frame = tosca_heads.baselines({str(store.path)!r}, ["majority"], init_cls=2, increment=2)
+        frame = tosca_heads.baselines({str(store.path)!r}, ["majority"], init_cls=2, increment=2, with_tosca=False)
         result = tosca_heads.fit({str(store.path)!r}, init_cls=2, increment=2, epochs=1)
         print(frame["method"].tolist(), "first_module" in result.metrics()["routers"])
     """)

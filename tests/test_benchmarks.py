@@ -119,6 +119,7 @@ def test_routing_ceiling_fit_finds_an_informative_signal() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_gpu_check_rehearses_every_step_on_a_cpu(tmp_path: Path) -> None:
     """`make gpu-check` cannot rot between GPU loans: its --tiny mode runs every step on a CPU, says
     which parts need CUDA, and writes its table where $OUT points."""

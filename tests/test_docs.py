@@ -109,6 +109,7 @@ def test_every_python_example_in_the_docs_runs(tmp_path: Path, where: str, code:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_readme_image_folder_block_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from support.commands import one_line, said
 from support.images import TINY_VIT
 from typer.testing import CliRunner
 
@@ -24,9 +25,7 @@ def _run(*args: str) -> tuple[int, str]:
 
 
 def _one_line_error(output: str) -> str:
-    lines = [line for line in output.strip().splitlines() if line.strip() and not line.startswith("warning:")]
-    assert len(lines) == 1 and lines[0].startswith("error:"), output
-    return lines[0]
+    return one_line(said(output))
 
 
 def test_unknown_model_lists_valid_names(image_tree: Path) -> None:
@@ -78,6 +77,7 @@ def test_bad_policy_and_dtype(image_tree: Path) -> None:
     assert code == 2 and "float16" in _one_line_error(output)
 
 
+@pytest.mark.heavy
 def test_corrupt_image_names_file_and_leaves_chunk_undone(tmp_path: Path, image_tree: Path) -> None:
     bad = image_tree / "train" / "class_1" / "img_001.png"
     bad.write_bytes(b"this is not a png")
@@ -129,6 +129,7 @@ def test_corrupt_image_names_file_and_leaves_chunk_undone(tmp_path: Path, image_
     assert FeatureStore.open(store).is_complete()
 
 
+@pytest.mark.heavy
 def test_conflicting_store_is_refused_then_overwritten(tmp_path: Path, image_tree: Path) -> None:
     store = tmp_path / "s.zarr"
     base = [

@@ -14,6 +14,7 @@ from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.store import FeatureStore
 
 
+@pytest.mark.heavy
 def test_dask_extraction_equals_local(tmp_path: Path, image_tree: Path) -> None:
     common = dict(
         model=TINY_VIT,

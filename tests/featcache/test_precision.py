@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.commands import extract_request
 from support.images import TINY_VIT
 from typer.testing import CliRunner
 
@@ -17,32 +18,17 @@ from featcache.pipeline.mapper import FeatureMapper, resolve_precision
 from featcache.store import FeatureStore
 
 
-def _request(tmp_path: Path, tree: Path, name: str, **kw: object) -> ExtractRequest:
-    args: dict = dict(
-        model=TINY_VIT,
-        dataset="imagefolder",
-        data_root=tree,
-        cache_dir=tmp_path / "cache",
-        store=tmp_path / f"{name}.zarr",
-        random_init=True,
-        batch_size=4,
-        workers=0,
-        chunk_size=8,
-        device="cpu",
-    )
-    args.update(kw)
-    return ExtractRequest(**args)
-
-
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 def test_default_is_fp32_and_bf16_is_recorded_and_shown(tmp_path: Path, image_tree: Path) -> None:
     assert ExtractRequest(model="m", dataset="d").precision == "fp32"
-    fp32 = FeatureStore.open(run_extraction(plan_extraction(_request(tmp_path, image_tree, "a"))).store)
+    fp32 = FeatureStore.open(
+        run_extraction(plan_extraction(extract_request(tmp_path, image_tree, "a"))).store
+    )
     bf16 = FeatureStore.open(
-        run_extraction(plan_extraction(_request(tmp_path, image_tree, "b", precision="bf16"))).store
+        run_extraction(plan_extraction(extract_request(tmp_path, image_tree, "b", precision="bf16"))).store
     )
     assert fp32.identity["precision"] == "fp32" and bf16.identity["precision"] == "bf16"
     assert fp32.attrs["compute"]["tf32"] is False
@@ -51,7 +37,7 @@ def test_default_is_fp32_and_bf16_is_recorded_and_shown(tmp_path: Path, image_tr
     assert not np.array_equal(a, b)  # bf16 really ran
     assert _cosines(a, b).min() > 0.999  # CPU autocast on a tiny ViT stays far above this
     with pytest.raises(UserError, match=r"precision: bf16 -> fp32"):
-        run_extraction(plan_extraction(_request(tmp_path, image_tree, "b")))
+        run_extraction(plan_extraction(extract_request(tmp_path, image_tree, "b")))
 
     shown = CliRunner().invoke(app, ["cache", "info", str(bf16.path)])
     assert shown.exit_code == 0, shown.output

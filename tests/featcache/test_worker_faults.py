@@ -20,6 +20,7 @@ from featcache.store import FeatureStore, verify_store
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_worker_killed_mid_chunk_job_finishes_equal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted_working_folder: Path
 ) -> None:

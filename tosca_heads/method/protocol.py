@@ -234,8 +234,9 @@ class ValidationConfig:
         """The held-out train rows (sorted store rows): per class (by its store label, so the carve
         does not depend on the class order), round(fraction x n) of its rows drawn by a generator
         seeded by (seed, label), at least 1 and at most n - 1. A class with fewer than 2 training
-        rows cannot give one up: one line."""
-        self.validate()
+        rows cannot give one up: one line. The fraction and seed were checked where they came in
+        (`validate`, at the request or the run's files): trusted here."""
+        assert 0 <= self.fraction <= MAX_VAL_FRACTION, self.fraction
         labels = np.asarray(labels)
         if not self.enabled:
             return np.zeros(0, dtype=np.int64)

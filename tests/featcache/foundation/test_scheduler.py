@@ -104,6 +104,7 @@ def test_unreachable_scheduler_is_a_user_error() -> None:
         pass
 
 
+@pytest.mark.heavy
 def test_local_2_processes_equal_one_process(tmp_path: Path, image_tree: Path) -> None:
     common: dict[str, Any] = dict(
         model=TINY_VIT,
@@ -133,6 +134,7 @@ def test_local_2_processes_equal_one_process(tmp_path: Path, image_tree: Path) -
     )
 
 
+@pytest.mark.heavy
 def test_a_cnn_store_from_local_2_agrees_to_float_rounding(tmp_path: Path, image_tree: Path) -> None:
     """A CNN's features move in their last bits with the thread count (oneDNN splits a convolution's
     sums by threads; a local:2 worker runs one thread, this process all of them): not bit for bit,

@@ -9,7 +9,8 @@ import pytest
 import timm
 import torch
 import zarr
-from support.images import TINY_CNN, TINY_VIT, make_jpeg_tree
+from support.commands import extract_request
+from support.images import TINY_CNN, make_jpeg_tree
 
 from featcache.extraction import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
@@ -77,24 +78,13 @@ def test_encoded_jpegs_decode_as_on_the_host(jpeg_tree: Path, image_tree: Path, 
 
 
 def _request(tmp_path: Path, tree: Path, name: str, **kw: object) -> ExtractRequest:
-    args: dict = dict(
-        model=TINY_VIT,
-        dataset="imagefolder",
-        data_root=tree,
-        cache_dir=tmp_path / "cache",
-        store=tmp_path / f"{name}.zarr",
-        random_init=True,
-        views=2,
-        seed=4,
-        batch_size=3,
-        workers=0,
-        chunk_size=4,
-        device="cpu",
+    """Two seeded views, small batches and chunks: the decoders meet every path."""
+    return extract_request(
+        tmp_path, tree, name, **{"views": 2, "seed": 4, "batch_size": 3, "chunk_size": 4, **kw}
     )
-    args.update(kw)
-    return ExtractRequest(**args)
 
 
+@pytest.mark.heavy
 def test_device_stage_equals_loader_stage(
     tmp_path: Path, jpeg_tree: Path, planted_working_folder: Path
 ) -> None:
@@ -130,6 +120,7 @@ def test_device_stage_equals_loader_stage(
     assert not planted_working_folder.exists(), planted_working_folder.read_text()
 
 
+@pytest.mark.heavy
 def test_decoder_is_part_of_the_identity(tmp_path: Path, image_tree: Path) -> None:
     pil = run_extraction(plan_extraction(_request(tmp_path, image_tree, "s")))  # auto on CPU: pil
     assert FeatureStore.open(pil.store).identity["preprocessing"]["decoder"] == "pil"
@@ -142,6 +133,7 @@ def test_decoder_is_part_of_the_identity(tmp_path: Path, image_tree: Path) -> No
     assert again.already_done
 
 
+@pytest.mark.heavy
 def test_store_from_before_decoders_counts_as_pil(tmp_path: Path, image_tree: Path) -> None:
     path = run_extraction(plan_extraction(_request(tmp_path, image_tree, "old", decode="pil"))).store
     group = zarr.open_group(str(path), mode="r+")

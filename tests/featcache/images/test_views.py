@@ -31,6 +31,7 @@ def _extract(tmp_path: Path, tree: Path, name: str, **kw: object) -> FeatureStor
     return FeatureStore.open(run_extraction(plan_extraction(ExtractRequest(**args))).store)
 
 
+@pytest.mark.heavy
 def test_same_seed_same_views_across_batch_sizes_and_workers(tmp_path: Path, image_tree: Path) -> None:
     a = _extract(tmp_path, image_tree, "a", batch_size=2, workers=0)
     b = _extract(tmp_path, image_tree, "b", batch_size=5, workers=2)
@@ -43,6 +44,7 @@ def test_same_seed_same_views_across_batch_sizes_and_workers(tmp_path: Path, ima
     np.testing.assert_array_equal(a.features("train"), b.features("train"))
 
 
+@pytest.mark.heavy
 def test_cnn_views_match_across_batch_sizes(tmp_path: Path, image_tree: Path) -> None:
     """CNN convolutions pick other CPU kernels per batch size (~1e-6 apart); the crops are identical."""
     a = _extract(tmp_path, image_tree, "a", model=TINY_CNN, batch_size=3, workers=0)
@@ -56,6 +58,7 @@ def test_cnn_views_match_across_batch_sizes(tmp_path: Path, image_tree: Path) ->
     )
 
 
+@pytest.mark.heavy
 def test_different_seed_or_view_index_gives_different_crops(tmp_path: Path, image_tree: Path) -> None:
     a = _extract(tmp_path, image_tree, "a", batch_size=4, workers=0)
     b = _extract(tmp_path, image_tree, "b", batch_size=4, workers=0, seed=8)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+from support.commands import refusal
 from support.images import FAST_CNN, make_image_tree
 from typer.testing import CliRunner
 
@@ -40,8 +41,7 @@ def _extract(tree: Path, store: Path, *extra: str) -> tuple[int, list[str]]:
 
 
 def _refused(code: int, lines: list[str]) -> str:
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
+    return refusal(code, lines)
 
 
 @pytest.fixture

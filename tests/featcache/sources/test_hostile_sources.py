@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.commands import invoke, refusal
 from support.images import TINY_VIT, make_image_tree
 from support.stores import synthetic_store
 from typer.testing import CliRunner
@@ -33,13 +34,8 @@ EXTRACT = [
 ]
 
 
-def _refused(args: list[str], said: str) -> None:
-    result = runner.invoke(app, [str(a) for a in args])
-    lines = [
-        line for line in result.output.strip().splitlines() if not line.startswith("warning: random-init")
-    ]
-    assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert said in lines[0], lines[0]
+def _refused(args: list[str], expected: str) -> None:
+    refusal(*invoke(*args, drop="warning: random-init"), expected)
 
 
 def test_a_file_named_like_the_lock_is_neither_rewritten_nor_deleted(tmp_path: Path) -> None:

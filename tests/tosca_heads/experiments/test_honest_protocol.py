@@ -278,6 +278,7 @@ def test_the_readme_image_folder_split_is_never_one_class_per_task(tmp_path: Pat
     assert "has 3 test image(s)" in warned.output
 
 
+@pytest.mark.heavy
 def test_bold_entries_say_on_which_split_they_were_chosen(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=20, spread=1.5)
     base = {

@@ -107,6 +107,7 @@ def _figures(metrics: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("step", ["native", "torch"])
+@pytest.mark.heavy
 def test_every_cell_reruns_to_the_same_figures_on_any_thread_and_worker_count(
     tmp_path: Path, step: str
 ) -> None:

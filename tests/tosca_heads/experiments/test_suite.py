@@ -63,6 +63,7 @@ def _run(*args: object) -> str:
     return result.output
 
 
+@pytest.mark.heavy
 def test_each_cell_equals_its_single_command(tmp_path: Path) -> None:
     path = _suite(tmp_path)
     result = run_suite(load_suite(path), tmp_path / "out", device="cpu")
@@ -102,7 +103,7 @@ def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched
     path = _suite(tmp_path)
     out = tmp_path / "killed"
     args = ["suite", str(path), "--out", str(out), "--device", "cpu", "--jobs", "1"]
-    pause = PauseAt(function="tosca_heads.experiments.suite.run:run_job", occurrence=4)
+    pause = PauseAt(function="tosca_heads.experiments.executor:run_work", occurrence=4)
     child = start(args, tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
@@ -124,6 +125,7 @@ def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched
     assert (out / "claims.md").read_text() == (calm / "claims.md").read_text()
 
 
+@pytest.mark.heavy
 def test_missing_cells_are_said_never_averaged_away(tmp_path: Path) -> None:
     path = _suite(tmp_path, flows="[]")
     spec = load_suite(path)
@@ -223,6 +225,7 @@ def test_a_bad_suite_command_is_one_line(
     assert len(lines) == 1 and message in lines[0], lines
 
 
+@pytest.mark.heavy
 def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
     """The paper's six benchmarks with their class counts and splits, as tiny random stores: the
     preset's plan, cells, tables and claims, at one seed and two flows to stay quick."""
@@ -283,6 +286,7 @@ def test_a_store_name_that_the_suite_lacks_is_refused() -> None:
         with_stores(spec, {"MNIST": Path("x")})
 
 
+@pytest.mark.heavy
 def test_a_finished_run_elsewhere_with_the_same_configuration_is_reused(tmp_path: Path) -> None:
     path = _suite(tmp_path, baselines="[]", flows="[]")
     spec = load_suite(path)
@@ -327,6 +331,7 @@ def test_a_suite_folder_that_is_something_else_is_refused(tmp_path: Path) -> Non
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.heavy
 def test_cells_on_two_worker_processes_give_the_same_tables(
     tmp_path: Path, planted_working_folder: Path
 ) -> None:
@@ -376,6 +381,7 @@ def test_store_names_that_would_share_a_cells_folder_are_refused(tmp_path: Path)
     assert cell.folder(tmp_path / "out").parent == tmp_path / "out" / "cells" / "store"
 
 
+@pytest.mark.heavy
 def test_a_suite_changed_since_its_cells_were_made_stops_before_running_anything(tmp_path: Path) -> None:
     path = _suite(tmp_path, baselines='["simplecil"]', flows="[]")
     out = tmp_path / "out"
@@ -393,6 +399,7 @@ def test_a_suite_changed_since_its_cells_were_made_stops_before_running_anything
     assert len(tables.missing) == 4 and "missing" in (out / "table.md").read_text()
 
 
+@pytest.mark.heavy
 def test_a_finished_cell_with_a_task_file_deleted_or_damaged_is_trained_again_or_said(tmp_path: Path) -> None:
     path = _suite(tmp_path, baselines="[]", flows="[]")
     spec = load_suite(path)
@@ -411,6 +418,7 @@ def test_a_finished_cell_with_a_task_file_deleted_or_damaged_is_trained_again_or
         run_suite(spec, out, device="cpu", tables_only=True)
 
 
+@pytest.mark.heavy
 def test_the_l1_claim_is_not_measured_at_l1_zero_and_old_ablation_files_go(tmp_path: Path) -> None:
     path = _suite(tmp_path, baselines="[]", flows='["tosca_r"]')
     out = tmp_path / "out"
@@ -456,6 +464,7 @@ class Newest(Router):
 """
 
 
+@pytest.mark.heavy
 def test_a_plug_in_router_reaches_the_worker_processes_and_cells_made_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

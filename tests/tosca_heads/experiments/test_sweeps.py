@@ -59,6 +59,7 @@ def test_parse_values_and_grid() -> None:
         grid_points({"increment": [2, 3]}, TrainConfig(), StreamConfig(2, 2), 32, 6)
 
 
+@pytest.mark.heavy
 def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=8, views=2, spread=1.2)
     out = tmp_path / "sweep"
@@ -155,7 +156,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     and ends with an undisturbed sweep's numbers."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, views=2, spread=1.0)
     out = tmp_path / "sweep"
-    pause = PauseAt(function="tosca_heads.experiments.results:ResultsTable.append", occurrence=3)
+    pause = PauseAt(function="tosca_heads.experiments.records.sweep:ResultsTable.append", occurrence=3)
     child = start(_sweep_cmd(store.path, out), tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
@@ -326,18 +327,16 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 ) -> None:
     """On an address the workers own the GPUs: `auto` reaches them as `auto` (not this head
     node's cpu), and a client's cuda:N as cuda (each worker's own GPU list)."""
-    from tosca_heads.experiments import sweeps as sweep
+    from tosca_heads.experiments import executor
 
     seen: list[str] = []
 
-    def run_here(
-        groups: list, path: str, fingerprint: str, jobs: int, scheduler: str, device: str, record: Callable
-    ) -> None:
-        seen.append(device)
-        for members in groups:
-            record(sweep.run_group(path, fingerprint, members, "cpu"))
+    def run_here(self: executor.Executor, works: list, on_done: Callable, progress: object = None) -> None:
+        seen.append(self.device)
+        for work in works:
+            on_done(work, executor.run_work(work, "cpu", True))
 
-    monkeypatch.setattr(sweep, "_run_on_dask", run_here)
+    monkeypatch.setattr(executor.Executor, "run", run_here)
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     args = ["sweep", "--store", str(store.path), "--r", "2", *COMMON, "--device", asked]
     result = RUNNER.invoke(app, [*args, "--scheduler", "tcp://127.0.0.1:8786", "--out", str(tmp_path / "sw")])
@@ -349,10 +348,10 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dask's default MALLOC_TRIM_THRESHOLD_=65536 doubles the cost of a tiny SGD step (page faults)."""
     from featcache.foundation.scheduler import SchedulerChoice, dask_client
-    from tosca_heads.experiments import sweeps as sweep
+    from tosca_heads.experiments import executor
 
     with (
-        sweep._keep_freed_memory_on_local_workers(),
+        executor._local_workers_keep_freed_memory(),
         dask_client(SchedulerChoice("local", workers=1)) as client,
     ):
         seen = client.run(
@@ -360,8 +359,8 @@ def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> Non
         )
     assert list(seen.values()) == [(None, "1")]
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # a remote worker's: raised in-process
-    sweep._keep_freed_memory()
-    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(sweep.KEEP_FREED_BYTES)
+    executor.keep_freed_memory()
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(executor.KEEP_FREED_BYTES)
 
 
 def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -387,17 +386,18 @@ def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch
 def test_worker_memory_limit_caps_the_in_memory_store() -> None:
     from distributed import Client, LocalCluster
 
-    from tosca_heads.experiments import sweeps as sweep
+    from tosca_heads.experiments import executor
     from tosca_heads.method.features import MEMORY_BUDGET_BYTES
 
-    assert sweep._memory_budget() == MEMORY_BUDGET_BYTES  # not on a worker
+    assert executor._memory_budget() == MEMORY_BUDGET_BYTES  # not on a worker
     with (
         LocalCluster(n_workers=1, processes=False, memory_limit="200MB", dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        assert client.submit(sweep._memory_budget).result() == 100_000_000
+        assert client.submit(executor._memory_budget).result() == 100_000_000
 
 
+@pytest.mark.heavy
 def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: Path) -> None:
     """--scheduler local:2 and one worker process SIGKILLed as the first point lands: the sweep still
     finishes, every point recorded exactly once, with the numbers of an undisturbed sweep."""
