@@ -32,11 +32,13 @@ STORE = Path("some/store.zarr")
 # options a command has and its function has not, each with its reason
 FACE_ONLY = {
     "json": "how the command prints its answer",
+    "as_json_": "how the command prints its answer (--json)",
     "model": "the API takes the store itself (an opened FeatureStore or its path)",
     "dataset": "the API takes the store itself",
     "cache_dir": "the API takes the store itself",
     "router": "the routers the command's tables show (the API returns every router)",
     "shown": "the routers the command's tables show (the API returns every router)",
+    "dry_run": "the sweep's printed plan (the API: sweeps.plan_sweep(request).estimate())",
 }
 
 
@@ -107,6 +109,7 @@ FACES = [
             "on_cell": "a callback",
             "on_start": "a callback",
             "runs_root": "where a suite without --out gets its folder (the command: runs/)",
+            "estimate_extraction": "stage 1's extraction estimate for a dry run, handed in (the command's: featcache.estimate)",
         },
     ),
 ]
