@@ -358,7 +358,19 @@ class DemoDisplay:
     """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
 
     def section(self, title: str) -> None:
+        self._close()
         out.rule(f"[bold]{escape(title)}")
+
+    def _board(self) -> Board:
+        """One progress board per step, closed when the next step starts."""
+        self._close()
+        self._open = progress()
+        return self._open.__enter__()
+
+    def _close(self) -> None:
+        if getattr(self, "_open", None) is not None:
+            self._open.__exit__(None, None, None)
+            self._open = None
 
     def stage(self, stage: Any, trained: bool) -> None:
         from tosca_heads.experiments.demo import ROUTERS
@@ -373,17 +385,27 @@ class DemoDisplay:
         run_summary(result, list(ROUTERS))
 
     def point(self) -> Any:
-        return None
+        board, holder = self._board(), []
+
+        def on_point(rows: Any, finished: int, total: int) -> None:
+            if not holder:
+                holder.append(board.task("sweep", total, "points"))
+            board.update(holder[0], completed=finished, total=total)
+
+        return on_point
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS
 
+        self._close()
+
         sweep_table(outcome, "entropy", list(SWEEP_ROUTERS))
 
     def baseline_task(self) -> Any:
-        return None
+        return baseline_progress(self._board())
 
     def compared(self, comparison: Any, plots: list[Path], tables: list[Path]) -> None:
+        self._close()
         comparison_table(comparison)
         say("plots:")
         for path in plots:
