@@ -14,25 +14,33 @@ from rich.text import Text
 
 from cli_views import (
     DemoDisplay,
+    baseline_progress,
+    catalogue,
+    catalogue_tables,
     comparison_table,
     extract_summary,
+    extraction_estimator,
+    per_split,
     routers_table,
     run_summary,
     say_protocol,
     stage_printer,
     suite_plan,
+    suite_progress,
+    sweep_header,
+    sweep_plan,
     sweep_table,
     sweep_with_progress,
 )
 from featcache.foundation.commands import OneLineUsageErrors, from_request, json_flag, parameter, user_errors
 from featcache.foundation.limits import human_bytes
+from featcache.foundation.progress import progress
 from featcache.foundation.terminal import (
     as_json,
     err,
     key_values,
     note,
     out,
-    progress_bar,
     say,
     table,
 )
@@ -60,13 +68,37 @@ cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args
 app.add_typer(cache_app, name="cache")
 
 
+def _version(given: bool) -> None:
+    if given:
+        from featcache.foundation.version import version_line
+
+        say(version_line())
+        raise typer.Exit(0)
+
+
 @app.callback()
 @user_errors
-def plugins() -> None:
+def plugins(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print tosca's version and exit."
+    ),
+    shown: str | None = typer.Option(
+        None, "--progress", help="How long jobs show progress: auto, bar, lines or off (sets TOSCA_PROGRESS)."
+    ),
+    every: float | None = typer.Option(
+        None, "--progress-every", help="Seconds between two progress lines (sets TOSCA_PROGRESS_EVERY)."
+    ),
+) -> None:
     """Before any command runs: every setting is checked (one line for a bad one), the processes a
     command starts leave the working folder off their import path, and plug-ins ($TOSCA_PLUGINS,
-    entry points `tosca.plugins`) register."""
+    entry points `tosca.plugins`) register. --progress and --progress-every set their settings
+    (checked as settings are) for this command and the processes it starts."""
     import logging
+    import os
+
+    for name, value in (("TOSCA_PROGRESS", shown), ("TOSCA_PROGRESS_EVERY", every)):
+        if value is not None:
+            os.environ[name] = str(value)
 
     from featcache.foundation.plugins import load_plugins
     from featcache.foundation.processes import installed_code_only
@@ -110,7 +142,7 @@ def _extract(request: Any) -> Any:
                 "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
             )
         if plan.skipped:
-            first = ", ".join(f"{b.split}/{b.sample_id}" for b in plan.skipped[:3])
+            first = ", ".join(b.shown() for b in plan.skipped[:3])
             more = " ..." if len(plan.skipped) > 3 else ""
             say(
                 f"warning: {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): {first}{more}; "
@@ -118,20 +150,11 @@ def _extract(request: Any) -> Any:
                 err,
             )
 
-    with progress_bar() as bar:
-        tasks: dict[str, Any] = {}
+    def waiting(holder: str) -> None:
+        say(f"waiting: another tosca process ({holder}) is unpacking this archive", err)
 
-        def progress(split: str, n: int, total: int) -> None:
-            if split not in tasks:
-                tasks[split] = bar.add_task(f"extract {split}", total=total, rate="")
-            bar.advance(tasks[split], n)
-            speed = bar.tasks[tasks[split]].speed
-            bar.update(tasks[split], rate=f"{speed:.1f} img/s" if speed else "")
-
-        def waiting(holder: str) -> None:
-            say(f"waiting: another tosca process ({holder}) is unpacking this archive", err)
-
-        return extract(request, planned, progress, waiting)
+    with progress() as board:
+        return extract(request, planned, per_split(board, "extract", "img"), waiting)
 
 
 # ------------------------------------------------------------------------------------------- fit, eval, routers, predict
@@ -239,30 +262,22 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
 @from_request(SweepRequest, json_flag("Print the summary rows as JSON."), flags=SWEEP_FLAGS, into="grid")
 def sweep(request: SweepRequest, as_json_: bool) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
+    from tosca_heads.experiments.sweeps import dry_run
     from tosca_heads.experiments.sweeps import sweep as sweep_command
 
+    if request.dry_run:
+        return sweep_plan(dry_run(request), as_json_)
     swept: list[str] = []
 
-    def started(plan: Any) -> None:
-        swept.extend(plan.swept)
-        where = (
-            f"resuming {plan.out} (same grid, same store)"
-            if plan.resuming
-            else f"folder {plan.out} (the same command resumes it)"
-        )
-        on = f"--device {request.device} (each worker decides)" if plan.remote else plan.device
-        say(
-            f"sweep: {len(plan.points)} runs ({plan.shape()}) on {plan.store.path}, {plan.workers or 'remote'} worker(s) on {on}; {where}",
-            err,
-        )
-        if plan.protocol is not None:
-            say_protocol(plan.protocol)
-        if len(plan.splits) > 1:
-            say(f"the split is swept: {', '.join(plan.splits)}", err)
+    def run(on_point: Any, on_progress: Any) -> Any:
+        def started(plan: Any) -> None:
+            swept.extend(plan.swept)
+            sweep_header(plan, request.device)
+            on_progress(len(plan.pending), plan.estimate(plan.pending).wall)
 
-    outcome = sweep_with_progress(
-        lambda on_point: sweep_command(request, started, on_point), request.rank_by, swept
-    )
+        return sweep_command(request, started, on_point)
+
+    outcome = sweep_with_progress(run, request.rank_by, swept)
     if as_json_:
         return out.print_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     sweep_table(outcome, outcome.rank_by, outcome.shown)
@@ -278,15 +293,10 @@ def baselines(request: BaselinesRequest, as_json_: bool) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
     from tosca_heads.experiments.comparison import compare
 
-    with progress_bar() as bar:
-        task_bar = bar.add_task("baselines", total=None, rate="")
-
-        def on_task(name: str, task: int, tasks: int) -> None:
-            bar.update(task_bar, description=f"baseline {name}", total=tasks, completed=task + 1)
-
+    with progress() as board:
         comparison = compare(
             request,
-            on_task,
+            baseline_progress(board),
             lambda given: say("TOSCA: paper preset run" if given is None else f"TOSCA: run {given}", err),
             say_protocol,
         )
@@ -307,11 +317,8 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
     """Stores to the paper's tables: TOSCA, baselines and ablations over seeds, claims checked."""
     from tosca_heads.experiments.suite.run import suite as run
 
-    with progress_bar() as bar:
-        cells = bar.add_task("suite", total=None, rate="")
-
-        def on_cell(cell: Any, finished: int, total: int) -> None:
-            bar.update(cells, total=total, completed=finished, rate=cell.key)
+    with progress() as board:
+        on_cell = suite_progress(board)
 
         def started(protocols: dict[str, Any]) -> None:
             for name, protocol in protocols.items():
@@ -319,7 +326,7 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
                 for warning in protocol.warnings:
                     note("warning", "yellow", f"store {name}: {warning}")
 
-        result = run(request, _extract_for_suite, on_cell, started)
+        result = run(request, _extract_for_suite, on_cell, started, extraction_estimator(request.device))
     if request.dry_run:
         return suite_plan(result, as_json_)
     if as_json_:
@@ -367,6 +374,19 @@ def demo(request: DemoRequest) -> None:
         return summary.store
 
     run_demo(request, extract_store, DemoDisplay())
+
+
+# ------------------------------------------------------------------------------------------- list
+
+
+@app.command("list")
+@user_errors
+def list_names(as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON.")) -> None:
+    """Every backbone, dataset, router (honest or reference), baseline and preset, plug-ins included."""
+    listed = catalogue()
+    if as_json_:
+        return as_json(listed)
+    catalogue_tables(listed)
 
 
 # ------------------------------------------------------------------------------------------- cache

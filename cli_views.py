@@ -13,9 +13,15 @@ from typing import Any
 from rich.markup import escape
 
 from featcache.foundation.limits import human_bytes
-from featcache.foundation.terminal import err, key_values, note, out, pct, progress_bar, say, table
+from featcache.foundation.progress import Board, Task, progress
+from featcache.foundation.terminal import as_json, err, key_values, note, out, pct, say, table
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
+COLUMNS_SAID = (
+    "columns: loss = the task's training loss in its last epoch; train = accuracy on that task's "
+    "training images; each router = A_t, test accuracy on every class seen so far; route = share of "
+    "test images {router} sends to their own task's module; seconds of training and evaluation"
+)
 
 
 def extract_summary(summary: Any) -> None:
@@ -40,7 +46,8 @@ def extract_summary(summary: Any) -> None:
 
 def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
     """One aligned row per task as it finishes (loss, train acc, A_t per router, seconds); the
-    routing accuracy shown is the first router's. The header comes with the first row."""
+    routing accuracy shown is the first router's. The header comes with the first row, and a line
+    on stderr saying what its columns are."""
     header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
         f"{SHORT.get(m, m):>10}" for m in routers
     )
@@ -48,6 +55,7 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
 
     def show(stage: Any, trained: bool) -> None:
         if not started:
+            say(COLUMNS_SAID.format(router=routers[0]), err)
             out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
             started.append(True)
         accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
@@ -103,28 +111,114 @@ def run_summary(result: Any, routers: list[str]) -> None:
         f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
         f"{metrics['params_per_task']:,} parameters per task"
     )
+    plot = Path(result.run_dir) / "accuracy.png"
+    if plot.is_file():
+        say(f"plot {plot}")
 
 
-def sweep_with_progress(run: Callable[[Any], Any], rank_by: str, swept: list[str]) -> Any:
-    """A sweep under a progress bar that shows the running best point (by its swept flags)."""
+def per_split(board: Board, verb: str, unit: str) -> Callable[[str, int, int], None]:
+    """`progress(part, done now, total of the part)` (an extraction's splits, predict's images): one
+    piece of work per part, the previous one finished when the next starts."""
+    tasks: dict[str, Task] = {}
+
+    def on_progress(part: str, n: int, total: int) -> None:
+        if part not in tasks:
+            for task in tasks.values():
+                board.finish(task)
+            tasks[part] = board.task(f"{verb} {part}".strip(), total, unit)
+        board.update(tasks[part], advance=n)
+
+    return on_progress
+
+
+def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
+    """A baseline's tasks as they end (`on_task(method, task, tasks)`), one piece of work per method."""
+    tasks: dict[str, Task] = {}
+
+    def on_task(name: str, task: int, total: int) -> None:
+        if name not in tasks:
+            tasks[name] = board.task(f"baseline {name}", total, "tasks")
+        board.update(tasks[name], completed=task + 1)
+
+    return on_task
+
+
+def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
+    """A suite's cells as they end; the total is known from the first one."""
+    holder: list[Task] = []
+
+    def on_cell(cell: Any, finished: int, total: int) -> None:
+        if not holder:
+            holder.append(board.task("suite", total, "cells"))
+        board.update(holder[0], completed=finished, total=total, note=f"last: {cell.key}" if cell else "")
+
+    return on_cell
+
+
+def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str]) -> Any:
+    """A sweep's points as they end, with the running best point (by its swept flags). The total is
+    known when the sweep starts, and its planned training time is the estimate until the first
+    point ends."""
     from tosca_heads.experiments.results import flag_text
 
-    with progress_bar() as bar:
-        progress = bar.add_task("sweep", total=None, rate="")
+    with progress() as board:
+        holder: list[Task] = []
         best: dict[str, Any] = {}
+
+        def started(pending: int, expected: float | None) -> None:
+            holder.append(board.task("sweep", pending, "points", expected=expected))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
             mine = next((r for r in rows if r["router"] == rank_by), rows[0])
             if not best or mine["A_last"] > best["score"]:
                 best.update(score=mine["A_last"], label=", ".join(f"{f}={flag_text(mine[f])}" for f in swept))
-            bar.update(
-                progress,
-                total=total,
+            if not holder:
+                started(total, None)
+            board.update(
+                holder[0],
                 completed=finished,
-                rate=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
+                total=total,
+                note=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
             )
 
-        return run(on_point)
+        return run(on_point, started)
+
+
+def sweep_header(plan: Any, device: str) -> None:
+    """The sweep's first lines: its points, store, workers, folder and protocol."""
+    where = (
+        f"resuming {plan.out} (same grid, same store)"
+        if plan.resuming
+        else f"folder {plan.out} (the same command resumes it)"
+    )
+    on = f"--device {device} (each worker decides)" if plan.remote else plan.device
+    say(
+        f"sweep: {len(plan.points)} runs ({plan.shape()}) on {plan.store.path}, {plan.workers or 'remote'} worker(s) on {on}; {where}",
+        err,
+    )
+    if plan.protocol is not None:
+        say_protocol(plan.protocol)
+    if len(plan.splits) > 1:
+        say(f"the split is swept: {', '.join(plan.splits)}", err)
+
+
+def sweep_plan(planned: Any, as_json_: bool) -> None:
+    """`sweep --dry-run`: the summary, then one row per point (to run, or in the folder already)."""
+    plan, estimate = planned.plan, planned.estimate
+    if as_json_:
+        return as_json(
+            {
+                "points": len(plan.points),
+                "to_run": planned.pending,
+                "out": str(plan.out),
+                "estimate_seconds": estimate.wall,
+                "parts_seconds": estimate.parts,
+                "missing": estimate.missing,
+            }
+        )
+    counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
+    plan_summary(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts, estimate)
+    say(f"folder {plan.out}" + (" (resumed)" if plan.resuming else " (new)"))
 
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
@@ -144,7 +238,7 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
             *(flag_text(row[f]) for f in flags),
             *([spread(row, f"val_A_last_{rank_by}")] if on_validation else []),
             *(spread(row, f"A_last_{m}") for m in shown),
-            pct(row[f"routing_{rank_by}_mean"]),
+            spread(row, f"routing_{rank_by}"),
             f"{int(row['params_per_task']):,}",
             int(row["seeds"]),
         ]
@@ -192,40 +286,91 @@ def comparison_table(comparison: Any) -> None:
     table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
 
 
+def extraction_estimator(device: str) -> Callable[[Any], Any]:
+    """A suite's dry run asks stage 1 how long each store not on disk yet takes to extract."""
+
+    def estimate(store: Any) -> Any:
+        from featcache.estimate import estimate_extraction
+        from featcache.extraction import default_workers
+        from featcache.foundation.devices import resolve_device
+
+        return estimate_extraction(
+            store.model,
+            store.dataset,
+            store.data_root,
+            store.limit_per_class,
+            resolve_device(device),
+            default_workers(),
+        )
+
+    return estimate
+
+
+def plan_summary(what: str, counts: dict[str, int], estimate: Any) -> None:
+    """A plan's first lines: what runs, what waits, the estimated wall time by part, what is missing."""
+    said = ", ".join(f"{n} {label}" for label, n in counts.items())
+    say(f"{what}: {said}")
+    parts = ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in estimate.parts.items() if seconds)
+    if estimate.wall or not estimate.missing:
+        say(f"estimated: about {estimate.minutes():.1f} min here" + (f" (minutes: {parts})" if parts else ""))
+    else:
+        say("estimated: nothing can be estimated until what is missing is there")
+    for line in estimate.how:
+        say(f"  {line}")
+    for line in estimate.missing:
+        note("missing", "yellow", line)
+
+
 def suite_plan(result: Any, as_json_: bool) -> None:
     rows = [[c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder] for c in result.cells]
+    estimate = result.estimate
     if as_json_:
         keys = ("store", "cell", "status", "folder")
         plan = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
-        return out.print_json(json.dumps({"cells": plan, "estimate_seconds": result.estimate_seconds}))
+        parts = {"parts_seconds": estimate.parts, "missing": estimate.missing} if estimate else {}
+        return out.print_json(
+            json.dumps({"cells": plan, "estimate_seconds": result.estimate_seconds, **parts})
+        )
+    count = {
+        status: sum(1 for c in result.cells if c.status == status)
+        for status in ("missing", "to extract", "done", "reused", "changed")
+    }
+    counts = {
+        "cell(s) to run": count["missing"],
+        "waiting for their store to be extracted (run too)": count["to extract"],
+        "reused or done": count["done"] + count["reused"],
+    }
+    plan_summary(f"suite {result.spec.name}, {len(rows)} cells", counts, estimate)
+    if count["changed"]:
+        say(
+            f"{count['changed']} cell(s) hold results of another configuration: the run stops on them "
+            "(pass another --out, or delete their folders to recompute)"
+        )
     table(
         f"suite {result.spec.name}: {len(rows)} cells",
         ["store", "cell", "status", "folder"],
         rows,
         ("store", "cell", "status", "folder"),
     )
-    count = {
-        status: sum(1 for c in result.cells if c.status == status)
-        for status in ("missing", "to extract", "changed")
-    }
-    minutes = (result.estimate_seconds or 0) / 60
-    say(
-        f"{count['missing']} cell(s) to run; their TOSCA runs take about {minutes:.1f} min here (baselines not counted)"
-    )
-    if count["to extract"]:
-        say(f"{count['to extract']} cell(s) wait for their store to be extracted first (not in the estimate)")
-    if count["changed"]:
-        say(
-            f"{count['changed']} cell(s) hold results of another configuration: the run stops on them "
-            "(pass another --out, or delete their folders to recompute)"
-        )
 
 
 class DemoDisplay:
     """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
 
     def section(self, title: str) -> None:
+        self._close()
         out.rule(f"[bold]{escape(title)}")
+
+    def _board(self) -> Board:
+        """One progress board per step, closed when the next step starts."""
+        self._close()
+        self._open = progress()
+        return self._open.__enter__()
+
+    def _close(self) -> None:
+        if getattr(self, "_open", None) is not None:
+            self._open.__exit__(None, None, None)
+            self._open = None
 
     def stage(self, stage: Any, trained: bool) -> None:
         from tosca_heads.experiments.demo import ROUTERS
@@ -240,17 +385,27 @@ class DemoDisplay:
         run_summary(result, list(ROUTERS))
 
     def point(self) -> Any:
-        return None
+        board, holder = self._board(), []
+
+        def on_point(rows: Any, finished: int, total: int) -> None:
+            if not holder:
+                holder.append(board.task("sweep", total, "points"))
+            board.update(holder[0], completed=finished, total=total)
+
+        return on_point
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS
 
+        self._close()
+
         sweep_table(outcome, "entropy", list(SWEEP_ROUTERS))
 
     def baseline_task(self) -> Any:
-        return None
+        return baseline_progress(self._board())
 
     def compared(self, comparison: Any, plots: list[Path], tables: list[Path]) -> None:
+        self._close()
         comparison_table(comparison)
         say("plots:")
         for path in plots:
@@ -289,4 +444,68 @@ def routers_table(run: Path, report: Any) -> None:
         say(
             f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
             "the run holds out no validation split, so this choice is tuned on test)"
+        )
+
+
+BUILT_IN = ("featcache.", "tosca_heads.")
+
+
+def _origin(thing: Any) -> str:
+    """'built-in', or the module of a plug-in that registered it."""
+    module = getattr(thing, "__module__", "") or ""
+    return "built-in" if module.startswith(BUILT_IN) or not module else f"plug-in {module}"
+
+
+def catalogue() -> dict[str, list[dict[str, str]]]:
+    """`tosca list`: every name a command takes, from the registries (plug-ins included, once the
+    command line has loaded them), with what it is and where it comes from."""
+    from featcache.backbones import BACKBONES
+    from featcache.sources.datasets import DATASETS
+    from tosca_heads.experiments.suite.presets import PRESETS as SUITES
+    from tosca_heads.method.baselines import BASELINES
+    from tosca_heads.method.recipe import PRESETS as RECIPES
+    from tosca_heads.routers import ROUTERS
+    from tosca_heads.routers.registry import reference_text
+
+    def who(thing: Any) -> str:
+        return _origin(thing if isinstance(thing, type) or callable(thing) else type(thing))
+
+    return {
+        "backbones": [
+            {"name": n, "what": f"timm {s.timm_name}" + (f"; {s.note}" if s.note else ""), "from": "built-in"}
+            for n, s in BACKBONES.items()
+        ],
+        "datasets": [
+            {"name": n, "what": s.description, "from": _origin(s.resolver)} for n, s in DATASETS.items()
+        ],
+        "routers": [
+            {
+                "name": n,
+                "what": ("honest" if r.honest else f"reference ({reference_text(n)})")
+                + (f": {r.summary}" if r.summary else ""),
+                "from": who(r),
+            }
+            for n, r in ROUTERS.items()
+        ],
+        "baselines": [
+            {"name": n, "what": (cls.__doc__ or "").strip().splitlines()[0], "from": who(cls)}
+            for n, cls in BASELINES.items()
+        ],
+        "presets": [
+            *(
+                {"name": n, "what": "recipe preset (fit, sweep: --preset)", "from": "built-in"}
+                for n in RECIPES
+            ),
+            *({"name": n, "what": "suite preset (suite --preset)", "from": "built-in"} for n in SUITES),
+        ],
+    }
+
+
+def catalogue_tables(listed: dict[str, list[dict[str, str]]]) -> None:
+    for kind, rows in listed.items():
+        table(
+            kind,
+            ["name", "what it is", "from"],
+            [[r["name"], r["what"], r["from"]] for r in rows],
+            ("name", "what it is", "from"),
         )

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def resolve_backbone(name: str) -> BackboneSpec:
     if timm.is_model(arch):
         return BackboneSpec(alias=name.replace("/", "_"), timm_name=name, default_policy="timm")
     raise UserError(
-        f"unknown model {name!r}: use one of {', '.join(sorted(BACKBONES))} "
+        f"unknown model {name!r}{did_you_mean(name, BACKBONES)}: use one of {', '.join(sorted(BACKBONES))} "
         "or any timm model name (see timm.list_models())"
     )
 

@@ -38,6 +38,7 @@ FACE_ONLY = {
     "cache_dir": "the API takes the store itself",
     "router": "the routers the command's tables show (the API returns every router)",
     "shown": "the routers the command's tables show (the API returns every router)",
+    "dry_run": "the sweep's printed plan (the API: sweeps.plan_sweep(request).estimate())",
 }
 
 
@@ -108,6 +109,7 @@ FACES = [
             "on_cell": "a callback",
             "on_start": "a callback",
             "runs_root": "where a suite without --out gets its folder (the command: runs/)",
+            "estimate_extraction": "stage 1's extraction estimate for a dry run, handed in (the command's: featcache.estimate)",
         },
     ),
 ]

@@ -47,6 +47,8 @@ def _cli() -> dict[str, set[str]]:
 
     root = typer.main.get_command(app)
     commands: dict[str, set[str]] = {}
+    # `tosca --version`, `tosca --progress lines CMD`: the app's own options go with any command
+    shared = {o for p in root.params for o in (*p.opts, *p.secondary_opts)}
 
     def walk(group: object, prefix: str) -> None:
         for name, command in group.commands.items():  # type: ignore[attr-defined]
@@ -54,7 +56,7 @@ def _cli() -> dict[str, set[str]]:
             if hasattr(command, "commands"):
                 walk(command, f"{path} ")
             options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
-            commands[path] = options | {"--help"}
+            commands[path] = options | shared | {"--help"}
 
     walk(root, "")
     return commands

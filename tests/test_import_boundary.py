@@ -25,6 +25,7 @@ FLOORS = {
     "featcache.distributor": 5,
     "featcache.embedding": 5,
     "featcache.extraction": 6,
+    "featcache.estimate": 6,
     "featcache.api": 7,
     "tosca_heads": 10,
     "tosca_heads.method": 10,

@@ -32,8 +32,32 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def flags_as_switches(command: Any) -> None:
+    """Every on/off option of a command and its subcommands shown as a switch (`--fix`), not as an
+    option taking a value (`--fix <bool>`, which click then refuses as `--fix true`)."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    if not getattr(command, "_switches", False):  # --help is made when asked for: its switch then
+        original = command.get_help_option
+
+        def help_option(ctx: Any) -> Any:
+            option = original(ctx)
+            if option is not None:
+                option.metavar = ""
+            return option
+
+        command.get_help_option, command._switches = help_option, True
+    for sub in getattr(command, "commands", {}).values():
+        flags_as_switches(sub)
+
+
 class OneLineUsageErrors(TyperGroup):
     """A malformed command line is one line on stderr and exit 2, instead of click's usage box."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        flags_as_switches(self)
+        return super().make_context(*args, **kwargs)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:

@@ -52,6 +52,16 @@ def _modules(value: str) -> str | None:
     return None
 
 
+def _seconds(value: str) -> str | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if 0 <= seconds <= 86_400:
+        return None
+    return f"TOSCA_PROGRESS_EVERY={value[:40]!r} is not a number of seconds (0 to 86400)"
+
+
 def _any(value: str) -> str | None:
     """A place (any path the user names): what is there is checked where it is used."""
     return None
@@ -83,8 +93,17 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "TOSCA_PROGRESS",
-            "show progress bars off a terminal too: 1 or 0",
-            _one_of("TOSCA_PROGRESS", ("0", "1"), "use 1 (show progress bars) or 0"),
+            "how long jobs show progress: auto (a bar on a terminal, plain lines elsewhere), bar (or 1), lines, off (or 0)",
+            _one_of(
+                "TOSCA_PROGRESS",
+                ("auto", "bar", "lines", "off", "1", "0"),
+                "use auto (a bar on a terminal, plain lines elsewhere), bar (or 1), lines or off (or 0)",
+            ),
+        ),
+        Setting(
+            "TOSCA_PROGRESS_EVERY",
+            "seconds between two plain progress lines of one job (default 10)",
+            _seconds,
         ),
         Setting("TOSCA_MEMORY_LIMIT", "the memory tosca plans with, in bytes", _bytes),
         Setting("TOSCA_PLUGINS", "modules to import before a command runs, comma-separated", _modules),

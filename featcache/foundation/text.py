@@ -23,3 +23,9 @@ def printable(value: object) -> str:
     """`str(value)` with every control and bidi character escaped (newlines and tabs too: one line
     stays one line)."""
     return _UNSAFE.sub(_escape, str(value))
+
+
+def image_name(split: str, sample_id: str) -> str:
+    """How a left-out image is named to users: its id, under its split unless the id already
+    starts with it (a train/<class>/ tree's ids do: no `train/train/...`)."""
+    return sample_id if sample_id.startswith(f"{split}/") else f"{split}/{sample_id}"

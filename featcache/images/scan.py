@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.processes import loader_worker_start
+from featcache.foundation.text import image_name
 from featcache.images.decoding import open_picture
 from featcache.sources.datasets import SplitSamples
 
@@ -31,6 +32,9 @@ class BadImage:
 
     def attrs(self) -> dict[str, str]:
         return {"split": self.split, "id": self.sample_id, "reason": self.reason}
+
+    def shown(self) -> str:
+        return image_name(self.split, self.sample_id)
 
 
 def _path(samples: SplitSamples, i: int) -> Path | None:

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, image_files, skipped_name, subfolders
 from featcache.sources.pixels import check_pixels, to_rgb8
@@ -460,7 +461,9 @@ def load_dataset(
     name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None
 ) -> DatasetSource:
     if name not in DATASETS:
-        raise UserError(f"unknown dataset {name!r}: use one of {', '.join(sorted(DATASETS))}")
+        raise UserError(
+            f"unknown dataset {name!r}{did_you_mean(name, DATASETS)}: use one of {', '.join(sorted(DATASETS))}"
+        )
     if limit is not None and limit < 1:
         raise UserError(f"--limit-per-class must be at least 1, got {limit}")
     source = DATASETS[name].resolver(Path(data_root) if data_root is not None else None, Path(cache_dir))

@@ -15,6 +15,7 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import human_bytes
 from featcache.foundation.locks import holder
+from featcache.foundation.text import image_name
 from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
@@ -153,7 +154,11 @@ def describe(path: Path) -> Description:
         skipped = [item for item in attrs.get("skipped_images") or [] if isinstance(item, dict)]
         rows.append(("skipped images", f"{len(skipped)} unreadable, left out (--skip-bad-images)", False))
         rows += [
-            (" ", f"{item.get('split', '?')}/{item.get('id', '?')}: {item.get('reason', '?')}", False)
+            (
+                " ",
+                f"{image_name(str(item.get('split', '?')), str(item.get('id', '?')))}: {item.get('reason', '?')}",
+                False,
+            )
             for item in skipped
         ]
     return Description(rows, data)

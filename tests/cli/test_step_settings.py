@@ -97,6 +97,7 @@ BAD_SETTINGS = {  # a value no setting may take, for each one tosca reads that h
     "TOSCA_STEP_THREADS": "3",
     "TOSCA_OVERLAP_EVAL": "yes",
     "TOSCA_PROGRESS": "on",
+    "TOSCA_PROGRESS_EVERY": "soon",
     "TOSCA_MEMORY_LIMIT": "8G",
     "TOSCA_PLUGINS": "my-plugin.py",
 }

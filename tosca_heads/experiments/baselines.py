@@ -15,6 +15,7 @@ import torch
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_memory
+from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_not_replaced, check_readable
 from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
 from tosca_heads.method.baselines import BASELINES, single_threaded
@@ -40,7 +41,9 @@ def run_baseline(
     Computed on one CPU thread: the same numbers in a suite's worker and from the single command,
     whatever OMP_NUM_THREADS says (multithreaded BLAS sums in another order)."""
     if name not in BASELINES:
-        raise UserError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
+        raise UserError(
+            f"unknown baseline {name!r}{did_you_mean(name, BASELINES)}: use one of {', '.join(BASELINES)}"
+        )
     check_readable(store)
     check_baseline_params(name, params, store.dim)
     validation.validate()

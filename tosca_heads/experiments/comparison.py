@@ -13,6 +13,7 @@ import torch
 
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.experiments.baselines import TaskCallback, baseline_params, check_ranpac_size
 from tosca_heads.experiments.executor import Executor, Work, share_features
@@ -101,7 +102,8 @@ def check_request(request: BaselinesRequest) -> None:
     unknown = [m for m in request.methods if m not in BASELINES]
     if unknown or not request.methods:
         raise UserError(
-            f"unknown --methods {','.join(unknown) or '(none)'!r}: use any of {', '.join(BASELINES)}"
+            f"unknown --methods {','.join(unknown) or '(none)'!r}"
+            f"{did_you_mean(unknown[0], BASELINES) if unknown else ''}: use any of {', '.join(BASELINES)}"
         )
     if request.ranpac_m < 1:
         raise UserError(f"--ranpac-m must be at least 1, got {request.ranpac_m}")

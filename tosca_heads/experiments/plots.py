@@ -55,14 +55,33 @@ def run_curves(tasks: Sequence[int], curves: dict[str, list[float]], title: str,
         ax.legend(title="routing")
 
 
+def distinct_colours(n: int) -> list[str]:
+    """n colours, no two alike: matplotlib's ten, then tab20's and tab20b's (up to 50 lines)."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    pool = [to_hex(c) for name in ("tab10", "tab20", "tab20b", "tab20c") for c in colormaps[name].colors]
+    unique = list(dict.fromkeys(pool))
+    return [unique[i % len(unique)] for i in range(n)]
+
+
 def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
     """A_t per method (rows with method, routing, A_t as JSON); TOSCA solid, baselines dashed."""
+    colours = distinct_colours(len(rows))
     with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
-        for row in rows:
+        for row, colour in zip(rows, colours, strict=True):
             curve = json.loads(row["A_t"])
             label = row["method"] if row["routing"] == "none" else f"{row['method']} ({row['routing']})"
             style = "-" if row["method"] == "tosca" else "--"
-            ax.plot(range(len(curve)), [100 * a for a in curve], style, marker="o", markersize=3, label=label)
+            ax.plot(
+                range(len(curve)),
+                [100 * a for a in curve],
+                style,
+                color=colour,
+                marker="o",
+                markersize=3,
+                label=label,
+            )
         _task_axis(ax, "accuracy on all seen classes (%)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)

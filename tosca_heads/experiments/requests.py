@@ -115,6 +115,10 @@ class SweepRequest:
     shown: tuple[str, ...] | None = option(
         None, "Routers of the tables (default: entropy, lda, batch, oracle).", ("--router",), comma=True
     )
+    dry_run: bool = option(
+        False,
+        "Print the plan (points to run, reused; an estimate of the time here) and stop; nothing is written.",
+    )
     grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
     runs_root: Path = Path("runs")
 

@@ -25,10 +25,12 @@ from featcache.foundation.devices import parse_device, resolve_device, worker_de
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
+from featcache.foundation.names import did_you_mean
 from featcache.foundation.scheduler import check_available, parse_scheduler
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
+from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.records.sweep import (
@@ -254,6 +256,29 @@ class SweepPlan:
     validation: ValidationConfig
     protocol: ProtocolReport | None = None  # the first point's split (`splits` says whether it is swept)
     splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
+    pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
+
+    def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
+        """What the points (default: all) take here: their training, shared by the workers, plus
+        the workers' start (tosca_heads.experiments.estimate)."""
+        from tosca_heads.experiments import estimate as est
+
+        chosen = list(self.points if points is None else points)
+        plan = est.Estimate()
+        seconds = [
+            est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device) for p in chosen
+        ]
+        workers = 1 if self.remote else self.executor.jobs
+        plan.parts = {"train": sum(seconds), "start-up": est.startup_seconds(workers, len(seconds))}
+        shared = est.wall_seconds(seconds, workers) if seconds else 0.0
+        plan.wall = shared + plan.parts["start-up"]
+        plan.how.append(
+            f"{len(seconds)} point(s), {sum(seconds) / 60:.1f} min of training (one SGD step timed here), "
+            f"shared by {workers} worker(s): {shared / 60:.1f} min"
+        )
+        if self.remote:
+            plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
+        return plan
 
     @property
     def workers(self) -> int | None:
@@ -286,10 +311,14 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     base_train = recipe(request.preset)
     rank_by = ALIASES.get(request.rank_by, request.rank_by)
     if rank_by not in ROUTERS:
-        raise UserError(f"unknown --rank-by {request.rank_by!r}: use one of {', '.join(ROUTERS)}")
+        raise UserError(
+            f"unknown --rank-by {request.rank_by!r}{did_you_mean(request.rank_by, ROUTERS)}: use one of {', '.join(ROUTERS)}"
+        )
     for name in request.shown or ():
         if name not in ROUTERS:
-            raise UserError(f"unknown --router {name!r}: use any of {', '.join(ROUTERS)}")
+            raise UserError(
+                f"unknown --router {name!r}{did_you_mean(name, ROUTERS)}: use any of {', '.join(ROUTERS)}"
+            )
     if request.jobs is not None:
         if request.jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {request.jobs}")
@@ -381,11 +410,12 @@ def _run_locked(
     store, out = plan.store, plan.out
     record = None if plan.protocol is None else plan.protocol.record()
     claim_sweep_dir(out, store, [p.key for p in plan.points], plan.validation, record)
-    if on_start:
-        on_start()
     table = ResultsTable(out / RESULTS_FILE)
     done = table.keys()
     pending = [p for p in plan.points if p.key not in done]
+    plan.pending = pending
+    if on_start:
+        on_start()
     start = time.perf_counter()
     size = plan.group or default_group_size(
         store.shape, pending, plan.sizing_device, plan.executor.processes_per_device()
@@ -429,6 +459,24 @@ def _run_locked(
         outcome.summary = summarise_points(points_frame, plan.rank_by, routers_in(frame))
         outcome.varying = varying_flags(points_frame)
     return outcome
+
+
+@dataclass
+class SweepDryRun:
+    """`sweep --dry-run`: the checked plan, the points a run would compute (the others are in the
+    folder's results already) and what they should take here."""
+
+    plan: SweepPlan
+    pending: int
+    estimate: Estimate
+
+
+def dry_run(request: SweepRequest) -> SweepDryRun:
+    """Every check of the sweep, nothing written: what would run and for how long."""
+    plan = plan_sweep(request)
+    done = ResultsTable(plan.out / RESULTS_FILE, check_only=True).keys()
+    pending = [p for p in plan.points if p.key not in done]
+    return SweepDryRun(plan, len(pending), plan.estimate(pending))
 
 
 def sweep(

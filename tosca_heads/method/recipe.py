@@ -12,6 +12,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_at_most
+from featcache.foundation.names import did_you_mean
 
 FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
 MAX_EPOCHS = 10_000
@@ -79,7 +80,9 @@ class TrainConfig:
                 said = {str: "a name", int: "an integer", float: "a number"}[kind]
                 raise UserError(f"--{field.name.replace('_', '-')} must be {said}, got {value!r}")
         if self.flow not in FLOWS:
-            raise UserError(f"unknown --flow {self.flow!r}: use one of {', '.join(FLOWS)}")
+            raise UserError(
+                f"unknown --flow {self.flow!r}{did_you_mean(self.flow, FLOWS)}: use one of {', '.join(FLOWS)}"
+            )
         for name in ("epochs", "batch_size", "r", "s"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -108,7 +111,9 @@ PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
 def recipe(preset: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """A preset with the flags that were given (None: not given) over it, checked."""
     if preset not in PRESETS:
-        raise UserError(f"unknown --preset {preset!r}: use one of {', '.join(PRESETS)}")
+        raise UserError(
+            f"unknown --preset {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"
+        )
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     config = replace(PRESETS[preset], **given)
     config.validate()

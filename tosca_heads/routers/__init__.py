@@ -10,6 +10,7 @@ the registry's order (`ROUTERS`), which is also their order in tables and files.
 from __future__ import annotations
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
 from tosca_heads.routers.registry import (
     ROUTERS,
     ReferenceView,
@@ -36,7 +37,10 @@ def resolve_routers(text: str | None) -> list[str]:
     names = [ALIASES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ROUTERS]
     if unknown or not names:
-        raise UserError(f"unknown --router {','.join(unknown) or text!r}: use any of {', '.join(names_all)}")
+        hint = did_you_mean(unknown[0], names_all) if unknown else ""
+        raise UserError(
+            f"unknown --router {','.join(unknown) or text!r}{hint}: use any of {', '.join(names_all)}"
+        )
     return list(dict.fromkeys(names))
 
 

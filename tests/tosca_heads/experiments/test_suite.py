@@ -448,7 +448,8 @@ def test_a_dry_run_plans_stores_not_extracted_yet_and_speaks_json(tmp_path: Path
     status = {(c["store"], c["status"]) for c in plan["cells"]}
     assert status == {("A", "missing"), ("B", "to extract")} and plan["estimate_seconds"] > 0
     said = _run("suite", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--dry-run")
-    assert "wait for their store to be extracted" in said and not (tmp_path / "out").exists()
+    assert "5 waiting for their store to be extracted" in said and not (tmp_path / "out").exists()
+    assert "missing store B: data for eurosat: none given does not exist" in " ".join(said.split())
 
 
 ROUTER_PLUGIN = """

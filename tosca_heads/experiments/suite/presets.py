@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
 
 ALL_ABLATIONS = {"flows": ["tosca", "tosca_r", "adapter", "calibrator"], "l1_off": True}
 ROUTERS_SHOWN = ["entropy", "lda", "batch", "oracle"]
@@ -97,5 +98,7 @@ PRESETS = {"local": _local, "paper": _paper}
 
 def preset(name: str) -> dict[str, Any]:
     if name not in PRESETS:
-        raise UserError(f"unknown --preset {name!r}: use one of {', '.join(PRESETS)}")
+        raise UserError(
+            f"unknown --preset {name!r}{did_you_mean(name, PRESETS)}: use one of {', '.join(PRESETS)}"
+        )
     return PRESETS[name]()

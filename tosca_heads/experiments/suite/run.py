@@ -10,6 +10,7 @@ the cells in flight, and the same call continues it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ from featcache.store import FeatureStore, check_readable, is_tosca_store, read_s
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.baselines import check_ranpac_size
+from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records import suite as records_suite
 from tosca_heads.experiments.records.baseline import claim_baselines_dir
@@ -50,6 +52,8 @@ from tosca_heads.method.recipe import group_key
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
 CellCallback = Callable[[Cell, int, int], None]  # (cell, finished, total)
+# a store's spec -> featcache.estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
+ExtractionEstimator = Callable[[StoreSpec], Any]
 
 
 @dataclass
@@ -71,6 +75,7 @@ class SuiteResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
     estimate_seconds: float | None = None
+    estimate: Any = None  # a dry run's tosca_heads.experiments.estimate.Estimate
 
     @property
     def missing(self) -> list[str]:
@@ -132,6 +137,7 @@ def run_suite(
     runs_root: Path = Path("runs"),
     tables_only: bool = False,
     on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
+    estimate_extraction: ExtractionEstimator | None = None,
 ) -> SuiteResult:
     """Plan, run what is not done, and write the tables (see the module docstring); `spec` is a
     SuiteSpec or the path of a SUITE.toml. `on_start` is told each store's protocol (its first
@@ -167,9 +173,16 @@ def run_suite(
         check_room(spec, stores, resolved)  # the real run's check, on the stores there already
         states = _states(spec, stores, out, runs_root)
         result = SuiteResult(spec, out, states, None)
-        result.estimate_seconds = estimate_seconds(
-            spec, stores, [s for s in states if s.status == "missing"], resolved
-        )
+        result.estimate = estimate_plan(spec, stores, states, resolved, jobs, estimate_extraction)
+        result.estimate_seconds = result.estimate.wall
+        unread = [
+            s for s in spec.stores if s.name not in stores and s.data_root and not Path(s.data_root).exists()
+        ]
+        if spec.name == "paper" and unread and not os.environ.get("TOSCA_PAPER_DATA"):
+            where = unread[0].data_root.parent if unread[0].data_root else "data"
+            result.estimate.missing.insert(
+                0, f"$TOSCA_PAPER_DATA is unset: the paper suite looks for its data folders in {where}"
+            )
         return result
     folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
     stores = open_stores(spec, extract)
@@ -327,6 +340,8 @@ def _run_missing(
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0
+    if on_cell and missing:  # the total, before the first cell ends (no cell yet: None)
+        on_cell(None, 0, len(missing))  # type: ignore[arg-type]
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -342,72 +357,81 @@ def _run_missing(
 # ------------------------------------------------------------------------------------------ estimate
 
 
-def estimate_seconds(
-    spec: SuiteSpec, stores: dict[str, OpenStore], missing: Sequence[CellState], device: torch.device
-) -> float:
-    """Seconds the missing TOSCA cells should take here: their SGD steps, counted, times the cost of
-    one step timed on this machine at each store's shape (a short probe), plus a third for the
-    evaluation. Baseline cells are not counted (seconds each on stores of these sizes)."""
-    total = 0.0
-    per_step: dict[str, float] = {}
-    for state in missing:
-        if state.cell.kind != "tosca":
+def estimate_plan(
+    spec: SuiteSpec,
+    stores: dict[str, OpenStore],
+    states: Sequence[CellState],
+    device: torch.device,
+    jobs: int,
+    estimate_extraction: ExtractionEstimator | None,
+) -> Estimate:
+    """The wall time of the cells to run here (tosca_heads.experiments.estimate): extraction of the
+    stores not on disk yet (by `estimate_extraction`, stage 1's), every missing TOSCA and baseline
+    cell, the workers' start, the tables; and one line per thing that is missing."""
+    from tosca_heads.experiments import estimate as est
+
+    plan = est.Estimate()
+    shapes: dict[tuple[str, int], est.TaskShape] = {}
+    extract_seconds: list[float] = []
+    unknown: list[str] = []
+    for s in spec.stores:
+        if s.name in stores:
+            for order, stream in stores[s.name].streams.items():
+                shapes[(s.name, order)] = est.shape_of(stores[s.name].store, stream)
             continue
-        opened = stores[state.cell.store]
-        train = cellmod.cell_train(spec, state.cell)
-        if state.cell.store not in per_step:
-            per_step[state.cell.store] = _timed_step(opened.store.dim, train, device)
-        stream = opened.streams[state.cell.order_seed].task_stream(opened.store.shape.classes)
-        labels = stream.remap(opened.store.labels("train"))
-        steps = sum(
-            -(-len(stream.rows_of_task(labels, t)) // train.batch_size) for t in range(stream.num_tasks)
+        if estimate_extraction is None:
+            plan.missing.append(f"store {s.name}: not extracted yet, and no extraction estimate here")
+            continue
+        guess = estimate_extraction(s)
+        for line in guess.missing:  # a backbone's weights: one line for every store that needs them
+            said = line if line.startswith("weights") else f"store {s.name}: {line}"
+            if said not in plan.missing:
+                plan.missing.append(said)
+        if guess.seconds is None or not (guess.classes and guess.dim):
+            unknown.append(s.name)
+            continue
+        extract_seconds.append(guess.seconds)
+        plan.how.append(f"store {s.name}: extraction {guess.seconds / 60:.1f} min ({guess.how})")
+        for order in spec.order_seeds:
+            try:
+                stream = stream_config(s.dataset or "", guess.classes, s.init_cls, s.increment, order)
+            except UserError:
+                continue
+            shapes[(s.name, order)] = est.guessed_shape(
+                guess.train_images or 0, guess.test_images or 0, guess.classes, guess.dim, stream
+            )
+    if unknown:
+        plan.missing.append(
+            f"not in the estimate: {len(unknown)} store(s) that cannot be extracted as things are "
+            f"({', '.join(unknown)}) and their cells"
         )
-        total += steps * train.epochs * per_step[state.cell.store] * 4 / 3
-    return total
-
-
-def _timed_step(dim: int, train: Any, device: torch.device) -> float:
-    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features."""
-    import tempfile
-
-    import numpy as np
-
-    from tosca_heads.experiments.runs import fit_run
-    from tosca_heads.method.recipe import recipe
-
-    with tempfile.TemporaryDirectory() as tmp:
-        rows, classes = 40 * train.batch_size, 2
-        store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
-        probe = recipe(
-            "paper",
-            {"epochs": 3, "flow": train.flow, "r": train.r, "s": train.s, "batch_size": train.batch_size},
-        )
-        result = fit_run(
-            store, StreamConfig(classes, classes), probe, None, write_outputs=False, device=device
-        )
-        seconds = sum(s.stats["seconds"] for s in result.stages)
-        return seconds / (3 * int(np.ceil(rows / train.batch_size)))
-
-
-def _random_store(path: Path, rows: int, dim: int, classes: int) -> FeatureStore:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    labels = {"train": np.arange(rows) % classes, "test": np.arange(classes) % classes}
-    identity = {
-        "dataset": {
-            "name": "probe",
-            "num_classes": classes,
-            "samples": {k: len(v) for k, v in labels.items()},
-        },
-        "backbone": {"alias": "probe", "feature_dim": dim},
-        "views": 0,
+    tosca, baselines = [], []
+    for state in states:
+        if state.status not in ("missing", "to extract"):
+            continue
+        shape = shapes.get((state.cell.store, state.cell.order_seed))
+        if shape is None:
+            continue
+        if state.cell.kind == "tosca":
+            tosca.append(est.tosca_seconds(shape, cellmod.cell_train(spec, state.cell), device))
+        else:
+            params = cellmod.cell_params(spec, state.cell)
+            baselines.append(est.baseline_seconds(state.cell.method, shape, params))
+    works = len(tosca) + len(baselines)
+    plan.parts = {
+        "extract": sum(extract_seconds),
+        "train": sum(tosca),
+        "baselines": sum(baselines),
+        "start-up": est.startup_seconds(jobs, works),
+        "finish": est.FINISH_SECONDS if works else 0.0,
     }
-    ids = {k: [str(i) for i in range(len(v))] for k, v in labels.items()}
-    store = FeatureStore.create(path, identity, {}, ids, labels, dim, 0, rows, "float32")
-    for split, y in labels.items():
-        store.write_chunk(split, 0, rng.normal(size=(len(y), dim)).astype(np.float32))
-    return store
+    shared = est.wall_seconds([*tosca, *baselines], jobs) if works else 0.0
+    plan.wall = plan.parts["extract"] + shared + plan.parts["start-up"] + plan.parts["finish"]
+    plan.how.append(
+        f"{len(tosca)} TOSCA cell(s) {sum(tosca) / 60:.1f} min and {len(baselines)} baseline cell(s) "
+        f"{sum(baselines) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min"
+    )
+    return plan
 
 
 # ------------------------------------------------------------------------------------------ manifest
@@ -465,6 +489,7 @@ def suite(
     extract: Extractor | None = None,
     on_cell: CellCallback | None = None,
     on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
+    estimate_extraction: ExtractionEstimator | None = None,
 ) -> SuiteResult:
     """`tosca suite`."""
     return run_suite(
@@ -479,4 +504,5 @@ def suite(
         request.runs_root,
         request.tables_only,
         on_start,
+        estimate_extraction,
     )

@@ -42,6 +42,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
+from featcache.foundation.names import did_you_mean
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
@@ -279,7 +280,9 @@ def _names(
         raise UserError(f"{where}: {what} must be a {'' if empty else 'non-empty '}list of names")
     for name in value:
         if name not in known:
-            raise UserError(f"{where}: unknown {what} entry {name!r}: use any of {', '.join(known)}")
+            raise UserError(
+                f"{where}: unknown {what} entry {name!r}{did_you_mean(name, known)}: use any of {', '.join(known)}"
+            )
     return tuple(dict.fromkeys(value))
 
 

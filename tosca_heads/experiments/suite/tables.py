@@ -257,7 +257,7 @@ def _protocol_line(spec: SuiteSpec, chosen_on: str = "test") -> str:
         else "the best honest entry of each column is in bold, chosen on these test figures (no validation split)"
     )
     return (
-        f"Mean ± std over seeds {', '.join(map(str, spec.seeds))} (n = seeds finished x class orders), "
+        f"{seeds_said(spec.seeds)} (n = seeds finished x class orders), "
         f"class order{'s' if len(spec.order_seeds) > 1 else ''} of seed {orders}; accuracies in %, on the test "
         f"split; {held}{bold}. † a reference, never bold and no honest result: `batch` lets a test batch vote, "
         "`oracle` is told the task, the joint probe sees every task at once. SimpleCIL and the joint probe are "
@@ -371,6 +371,13 @@ def claims_markdown(spec: SuiteSpec, found: Sequence[Claim]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seeds_said(seeds: Sequence[int]) -> str:
+    """'Mean ± std over seeds 0, 1, 2', or for one seed what it is: one run, no spread over seeds."""
+    if len(seeds) == 1:
+        return f"One seed ({seeds[0]}): no spread over seeds, ± std only over class orders where there are several"
+    return f"Mean ± std over seeds {', '.join(map(str, seeds))}"
+
+
 def _write(path: Path, text: str) -> Path:
     atomic.write_text(path, text)
     return path
@@ -378,6 +385,8 @@ def _write(path: Path, text: str) -> Path:
 
 def _curves_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
     """A_t per task for every store: each method's mean over its finished cells, the band min-max."""
+    from matplotlib.ticker import MaxNLocator
+
     n = len(spec.stores)
     with plots.drawing(path, 110, ncols=n, figsize=(4.5 * n, 3.8), squeeze=False) as (_, axes):
         for ax, store in zip(axes[0], spec.stores, strict=True):
@@ -389,6 +398,7 @@ def _curves_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
                 ax.plot(tasks, values.mean(0), label=label, linestyle="--" if "TOSCA" not in label else "-")
                 ax.fill_between(tasks, values.min(0), values.max(0), alpha=0.15)
             ax.set_title(store.label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # tasks are whole: no tick at 0.5
             ax.set_xlabel("task")
             ax.set_ylabel("A_t (%)")
             ax.grid(alpha=0.3)
@@ -411,6 +421,6 @@ def _a_last_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
             ax.bar(np.arange(len(spec.stores)) + i * width, means, width, yerr=stds, label=label)
         ax.set_xticks(np.arange(len(spec.stores)) + 0.4 - width / 2, [s.name for s in spec.stores])
         ax.set_ylabel("A_last (%)")
-        if labels:
-            ax.legend(fontsize=7, ncols=2)
+        if labels:  # beside the axes, where it cannot cover a bar
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(axis="y", alpha=0.3)

@@ -1,0 +1,206 @@
+"""What a plan will cost here, before it runs: `suite --dry-run`, `sweep --dry-run`, and the
+estimate a sweep's progress shows before its first point ends.
+
+Each part is measured on this machine rather than assumed, because the same plan takes minutes on
+one machine and an hour on a busy one:
+- TOSCA: the SGD steps of each run, counted, times one step timed at the store's dimension and
+  recipe (a tiny fit on random features), plus a third for the evaluation after each task;
+- baselines: their arithmetic, counted per task (RanPAC's float64 projection, Gram matrix and
+  Cholesky solve of M x M; the joint probe's L-BFGS passes), divided by this machine's single-thread
+  rate, timed on a matrix product (baselines run on one BLAS thread);
+- workers: a local Dask cluster's start (processes importing torch and tosca), a fixed allowance;
+- the cells or points share the workers: the wall time is the longest worker's load when the
+  longest works are handed out first.
+Extraction is stage 1, estimated there (featcache.estimate) and handed in by the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from featcache.store import FeatureStore
+from tosca_heads.method.protocol import StreamConfig
+
+WORKER_START_SECONDS = 10.0  # a local cluster's processes import torch and tosca (6-10 s measured here)
+PER_WORK_SECONDS = 0.5  # dispatch, result transfer, the first read of a store in a process
+FINISH_SECONDS = 5.0  # tables, figures, manifest
+LBFGS_ITERATIONS = 125  # the joint probe: 100 iterations, about 1.25 closure calls each
+LBFGS_CALL_SECONDS = 0.02  # the Python overhead of one closure call (line search, bookkeeping)
+
+
+@dataclass
+class Estimate:
+    """Seconds per part (`extract`, `train`, `baselines`, `start-up`, `finish`), the wall total
+    once the works are shared between workers, and a line per thing that could not be estimated
+    or is missing."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+    missing: list[str] = field(default_factory=list)
+    how: list[str] = field(default_factory=list)
+
+    def minutes(self) -> float:
+        return self.wall / 60
+
+
+# ------------------------------------------------------------------------------------------ this machine
+
+
+@functools.lru_cache(maxsize=32)
+def step_seconds(dim: int, flow: str, r: int, s: int, batch_size: int, device: str) -> float:
+    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features."""
+    import tempfile
+
+    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.method.recipe import recipe
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, classes = 40 * batch_size, 2
+        store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
+        probe = recipe("paper", {"epochs": 3, "flow": flow, "r": r, "s": s, "batch_size": batch_size})
+        result = fit_run(
+            store,
+            StreamConfig(classes, classes),
+            probe,
+            None,
+            write_outputs=False,
+            device=torch.device(device),
+        )
+        seconds = sum(stage.stats["seconds"] for stage in result.stages)
+        return seconds / (3 * int(np.ceil(rows / batch_size)))
+
+
+@functools.lru_cache(maxsize=2)
+def flops_per_second(dtype: str) -> float:
+    """This machine's single-thread rate of a matrix product (float64 or float32), timed for 0.3 s."""
+    kind = torch.float64 if dtype == "float64" else torch.float32
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(512, 512, dtype=kind), torch.randn(512, 512, dtype=kind)
+        a @ b
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < 0.3:
+            a @ b
+            n += 1
+        return 2 * 512**3 * n / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _random_store(path: Path, rows: int, dim: int, classes: int) -> FeatureStore:
+    rng = np.random.default_rng(0)
+    labels = {"train": np.arange(rows) % classes, "test": np.arange(classes) % classes}
+    identity = {
+        "dataset": {
+            "name": "probe",
+            "num_classes": classes,
+            "samples": {k: len(v) for k, v in labels.items()},
+        },
+        "backbone": {"alias": "probe", "feature_dim": dim},
+        "views": 0,
+    }
+    ids = {k: [str(i) for i in range(len(v))] for k, v in labels.items()}
+    store = FeatureStore.create(path, identity, {}, ids, labels, dim, 0, rows, "float32")
+    for split, y in labels.items():
+        store.write_chunk(split, 0, rng.normal(size=(len(y), dim)).astype(np.float32))
+    return store
+
+
+# ------------------------------------------------------------------------------------------ one work
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What the cost of a run reads of its store and split: rows of each task (train, test), the
+    feature dimension and the classes."""
+
+    train: tuple[int, ...]
+    test: tuple[int, ...]
+    dim: int
+    classes: int
+
+
+def shape_of(store: FeatureStore, stream: StreamConfig) -> TaskShape:
+    """A store's rows per task of this split."""
+    tasks = stream.task_stream(store.shape.classes)
+
+    def rows(split: str) -> tuple[int, ...]:
+        labels = tasks.remap(store.labels(split))
+        return tuple(len(tasks.rows_of_task(labels, t)) for t in range(tasks.num_tasks))
+
+    return TaskShape(rows("train"), rows("test"), store.dim, store.shape.classes)
+
+
+def guessed_shape(train: int, test: int, classes: int, dim: int, stream: StreamConfig) -> TaskShape:
+    """A store not extracted yet: its images spread evenly over its classes."""
+    tasks = stream.task_stream(classes)
+    sizes = [len(tasks.task_classes(t)) for t in range(tasks.num_tasks)]
+    return TaskShape(
+        tuple(round(train * n / classes) for n in sizes),
+        tuple(round(test * n / classes) for n in sizes),
+        dim,
+        classes,
+    )
+
+
+def tosca_seconds(shape: TaskShape, train: Any, device: torch.device) -> float:
+    """One TOSCA run: its steps (every task, every epoch) times one step here, plus a third."""
+    resolved = train.resolved(shape.dim)
+    per_step = step_seconds(
+        shape.dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device)
+    )
+    steps = sum(-(-rows // resolved.batch_size) for rows in shape.train)
+    return steps * resolved.epochs * per_step * 4 / 3
+
+
+def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
+    """One baseline cell: its arithmetic per task over this machine's single-thread rate."""
+    train, test, dim = shape.train, shape.test, shape.dim
+    tasks = len(train)
+    per_class = shape.classes / max(tasks, 1)
+    if method == "ranpac":
+        m = int(params.get("m", 10_000))
+        rate = flops_per_second("float64")
+        flops = 0.0
+        for t, rows in enumerate(train):
+            seen_test = sum(test[: t + 1])
+            flops += 2 * rows * dim * m + 2 * rows * m * m  # projection, Gram matrix
+            flops += 2 * m**3 / 3  # Cholesky (at about half a product's rate) and its solve
+            flops += 2 * seen_test * dim * m + 2 * seen_test * m * per_class * (t + 1)  # scored
+        fit_rows = int(0.8 * train[0])  # the ridge, chosen on the first task
+        flops += 6 * fit_rows**2 * m if fit_rows < m else 10 * m**3 / 3
+        return flops / rate
+    if method == "joint_probe":
+        rate = flops_per_second("float32")
+        flops, calls = 0.0, 0
+        for t in range(tasks):
+            seen_rows, seen_classes = sum(train[: t + 1]), per_class * (t + 1)
+            flops += LBFGS_ITERATIONS * 6 * seen_rows * dim * seen_classes
+            calls += LBFGS_ITERATIONS
+        return flops / rate + calls * LBFGS_CALL_SECONDS
+    return 2 * sum(train) * dim / flops_per_second("float32") + 0.2  # class means: next to nothing
+
+
+# ------------------------------------------------------------------------------------------ many works
+
+
+def wall_seconds(works: Sequence[float], workers: int) -> float:
+    """Works shared between workers, longest first, each to the least loaded: the longest load."""
+    loads = [0.0] * max(1, min(workers, len(works) or 1))
+    for seconds in sorted(works, reverse=True):
+        loads[loads.index(min(loads))] += seconds + PER_WORK_SECONDS
+    return max(loads)
+
+
+def startup_seconds(workers: int, works: int) -> float:
+    """A local cluster starts when more than one process runs the works."""
+    return WORKER_START_SECONDS if workers > 1 and works > 1 else 0.0
