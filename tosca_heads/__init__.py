@@ -22,6 +22,7 @@ from typing import Any
 API = (
     "BASELINES",
     "ROUTERS",
+    "BaselineClassifier",
     "Predictions",
     "ProtocolWarning",
     "ReferenceView",
@@ -31,6 +32,7 @@ API = (
     "StageView",
     "SuiteResult",
     "SuiteSpec",
+    "TOSCAClassifier",
     "baselines",
     "evaluate",
     "fit",
@@ -42,6 +44,7 @@ API = (
     "register_router",
     "run_suite",
     "sweep",
+    "validation_split",
 )
 
 
