@@ -12,7 +12,8 @@ image embedder handed in by the caller.
 
 The Python API (tosca_heads.api) is re-exported here, loaded on first use: `fit`, `evaluate`,
 `sweep`, `load_run`, `predict`, `baselines`, `run_suite`, `load_suite`, `register_router`,
-`register_baseline`, and the types they return.
+`register_baseline`, the types they return, and the scikit-learn estimators (`TOSCAClassifier`,
+`BaselineClassifier`, `validation_split`).
 """
 
 from __future__ import annotations
