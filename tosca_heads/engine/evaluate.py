@@ -256,6 +256,8 @@ def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int
     """Per configuration, scikit-learn's confusion matrix of the routing: row t counts the images of
     task t by the task whose module the router picked (the diagonal is routed right)."""
     truth, labels = true_task.cpu().numpy(), np.arange(tasks)
+    if tasks == 1:  # one task: every image routed to it (scikit-learn warns on a 1 x 1 matrix)
+        return [[[len(truth)]] for _ in range(chosen.shape[0])]
     return [confusion_matrix(truth, picked, labels=labels).tolist() for picked in chosen.cpu().numpy()]
 
 
