@@ -445,6 +445,24 @@ def routers_table(run: Path, report: Any) -> None:
             f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
             "the run holds out no validation split, so this choice is tuned on test)"
         )
+    if report.misrouting:
+        misrouting_table(report)
+
+
+def misrouting_table(report: Any) -> None:
+    """Where the best router sends each task's test images (the run's confusion.json)."""
+    rows = [
+        [
+            row["task"],
+            row["images"],
+            "–" if row["routed_right"] is None else f"{row['routed_right']:.1f}",
+            row["misrouted"],
+            ", ".join(f"task {t}: {n}" for t, n in row["misrouted_to"]) or "–",
+        ]
+        for row in report.misrouting
+    ]
+    title = f"where {report.best} routes each task's test images (confusion.json)"
+    table(title, ["task", "images", "routed right %", "misrouted", "misrouted to (most)"], rows, ())
 
 
 BUILT_IN = ("featcache.", "tosca_heads.")

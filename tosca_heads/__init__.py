@@ -12,7 +12,8 @@ image embedder handed in by the caller.
 
 The Python API (tosca_heads.api) is re-exported here, loaded on first use: `fit`, `evaluate`,
 `sweep`, `load_run`, `predict`, `baselines`, `run_suite`, `load_suite`, `register_router`,
-`register_baseline`, and the types they return.
+`register_baseline`, the types they return, and the scikit-learn estimators (`TOSCAClassifier`,
+`BaselineClassifier`, `validation_split`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 API = (
     "BASELINES",
     "ROUTERS",
+    "BaselineClassifier",
     "Predictions",
     "ProtocolWarning",
     "ReferenceView",
@@ -31,6 +33,7 @@ API = (
     "StageView",
     "SuiteResult",
     "SuiteSpec",
+    "TOSCAClassifier",
     "baselines",
     "evaluate",
     "fit",
@@ -42,6 +45,7 @@ API = (
     "register_router",
     "run_suite",
     "sweep",
+    "validation_split",
 )
 
 

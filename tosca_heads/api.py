@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featcache.store import FeatureStore
+from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.runs import RunResult
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BASELINES",
     "ROUTERS",
+    "BaselineClassifier",
     "Predictions",
     "ProtocolWarning",
     "ReferenceView",
@@ -41,6 +43,7 @@ __all__ = [
     "StageView",
     "SuiteResult",
     "SuiteSpec",
+    "TOSCAClassifier",
     "baselines",
     "evaluate",
     "fit",
@@ -52,6 +55,7 @@ __all__ = [
     "register_router",
     "run_suite",
     "sweep",
+    "validation_split",
 ]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.metrics import confusion_matrix
 
 from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.kernels import bmm, normalize_rows
@@ -27,7 +28,7 @@ from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
-Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing}}
+Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing, confusion}}
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
 FORWARD_BYTES = 256 << 20  # one [G, rows, d] activation of a module forward over test rows
@@ -235,6 +236,7 @@ class StageEvaluator:
                 correct.mean(1).cpu(),
                 (blocks / counts).cpu(),
                 (chosen == true_task).double().mean(1).cpu(),
+                _routing_confusion(true_task, chosen, task + 1),
             )
         return [
             {
@@ -242,11 +244,21 @@ class StageEvaluator:
                     "A_t": float(a_t[g]),
                     "blocks": [float(v) for v in blocks[g]],
                     "routing": float(routing[g]),
+                    "confusion": confusion[g],
                 }
-                for router, (a_t, blocks, routing) in scores.items()
+                for router, (a_t, blocks, routing, confusion) in scores.items()
             }
             for g in range(view.groups)
         ]
+
+
+def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int) -> list[list[list[int]]]:
+    """Per configuration, scikit-learn's confusion matrix of the routing: row t counts the images of
+    task t by the task whose module the router picked (the diagonal is routed right)."""
+    truth, labels = true_task.cpu().numpy(), np.arange(tasks)
+    if tasks == 1:  # one task: every image routed to it (scikit-learn warns on a 1 x 1 matrix)
+        return [[[len(truth)]] for _ in range(chosen.shape[0])]
+    return [confusion_matrix(truth, picked, labels=labels).tolist() for picked in chosen.cpu().numpy()]
 
 
 class StageQueue:

@@ -3,7 +3,8 @@ saved whole or not at all (featcache.foundation.atomic), closed after.
 
 - `run_curves`: A_t per router of one run (accuracy.png);
 - `comparison`: A_t per method of a comparison (comparison.png);
-- `heatmaps`, `best_curves`: a sweep's A_last over r x l1 and the A_t of its best points.
+- `heatmaps`, `best_curves`: a sweep's A_last over r x l1 and the A_t of its best points;
+- `routing_confusion`: per router, where each task's images are routed (confusion.png).
 """
 
 from __future__ import annotations
@@ -167,3 +168,24 @@ def _same(a: tuple, b: tuple) -> bool:
         x == y or (isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y))
         for x, y in zip(a, b, strict=True)
     )
+
+
+def routing_confusion(matrices: dict[str, list[list[int]]], title: str, path: Path) -> None:
+    """One panel per router: row t is task t's images, each cell the share routed to that task's
+    module (row-normalised, so tasks of different sizes read alike; the diagonal is right)."""
+    names = list(matrices)
+    with drawing(path, 110, nrows=1, ncols=len(names), figsize=(3.2 * len(names), 3.2), squeeze=False) as (
+        fig,
+        axes,
+    ):
+        for ax, name in zip(axes[0], names, strict=True):
+            counts = np.asarray(matrices[name], dtype=float)
+            shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+            ax.imshow(shares, vmin=0, vmax=1, cmap="Blues")
+            ticks = range(len(counts)) if len(counts) <= 20 else range(0, len(counts), 5)
+            ax.set_xticks(list(ticks))
+            ax.set_yticks(list(ticks))
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("routed to task", fontsize=8)
+            ax.set_ylabel("true task", fontsize=8)
+        fig.suptitle(title, fontsize=10)

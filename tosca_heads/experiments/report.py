@@ -3,27 +3,48 @@ store and task split when `tosca baselines` has written them under the same runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline
-from tosca_heads.experiments.records.run import read_metrics, read_run_config
+from tosca_heads.experiments.records.run import read_confusion, read_metrics, read_run_config
 from tosca_heads.routers import ROUTERS, reference_text
 
 
 @dataclass
 class RoutersReport:
     """The rows of `tosca routers` (accuracies in %, test split; `val_A_last` on the validation
-    split where the run has one), the run's best honest router, the split it was chosen on, and the
-    run's tasks."""
+    split where the run has one), the run's best honest router, the split it was chosen on, the
+    run's tasks, and where that router sends each task's test images (`misrouting`, one row per
+    task; empty for a run written before confusion.json existed)."""
 
     rows: list[dict[str, Any]]
     best: str
     tasks: int
     chosen_on: str = "test"
+    misrouting: list[dict[str, Any]] = field(default_factory=list)
+
+
+def misrouting(matrix: list[list[int]], most: int = 3) -> list[dict[str, Any]]:
+    """Per true task of a routing confusion matrix: its images, the share routed right, and the
+    tasks its misrouted images went to (the `most` biggest, by count: [(task, count), ...])."""
+    rows = []
+    for task, counts in enumerate(matrix):
+        images = sum(counts)
+        wrong = sorted(((n, t) for t, n in enumerate(counts) if t != task and n), key=lambda p: (-p[0], p[1]))
+        rows.append(
+            {
+                "task": task,
+                "images": images,
+                "routed_right": _percent(counts[task] / images) if images else None,
+                "misrouted": images - counts[task],
+                "misrouted_to": [(t, n) for n, t in wrong[:most]],
+            }
+        )
+    return rows
 
 
 def _percent(value: float | None) -> float | None:
@@ -91,9 +112,14 @@ def routers_report(run_dir: Path) -> RoutersReport:
         reference = reference_text(name) if router else ""
         rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
     best, chosen_on = default_router(metrics)
+    confusion = read_confusion(run_dir) or {}
+    matrix = confusion.get("test", {}).get(best)
     return RoutersReport(
         rows + baseline_rows(run_dir, config, int(metrics["finished_tasks"])),
         best,
         int(metrics["finished_tasks"]),
         chosen_on,
+        []
+        if matrix is None or confusion["task"] + 1 != int(metrics["finished_tasks"])
+        else misrouting(matrix),
     )

@@ -9,7 +9,12 @@ non-negative (pooled CNN features after ReLU), else the identity (ViT [CLS] feat
 The Gaussian model's shrinkage towards a scaled identity is chosen after each task on a held-out
 fifth of that task's training rows, classified among every class seen so far (the old classes by
 their kept statistics): the choice sees only training data, and it sees the cross-task
-confusions that routing suffers from.
+confusions that routing suffers from (`shrinkage="validated"`, the default). The alternatives are
+scikit-learn's estimators of the shrinkage, computed from the kept statistics alone (never an
+old task's rows): Ledoit-Wolf (`"ledoit_wolf"`) needs the sum of the fourth powers of the
+class-centred rows' norms, one number added per task; OAS (`"oas"`) needs only the scatter.
+Both equal `sklearn.covariance`'s on the pooled class-centred rows (tests hold them to it);
+docs/routers.md compares them with the validated choice.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import torch
 
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
+SHRINKAGES = ("validated", "ledoit_wolf", "oas")  # how the shrinkage is chosen after each task
 HELD_OUT = 0.2
 Moments = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # counts, sums, tsums, scatter
 
@@ -55,12 +61,14 @@ class ClassStatistics:
     """Counts, sums and the within-class scatter, grown one task's classes at a time.
 
     Fitted state: `counts_` [C], `sums_` [C, d], `tsums_` [C, d] (transformed), `scatter_` [d, d]
-    (float64), `kind_`, and `shrinkage_` (one value per task).
+    (float64), `fourth_` (the sum of |x - mu_c|^4 over every row, transformed: Ledoit-Wolf's one
+    extra number), `kind_`, and `shrinkage_` (one value per task).
     """
 
-    def __init__(self, dim: int, seed: int = 0):
+    def __init__(self, dim: int, seed: int = 0, shrinkage: str = "validated"):
         self.dim = dim
         self.seed = seed
+        self.shrinkage = shrinkage
 
     @property
     def classes(self) -> int:
@@ -76,8 +84,24 @@ class ClassStatistics:
             self.tsums_ = torch.zeros(0, self.dim, dtype=torch.float64)
             self.scatter_ = torch.zeros(self.dim, self.dim, dtype=torch.float64)
             self.shrinkage_: list[float] = []
+            self.fourth_ = 0.0
         if classes.start != self.classes:
             raise ValueError(f"classes arrive in order: expected {self.classes}, got {classes.start}")
+        if self.shrinkage not in SHRINKAGES:
+            raise ValueError(f"unknown shrinkage {self.shrinkage!r}: use one of {', '.join(SHRINKAGES)}")
+        self.fourth_ += _fourth_moment(x, labels, classes, self.kind_)
+        if self.shrinkage != "validated":
+            self.counts_, self.sums_, self.tsums_, self.scatter_ = self._grown(
+                _class_moments(x, labels, classes, self.kind_)
+            )
+            n = float(self.counts_.sum())
+            scatter = self.scatter_.numpy()
+            self.shrinkage_.append(
+                ledoit_wolf_shrinkage(scatter, self.fourth_, n)
+                if self.shrinkage == "ledoit_wolf"
+                else oas_shrinkage(scatter, n)
+            )
+            return self
         split = self._held_out(labels, classes)
         if split is None:  # too few rows to hold any out
             self.shrinkage_.append(SHRINKAGE_GRID[len(SHRINKAGE_GRID) // 2])
@@ -143,7 +167,49 @@ class ClassStatistics:
         self.scatter_ = state["scatter"]
         self.shrinkage_ = [float(v) for v in state["shrinkage"]]
         self.kind_ = "tukey" if bool(state["tukey"][0]) else "none"
+        # a run's file keeps what routing reads; Ledoit-Wolf's term only serves growing on
+        self.fourth_ = float("nan")
         return self
+
+
+def _fourth_moment(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> float:
+    """The sum over this task's rows of |t - mu_c|^4 (t transformed, mu_c its class's mean): summed
+    by numpy in a fixed order (the same bits on any thread count)."""
+    t = transform(x, kind).double().numpy()
+    total = 0.0
+    for c in classes:
+        members = t[labels == c]
+        if len(members):
+            centred = members - members.mean(0)
+            total += float(np.sum(np.sum(centred * centred, axis=1) ** 2))
+    return total
+
+
+def ledoit_wolf_shrinkage(scatter: np.ndarray, fourth: float, n: float) -> float:
+    """`sklearn.covariance.ledoit_wolf_shrinkage` of the pooled class-centred rows (assume_centered),
+    from their scatter Z'Z, the sum of |z_i|^4 and their count: its own formula, term by term
+    (its beta_ is `fourth`, its delta_ is |Z'Z / n|_F^2)."""
+    p = scatter.shape[0]
+    emp = scatter / n
+    trace = float(np.trace(emp))
+    mu = trace / p
+    delta_ = float(np.sum(emp**2))
+    beta = 1.0 / (p * n) * (fourth / n - delta_)
+    delta = (delta_ - 2.0 * mu * trace + p * mu**2) / p
+    beta = min(beta, delta)
+    return 0.0 if beta == 0 else beta / delta
+
+
+def oas_shrinkage(scatter: np.ndarray, n: float) -> float:
+    """`sklearn.covariance.OAS`'s shrinkage of the pooled class-centred rows (assume_centered), from
+    their scatter and count: its own formula."""
+    p = scatter.shape[0]
+    emp = scatter / n
+    alpha = float(np.mean(emp**2))
+    mu = float(np.trace(emp)) / p
+    num = alpha + mu**2
+    den = (n + 1) * (alpha - mu**2 / p)
+    return 1.0 if den == 0 else min(num / den, 1.0)
 
 
 def _class_moments(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> Moments:

@@ -17,6 +17,10 @@ runs/<name>/
                          under "routers", on the validation split under "validation")
   results.csv            one row per task, router and split ("format" column)
   accuracy.png           A_t per router
+  confusion.json         after the last task, per router and split: the routing's confusion
+                         matrix (scikit-learn's), row t = the images of task t counted by the
+                         task whose module the router picked; "format", "task"
+  confusion.png          that matrix of every honest router on the test split
 ```
 
 Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
@@ -61,6 +65,7 @@ from tosca_heads.routers import ROUTERS
 CONFIG = "config.json"
 VALIDATION_FILE = "validation.json"
 METRICS = "metrics.json"
+CONFUSION = "confusion.json"  # the routing's confusion matrices after the last task
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
 HEAD_FILE = "head.safetensors"
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
@@ -600,6 +605,65 @@ def write_results(result: RunResult) -> None:
                             f"{stage.eval_seconds:.4f}",
                         ]
                     )
+    write_confusion(result)
     curves = {name: [s.routers[name]["A_t"] for s in result.stages] for name in result.stages[0].routers}
     title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
     plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")
+
+
+def write_confusion(result: RunResult) -> None:
+    """confusion.json and confusion.png: where each router sends each task's images after the last
+    task (the files of a run evaluated before they existed are written by `tosca eval`)."""
+    last = result.stages[-1]
+    splits = {"test": last.routers, "validation": last.validation or {}}
+    payload = {
+        "format": FORMAT,
+        "task": last.task,
+        **{
+            split: {name: scores["confusion"] for name, scores in routers.items() if "confusion" in scores}
+            for split, routers in splits.items()
+            if routers
+        },
+    }
+    atomic.write_text(result.run_dir / CONFUSION, json.dumps(payload) + "\n")
+    honest = {
+        name: m for name, m in payload.get("test", {}).items() if name in ROUTERS and ROUTERS[name].honest
+    }
+    if honest:
+        plots.routing_confusion(
+            honest, f"routing after task {last.task} (test)", result.run_dir / "confusion.png"
+        )
+
+
+def read_confusion(run_dir: Path) -> dict[str, Any] | None:
+    """confusion.json (None for a run written before it existed), each matrix checked: square, of
+    the run's task count, non-negative integer counts; anything else is one line."""
+    path = Path(run_dir) / CONFUSION
+    if not path.exists():
+        return None
+    fix = f"`tosca eval {run_dir}` rewrites it"
+    try:
+        payload = parse_json(path.read_bytes(), f"run {run_dir}: {CONFUSION}")
+    except UserError:
+        raise _damaged(run_dir, CONFUSION, "not JSON", fix) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("task"), int) or payload["task"] < 0:
+        raise _damaged(run_dir, CONFUSION, "no task number", fix)
+    tasks = payload["task"] + 1
+    for split in ("test", "validation"):
+        block = payload.get(split, {})
+        if not isinstance(block, dict):
+            raise _damaged(run_dir, CONFUSION, f"{split} is not a table of routers", fix)
+        for name, matrix in block.items():
+            ok = (
+                isinstance(matrix, list)
+                and len(matrix) == tasks
+                and all(isinstance(row, list) and len(row) == tasks for row in matrix)
+                and all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for row in matrix for v in row
+                )
+            )
+            if not ok:
+                raise _damaged(
+                    run_dir, CONFUSION, f"{split} {name!r} is not a {tasks} x {tasks} table of counts", fix
+                )
+    return payload
