@@ -235,7 +235,9 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
     from featcache.embedding import embed_images, image_paths
     from tosca_heads.experiments.predict import predict_images
 
-    outcome = predict_images(request, image_paths, embed_images)
+    with progress() as board:
+        speak = per_split(board, "embed", "img")
+        outcome = predict_images(request, image_paths, lambda *args: embed_images(*args, on_progress=speak))
     if outcome.left_out:
         say(f"note: left out {outcome.left_out.summary()} (the rule of `tosca extract`)", err)
     if outcome.chosen_on == "validation":
@@ -450,7 +452,8 @@ def cache_verify(
     """Check every chunk is done and matches its checksum, values are finite, shapes match (exit 1 if not)."""
     from featcache.store.describe import verify
 
-    report = verify(store, fix)
+    with progress() as board:
+        report = verify(store, fix, per_split(board, "verify", "chunks"))
     for fault in report.fixed:
         note("fixed", "yellow", f"{fault}: marked not done")
     if report.fixed:

@@ -11,6 +11,7 @@ is refused with one line: a prediction from other weights or pixels would be sil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,14 @@ def image_paths(inputs: list[Path]) -> tuple[list[Path], LeftOut]:
 
 
 def embed_images(
-    store: FeatureStore, paths: list[Path], device: torch.device, batch_size: int | None = None
+    store: FeatureStore,
+    paths: list[Path],
+    device: torch.device,
+    batch_size: int | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> np.ndarray:
-    """The store's features of these images: [n, d] float32 (the clean, evaluation-transform vector)."""
+    """The store's features of these images: [n, d] float32 (the clean, evaluation-transform vector).
+    `on_progress("", images done now, images in all)` after each batch (a long predict speaks)."""
     backbone = backbone_of_store(store)
     prep = preprocessing_of_store(store)
     samples = SplitSamples(
@@ -103,4 +109,6 @@ def embed_images(
             except Exception as exc:  # a user's file: say which, not a traceback
                 raise UserError(f"cannot read image {paths[i]} ({type(exc).__name__}: {exc})") from None
         outputs.append(mapper(torch.stack(images)))
+        if on_progress is not None:
+            on_progress("", len(images), len(paths))
     return np.concatenate(outputs).astype(np.float32)

@@ -8,6 +8,7 @@ that describing a store never loads the backbone side (which implements them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,14 +186,17 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)
 
 
-def verify(path: Path, fix: bool = False) -> VerifyReport:
-    """Every check of `tosca cache verify`; with `fix`, the failing chunks unflagged first."""
+def verify(
+    path: Path, fix: bool = False, on_chunk: Callable[[str, int, int], None] | None = None
+) -> VerifyReport:
+    """Every check of `tosca cache verify`; with `fix`, the failing chunks unflagged first;
+    `on_chunk` hears of each chunk checked."""
     FeatureStore.open(path)  # one line for a folder that is no store, before the lock is taken
     report = VerifyReport()
     if fix:
         report.fixed = fix_store(path)
     store = FeatureStore.open(path)
-    report.problems = verify_store(store)
+    report.problems = verify_store(store, on_chunk)
     report.notes = verify_notes(store)
     writer = holder(path)
     if writer is not None and any("chunks not done" in p for p in report.problems):

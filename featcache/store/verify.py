@@ -11,6 +11,7 @@ otherwise train a run on damaged data and report its accuracy with exit code 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,14 @@ def missing_chunk_files(store: FeatureStore, split: str, chunks: list[int]) -> l
     return faults
 
 
-def chunk_faults(store: FeatureStore, splits: tuple[str, ...] = SPLITS) -> list[ChunkFault]:
+def chunk_faults(
+    store: FeatureStore,
+    splits: tuple[str, ...] = SPLITS,
+    on_chunk: Callable[[str, int, int], None] | None = None,
+) -> list[ChunkFault]:
     """Every done chunk whose file is missing, cannot be read, holds NaN or inf, or does not match
-    its recorded checksum (a store without checksums: readability and finiteness only)."""
+    its recorded checksum (a store without checksums: readability and finiteness only).
+    `on_chunk(split, 1, chunks of the split)` after each chunk read (a large store's check speaks)."""
     faults: list[ChunkFault] = []
     for split in splits:
         layout = store.layout(split)
@@ -69,6 +75,8 @@ def chunk_faults(store: FeatureStore, splits: tuple[str, ...] = SPLITS) -> list[
         faults += missing
         arrays = [store.node(f"{split}/{name}") for name in _arrays(store, split)]
         for chunk in sorted(set(done) - {f.chunk for f in missing}):
+            if on_chunk is not None:
+                on_chunk(split, 1, len(done) - len(missing))
             sl = layout.chunk_slice(chunk)
             try:
                 blocks = [np.asarray(array[..., sl, :]) for array in arrays]
@@ -131,7 +139,7 @@ def attrs_problems(store: FeatureStore) -> list[str]:
     return problems
 
 
-def verify_store(store: FeatureStore) -> list[str]:
+def verify_store(store: FeatureStore, on_chunk: Callable[[str, int, int], None] | None = None) -> list[str]:
     """Every reason the store is not fit for use; an empty list means it is."""
     problems = attrs_problems(store)
     for split in SPLITS:
@@ -141,7 +149,7 @@ def verify_store(store: FeatureStore) -> list[str]:
                 f"{split}: {missing.size}/{store.layout(split).n_chunks} chunks not done "
                 f"(first: {missing[:5].tolist()})"
             )
-    problems += [str(fault) for fault in chunk_faults(store)]
+    problems += [str(fault) for fault in chunk_faults(store, on_chunk=on_chunk)]
     return problems
 
 

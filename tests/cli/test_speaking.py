@@ -188,3 +188,16 @@ def test_a_small_suite_dry_run_opens_with_its_summary(tmp_path: Path) -> None:
     assert f"missing store later: data for cifar10: {tmp_path / 'nowhere'} does not exist" in " ".join(
         result.output.split()
     )
+
+
+def test_cache_verify_says_each_chunk_it_checks(tmp_path: Path) -> None:
+    from support.stores import synthetic_store
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    chunks = {split: store.layout(split).n_chunks for split in ("train", "test")}
+    result = CliRunner().invoke(
+        app, ["--progress", "lines", "--progress-every", "0", "cache", "verify", str(store.path)]
+    )
+    assert result.exit_code == 0, result.output
+    for split, n in chunks.items():
+        assert f"verify {split}: {n}/{n} (100%) chunks" in result.stderr, result.stderr

@@ -68,7 +68,7 @@ def test_predict_on_images_equals_the_run_on_their_cached_features(tmp_path: Pat
             ["predict", str(run), str(image_tree / "test"), "--router", router, "--json", "--device", "cpu"],
         )
         assert result.exit_code == 0, result.output
-        rows = {Path(r["image"]).resolve(): r for r in json.loads(result.output)}
+        rows = {Path(r["image"]).resolve(): r for r in json.loads(result.stdout)}  # progress: stderr
         assert len(rows) == 6 and {r["router"] for r in rows.values()} == {router}
         names = store.identity["dataset"]["class_names"]
         predictor = RunPredictor(run, 3, class_names=names).load()
@@ -82,6 +82,8 @@ def test_predict_on_images_equals_the_run_on_their_cached_features(tmp_path: Pat
         app, ["predict", str(run), str(image_tree / "test" / "class_0"), "--device", "cpu"]
     )
     assert default.exit_code == 0 and "router" in default.output
+    # not on a terminal, predict's embedding speaks in plain lines on stderr, and ends with one
+    assert "embed: 2/2 (100%) img" in default.stderr and "done in" in default.stderr, default.stderr
     oracle = RUNNER.invoke(app, ["predict", str(run), str(image_tree / "test"), "--router", "oracle"])
     assert oracle.exit_code == 2 and "pick an honest router" in oracle.output
 
