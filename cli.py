@@ -189,6 +189,9 @@ def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
     run_summary(result, routers)
+    curves = result.run_dir / "curves.png"
+    if curves.is_file():
+        say(f"training curves: {curves} (loss and learning rate per epoch; numbers in curves.csv)")
 
 
 @app.command("eval")

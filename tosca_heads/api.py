@@ -94,6 +94,7 @@ def fit(
     val_fraction: float = 0.0,
     val_seed: int = 0,
     device: str = "auto",
+    log: Sequence[str] = (),
     **recipe: Any,
 ) -> RunResult:
     """`tosca fit`, through the same request and function, with the same defaults: one LuCA module
@@ -104,6 +105,7 @@ def fit(
     tasks). `val_fraction` holds out that share of each class's training images as a validation
     split, scored beside test (0, the default: the paper's protocol). The run folder is `run` (a
     matching one resumed), or the command's default under runs/; `write=False` keeps it in memory.
+    `log` sends the run to trackers, as `--log`: ["mlflow=sqlite:///mlflow.db", "tensorboard"].
 
     >>> result = fit(STORE, write=False, init_cls=2, increment=2, epochs=2, batch_size=8)
     >>> metrics = result.metrics()
@@ -126,6 +128,7 @@ def fit(
         val_fraction=val_fraction,
         val_seed=val_seed,
         device=device,
+        log=tuple(log),
         recipe=recipe,
         write=write,
     )
@@ -162,6 +165,8 @@ def sweep(
     val_seed: int = 0,
     device: str = "auto",
     rank_by: str = "entropy",
+    keep_modules: str | Path | None = None,
+    log: Sequence[str] = (),
     **fixed: Any,
 ) -> pd.DataFrame:
     """`tosca sweep`, through the same request and function, with the same defaults: every point of
@@ -169,8 +174,10 @@ def sweep(
     shares (one value each, as a one-value flag of the command). It holds out a validation split
     (`val_fraction`, 10% of each class's training images by default) and ranks on it. Resumable in
     `out` (default: the command's, under runs/); `preset` gives every flag not swept, `group` how
-    many compatible points train together (default: as the command's). Returns results.csv as a frame, one row per point,
-    split and router (sweep.json records what was chosen, on which split).
+    many compatible points train together (default: as the command's), `keep_modules` a folder
+    to keep each point's run folder in, `log` the trackers (a parent run, a child per point).
+    Returns results.csv as a frame, one row per point, split and router (sweep.json records what
+    was chosen, on which split).
 
     >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", jobs=1, init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(ROUTERS)
@@ -196,6 +203,8 @@ def sweep(
         rank_by=rank_by,
         val_fraction=val_fraction,
         val_seed=val_seed,
+        keep_modules=None if keep_modules is None else Path(keep_modules),
+        log=tuple(log),
         grid=flags,
     )
     return sweep_command(request, on_start=lambda plan: plan.protocol and _warn(plan.protocol)).frame
@@ -289,6 +298,7 @@ def baselines(
     with_tosca: bool = True,
     out: str | Path | None = None,
     device: str = "auto",
+    log: Sequence[str] = (),
 ) -> pd.DataFrame:
     """`tosca baselines`, through the same request and function, with the same defaults: the
     baselines under TOSCA's protocol on the same store (any registered one by name) beside TOSCA's
@@ -320,5 +330,6 @@ def baselines(
         with_tosca=with_tosca,
         out=None if out is None else Path(out),
         device=device,
+        log=tuple(log),
     )
     return comparison_frame(compare(request, on_start=_warn).results)

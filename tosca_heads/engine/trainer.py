@@ -38,6 +38,17 @@ class TaskStats:
     seconds: float
 
 
+@dataclass
+class TaskCurve:
+    """One configuration's training curve over one task, an entry per epoch: `loss` the epoch's mean
+    cross-entropy over its steps (each step's batch mean, the L1 term left out: the sum the steps
+    already tally for the divergence check, divided by the number of steps), `lr` the epoch's
+    learning rate. Read off the tallies both steps keep anyway: nothing is added to a step."""
+
+    loss: list[float]
+    lr: list[float]
+
+
 def task_generator(seed: int, task: int) -> torch.Generator:
     """Per-task RNG: a run resumed at task t draws exactly what an uninterrupted run draws."""
     return torch.Generator().manual_seed(seed * 1_000_003 + task)
@@ -145,7 +156,7 @@ class GroupTrainer:
         """Train `task`'s modules (and every classifier row, and sigma), then write its prototypes.
 
         train_labels are incremental class ids of every training row. Appends one `TaskStats` per
-        configuration to `stats_[task]`.
+        configuration to `stats_[task]`, and one `TaskCurve` per configuration to `curves_[task]`.
         """
         layout = self.layout
         if task != len(self.modules_):
@@ -162,6 +173,8 @@ class GroupTrainer:
         epochs, batch = configs[0].epochs, configs[0].batch_size
         schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
         n = len(rows)
+        steps = -(-n // batch)
+        losses: list[list[float]] = []  # per epoch, per configuration
         read: dict[int, torch.Tensor] = {}  # view -> features: epochs of the same view share one read
         for epoch in range(epochs):
             view = epoch % source.views if source.views else -1
@@ -178,6 +191,7 @@ class GroupTrainer:
             for begin in range(0, n, batch):
                 step.step(begin, min(batch, n - begin))
             self._check_finite(step.epoch_loss(), task, epoch)
+            losses.append([float(v) / steps for v in step.epoch_loss().tolist()])
         before = (self.weight_, self.sigma_)
         self.modules_.append(flat.detach())
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
@@ -198,6 +212,11 @@ class GroupTrainer:
         if not hasattr(self, "stats_"):
             self.stats_: dict[int, list[TaskStats]] = {}
         self.stats_[task] = [TaskStats(task, loss[g], acc[g], seconds) for g in range(groups)]
+        if not hasattr(self, "curves_"):
+            self.curves_: dict[int, list[TaskCurve]] = {}
+        self.curves_[task] = [
+            TaskCurve([e[g] for e in losses], [float(lr) for lr in schedules[g]]) for g in range(groups)
+        ]
         return self
 
     def _check_finite(self, epoch_loss: torch.Tensor, task: int, epoch: int) -> None:

@@ -16,8 +16,9 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.experiments.baselines import TaskCallback, baseline_params, check_ranpac_size
-from tosca_heads.experiments.executor import Executor, Work, share_features
+from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
 from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records import store_block
 from tosca_heads.experiments.records.baseline import (
     MethodResult,
     check_baselines_folder,
@@ -25,6 +26,8 @@ from tosca_heads.experiments.records.baseline import (
 )
 from tosca_heads.experiments.requests import BaselinesRequest
 from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run, request_protocol
+from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import flat_params, method_result, run_files
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
@@ -135,6 +138,7 @@ def compare(
     """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
     baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
     check_request(request)
+    tracking = open_tracking(request.log, request.runs_root)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate()
     device = resolve_device(request.device)
@@ -154,12 +158,45 @@ def compare(
     share_features(store, source, device)
     if on_start:
         on_start(protocol)
+    params = {"command": "baselines", "out": str(folder), "methods": ",".join(request.methods)}
+    parent = tracking.start(f"baselines {folder.name}", {**params, **flat_params(store_block(store))})
+    try:
+        comparison = _compare(
+            request, store, stream, validation, source, device, folder, on_task, on_tosca, tracking, parent
+        )
+    except BaseException:
+        end_failed(parent)
+        raise
+    if parent is not None:
+        parent.finish({}, sorted(set(comparison.files.values())))
+    return comparison
+
+
+def _compare(
+    request: BaselinesRequest,
+    store: FeatureStore,
+    stream: StreamConfig,
+    validation: ValidationConfig,
+    source: CachedFeatures,
+    device: torch.device,
+    folder: Path,
+    on_task: TaskCallback | None,
+    on_tosca: Callable[[Path | None], None] | None,
+    tracking: Tracking,
+    parent: TrackedRun | None,
+) -> Comparison:
+    """TOSCA's rows and each baseline's, written into `folder`; each a child of `parent` when tracked."""
+    ident = store.identity
+    split = split_name(stream.init_cls, stream.increment)
     results = []
     if request.with_tosca:
         if on_tosca:
             on_tosca(request.run)
         run = tosca_run(store, stream, request.run, source, device, request.runs_root, validation)
         results += tosca_results(run)
+        child = tracking.start("tosca", {"run": str(run.run_dir), **flat_params(run.config)}, parent)
+        if child is not None:
+            child.run_result(run, run_files(run.run_dir))
     works = [
         Work(
             str(store.path.resolve()),
@@ -173,9 +210,14 @@ def compare(
         for method in request.methods
     ]
     done: dict[str, MethodResult] = {}
-    Executor(1, None, str(device)).run(
-        works, lambda work, outcome: done.update({work.method: outcome.baseline}), on_task
-    )
+
+    def finished(work: Work, outcome: Outcome) -> None:
+        done[work.method] = outcome.baseline
+        child = tracking.start(work.method, {"method": work.method, **dict(work.params)}, parent)
+        if child is not None and outcome.baseline is not None:
+            method_result(child, outcome.baseline, run_files(Path(work.baseline_folder or folder)))
+
+    Executor(1, None, str(device)).run(works, finished, on_task)
     results += [done[method] for method in request.methods]
     title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, {split}"
     return Comparison(results, title, write_comparison(folder, results, title))

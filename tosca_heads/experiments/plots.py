@@ -5,6 +5,7 @@ saved whole or not at all (featcache.foundation.atomic), closed after.
 - `comparison`: A_t per method of a comparison (comparison.png);
 - `heatmaps`, `best_curves`: a sweep's A_last over r x l1 and the A_t of its best points;
 - `routing_confusion`: per router, where each task's images are routed (confusion.png).
+- `training_curves`: loss and learning rate per epoch of one run, task after task (curves.png).
 """
 
 from __future__ import annotations
@@ -189,3 +190,31 @@ def routing_confusion(matrices: dict[str, list[list[int]]], title: str, path: Pa
             ax.set_xlabel("routed to task", fontsize=8)
             ax.set_ylabel("true task", fontsize=8)
         fig.suptitle(title, fontsize=10)
+
+
+def training_curves(
+    curves: dict[int, tuple[Sequence[float], Sequence[float]]], title: str, path: Path
+) -> None:
+    """Loss (top) and learning rate (bottom) per epoch, the tasks one after another on one epoch
+    axis (task t's epochs follow task t-1's), a vertical line where each task starts; an empty
+    figure that says so when no task kept its curve."""
+    with drawing(path, 120, nrows=2, ncols=1, figsize=(6.5, 5), sharex=True) as (_, (top, bottom)):
+        start = 0
+        for task, (loss, lr) in sorted(curves.items()):
+            epochs = range(start, start + len(loss))
+            top.plot(epochs, list(loss), label=f"task {task}")
+            bottom.plot(epochs, list(lr), color=top.lines[-1].get_color())
+            if start:
+                for ax in (top, bottom):
+                    ax.axvline(start - 0.5, color="grey", alpha=0.3, linewidth=0.8)
+            start += len(loss)
+        if not curves:
+            top.text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
+        top.set_ylabel("loss (mean CE per step)")
+        bottom.set_ylabel("learning rate")
+        bottom.set_xlabel("epoch (tasks one after another)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+        top.set_title(title, fontsize=9)
+        if 1 < len(curves) <= 12:
+            top.legend(fontsize=7, ncol=2)

@@ -31,6 +31,10 @@ VAL_HELP = (
     "every task (0: none, the paper's protocol; at most 0.5)."
 )
 VAL_SEED_HELP = "Seed of the validation split's draw (per class)."
+LOG_HELP = (
+    "Send the run to a tracker: mlflow[=TRACKING_URI] or tensorboard[=LOGDIR] (or a plug-in's); "
+    "repeatable (each needs its extra of tosca: mlflow, tensorboard)."
+)
 SWEEP_VAL_FRACTION = 0.1  # a sweep chooses a point: by default it holds out a validation split to choose on
 DEMO_PER_CLASS = 300
 
@@ -81,6 +85,7 @@ class FitRequest:
     val_fraction: float = option(0.0, VAL_HELP)
     val_seed: int = option(0, VAL_SEED_HELP)
     device: str = option("auto", DEVICE_HELP)
+    log: tuple[str, ...] = option((), LOG_HELP, ("--log",))
     recipe: dict[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
     write: bool = True  # False (Python only): nothing written, the run kept in memory
@@ -119,6 +124,12 @@ class SweepRequest:
         False,
         "Print the plan (points to run, reused; an estimate of the time here) and stop; nothing is written.",
     )
+    keep_modules: Path | None = option(
+        None,
+        "Keep each point's modules: a loadable run folder per point under this folder (default: none "
+        "kept; the same numbers either way).",
+    )
+    log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per point.", ("--log",))
     grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
     runs_root: Path = Path("runs")
 
@@ -151,6 +162,7 @@ class BaselinesRequest:
         None, "Output folder (default: runs/baselines-<dataset>-<model>-B<init>Inc<inc>)."
     )
     device: str = option("auto", DEVICE_HELP)
+    log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per method.", ("--log",))
     runs_root: Path = Path("runs")
     title: str | None = None  # the comparison's title (default: dataset / backbone, split)
 
@@ -204,4 +216,5 @@ class SuiteRequest:
     tables_only: bool = option(
         False, "Write the tables from the cells finished so far; run nothing.", ("--tables-only",)
     )
+    log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per cell run now.", ("--log",))
     runs_root: Path = Path("runs")

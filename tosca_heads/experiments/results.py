@@ -99,11 +99,15 @@ def flag_text(value: Any) -> str:
 
 
 def choices(
-    points: pd.DataFrame, summary: pd.DataFrame, rank_by: str, command: Callable[[dict[str, Any]], str]
+    points: pd.DataFrame,
+    summary: pd.DataFrame,
+    rank_by: str,
+    command: Callable[[dict[str, Any]], str],
+    modules: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> dict[str, Any]:
     """What the sweep chose and on which split (sweep.json and summary.md record it): the best
     configuration on the ranking split with its test figures and the `tosca fit` command that
-    refits it, and, for reference, the configuration the test split would have chosen (choosing it
+    refits it (at the sweep's first seed; with --keep-modules, that point's kept run folder), and, for reference, the configuration the test split would have chosen (choosing it
     would be tuning on test)."""
     split = ranking_split(points, rank_by)
     flags = varying_flags(points) or ["r", "l1"]
@@ -121,10 +125,15 @@ def choices(
     best = summary.iloc[0]
     on_test = summary.loc[summary[f"A_last_{rank_by}_mean"].idxmax()]
     config = {c: _plain(best[c]) for c in FLAG_COLUMNS if c != "seed" and c in best}
+    picked = {**described(best), "command": command(config)}
+    kept = None if modules is None else modules(config)
+    if kept is not None:
+        picked["modules"] = kept
+        picked["seed"] = int(points["seed"].min())
     return {
         "split": split,
         "router": rank_by,
-        "chosen": {**described(best), "command": command(config)},
+        "chosen": picked,
         "best_on_test": described(on_test),
     }
 
@@ -198,7 +207,13 @@ def choice_lines(chosen: dict[str, Any]) -> list[str]:
             f"Chosen on test ({router}): {flags(best)}, test A_last {100 * best['A_last']:.2f}; "
             "this figure is tuned on the test set."
         ]
-    return [*lines, f"Refit it: `{best['command']}`"]
+    lines.append(f"Refit it: `{best['command']}`")
+    if best.get("modules"):
+        lines.append(
+            f"Its modules (seed {best['seed']}, kept by --keep-modules): {best['modules']} "
+            f"(`tosca predict {best['modules']} IMAGES`)"
+        )
+    return lines
 
 
 def write_sweep_outputs(
@@ -207,10 +222,11 @@ def write_sweep_outputs(
     rank_by: str,
     shown: Sequence[str] | None = None,
     command: Callable[[dict[str, Any]], str] | None = None,
+    modules: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> tuple[dict[str, Path], dict[str, Any] | None]:
     """Everything derived from results.csv, rebuilt whole after each sweep (and after a resume);
     and what it chose (None without results). `command` gives the `tosca fit` command of a
-    configuration (its flags)."""
+    configuration (its flags), `modules` the run folder --keep-modules kept of it (None: none)."""
     shown = (
         [r for r in (shown or HEADLINE) if r in set(frame["router"])]
         if not frame.empty
@@ -223,7 +239,7 @@ def write_sweep_outputs(
         frame.to_parquet(fh, index=False)
     points = by_point(frame)
     summary = summarise_points(points, rank_by, routers_in(frame))
-    chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."))
+    chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."), modules)
     atomic.write_text(out / "summary.md", summary_markdown(points, summary, rank_by, shown, chosen))
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
     heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick)

@@ -35,6 +35,8 @@ from tosca_heads.engine.trainer import GroupTrainer
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import FitRequest
+from tosca_heads.experiments.trackers import TrackedRun, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import flat_params, result_blocks, run_files
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
     HELD_OUT,
@@ -133,20 +135,24 @@ class GroupFit:
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
         stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
-        self.queue.submit(task, self.snapshot(task), (task, stats, False))
+        curves = [s.get("curve") for _, _, s in loaded]  # None: trained before curves were kept
+        self.queue.submit(task, self.snapshot(task), (task, stats, False, curves))
 
     def train_task(self, task: int) -> None:
         """Train one task of every configuration, save it (when writing) and queue its evaluation."""
         self.trainer.partial_fit(task, self.stream, self.train_labels, self.source)
         stats = self.trainer.stats_[task]
+        curves = [asdict(c) for c in self.trainer.curves_[task]]
         state = self.snapshot(task)
         if self.write_outputs:
             for g, run_dir in enumerate(self.dirs):
                 module, head = self.trainer.module_state(task, g), self.trainer.head_state(g)
                 flow = self.trainer.configs[g].flow
-                run_record.save_task(run_dir, task, module, head, flow, asdict(stats[g]), self.digests[g])
+                run_record.save_task(
+                    run_dir, task, module, head, flow, asdict(stats[g]), self.digests[g], curves[g]
+                )
         rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
-        self.queue.submit(task, state, (task, rows, True))
+        self.queue.submit(task, state, (task, rows, True, curves))
 
     def snapshot(self, task: int) -> Callable[[], Snapshot]:
         """The modules and classifier now; and, when called (on the evaluation thread, in task
@@ -173,11 +179,11 @@ class GroupFit:
         return with_statistics
 
     def _record(self, wait: bool = False) -> None:
-        for (task, stats, trained), scored, eval_s in self.queue.ready(wait):
+        for (task, stats, trained, curves), scored, eval_s in self.queue.ready(wait):
             validation = scored.get("validation")
             for g, result in enumerate(self.results):
                 held = None if validation is None else validation[g]
-                stage = StageResult(task, stats[g], scored["test"][g], eval_s, held)
+                stage = StageResult(task, stats[g], scored["test"][g], eval_s, held, curves[g])
                 result.stages.append(stage)
                 if trained:
                     result.trained.append(task)
@@ -363,6 +369,7 @@ def fit(
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate()
     check_settings()
+    tracking = open_tracking(request.log, request.runs_root)  # a missing extra: said before any work
     device = resolve_device(request.device)
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     stream, protocol = request_protocol(
@@ -371,23 +378,44 @@ def fit(
     tasks = stream.task_stream(store.shape.classes).num_tasks
     if request.task is not None and request.task >= tasks:
         raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
+    config = run_record.run_config(store, stream, train, validation)
     run_dir = request.run if request.write else None
     if request.write and run_dir is None:
-        config = run_record.run_config(store, stream, train, validation)
         run_dir = run_record.default_run_dir(config, request.runs_root)
-    return fit_run(
-        store,
-        stream,
-        train,
-        request.task,
-        run_dir,
-        on_stage=on_stage,
-        write_outputs=request.write,
-        device=device,
-        validation=validation,
-        protocol=protocol,
-        on_start=None if on_start is None else lambda: on_start(protocol, run_dir),
-    )
+    tracked: list[TrackedRun | None] = [None]  # the tracked run, once the run folder is claimed
+
+    def started() -> None:
+        name = run_dir.name if run_dir is not None else run_record.default_run_dir(config).name
+        tracked[0] = tracking.start(name, {"command": "fit", "run": str(run_dir), **flat_params(config)})
+        if on_start is not None:
+            on_start(protocol, run_dir)
+
+    def stage_done(stage: StageResult, trained: bool) -> None:
+        if tracked[0] is not None:
+            tracked[0].stage(stage)
+        if on_stage is not None:
+            on_stage(stage, trained)
+
+    try:
+        result = fit_run(
+            store,
+            stream,
+            train,
+            request.task,
+            run_dir,
+            on_stage=stage_done if tracking or on_stage else None,
+            write_outputs=request.write,
+            device=device,
+            validation=validation,
+            protocol=protocol,
+            on_start=started,
+        )
+    except BaseException:
+        end_failed(tracked[0])
+        raise
+    if tracked[0] is not None:
+        tracked[0].finish(result_blocks(result), run_files(run_dir) if run_dir is not None else [])
+    return result
 
 
 def request_protocol(

@@ -53,6 +53,8 @@ from tosca_heads.experiments.results import (
     write_sweep_outputs,
 )
 from tosca_heads.experiments.runs import protocol_of
+from tosca_heads.experiments.trackers import Metric, TrackedRun, Tracking, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import run_files
 from tosca_heads.method.protocol import (
     NO_VALIDATION,
     ProtocolReport,
@@ -125,15 +127,30 @@ class SweepPoint:
         """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
         return point_key(self.flags())
 
-    def work(self, members: Sequence[SweepPoint], store: FeatureStore) -> Work:
-        """The engine run of these compatible points (this one first), nothing written."""
+    def work(self, members: Sequence[SweepPoint], store: FeatureStore, keep: Path | None = None) -> Work:
+        """The engine run of these compatible points (this one first): nothing written, or with
+        `keep` each point's run folder under it (`module_folder`)."""
         path = str(store.path.resolve())
-        return Work(path, store.fingerprint, self.stream, self.validation, tuple(p.train for p in members))
+        folders = () if keep is None else tuple(str(module_folder(keep, p)) for p in members)
+        trains = tuple(p.train for p in members)
+        return Work(path, store.fingerprint, self.stream, self.validation, trains, folders)
 
     @property
     def group_key(self) -> tuple:
         """Points with equal group keys can train together in one engine run."""
         return (*group_key(self.train), *asdict(self.stream).values(), *asdict(self.validation).values())
+
+
+def module_folder(keep: Path, point: SweepPoint) -> Path:
+    """Where `--keep-modules` keeps a point's run folder: point-KEY, the key of its results.csv rows."""
+    return Path(keep) / f"point-{point.key}"
+
+
+def point_label(point: SweepPoint, swept: Sequence[str]) -> str:
+    """A point by the flags the grid varies ("r=8, l1=0.001, seed=0"), for a tracker's run name."""
+    flags = point.flags()
+    shown = ", ".join(f"{f}={flag_text(flags[f])}" for f in swept if f in flags)
+    return shown or f"point {point.key}"
 
 
 def make_groups(points: Sequence[SweepPoint], size: int) -> list[list[SweepPoint]]:
@@ -257,6 +274,8 @@ class SweepPlan:
     protocol: ProtocolReport | None = None  # the first point's split (`splits` says whether it is swept)
     splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
     pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
+    keep_modules: Path | None = None  # each point's run folder under it (None: nothing kept)
+    tracking: Tracking = field(default_factory=Tracking)  # the trackers of --log
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
         """What the points (default: all) take here: their training, shared by the workers, plus
@@ -337,6 +356,15 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         remote = choice.kind in ("address", "file")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
         raise UserError(f"--out {request.out} is a file, not a sweep folder")
+    if (
+        request.keep_modules is not None
+        and request.keep_modules.exists()
+        and not request.keep_modules.is_dir()
+    ):
+        raise UserError(
+            f"--keep-modules {request.keep_modules} is a file, not a folder to keep run folders in"
+        )
+    tracking = open_tracking(request.log, request.runs_root)
     # on a remote cluster the workers decide `auto` and own the GPUs: this machine (perhaps a head
     # node without one) only checks the name, and sizes groups by its own device unless --group
     if remote:
@@ -390,6 +418,8 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         validation=validation,
         protocol=protocol,
         splits=splits,
+        keep_modules=request.keep_modules,
+        tracking=tracking,
     )
 
 
@@ -410,6 +440,53 @@ def _run_locked(
     store, out = plan.store, plan.out
     record = None if plan.protocol is None else plan.protocol.record()
     claim_sweep_dir(out, store, [p.key for p in plan.points], plan.validation, record)
+    parent = plan.tracking.start(f"sweep {out.name}", sweep_params(plan))
+    try:
+        outcome = _run_points(plan, on_point, on_start, parent)
+    except BaseException:
+        end_failed(parent)
+        raise
+    if parent is not None:
+        chosen = outcome.chosen["chosen"] if outcome.chosen else {}
+        parent.metrics(
+            [
+                Metric(f"chosen/{name}", float(chosen[name]), 0)
+                for name in ("A_last", "val_A_last")
+                if name in chosen
+            ]
+        )
+        parent.finish({}, run_files(out))
+    return outcome
+
+
+def sweep_params(plan: SweepPlan) -> dict[str, Any]:
+    """A sweep's parent run's params: where, what is swept, how it ranks, the store."""
+    params: dict[str, Any] = {
+        "command": "sweep",
+        "out": str(plan.out),
+        "points": len(plan.points),
+        "rank_by": plan.rank_by,
+        "val_fraction": plan.validation.fraction,
+        "val_seed": plan.validation.seed,
+        "store": str(plan.store.path.resolve()),
+        "store_fingerprint": plan.store.fingerprint,
+    }
+    for flag in plan.swept:
+        values = dict.fromkeys(flag_text(p.flags()[flag]) for p in plan.points)
+        params[f"grid.{flag}"] = ",".join(values)
+    return params
+
+
+def _run_points(
+    plan: SweepPlan,
+    on_point: PointCallback | None,
+    on_start: Callable[[], None] | None,
+    parent: TrackedRun | None,
+) -> SweepOutcome:
+    store, out = plan.store, plan.out
+    varying = [  # in the grid's flag order, as the tables show them
+        f for f in GRID_FLAGS if f in plan.swept and len({flag_text(p.flags()[f]) for p in plan.points}) > 1
+    ]
     table = ResultsTable(out / RESULTS_FILE)
     done = table.keys()
     pending = [p for p in plan.points if p.key not in done]
@@ -422,7 +499,7 @@ def _run_locked(
     )
     groups: dict[int, tuple[Work, list[SweepPoint]]] = {}  # the executor hands back each work itself
     for members in make_groups(pending, size):
-        work = members[0].work(members, store)
+        work = members[0].work(members, store, plan.keep_modules)
         groups[id(work)] = (work, members)
     finished = 0
 
@@ -433,6 +510,11 @@ def _run_locked(
             rows = point_rows_of(point, run, outcome, len(members))
             table.append(rows)
             finished += 1
+            if parent is not None:  # logged here, in the command's process, never from a worker
+                child = plan.tracking.start(point_label(point, varying), point_params(point, run), parent)
+                kept = [] if plan.keep_modules is None else run_files(module_folder(plan.keep_modules, point))
+                if child is not None:
+                    child.run_result(run, kept)
             if on_point:
                 on_point(rows, finished, len(pending))
 
@@ -440,7 +522,12 @@ def _run_locked(
     frame = table.frame()
     seed = min((p.train.seed for p in plan.points), default=0)
     files, chosen = write_sweep_outputs(
-        out, frame, plan.rank_by, plan.shown, lambda config: fit_command(store, config, seed, plan.validation)
+        out,
+        frame,
+        plan.rank_by,
+        plan.shown,
+        lambda config: fit_command(store, config, seed, plan.validation),
+        None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
     )
     record_choice(out, chosen)
     outcome = SweepOutcome(
@@ -477,6 +564,32 @@ def dry_run(request: SweepRequest) -> SweepDryRun:
     done = ResultsTable(plan.out / RESULTS_FILE, check_only=True).keys()
     pending = [p for p in plan.points if p.key not in done]
     return SweepDryRun(plan, len(pending), plan.estimate(pending))
+
+
+def point_params(point: SweepPoint, run: RunResult) -> dict[str, Any]:
+    """A point's child run's params: its flags, its key (results.csv's), dataset and backbone."""
+    return {
+        "key": point.key,
+        "dataset": run.config["dataset"],
+        "backbone": run.config["backbone"],
+        **{k: v for k, v in point.flags().items() if v is not None},
+    }
+
+
+def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | None:
+    """The kept run folder of the point of `config` (a configuration's flags, as the summary reads
+    them) at `seed`, when --keep-modules kept it (None when it is not there)."""
+    for point in plan.points:
+        flags = point.flags()
+        same = all(
+            value is None or flag_text(flags.get(name)) == flag_text(value)
+            for name, value in config.items()
+            if name in flags
+        )
+        if same and point.train.seed == seed and plan.keep_modules is not None:
+            folder = module_folder(plan.keep_modules, point)
+            return str(folder) if (folder / "metrics.json").is_file() else None
+    return None
 
 
 def sweep(

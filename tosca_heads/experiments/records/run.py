@@ -21,6 +21,12 @@ runs/<name>/
                          matrix (scikit-learn's), row t = the images of task t counted by the
                          task whose module the router picked; "format", "task"
   confusion.png          that matrix of every honest router on the test split
+  curves.csv             the training curves: one row per task and epoch (format, task, epoch,
+                         loss: the epoch's mean cross-entropy over its steps, lr: its learning
+                         rate); each task's curve is also kept in its task file ("curve" metadata),
+                         so a resumed run rewrites it whole; tasks trained before tosca kept curves
+                         have no rows
+  curves.png             loss and learning rate per epoch, task after task
 ```
 
 Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
@@ -50,7 +56,7 @@ import torch
 
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
-from featcache.foundation.files import parse_json, read_json
+from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json, identity_differences
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
@@ -68,6 +74,10 @@ METRICS = "metrics.json"
 CONFUSION = "confusion.json"  # the routing's confusion matrices after the last task
 ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
 HEAD_FILE = "head.safetensors"
+CURVES_FILE = "curves.csv"
+CURVES_PLOT = "curves.png"
+CURVE_COLUMNS = ("format", "task", "epoch", "loss", "lr")
+MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
 # config.json keys that do not decide a run's numbers
 INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
@@ -334,11 +344,15 @@ def save_task(
     flow: str,
     stats: dict[str, Any],
     digest: str,
+    curve: dict[str, list[float]] | None = None,
 ) -> None:
-    """A finished task's file (module, classifier, stats, the config's digest) and the last head."""
+    """A finished task's file (module, classifier, stats, the config's digest, the training curve:
+    {"loss": [...], "lr": [...]} per epoch) and the last head."""
     tensors = {f"luca.{k}": v for k, v in module.items()}
     tensors.update(head)
     meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats), "config": digest}
+    if curve is not None:
+        meta["curve"] = json.dumps(curve)
     atomic.write_safetensors(task_file(run_dir, task), tensors, meta)  # whole or not at all
     atomic.write_safetensors(Path(run_dir) / HEAD_FILE, head)
 
@@ -355,7 +369,8 @@ def load_task(
     digest: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
-    classifier snapshot and training stats. Everything in the file is checked against the run's
+    classifier snapshot and training stats (with its training curve under "curve" where the file
+    keeps one: {"loss": [...], "lr": [...]}, finite, one entry per epoch). Everything in the file is checked against the run's
     recipe and split (flow, task, the classes seen by then, the config's `digest`, read from
     config.json when not given), finite float32 values included: a file copied from another run or
     edited must stop here, never be scored."""
@@ -368,6 +383,7 @@ def load_task(
         most = _most_classes(run_dir, task) if seen_classes is None else None
         tensors, meta = read_safetensors(path, _task_header(task, layout, seen_classes, expected, most))
         stats = parse_json(meta["stats"], "its training stats")
+        curve = parse_json(meta["curve"], "its training curve") if "curve" in meta else None
     except KeyError as exc:
         raise _damaged(run_dir, path.name, f"no {exc} in its metadata", refit) from None
     except _OtherConfig as exc:
@@ -406,7 +422,27 @@ def load_task(
         or not 0.0 <= stats["train_acc"] <= 1.0
     ):
         raise _damaged(run_dir, path.name, "its training stats are unreadable", refit)
+    if curve is not None:
+        if not valid_curve(curve):
+            raise _damaged(run_dir, path.name, "its training curve is unreadable", refit)
+        stats = {**stats, "curve": curve}
     return module, head, stats
+
+
+def valid_curve(curve: Any) -> bool:
+    """A training curve as tosca writes it: {"loss": [...], "lr": [...]}, as many finite numbers
+    each, at least one epoch and at most MAX_EPOCHS."""
+    if not isinstance(curve, dict) or set(curve) != {"loss", "lr"}:
+        return False
+    loss, lr = curve["loss"], curve["lr"]
+    return (
+        isinstance(loss, list)
+        and isinstance(lr, list)
+        and 0 < len(loss) == len(lr) <= MAX_EPOCHS
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in loss + lr
+        )
+    )
 
 
 class _OtherConfig(TensorFileError):
@@ -530,6 +566,7 @@ class StageResult:
     routers: dict[str, dict[str, Any]]
     eval_seconds: float
     validation: dict[str, dict[str, Any]] | None = None
+    curve: dict[str, list[float]] | None = None  # per epoch: "loss" and "lr" (None: not kept)
 
 
 @dataclass
@@ -582,7 +619,8 @@ RESULT_COLUMNS = (
 
 
 def write_results(result: RunResult) -> None:
-    """metrics.json, results.csv (one row per task, split and router) and accuracy.png of a run."""
+    """metrics.json, results.csv (one row per task, split and router), accuracy.png, and the
+    training curves (curves.csv, curves.png) of a run."""
     run_dir = result.run_dir
     atomic.write_text(run_dir / METRICS, json.dumps(result.metrics(), indent=2) + "\n")
     with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
@@ -609,6 +647,7 @@ def write_results(result: RunResult) -> None:
     curves = {name: [s.routers[name]["A_t"] for s in result.stages] for name in result.stages[0].routers}
     title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
     plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")
+    write_curves(run_dir, result.stages, title)
 
 
 def write_confusion(result: RunResult) -> None:
@@ -667,3 +706,47 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
                     run_dir, CONFUSION, f"{split} {name!r} is not a {tasks} x {tasks} table of counts", fix
                 )
     return payload
+
+
+# ------------------------------------------------------------------------------------------ curves
+
+
+def write_curves(run_dir: Path, stages: list[StageResult], title: str) -> None:
+    """curves.csv (one row per task and epoch) and curves.png from the stages' curves; a stage
+    without one (a task trained before curves were kept) has no rows."""
+    kept = [(s.task, s.curve) for s in stages if s.curve is not None]
+    with atomic.writing(Path(run_dir) / CURVES_FILE, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CURVE_COLUMNS)
+        for task, curve in kept:
+            for epoch, (loss, lr) in enumerate(zip(curve["loss"], curve["lr"], strict=True)):
+                writer.writerow([FORMAT, task, epoch, repr(float(loss)), repr(float(lr))])
+    plots.training_curves(
+        {task: (curve["loss"], curve["lr"]) for task, curve in kept}, title, Path(run_dir) / CURVES_PLOT
+    )
+
+
+def read_curves(run_dir: Path) -> dict[int, dict[str, list[float]]]:
+    """curves.csv back, task -> {"loss": [...], "lr": [...]} (epochs in order), refused in one line
+    when it is not the file tosca wrote (a header, a number, a task or epoch out of order)."""
+    path = Path(run_dir) / CURVES_FILE
+    hint = f"`tosca eval {run_dir}` rewrites it"
+    text = read_text(path, "training curves", hint)
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or tuple(rows[0]) != CURVE_COLUMNS:
+        raise UserError(f"{path}: its header is not {','.join(CURVE_COLUMNS)}; {hint}")
+    curves: dict[int, dict[str, list[float]]] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        try:
+            if len(row) != len(CURVE_COLUMNS):
+                raise ValueError("wrong number of columns")
+            check_format(path, int(row[0]))
+            task, epoch, loss, lr = int(row[1]), int(row[2]), float(row[3]), float(row[4])
+            curve = curves.setdefault(task, {"loss": [], "lr": []})
+            if task < 0 or epoch != len(curve["loss"]) or not (math.isfinite(loss) and math.isfinite(lr)):
+                raise ValueError("a task, epoch or value out of place")
+        except ValueError as exc:
+            raise UserError(f"{path}, line {number}: not a row tosca wrote ({exc}); {hint}") from None
+        curve["loss"].append(loss)
+        curve["lr"].append(lr)
+    return curves

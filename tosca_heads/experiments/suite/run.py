@@ -41,6 +41,8 @@ from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
+from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import flat_params, method_result, run_files
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
@@ -138,12 +140,14 @@ def run_suite(
     tables_only: bool = False,
     on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
     estimate_extraction: ExtractionEstimator | None = None,
+    log: Sequence[str] = (),
 ) -> SuiteResult:
     """Plan, run what is not done, and write the tables (see the module docstring); `spec` is a
     SuiteSpec or the path of a SUITE.toml. `on_start` is told each store's protocol (its first
     class order's) once every check has passed, before any cell runs. `dry_run`:
     the plan alone (which cells exist, an estimate of the time), nothing written; `tables_only`:
-    the tables of the cells finished so far, the others marked missing, nothing run.
+    the tables of the cells finished so far, the others marked missing, nothing run. `log`: the
+    trackers (`--log`): one parent run, a child per cell run now.
 
     >>> spec = parse_suite({"seeds": [0], "tosca": {"flags": {"epochs": 1}}, "baselines": {"methods": ["simplecil"]},
     ...                     "stores": [{"name": "tiny", "path": str(STORE), "init_cls": 2, "increment": 2}]}, TMP)
@@ -185,6 +189,7 @@ def run_suite(
             )
         return result
     folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
+    tracking = open_tracking(log, runs_root) if not tables_only else Tracking()
     stores = open_stores(spec, extract)
     check_room(spec, stores, resolved)
     with folder_lock(out, "suite folder", "pass another --out"):
@@ -200,20 +205,38 @@ def run_suite(
             )
         if on_start:
             on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
-        if not tables_only:
-            _run_missing(spec, stores, states, Executor(jobs, scheduler, str(resolved)), resolved, on_cell)
-        features = {}  # each store's test features, read (and checked) once, for the modules' similarity
-        for state in states:
-            if state.status in ("done", "reused", "ran"):
-                store = stores[state.cell.store].store
-                if state.cell.kind == "tosca" and state.cell.store not in features:
-                    features[state.cell.store] = read_split(store, "test")[0]
-                _read(state, features.get(state.cell.store))
-        tables = build_tables(spec, states)
-        files = write_tables(out, spec, tables)
-        result = SuiteResult(spec, out, states, tables, files, time.perf_counter() - start)
-        files[MANIFEST] = write_manifest(out, spec, stores, states)
+        parent = tracking.start(
+            f"suite {spec.name}", {"command": "suite", "out": str(out), **flat_params(asdict(spec))}
+        )
+        try:
+            if not tables_only:
+                executor = Executor(jobs, scheduler, str(resolved))
+                _run_missing(spec, stores, states, executor, resolved, on_cell, tracking, parent)
+            result = _write_outputs(spec, stores, states, out, start)
+        except BaseException:
+            end_failed(parent)
+            raise
+        if parent is not None:
+            parent.finish({}, sorted(set(result.files.values())))
         return result
+
+
+def _write_outputs(
+    spec: SuiteSpec, stores: dict[str, OpenStore], states: list[CellState], out: Path, start: float
+) -> SuiteResult:
+    """The finished cells read back, the tables, claims, figures and manifest written."""
+    features = {}  # each store's test features, read (and checked) once, for the modules' similarity
+    for state in states:
+        if state.status in ("done", "reused", "ran"):
+            store = stores[state.cell.store].store
+            if state.cell.kind == "tosca" and state.cell.store not in features:
+                features[state.cell.store] = read_split(store, "test")[0]
+            _read(state, features.get(state.cell.store))
+    tables = build_tables(spec, states)
+    files = write_tables(out, spec, tables)
+    result = SuiteResult(spec, out, states, tables, files, time.perf_counter() - start)
+    files[MANIFEST] = write_manifest(out, spec, stores, states)
+    return result
 
 
 def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.device) -> None:
@@ -331,8 +354,11 @@ def _run_missing(
     executor: Executor,
     device: torch.device,
     on_cell: CellCallback | None,
+    tracking: Tracking | None = None,
+    parent: TrackedRun | None = None,
 ) -> None:
-    """The missing cells through the executor, each writing its own folder."""
+    """The missing cells through the executor, each writing its own folder (and, with trackers, a
+    child run of `parent` per cell, logged here as its result arrives)."""
     missing = [s for s in states if s.status == "missing"]
     for state in missing:  # one folder holds a seed's baselines: claimed here, before they run at once
         if state.cell.kind == "baseline":
@@ -345,13 +371,35 @@ def _run_missing(
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
-        for state in members_of[id(work)]:
+        for i, state in enumerate(members_of[id(work)]):
             state.status = "ran"
             finished += 1
+            if tracking is not None and parent is not None:
+                _log_cell(tracking, parent, spec, state, outcome, i)
             if on_cell:
                 on_cell(state.cell, finished, len(missing))
 
     executor.run([work for work, _ in planned], record)
+
+
+def _log_cell(
+    tracking: Tracking, parent: TrackedRun, spec: SuiteSpec, state: CellState, outcome: Outcome, i: int
+) -> None:
+    """A cell run now as a child of the suite's run: its configuration, curves, scores and files."""
+    cell = state.cell
+    params = {"cell": cell.key, "folder": str(state.folder), **flat_params(asdict(cell))}
+    if cell.kind == "tosca":
+        params.update(flat_params({"train": asdict(cellmod.cell_train(spec, cell))}))
+    else:
+        params.update(flat_params({"params": cellmod.cell_params(spec, cell)}))
+    child = tracking.start(cell.key, params, parent)
+    if child is None:
+        return
+    files = run_files(state.folder)
+    if cell.kind == "tosca":
+        child.run_result(outcome.runs[i], files)
+    elif outcome.baseline is not None:
+        method_result(child, outcome.baseline, files)
 
 
 # ------------------------------------------------------------------------------------------ estimate
@@ -505,4 +553,5 @@ def suite(
         request.tables_only,
         on_start,
         estimate_extraction,
+        request.log,
     )

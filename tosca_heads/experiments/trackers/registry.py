@@ -1,0 +1,119 @@
+"""The experiment trackers a run can be sent to (`--log NAME[=WHERE]`, repeatable): a registry of
+`Logger` classes by name, like the routers', so a lab adds its own in a plug-in
+(`@register_logger`, loaded through $TOSCA_PLUGINS or the `tosca.plugins` entry points).
+
+A logger is told five things about each tracked run, and nothing else: that it starts (a child of
+another run, or of none), its parameters, batches of metrics (key, value, step), the files it made,
+and that it ended. Every call comes from the process that runs the command, never from a sweep's
+or a suite's worker: the workers hand their curves and scores back with their results, so a point
+logged from a Dask worker cannot interleave with its parent, and a tracker on the head node (a
+file: or sqlite: store) is reached on a remote cluster too. Which keys a run carries is
+`trackers.events`; the built-in loggers are `trackers.mlflow_logger` and
+`trackers.tensorboard_logger`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from featcache.foundation.errors import UserError
+
+
+class Metric(NamedTuple):
+    """One value of a series: `key` (such as "loss/task_000" or "A_t/test/entropy"), the value,
+    and its step (an epoch, or a task)."""
+
+    key: str
+    value: float
+    step: int
+
+
+class Logger(ABC):
+    """One tracker, configured once per command from its `--log` value: `where` is the text after
+    "=" (None when not given; each logger says what it means), `runs_root` the command's runs/
+    folder (where a logger that writes files puts them by default). A handle returned by `start`
+    is the logger's own business: every later call gets it back."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    extra: ClassVar[str | None] = None  # the pip extra that installs what it needs: tosca[extra]
+
+    def __init__(self, where: str | None, runs_root: Path) -> None:
+        self.where, self.runs_root = where, runs_root
+
+    @abstractmethod
+    def start(self, name: str, parent: Any | None) -> Any:
+        """A new tracked run named `name`, a child of `parent` (a handle from `start`) or of none."""
+
+    @abstractmethod
+    def params(self, run: Any, params: dict[str, str | int | float | bool]) -> None:
+        """The run's configuration, flat: "train.lr" -> 0.025."""
+
+    @abstractmethod
+    def metrics(self, run: Any, metrics: Sequence[Metric]) -> None:
+        """A batch of values, in the order they were made."""
+
+    @abstractmethod
+    def artifacts(self, run: Any, files: Sequence[Path]) -> None:
+        """The files the run made (regular files, read as they are now)."""
+
+    @abstractmethod
+    def end(self, run: Any, ok: bool) -> None:
+        """The run is over: finished (`ok`), or stopped by an error."""
+
+
+LOGGERS: dict[str, type[Logger]] = {}
+
+
+def register_logger(cls: type[Logger]) -> type[Logger]:
+    """Add a logger class to the registry (a class decorator): `--log NAME` then sends runs to it.
+    A name registered twice, or one that cannot be typed after --log, is refused."""
+    name = cls.name
+    if not name or name in LOGGERS or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"logger name {name!r} is empty, registered twice, or not letters, digits, _ and -")
+    LOGGERS[name] = cls
+    return cls
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One `--log` value: a logger's name and what follows "=" (None when nothing does)."""
+
+    name: str
+    where: str | None = None
+
+
+def parse_targets(values: Sequence[str]) -> list[LogTarget]:
+    """`--log` values (each NAME or NAME=WHERE; comma-separated names are split too) as targets,
+    in order, a target given twice once; an unknown name is one line listing the known ones."""
+    targets: list[LogTarget] = []
+    for value in values:
+        parts = [value] if "=" in value else [p for p in value.split(",")]
+        for part in (p.strip() for p in parts):
+            name, _, where = part.partition("=")
+            name = name.strip()
+            if name not in LOGGERS:
+                known = ", ".join(sorted(LOGGERS)) or "none"
+                raise UserError(f"--log {part!r}: no such tracker; use any of {known} (NAME or NAME=WHERE)")
+            if "=" in part and not where.strip():
+                raise UserError(f"--log {part!r}: nothing after '='; give NAME or NAME=WHERE")
+            target = LogTarget(name, where.strip() or None)
+            if target not in targets:
+                targets.append(target)
+    return targets
+
+
+def open_logger(target: LogTarget, runs_root: Path) -> Logger:
+    """The logger a target names, configured; a missing optional dependency is one line saying
+    which extra installs it."""
+    cls = LOGGERS[target.name]
+    try:
+        return cls(target.where, runs_root)
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+        how = f"pip install 'tosca[{cls.extra}]'" if cls.extra else "install what it needs"
+        raise UserError(f"--log {target.name} needs {missing}, which is not installed here: {how}") from None
