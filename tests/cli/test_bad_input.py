@@ -181,6 +181,14 @@ ROWS: list[tuple[str, list[str], str]] = [
         "no store under",
     ),
     ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
+    ("fit unknown tracker", [*FIT, "--log", "wandb"], "--log 'wandb': no such tracker"),
+    ("fit tensorboard folder a file", [*FIT, "--log", "tensorboard={file}"], "that is a file, not a folder"),
+    ("sweep keep-modules a file", [*SWEEP, "--keep-modules", "{file}"], "--keep-modules {file} is a file"),
+    (
+        "sweep keep-modules inside a store",
+        [*SWEEP, "--keep-modules", "{store}/kept"],
+        "--keep-modules {store}/kept lies inside the zarr store {store}",
+    ),
     ("fit order seed negative", [*FIT, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
     ("fit seed too large", [*FIT, "--seed", str(2**40)], f"--seed must be in [0, 2**32), got {2**40}"),
     # ------------------------------------------------------------------ eval
@@ -832,3 +840,22 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     assert outside.read_text() == "the planter's target\n"
     assert not (tmp_path / "created-through-the-link").exists()
     assert _state(root) == before, f"{name} changed files"
+
+
+def test_a_link_planted_in_the_keep_modules_folder_is_refused(
+    folder: dict[str, Path], tmp_path: Path
+) -> None:
+    """A point's run folder is named by its key, so a link planted at that name (or anywhere in the
+    folder) would have the sweep write the point's files elsewhere: refused before anything runs."""
+    keep, victim = tmp_path / "kept", tmp_path / "victim"
+    keep.mkdir()
+    victim.mkdir()
+    (keep / "point-0123456789abcdef").symlink_to(victim)
+    args = [part.format(**{k: str(v) for k, v in folder.items()}) for part in SWEEP]
+    result = runner.invoke(
+        app, [*args, "--r", "2", "--epochs", "1", "--out", str(tmp_path / "sw"), "--keep-modules", str(keep)]
+    )
+    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("warning:")]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "holds point-0123456789abcdef, a symbolic link" in lines[0]
+    assert not any(victim.iterdir()) and not (tmp_path / "sw").exists()

@@ -23,6 +23,7 @@ import torch
 
 from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.names import did_you_mean
@@ -139,6 +140,18 @@ class SweepPoint:
     def group_key(self) -> tuple:
         """Points with equal group keys can train together in one engine run."""
         return (*group_key(self.train), *asdict(self.stream).values(), *asdict(self.validation).values())
+
+
+def check_keep_folder(keep: Path) -> None:
+    """--keep-modules, before anything is claimed: a folder (or a new one), outside any zarr store;
+    each point's run folder in it is then claimed like `--run`'s."""
+    if keep.exists() and not keep.is_dir():
+        raise UserError(f"--keep-modules {keep} is a file, not a folder to keep run folders in")
+    inside = zarr_root(keep)
+    if inside is not None:
+        raise UserError(f"--keep-modules {keep} lies inside the zarr store {inside}: pass a folder of its own")
+    if keep.is_dir():  # a link planted at a point's folder would have it written elsewhere
+        refuse_planted(keep, "--keep-modules")
 
 
 def module_folder(keep: Path, point: SweepPoint) -> Path:
@@ -356,14 +369,8 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         remote = choice.kind in ("address", "file")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
         raise UserError(f"--out {request.out} is a file, not a sweep folder")
-    if (
-        request.keep_modules is not None
-        and request.keep_modules.exists()
-        and not request.keep_modules.is_dir()
-    ):
-        raise UserError(
-            f"--keep-modules {request.keep_modules} is a file, not a folder to keep run folders in"
-        )
+    if request.keep_modules is not None:
+        check_keep_folder(request.keep_modules)
     tracking = open_tracking(request.log, request.runs_root)
     # on a remote cluster the workers decide `auto` and own the GPUs: this machine (perhaps a head
     # node without one) only checks the name, and sizes groups by its own device unless --group
