@@ -149,7 +149,9 @@ def check_keep_folder(keep: Path) -> None:
         raise UserError(f"--keep-modules {keep} is a file, not a folder to keep run folders in")
     inside = zarr_root(keep)
     if inside is not None:
-        raise UserError(f"--keep-modules {keep} lies inside the zarr store {inside}: pass a folder of its own")
+        raise UserError(
+            f"--keep-modules {keep} lies inside the zarr store {inside}: pass a folder of its own"
+        )
     if keep.is_dir():  # a link planted at a point's folder would have it written elsewhere
         refuse_planted(keep, "--keep-modules")
 
