@@ -35,6 +35,10 @@ class Step(Protocol):
         """One step on rows order[:, begin : begin + size]."""
         ...
 
+    def run_epoch(self, rows: int, batch: int) -> None:
+        """The epoch's steps: rows order[:, 0 : rows], `batch` at a time (the last takes the rest)."""
+        ...
+
     def epoch_loss(self) -> torch.Tensor:
         """[G] sum of this epoch's per-step CE losses (NaN or inf once a configuration diverged)."""
         ...
@@ -97,6 +101,10 @@ class TorchStep:
             penalty = self.flat.abs().sum(1).mul_(self.l1)
             self.loss_sum.add_((result.loss + penalty) * size)
             self.correct.add_((result.logits.argmax(-1) == y).sum(-1))
+
+    def run_epoch(self, rows: int, batch: int) -> None:
+        for begin in range(0, rows, batch):
+            self.step(begin, min(batch, rows - begin))
 
     def epoch_loss(self) -> torch.Tensor:
         return self._epoch_loss
@@ -216,6 +224,14 @@ class NativeStep:
         self.args.index = self._order_ptr + 8 * begin
         self.args.batch = size
         self.lib.tosca_step(self._args_ref)
+
+    def run_epoch(self, rows: int, batch: int) -> None:
+        """The whole epoch in one call into the library (no Python between steps)."""
+        if not 0 < rows <= self.order.shape[1] or batch < 1 or min(batch, rows) > self.batch:
+            raise ValueError(f"an epoch takes steps of 1..{self.batch} rows inside the epoch's order")
+        self.args.index = self._order_ptr
+        self.args.batch = batch
+        self.lib.tosca_epoch(self._args_ref, rows)
 
     def epoch_loss(self) -> torch.Tensor:
         return self._epoch_loss
