@@ -100,17 +100,20 @@ def test_thread_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TOSCA_OVERLAP_EVAL", raising=False)
     monkeypatch.delenv("TOSCA_STEP_THREADS", raising=False)
     monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 2)
-    # the evaluation thread takes the second core
-    assert plan_threads(cpu, None, compiled=True) == ThreadPlan(True, 1, 1)
+    # a run alone on two cores: evaluation on the second core, steps on up to two threads
+    assert plan_threads(cpu, None, compiled=True) == ThreadPlan(True, 2, 1)
+    assert plan_threads(cpu, None, compiled=False) == ThreadPlan(True, 1, 1)  # the PyTorch step
+    monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 1)
+    assert plan_threads(cpu, None, compiled=True) == ThreadPlan(False, 1, 1)
     monkeypatch.setattr("tosca_heads.engine.device.usable_cores", lambda: 8)
-    # one step thread and one matmul thread on any machine: the numbers do not follow the core count
+    # a worker among others (the caller decides overlap): one step thread, one matmul thread
     assert plan_threads(cpu, True, compiled=True) == ThreadPlan(True, 1, 1)
     assert plan_threads(cpu, False, compiled=True) == ThreadPlan(False, 1, 1)  # a sweep worker
-    assert plan_threads(cpu, False, compiled=False) == ThreadPlan(False, 1, 1)
-    assert plan_threads(torch.device("cuda"), None, compiled=False).overlap is False
-    assert plan_threads(torch.device("cuda"), True, compiled=False).step_threads == 1
+    assert plan_threads(torch.device("cuda"), None, compiled=False) == ThreadPlan(False, 1, 1)
     monkeypatch.setenv("TOSCA_STEP_THREADS", "2")
     assert plan_threads(cpu, False, compiled=True).step_threads == 2
+    monkeypatch.setenv("TOSCA_STEP_THREADS", "1")
+    assert plan_threads(cpu, None, compiled=True).step_threads == 1
     monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "0")
     assert plan_threads(cpu, None, compiled=True).overlap is False
     monkeypatch.setenv("TOSCA_STEP_THREADS", "4")

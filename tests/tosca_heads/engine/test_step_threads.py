@@ -87,6 +87,7 @@ def _problem(flow: str, shape: tuple) -> Problem:
 def _train(problem: Problem, threads: int, whole_epochs: bool) -> dict[str, torch.Tensor]:
     flat, weight, sigma = problem.flat.clone(), problem.weight.clone(), problem.sigma.clone()
     step = NativeStep(problem.layout, problem.hyper, flat, weight, sigma, problem.targets, threads)
+    step.threads.choose = lambda: threads  # every epoch on `threads` threads, whatever is faster here
     n, batch, losses = len(problem.targets), problem.batch, []
     with step_mode(torch.device("cpu"), 1):
         for epoch, order in enumerate(problem.orders):

@@ -80,7 +80,8 @@ typedef struct {
     Slots off;
     const float *params; /* [G, P] */
     const float *x;      /* [rows, d], shared by every configuration */
-    float *out;          /* [G, rows, d] */
+    float *out;          /* [G, rows, d]: configuration g's rows start at out + g * out_stride */
+    int64_t out_stride;
     float *work;         /* tosca_forward_workspace_floats() floats */
     sgemm_fn gemm;
 } ForwardArgs;
@@ -227,98 +228,124 @@ static Acts take_acts(Carver *c, int b, int d, int R, int S) {
     return t;
 }
 
-/* LuCA's output for b rows of x (method.md §3), keeping the activations in t */
+/* LuCA's output for b rows of x (method.md §3), keeping the activations in t, in four pieces:
+   the adapter's matmuls, the LayerNorm of rows [lo, hi), the calibrator's matmuls, and the output
+   of rows [lo, hi). Each row's numbers do not depend on the range it is computed in, so the step
+   can share the row-wise pieces between its threads. */
+
+/* h = x W1 + b1, a = GELU(h), u = a W2 (every row: the matmuls' shapes never change) */
+static void adapter_matmuls(sgemm_fn gemm, const float *p, const Slots *off, int b, int d, int R,
+                            const float *x, const Acts *t) {
+    const float *bd = p + off->down_b;
+    matmul(gemm, 0, 0, b, R, d, x, d, p + off->down_w, R, 0.0f, t->h, R);
+    for (int i = 0; i < b; ++i)
+        for (int j = 0; j < R; ++j) {
+            float v = t->h[i * R + j] + bd[j];
+            t->h[i * R + j] = v;
+            t->a[i * R + j] = gelu(v);
+        }
+    matmul(gemm, 0, 0, b, d, R, t->a, R, p + off->up_w, d, 0.0f, t->u, d);
+}
+
+/* rows [lo, hi): u += b2 (+ x for tosca), zhat = its LayerNorm, z = gamma zhat + beta */
+static void layer_norm_rows(const float *p, const Slots *off, int flow, int d, const float *x, const Acts *t,
+                            int64_t lo, int64_t hi) {
+    const float *bu = p + off->up_b, *gamma = p + off->norm_w, *beta = p + off->norm_b;
+    for (int64_t i = lo; i < hi; ++i) {
+        float *ui = t->u + i * d, *zh = t->zhat + i * d, *zi = t->z + i * d;
+        const float *xi = x + i * d;
+        if (flow == FLOW_TOSCA)
+            for (int j = 0; j < d; ++j) ui[j] = ui[j] + bu[j] + xi[j];
+        else
+            for (int j = 0; j < d; ++j) ui[j] = ui[j] + bu[j];
+        float s1 = 0.0f;
+#pragma omp simd reduction(+ : s1)
+        for (int j = 0; j < d; ++j) s1 += ui[j];
+        float m = s1 / (float)d, s2 = 0.0f;
+#pragma omp simd reduction(+ : s2)
+        for (int j = 0; j < d; ++j) s2 += (ui[j] - m) * (ui[j] - m);
+        float rs = 1.0f / sqrtf(s2 / (float)d + LN_EPS);
+        t->rstd[i] = rs;
+        for (int j = 0; j < d; ++j) {
+            float v = (ui[j] - m) * rs;
+            zh[j] = v;
+            zi[j] = v * gamma[j] + beta[j];
+        }
+    }
+}
+
+/* q = ReLU(v V1), the gate's pre-activation q V2 (every row), v = z for tosca, else x */
+static void calibrator_matmuls(sgemm_fn gemm, const float *p, const Slots *off, int flow, int b, int d,
+                               int S, const float *x, const Acts *t) {
+    const float *v_in = flow == FLOW_TOSCA ? t->z : x;
+    matmul(gemm, 0, 0, b, S, d, v_in, d, p + off->cal_down_w, S, 0.0f, t->q, S);
+    for (int64_t k = 0; k < (int64_t)b * S; ++k) t->q[k] = t->q[k] > 0.0f ? t->q[k] : 0.0f;
+    matmul(gemm, 0, 0, b, d, S, t->q, S, p + off->cal_up_w, d, 0.0f, t->gate, d);
+}
+
+/* rows [lo, hi): the gate's sigmoid and the flow's output */
+static void output_rows(int flow, int d, const float *x, const Acts *t, float *out, int64_t lo, int64_t hi) {
+    const int64_t k0 = lo * d, k1 = hi * d;
+    if (flow != FLOW_ADAPTER) {
+#pragma omp simd
+        for (int64_t k = k0; k < k1; ++k) t->gate[k] = sigmoid(t->gate[k]);
+    }
+    if (flow == FLOW_TOSCA)
+        for (int64_t k = k0; k < k1; ++k) out[k] = t->z[k] * t->gate[k];
+    else if (flow == FLOW_TOSCA_R)
+        for (int64_t k = k0; k < k1; ++k) out[k] = t->z[k] + x[k] * t->gate[k];
+    else if (flow == FLOW_ADAPTER)
+        memcpy(out + k0, t->z + k0, sizeof(float) * (k1 - k0));
+    else
+        for (int64_t k = k0; k < k1; ++k) out[k] = x[k] * t->gate[k];
+}
+
 static void luca_forward(sgemm_fn gemm, const float *p, const Slots *off, int flow, int b, int d,
                          int R, int S, const float *x, const Acts *t, float *out) {
     if (flow != FLOW_CALIBRATOR) {
-        const float *bd = p + off->down_b, *bu = p + off->up_b;
-        const float *gamma = p + off->norm_w, *beta = p + off->norm_b;
-        matmul(gemm, 0, 0, b, R, d, x, d, p + off->down_w, R, 0.0f, t->h, R);
-        for (int i = 0; i < b; ++i)
-            for (int j = 0; j < R; ++j) {
-                float v = t->h[i * R + j] + bd[j];
-                t->h[i * R + j] = v;
-                t->a[i * R + j] = gelu(v);
-            }
-        matmul(gemm, 0, 0, b, d, R, t->a, R, p + off->up_w, d, 0.0f, t->u, d);
-        for (int i = 0; i < b; ++i) {
-            float *ui = t->u + (int64_t)i * d, *zh = t->zhat + (int64_t)i * d, *zi = t->z + (int64_t)i * d;
-            const float *xi = x + (int64_t)i * d;
-            if (flow == FLOW_TOSCA)
-                for (int j = 0; j < d; ++j) ui[j] = ui[j] + bu[j] + xi[j];
-            else
-                for (int j = 0; j < d; ++j) ui[j] = ui[j] + bu[j];
-            float s1 = 0.0f;
-#pragma omp simd reduction(+ : s1)
-            for (int j = 0; j < d; ++j) s1 += ui[j];
-            float m = s1 / (float)d, s2 = 0.0f;
-#pragma omp simd reduction(+ : s2)
-            for (int j = 0; j < d; ++j) s2 += (ui[j] - m) * (ui[j] - m);
-            float rs = 1.0f / sqrtf(s2 / (float)d + LN_EPS);
-            t->rstd[i] = rs;
-            for (int j = 0; j < d; ++j) {
-                float v = (ui[j] - m) * rs;
-                zh[j] = v;
-                zi[j] = v * gamma[j] + beta[j];
-            }
-        }
+        adapter_matmuls(gemm, p, off, b, d, R, x, t);
+        layer_norm_rows(p, off, flow, d, x, t, 0, b);
     }
-    const float *v_in = flow == FLOW_TOSCA ? t->z : x; /* the calibrator's input */
-    if (flow != FLOW_ADAPTER) {
-        matmul(gemm, 0, 0, b, S, d, v_in, d, p + off->cal_down_w, S, 0.0f, t->q, S);
-        for (int64_t k = 0; k < (int64_t)b * S; ++k) t->q[k] = t->q[k] > 0.0f ? t->q[k] : 0.0f;
-        matmul(gemm, 0, 0, b, d, S, t->q, S, p + off->cal_up_w, d, 0.0f, t->gate, d);
-#pragma omp simd
-        for (int64_t k = 0; k < (int64_t)b * d; ++k) t->gate[k] = sigmoid(t->gate[k]);
-    }
-    const int64_t bd_n = (int64_t)b * d;
-    if (flow == FLOW_TOSCA)
-        for (int64_t k = 0; k < bd_n; ++k) out[k] = t->z[k] * t->gate[k];
-    else if (flow == FLOW_TOSCA_R)
-        for (int64_t k = 0; k < bd_n; ++k) out[k] = t->z[k] + x[k] * t->gate[k];
-    else if (flow == FLOW_ADAPTER)
-        memcpy(out, t->z, sizeof(float) * bd_n);
-    else
-        for (int64_t k = 0; k < bd_n; ++k) out[k] = x[k] * t->gate[k];
+    if (flow != FLOW_ADAPTER) calibrator_matmuls(gemm, p, off, flow, b, d, S, x, t);
+    output_rows(flow, d, x, t, out, 0, b);
 }
-
-/* ---- two threads per step ----------------------------------------------------------------
-   A step of 48 rows is a chain of dependent matmuls too small for MKL's fork-join, but it splits
-   by hand: the forward and the row-wise backward by batch rows, the weight gradients and their
-   update by output rows of each parameter (each thread updates exactly what it computed), with
-   three barriers per configuration. The caller's thread is part 0; one helper thread, started on
-   first use and parked on a condition variable between jobs, is part 1. The sums over batch rows
-   that cross the split (the LayerNorm parameters' gradients, the L1 tally) are per-part partial
-   sums added in part order, and the BLAS rounds a half-height matmul its own way, so two threads
-   give one thread's numbers to float rounding (tested), not bit for bit. One thread does exactly
 
 /* ---- one step, on one or two threads -------------------------------------------------------
    A step is a fixed sequence of work items: the same BLAS calls with the same shapes, the same
-   loops over the same ranges and every sum over rows in row order, whatever the thread count.
-   Threads only choose who executes which item: with one thread the caller runs them all in the
-   order written; with two, the caller (part 0) runs the forward and the backward chain and the
-   helper (part 1) normalises the classifier rows, takes half of the cross-entropy rows and
-   computes each weight gradient and update as soon as the backward chain has produced what it
-   needs. A part that needs another's result waits for the stage the other posts after producing
-   it, so two threads give one thread's numbers bit for bit, by construction, on any CPU and BLAS.
-   (Splitting a matmul by rows would not: MKL rounds a row of a small product differently
-   depending on how many rows are multiplied with it.) */
+   loops, each row's numbers computed by the same code whatever rows share the loop, and every sum
+   over rows in row order. Threads only choose who executes which item and when: with one thread
+   the caller runs them all in the order written; with two, the caller (part 0) runs the chain of
+   matmuls the forward and the backward pass are, and the helper (part 1) gathers the next step's
+   batch, takes the second half of the rows of every row-wise piece, computes each weight
+   gradient and update as soon as the chain has produced what it needs, and updates the
+   classifier of one step while the next step's forward runs (it is needed only at that step's
+   cosines). A part that needs another's result waits for the stage the other posts after
+   producing it, so two threads give one thread's numbers bit for bit, by construction, on any CPU
+   and BLAS. (Splitting a matmul by rows would not: MKL rounds a row of a small product
+   differently depending on how many rows are multiplied with it.) */
 
-#define SPIN_BEFORE_YIELD 2000   /* waiting for another part's stage: spins before yielding */
+#define SPIN_BEFORE_YIELD 50    /* waiting for another part's stage: spins before yielding */
 #define SPIN_BEFORE_SLEEP 20000 /* helper: spins between jobs before sleeping (0.1-1 ms, by CPU) */
 
-/* The stages a part posts within one configuration's step (its "pass"); every pass of a job
-   counts PASS_STAGES further, so a stage never repeats within a job. */
+/* The stages of one configuration's step (a "pass"), in the order they are posted; each part
+   posts its own, in increasing order. Every pass counts PASS_STAGES further, so a stage never
+   repeats within a job, and a pass's STAGE_END is the next pass's start. */
 enum {
-    STAGE_FORWARD = 1,  /* part 0: the cosines; part 1: the unit classifier rows */
-    STAGE_CE = 2,       /* each part: its cross-entropy rows */
-    STAGE_D_C2 = 3,     /* part 0: the calibrator's output gradient */
-    STAGE_D_C1 = 4,     /* part 0: the calibrator's hidden gradient (cal_up read for the last time) */
-    STAGE_D_Z = 5,      /* part 0: the LayerNorm output's gradient (cal_down read for the last time) */
-    STAGE_D_U = 6,      /* part 0: the adapter's output gradient, the LayerNorm's (gamma read) */
-    STAGE_D_H = 7,      /* part 0: the adapter's hidden gradient (up.weight read for the last time) */
-    STAGE_END = 8,      /* each part: every update of the pass done (part 0: and the tallies) */
-    PASS_STAGES = 8,
+    STAGE_U = 1,        /* part 0: the adapter's matmuls */
+    STAGE_LN = 2,       /* part 1: its LayerNorm rows */
+    STAGE_W_UNIT = 3,   /* part 1: the classifier updated by the step before, and its unit rows */
+    STAGE_GATE = 4,     /* part 0: the calibrator's matmuls */
+    STAGE_OUT = 5,      /* part 1: its output rows, normalised */
+    STAGE_COS = 6,      /* part 0: the cosines with the classifier rows */
+    STAGE_CE = 7,       /* each part: its cross-entropy rows */
+    STAGE_D_OUT = 8,    /* part 0: the gradient of the output rows' cosines */
+    STAGE_D_C2 = 9,     /* each part: its rows of the output's and the calibrator's gradient */
+    STAGE_D_C1 = 10,    /* part 0: the calibrator's hidden gradient (cal_up read for the last time) */
+    STAGE_D_Z = 11,     /* part 0: the LayerNorm output's gradient (cal_down read for the last time) */
+    STAGE_D_U = 12,     /* each part: its rows of the adapter's output gradient (gamma read) */
+    STAGE_D_H = 13,     /* part 0: the adapter's hidden gradient (up.weight read for the last time) */
+    STAGE_END = 16,     /* each part: every update of the pass (part 0: and the tallies) */
+    PASS_STAGES = 16,
 };
 
 typedef struct {
@@ -328,6 +355,7 @@ typedef struct {
 typedef struct {
     const StepArgs *args;
     int64_t rows, batch; /* the job's steps: batch rows at a time over rows [0, rows) of the order */
+    int largest;         /* its largest step: min(batch, rows) */
     int threads;
     unsigned csr; /* the caller's floating-point control (flush-to-zero), applied by the helper */
     Progress part[2];
@@ -360,8 +388,8 @@ static void post(StepJob *J, int k, int64_t stage) {
     if (J->threads > 1) atomic_store_explicit(&J->part[k].done, stage, memory_order_release);
 }
 
-/* Wait until part `other` has posted `stage`: spin briefly, then yield (an evaluation thread may
-   want the core). */
+/* Wait until part `other` has posted `stage`: spin briefly, then yield (on a busy machine the
+   other part may be waiting for a core). */
 static void await(StepJob *J, int other, int64_t stage) {
     if (J->threads == 1) return;
     for (int spins = 0; atomic_load_explicit(&J->part[other].done, memory_order_acquire) < stage; ++spins) {
@@ -380,38 +408,60 @@ static void column_sums(const float *x, float *out, int rows, int cols) {
     }
 }
 
-/* One step's scratch: the batch, the forward's activations, the classifier's and the backward's. */
+/* What one pass leaves for the next, by pass parity: its batch (the rows and their class ids), its
+   unit output rows, the gradient of its logits and each row's share of sigma's gradient. */
 typedef struct {
     float *x;
     int64_t *y;
+    float *unit, *dlog;
+    double *row_dsig;
+} Carried;
+
+/* The scratch every pass finds in the same place: sized for the job's largest step and carved
+   first, the two parities of what passes carry, and the unit classifier rows. */
+typedef struct {
+    Carried by_parity[2];
+    float *w_unit, *w_norm, *w_denom;
+} Shared;
+
+/* One pass's own scratch: the forward's activations and the backward's. */
+typedef struct {
     Acts t;
-    float *out, *unit, *norm, *denom, *w_unit, *w_norm, *w_denom, *cosv, *dlog;
+    float *out, *norm, *denom, *cosv;
     float *d_out, *d_c2, *d_u, *d_c1, *d_h;
-    double *row_loss, *row_dsig;
+    double *row_loss;
     int64_t *row_hit;
 } StepBuffers;
 
+static Shared take_shared(Carver *c, int largest, int d, int C) {
+    Shared s;
+    for (int i = 0; i < 2; ++i) {
+        Carried *k = &s.by_parity[i];
+        k->x = take(c, (int64_t)largest * d);
+        k->y = (int64_t *)take(c, 2 * (int64_t)largest);
+        k->unit = take(c, (int64_t)largest * d);
+        k->dlog = take(c, (int64_t)largest * C);
+        k->row_dsig = (double *)take(c, 2 * (int64_t)largest);
+    }
+    s.w_unit = take(c, (int64_t)C * d);
+    s.w_norm = take(c, C);
+    s.w_denom = take(c, C);
+    return s;
+}
+
 static StepBuffers take_step(Carver *c, int b, int d, int R, int S, int C) {
     StepBuffers w;
-    w.x = take(c, (int64_t)b * d);
-    w.y = (int64_t *)take(c, 2 * (int64_t)b);
     w.t = take_acts(c, b, d, R, S);
     w.out = take(c, (int64_t)b * d);
-    w.unit = take(c, (int64_t)b * d);
     w.norm = take(c, b);
     w.denom = take(c, b);
-    w.w_unit = take(c, (int64_t)C * d);
-    w.w_norm = take(c, C);
-    w.w_denom = take(c, C);
     w.cosv = take(c, (int64_t)b * C);
-    w.dlog = take(c, (int64_t)b * C);
     w.d_out = take(c, (int64_t)b * d);
     w.d_c2 = take(c, (int64_t)b * d);
     w.d_u = take(c, (int64_t)b * d);
     w.d_c1 = take(c, (int64_t)b * S);
     w.d_h = take(c, (int64_t)b * R);
     w.row_loss = (double *)take(c, 2 * (int64_t)b);
-    w.row_dsig = (double *)take(c, 2 * (int64_t)b);
     w.row_hit = (int64_t *)take(c, 2 * (int64_t)b);
     return w;
 }
@@ -419,18 +469,20 @@ static StepBuffers take_step(Carver *c, int b, int d, int R, int S, int C) {
 /* Floats of scratch one configuration's step needs (reused across configurations and steps). */
 int64_t tosca_workspace_floats(int64_t batch, int64_t dim, int64_t r, int64_t s, int64_t classes) {
     Carver count = {NULL, 0};
+    take_shared(&count, (int)batch, (int)dim, (int)classes);
     take_step(&count, (int)batch, (int)dim, (int)r, (int)s, (int)classes);
     return count.used;
 }
 
 /* The cross-entropy of rows [lo, hi): each row's loss, whether its argmax is right, the gradient
    of the mean loss w.r.t. its logits (times sigma: w.r.t. its cosines) and its share of sigma's. */
-static void cross_entropy_rows(const StepBuffers *w, int C, int b, float sig, int64_t lo, int64_t hi) {
+static void cross_entropy_rows(const StepBuffers *w, const Carried *k, int C, int b, float sig, int64_t lo,
+                               int64_t hi) {
     const float inv_b = 1.0f / (float)b;
     for (int64_t i = lo; i < hi; ++i) {
         const float *ci = w->cosv + i * C;
-        float *di = w->dlog + i * C;
-        const int64_t yi = w->y[i];
+        float *di = k->dlog + i * C;
+        const int64_t yi = k->y[i];
         float top = -INFINITY;
         int best = 0;
         for (int c = 0; c < C; ++c) {
@@ -450,23 +502,29 @@ static void cross_entropy_rows(const StepBuffers *w, int C, int b, float sig, in
             ds += (double)di[c] * ci[c];
             di[c] *= sig;
         }
-        w->row_dsig[i] = ds;
+        k->row_dsig[i] = ds;
     }
 }
 
-/* The LayerNorm's backward for every row: d_u from d_z, and the gradients of gamma and beta
-   (summed over rows in row order, per feature). */
-static void layer_norm_backward(const StepBuffers *w, const float *gamma, const float *d_z, float *g_gamma,
-                                float *g_beta, int b, int d) {
-    for (int j = 0; j < d; ++j) g_gamma[j] = g_beta[j] = 0.0f;
-    for (int64_t i = 0; i < b; ++i) {
+/* Rows [lo, hi) of the gradient through the output's normalisation, and, with a calibrator, of
+   the gradient of the gate's pre-activation (its output times the gated input). */
+static void output_backward_rows(const StepBuffers *w, const Carried *k, int flow, int d, int64_t lo,
+                                 int64_t hi) {
+    normalize_backward(w->d_out + lo * d, k->unit + lo * d, w->norm + lo, w->denom + lo, (int)(hi - lo), d);
+    if (flow == FLOW_ADAPTER) return;
+    const float *mult = flow == FLOW_TOSCA ? w->t.z : k->x, *gate = w->t.gate;
+    for (int64_t e = lo * d; e < hi * d; ++e) w->d_c2[e] = w->d_out[e] * mult[e] * (1.0f - gate[e]) * gate[e];
+}
+
+/* Rows [lo, hi) of the LayerNorm's backward: d_u from d_z. */
+static void layer_norm_backward_rows(const StepBuffers *w, const float *gamma, const float *d_z, int d,
+                                     int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
         const float *dz = d_z + i * d, *zh = w->t.zhat + i * d;
         float *du = w->d_u + i * d;
         float sg = 0.0f, sgz = 0.0f;
 #pragma omp simd reduction(+ : sg, sgz)
         for (int j = 0; j < d; ++j) {
-            g_gamma[j] += dz[j] * zh[j];
-            g_beta[j] += dz[j];
             float gj = dz[j] * gamma[j];
             du[j] = gj;
             sg += gj;
@@ -477,96 +535,176 @@ static void layer_norm_backward(const StepBuffers *w, const float *gamma, const 
     }
 }
 
+/* The gradients of the LayerNorm's gamma and beta: per feature, summed over the rows in row order. */
+static void layer_norm_parameter_gradients(const StepBuffers *w, const float *d_z, float *g_gamma,
+                                           float *g_beta, int b, int d) {
+    for (int j = 0; j < d; ++j) g_gamma[j] = g_beta[j] = 0.0f;
+    for (int64_t i = 0; i < b; ++i) {
+        const float *dz = d_z + i * d, *zh = w->t.zhat + i * d;
+        for (int j = 0; j < d; ++j) {
+            g_gamma[j] += dz[j] * zh[j];
+            g_beta[j] += dz[j];
+        }
+    }
+}
+
+static void gather_rows(const StepArgs *A, int64_t g, int64_t begin, int b, const Carried *k) {
+    const int64_t d = A->dim, *rows = A->index + g * A->index_stride + begin;
+    for (int64_t i = 0; i < b; ++i) {
+        memcpy(k->x + i * d, A->features + rows[i] * d, sizeof(float) * d);
+        k->y[i] = A->targets[rows[i]];
+    }
+}
+
 enum { L1_CAL_UP, L1_CAL_DOWN, L1_DOWN_W, L1_DOWN_B, L1_UP_W, L1_UP_B, L1_NORM_W, L1_NORM_B };
 
-/* Configuration g's step on rows [begin, begin + b) of its order, the pass numbered `pass` of
-   the job: the items of part k (every item when the job has one thread). */
-static void step_pass(StepJob *J, int64_t g, int64_t begin, int b, int64_t pass, int k) {
-    const StepArgs *A = J->args;
-    const int one = J->threads == 1, main_part = one || k == 0, helper_part = one || k == 1;
-    const int64_t base = pass * PASS_STAGES;
-    const int d = (int)A->dim, R = (int)A->r, S = (int)A->s, C = (int)A->classes;
-    const int flow = (int)A->flow;
-    const int has_adapter = flow != FLOW_CALIBRATOR, has_calibrator = flow != FLOW_ADAPTER;
-    const int64_t P = A->param_size;
-    const sgemm_fn gemm = A->gemm;
-    const Slots *off = &A->off;
-    float *p = A->flat + g * P, *gp = A->grad_flat + g * P, *bp = A->buf_flat + g * P;
+/* Where a pass is in its job: configuration g's step over rows [begin, begin + b) of its order;
+   `next_*` the pass after it (next_b = 0: none). */
+typedef struct {
+    int64_t g, begin, pass, next_g, next_begin;
+    int b, next_b;
+} Pass;
+
+/* Step P's classifier and sigma: their gradients from the step's carried rows, and updates. */
+static void update_classifier(const StepArgs *A, const Pass *P, const Shared *s) {
+    const int64_t g = P->g;
+    const int b = P->b, d = (int)A->dim, C = (int)A->classes;
+    const Carried *k = &s->by_parity[P->pass % 2];
+    const float lr = A->neg_lr[g], m = A->momentum[g], wd = A->decay[g];
     float *W = A->weight + g * (int64_t)C * d, *gW = A->grad_weight + g * (int64_t)C * d;
     float *bW = A->buf_weight + g * (int64_t)C * d;
-    const float sig = A->sigma[g];
+    double d_sigma = 0.0;
+    for (int i = 0; i < b; ++i) d_sigma += k->row_dsig[i]; /* every row's share, in row order */
+    A->grad_sigma[g] = (float)d_sigma;
+    sgd(A->sigma + g, A->grad_sigma + g, A->buf_sigma + g, 1, lr, m, wd, 0.0f);
+    matmul(A->gemm, 1, 0, C, d, b, k->dlog, C, k->unit, d, 0.0f, gW, d);
+    normalize_backward(gW, s->w_unit, s->w_norm, s->w_denom, C, d);
+    sgd(W, gW, bW, (int64_t)C * d, lr, m, wd, 0.0f);
+}
+
+/* A pass's items, as part k (every item when the job has one thread). `before` is the pass
+   before in the job (NULL for the first): with two parts, part 1 updates its classifier here. */
+static void step_pass(StepJob *J, const Pass *P, const Pass *before, int k) {
+    const StepArgs *A = J->args;
+    const int one = J->threads == 1, main_part = one || k == 0, helper_part = one || k == 1;
+    const int64_t g = P->g, base = P->pass * PASS_STAGES;
+    const int b = P->b, d = (int)A->dim, R = (int)A->r, S = (int)A->s, C = (int)A->classes;
+    const int flow = (int)A->flow;
+    const int has_adapter = flow != FLOW_CALIBRATOR, has_calibrator = flow != FLOW_ADAPTER;
+    const int64_t Psize = A->param_size;
+    const sgemm_fn gemm = A->gemm;
+    const Slots *off = &A->off;
+    float *p = A->flat + g * Psize, *gp = A->grad_flat + g * Psize, *bp = A->buf_flat + g * Psize;
+    const float *W = A->weight + g * (int64_t)C * d;
     const float lr = A->neg_lr[g], m = A->momentum[g], wd = A->decay[g], l1 = A->l1[g];
     float *l1_slot = J->l1_slot;
 
     Carver carver = {A->work, 0}; /* every part carves the same buffers */
+    const Shared shared = take_shared(&carver, J->largest, d, C);
     const StepBuffers w = take_step(&carver, b, d, R, S, C);
+    const Carried *carried = &shared.by_parity[P->pass % 2]; /* by parity, whatever the threads */
     const Acts t = w.t;
-    const float *v_in = flow == FLOW_TOSCA ? t.z : w.x; /* the calibrator's input */
+    float *x = carried->x, *unit = carried->unit;
+    const float *v_in = flow == FLOW_TOSCA ? t.z : x; /* the calibrator's input */
     float *d_z = w.d_out; /* tosca_r, adapter: out = ... + LN(A(x)) */
-    const int64_t half = one ? b : b / 2; /* part 0's cross-entropy rows: [0, half) */
+    const int64_t half = one ? b : b / 2; /* part 0's rows of the row-wise pieces: [0, half) */
+    /* with two parts, part 1 updates this pass's classifier during the next pass */
+    const int deferred = !one && P->next_b > 0;
 
     /* A job's passes run one after another: part 1 starts once part 0 has finished the last one
        (its tallies read the scratch); part 0 starts once part 1 has, through its final wait. */
     if (!main_part) await(J, 0, base);
 
-    if (helper_part) { /* the unit classifier rows */
-        normalize_rows(W, w.w_unit, w.w_norm, w.w_denom, C, d);
-        post(J, 1, base + STAGE_FORWARD);
-    }
-    if (main_part) { /* the batch, the module's output and its cosines with the classifier rows */
-        const int64_t *rows = A->index + g * A->index_stride + begin;
-        for (int64_t i = 0; i < b; ++i) {
-            memcpy(w.x + i * d, A->features + rows[i] * d, sizeof(float) * d);
-            w.y[i] = A->targets[rows[i]];
+    if (!one && k == 1) { /* the next pass's batch, and the classifier's gradient of the pass before */
+        if (P->next_b > 0) gather_rows(A, P->next_g, P->next_begin, P->next_b, &shared.by_parity[(P->pass + 1) % 2]);
+        if (before) {
+            const Carried *was = &shared.by_parity[before->pass % 2];
+            float *gW = A->grad_weight + before->g * (int64_t)C * d;
+            matmul(gemm, 1, 0, C, d, before->b, was->dlog, C, was->unit, d, 0.0f, gW, d);
+            normalize_backward(gW, shared.w_unit, shared.w_norm, shared.w_denom, C, d);
         }
-        luca_forward(gemm, p, off, flow, b, d, R, S, w.x, &t, w.out);
-        normalize_rows(w.out, w.unit, w.norm, w.denom, b, d);
-        await(J, 1, base + STAGE_FORWARD);
-        matmul(gemm, 0, 1, b, C, d, w.unit, d, w.w_unit, d, 0.0f, w.cosv, C);
-        post(J, 0, base + STAGE_FORWARD);
+    }
+    if (main_part) { /* the batch (gathered by part 1 in the pass before, with two parts) */
+        if (one || P->pass == 0) gather_rows(A, g, P->begin, b, carried);
+        if (has_adapter) adapter_matmuls(gemm, p, off, b, d, R, x, &t);
+        post(J, 0, base + STAGE_U);
     }
     if (!one && k == 1) {
-        await(J, 0, base + STAGE_FORWARD);
-        cross_entropy_rows(&w, C, b, sig, half, b);
-        post(J, 1, base + STAGE_CE);
+        await(J, 0, base + STAGE_U);
+        if (has_adapter) layer_norm_rows(p, off, flow, d, x, &t, half, b);
+        post(J, 1, base + STAGE_LN);
+        if (before) { /* the rest of the pass before's classifier update (its gradient is above) */
+            const int64_t bg = before->g;
+            const Carried *was = &shared.by_parity[before->pass % 2];
+            float *Wb = A->weight + bg * (int64_t)C * d, *gW = A->grad_weight + bg * (int64_t)C * d;
+            double d_sigma = 0.0;
+            for (int i = 0; i < before->b; ++i) d_sigma += was->row_dsig[i];
+            A->grad_sigma[bg] = (float)d_sigma;
+            sgd(A->sigma + bg, A->grad_sigma + bg, A->buf_sigma + bg, 1, A->neg_lr[bg], A->momentum[bg],
+                A->decay[bg], 0.0f);
+            sgd(Wb, gW, A->buf_weight + bg * (int64_t)C * d, (int64_t)C * d, A->neg_lr[bg], A->momentum[bg],
+                A->decay[bg], 0.0f);
+        }
+    }
+    if (helper_part) { /* the unit classifier rows (updated by the pass before) */
+        normalize_rows(W, shared.w_unit, shared.w_norm, shared.w_denom, C, d);
+        post(J, 1, base + STAGE_W_UNIT);
     }
     if (main_part) {
-        cross_entropy_rows(&w, C, b, sig, 0, half);
+        if (has_adapter) layer_norm_rows(p, off, flow, d, x, &t, 0, half);
+        await(J, 1, base + STAGE_LN);
+        if (has_calibrator) calibrator_matmuls(gemm, p, off, flow, b, d, S, x, &t);
+        post(J, 0, base + STAGE_GATE);
+    }
+    if (!one && k == 1) {
+        await(J, 0, base + STAGE_GATE);
+        output_rows(flow, d, x, &t, w.out, half, b);
+        normalize_rows(w.out + half * d, unit + half * d, w.norm + half, w.denom + half, (int)(b - half), d);
+        post(J, 1, base + STAGE_OUT);
+    }
+    if (main_part) { /* the output rows, normalised, and their cosines with the classifier rows */
+        output_rows(flow, d, x, &t, w.out, 0, half);
+        normalize_rows(w.out, unit, w.norm, w.denom, (int)half, d);
+        await(J, 1, base + STAGE_OUT); /* and so the unit classifier rows and sigma */
+        matmul(gemm, 0, 1, b, C, d, unit, d, shared.w_unit, d, 0.0f, w.cosv, C);
+        post(J, 0, base + STAGE_COS);
+    }
+    const float sig = A->sigma[g]; /* read after the update of the pass before */
+    if (!one && k == 1) {
+        await(J, 0, base + STAGE_COS);
+        cross_entropy_rows(&w, carried, C, b, sig, half, b);
+        post(J, 1, base + STAGE_CE);
+    }
+    if (main_part) { /* the cross-entropy, and the gradient of the cosines back to the output rows */
+        cross_entropy_rows(&w, carried, C, b, sig, 0, half);
         post(J, 0, base + STAGE_CE);
         await(J, 1, base + STAGE_CE);
+        matmul(gemm, 0, 0, b, d, C, carried->dlog, C, shared.w_unit, d, 0.0f, w.d_out, d);
+        post(J, 0, base + STAGE_D_OUT);
     }
-    if (helper_part) { /* sigma and the classifier rows: their gradients and updates */
-        await(J, 0, base + STAGE_CE);
-        double d_sigma = 0.0;
-        for (int i = 0; i < b; ++i) d_sigma += w.row_dsig[i]; /* every row's share, in row order */
-        A->grad_sigma[g] = (float)d_sigma;
-        sgd(A->sigma + g, A->grad_sigma + g, A->buf_sigma + g, 1, lr, m, wd, 0.0f);
-        matmul(gemm, 1, 0, C, d, b, w.dlog, C, w.unit, d, 0.0f, gW, d);
-        normalize_backward(gW, w.w_unit, w.w_norm, w.w_denom, C, d);
-        sgd(W, gW, bW, (int64_t)C * d, lr, m, wd, 0.0f);
+    if (!one && k == 1) {
+        await(J, 0, base + STAGE_D_OUT);
+        output_backward_rows(&w, carried, flow, d, half, b);
+        post(J, 1, base + STAGE_D_C2);
     }
-    if (main_part) { /* the backward chain down to the calibrator's output */
-        matmul(gemm, 0, 0, b, d, C, w.dlog, C, w.w_unit, d, 0.0f, w.d_out, d);
-        normalize_backward(w.d_out, w.unit, w.norm, w.denom, b, d);
-        if (has_calibrator) {
-            const float *mult = flow == FLOW_TOSCA ? t.z : w.x;
-            for (int64_t e = 0; e < (int64_t)b * d; ++e)
-                w.d_c2[e] = w.d_out[e] * mult[e] * (1.0f - t.gate[e]) * t.gate[e];
-        }
+    if (main_part) {
+        output_backward_rows(&w, carried, flow, d, 0, half);
         post(J, 0, base + STAGE_D_C2);
     }
+    if (helper_part && !deferred) update_classifier(A, P, &shared);
     if (helper_part && has_calibrator) {
         await(J, 0, base + STAGE_D_C2);
         matmul(gemm, 1, 0, S, d, b, t.q, S, w.d_c2, d, 0.0f, gp + off->cal_up_w, d);
     }
-    if (main_part) {
+    if (main_part) { /* the backward chain through the calibrator */
+        await(J, 1, base + STAGE_D_C2);
         if (has_calibrator) {
             matmul(gemm, 0, 1, b, S, d, w.d_c2, d, p + off->cal_up_w, d, 0.0f, w.d_c1, S);
             for (int64_t e = 0; e < (int64_t)b * S; ++e) w.d_c1[e] = t.q[e] > 0.0f ? w.d_c1[e] : 0.0f;
         }
         post(J, 0, base + STAGE_D_C1);
     }
-    if (helper_part && has_calibrator) {
+    if (helper_part && has_calibrator) { /* cal_up: read for the last time by the chain above */
         await(J, 0, base + STAGE_D_C1);
         const int64_t up = off->cal_up_w, down = off->cal_down_w;
         l1_slot[L1_CAL_UP] = sgd(p + up, gp + up, bp + up, (int64_t)S * d, lr, m, wd, l1);
@@ -579,42 +717,44 @@ static void step_pass(StepJob *J, int64_t g, int64_t begin, int b, int64_t pass,
         }
         post(J, 0, base + STAGE_D_Z);
     }
-    if (helper_part && has_calibrator) {
+    if (!one && k == 1) { /* its rows of the LayerNorm's backward first: part 0 waits for them */
         await(J, 0, base + STAGE_D_Z);
-        const int64_t down = off->cal_down_w;
-        l1_slot[L1_CAL_DOWN] = sgd(p + down, gp + down, bp + down, (int64_t)d * S, lr, m, wd, l1);
+        if (has_adapter) layer_norm_backward_rows(&w, p + off->norm_w, d_z, d, half, b);
+        post(J, 1, base + STAGE_D_U);
     }
-    if (main_part) {
-        if (has_adapter)
-            layer_norm_backward(&w, p + off->norm_w, d_z, gp + off->norm_w, gp + off->norm_b, b, d);
+    if (main_part) { /* the backward chain through the adapter */
+        if (has_adapter) layer_norm_backward_rows(&w, p + off->norm_w, d_z, d, 0, half);
         post(J, 0, base + STAGE_D_U);
-    }
-    if (helper_part && has_adapter) {
-        await(J, 0, base + STAGE_D_U);
-        column_sums(w.d_u, gp + off->up_b, b, d);
-        matmul(gemm, 1, 0, R, d, b, t.a, R, w.d_u, d, 0.0f, gp + off->up_w, d);
-    }
-    if (main_part) {
+        await(J, 1, base + STAGE_D_U);
         if (has_adapter) {
             matmul(gemm, 0, 1, b, R, d, w.d_u, d, p + off->up_w, d, 0.0f, w.d_h, R);
             for (int64_t e = 0; e < (int64_t)b * R; ++e) w.d_h[e] *= gelu_grad(t.h[e]);
         }
         post(J, 0, base + STAGE_D_H);
     }
-    if (helper_part && has_adapter) {
-        await(J, 0, base + STAGE_D_H);
+    if (helper_part && has_calibrator) { /* cal_down: read for the last time by the chain above */
+        await(J, 0, base + STAGE_D_Z);
+        const int64_t down = off->cal_down_w;
+        l1_slot[L1_CAL_DOWN] = sgd(p + down, gp + down, bp + down, (int64_t)d * S, lr, m, wd, l1);
+    }
+    if (helper_part && has_adapter) { /* the adapter's second layer and the LayerNorm */
+        await(J, 0, base + STAGE_D_U);
         const int64_t up = off->up_w, up_b = off->up_b, nw = off->norm_w, nb = off->norm_b;
+        layer_norm_parameter_gradients(&w, d_z, gp + nw, gp + nb, b, d);
+        column_sums(w.d_u, gp + up_b, b, d);
+        matmul(gemm, 1, 0, R, d, b, t.a, R, w.d_u, d, 0.0f, gp + up, d);
+        await(J, 0, base + STAGE_D_H);
         l1_slot[L1_UP_W] = sgd(p + up, gp + up, bp + up, (int64_t)R * d, lr, m, wd, l1);
         l1_slot[L1_UP_B] = sgd(p + up_b, gp + up_b, bp + up_b, d, lr, m, wd, l1);
         l1_slot[L1_NORM_W] = sgd(p + nw, gp + nw, bp + nw, d, lr, m, wd, l1);
         l1_slot[L1_NORM_B] = sgd(p + nb, gp + nb, bp + nb, d, lr, m, wd, l1);
     }
     if (helper_part) post(J, 1, base + STAGE_END);
-    if (main_part) {
+    if (main_part) { /* the adapter's first layer, then the pass's tallies */
         if (has_adapter) {
             const int64_t down = off->down_w, down_b = off->down_b;
             column_sums(w.d_h, gp + down_b, b, R);
-            matmul(gemm, 1, 0, d, R, b, w.x, d, w.d_h, R, 0.0f, gp + down, R);
+            matmul(gemm, 1, 0, d, R, b, x, d, w.d_h, R, 0.0f, gp + down, R);
             l1_slot[L1_DOWN_W] = sgd(p + down, gp + down, bp + down, (int64_t)d * R, lr, m, wd, l1);
             l1_slot[L1_DOWN_B] = sgd(p + down_b, gp + down_b, bp + down_b, R, lr, m, wd, l1);
         }
@@ -643,9 +783,21 @@ static void step_pass(StepJob *J, int64_t g, int64_t begin, int b, int64_t pass,
 static void run_job(StepJob *J, int k) {
     const int64_t groups = J->args->groups, rows = J->rows, batch = J->batch;
     int64_t pass = 0;
+    Pass before = {0};
     for (int64_t begin = 0; begin < rows; begin += batch) {
         const int b = (int)(rows - begin < batch ? rows - begin : batch);
-        for (int64_t g = 0; g < groups; ++g) step_pass(J, g, begin, b, pass++, k);
+        for (int64_t g = 0; g < groups; ++g) {
+            Pass P = {.g = g, .begin = begin, .pass = pass++, .b = b};
+            if (g + 1 < groups) {
+                P.next_g = g + 1, P.next_begin = begin, P.next_b = b;
+            } else if (begin + batch < rows) {
+                const int64_t next = begin + batch;
+                P.next_g = 0, P.next_begin = next;
+                P.next_b = (int)(rows - next < batch ? rows - next : batch);
+            }
+            step_pass(J, &P, P.pass > 0 ? &before : NULL, k);
+            before = P;
+        }
     }
 }
 
@@ -717,20 +869,22 @@ static int helper_ready(void) {
    args->threads threads (1 or 2). */
 static void run_steps(const StepArgs *args, int64_t rows, int64_t batch) {
     if (args->groups <= 0 || rows <= 0 || batch <= 0) return;
+    const int largest = (int)(batch < rows ? batch : rows);
     if (args->threads < 2 || atomic_flag_test_and_set(&pool.busy)) {
-        StepJob alone = {.args = args, .rows = rows, .batch = batch, .threads = 1};
+        StepJob alone = {.args = args, .rows = rows, .batch = batch, .largest = largest, .threads = 1};
         run_job(&alone, 0);
         return;
     }
     if (!helper_ready()) {
         atomic_flag_clear(&pool.busy);
-        StepJob alone = {.args = args, .rows = rows, .batch = batch, .threads = 1};
+        StepJob alone = {.args = args, .rows = rows, .batch = batch, .largest = largest, .threads = 1};
         run_job(&alone, 0);
         return;
     }
     pool.job.args = args;
     pool.job.rows = rows;
     pool.job.batch = batch;
+    pool.job.largest = largest;
     pool.job.threads = 2;
     pool.job.csr = read_csr();
     atomic_store(&pool.job.part[0].done, 0);
@@ -782,7 +936,7 @@ void tosca_forward(const ForwardArgs *A) {
             const int b = (int)(A->rows - lo < FORWARD_BLOCK ? A->rows - lo : FORWARD_BLOCK);
             Carver carver = {A->work, 0};
             const ForwardBuffers f = take_forward(&carver, b, d, R, S);
-            float *out = A->out + (g * A->rows + lo) * d;
+            float *out = A->out + g * A->out_stride + lo * d;
             luca_forward(A->gemm, p, &A->off, flow, b, d, R, S, A->x + lo * d, &f.t, out);
             if (A->normalize) normalize_rows(out, out, f.norm, f.denom, b, d);
         }
