@@ -127,7 +127,9 @@ class ForwardArgs(ctypes.Structure):
         *((name, ctypes.c_int64) for name in ("groups", "rows", "dim", "r", "s", "flow", "normalize")),
         ("param_size", ctypes.c_int64),
         *((name, ctypes.c_int64) for name in OFFSET_FIELDS),
-        *((name, ctypes.c_void_p) for name in ("params", "x", "out", "work", "gemm")),
+        *((name, ctypes.c_void_p) for name in ("params", "x", "out")),
+        ("out_stride", ctypes.c_int64),
+        *((name, ctypes.c_void_p) for name in ("work", "gemm")),
     ]
 
 
@@ -139,16 +141,35 @@ def slot_offsets(layout: ParamLayout) -> dict[str, int]:
     }
 
 
-def forward(layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normalize: bool) -> torch.Tensor:
+def forward(
+    layout: ParamLayout,
+    modules: torch.Tensor,
+    x: torch.Tensor,
+    normalize: bool,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Every configuration's LuCA output ([G, n, d]; unit rows when `normalize`) on shared rows x
-    [n, d], through the compiled library; only call where `use_native` said yes."""
+    [n, d], through the compiled library, written into `out` when given (a [G, n, d] float32 view
+    whose rows are contiguous within each configuration, such as rows of a larger cache); only call
+    where `use_native` said yes."""
     lib, gemm, why = load()
     if lib is None:
         raise RuntimeError(f"the compiled step is unavailable: {why}")
     modules = modules.detach().to(torch.float32).contiguous()
     x = x.detach().to(torch.float32).contiguous()
     groups, rows = modules.shape[0], x.shape[0]
-    out = torch.empty(groups, rows, layout.dim)
+    if out is None:
+        out = torch.empty(groups, rows, layout.dim)
+    if (
+        tuple(out.shape) != (groups, rows, layout.dim)
+        or out.dtype != torch.float32
+        or out.device.type != "cpu"
+        or (rows > 1 and out.stride(1) != layout.dim)
+        or out.stride(2) != 1
+    ):
+        raise ValueError(
+            f"out must be a float32 CPU [{groups}, {rows}, {layout.dim}] view with contiguous rows"
+        )
     work = torch.empty(lib.tosca_forward_workspace_floats(layout.dim, layout.r, layout.s))
     args = ForwardArgs(
         groups=groups,
@@ -162,6 +183,7 @@ def forward(layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normali
         params=modules.data_ptr(),
         x=x.data_ptr(),
         out=out.data_ptr(),
+        out_stride=out.stride(0),
         work=work.data_ptr(),
         gemm=gemm,
         **slot_offsets(layout),
