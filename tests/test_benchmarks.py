@@ -18,7 +18,9 @@ from tosca_heads.engine import native
 
 
 def _run(script: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the benchmarks folder too: a script imports its neighbours (eager_fit, fit_speed), and an
+    # earlier test may have left PYTHONSAFEPATH=1 here (the command line sets it for its children)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args],
         capture_output=True,

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.settings import setting
 from tosca_heads.engine.device import mkl_thread_setter, step_choice
@@ -271,7 +272,7 @@ def _build(compiler: str, target: Path) -> str:
     try:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             built = Path(tmp) / target.name
-            (Path(tmp) / "tosca_slots.h").write_text(slots_header())
+            atomic.write_text(Path(tmp) / "tosca_slots.h", slots_header())
             done = subprocess.run(
                 [compiler, *FLAGS, f"-I{tmp}", str(SOURCE), "-o", str(built), "-lm"],
                 capture_output=True,
