@@ -5,9 +5,11 @@ configurations.
     python benchmarks/step_speed.py [--device cpu|cuda] [--groups 1,8] [--classes 52] [--steps 300]
 
 Prints milliseconds per step and configuration-steps per second, for the PyTorch step and (on a
-CPU) the compiled C step that training uses there. The autograd row is the step as
-a plain PyTorch trainer would take it (reference LuCA + cosine_logits + F.cross_entropy +
-torch.optim.SGD, L1 added to the gradients), so both are measured on the same machine, same day.
+CPU) the compiled C step that training uses there, on one thread and on two (whole epochs in one
+call, as training runs them: the helper thread gathers the next batch and updates the classifier
+while the next step's forward runs). The autograd row is the step as a plain PyTorch trainer
+would take it (reference LuCA + cosine_logits + F.cross_entropy + torch.optim.SGD, L1 added to
+the gradients), so both are measured on the same machine, same day.
 """
 
 from __future__ import annotations
@@ -59,10 +61,18 @@ def engine_step_ms(
     order = torch.stack([torch.randperm(2500) for _ in range(groups)]).to(device)
     step = kind(layout, [_Hyper(batch_size=batch)] * groups, flat, weight, sigma, targets)
     step.start_epoch(features, order, [0.025] * groups, track=False)
+    if isinstance(step, NativeStep):
+        step.threads.choose = lambda: step.threads.most  # every epoch on this many threads
 
-    def run(n: int) -> None:
-        for i in range(n):
-            step.step((i % 52) * batch, batch)
+        def run(n: int) -> None:  # whole epochs of 52 steps, as training runs them
+            for _ in range(max(1, n // 52)):
+                step.run_epoch(52 * batch, batch)
+
+    else:
+
+        def run(n: int) -> None:
+            for i in range(n):
+                step.step((i % 52) * batch, batch)
 
     return _timed(run, args, device)
 
@@ -95,11 +105,12 @@ def _timed(run: Callable[[int], None], args: argparse.Namespace, device: torch.d
     run(20)
     _sync(device)
     times = []
+    steps = max(52, args.steps // 52 * 52)
     for _ in range(args.repeats):
         start = time.perf_counter()
-        run(args.steps)
+        run(steps)
         _sync(device)
-        times.append((time.perf_counter() - start) / args.steps * 1e3)
+        times.append((time.perf_counter() - start) / steps * 1e3)
     return times
 
 

@@ -4,8 +4,9 @@ thousands of tiny steps on a CPU (the figures behind these choices: docs/benchma
 Settings, checked by `check_settings` before a command writes anything:
 - `TOSCA_STEP`: `auto` (the compiled step on a CPU when it builds, else the PyTorch step),
   `native` (insist on the compiled step) or `torch` (always the PyTorch step).
-- `TOSCA_STEP_THREADS`: 1 or 2 threads for the compiled step (default 1: two give one thread's
-  numbers to float rounding, not bit for bit).
+- `TOSCA_STEP_THREADS`: the most threads a compiled step takes, 1 or 2 (default: 2 for a run
+  that has a CPU of two or more cores to itself, else 1); two give one thread's numbers bit for
+  bit (the same BLAS calls, threads only choose who runs which).
 - `TOSCA_OVERLAP_EVAL`: 1 or 0, evaluate task t on a second thread while task t+1 trains
   (default: on a CPU with two or more usable cores).
 Each is read through featcache.foundation.settings, which refuses any other value in one line.
@@ -85,14 +86,19 @@ def plan_threads(device: torch.device, overlap: bool | None, compiled: bool) -> 
 
     - Evaluation overlaps training where `overlap_evaluation` says so (unless told): it moves work
       to another core, never changes a number.
-    - The compiled step runs on one thread unless TOSCA_STEP_THREADS=2 asks for two (two threads
-      sum a few gradients in another order: the same numbers to float rounding, not bit for bit).
+    - The compiled step may take two threads (the same numbers bit for bit: csrc/luca_step.c):
+      by default when the run has a CPU of two or more cores to itself. A caller that decides
+      `overlap` itself is one of several workers that fill the cores (a sweep's: overlap=False),
+      and its steps take one. Each epoch then takes one or two (`cores.ThreadChooser`: one while
+      the evaluation thread works, else the faster lately). TOSCA_STEP_THREADS=1|2 sets the most.
     - Matmuls run on one thread, always: a multithreaded BLAS splits sums by its thread count, and
       MKL's fork-join makes these tiny matmuls slower anyway.
     """
+    alone = overlap is None
     overlap = overlap_evaluation(device) if overlap is None else overlap
     chosen = configured_step_threads()
-    return ThreadPlan(overlap, chosen if chosen is not None else 1, 1)
+    spare = compiled and alone and device.type == "cpu" and usable_cores() >= 2
+    return ThreadPlan(overlap, chosen if chosen is not None else (2 if spare else 1), 1)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from sklearn.metrics import confusion_matrix
 
+from tosca_heads.engine.cores import evaluation_working
 from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
@@ -106,9 +107,8 @@ class ModuleScorer:
         step = max(1, FORWARD_BYTES // (state.groups * self.features.shape[1] * 4))
         for start in range(lo, hi, step):
             stop = min(hi, start + step)
-            out[:, start - lo : stop - lo] = module_outputs(
-                state.layout, state.modules[module], self.features[start:stop], normalize=True
-            )
+            rows = self.features[start:stop]
+            module_outputs(state.layout, state.modules[module], rows, True, out[:, start - lo : stop - lo])
         return out
 
     @torch.no_grad()
@@ -130,16 +130,26 @@ class ModuleScorer:
         energy = torch.empty(groups, modules, n, device=self.device)
         predictions = torch.empty(groups, modules, n, dtype=torch.long, device=self.device)
         top = torch.empty(groups, modules, n, device=self.device) if top_probability else None
-        step = max(1, CHUNK_BYTES // max(1, groups * w_unit.shape[-1] * 4))
         for i in range(modules):
             units = self.units(state, i, n)
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
+            for lo, hi in self._blocks(n, groups * w_unit.shape[-1]):
                 logits = self._logits(units[:, lo:hi], w_unit) * sigma
                 entropy[:, i, lo:hi], predictions[:, i, lo:hi], energy[:, i, lo:hi] = module_scores(logits)
                 if top is not None:
                     top[:, i, lo:hi] = torch.softmax(logits, -1).amax(-1)
         return (entropy, predictions, energy) if top is None else (entropy, predictions, energy, top)
+
+    def _blocks(self, n: int, row_width: int) -> Iterator[tuple[int, int]]:
+        """The row ranges whose logits are computed and scored at once: chunks of CHUNK_BYTES of
+        logits, and on a CPU each chunk's blocks of CPU_MATMUL_ROWS, scored one block at a time
+        (a block's logits stay in cache; every figure of a row is the same whatever rows share
+        its block, tested)."""
+        step = max(1, CHUNK_BYTES // max(1, row_width * 4))
+        block = CPU_MATMUL_ROWS if self.device.type == "cpu" else step
+        for chunk in range(0, n, step):
+            end = min(n, chunk + step)
+            for lo in range(chunk, end, block):
+                yield lo, min(end, lo + block)
 
     def _logits(self, units: torch.Tensor, w_unit: torch.Tensor) -> torch.Tensor:
         """Cosines of unit outputs [G, rows, d] with unit classifier rows [G, d, C]: [G, rows, C]."""
@@ -278,7 +288,12 @@ class StageQueue:
         if self._pool is None:
             self._queue.append((payload, self._run(task, state)))
         else:
-            self._queue.append((payload, self._pool.submit(self._run, task, state)))
+            self._queue.append((payload, self._pool.submit(self._run_beside, task, state)))
+
+    def _run_beside(self, task: int, state: Callable[[], Snapshot]) -> tuple[dict[str, list[Scores]], float]:
+        """On the evaluation thread, marked at work meanwhile (the step leaves it a core)."""
+        with evaluation_working():
+            return self._run(task, state)
 
     def _run(self, task: int, state: Callable[[], Snapshot]) -> tuple[dict[str, list[Scores]], float]:
         snapshot = state()

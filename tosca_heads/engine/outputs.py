@@ -11,11 +11,19 @@ from tosca_heads.engine.layout import ParamLayout
 
 
 def module_outputs(
-    layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normalize: bool
+    layout: ParamLayout,
+    modules: torch.Tensor,
+    x: torch.Tensor,
+    normalize: bool,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """modules [G, size] (flat, padded) on rows x [n, d] shared by all -> [G, n, d]; unit rows
-    (F.normalize) when `normalize`."""
+    (F.normalize) when `normalize`; written into `out` when given (rows of a cache)."""
     if modules.device.type == "cpu" and x.device.type == "cpu" and native.use_native(modules.device):
-        return native.forward(layout, modules, x, normalize)
-    out = luca_forward(layout.views(modules), x, layout.flow)
-    return normalize_rows(out) if normalize else out
+        return native.forward(layout, modules, x, normalize, out)
+    result = luca_forward(layout.views(modules), x, layout.flow)
+    result = normalize_rows(result) if normalize else result
+    if out is None:
+        return result
+    out.copy_(result)
+    return out

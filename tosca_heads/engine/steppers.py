@@ -12,12 +12,15 @@ last epoch for the run's table), and update the caller's `flat`, `weight` and `s
 from __future__ import annotations
 
 import ctypes
+import math
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
 from tosca_heads.engine import native
+from tosca_heads.engine.cores import ThreadChooser, evaluation_busy
 from tosca_heads.engine.kernels import LucaStep
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD
@@ -33,6 +36,10 @@ class Step(Protocol):
 
     def step(self, begin: int, size: int) -> None:
         """One step on rows order[:, begin : begin + size]."""
+        ...
+
+    def run_epoch(self, rows: int, batch: int) -> None:
+        """The epoch's steps: rows order[:, 0 : rows], `batch` at a time (the last takes the rest)."""
         ...
 
     def epoch_loss(self) -> torch.Tensor:
@@ -98,6 +105,10 @@ class TorchStep:
             self.loss_sum.add_((result.loss + penalty) * size)
             self.correct.add_((result.logits.argmax(-1) == y).sum(-1))
 
+    def run_epoch(self, rows: int, batch: int) -> None:
+        for begin in range(0, rows, batch):
+            self.step(begin, min(batch, rows - begin))
+
     def epoch_loss(self) -> torch.Tensor:
         return self._epoch_loss
 
@@ -106,7 +117,8 @@ class TorchStep:
 
 
 class NativeStep:
-    """All G configurations' step in one call into the compiled library (CPU tensors only)."""
+    """All G configurations' step in one call into the compiled library (CPU tensors only), on one
+    thread or two (`threads` is the most an epoch takes: `cores.ThreadChooser` picks)."""
 
     def __init__(
         self,
@@ -189,6 +201,7 @@ class NativeStep:
         )
         self.grads = grads  # for tests: the last step's raw gradients (before L1 and decay)
         self._args_ref = ctypes.byref(self.args)
+        self.threads = ThreadChooser(threads)
 
     def start_epoch(
         self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
@@ -215,7 +228,20 @@ class NativeStep:
             raise ValueError(f"a step takes 1..{self.batch} rows inside the epoch's order")
         self.args.index = self._order_ptr + 8 * begin
         self.args.batch = size
+        self.args.threads = self.threads.most
         self.lib.tosca_step(self._args_ref)
+
+    def run_epoch(self, rows: int, batch: int) -> None:
+        """The whole epoch in one call into the library (no Python between steps)."""
+        if not 0 < rows <= self.order.shape[1] or batch < 1 or min(batch, rows) > self.batch:
+            raise ValueError(f"an epoch takes steps of 1..{self.batch} rows inside the epoch's order")
+        self.args.index = self._order_ptr
+        self.args.batch = batch
+        self.args.threads = threads = self.threads.choose()
+        busy, start = evaluation_busy(), time.perf_counter()
+        self.lib.tosca_epoch(self._args_ref, rows)
+        elapsed = time.perf_counter() - start
+        self.threads.record(threads, elapsed, math.ceil(rows / batch), busy or evaluation_busy())
 
     def epoch_loss(self) -> torch.Tensor:
         return self._epoch_loss

@@ -188,8 +188,7 @@ class GroupTrainer:
             features = read[view]
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
             step.start_epoch(features, order, [s[epoch] for s in schedules], track=epoch == epochs - 1)
-            for begin in range(0, n, batch):
-                step.step(begin, min(batch, n - begin))
+            step.run_epoch(n, batch)
             self._check_finite(step.epoch_loss(), task, epoch)
             losses.append([float(v) / steps for v in step.epoch_loss().tolist()])
         before = (self.weight_, self.sigma_)

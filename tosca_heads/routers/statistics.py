@@ -242,6 +242,15 @@ def _merge(a: Moments, b: Moments) -> Moments:
     return n, sa + sb, ta + tb, wa + wb + (gap.T * weight) @ gap
 
 
+def _shrunk(covariance: torch.Tensor, lam: float, ridge: float) -> torch.Tensor:
+    """(1 - lam) covariance + ridge I, without a d x d identity: every entry is the sum the
+    identity's would make (ridge x 0 = +0.0 off the diagonal, ridge x 1 on it), so the bits are."""
+    shrunk = covariance * (1 - lam)
+    shrunk += ridge * 0.0  # turns -0.0 into +0.0 as the identity's zeros do
+    shrunk.diagonal().add_(ridge)
+    return shrunk
+
+
 def _model(
     counts: torch.Tensor,
     sums: torch.Tensor,
@@ -257,7 +266,7 @@ def _model(
     scale = float(torch.trace(covariance)) / dim or 1.0
     # accumulated in float64; solved in float32, which the shrinkage (>= 1% of the mean variance
     # on the diagonal) keeps well conditioned, at a third of the cost
-    shrunk = ((1 - lam) * covariance + lam * scale * torch.eye(dim, dtype=torch.float64)).float()
+    shrunk = _shrunk(covariance, lam, lam * scale).float()
     means = (tsums / counts[:, None]).float()
     weight = torch.cholesky_solve(means.T.contiguous(), torch.linalg.cholesky(shrunk))  # [d, C]
     bias = -0.5 * (means * weight.T).sum(-1)

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tosca_heads.engine.layout import parameter_count
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -109,8 +111,8 @@ def order_claim(ablation: pd.DataFrame, stores: Sequence[str], main_l1: float, p
 
 
 def luca_parameters(d: int, r: int, s: int) -> int:
-    """method.md §3: 2dr + r + d (adapter) + 2d (LayerNorm) + 2ds (calibrator)."""
-    return 2 * d * r + r + d + 2 * d + 2 * d * s
+    """method.md §3: 2dr + r + d (adapter) + 2d (LayerNorm) + 2ds (calibrator), as the layout spec counts."""
+    return parameter_count(d, r, s, "tosca")
 
 
 def layerwise_adapter_parameters(d: int, r: int, layers: int = LAYERS) -> int:
