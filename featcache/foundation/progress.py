@@ -171,11 +171,13 @@ class Board:
         self._show(task)
 
     def finish(self, task: Task) -> None:
-        """The work is over: its last line says so (a bar stays at its end)."""
+        """The work is over: its last line says so (a bar stays at its end). Work that ended within
+        the interval without a line stays silent: a quick command prints its answer alone."""
         if task.finished:
             return
         task.finished = True
-        self._show(task, force=True)
+        spoke = id(task) in self._last or self.clock() - task.started >= self.interval
+        self._show(task, force=spoke)
 
     # ---------------------------------------------------------------- showing
 

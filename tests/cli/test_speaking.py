@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,16 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.progress import Board
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """`tosca --progress ...` sets its settings in the process's environment (as it must, for the
+    workers it starts); a test that runs it in-process must not leave them to the next test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 class FakeClock:
