@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support.images import TINY_VIT
 from typer.testing import CliRunner
 
@@ -34,7 +35,10 @@ def _store(tmp_path: Path, image_tree: Path) -> FeatureStore:
     return FeatureStore.open(run_extraction(plan_extraction(request)).store)
 
 
-def test_predict_on_images_equals_the_run_on_their_cached_features(tmp_path: Path, image_tree: Path) -> None:
+def test_predict_on_images_equals_the_run_on_their_cached_features(
+    tmp_path: Path, image_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOSCA_PROGRESS_EVERY", "0")  # a line at every batch, however quick
     store = _store(tmp_path, image_tree)
     run = tmp_path / "run"
     fit = RUNNER.invoke(
