@@ -24,6 +24,7 @@ from featcache.foundation import errors as featcache_errors
 from tosca_heads import api as stage2
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("module", [stage1, stage2], ids=["featcache.api", "tosca_heads.api"])
 def test_every_public_function_has_an_example_that_runs(
     module: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -193,6 +194,7 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
     ("script", "said"),
     [("sweep_and_plot.py", "best under lda"), ("custom_router.py", "confident")],
 )
+@pytest.mark.heavy
 def test_the_examples_run_on_tiny_data(tmp_path: Path, script: str, said: str) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=16)
     args = ["--store", str(store.path), "--epochs", "2"]

@@ -97,6 +97,7 @@ def _python_blocks() -> list[tuple[str, str]]:
     return blocks
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("where", "code"), _python_blocks(), ids=[w for w, _ in _python_blocks()])
 def test_every_python_example_in_the_docs_runs(tmp_path: Path, where: str, code: str) -> None:
     """Each block runs as written, in its own process, on tiny stand-in stores at the paths it names."""

@@ -88,6 +88,7 @@ def test_a_worker_keeps_one_backbone_per_device(monkeypatch: pytest.MonkeyPatch)
     assert distributor.mapper_on_worker(job("cpu")) is on_cpu  # still one mapper per device
 
 
+@pytest.mark.heavy
 def test_jobs_whose_scattered_samples_are_lost_run_again(
     tmp_path: Path, image_tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+@pytest.mark.heavy
 def test_default_is_fp32_and_bf16_is_recorded_and_shown(tmp_path: Path, image_tree: Path) -> None:
     assert ExtractRequest(model="m", dataset="d").precision == "fp32"
     fp32 = FeatureStore.open(

@@ -29,6 +29,7 @@ def _args(tree: Path, store: Path) -> list[str]:
     ]
 
 
+@pytest.mark.heavy
 def test_second_extract_refused_dead_writer_does_not_block_other_stores_run_alongside(tmp_path: Path) -> None:
     tree = make_image_tree(tmp_path / "imgs", classes=2, train=3, test=1)
     busy, other = tmp_path / "busy.zarr", tmp_path / "other.zarr"

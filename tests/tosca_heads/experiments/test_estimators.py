@@ -177,6 +177,7 @@ def _expected_failures(estimator: object) -> dict[str, str]:
     ],
     expected_failed_checks=_expected_failures,
 )
+@pytest.mark.heavy
 def test_scikit_learn_estimator_checks(estimator: object, check: object) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

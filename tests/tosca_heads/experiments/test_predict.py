@@ -35,6 +35,7 @@ def _store(tmp_path: Path, image_tree: Path) -> FeatureStore:
     return FeatureStore.open(run_extraction(plan_extraction(request)).store)
 
 
+@pytest.mark.heavy
 def test_predict_on_images_equals_the_run_on_their_cached_features(
     tmp_path: Path, image_tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -140,6 +140,7 @@ def test_cli_fit_prints_table_and_summary(tmp_path: Path) -> None:
     assert "trained" in result.output and "A_last" in result.output and "batch_shuffled" in result.output
 
 
+@pytest.mark.heavy
 def test_cached_training_equals_online_training(tmp_path: Path, image_tree: Path) -> None:
     """V = 0: the cache changes nothing but speed (same seed, same batch order)."""
     request = ExtractRequest(

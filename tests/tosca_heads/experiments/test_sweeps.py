@@ -363,6 +363,7 @@ def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> Non
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(executor.KEEP_FREED_BYTES)
 
 
+@pytest.mark.heavy
 def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     store = synthetic_store(tmp_path / "s.zarr", classes=4)

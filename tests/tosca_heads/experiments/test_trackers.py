@@ -24,6 +24,8 @@ from tosca_heads.experiments.records.run import CURVES_FILE, read_curves
 from tosca_heads.experiments.suite.spec import parse_suite
 from tosca_heads.experiments.trackers import LOGGERS, Logger, Metric, register_logger
 
+pytestmark = pytest.mark.heavy  # Dask workers, MLflow's sqlite store, TensorBoard's reader
+
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
