@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.backbones import load_backbone, resolve_backbone
+from featcache.foundation.text import image_name
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
 
@@ -155,7 +156,8 @@ def test_skip_bad_images_leaves_them_out_lists_them_and_resumes_without_a_rescan
 
     info = runner.invoke(app, ["cache", "info", str(store)]).output
     assert "skipped images     4 unreadable, left out (--skip-bad-images)" in info
-    assert all(f"{s['split']}/{s['id']}: " in info for s in skipped)
+    assert all(f"{image_name(s['split'], s['id'])}: " in info for s in skipped)
+    assert "train/train/" not in info  # ids of a train/<class>/ tree already start with their split
     verify = runner.invoke(app, ["cache", "verify", str(store)])
     assert verify.exit_code == 0 and "4 unreadable image(s) were left out on purpose" in verify.output
 
