@@ -386,6 +386,7 @@ class DemoDisplay:
 
     def point(self) -> Any:
         board, holder = self._board(), []
+        self._sweep = (board, holder)
 
         def on_point(rows: Any, finished: int, total: int) -> None:
             if not holder:
@@ -393,6 +394,15 @@ class DemoDisplay:
             board.update(holder[0], completed=finished, total=total)
 
         return on_point
+
+    def sweep_started(self, plan: Any) -> None:
+        """The sweep's points and planned time, said as it starts (a redirected log shows them at
+        once, not when the first point ends)."""
+        board, holder = self._sweep
+        pending = plan.pending or []
+        if not pending:  # a rerun: every point is in the folder already
+            return
+        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).wall))
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS

@@ -28,7 +28,7 @@ from tosca_heads.experiments.records.baseline import check_baselines_folder
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
-from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, sweep
+from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
@@ -48,6 +48,7 @@ class DemoDisplay(Protocol):
     def stage(self, stage: StageResult, trained: bool) -> None: ...
     def fitted(self, result: RunResult) -> None: ...
     def point(self) -> PointCallback | None: ...
+    def sweep_started(self, plan: SweepPlan) -> None: ...
     def swept(self, outcome: SweepOutcome) -> None: ...
     def baseline_task(self) -> TaskCallback | None: ...
     def compared(self, comparison: Comparison, plots: list[Path], tables: list[Path]) -> None: ...
@@ -118,6 +119,7 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
             grid=grid,
         ),
         on_point=show.point(),
+        on_start=show.sweep_started,
     )
     show.swept(swept)
 
