@@ -10,18 +10,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
-from featcache.foundation.settings import setting
 from featcache.foundation.text import printable
 
 _WIDTH = None if sys.stdout.isatty() else 160
@@ -66,22 +57,6 @@ def key_values(rows: list[tuple[str, Any, bool]]) -> None:
     for key, value, warn in rows:
         shown.add_row(f"[bold]{key}[/]", Text(printable(value), style="yellow" if warn else ""))
     out.print(shown, highlight=False)
-
-
-def progress_bar() -> Progress:
-    """A bar on stderr for long work: shown on a terminal, or anywhere with TOSCA_PROGRESS=1."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-        disable=not err.is_terminal and setting("TOSCA_PROGRESS") != "1",
-    )
 
 
 def as_json(data: Any) -> None:

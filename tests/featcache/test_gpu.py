@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support.commands import extract_request
 from support.images import TINY_CNN, TINY_VIT, make_jpeg_tree
 
-from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
+from featcache.extraction import plan_extraction, run_extraction
 from featcache.images.transforms import make_preprocessing
 from featcache.pipeline.reader import DeviceImages, SampleImages, collate
 from featcache.sources.datasets import load_dataset
@@ -39,21 +40,11 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _extract(tmp_path: Path, tree: Path, name: str, **kw: Any) -> FeatureStore:
-    args: dict[str, Any] = dict(
-        model=TINY_VIT,
-        dataset="imagefolder",
-        data_root=tree,
-        cache_dir=tmp_path / "cache",
-        store=tmp_path / f"{name}.zarr",
-        random_init=True,
-        views=2,
-        seed=2,
-        batch_size=4,
-        workers=0,
-        chunk_size=4,
+    """Two seeded views, small chunks, on the device the test names (auto: CUDA when present)."""
+    request = extract_request(
+        tmp_path, tree, name, **{"views": 2, "seed": 2, "chunk_size": 4, "device": "auto", **kw}
     )
-    args.update(kw)
-    return FeatureStore.open(run_extraction(plan_extraction(ExtractRequest(**args))).store)
+    return FeatureStore.open(run_extraction(plan_extraction(request)).store)
 
 
 def _all_features(store: FeatureStore) -> np.ndarray:
