@@ -35,6 +35,18 @@ def cifar10_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return real_store(tmp_path_factory, "cifar10")
 
 
+@pytest.fixture
+def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A compiled-step kernel cache of this test's own, the library forgotten before and after."""
+    from tosca_heads.engine import native
+
+    folder = tmp_path / "cache" / "kernels"
+    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(folder))
+    native.forget()
+    yield folder
+    native.forget()
+
+
 @pytest.fixture(autouse=True)
 def torch_globals_restored() -> Iterator[None]:
     """A test may change torch's process-wide settings (TF32, threads, denormals, determinism);

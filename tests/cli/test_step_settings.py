@@ -4,7 +4,6 @@ before a command writes anything, and a refusal is one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,6 @@ from cli import app
 from tosca_heads.engine import native
 
 needs_native = pytest.mark.skipif(native.compiler() is None, reason="no C compiler here")
-
-
-@pytest.fixture
-def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "cache" / "kernels"
-    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(folder))
-    native.forget()
-    yield folder
-    native.forget()
 
 
 BAD_STEP_SETTINGS = [  # (environment, the one line it must give)

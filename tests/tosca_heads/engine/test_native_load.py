@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ pytestmark = pytest.mark.cpu_reference
 
 # where a C compiler is, the compiled step must build: its tests fail there, never skip
 needs_native = pytest.mark.skipif(native.compiler() is None, reason="no C compiler here")
-
-
-@pytest.fixture
-def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A kernel cache of this test's own, the library forgotten before and after."""
-    folder = tmp_path / "cache" / "kernels"
-    monkeypatch.setenv("TOSCA_KERNEL_CACHE", str(folder))
-    native.forget()
-    yield folder
-    native.forget()
 
 
 def test_without_a_compiler_auto_falls_back_with_a_warning_and_native_refuses(
