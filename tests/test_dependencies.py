@@ -25,7 +25,7 @@ USED_WITHOUT_IMPORT = {
     # MLflow's sqlite store migrates its tables with alembic (the tracker quiets its log by name)
     "alembic": ("tosca_heads/experiments/trackers/mlflow_logger.py", '"alembic"'),
 }
-SOURCES = ("featcache", "tosca_heads", "cli.py", "cli_views.py", "tests", "benchmarks", "examples")
+SOURCES = ("featcache", "tosca_heads", "tosca_cli", "cli.py", "tests", "benchmarks", "examples")
 
 
 def declared() -> list[str]:

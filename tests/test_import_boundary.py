@@ -33,13 +33,13 @@ FLOORS = {
     "tosca_heads.engine": 12,
     "tosca_heads.experiments": 13,
     "tosca_heads.api": 14,
-    "cli_views": 19,  # the command line's rendering
-    "cli": 20,
+    "tosca_cli": 19,  # the command line: its typer app, views, progress and terminal
+    "cli": 20,  # the checkout's entry file: a shim onto tosca_cli
 }
 STAGE_2_MAY_USE = {"featcache.foundation", "featcache.store"}
 # a package's face hands on its API (loaded on first use): the one import allowed up its floors
 FACES = {("featcache", "featcache.api"), ("tosca_heads", "tosca_heads.api")}
-OURS = ("featcache", "tosca_heads", "cli", "cli_views")
+OURS = ("featcache", "tosca_heads", "tosca_cli", "cli")
 
 
 def _module_name(path: Path) -> str:
@@ -76,8 +76,8 @@ def _sources() -> list[Path]:
     return [
         *sorted((ROOT / "featcache").rglob("*.py")),
         *sorted((ROOT / "tosca_heads").rglob("*.py")),
+        *sorted((ROOT / "tosca_cli").rglob("*.py")),
         ROOT / "cli.py",
-        ROOT / "cli_views.py",
     ]
 
 

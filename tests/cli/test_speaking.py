@@ -16,7 +16,7 @@ from support.images import FAST_CNN, make_image_tree
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.progress import Board
+from tosca_cli.progress import Board
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """How the `tosca` commands show what comes back: the tables, progress lines and summaries of each
-command, apart from cli.py, which only turns options into one request and one call. Everything
+command, apart from tosca_cli.app, which only turns options into one request and one call. Everything
 here reads plain results (RunResult, a sweep's outcome, a comparison, a suite's result) and
 prints; nothing here decides or computes a number."""
 
@@ -13,8 +13,8 @@ from typing import Any
 from rich.markup import escape
 
 from featcache.foundation.limits import human_bytes
-from featcache.foundation.progress import Board, Task, progress
-from featcache.foundation.terminal import as_json, err, key_values, note, out, pct, say, table
+from tosca_cli.progress import Board, Task, progress
+from tosca_cli.terminal import as_json, err, key_values, note, out, pct, say, table
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (

@@ -21,8 +21,8 @@ from typer.core import TyperGroup
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import os_error_line
 from featcache.foundation.options import ExtraFlag
-from featcache.foundation.terminal import err, error_line
 from featcache.foundation.text import printable
+from tosca_cli.terminal import err, error_line
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors

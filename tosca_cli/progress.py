@@ -246,7 +246,7 @@ class Board:
 def _rich_progress() -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from featcache.foundation.terminal import err
+    from tosca_cli.terminal import err
 
     return Progress(
         TextColumn("[bold]{task.description}"),

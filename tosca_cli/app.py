@@ -1,0 +1,479 @@
+"""The `tosca` typer app, and nothing else: each command reads its options into one request
+object of a package, makes one call, and hands what comes back to `tosca_cli.views`, which prints it.
+What the commands do is in the packages: `featcache.extraction`, `featcache.store.describe`, and
+`tosca_heads.experiments` (runs, sweeps, comparison, predict, report, demo, suite)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.text import Text
+
+from featcache.foundation.limits import human_bytes
+from featcache.foundation.text import printable
+from featcache.requests import ExtractRequest
+from tosca_cli.commands import OneLineUsageErrors, from_request, json_flag, parameter, user_errors
+from tosca_cli.progress import progress
+from tosca_cli.terminal import (
+    as_json,
+    err,
+    key_values,
+    note,
+    out,
+    say,
+    table,
+)
+from tosca_cli.views import (
+    DemoDisplay,
+    baseline_progress,
+    catalogue,
+    catalogue_tables,
+    comparison_table,
+    extract_summary,
+    extraction_estimator,
+    per_split,
+    routers_table,
+    run_summary,
+    say_protocol,
+    stage_printer,
+    suite_plan,
+    suite_progress,
+    sweep_header,
+    sweep_plan,
+    sweep_table,
+    sweep_with_progress,
+)
+from tosca_heads.experiments.requests import (
+    FIT_FLAGS,
+    SWEEP_FLAGS,
+    BaselinesRequest,
+    DemoRequest,
+    FitRequest,
+    PredictRequest,
+    SuiteRequest,
+    SweepRequest,
+)
+
+app = typer.Typer(
+    cls=OneLineUsageErrors,
+    help="Continual post-training of frozen foundation models (TOSCA/LuCA on cached [CLS] features).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+cache_app = typer.Typer(help="List, inspect and verify feature stores.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+def _version(given: bool) -> None:
+    if given:
+        from featcache.foundation.version import version_line
+
+        say(version_line())
+        raise typer.Exit(0)
+
+
+@app.callback()
+@user_errors
+def plugins(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print tosca's version and exit."
+    ),
+    shown: str | None = typer.Option(
+        None, "--progress", help="How long jobs show progress: auto, bar, lines or off (sets TOSCA_PROGRESS)."
+    ),
+    every: float | None = typer.Option(
+        None, "--progress-every", help="Seconds between two progress lines (sets TOSCA_PROGRESS_EVERY)."
+    ),
+) -> None:
+    """Before any command runs: every setting is checked (one line for a bad one), the processes a
+    command starts leave the working folder off their import path, and plug-ins ($TOSCA_PLUGINS,
+    entry points `tosca.plugins`) register. --progress and --progress-every set their settings
+    (checked as settings are) for this command and the processes it starts."""
+    import logging
+    import os
+
+    for name, value in (("TOSCA_PROGRESS", shown), ("TOSCA_PROGRESS_EVERY", every)):
+        if value is not None:
+            os.environ[name] = str(value)
+
+    from featcache.foundation.plugins import load_plugins
+    from featcache.foundation.processes import installed_code_only
+    from featcache.foundation.settings import check_settings
+
+    check_settings()
+    installed_code_only()
+
+    # zarr reads metadata with asyncio: after a damaged file stops a read (one line, exit 2), the
+    # reads still pending are reported at exit as "Task was destroyed but it is pending"
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    load_plugins()
+
+
+# ------------------------------------------------------------------------------------------- extract
+
+
+@app.command()
+@user_errors
+@from_request(ExtractRequest, json_flag())
+def extract(request: ExtractRequest, as_json_: bool) -> None:
+    """Run a frozen backbone once over a dataset and store its final features (resumable)."""
+    summary = _extract(request)
+    if as_json_:
+        return as_json({**summary.__dict__, "store": str(summary.store)})
+    extract_summary(summary)
+
+
+def _extract(request: Any) -> Any:
+    from featcache.extraction import extract
+
+    def planned(plan: Any) -> None:
+        if plan.dataset.left_out:
+            say(
+                f"note: left out {plan.dataset.left_out.summary()} (hidden, macOS metadata or not an image; "
+                "listed by `tosca cache info`)",
+                err,
+            )
+        if plan.backbone.random_init:
+            err.print(
+                "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
+            )
+        if plan.skipped:
+            first = ", ".join(b.shown() for b in plan.skipped[:3])
+            more = " ..." if len(plan.skipped) > 3 else ""
+            say(
+                f"warning: {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): {first}{more}; "
+                "all listed by `tosca cache info`",
+                err,
+            )
+
+    def waiting(holder: str) -> None:
+        say(f"waiting: another tosca process ({holder}) is unpacking this archive", err)
+
+    with progress() as board:
+        return extract(request, planned, per_split(board, "extract", "img"), waiting)
+
+
+# ------------------------------------------------------------------------------------------- fit, eval, routers, predict
+
+
+def _routers(text: str | None) -> list[str]:
+    from tosca_heads.routers import resolve_routers
+
+    return resolve_routers(text)
+
+
+ROUTERS_SHOWN = "Routers to show, comma-separated (default: all; every one is evaluated and saved)."
+ROUTERS_OPTION = parameter("router", str | None, typer.Option(None, "--router", help=ROUTERS_SHOWN))
+
+
+@app.command()
+@user_errors
+@from_request(FitRequest, ROUTERS_OPTION, json_flag(), flags=FIT_FLAGS, into="recipe")
+def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
+    """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
+    from tosca_heads.experiments.runs import fit as fit_command
+    from tosca_heads.experiments.runs import fit_recipe
+
+    fit_recipe(request)  # a bad flag is the only line: before the stage table's header
+    routers = _routers(router)
+
+    def started(protocol: Any, run: Path) -> None:
+        say_protocol(protocol)
+        say(f"run {run}", err)
+
+    result = fit_command(request, on_stage=None if as_json_ else stage_printer(routers), on_start=started)
+    if as_json_:
+        return as_json({"run": str(result.run_dir), **result.metrics()})
+    run_summary(result, routers)
+    curves = result.run_dir / "curves.png"
+    if curves.is_file():
+        say(f"training curves: {curves} (loss and learning rate per epoch; numbers in curves.csv)")
+
+
+@app.command("eval")
+@user_errors
+def eval_run(
+    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    device: str = typer.Option(
+        "auto", help="Where it runs: auto (CUDA when available), cpu, cuda or cuda:N."
+    ),
+    router: str | None = typer.Option(None, "--router", help=ROUTERS_SHOWN),
+    as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
+) -> None:
+    """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
+    from featcache.foundation.devices import resolve_device
+    from tosca_heads.experiments.runs import evaluate_run
+
+    routers = _routers(router)
+    result = evaluate_run(run, device=resolve_device(device))
+    if as_json_:
+        return as_json({"run": str(result.run_dir), **result.metrics()})
+    run_summary(result, routers)
+
+
+@app.command("routers")
+@user_errors
+def routers_command(
+    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
+    as_json_: bool = typer.Option(False, "--json", help="A JSON list, one object per router and baseline."),
+) -> None:
+    """Every router of a finished run in one table, beside the baselines of the same store."""
+    from tosca_heads.experiments.report import routers_report
+
+    report = routers_report(run)
+    if as_json_:
+        return as_json(report.rows)
+    routers_table(run, report)
+
+
+@app.command()
+@user_errors
+@from_request(PredictRequest, json_flag("A JSON list, one object per image."))
+def predict(request: PredictRequest, as_json_: bool) -> None:
+    """Classify new images with a trained run: the store's backbone, every task module, a router."""
+    from featcache.embedding import embed_images, image_paths
+    from tosca_heads.experiments.predict import predict_images
+
+    with progress() as board:
+        speak = per_split(board, "embed", "img")
+        outcome = predict_images(request, image_paths, lambda *args: embed_images(*args, on_progress=speak))
+    if outcome.left_out:
+        say(f"note: left out {outcome.left_out.summary()} (the rule of `tosca extract`)", err)
+    if outcome.chosen_on == "validation":
+        say(f"router {outcome.router}: the run's best honest router on its validation split", err)
+    elif outcome.chosen_on == "test":
+        note(
+            "note",
+            "yellow",
+            f"router {outcome.router}: the run's best honest router on the TEST split (the run holds out no "
+            "validation split, so this choice is tuned on test; fit with --val-fraction to choose on validation)",
+        )
+    if as_json_:
+        return as_json(outcome.rows)
+    rows = [[r["image"], r["class"], f"{r['probability']:.3f}", r["task"]] for r in outcome.rows]
+    title = f"{len(rows)} image(s), run {request.run}, router {outcome.router}, {outcome.tasks} task(s)"
+    table(title, ["image", "class", "probability", "task"], rows, ("image", "class"))
+
+
+# ------------------------------------------------------------------------------------------- sweep
+
+
+@app.command()
+@user_errors
+@from_request(SweepRequest, json_flag("Print the summary rows as JSON."), flags=SWEEP_FLAGS, into="grid")
+def sweep(request: SweepRequest, as_json_: bool) -> None:
+    """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
+    from tosca_heads.experiments.sweeps import dry_run
+    from tosca_heads.experiments.sweeps import sweep as sweep_command
+
+    if request.dry_run:
+        return sweep_plan(dry_run(request), as_json_)
+    swept: list[str] = []
+
+    def run(on_point: Any, on_progress: Any) -> Any:
+        def started(plan: Any) -> None:
+            swept.extend(plan.swept)
+            sweep_header(plan, request.device)
+            on_progress(len(plan.pending), plan.estimate(plan.pending).wall)
+
+        return sweep_command(request, started, on_point)
+
+    outcome = sweep_with_progress(run, request.rank_by, swept)
+    if as_json_:
+        return out.print_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
+    sweep_table(outcome, outcome.rank_by, outcome.shown)
+
+
+# ------------------------------------------------------------------------------------------- baselines
+
+
+@app.command()
+@user_errors
+@from_request(BaselinesRequest, json_flag("Print the comparison rows as JSON."))
+def baselines(request: BaselinesRequest, as_json_: bool) -> None:
+    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
+    from tosca_heads.experiments.comparison import compare
+
+    with progress() as board:
+        comparison = compare(
+            request,
+            baseline_progress(board),
+            lambda given: say("TOSCA: paper preset run" if given is None else f"TOSCA: run {given}", err),
+            say_protocol,
+        )
+    if as_json_:
+        return as_json([r.__dict__ for r in comparison.results])
+    comparison_table(comparison)
+    for name, path in comparison.files.items():
+        say(f"  {name:<15} {path}")
+
+
+# ------------------------------------------------------------------------------------------- suite
+
+
+@app.command()
+@user_errors
+@from_request(SuiteRequest, json_flag("Print the table rows as JSON."))
+def suite(request: SuiteRequest, as_json_: bool) -> None:
+    """Stores to the paper's tables: TOSCA, baselines and ablations over seeds, claims checked."""
+    from tosca_heads.experiments.suite.run import suite as run
+
+    with progress() as board:
+        on_cell = suite_progress(board)
+
+        def started(protocols: dict[str, Any]) -> None:
+            for name, protocol in protocols.items():
+                say(f"store {name}: {protocol.line()}", err)
+                for warning in protocol.warnings:
+                    note("warning", "yellow", f"store {name}: {warning}")
+
+        result = run(request, _extract_for_suite, on_cell, started, extraction_estimator(request.device))
+    if request.dry_run:
+        return suite_plan(result, as_json_)
+    if as_json_:
+        return out.print_json(result.tables.table.to_json(orient="records"))
+    for name in ("table.md", "claims.md"):
+        for line in [*(result.out / name).read_text().splitlines(), ""]:
+            say(line)
+    ran = sum(1 for c in result.cells if c.status == "ran")
+    say(
+        f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; missing: {len(result.missing)}"
+    )
+    for name, path in result.files.items():
+        say(f"  {name:<15} {path}")
+
+
+def _extract_for_suite(
+    model: str, dataset: str, data_root: Path | None, store: Path, per_class: int | None
+) -> Path:
+    summary = _extract(
+        ExtractRequest(
+            model, dataset, data_root, store.parent, store, limit_per_class=per_class, chunk_size=256
+        )
+    )
+    extract_summary(summary)
+    return summary.store
+
+
+# ------------------------------------------------------------------------------------------- demo
+
+
+@app.command()
+@user_errors
+@from_request(DemoRequest)
+def demo(request: DemoRequest) -> None:
+    """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
+    from tosca_heads.experiments.demo import run_demo
+
+    def extract_store(
+        model: str, dataset: str, data: Path, cache: Path, store: Path, per_class: int, chunk: int
+    ) -> Path:
+        summary = _extract(
+            ExtractRequest(model, dataset, data, cache, store, limit_per_class=per_class, chunk_size=chunk)
+        )
+        extract_summary(summary)
+        return summary.store
+
+    run_demo(request, extract_store, DemoDisplay())
+
+
+# ------------------------------------------------------------------------------------------- list
+
+
+@app.command("list")
+@user_errors
+def list_names(as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON.")) -> None:
+    """Every backbone, dataset, router (honest or reference), baseline and preset, plug-ins included."""
+    listed = catalogue()
+    if as_json_:
+        return as_json(listed)
+    catalogue_tables(listed)
+
+
+# ------------------------------------------------------------------------------------------- cache
+
+
+@cache_app.command("ls")
+@user_errors
+def cache_ls(
+    cache_dir: Path = typer.Option(Path("cache"), help="Root to search for stores."),
+    as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
+) -> None:
+    """List the feature stores under the cache root (one that cannot be read is listed with why)."""
+    from featcache.store.describe import list_stores
+
+    rows = list_stores(cache_dir)
+    if as_json_:
+        return as_json(rows)
+    if not rows:
+        return say(f"no stores under {cache_dir}")
+    text = ("store", "dataset", "backbone", "weights", "policy")
+    shown = [
+        [r["store"], Text(printable(f"unreadable: {r['error']}"), style="red")]
+        if "error" in r
+        else [
+            *(r[k] for k in text),
+            *(f"{r[k]:,}" for k in ("train", "test", "dim", "views")),
+            Text("yes") if r["complete"] else Text("no", style="red"),
+            human_bytes(r["bytes"]),
+        ]
+        for r in rows
+    ]
+    columns = [*text, "train", "test", "dim", "views", "complete", "size"]
+    table(None, columns, shown, (*text, "complete"))
+
+
+@cache_app.command("info")
+@user_errors
+def cache_info(
+    store: Path = typer.Argument(..., help="Store path."),
+    as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
+) -> None:
+    """Show a store's metadata: backbone, weights, preprocessing, source, progress, what was left out."""
+    from featcache.store.describe import describe
+
+    description = describe(store)
+    if as_json_:
+        return as_json(description.data)
+    key_values(description.rows)
+
+
+@cache_app.command("verify")
+@user_errors
+def cache_verify(
+    store: Path = typer.Argument(..., help="Store path."),
+    fix: bool = typer.Option(
+        False,
+        "--fix",
+        help="Unflag every chunk that fails, so the same `tosca extract` recomputes just those.",
+    ),
+) -> None:
+    """Check every chunk is done and matches its checksum, values are finite, shapes match (exit 1 if not)."""
+    from featcache.store.describe import verify
+
+    with progress() as board:
+        report = verify(store, fix, per_split(board, "verify", "chunks"))
+    for fault in report.fixed:
+        note("fixed", "yellow", f"{fault}: marked not done")
+    if report.fixed:
+        say("run the same `tosca extract` to recompute them", err)
+    for line in report.notes:
+        note("note", "yellow", line)
+    for problem in report.problems:
+        note("FAIL", "red", problem)
+    if report.problems:
+        raise typer.Exit(1)
+    say(f"OK {store}")
+
+
+def main() -> None:
+    """The installed `tosca` command (pyproject's console script) and `python cli.py`."""
+    sys.exit(app())
+
+
+if __name__ == "__main__":
+    main()
