@@ -136,7 +136,7 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
         "TOSCA_PLUGINS": "my_plugins",
     }
-    tosca = [sys.executable, "-c", "from cli import app; app()"]
+    tosca = [sys.executable, "-c", "from tosca_cli.app import main; main()"]
     split = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
     run = tmp_path / "run"
     fit = subprocess.run(

@@ -244,7 +244,7 @@ def test_a_fifo_at_the_lock_s_name_never_blocks_cache_info(tmp_path: Path) -> No
     store = synthetic_store(tmp_path / "s.zarr").path
     os.mkfifo(tmp_path / "s.zarr.lock")
     done = subprocess.run(
-        [sys.executable, "-c", "from cli import app; app()", "cache", "info", str(store)],
+        [sys.executable, "-c", "from tosca_cli.app import main; main()", "cache", "info", str(store)],
         cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,

@@ -90,7 +90,7 @@ def _env(tmp_path: Path, threads: int, step: str) -> dict[str, str]:
 
 def _tosca(args: list[str], env: dict[str, str], cwd: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from cli import app; sys.exit(app())", *args],
+        [sys.executable, "-c", "from tosca_cli.app import main; main()", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
