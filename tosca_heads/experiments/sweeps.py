@@ -500,10 +500,10 @@ def _run_points(
     done = table.keys()
     pending = [p for p in plan.points if p.key not in done]
     plan.pending = pending
-    if parent is not None:  # the points found finished: their children too (logged before, or now)
-        _log_earlier(plan, parent, table, [p for p in plan.points if p.key in done], varying)
     if on_start:
         on_start()
+    if parent is not None:  # the points found finished: their children too (logged before, or now)
+        _log_earlier(plan, parent, table, [p for p in plan.points if p.key in done], varying)
     start = time.perf_counter()
     size = plan.group or default_group_size(
         store.shape, pending, plan.sizing_device, plan.executor.processes_per_device()
