@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.text import tell
 from tosca_heads.experiments.records.run import RunResult, StageResult
@@ -276,7 +277,7 @@ def rows_file(rows: Sequence[dict[str, Any]], name: str) -> Iterator[Path]:
     removed when the block ends: a point's own table, as an artifact of its child run."""
     with tempfile.TemporaryDirectory(prefix="tosca-tracked-") as folder:
         path = Path(folder) / name
-        with open(path, "w", newline="") as fh:
+        with atomic.writing(path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, list(rows[0]) if rows else [])
             writer.writeheader()
             writer.writerows(rows)
