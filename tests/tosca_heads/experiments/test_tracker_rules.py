@@ -288,8 +288,9 @@ def test_dry_runs_and_refusals_write_nothing_and_say_one_line(
     )  # fmt: skip
     assert dry.exit_code == 0, dry.output
     assert sorted(os.listdir(work)) == []  # no d/m.db, no tb/, no runs/mlflow/
-    refused = start(
-        [*_fit(tmp_path, store, "r", "mlflow=sqlite:///d/m.db"), "--task", "99"], tmp_path / "refused"
+    refused = start(  # a child of the fork server: paths absolute
+        [*_fit(tmp_path, store, "r", f"mlflow=sqlite:///{tmp_path}/d/m.db"), "--task", "99"],
+        tmp_path / "refused",
     )
     assert refused.finish() == 2
     said = _lines(refused.text("stdout") + refused.text("stderr"))
