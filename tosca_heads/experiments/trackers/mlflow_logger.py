@@ -145,6 +145,7 @@ class MlflowLogger(Logger):
             pass  # it answered
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
+            reason = getattr(reason, "strerror", None) or reason  # "Connection refused", not its errno
             raise UserError(
                 f"{self.flag}: no tracking server answers there ({printable(reason)}); start it, or pass "
                 "another --log mlflow=URI"
