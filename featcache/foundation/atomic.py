@@ -53,6 +53,28 @@ def refuse_unsafe_target(path: str | Path) -> None:
         raise UserError(f"{printable(target)} is {kind}, not a file tosca wrote: move it away")
 
 
+def make_folders(path: str | Path, base: str | Path) -> Path:
+    """`path` as a folder, with every missing folder between `base` (which must exist) and it made
+    here; none of them, `path` included, is ever entered through a link (in a shared folder one can
+    be planted to have tosca write elsewhere) or may be something other than a folder: one line
+    naming it. `base` itself is the caller's, taken as it is. Returns `path`."""
+    base, target = Path(base), Path(path)
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        try:
+            info = os.lstat(here)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
+                os.mkdir(here)
+            info = os.lstat(here)
+        if stat.S_ISLNK(info.st_mode):
+            refuse_unsafe_target(here)
+        if not stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{printable(here)} is a file where tosca makes a folder: move it away")
+    return target
+
+
 def _temporary(target: Path) -> tuple[int, Path]:
     """A new temporary file beside `target`, created exclusively under an unpredictable name."""
     for _ in range(16):

@@ -49,6 +49,26 @@ def marked_kind(folder: Path) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def refuse_inside_owned(path: str | Path, flag: str, what: str) -> None:
+    """Refuse a place for something other than tosca's own folders (a tracker's files, `what`)
+    that is or lies inside a zarr store or a folder tosca claimed (a run, a sweep, a baselines or a
+    suite folder): those hold only what tosca writes there, and a store's own files."""
+    path = Path(path)
+    store = zarr_root(path)
+    if store is not None:
+        where = "is a zarr store" if store == path.absolute() else f"lies inside the zarr store {store}"
+        raise UserError(f"{flag} {printable(path)} {where}: pass a folder of its own for {what}")
+    for folder in (path.absolute(), *path.absolute().parents):
+        kind = marked_kind(folder) if (folder / MARKER).exists() else None
+        if kind is not None:
+            where = (
+                f"is a tosca {kind} folder"
+                if folder == path.absolute()
+                else f"lies inside the tosca {kind} folder {folder}"
+            )
+            raise UserError(f"{flag} {printable(path)} {where}: pass a folder of its own for {what}")
+
+
 def _shown(folder: Path) -> str:
     names = sorted(p.name for p in folder.iterdir())
     listed = ", ".join(printable(n) for n in names[:3])

@@ -31,7 +31,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json
-from featcache.foundation.text import printable
+from featcache.foundation.text import tell
 
 
 class FolderBusy(UserError):
@@ -90,13 +90,6 @@ HELPERS_EXIT_SECONDS = 30.0
 _POLL_SECONDS = 0.05
 
 
-def _say(line: str) -> None:
-    """A line for the user on stderr (locks are import-light: no rich here)."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(printable(line) + "\n")
-        sys.stderr.flush()
-
-
 @dataclass
 class FolderLock:
     """A held lock; `release()` (or leaving `folder_lock`'s block) gives it up."""
@@ -139,7 +132,7 @@ def _wait_for_helpers(fd: int, path: Path, store: str | Path, info: dict[str, An
     """The lock is held but its recorded holder ended on this host: its helper processes still hold
     it while they exit. Wait for them, at most HELPERS_EXIT_SECONDS, saying so once. None when the
     lock was taken; the record of whoever holds it instead (a live writer that took it meanwhile)."""
-    _say(
+    tell(
         f"waiting: the tosca process that wrote {store} ({_holder_text(info)}) has ended; its helper "
         f"processes are exiting (at most {HELPERS_EXIT_SECONDS:.0f} s)"
     )

@@ -8,7 +8,9 @@ Python escape (`\\x1b`, `\\u202e`), so the name stays readable and inert.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 
 # C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates (they reorder text)
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
@@ -29,3 +31,11 @@ def image_name(split: str, sample_id: str) -> str:
     """How a left-out image is named to users: its id, under its split unless the id already
     starts with it (a train/<class>/ tree's ids do: no `train/train/...`)."""
     return sample_id if sample_id.startswith(f"{split}/") else f"{split}/{sample_id}"
+
+
+def tell(line: str) -> None:
+    """One line for the user on stderr, made printable (for the few places below the command line
+    that must say something as it happens: a lock waited for, a tracker that stopped)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.flush()

@@ -183,6 +183,59 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
     ("fit unknown tracker", [*FIT, "--log", "wandb"], "--log 'wandb': no such tracker"),
     ("fit tensorboard folder a file", [*FIT, "--log", "tensorboard={file}"], "that is a file, not a folder"),
+    # trackers write by the rules every write follows, and a WHERE that cannot serve is one line
+    (
+        "fit tensorboard inside a store",
+        [*FIT, "--log", "tensorboard={store}/tb"],
+        "--log tensorboard {store}/tb lies inside the zarr store {store}",
+    ),
+    (
+        "fit tensorboard inside a run folder",
+        [*FIT, "--log", "tensorboard={run}/tb"],
+        "--log tensorboard {run}/tb lies inside the tosca run folder {run}",
+    ),
+    (
+        "fit tensorboard default a planted link",
+        [*FIT, "--log", "tensorboard"],
+        "runs/tensorboard is a symbolic link: tosca never writes through one",
+    ),
+    (
+        "fit mlflow artifacts a planted link",
+        [*FIT, "--log", "mlflow=sqlite:///{planted}/m.db"],
+        "{planted}/mlartifacts is a symbolic link: tosca never writes through one",
+    ),
+    (
+        "fit mlflow database inside a store",
+        [*FIT, "--log", "mlflow=sqlite:///{store}/m.db"],
+        "--log mlflow {store} is a zarr store",
+    ),
+    (
+        "fit mlflow database a device",
+        [*FIT, "--log", "mlflow=sqlite:////dev/full"],
+        "/dev/full is a fifo, a device",
+    ),
+    (
+        "fit mlflow in memory",
+        [*FIT, "--log", "mlflow=sqlite:///:memory:"],
+        "an in-memory database keeps nothing",
+    ),
+    ("fit mlflow unknown scheme", [*FIT, "--log", "mlflow=garbage://x"], "not a tracking URI MLflow knows"),
+    ("fit mlflow a plain path", [*FIT, "--log", "mlflow={empty}"], "a folder is MLflow's file store"),
+    (
+        "fit mlflow file under proc",
+        [*FIT, "--log", "mlflow=file:///proc/mlruns"],
+        "a folder is MLflow's file store",
+    ),
+    (
+        "fit mlflow server unreachable",
+        [*FIT, "--log", "mlflow=http://127.0.0.1:1"],
+        "--log mlflow=http://127.0.0.1:1: no tracking server answers there",
+    ),
+    (
+        "fit refused after mlflow",
+        [*FIT, "--task", "99", "--log", "mlflow=sqlite:///{root}/d/m.db"],
+        "--task 99 is past",
+    ),
     ("sweep keep-modules a file", [*SWEEP, "--keep-modules", "{file}"], "--keep-modules {file} is a file"),
     (
         "sweep keep-modules inside a store",
@@ -432,6 +485,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         bomb.writestr("train/a/x.png", bytes(8 << 20))  # 8 MiB of zeros in a few kB
         bomb.writestr("test/a/x.png", b"x")
     (root / "empty").mkdir()
+    (root / "elsewhere").mkdir()  # planted links' target: a tracker must never write there
+    (root / "runs").mkdir()
+    (root / "runs" / "tensorboard").symlink_to(root / "elsewhere")
+    (root / "planted").mkdir()
+    (root / "planted" / "mlartifacts").symlink_to(root / "elsewhere")
     return {
         "root": root,
         "store": store,
@@ -443,6 +501,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "notsched": root / "notsched.json",
         "file": root / "file.txt",
         "empty": root / "empty",
+        "planted": root / "planted",
         "missing": root / "no-such-thing",
     }
 

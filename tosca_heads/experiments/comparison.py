@@ -26,8 +26,8 @@ from tosca_heads.experiments.records.baseline import (
 )
 from tosca_heads.experiments.requests import BaselinesRequest
 from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run, request_protocol
-from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import flat_params, method_result, run_files
+from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, method_result, open_tracking
+from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
@@ -168,7 +168,7 @@ def compare(
         end_failed(parent)
         raise
     if parent is not None:
-        parent.finish({}, sorted(set(comparison.files.values())))
+        parent.finish(None, sorted(set(comparison.files.values())))
     return comparison
 
 

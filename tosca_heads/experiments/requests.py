@@ -32,8 +32,9 @@ VAL_HELP = (
 )
 VAL_SEED_HELP = "Seed of the validation split's draw (per class)."
 LOG_HELP = (
-    "Send the run to a tracker: mlflow[=TRACKING_URI] or tensorboard[=LOGDIR] (or a plug-in's); "
-    "repeatable (each needs its extra of tosca: mlflow, tensorboard)."
+    "Send the run to a tracker: mlflow[=TRACKING_URI] (default runs/mlflow/mlflow.db) or "
+    "tensorboard[=LOGDIR] (default runs/tensorboard), or a plug-in's; repeatable (each needs its extra "
+    "of tosca: mlflow, tensorboard)."
 )
 SWEEP_VAL_FRACTION = 0.1  # a sweep chooses a point: by default it holds out a validation split to choose on
 DEMO_PER_CLASS = 300

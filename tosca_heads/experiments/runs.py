@@ -36,7 +36,7 @@ from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import FitRequest
 from tosca_heads.experiments.trackers import TrackedRun, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import flat_params, result_blocks, run_files
+from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
     HELD_OUT,
@@ -414,7 +414,7 @@ def fit(
         end_failed(tracked[0])
         raise
     if tracked[0] is not None:
-        tracked[0].finish(result_blocks(result), run_files(run_dir) if run_dir is not None else [])
+        tracked[0].run_result(result, run_files(run_dir) if run_dir is not None else [])
     return result
 
 

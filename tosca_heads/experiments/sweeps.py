@@ -54,8 +54,9 @@ from tosca_heads.experiments.results import (
     write_sweep_outputs,
 )
 from tosca_heads.experiments.runs import protocol_of
-from tosca_heads.experiments.trackers import Metric, TrackedRun, Tracking, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import run_files
+from tosca_heads.experiments.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import rows_record, run_files
+from tosca_heads.experiments.trackers.tracking import rows_file
 from tosca_heads.method.protocol import (
     NO_VALIDATION,
     ProtocolReport,
@@ -449,7 +450,8 @@ def _run_locked(
     store, out = plan.store, plan.out
     record = None if plan.protocol is None else plan.protocol.record()
     claim_sweep_dir(out, store, [p.key for p in plan.points], plan.validation, record)
-    parent = plan.tracking.start(f"sweep {out.name}", sweep_params(plan))
+    # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
+    parent = plan.tracking.group(out, f"sweep {out.name}", sweep_params(plan))
     try:
         outcome = _run_points(plan, on_point, on_start, parent)
     except BaseException:
@@ -457,14 +459,12 @@ def _run_locked(
         raise
     if parent is not None:
         chosen = outcome.chosen["chosen"] if outcome.chosen else {}
-        parent.metrics(
-            [
-                Metric(f"chosen/{name}", float(chosen[name]), 0)
-                for name in ("A_last", "val_A_last")
-                if name in chosen
-            ]
-        )
-        parent.finish({}, run_files(out))
+        figures = [
+            Metric(f"chosen/{name}", float(chosen[name]), 0)
+            for name in ("A_last", "val_A_last")
+            if name in chosen
+        ]
+        parent.finish(figures, run_files(out))
     return outcome
 
 
@@ -490,7 +490,7 @@ def _run_points(
     plan: SweepPlan,
     on_point: PointCallback | None,
     on_start: Callable[[], None] | None,
-    parent: TrackedRun | None,
+    parent: TrackedGroup | None,
 ) -> SweepOutcome:
     store, out = plan.store, plan.out
     varying = [  # in the grid's flag order, as the tables show them
@@ -502,6 +502,8 @@ def _run_points(
     plan.pending = pending
     if on_start:
         on_start()
+    if parent is not None:  # the points found finished: their children too (logged before, or now)
+        _log_earlier(plan, parent, table, [p for p in plan.points if p.key in done], varying)
     start = time.perf_counter()
     size = plan.group or default_group_size(
         store.shape, pending, plan.sizing_device, plan.executor.processes_per_device()
@@ -520,10 +522,7 @@ def _run_points(
             table.append(rows)
             finished += 1
             if parent is not None:  # logged here, in the command's process, never from a worker
-                child = plan.tracking.start(point_label(point, varying), point_params(point, run), parent)
-                kept = [] if plan.keep_modules is None else run_files(module_folder(plan.keep_modules, point))
-                if child is not None:
-                    child.run_result(run, kept)
+                _log_point(plan, parent, point, varying, rows, run)
             if on_point:
                 on_point(rows, finished, len(pending))
 
@@ -575,14 +574,49 @@ def dry_run(request: SweepRequest) -> SweepDryRun:
     return SweepDryRun(plan, len(pending), plan.estimate(pending))
 
 
-def point_params(point: SweepPoint, run: RunResult) -> dict[str, Any]:
+def point_params(point: SweepPoint, row: dict[str, Any]) -> dict[str, Any]:
     """A point's child run's params: its flags, its key (results.csv's), dataset and backbone."""
     return {
         "key": point.key,
-        "dataset": run.config["dataset"],
-        "backbone": run.config["backbone"],
+        "dataset": row["dataset"],
+        "backbone": row["backbone"],
         **{k: v for k, v in point.flags().items() if v is not None},
     }
+
+
+def _log_point(
+    plan: SweepPlan,
+    parent: TrackedGroup,
+    point: SweepPoint,
+    varying: Sequence[str],
+    rows: list[dict[str, Any]],
+    run: RunResult | None,
+) -> None:
+    """A point's child run, unless every tracker holds it already: its figures (the run's, curves
+    included, when it was just trained; its results.csv rows' otherwise), its rows as its own
+    results.csv and, with --keep-modules, its run folder's files."""
+    child = parent.child(point.key, point_label(point, varying), point_params(point, rows[0]))
+    if child is None:
+        return
+    kept = [] if plan.keep_modules is None else run_files(module_folder(plan.keep_modules, point))
+    with rows_file(rows, RESULTS_FILE) as table:
+        if run is not None:
+            child.run_result(run, [table, *kept])
+        else:
+            child.finish(rows_record(rows), [table, *kept])
+
+
+def _log_earlier(
+    plan: SweepPlan,
+    parent: TrackedGroup,
+    table: ResultsTable,
+    earlier: list[SweepPoint],
+    varying: Sequence[str],
+) -> None:
+    """The points results.csv held before this command, each a child of the parent unless its
+    trackers hold it already (a rerun after a kill, or the first with --log)."""
+    for point in earlier:
+        _log_point(plan, parent, point, varying, table.point(point.key), None)
 
 
 def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | None:

@@ -112,7 +112,7 @@ def test_a_rerun_waits_for_the_helpers_of_a_dead_writer_then_takes_the_lock(
         said.append(line)
         os.close(fd)  # the last helper exits: the kernel drops the flock
 
-    monkeypatch.setattr(locks, "_say", helpers_exit)
+    monkeypatch.setattr(locks, "tell", helpers_exit)
     lock = acquire(store)
     assert len(said) == 1 and said[0].startswith(f"waiting: the tosca process that wrote {store} (pid ")
     assert "has ended; its helper processes are exiting (at most 30 s)" in said[0]
@@ -124,7 +124,7 @@ def test_helpers_that_outlive_the_bound_are_one_line(tmp_path: Path, monkeypatch
     from featcache.foundation import locks
 
     monkeypatch.setattr(locks, "HELPERS_EXIT_SECONDS", 0.2)
-    monkeypatch.setattr(locks, "_say", lambda line: None)
+    monkeypatch.setattr(locks, "tell", lambda line: None)
     store = tmp_path / "s.zarr"
     fd = _held_for_a_dead_writer(store)
     try:

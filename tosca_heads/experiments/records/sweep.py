@@ -342,6 +342,10 @@ class ResultsTable:
             fh.write(buffer.getvalue())
         self._points[cells[0]["key"]] = cells
 
+    def point(self, key: str) -> list[dict[str, str]]:
+        """A finished point's rows as results.csv holds them (text cells; [] when it has none)."""
+        return [dict(row) for row in self._points.get(key, [])]
+
     def frame(self) -> pd.DataFrame:
         """Every row, one per point and router (what results.parquet holds)."""
         import pandas as pd

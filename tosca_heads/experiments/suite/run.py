@@ -31,8 +31,9 @@ from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.baselines import check_ranpac_size
 from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import suite as records_suite
-from tosca_heads.experiments.records.baseline import claim_baselines_dir
+from tosca_heads.experiments.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
 from tosca_heads.experiments.records.suite import MANIFEST
 from tosca_heads.experiments.requests import SuiteRequest
 from tosca_heads.experiments.runs import protocol_of
@@ -41,8 +42,8 @@ from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
-from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import flat_params, method_result, run_files
+from tosca_heads.experiments.trackers import TrackedGroup, Tracking, end_failed, open_tracking
+from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
@@ -205,19 +206,24 @@ def run_suite(
             )
         if on_start:
             on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
-        parent = tracking.start(
-            f"suite {spec.name}", {"command": "suite", "out": str(out), **flat_params(asdict(spec))}
+        # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
+        parent = tracking.group(
+            out, f"suite {spec.name}", {"command": "suite", "out": str(out), **flat_params(asdict(spec))}
         )
         try:
+            if parent is not None:  # the cells found finished: their children too (logged before, or now)
+                for state in states:
+                    if state.status in ("done", "reused"):
+                        _log_cell(parent, spec, state)
             if not tables_only:
                 executor = Executor(jobs, scheduler, str(resolved))
-                _run_missing(spec, stores, states, executor, resolved, on_cell, tracking, parent)
+                _run_missing(spec, stores, states, executor, resolved, on_cell, parent)
             result = _write_outputs(spec, stores, states, out, start)
         except BaseException:
             end_failed(parent)
             raise
         if parent is not None:
-            parent.finish({}, sorted(set(result.files.values())))
+            parent.finish([], sorted(set(result.files.values())))
         return result
 
 
@@ -354,8 +360,7 @@ def _run_missing(
     executor: Executor,
     device: torch.device,
     on_cell: CellCallback | None,
-    tracking: Tracking | None = None,
-    parent: TrackedRun | None = None,
+    parent: TrackedGroup | None = None,
 ) -> None:
     """The missing cells through the executor, each writing its own folder (and, with trackers, a
     child run of `parent` per cell, logged here as its result arrives)."""
@@ -371,35 +376,40 @@ def _run_missing(
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
-        for i, state in enumerate(members_of[id(work)]):
+        for state in members_of[id(work)]:
             state.status = "ran"
             finished += 1
-            if tracking is not None and parent is not None:
-                _log_cell(tracking, parent, spec, state, outcome, i)
+            if parent is not None:
+                _log_cell(parent, spec, state)
             if on_cell:
                 on_cell(state.cell, finished, len(missing))
 
     executor.run([work for work, _ in planned], record)
 
 
-def _log_cell(
-    tracking: Tracking, parent: TrackedRun, spec: SuiteSpec, state: CellState, outcome: Outcome, i: int
-) -> None:
-    """A cell run now as a child of the suite's run: its configuration, curves, scores and files."""
+def _log_cell(parent: TrackedGroup, spec: SuiteSpec, state: CellState) -> None:
+    """A finished cell as a child of the suite's run, unless its trackers hold it already: its
+    configuration, and what its folder holds (every figure of its metrics.json, its training
+    curves, its files), the same whether it ran now, before, or as a reused run."""
     cell = state.cell
     params = {"cell": cell.key, "folder": str(state.folder), **flat_params(asdict(cell))}
     if cell.kind == "tosca":
         params.update(flat_params({"train": asdict(cellmod.cell_train(spec, cell))}))
     else:
         params.update(flat_params({"params": cellmod.cell_params(spec, cell)}))
-    child = tracking.start(cell.key, params, parent)
+    child = parent.child(cell.key, cell.key, params)
     if child is None:
         return
     files = run_files(state.folder)
     if cell.kind == "tosca":
-        child.run_result(outcome.runs[i], files)
-    elif outcome.baseline is not None:
-        method_result(child, outcome.baseline, files)
+        curves = (
+            run_record.read_curves(state.folder)
+            if (state.folder / run_record.CURVES_FILE).is_file()
+            else None
+        )
+        child.finish(run_record.read_metrics(state.folder), files, curves)
+    else:
+        child.finish(read_baseline(state.folder / "metrics.json"), files, names={NO_ROUTING: cell.method})
 
 
 # ------------------------------------------------------------------------------------------ estimate

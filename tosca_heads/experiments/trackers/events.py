@@ -1,36 +1,40 @@
-"""What a tracked run carries, the same for every logger (built-in or a plug-in's):
+"""What a tracked run carries, the same for every logger (built-in or a plug-in's), read off the
+records tosca writes, never field by field:
 
 - params: the run's configuration, flat ("train.lr", "stream.init_cls", "dataset", ...);
-- after each task t (in task order, a resumed task from its file like a trained one):
-  "loss/task_TTT" and "lr/task_TTT" at steps 0..epochs-1 (the epoch's mean cross-entropy and its
-  learning rate: the run's curves.csv), "train/loss" and "train/accuracy" at step t (the task's
-  last epoch, as results.csv), and "A_t/SPLIT/ROUTER" at step t for every router on test and, where
-  one is held out, on the validation split;
-- at the end: "A_last/SPLIT/ROUTER", "A_bar/...", "forgetting/..." and "routing/..." at the last
-  task's step, and the run's files as artifacts;
-- a baseline: "A_t/SPLIT/METHOD" per task and its final figures, the same way;
-- a sweep or a suite: one parent run (its flags, its files, what it chose) with a child run per
-  point or cell, logged when that point's result reaches the command.
+- after each task t (in task order, a resumed task from its file like a trained one): every column
+  of the task's training curve per epoch as "COLUMN/task_TTT" at steps 0..epochs-1 (curves.csv's
+  columns: the loss, the learning rate, ...), every training figure of the task as "train/NAME" at
+  step t (metrics.json's "tasks": loss, accuracy, seconds, ...), and every number a router scores
+  after the task as "FIELD/SPLIT/ROUTER" at step t (A_t, routing, ...) on test and, where one is
+  held out, on the validation split;
+- at the end, from each metrics block (a router's or a baseline's, as metrics.json and a sweep's
+  results.csv hold it): every number as "FIELD/SPLIT/NAME" at the last task's step (A_last, A_bar,
+  forgetting, routing, and whatever the block gains: an interval's ends...), every list of numbers
+  as a series over the tasks (A_t), an object's numbers by their dotted names; and the run's files
+  as artifacts.
 
-`Tracking` is the loggers a command was asked for; `TrackedRun` one run in all of them. Every
-call is made from the command's own process (see `trackers.registry`). A logger that fails is
-one line naming it, after the results it was logging are on disk.
+So a column a record gains reaches every tracker with no change here or in a logger. Names are
+the records' own, with three shortened (`SHORT`); a (key, step) is logged once per run, so the
+same figure reached twice (a task's A_t, then the final block's A_t series) is not repeated.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
 from tosca_heads.experiments.records.run import RunResult, StageResult
-from tosca_heads.experiments.trackers.registry import Logger, Metric, open_logger, parse_targets
+from tosca_heads.experiments.records.sweep import POINT_COLUMNS
+from tosca_heads.experiments.trackers.registry import Metric
 
-FINAL_KEYS = {"A_last": "A_last", "A_bar": "A_bar", "forgetting": "forgetting", "routing_accuracy": "routing"}
+# a record's field -> the shorter name trackers show (a final figure and its series share one)
+SHORT = {"routing_accuracy": "routing", "routing_accuracy_t": "routing", "train_acc": "accuracy"}
+ROW_ONLY = {*POINT_COLUMNS, "rows", "split", "router"}  # a results.csv row's columns that are no figure
 PARAM_TEXT = 500  # a parameter's value is cut to this many characters (a tracker's limit is larger)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
@@ -57,163 +61,127 @@ def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str | int
     return flat
 
 
+def number(value: Any) -> float | None:
+    """A finite number as a float; None for anything else (text, None, NaN, a flag)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _fields(block: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """A block's fields, an object's by their dotted names."""
+    for name, value in block.items():
+        if isinstance(value, Mapping):
+            yield from _fields(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def block_metrics(block: Mapping[str, Any], split: str, name: str, step: int | None = None) -> list[Metric]:
+    """A metrics block's figures (see the module docstring): numbers at `step` (default: the last
+    task of its longest series), lists of numbers as series over tasks; anything else left out."""
+    series = {
+        f: v for f, v in _fields(block) if isinstance(v, list) and v and all(number(x) is not None for x in v)
+    }
+    last = step if step is not None else max((len(v) for v in series.values()), default=1) - 1
+    found = []
+    for field, value in _fields(block):
+        label = key(SHORT.get(field, field), split, name)
+        if field in series:
+            found += [Metric(label, float(v), t) for t, v in enumerate(value)]
+        elif (figure := number(value)) is not None:
+            found.append(Metric(label, figure, last))
+    return found
+
+
+def curve_metrics(task: int, curve: Mapping[str, Sequence[float]]) -> list[Metric]:
+    """A task's training curve: each column per epoch as COLUMN/task_TTT."""
+    return [
+        Metric(f"{column}/task_{task:03d}", float(v), epoch)
+        for column, values in curve.items()
+        for epoch, v in enumerate(values)
+        if number(v) is not None
+    ]
+
+
+def task_metrics(task: int, stats: Mapping[str, Any]) -> list[Metric]:
+    """A task's training figures (its last epoch's, its seconds) as train/NAME at step `task`."""
+    return [
+        Metric(f"train/{SHORT.get(k, k)}", v, task)
+        for k, value in stats.items()
+        if k != "task" and (v := number(value)) is not None
+    ]
+
+
 def stage_metrics(stage: StageResult) -> list[Metric]:
     """What a run logs after task `stage.task` (the module docstring)."""
     t = stage.task
-    found: list[Metric] = []
-    if stage.curve is not None:
-        for epoch, (loss, lr) in enumerate(zip(stage.curve["loss"], stage.curve["lr"], strict=True)):
-            found += [
-                Metric(f"loss/task_{t:03d}", float(loss), epoch),
-                Metric(f"lr/task_{t:03d}", float(lr), epoch),
-            ]
-    found += [
-        Metric("train/loss", float(stage.stats["loss"]), t),
-        Metric("train/accuracy", float(stage.stats["train_acc"]), t),
-    ]
+    found = curve_metrics(t, stage.curve or {})
+    found += task_metrics(t, {**stage.stats, "eval_seconds": stage.eval_seconds})
     for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
-        found += [Metric(key("A_t", split, name), float(s["A_t"]), t) for name, s in routers.items()]
+        for name, scores in routers.items():
+            found += [
+                Metric(key(SHORT.get(f, f), split, name), v, t)
+                for f, value in scores.items()
+                if (v := number(value)) is not None
+            ]
     return found
 
 
-def final_metrics(blocks: dict[str, dict[str, dict[str, Any]]], step: int) -> list[Metric]:
-    """A run's or a baseline's final figures: split -> name (router or method) -> metrics block."""
+def record_metrics(
+    record: Mapping[str, Any],
+    curves: Mapping[int, Mapping[str, Sequence[float]]] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> list[Metric]:
+    """Everything a finished record logs, in metrics.json's form ("tasks": training figures per
+    task; "routers": the blocks on test; "validation": on the validation split), with the tasks'
+    training curves where kept; `names` renames a block (a baseline's "none" as the method)."""
     found = []
-    for split, named in blocks.items():
-        for name, block in named.items():
-            for field_, short in FINAL_KEYS.items():
-                value = block.get(field_)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    found.append(Metric(key(short, split, name), float(value), step))
+    for task, curve in sorted((curves or {}).items()):
+        found += curve_metrics(task, curve)
+    for entry in record.get("tasks") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("task"), int):
+            found += task_metrics(entry["task"], entry)
+    for split, field in (("test", "routers"), ("validation", "validation")):
+        for name, block in (record.get(field) or {}).items():
+            if isinstance(block, Mapping):
+                found += block_metrics(block, split, (names or {}).get(name, name))
     return found
+
+
+def result_record(result: RunResult) -> tuple[dict[str, Any], dict[int, dict[str, list[float]]]]:
+    """A run in memory as its record and curves (what its metrics.json and curves.csv hold)."""
+    return result.metrics(), {s.task: s.curve for s in result.stages if s.curve is not None}
+
+
+def rows_record(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A sweep point's results.csv rows (one per split and router; values or their text) as a
+    record: every column that is not the point's own is a figure of the row's block (a list kept
+    as JSON text read back)."""
+    record: dict[str, Any] = {"routers": {}, "validation": {}}
+    for row in rows:
+        block = {column: _read(value) for column, value in row.items() if column not in ROW_ONLY}
+        field = "routers" if row.get("split", "test") == "test" else "validation"
+        record[field][str(row.get("router"))] = block
+    return record
+
+
+def _read(value: Any) -> Any:
+    """A results.csv cell as the value it holds: a number, a JSON list, else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value) if value.startswith("[") else float(value)
+    except ValueError:
+        return value
 
 
 def run_files(folder: Path) -> list[Path]:
     """The files a run, point, cell or sweep folder holds at its top level (regular files only,
-    never through a link; lock files and tosca's marker left out), by name."""
+    never through a link; lock files, tosca's marker and ledger left out), by name."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     return sorted(
         p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
     )
-
-
-@dataclass
-class TrackedRun:
-    """One run in every logger of a command."""
-
-    handles: list[tuple[Logger, Any]]
-    last_step: int = 0
-    ended: bool = False
-
-    def _each(self, call: Callable[[Logger, Any], None]) -> None:
-        for logger, handle in self.handles:
-            with _said(logger):
-                call(logger, handle)
-
-    def params(self, params: dict[str, str | int | float | bool]) -> None:
-        self._each(lambda logger, run: logger.params(run, params))
-
-    def metrics(self, metrics: Sequence[Metric]) -> None:
-        if metrics:
-            self.last_step = max(self.last_step, *(m.step for m in metrics))
-            self._each(lambda logger, run: logger.metrics(run, list(metrics)))
-
-    def stage(self, stage: StageResult) -> None:
-        """What a run logs after one task."""
-        self.metrics(stage_metrics(stage))
-
-    def finish(self, blocks: dict[str, dict[str, dict[str, Any]]], files: Sequence[Path]) -> None:
-        """Final figures, files, end."""
-        self.metrics(final_metrics(blocks, self.last_step))
-        if files:
-            self._each(lambda logger, run: logger.artifacts(run, list(files)))
-        self.end(True)
-
-    def end(self, ok: bool) -> None:
-        if not self.ended:
-            self.ended = True
-            self._each(lambda logger, run: logger.end(run, ok))
-
-    def run_result(self, result: RunResult, files: Sequence[Path] = ()) -> None:
-        """A whole run at once (a sweep's point, a suite's cell, a comparison's TOSCA run): every
-        stage in task order, then the final figures and files."""
-        for stage in result.stages:
-            self.stage(stage)
-        self.finish(result_blocks(result), files)
-
-
-def method_result(run: TrackedRun, result: Any, files: Sequence[Path] = ()) -> None:
-    """A baseline's `MethodResult` at once: A_t per task on test (and validation), its final
-    figures, its files."""
-    name = result.method
-    splits = {"test": result.metrics, **({"validation": result.validation} if result.validation else {})}
-    run.metrics(
-        [
-            Metric(key("A_t", split, name), float(a), t)
-            for split, block in splits.items()
-            for t, a in enumerate(block["A_t"])
-        ]
-    )
-    run.finish({split: {name: block} for split, block in splits.items()}, files)
-
-
-def result_blocks(result: RunResult) -> dict[str, dict[str, dict[str, Any]]]:
-    metrics = result.metrics()
-    blocks = {"test": metrics["routers"]}
-    if metrics.get("validation"):
-        blocks["validation"] = metrics["validation"]
-    return blocks
-
-
-@dataclass
-class Tracking:
-    """The loggers a command was asked for (none: every call does nothing)."""
-
-    loggers: list[Logger] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.loggers)
-
-    def start(self, name: str, params: dict[str, Any], parent: TrackedRun | None = None) -> TrackedRun | None:
-        """A run named `name` in every logger (a child of `parent`'s run in each), its params
-        logged; None without loggers."""
-        if not self.loggers:
-            return None
-        handles = []
-        for i, logger in enumerate(self.loggers):
-            with _said(logger):
-                handles.append((logger, logger.start(name, None if parent is None else parent.handles[i][1])))
-        run = TrackedRun(handles)
-        run.params(params)
-        return run
-
-
-def open_tracking(values: Sequence[str], runs_root: Path = Path("runs")) -> Tracking:
-    """The loggers `--log` asks for, each configured now (a missing extra or a bad WHERE is one
-    line before anything runs)."""
-    loggers = []
-    for target in parse_targets(values):
-        logger = open_logger(target, runs_root)
-        loggers.append(logger)
-    return Tracking(loggers)
-
-
-def end_failed(run: TrackedRun | None) -> None:
-    """End `run` as failed, after an error stopped it (that error is the one to tell)."""
-    if run is not None:
-        with suppress(UserError):
-            run.end(False)
-
-
-@contextmanager
-def _said(logger: Logger) -> Iterator[None]:
-    """A logger's own failure (foreign code) as one line naming it."""
-    try:
-        yield
-    except UserError:
-        raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise UserError(f"--log {logger.name} failed: {type(exc).__name__}: {first}") from None

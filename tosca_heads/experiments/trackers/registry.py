@@ -2,13 +2,19 @@
 `Logger` classes by name, like the routers', so a lab adds its own in a plug-in
 (`@register_logger`, loaded through $TOSCA_PLUGINS or the `tosca.plugins` entry points).
 
-A logger is told five things about each tracked run, and nothing else: that it starts (a child of
-another run, or of none), its parameters, batches of metrics (key, value, step), the files it made,
-and that it ended. Every call comes from the process that runs the command, never from a sweep's
+A logger is configured when the command starts and writes nothing then: it checks its WHERE (a
+place it may write, a server it can reach) so that a bad one is one line before any work, and a
+refused command or a dry run leaves no trace. It is told five things about each tracked run, and
+nothing else: that it starts (a child of another run, or of none), its parameters, batches of
+metrics (key, value, step), the files it made, and that it ended. A logger that can find a run
+again by an id (`handle_id`, `reopen`, `discard`) lets a resumed sweep or suite continue the
+parent run it logged before (`trackers.ledger`); one that cannot starts a new parent holding
+every point. Every call comes from the process that runs the command, never from a sweep's
 or a suite's worker: the workers hand their curves and scores back with their results, so a point
 logged from a Dask worker cannot interleave with its parent, and a tracker on the head node (a
-file: or sqlite: store) is reached on a remote cluster too. Which keys a run carries is
-`trackers.events`; the built-in loggers are `trackers.mlflow_logger` and
+sqlite store, a folder) is reached on a remote cluster too. Which keys a run carries is
+`trackers.events`; how a command's runs reach the loggers, and what a failing one costs, is
+`trackers.tracking`; the built-in loggers are `trackers.mlflow_logger` and
 `trackers.tensorboard_logger`.
 """
 
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.text import printable
 
 
 class Metric(NamedTuple):
@@ -35,8 +42,9 @@ class Metric(NamedTuple):
 class Logger(ABC):
     """One tracker, configured once per command from its `--log` value: `where` is the text after
     "=" (None when not given; each logger says what it means), `runs_root` the command's runs/
-    folder (where a logger that writes files puts them by default). A handle returned by `start`
-    is the logger's own business: every later call gets it back."""
+    folder (where a logger that writes files puts them by default). `__init__` checks and writes
+    nothing (raise UserError for a WHERE that cannot serve); the first `start` opens the tracker.
+    A handle returned by `start` is the logger's own business: every later call gets it back."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -64,6 +72,25 @@ class Logger(ABC):
     @abstractmethod
     def end(self, run: Any, ok: bool) -> None:
         """The run is over: finished (`ok`), or stopped by an error."""
+
+    @property
+    def place(self) -> str:
+        """This tracker as a sweep's or suite's ledger records it: the same text whenever the same
+        tracker is meant (a logger with defaults says what they resolve to)."""
+        return f"{self.name}={self.where or ''}"
+
+    def handle_id(self, run: Any) -> str | None:
+        """Text that finds `run` again in a later command (`reopen`); None: runs cannot be found
+        again, so a resumed sweep logs a new parent run."""
+        return None
+
+    def reopen(self, ident: str) -> Any | None:
+        """The run `handle_id` named, as a handle to log more into (a parent marked running again);
+        None when it is gone."""
+        return None
+
+    def discard(self, run: Any) -> None:  # noqa: B027 (optional: a logger that cannot keeps it)
+        """Remove a run whose logging a kill cut short (it is logged again whole)."""
 
 
 LOGGERS: dict[str, type[Logger]] = {}
@@ -117,3 +144,20 @@ def open_logger(target: LogTarget, runs_root: Path) -> Logger:
         missing = exc.name or str(exc)
         how = f"pip install 'tosca[{cls.extra}]'" if cls.extra else "install what it needs"
         raise UserError(f"--log {target.name} needs {missing}, which is not installed here: {how}") from None
+    except UserError:
+        raise
+    except Exception as exc:  # a tracker's own refusal of its WHERE (foreign code): one line
+        raise UserError(f"--log {target_text(target)}: {failure_text(exc)}") from None
+
+
+def target_text(target: LogTarget) -> str:
+    """NAME or NAME=WHERE, as the user typed it (printable)."""
+    return printable(target.name if target.where is None else f"{target.name}={target.where}")
+
+
+def failure_text(exc: BaseException) -> str:
+    """A foreign exception as a few words on one line: its type and its message's first line."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    if isinstance(exc, UserError):  # tosca's own line says it all
+        return printable(first)
+    return printable(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)

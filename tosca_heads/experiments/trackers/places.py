@@ -1,0 +1,59 @@
+"""Where a tracker writes on this machine, checked by the rules every tosca write follows
+(`featcache.foundation`), before any work and without writing:
+
+- never inside a zarr store or a folder tosca claimed (a run, a sweep, a baselines or a suite
+  folder): `folders.refuse_inside_owned`, as `--keep-modules` is refused there;
+- no link at any name the tracker makes (its default folder under runs/, `mlartifacts/`, a run's
+  event or artifact folder, a database file): the link is refused in one line and never followed
+  (`atomic.refuse_unsafe_target`); a folder the user named may be a link, as `--run` and `--out`;
+- a file, a fifo or a device where a folder or a database goes is one line; so is a place that
+  cannot be written (`files.require_writable`).
+
+Folders are then made by `atomic.make_folders`, files written by `atomic.writing`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from featcache.foundation import atomic, folders
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import require_writable
+from featcache.foundation.text import printable
+
+
+def check_folder(path: Path, flag: str, what: str, named: bool) -> None:
+    """A folder a tracker writes into (made when missing): `named` when the user named it (it may
+    then be a link), else one tosca names (never a link)."""
+    folders.refuse_inside_owned(path, flag, what)
+    if not named:
+        refuse_link(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag}: {printable(path)} is there and that is a file, not a folder for {what}")
+    require_writable(path)
+
+
+def refuse_link(path: Path) -> None:
+    """One line when a name tosca makes is a link (dangling or not): it is never followed."""
+    if path.is_symlink():
+        atomic.refuse_unsafe_target(path)
+
+
+def check_file(path: Path, flag: str, what: str) -> None:
+    """A file a tracker writes (a database): a regular file or nothing yet, never a link, a
+    folder, a fifo or a device; its folder checked as one tosca writes into."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise UserError(f"{flag}: cannot use {printable(path)} ({exc.strerror})") from None
+    if mode is not None and stat.S_ISLNK(mode):
+        atomic.refuse_unsafe_target(path)
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a fifo, a device or a socket"
+        raise UserError(f"{flag}: {printable(path)} is {kind}, not a file for {what}")
+    folders.refuse_inside_owned(path.parent, flag, what)
+    require_writable(path)
