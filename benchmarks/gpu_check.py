@@ -111,6 +111,8 @@ TINY = Shape(
 # ------------------------------------------------------------------------------------------ the parent
 
 
+# seconds each step may take on the GPU machine; a --tiny rehearsal on a (busy) CPU is bounded by
+# --budget alone: it checks that every step runs, not how fast
 STEPS: dict[str, int] = {"tests": 150, "extract": 170, "fit": 100, "sweep": 120, "local-cuda": 60}
 
 
@@ -152,7 +154,7 @@ def run_all(args: argparse.Namespace) -> int:
         return 2
     for step in wanted:
         left = deadline - time.perf_counter()
-        limit = min(STEPS[step], left - 5)
+        limit = left - 5 if args.tiny else min(STEPS[step], left - 5)
         if limit < 10:
             rows.append(Row(step, "step", "not run", "", f"FAIL: out of time ({args.budget:.0f} s budget)"))
             continue
