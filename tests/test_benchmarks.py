@@ -134,7 +134,12 @@ def test_the_gpu_check_rehearses_every_step_as_the_bundle_sees_the_image(tmp_pat
     found = bundle.import_check(out=tmp_path / "out")
     report = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     rows = report["rows"]
-    assert report["tiny"] and report["failed"] == 0
+    failed = [
+        f"{r['step']}: {r['what']}: {r['value']} {r['verdict']}"
+        for r in rows
+        if r["verdict"].startswith("FAIL")
+    ]
+    assert report["tiny"] and report["failed"] == 0, "\n".join(failed)
     steps = {r["step"] for r in rows}
     assert {"machine", "install", "tests", "extract", "fit", "sweep", "local-cuda", "all"} <= steps
     figures = {r["what"]: r for r in rows}
