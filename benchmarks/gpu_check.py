@@ -22,7 +22,8 @@ timed and bounded so that the whole ends within `--budget` seconds:
 - local-cuda: an extraction on `--scheduler local-cuda` where dask-cuda is installed.
 
 `--tiny` runs every step it can on a CPU at tiny shapes and says "skipped: no CUDA" for the rest;
-`make test` runs it, so this command cannot rot between the rare GPU loans. One table at the
+`make test-heavy` runs it through the bundle's import check (the packages the bundle leaves out
+hidden), so this command cannot rot between the rare GPU loans. One table at the
 end, goals beside the figures; `gpu-check.json` and the log go to `--out` (default: $OUT when
 set). Exit code 1 when a check fails or a step breaks, 0 otherwise (a goal missed is reported,
 not an error).
