@@ -72,6 +72,14 @@ def _record():
     with open(os.path.join(os.environ["TOSCA_BUNDLE_LOG"], f"{os.getpid()}.txt"), "w") as fh:
         fh.write("\\n".join(names))
 atexit.register(_record)
+_exit = os._exit
+def _record_then_exit(code):
+    # a forked child (a data loader's worker) leaves through os._exit, which skips atexit
+    try:
+        _record()
+    finally:
+        _exit(code)
+os._exit = _record_then_exit
 """
 
 
