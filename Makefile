@@ -1,4 +1,5 @@
-# Two commands do everything on a fresh machine: `make test` and `make demo`.
+# A fresh machine: `make install`, then `. .venv/bin/activate` puts `tosca` on the shell's PATH
+# (README, "Set up"); `make test` and `make demo` use .venv themselves.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,6 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+	@echo "tosca is installed in $(VENV)/bin: \`. $(VENV)/bin/activate\` puts it on this shell's PATH"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,7 +9,9 @@ files beside the work tree. Which wheels it needs is found by an import check, n
    load are the image's own;
 2. `benchmarks/gpu_check.py --tiny` runs whole with every module it imports recorded, and with
    the heavy optional packages below made unimportable: a step that needs one fails, and so
-   does the bundle;
+   does the bundle, with one line naming the package. `make test-heavy` (CI) runs this same
+   check, `import_check()` (tests/test_benchmarks.py), so a new import on a GPU path fails there
+   first;
 3. the wheels are the distributions of step 2 less those of step 1, downloaded for the image's
    Python (cp312 manylinux x86_64) at the versions installed here, without their dependencies
    (step 2 already holds every one that is imported).
@@ -34,6 +36,8 @@ import sys
 import tarfile
 import tempfile
 import time
+import zlib
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -49,6 +53,7 @@ LEFT_OUT = {
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 SUBSET_PER_CLASS = 60
 MiB = 1 << 20
+IMPORT_CHECK_SECONDS = 1200  # gpu_check.py --tiny: about 2 min on 2 busy cores
 
 RECORDER = """
 import atexit, os, sys
@@ -67,6 +72,14 @@ def _record():
     with open(os.path.join(os.environ["TOSCA_BUNDLE_LOG"], f"{os.getpid()}.txt"), "w") as fh:
         fh.write("\\n".join(names))
 atexit.register(_record)
+_exit = os._exit
+def _record_then_exit(code):
+    # a forked child (a data loader's worker) leaves through os._exit, which skips atexit
+    try:
+        _record()
+    finally:
+        _exit(code)
+os._exit = _record_then_exit
 """
 
 
@@ -77,7 +90,8 @@ def distributions(modules: set[str]) -> set[str]:
 
 
 def imported_by(code: list[str], env: dict[str, str], block: set[str], timeout: float) -> set[str]:
-    """Top-level modules loaded by a command and every Python process it starts."""
+    """Top-level modules loaded by a command and every Python process it starts, with the
+    packages of `block` unimportable in each of them."""
     with tempfile.TemporaryDirectory() as tmp:
         hook, log = Path(tmp) / "hook", Path(tmp) / "log"
         hook.mkdir()
@@ -90,9 +104,63 @@ def imported_by(code: list[str], env: dict[str, str], block: set[str], timeout: 
         if done.returncode != 0:
             sys.exit(
                 f"error: the import check failed (exit {done.returncode}): {' '.join(code[1:])}\n"
-                f"{done.stdout[-8000:]}{done.stderr[-3000:]}"
+                f"{done.stdout[-8000:]}{done.stderr[-3000:]}{needs_left_out(done.stdout + done.stderr)}"
             )
         return {line for f in log.glob("*.txt") for line in f.read_text().splitlines()}
+
+
+def needs_left_out(output: str) -> str:
+    """The line that says which left-out package a failed check tried to import, if one did."""
+    missing = sorted({name for name in LEFT_OUT if f"No module named '{name}'" in output})
+    if not missing:
+        return ""
+    why = "; ".join(f"{name}: {LEFT_OUT[name]}" for name in missing)
+    return (
+        f"\nerror: a GPU path imports {', '.join(missing)}, which the bundle leaves out ({why}): "
+        "import it where the table or plot is made, not on the path the check runs (docs/gpu.md)"
+    )
+
+
+@dataclass(frozen=True)
+class ImportCheck:
+    """What the image's own imports load, and what `gpu_check.py --tiny` loads with the left-out
+    packages hidden: the distributions each provides."""
+
+    image: frozenset[str]
+    loaded: frozenset[str]
+
+    @property
+    def needed(self) -> list[str]:
+        """The bundle's wheels: what the check loads beyond the image (tosca is the work tree)."""
+        return sorted(self.loaded - self.image - {"tosca"}, key=str.lower)
+
+
+def import_check(out: Path | None = None, timeout: float = IMPORT_CHECK_SECONDS) -> ImportCheck:
+    """Steps 1 and 2 above, as the GPU image sees the check: the bundle is made from this, and CI
+    rehearses the check through it. `out`: where gpu_check.py writes its table (kept for a test)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OUT": ""}
+    print("import check: what the image provides ...", flush=True)
+    image = [sys.executable, "-c", f"import {', '.join(IMAGE_HAS)}"]
+    provided = distributions(imported_by(image, env, set(), 300))
+    print("import check: what `gpu_check.py --tiny` loads (a few minutes) ...", flush=True)
+    check = [sys.executable, "benchmarks/gpu_check.py", "--tiny", "--bundle", "/nonexistent"]
+    check += ["--budget", "900", *(["--out", str(out)] if out is not None else [])]
+    loaded = distributions(imported_by(check, env, set(LEFT_OUT), timeout))
+    return ImportCheck(frozenset(provided), frozenset(loaded))
+
+
+def estimated_bytes(dists: list[str]) -> int:
+    """The wheels' size without downloading them: each installed file deflated as a wheel stores it
+    (compiled code is built for this Python, not the image's: within a few % of the real wheels)."""
+    total = 0
+    for name in dists:
+        for file in metadata.distribution(name).files or []:
+            if "__pycache__" in file.parts or file.suffix == ".pyc":
+                continue  # compiled at install time, not in the wheel
+            path = Path(str(file.locate()))
+            if path.is_file():
+                total += len(zlib.compress(path.read_bytes(), 6))
+    return total
 
 
 def download(dists: list[tuple[str, str]], folder: Path, python: str) -> None:
@@ -146,24 +214,8 @@ def main() -> int:
     if not archive.exists():
         print(f"error: no EuroSAT archive at {archive} (set TOSCA_DATA)", file=sys.stderr)
         return 2
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    print("import check: what the image provides ...", flush=True)
-    image = distributions(
-        imported_by([sys.executable, "-c", f"import {', '.join(IMAGE_HAS)}"], env, set(), 300)
-    )
-    print("import check: what `gpu_check.py --tiny` loads (a few minutes) ...", flush=True)
-    check = [
-        sys.executable,
-        "benchmarks/gpu_check.py",
-        "--tiny",
-        "--bundle",
-        "/nonexistent",
-        "--budget",
-        "900",
-    ]
-    loaded = distributions(imported_by(check, {**env, "OUT": ""}, set(LEFT_OUT), 1200))
-    ours = {"tosca"}
-    needed = sorted((loaded - image - ours), key=str.lower)
+    found = import_check()
+    needed = found.needed
     pinned = [(name, metadata.version(name)) for name in needed]
     shutil.rmtree(args.out, ignore_errors=True)
     wheels = args.out / "wheels"
@@ -173,7 +225,7 @@ def main() -> int:
     images = subset(archive, args.out / "eurosat-subset.tar.gz", SUBSET_PER_CLASS)
     left_out = [{"dist": name, "why": why} for name, why in LEFT_OUT.items()]
     limit = int(args.limit_mib * MiB)
-    extra = dask_cuda(args.out, args.python, limit, image | loaded)
+    extra = dask_cuda(args.out, args.python, limit, set(found.image | found.loaded))
     left_out += extra
     files = sorted(wheels.glob("*.whl"))
     versions = dict(pinned)
@@ -183,8 +235,8 @@ def main() -> int:
         "for_python": args.python,
         "platforms": list(PLATFORMS),
         "import_check": {
-            "image_provides": sorted(image, key=str.lower),
-            "check_loads": sorted(loaded, key=str.lower),
+            "image_provides": sorted(found.image, key=str.lower),
+            "check_loads": sorted(found.loaded, key=str.lower),
             "blocked": sorted(LEFT_OUT),
         },
         "wheels": [

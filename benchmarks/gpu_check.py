@@ -22,7 +22,8 @@ timed and bounded so that the whole ends within `--budget` seconds:
 - local-cuda: an extraction on `--scheduler local-cuda` where dask-cuda is installed.
 
 `--tiny` runs every step it can on a CPU at tiny shapes and says "skipped: no CUDA" for the rest;
-`make test` runs it, so this command cannot rot between the rare GPU loans. One table at the
+`make test-heavy` runs it through the bundle's import check (the packages the bundle leaves out
+hidden), so this command cannot rot between the rare GPU loans. One table at the
 end, goals beside the figures; `gpu-check.json` and the log go to `--out` (default: $OUT when
 set). Exit code 1 when a check fails or a step breaks, 0 otherwise (a goal missed is reported,
 not an error).
@@ -111,6 +112,8 @@ TINY = Shape(
 # ------------------------------------------------------------------------------------------ the parent
 
 
+# seconds each step may take on the GPU machine; a --tiny rehearsal on a (busy) CPU is bounded by
+# --budget alone: it checks that every step runs, not how fast
 STEPS: dict[str, int] = {"tests": 150, "extract": 170, "fit": 100, "sweep": 120, "local-cuda": 60}
 
 
@@ -152,7 +155,7 @@ def run_all(args: argparse.Namespace) -> int:
         return 2
     for step in wanted:
         left = deadline - time.perf_counter()
-        limit = min(STEPS[step], left - 5)
+        limit = left - 5 if args.tiny else min(STEPS[step], left - 5)
         if limit < 10:
             rows.append(Row(step, "step", "not run", "", f"FAIL: out of time ({args.budget:.0f} s budget)"))
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -124,28 +125,21 @@ def test_routing_ceiling_fit_finds_an_informative_signal() -> None:
 
 @pytest.mark.slow
 @pytest.mark.heavy
-def test_the_gpu_check_rehearses_every_step_on_a_cpu(tmp_path: Path) -> None:
-    """`make gpu-check` cannot rot between GPU loans: its --tiny mode runs every step on a CPU, says
-    which parts need CUDA, and writes its table where $OUT points."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path / "out")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "gpu_check.py"),
-            "--tiny",
-            "--bundle",
-            str(tmp_path / "none"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+def test_the_gpu_check_rehearses_every_step_as_the_bundle_sees_the_image(tmp_path: Path) -> None:
+    """`make gpu-check` cannot rot between GPU loans: CI runs the bundle's own import check (its
+    --tiny mode on a CPU, the packages the bundle leaves out unimportable, as on the GPU image), so
+    a new import on a GPU path fails here; every step runs, says which parts need CUDA, writes its
+    table where asked; the wheels it needs fit the bundle's 48 MiB."""
+    bundle = _benchmark_module("gpu_bundle")
+    found = bundle.import_check(out=tmp_path / "out")
     report = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     rows = report["rows"]
-    assert report["tiny"] and report["failed"] == 0
+    failed = [
+        f"{r['step']}: {r['what']}: {r['value']} {r['verdict']}"
+        for r in rows
+        if r["verdict"].startswith("FAIL")
+    ]
+    assert report["tiny"] and report["failed"] == 0, "\n".join(failed)
     steps = {r["step"] for r in rows}
     assert {"machine", "install", "tests", "extract", "fit", "sweep", "local-cuda", "all"} <= steps
     figures = {r["what"]: r for r in rows}
@@ -157,8 +151,41 @@ def test_the_gpu_check_rehearses_every_step_on_a_cpu(tmp_path: Path) -> None:
         assert figures["CUDA fit"]["verdict"] == "skipped: no CUDA"
         assert figures["extraction on local-cuda"]["verdict"] == "skipped: no CUDA"
     assert figures["points finished"]["value"] == "8 / 8"
+    assert re.match(r"\d+ passed", figures["pytest (gpu + CPU references)"]["value"])
     assert (tmp_path / "out" / "gpu-check.log").exists()
-    assert "verdict" in done.stdout.splitlines()[0]  # the table, printed
+    # nothing left out was loaded, and the image's own packages are not bundled
+    assert not {d.lower() for d in found.loaded} & set(bundle.LEFT_OUT)
+    assert {"torch", "numpy"} <= found.image and not {"torch", "numpy", "timm"} & set(found.needed)
+    assert {"zarr", "dask"} <= set(found.needed)  # what the image lacks and the check imports
+    wheels = bundle.estimated_bytes(found.needed)
+    data = 0
+    if (bundle.DATA / "eurosat" / "EuroSAT-RGB.tar.gz").exists():
+        bundle.subset(
+            bundle.DATA / "eurosat" / "EuroSAT-RGB.tar.gz", tmp_path / "s.tar.gz", bundle.SUBSET_PER_CLASS
+        )
+        data = (tmp_path / "s.tar.gz").stat().st_size
+    assert wheels + data <= 0.95 * 48 * bundle.MiB, (
+        f"the bundle would be about {(wheels + data) / bundle.MiB:.1f} MiB of 48: {found.needed}"
+    )
+
+
+def test_a_left_out_package_a_gpu_path_imports_is_named(tmp_path: Path) -> None:
+    """The rehearsal's hook hides the left-out packages from a process and every process it starts
+    (the pandas break of issue 34: the sweep step imported pandas); a failed check names the one
+    imported, with why it is left out; what a forked child imports (it leaves through os._exit,
+    without atexit) is recorded too."""
+    bundle = _benchmark_module("gpu_bundle")
+    code = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', 'import pandas']))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with pytest.raises(SystemExit) as stopped:
+        bundle.imported_by([sys.executable, "-c", code], env, set(bundle.LEFT_OUT), 120)
+    said = str(stopped.value)
+    assert "No module named 'pandas'" in said
+    assert "a GPU path imports pandas, which the bundle leaves out (pandas: tables of finished" in said
+    forked = "import os\npid = os.fork()\nif pid == 0:\n    import wave\n    os._exit(0)\nos.waitpid(pid, 0)\nimport csv"
+    loaded = bundle.imported_by([sys.executable, "-c", forked], env, set(bundle.LEFT_OUT), 120)
+    assert {"csv", "wave"} <= loaded and not loaded & set(bundle.LEFT_OUT)  # a forked child's imports too
+    assert bundle.needs_left_out("ModuleNotFoundError: No module named 'zarr'") == ""
 
 
 def _gpu_check() -> types.ModuleType:

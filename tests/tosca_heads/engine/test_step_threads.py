@@ -24,10 +24,9 @@ from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 
-pytestmark = [
-    pytest.mark.cpu_reference,
-    pytest.mark.skipif(native.compiler() is None, reason="no C compiler here"),
-]
+# cpu_reference on each test but the whole fit, which writes a run folder (its plots need
+# matplotlib, which the GPU bundle leaves out: benchmarks/gpu_bundle.py)
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler here")
 
 
 @dataclass
@@ -116,6 +115,7 @@ def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) ->
         assert torch.equal(a[name], b[name]), f"{name} differs"
 
 
+@pytest.mark.cpu_reference
 @pytest.mark.parametrize("flow", FLOWS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"d{s[0]}-G{len(s[1])}-C{s[2]}-n{s[3]}-b{s[4]}")
 def test_two_threads_give_one_threads_numbers_bit_for_bit(flow: str, shape: tuple) -> None:
@@ -123,6 +123,7 @@ def test_two_threads_give_one_threads_numbers_bit_for_bit(flow: str, shape: tupl
     _assert_identical(_train(problem, 1, whole_epochs=False), _train(problem, 2, whole_epochs=False))
 
 
+@pytest.mark.cpu_reference
 @pytest.mark.parametrize("threads", [1, 2])
 def test_an_epoch_in_one_call_is_its_steps_one_by_one(threads: int) -> None:
     for shape in (SHAPES[0], SHAPES[3], SHAPES[4]):
@@ -130,6 +131,7 @@ def test_an_epoch_in_one_call_is_its_steps_one_by_one(threads: int) -> None:
         _assert_identical(_train(problem, 1, whole_epochs=False), _train(problem, threads, whole_epochs=True))
 
 
+@pytest.mark.cpu_reference
 def test_two_trainings_at_once_in_one_process_give_their_numbers() -> None:
     """Two threads each train on two step threads at once: one takes the helper, the other finds
     it busy and runs alone; both end as they do trained one after the other."""

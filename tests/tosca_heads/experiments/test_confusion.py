@@ -47,6 +47,28 @@ def test_the_confusion_matrices_agree_with_the_routing_accuracy(run: Path) -> No
     assert np.trace(np.asarray(payload["test"]["oracle"])) == 48  # told the task: always right
 
 
+@pytest.mark.parametrize("tasks", [1, 2, 5])
+def test_the_engine_counts_scikit_learns_confusion_matrix(tasks: int) -> None:
+    """The engine counts the matrix itself (a GPU image has no scikit-learn): the same integers as
+    scikit-learn's `confusion_matrix` with labels 0..tasks-1, a task never picked included."""
+    import torch
+    from sklearn.metrics import confusion_matrix
+
+    from tosca_heads.engine.evaluate import _routing_confusion
+
+    gen = torch.Generator().manual_seed(tasks)
+    truth = torch.randint(0, tasks, (200,), generator=gen)
+    chosen = torch.randint(0, max(tasks - 1, 1), (3, 200), generator=gen)  # the last task never picked
+    counted = _routing_confusion(truth, chosen, tasks)
+    labels = np.arange(tasks)
+    for matrix, picked in zip(counted, chosen.numpy(), strict=True):
+        if tasks == 1:  # every image routed to the one task (scikit-learn warns on a 1 x 1 matrix)
+            assert matrix == [[200]]
+            continue
+        assert matrix == confusion_matrix(truth.numpy(), picked, labels=labels).tolist()
+        assert all(isinstance(v, int) for row in matrix for v in row)  # JSON integers
+
+
 def test_routers_shows_where_the_misrouted_images_go(run: Path) -> None:
     report = routers_report(run)
     matrix = read_confusion(run)["test"][report.best]

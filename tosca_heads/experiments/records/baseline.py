@@ -11,9 +11,7 @@ import csv
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
@@ -24,6 +22,9 @@ from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_b
 from tosca_heads.experiments.records.run import validation_record
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+
+if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run a baseline on a worker
+    import pandas as pd
 
 NO_ROUTING = "none"
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
@@ -148,6 +149,8 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
 def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
     """One row per method (and TOSCA router), test figures; `val_A_last` on the validation split
     where one is held out; `reference` says why a row is no honest result ("" when it is one)."""
+    import pandas as pd
+
     rows = [
         {
             "method": r.method,
@@ -168,6 +171,8 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
 
 
 def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
+    import pandas as pd
+
     header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
     header.append("reference")
     note = (
