@@ -17,7 +17,9 @@ that brought that class. Every figure is recomputed from them, never by training
   each side's seeds from its own; the difference of the two means is recomputed, and its
   percentile interval at `LEVEL` decides (`beats`, `within`): "holds", "does not hold", or "not
   distinguishable at this sample size".
-- **A sweep's ties**: points whose mean is within one standard error of the best's (`ties`).
+- **A sweep's ties**: points whose mean is within one standard error of the best's (`ties`); the
+  standard error of a mean accuracy is the bootstrap's, never below its images' binomial one by
+  Agresti and Coull's "plus four" (`plus_four_se`: a split answered all right still has noise).
 
 The bootstrap draws, per class, how many of its images show each distinct pattern of answers
 (a multinomial over the patterns present: the same distribution as drawing images one by one, at
@@ -103,6 +105,16 @@ def clopper_pearson(right: int, n: int, level: float = LEVEL) -> tuple[float, fl
     return low, high
 
 
+def plus_four_se(accuracy: float, n: int) -> float:
+    """The standard error of an accuracy over n images by Agresti and Coull's "plus four": two right
+    and two wrong answers added, so a split answered all right (or all wrong) is not taken for one
+    without noise (NaN when n is 0)."""
+    if n <= 0 or math.isnan(accuracy):
+        return math.nan
+    p = (accuracy * n + 2) / (n + 4)
+    return math.sqrt(p * (1 - p) / (n + 4))
+
+
 def spread(values: Sequence[float]) -> tuple[float, float, int]:
     """Mean, standard deviation (n - 1; NaN for one value) and n of figures over seeds."""
     finite = [float(v) for v in values if v is not None and not math.isnan(float(v))]
@@ -110,6 +122,13 @@ def spread(values: Sequence[float]) -> tuple[float, float, int]:
         return math.nan, math.nan, 0
     std = float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
     return float(np.mean(finite)), std, len(finite)
+
+
+def bracket(low: float | None, high: float | None, scale: float = 100.0, digits: int = 2) -> str:
+    """'[92.10, 93.90]' (in % with the default scale); '' when there is no interval."""
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return ""
+    return f"[{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
 
 
 # ------------------------------------------------------------------------------------------ the bootstrap
@@ -238,7 +257,10 @@ def intervals_of(
     """Per name (a router, a method), A_bar, A_last and forgetting of the mean over its runs (seeds
     on the same images, every name on the same ones), each with its interval: A_last of one run
     exact (Clopper-Pearson), everything else by the stratified bootstrap over images and runs.
-    The bootstrap's standard error is kept beside (A_last of one run: sqrt(p(1-p)/n))."""
+    The bootstrap's standard error is kept beside. A mean A_last over seeds (on the same images,
+    whose noise averaging seeds does not remove) is never surer than one run of its accuracy: its
+    interval holds the exact one of its images, its standard error is at least their "plus four"
+    one (`plus_four_se`)."""
     if not named:
         return {}
     stacked = [run for runs in named.values() for run in runs]
@@ -251,6 +273,11 @@ def intervals_of(
             values = _mean_over_runs(per_run[metric], seed)
             low, high = _percentiles(values[1:], level)
             se = float(np.nanstd(values[1:], ddof=1)) if replicates > 1 else math.nan
+            if metric == "A_last":  # an accuracy: never less noisy than its images allow
+                n = runs[0].images
+                se = max(se, plus_four_se(float(values[0]), n))
+                exact = clopper_pearson(round(float(values[0]) * n), n, level)
+                low, high = min(low, exact[0]), max(high, exact[1])
             found[name][metric] = Interval(
                 float(values[0]), low, high, se, runs[0].images, len(runs), BOOTSTRAP, level
             )
@@ -266,12 +293,11 @@ def intervals(runs: Sequence[Outcomes], level: float = LEVEL, seed: int = SEED) 
 
 
 def exact_interval(run: Outcomes, level: float = LEVEL) -> Interval:
-    """A_last of one run with its exact binomial interval (the standard error sqrt(p(1-p)/n))."""
+    """A_last of one run with its exact binomial interval (and its "plus four" standard error)."""
     n, right = run.images, run.right()
     low, high = clopper_pearson(right, n, level)
     p = right / n if n else math.nan
-    se = math.sqrt(p * (1 - p) / n) if n else math.nan
-    return Interval(p, low, high, se, n, 1, EXACT, level)
+    return Interval(p, low, high, plus_four_se(p, n), n, 1, EXACT, level)
 
 
 def accuracy_interval(accuracy: float | None, n: int, level: float = LEVEL) -> tuple[float, float]:
