@@ -324,13 +324,14 @@ class Difference:
     method: str
     level: float = LEVEL
 
-    def said(self, scale: float = 100.0, unit: str = " points") -> str:
+    def said(self, scale: float = 100.0, unit: str = " points", digits: int = 2) -> str:
         """'+2.31 points [+0.80, +3.90] (95% paired bootstrap, 600 images, 3 vs 3 seed(s))'."""
         if math.isnan(self.value):
             return "not measured"
         what = f"{self.images:,} images, " if self.images else ""
+        low, high = (f"{scale * v:+.{digits}f}" for v in (self.low, self.high))
         return (
-            f"{scale * self.value:+.2f}{unit} [{scale * self.low:+.2f}, {scale * self.high:+.2f}] "
+            f"{scale * self.value:+.{digits}f}{unit} [{low}, {high}] "
             f"({100 * self.level:g}% {self.method}, {what}{self.runs_a} vs {self.runs_b} seed(s))"
         )
 
