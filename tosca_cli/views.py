@@ -174,11 +174,8 @@ def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
 
 def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str]) -> Any:
     """A sweep's points as they end, with the running best single run on the split the sweep ranks
-    on (validation where the points hold one out; else test, and the line says it is tuned on
-    test), by its swept flags. The total is known when the sweep starts, and its planned training
-    time is the estimate until the first point ends."""
-    from tosca_heads.experiments.results import flag_text
-
+    on (`running_best`), by its swept flags. The total is known when the sweep starts, and its
+    planned training time is the estimate until the first point ends."""
     with progress() as board:
         holder: list[Task] = []
         best: dict[str, Any] = {}
@@ -187,29 +184,32 @@ def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str])
             holder.append(board.task("sweep", pending, "points", expected=expected))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
-            mine = [r for r in rows if r["router"] == rank_by]
-            ranked = next((r for r in mine if r["split"] == "validation"), None) or next(iter(mine), rows[0])
-            if not best or ranked["A_last"] > best["score"]:
-                best.update(
-                    score=ranked["A_last"],
-                    split=ranked["split"],
-                    label=", ".join(f"{f}={flag_text(ranked[f])}" for f in swept),
-                )
+            note = running_best(best, rows, rank_by, swept)
             if not holder:
                 started(total, None)
-            where = (
-                "on validation"
-                if best["split"] == "validation"
-                else "on TEST (no validation split: tuned on test)"
-            )
-            board.update(
-                holder[0],
-                completed=finished,
-                total=total,
-                note=f"best single run so far {where}: A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
-            )
+            board.update(holder[0], completed=finished, total=total, note=note)
 
         return run(on_point, started)
+
+
+def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str, swept: list[str]) -> str:
+    """The sweep's progress note after a point's rows: the best single run so far (kept in `best`)
+    on the split the sweep ranks on (validation where the points hold one out; else test, and the
+    note says it is tuned on test); never the test figure of a sweep that ranks on validation."""
+    from tosca_heads.experiments.results import flag_text
+
+    mine = [r for r in rows if r["router"] == rank_by]
+    ranked = next((r for r in mine if r["split"] == "validation"), None) or next(iter(mine), rows[0])
+    if not best or ranked["A_last"] > best["score"]:
+        best.update(
+            score=ranked["A_last"],
+            split=ranked["split"],
+            label=", ".join(f"{f}={flag_text(ranked[f])}" for f in swept),
+        )
+    where = (
+        "on validation" if best["split"] == "validation" else "on TEST (no validation split: tuned on test)"
+    )
+    return f"best single run so far {where}: A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}"
 
 
 def sweep_header(plan: Any, device: str) -> None:
@@ -479,7 +479,14 @@ def routers_table(run: Path, report: Any) -> None:
     validation = any(row["val_A_last"] is not None for row in report.rows)
     rows = []
     for row in report.rows:
-        name = row["router"] + (" *" if row["router"] == report.best and row["kind"] == "router" else "")
+        mine = row["kind"] == "router"
+        name = row["router"] + (
+            " *"
+            if row["router"] == report.best and mine
+            else " ="
+            if mine and row["router"] in (report.ties or ())
+            else ""
+        )
         held = [_in_percent(row, "val_A_last")] if validation else []
         rows.append(
             [
@@ -500,7 +507,7 @@ def routers_table(run: Path, report: Any) -> None:
         [{"intervals": True, "images": r["images"]} if r.get("images") else {} for r in report.rows[:1]]
     )
     for method, folder, differs in report.left_out:
-        say(f"left out: {method} in {folder}, measured under {differs} than this run (another protocol)")
+        say(f"left out: {method} in {folder}: {differs} (another protocol, never set beside the run)")
     if report.chosen_on == "validation":
         say(
             f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
@@ -510,6 +517,14 @@ def routers_table(run: Path, report: Any) -> None:
             f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
             "the run holds out no validation split, so this choice is tuned on test)"
         )
+    where = "validation" if report.chosen_on == "validation" else "test"
+    if report.ties:
+        say(
+            f"= not distinguishable from {report.best} on {where} (A_last, 95% paired bootstrap over the same images): "
+            + ", ".join(report.ties)
+        )
+    elif report.ties is None:
+        say("(ties with it not tested: the run kept no per-image answers; `tosca eval RUN` keeps them)")
     if report.misrouting:
         misrouting_table(report)
 

@@ -11,7 +11,13 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.experiments.records.baseline import NO_ROUTING, bounds, read_baseline
-from tosca_heads.experiments.records.run import read_confusion, read_metrics, read_run_config
+from tosca_heads.experiments.records.run import (
+    read_confusion,
+    read_metrics,
+    read_run_config,
+    read_run_outcomes,
+)
+from tosca_heads.method import uncertainty
 from tosca_heads.routers import ROUTERS, reference_text
 
 
@@ -30,6 +36,9 @@ class RoutersReport:
     # baselines of the run's store measured under another protocol (task split, validation split
     # or number of tasks): never set beside the run, each said (method, folder, what differs)
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    # the honest routers not distinguishable from `best` on `chosen_on` (a paired bootstrap of the
+    # difference in A_last on the same images); None: not tested (the run kept no answers)
+    ties: list[str] | None = None
 
 
 def misrouting(matrix: list[list[int]], most: int = 3) -> list[dict[str, Any]]:
@@ -91,11 +100,11 @@ def other_protocol(payload: dict[str, Any], config: dict[str, Any], tasks: int) 
     """What makes a baseline of the run's store another protocol than the run's ('' when none):
     its task split, its validation split, or its number of tasks."""
     if payload.get("stream") != config["stream"]:
-        return "another task split"
+        return "another task split than the run's"
     if payload.get("validation_split") != config.get("validation"):
-        return "another validation split"
+        return "another validation split than the run's"
     if payload.get("finished_tasks") != tasks:
-        return f"{payload.get('finished_tasks')} tasks, the run {tasks}"
+        return f"{payload.get('finished_tasks')} tasks where the run has {tasks}"
     return ""
 
 
@@ -142,6 +151,18 @@ def routers_report(run_dir: Path) -> RoutersReport:
         reference = reference_text(name) if router else ""
         rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
     best, chosen_on = default_router(metrics)
+    answers = (read_run_outcomes(run_dir, metrics) or {}).get(chosen_on)
+    ties = None
+    if answers is not None and best in answers:
+        ties = [
+            name
+            for name in answers
+            if name != best
+            and ROUTERS.get(name) is not None
+            and ROUTERS[name].honest
+            and uncertainty.beats(uncertainty.paired_difference([answers[best]], [answers[name]], "A_last"))
+            != uncertainty.HOLDS
+        ]
     confusion = read_confusion(run_dir) or {}
     matrix = confusion.get("test", {}).get(best)
     baselines, left_out = baseline_rows(run_dir, config, int(metrics["finished_tasks"]))
@@ -154,4 +175,5 @@ def routers_report(run_dir: Path) -> RoutersReport:
         if matrix is None or confusion["task"] + 1 != int(metrics["finished_tasks"])
         else misrouting(matrix),
         left_out,
+        [n for n in ROUTERS if n in ties] if ties is not None else None,
     )

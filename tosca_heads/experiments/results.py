@@ -126,14 +126,6 @@ def noise_column(split: str, rank_by: str, what: str) -> str:
     return f"{'val_' if split == 'validation' else ''}A_last_{rank_by}_{what}"
 
 
-def point_answers(out: Path | None, keys: Sequence[str]) -> dict[str, Any]:
-    """Each point's kept answers (records.sweep.read_point_outcomes; None for a point computed
-    before format 4)."""
-    from tosca_heads.experiments.records.sweep import read_point_outcomes
-
-    return {key: None if out is None else read_point_outcomes(out, key) for key in keys}
-
-
 def _runs(answers: dict[str, Any], keys: Sequence[str], split: str, router: str) -> list[Any] | None:
     """A configuration's outcomes on `split` under `router`, one per seed (None: not all kept)."""
     found = [(answers.get(k) or {}).get(split, {}).get(router) for k in keys]
@@ -390,11 +382,12 @@ def write_sweep_outputs(
     shown: Sequence[str] | None = None,
     command: Callable[[dict[str, Any]], str] | None = None,
     modules: Callable[[dict[str, Any]], str | None] | None = None,
+    answers: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Path], dict[str, Any] | None, pd.DataFrame | None]:
     """Everything derived from results.csv, rebuilt whole after each sweep (and after a resume);
     what it chose (None without results) and the summary (`with_noise`'s). `command` gives the
     `tosca fit` command of a configuration (its flags), `modules` the run folder --keep-modules kept
-    of it (None: none)."""
+    of it (None: none), `answers` each point's kept answers (`ResultsTable.answers`; None: none)."""
     shown = (
         [r for r in (shown or HEADLINE) if r in set(frame["router"])]
         if not frame.empty
@@ -403,10 +396,10 @@ def write_sweep_outputs(
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files, None, None
+    answers = answers or {}
     with atomic.writing(out / "results.parquet", "wb") as fh:
         frame.to_parquet(fh, index=False)
     points = by_point(frame)
-    answers = point_answers(out, list(points["key"]))
     summary = summarise_points(points, rank_by, routers_in(frame))
     summary = with_noise(summary, answers, ranking_split(points, rank_by), rank_by)
     chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."), modules, answers)

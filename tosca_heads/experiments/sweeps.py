@@ -545,6 +545,7 @@ def _run_points(
         plan.shown,
         lambda config: fit_command(store, config, seed, plan.validation),
         None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
+        table.answers(),
     )
     record_choice(out, chosen)
     outcome = SweepOutcome(

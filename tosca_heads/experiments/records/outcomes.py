@@ -144,6 +144,6 @@ def check_against(found: PerSplit, blocks: Mapping[str, Mapping[str, Any]], wher
                 seen = outcome.task <= t
                 if seen.any() and abs(float(outcome.correct[t][seen].mean()) - float(a)) > 1e-6:
                     raise UserError(
-                        f"{where}: its {split} answers of {name} do not give the A_t its metrics record "
+                        f"{where}: its {split} answers of {name} do not give the A_t recorded for them "
                         f"(task {t}); {hint}"
                     )

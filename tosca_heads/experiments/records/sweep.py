@@ -37,7 +37,7 @@ from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments.records import FORMAT, check_format, store_block
-from tosca_heads.experiments.records.outcomes import PerSplit, read_outcomes, write_outcomes
+from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import validation_record, write_validation_ids
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -367,6 +367,23 @@ class ResultsTable:
     def keys(self) -> set[str]:
         return set(self._points)
 
+    def answers(self) -> dict[str, PerSplit | None]:
+        """Each recorded point's kept answers (None for a point computed before format 4), checked
+        against the A_t its rows record: answers edited, damaged or of another point are one line."""
+        found: dict[str, PerSplit | None] = {}
+        out = self.path.parent
+        fix = "delete it and the point's rows in results.csv to compute the point again"
+        for key, rows in self._points.items():
+            found[key] = answers = read_point_outcomes(out, key)
+            if answers is not None:
+                blocks: dict[str, dict[str, Any]] = {}
+                for row in rows:
+                    blocks.setdefault(row["split"], {})[row["router"]] = {
+                        "A_t": parse_json(row["A_t"], "A_t")
+                    }
+                check_against(answers, blocks, str(outcomes_path(out, key)), fix)
+        return found
+
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
         if not rows or rows[0]["key"] in self._points:
@@ -488,7 +505,7 @@ def check_sweep_folder(out: Path, validation: ValidationConfig | None = None) ->
             recorded = read_sweep_file(out / "sweep.json").get("validation")
             if validation is not None and not _same_validation(recorded, validation):
                 raise UserError(f"sweep folder {out} {validation_mismatch(recorded)}")
-        ResultsTable(out / "results.csv", check_only=True)
+        ResultsTable(out / "results.csv", check_only=True).answers()
 
 
 def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:

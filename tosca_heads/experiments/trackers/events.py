@@ -7,7 +7,8 @@
   last epoch, as results.csv), and "A_t/SPLIT/ROUTER" at step t for every router on test and, where
   one is held out, on the validation split;
 - at the end: "A_last/SPLIT/ROUTER", "A_bar/...", "forgetting/..." and "routing/..." at the last
-  task's step, and the run's files as artifacts;
+  task's step, each with its 95% interval ("A_last_low/...", "A_last_high/...": metrics.json's
+  "intervals"), and the run's files as artifacts;
 - a baseline: "A_t/SPLIT/METHOD" per task and its final figures, the same way;
 - a sweep or a suite: one parent run (its flags, its files, what it chose) with a child run per
   point or cell, logged when that point's result reaches the command.
@@ -85,6 +86,11 @@ def final_metrics(blocks: dict[str, dict[str, dict[str, Any]]], step: int) -> li
                 value = block.get(field_)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     found.append(Metric(key(short, split, name), float(value), step))
+                for end, bound in zip(
+                    ("low", "high"), (block.get("intervals") or {}).get(field_) or (), strict=False
+                ):
+                    if isinstance(bound, (int, float)):  # the figure's 95% interval (format 4)
+                        found.append(Metric(key(f"{short}_{end}", split, name), float(bound), step))
     return found
 
 
