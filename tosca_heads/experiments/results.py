@@ -341,14 +341,17 @@ def choice_lines(chosen: dict[str, Any]) -> list[str]:
             f"{_figure(best['A_last'], best.get('A_last_interval'), best.get('A_last_se'))}; this figure is tuned on "
             "the test set."
         ]
+    if best.get("A_last_se" if chosen["split"] == "test" else "val_A_last_se") is None:
+        lines.append(
+            "No standard errors: these points were computed before tosca kept per-image answers "
+            "(only equal figures are ties)."
+        )
     if len(ties) > 1:
         lines.append(
             f"Tied within one standard error of the best ({len(ties)}): "
             + "; ".join(flags(t) for t in ties)
             + f". The rule chose: {CHOICE_RULE}."
         )
-    elif best.get("A_last_se" if chosen["split"] == "test" else "val_A_last_se") is None:
-        lines.append("No standard errors: these points were computed before tosca kept per-image answers.")
     check = chosen.get("test_check")
     if check is not None:
         if check.get("disagrees"):
