@@ -711,6 +711,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
 ]
 
+
 def _point_outcomes(root: Path) -> Path:
     (path,) = (root / "sweep" / "outcomes").glob("*.safetensors")
     return path

@@ -188,17 +188,22 @@ def test_a_file_of_a_newer_format_is_refused_in_one_line(old: Path, path: str, f
 # ------------------------------------------------------------------------------------------ format 2
 
 
-@pytest.fixture
-def fmt2(tmp_path: Path) -> Path:
-    """A copy of the format-2 files (tosca at ec92508: before the validation split), with the 0.1
-    store they were made on copied in, their @FIXTURE@ paths pointing at the copy."""
-    root = tmp_path / "format-2"
-    shutil.copytree(ROOT / "tests" / "data" / "format-2", root)
+def _fixture_copy(tmp_path: Path, name: str) -> Path:
+    """A copy of tests/data/NAME with the 0.1 store its files were made on copied in, their
+    @FIXTURE@ paths pointing at the copy."""
+    root = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "data" / name, root)
     shutil.copytree(ROOT / "tests" / "data" / "tosca-0.1" / "store.zarr", root / "store.zarr")
     for path in root.rglob("*"):
         if path.suffix in (".json", ".csv", ".md", ".tex") and path.is_file():
             path.write_text(path.read_text().replace("@FIXTURE@", str(root)))
     return root
+
+
+@pytest.fixture
+def fmt2(tmp_path: Path) -> Path:
+    """The format-2 files (tosca at ec92508: before the validation split)."""
+    return _fixture_copy(tmp_path, "format-2")
 
 
 def test_a_format_2_run_reevaluates_to_its_numbers_resumes_and_predicts(fmt2: Path) -> None:
@@ -258,15 +263,9 @@ def test_format_2_baselines_and_suite_cells_are_read_not_recomputed(fmt2: Path) 
 
 @pytest.fixture
 def fmt3(tmp_path: Path) -> Path:
-    """A copy of the format-3 files (tosca at d73a8da: before per-image answers and intervals), each
-    with a validation split of 0.34, with the 0.1 store they were made on copied in."""
-    root = tmp_path / "format-3"
-    shutil.copytree(ROOT / "tests" / "data" / "format-3", root)
-    shutil.copytree(ROOT / "tests" / "data" / "tosca-0.1" / "store.zarr", root / "store.zarr")
-    for path in root.rglob("*"):
-        if path.suffix in (".json", ".csv", ".md", ".tex") and path.is_file():
-            path.write_text(path.read_text().replace("@FIXTURE@", str(root)))
-    return root
+    """The format-3 files (tosca at d73a8da: before per-image answers and intervals), each with a
+    validation split of 0.34."""
+    return _fixture_copy(tmp_path, "format-3")
 
 
 VAL3 = ["--val-fraction", "0.34"]

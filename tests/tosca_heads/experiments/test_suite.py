@@ -184,7 +184,10 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             '[tosca]\nprimary = "batch"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "tosca.primary 'batch' is a reference router",
         ),
-        ('[tosca]\nprimary = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "tosca.primary must be a router's name"),
+        (
+            '[tosca]\nprimary = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "tosca.primary must be a router's name",
+        ),
         ('[[stores]]\nname = "A"\n', "has neither a path nor model + dataset"),
         (
             '[[stores]]\nname = "A"\npath = "a.zarr"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
