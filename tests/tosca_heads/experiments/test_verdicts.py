@@ -315,3 +315,20 @@ def test_the_routers_table_sets_beside_the_run_only_baselines_of_its_protocol(
     )
     assert "another validation split than the run's" in said and "another task split than the run's" in said
     assert "= not distinguishable from" in said or "* the best honest router" in said
+
+
+def test_the_trackers_get_each_final_figure_with_its_interval() -> None:
+    """Through the one event mapping every logger shares (`trackers.events.final_metrics`)."""
+    from tosca_heads.experiments.records import with_intervals
+    from tosca_heads.experiments.trackers.events import final_metrics
+
+    run = exactly(0.8)
+    found = uncertainty.intervals([run])
+    block = with_intervals({"A_last": 0.8, "A_bar": found["A_bar"].value, "forgetting": 0.0}, found)
+    logged = {m.key: m.value for m in final_metrics({"test": {"entropy": block}}, 2)}
+    assert logged["A_last/test/entropy"] == 0.8
+    assert [logged["A_last_low/test/entropy"], logged["A_last_high/test/entropy"]] == block["intervals"][
+        "A_last"
+    ]
+    assert logged["A_bar_low/test/entropy"] <= block["A_bar"] <= logged["A_bar_high/test/entropy"]
+    assert "forgetting_high/test/entropy" in logged
