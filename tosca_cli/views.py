@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, key_values, note, out, pct, pct_in, say, table
+from tosca_cli.terminal import as_json, err, key_values, note, out, pct_in, say, table
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
@@ -250,7 +250,7 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
 
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.experiments.results import choice_lines, flag_text
+    from tosca_heads.experiments.results import choice_lines, flag_text, spread_of
 
     if outcome.frame.empty:
         return say(f"sweep {outcome.out}: no results")
@@ -258,8 +258,7 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
     on_validation = outcome.chosen["split"] == "validation"
 
     def spread(row: Any, column: str) -> str:
-        mean, std = row.get(f"{column}_mean"), row.get(f"{column}_std")
-        return pct(mean) + ("" if std is None or std != std else f" ± {100 * std:.2f}")
+        return spread_of(row, column)
 
     ranked = f"{'val_' if on_validation else ''}A_last_{rank_by}"
 
@@ -294,7 +293,8 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
     split = "validation" if on_validation else "TEST (no validation split: tuned on test)"
     title = (
         f"sweep {outcome.out}: best first by A_last ({rank_by} router) on {split}; test A_last beside; mean ± std over "
-        "seeds; SE: standard error of the ranked mean; = tied with the best (within one SE), * chosen"
+        "seeds (one seed: [its 95% interval]); SE: standard error of the ranked mean; = tied with the best "
+        "(within one SE), * chosen"
     )
     table(title, columns, rows)
     more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""

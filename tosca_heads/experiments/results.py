@@ -41,19 +41,33 @@ def routers_in(frame: pd.DataFrame) -> list[str]:
     return [r for r in ROUTERS if r in present] + [r for r in present if r not in ROUTERS]
 
 
+# each run's own interval of a figure (results.csv's columns), by the name the tables give it
+RUN_INTERVALS = {
+    f"{metric}_{end}": f"{column}_{end}"
+    for metric, column in (("A_bar", "A_bar"), ("A_last", "A_last"), ("routing", "routing_accuracy"))
+    for end in ("low", "high")
+}
+
+
 def by_point(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per point, with a `{metric}_{router}` column per router and metric on test, and a
-    `val_{metric}_{router}` column on the validation split where the points have one."""
+    """One row per point, with a `{metric}_{router}` column per router and metric on test (each
+    run's interval as `{metric}_low_{router}` and `_high_`), and `val_` the same on the validation
+    split where the points have one."""
+    import pandas as pd
+
     points = frame.drop_duplicates("key").set_index("key")[[c for c in POINT_COLUMNS if c != "key"]]
+    pivots = []
     for split, prefix in (("test", ""), ("validation", "val_")):
         part = frame[frame["split"] == split]
         if part.empty:
             continue
-        for metric, column in METRIC_COLUMNS.items():
+        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS}.items():
+            if column not in part:
+                continue
             pivot = part.pivot(index="key", columns="router", values=column)
             pivot.columns = [f"{prefix}{metric}_{router}" for router in pivot.columns]
-            points = points.join(pivot)
-    return points.reset_index()
+            pivots.append(pivot)
+    return pd.concat([points, *pivots], axis=1).reset_index(names="key")
 
 
 def varying_flags(points: pd.DataFrame) -> list[str]:
@@ -81,13 +95,13 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
         f"{prefix}{m}_{r}"
         for prefix in ("", "val_")
         for r in routers
-        for m in ("A_bar", "A_last", "routing")
+        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS)
         if f"{prefix}{m}_{r}" in points
     ]
     agg: dict[str, Any] = {c: ["mean", "std"] for c in metrics}
     agg.update(params_per_task="first", train_seconds="mean", seed="count", key=list)
     ordered = points.sort_values("seed", kind="stable")
-    summary = ordered.groupby(group, dropna=False).agg(agg)
+    summary = ordered.groupby(group, dropna=False).agg(agg).copy()  # one block: no fragmented frame
     summary.columns = [f"{a}_{b}" if b not in ("first", "list") else a for a, b in summary.columns]
     summary = summary.rename(
         columns={"seed_count": "seeds", "train_seconds_mean": "train_seconds", "key": "keys"}
@@ -97,12 +111,40 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
     return summary.reset_index(drop=True)
 
 
-def _pm(mean: float, std: float) -> str:
+def _pm(mean: float, std: float, low: Any = np.nan, high: Any = np.nan) -> str:
+    """'80.12 ± 1.30' over seeds; one seed: '80.12 [77.7, 82.4]', its run's interval (where kept)."""
     if np.isnan(mean):
         return "–"
     if np.isnan(std):
-        return f"{100 * mean:.2f}"
+        shown = "" if _missing(low) or _missing(high) else f" [{100 * low:.1f}, {100 * high:.1f}]"
+        return f"{100 * mean:.2f}{shown}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def spread_of(row: Any, column: str) -> str:
+    """A summary row's figure `column` ("A_last_entropy", "val_A_bar_lda") as `_pm` says it; the run's
+    interval of a one-seed configuration from `{metric}_low_{router}` / `_high_`."""
+    metric, router = _split_column(column)
+    return _pm(
+        row.get(f"{column}_mean", np.nan),
+        row.get(f"{column}_std", np.nan),
+        row.get(f"{metric}_low_{router}_mean", np.nan),
+        row.get(f"{metric}_high_{router}_mean", np.nan),
+    )
+
+
+def _split_column(column: str) -> tuple[str, str]:
+    """ "val_A_last_entropy" -> ("val_A_last", "entropy")."""
+    for metric in ("A_bar", "A_last", "routing"):
+        for prefix in ("val_", ""):
+            head = f"{prefix}{metric}_"
+            if column.startswith(head):
+                return head[:-1], column[len(head) :]
+    return column, ""
 
 
 def flag_text(value: Any) -> str:
@@ -251,10 +293,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _with_se(mean: float, std: float, se: Any) -> str:
-    """'80.12 ± 1.30 (SE 0.91)': mean ± std over seeds, and the standard error of the mean."""
-    said = _pm(mean, std)
-    return said if se is None or (isinstance(se, float) and np.isnan(se)) else f"{said} (SE {100 * se:.2f})"
+def _with_se(row: Any, column: str, se: Any) -> str:
+    """'80.12 ± 1.30 (SE 0.91)': mean ± std over seeds (`spread_of`), and the standard error of the mean."""
+    said = spread_of(row, column)
+    return said if _missing(se) else f"{said} (SE {100 * se:.2f})"
 
 
 def summary_markdown(
@@ -280,8 +322,9 @@ def summary_markdown(
         f"# Sweep on {points['dataset'].iloc[0]} / {points['backbone'].iloc[0]}: {len(summary)} configurations, "
         f"{len(points)} runs",
         "",
-        f"{how} Accuracies in %, mean ± std over seeds (results.csv has every router and split, each run's "
-        f"figures with their 95% intervals). SE: the standard error of the ranked figure's mean (a stratified "
+        f"{how} Accuracies in %, mean ± std over seeds; a configuration of one seed with its run's 95% "
+        f"interval [low, high] (results.csv has every router and split, each run's figures with their "
+        f"intervals). SE: the standard error of the ranked figure's mean (a stratified "
         f"bootstrap over the images and the seeds). `=`: tied with the best, within one standard error of it; "
         f"`*`: the chosen configuration, {CHOICE_RULE}.",
         "",
@@ -293,16 +336,12 @@ def summary_markdown(
         mark = "*" if row["chosen"] else ("=" if row["tie"] else "")
         cells = [mark, *(flag_text(row[f]) for f in flags)]
         if val:
-            cells.append(
-                _with_se(row[f"val_A_last_{rank_by}_mean"], row[f"val_A_last_{rank_by}_std"], row[ranked_se])
-            )
+            cells.append(_with_se(row, f"val_A_last_{rank_by}", row[ranked_se]))
         for m in shown:
             se = row.get(ranked_se) if (m == rank_by and not val) else None
-            cells.append(
-                _with_se(row.get(f"A_last_{m}_mean", np.nan), row.get(f"A_last_{m}_std", np.nan), se)
-            )
-        cells.append(_pm(row[f"A_bar_{rank_by}_mean"], row[f"A_bar_{rank_by}_std"]))
-        cells.append(_pm(row[f"routing_{rank_by}_mean"], row[f"routing_{rank_by}_std"]))
+            cells.append(_with_se(row, f"A_last_{m}", se))
+        cells.append(spread_of(row, f"A_bar_{rank_by}"))
+        cells.append(spread_of(row, f"routing_{rank_by}"))
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *choice_lines(chosen)]

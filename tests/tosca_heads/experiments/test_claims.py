@@ -104,7 +104,7 @@ def test_the_batch_claim_is_a_two_sided_equivalence_test(changed: tuple[int, int
     claim = batch_claim(found, ["S"], ["entropy", "lda"], "validation")
     assert claim.verdict == verdict, claim.figures
     (figure,) = claim.figures
-    assert "best honest router on validation (lda)" in figure  # never the oracle
+    assert "best honest router (lda, the highest on validation)" in figure  # never the oracle
     assert "within [-1, +1] point" in claim.threshold
 
 

@@ -212,7 +212,7 @@ def batch_claim(
         verdicts.append(verdict)
         where = "on validation" if chosen_on == "validation" else "on test (no validation split)"
         figures.append(
-            f"{store}: batch {_figure(batch)}, best honest router {where} ({name}) {_figure(best)}: "
+            f"{store}: batch {_figure(batch)}, best honest router ({name}, the highest {where}) {_figure(best)}: "
             f"{diff.said()}: {verdict}"
         )
     return Claim(

@@ -54,6 +54,19 @@ TABLE_COLUMNS = [
     *("bold", "chosen_on", "bold_difference", "bold_low", "bold_high", "bold_verdict"),
 ]
 BOLD_COLUMNS = 6  # the last columns, set by `_mark_best`
+ABLATION_COLUMNS = (
+    "flow",
+    "l1",
+    "store",
+    "metric",
+    "mean",
+    "std",
+    "n",
+    "expected",
+    "ci_low",
+    "ci_high",
+    "images",
+)
 
 
 @dataclass
@@ -61,7 +74,7 @@ class SuiteTables:
     """The suite's results as pandas frames (long form: one row per entry) and its claims."""
 
     table: pd.DataFrame  # TABLE_COLUMNS: test mean/std/n, validation's, bold and the split it was chosen on
-    ablation: pd.DataFrame  # flow, l1, store, metric (A_last or a similarity), mean, std, n, expected
+    ablation: pd.DataFrame  # ABLATION_COLUMNS: per flow, l1, store, metric (A_last or a similarity)
     claims: list[Claim]
     curves: dict[str, dict[str, list[list[float]]]]  # store -> method label -> A_t per finished cell
     chosen_on: str = "test"  # the split the bold entries were chosen on
@@ -201,6 +214,8 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                 ]
             for metric, values in figures.items():
                 mean, std, n = _stats(values)
+                runs = evidence.runs(store.name, entry) if metric == "A_last" else None
+                ci_low, ci_high, images = _interval(runs, metric)
                 ablation.append(
                     dict(
                         flow=flow,
@@ -211,13 +226,14 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                         std=std,
                         n=n,
                         expected=len(cells),
+                        ci_low=ci_low,
+                        ci_high=ci_high,
+                        images=images,
                     )
                 )
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-BOLD_COLUMNS])
     chosen_on, tested = _mark_best(table, evidence)
-    ablation_frame = pd.DataFrame(
-        ablation, columns=["flow", "l1", "store", "metric", "mean", "std", "n", "expected"]
-    )
+    ablation_frame = pd.DataFrame(ablation, columns=[*ABLATION_COLUMNS])
     found = claims(spec, states, table, ablation_frame, evidence)
     return SuiteTables(table, ablation_frame, found, curves, chosen_on, tested)
 
@@ -455,7 +471,7 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
             (out / name).unlink(missing_ok=True)
     else:
         note = (
-            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, %, test split), and "
+            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, one seed with its 95% interval over the test images; %, test split), and "
             "the mean cosine similarity over every pair of task modules three ways: their weight matrices "
             "(no LayerNorm, no biases), all their parameters, and their outputs on the same test features."
             + (
