@@ -77,14 +77,14 @@ def say_protocol(protocol: Any) -> None:
 
 
 def run_summary(result: Any, routers: list[str]) -> None:
-    from tosca_heads.routers import ROUTERS
+    from tosca_heads.routers import reference_text
 
     metrics = result.metrics()
     validation = metrics.get("validation") or {}
     rows = []
     for name in routers:
         m = metrics["routers"][name]
-        told = "" if ROUTERS[name].honest else ("told the task" if name == "oracle" else "batch votes")
+        told = reference_text(name)  # what makes it a reference, as the registry says ("" for an honest one)
         held = [pct_in(validation[name], "A_last")] if validation else []
         rows.append(
             [
