@@ -68,10 +68,12 @@ class Evidence:
     def runs(self, store: str, entry: str, split: str = "test") -> list[Outcomes] | None:
         return self.answers.get((store, entry), {}).get(split)
 
-    def mean(self, store: str, entry: str, metric: str = "A_last", split: str = "test") -> float:
-        """An entry's mean over its cells, from their answers (NaN without)."""
+    def mean(self, store: str, entry: str, split: str = "test") -> float:
+        """An entry's mean A_last over its cells, from their answers (NaN without)."""
         runs = self.runs(store, entry, split)
-        return math.nan if not runs else uncertainty.intervals(runs)[metric].value
+        return (
+            math.nan if not runs else uncertainty.spread([r.right() / r.images for r in runs if r.images])[0]
+        )
 
 
 def _figure(runs: Sequence[Outcomes]) -> str:

@@ -92,12 +92,11 @@ def _answers(results: Sequence[dict[str, Any]], key: str, split: str) -> list[Ou
     return None if not found or any(f is None for f in found) else found
 
 
-def _interval(runs: list[Outcomes] | None, metric: str) -> tuple[float, float, float]:
-    """(low, high, images) of an entry's mean over its cells (NaN without answers)."""
+def _intervals(runs: list[Outcomes] | None) -> dict[str, tuple[float, float, float]]:
+    """Per metric, (low, high, images) of an entry's mean over its cells (NaN without answers)."""
     if runs is None:
-        return math.nan, math.nan, math.nan
-    found = uncertainty.intervals(runs)[metric]
-    return found.low, found.high, found.images
+        return dict.fromkeys(uncertainty.METRICS, (math.nan, math.nan, math.nan))
+    return {m: (i.low, i.high, i.images) for m, i in uncertainty.intervals(runs).items()}
 
 
 def _main_cells(spec: SuiteSpec, states: Sequence[CellState], store: str) -> list[CellState]:
@@ -127,12 +126,13 @@ def _entries(
     rows = []
     answers = {split: _answers(results, key, split) for split in ("test", "validation")}
     evidence.answers[(store, method)] = answers
+    found = {split: _intervals(runs) for split, runs in answers.items()}
     for metric in METRICS:
         mean, std, n = _stats([r["routers"][key][metric] for r in results])
         held = [r["validation"][key][metric] for r in results if key in r.get("validation", {})]
         val_mean, val_std, val_n = _stats(held)
-        ci_low, ci_high, images = _interval(answers["test"], metric)
-        val_low, val_high, val_images = _interval(answers["validation"] if val_n else None, metric)
+        ci_low, ci_high, images = found["test"][metric]
+        val_low, val_high, val_images = found["validation"][metric] if val_n else (math.nan,) * 3
         rows.append(
             dict(
                 method=method,
@@ -215,7 +215,7 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             for metric, values in figures.items():
                 mean, std, n = _stats(values)
                 runs = evidence.runs(store.name, entry) if metric == "A_last" else None
-                ci_low, ci_high, images = _interval(runs, metric)
+                ci_low, ci_high, images = _intervals(runs)["A_last"]
                 ablation.append(
                     dict(
                         flow=flow,
