@@ -8,23 +8,26 @@ that brought that class. Every figure is recomputed from them, never by training
 - **A_last** (and the routing accuracy) of one run is a plain accuracy over the images of every
   class seen: an exact binomial interval (Clopper-Pearson, `clopper_pearson`).
 - **A_bar and forgetting** are functions of several A_t on nested image sets: a seeded bootstrap
-  over images that recomputes them from the resampled images (`interval`), stratified by class
+  over images that recomputes them from the resampled images (`intervals`), stratified by class
   (each class keeps its number of images, as a test set is built), its percentile interval.
 - **Over seeds**: mean, standard deviation (n - 1) and n (`spread`); the interval and standard
-  error of a mean over seeds (`interval` of several runs) resample the seeds as well as the images.
+  error of a mean over seeds (`intervals` of several runs) resample the seeds as well as the
+  images, and a mean A_last is never surer than one run's exact interval of its images.
 - **A difference** ("A beats B", "A within X of B", a bold entry, a sweep's test check): a paired
-  bootstrap (`paired_difference`): every replicate draws the same images for both sides, and
-  each side's seeds from its own; the difference of the two means is recomputed, and its
-  percentile interval at `LEVEL` decides (`beats`, `within`): "holds", "does not hold", or "not
-  distinguishable at this sample size".
+  bootstrap (`paired_difference`): every replicate draws the same images for both sides, and the
+  seeds of each side (the same seed positions when both have as many: paired by seed too); the
+  difference of the two means is recomputed, and its percentile interval at `LEVEL` decides
+  (`beats`, `within`): "holds", "does not hold", or "not distinguishable at this sample size". A
+  figure with no images behind it (a similarity of modules) is compared over seeds by a paired t
+  interval (`seed_difference`).
 - **A sweep's ties**: points whose mean is within one standard error of the best's (`ties`); the
   standard error of a mean accuracy is the bootstrap's, never below its images' binomial one by
   Agresti and Coull's "plus four" (`plus_four_se`: a split answered all right still has noise).
 
-The bootstrap draws, per class, how many of its images show each distinct pattern of answers
-(a multinomial over the patterns present: the same distribution as drawing images one by one, at
-a fraction of the cost), from a generator seeded with `SEED`: the same numbers on any machine,
-thread or worker count.
+The bootstrap draws each class's images with replacement from a generator seeded with `SEED`: the
+draws depend only on the seed and the classes' sizes, so every method on the same images is scored
+on the same draws, whichever others it is computed with, on any machine, thread or worker count.
+Right answers are counted in float32 over whole numbers (exact), so no sum's order moves a bit.
 """
 
 from __future__ import annotations
