@@ -192,7 +192,7 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("script", "said"),
-    [("sweep_and_plot.py", "best under lda"), ("custom_router.py", "confident")],
+    [("sweep_and_plot.py", "chosen on validation under entropy"), ("custom_router.py", "confident")],
 )
 @pytest.mark.heavy
 def test_the_examples_run_on_tiny_data(tmp_path: Path, script: str, said: str) -> None:

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, key_values, note, out, pct, say, table
+from tosca_cli.terminal import as_json, err, key_values, note, out, pct_in, say, table
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
@@ -77,23 +77,23 @@ def say_protocol(protocol: Any) -> None:
 
 
 def run_summary(result: Any, routers: list[str]) -> None:
-    from tosca_heads.routers import ROUTERS
+    from tosca_heads.routers import reference_text
 
     metrics = result.metrics()
     validation = metrics.get("validation") or {}
     rows = []
     for name in routers:
         m = metrics["routers"][name]
-        told = "" if ROUTERS[name].honest else ("told the task" if name == "oracle" else "batch votes")
-        held = [pct(validation[name]["A_last"])] if validation else []
+        told = reference_text(name)  # what makes it a reference, as the registry says ("" for an honest one)
+        held = [pct_in(validation[name], "A_last")] if validation else []
         rows.append(
             [
                 name,
-                pct(m["A_bar"]),
-                pct(m["A_last"]),
+                pct_in(m, "A_bar"),
+                pct_in(m, "A_last"),
                 *held,
-                pct(m["forgetting"]),
-                pct(m["routing_accuracy"]),
+                pct_in(m, "forgetting"),
+                pct_in(m, "routing_accuracy"),
                 told,
             ]
         )
@@ -105,6 +105,7 @@ def run_summary(result: Any, routers: list[str]) -> None:
         rows,
         ("router", "reference"),
     )
+    said_intervals(metrics["routers"])
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
     say(
@@ -114,6 +115,22 @@ def run_summary(result: Any, routers: list[str]) -> None:
     plot = Path(result.run_dir) / "accuracy.png"
     if plot.is_file():
         say(f"plot {plot}")
+
+
+def said_intervals(blocks: Any) -> None:
+    """Under a table of figures: what their brackets are, or that they have none (files before
+    format 4)."""
+    blocks = list(blocks.values()) if isinstance(blocks, dict) else list(blocks)
+    if any(b and b.get("intervals") for b in blocks):
+        images = next(b["images"] for b in blocks if b and b.get("intervals"))
+        say(
+            f"[low, high]: 95% interval over the {images:,} images of the split (A_last and routing: exact binomial; "
+            "A_bar and forgetting: a stratified bootstrap over images; docs/guarantees.md)"
+        )
+    elif blocks:
+        say(
+            "no intervals: these figures were written before tosca kept per-image answers (`tosca eval RUN` adds them)"
+        )
 
 
 def per_split(board: Board, verb: str, unit: str) -> Callable[[str, int, int], None]:
@@ -156,11 +173,9 @@ def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
 
 
 def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str]) -> Any:
-    """A sweep's points as they end, with the running best point (by its swept flags). The total is
-    known when the sweep starts, and its planned training time is the estimate until the first
-    point ends."""
-    from tosca_heads.experiments.results import flag_text
-
+    """A sweep's points as they end, with the running best single run on the split the sweep ranks
+    on (`running_best`), by its swept flags. The total is known when the sweep starts, and its
+    planned training time is the estimate until the first point ends."""
     with progress() as board:
         holder: list[Task] = []
         best: dict[str, Any] = {}
@@ -169,19 +184,32 @@ def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str])
             holder.append(board.task("sweep", pending, "points", expected=expected))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
-            mine = next((r for r in rows if r["router"] == rank_by), rows[0])
-            if not best or mine["A_last"] > best["score"]:
-                best.update(score=mine["A_last"], label=", ".join(f"{f}={flag_text(mine[f])}" for f in swept))
+            note = running_best(best, rows, rank_by, swept)
             if not holder:
                 started(total, None)
-            board.update(
-                holder[0],
-                completed=finished,
-                total=total,
-                note=f"best A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}",
-            )
+            board.update(holder[0], completed=finished, total=total, note=note)
 
         return run(on_point, started)
+
+
+def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str, swept: list[str]) -> str:
+    """The sweep's progress note after a point's rows: the best single run so far (kept in `best`)
+    on the split the sweep ranks on (validation where the points hold one out; else test, and the
+    note says it is tuned on test); never the test figure of a sweep that ranks on validation."""
+    from tosca_heads.experiments.results import flag_text
+
+    mine = [r for r in rows if r["router"] == rank_by]
+    ranked = next((r for r in mine if r["split"] == "validation"), None) or next(iter(mine), rows[0])
+    if not best or ranked["A_last"] > best["score"]:
+        best.update(
+            score=ranked["A_last"],
+            split=ranked["split"],
+            label=", ".join(f"{f}={flag_text(ranked[f])}" for f in swept),
+        )
+    where = (
+        "on validation" if best["split"] == "validation" else "on TEST (no validation split: tuned on test)"
+    )
+    return f"best single run so far {where}: A_last({rank_by}) {100 * best['score']:.2f}% at {best['label']}"
 
 
 def sweep_header(plan: Any, device: str) -> None:
@@ -222,7 +250,7 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
 
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.experiments.results import choice_lines, flag_text
+    from tosca_heads.experiments.results import choice_lines, flag_text, spread_of
 
     if outcome.frame.empty:
         return say(f"sweep {outcome.out}: no results")
@@ -230,13 +258,20 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
     on_validation = outcome.chosen["split"] == "validation"
 
     def spread(row: Any, column: str) -> str:
-        mean, std = row.get(f"{column}_mean"), row.get(f"{column}_std")
-        return pct(mean) + ("" if std is None or std != std else f" ± {100 * std:.2f}")
+        return spread_of(row, column)
+
+    ranked = f"{'val_' if on_validation else ''}A_last_{rank_by}"
+
+    def standard_error(row: Any) -> str:
+        se = row.get(f"{ranked}_se")
+        return "–" if se is None or se != se else f"{100 * se:.2f}"
 
     rows = [
         [
+            "*" if row["chosen"] else ("=" if row["tie"] else ""),
             *(flag_text(row[f]) for f in flags),
             *([spread(row, f"val_A_last_{rank_by}")] if on_validation else []),
+            standard_error(row),
             *(spread(row, f"A_last_{m}") for m in shown),
             spread(row, f"routing_{rank_by}"),
             f"{int(row['params_per_task']):,}",
@@ -246,15 +281,21 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
     ]
     val = [f"val A_last {SHORT.get(rank_by, rank_by)}"] if on_validation else []
     columns = [
+        "",
         *flags,
         *val,
+        "SE",
         *(f"A_last {SHORT.get(m, m)}" for m in shown),
         f"routing acc ({SHORT.get(rank_by, rank_by)})",
         "params/task",
         "seeds",
     ]
     split = "validation" if on_validation else "TEST (no validation split: tuned on test)"
-    title = f"sweep {outcome.out}: best first by A_last ({rank_by} router) on {split}; test A_last beside; mean ± std over seeds"
+    title = (
+        f"sweep {outcome.out}: best first by A_last ({rank_by} router) on {split}; test A_last beside; mean ± std over "
+        "seeds (one seed: [its 95% interval]); SE: standard error of the ranked mean; = tied with the best "
+        "(within one SE), * chosen"
+    )
     table(title, columns, rows)
     more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""
     say(
@@ -273,8 +314,8 @@ def comparison_table(comparison: Any) -> None:
         [
             r.method,
             r.routing,
-            *(pct(r.metrics[m]) for m in metrics),
-            *([pct(r.validation["A_last"]) if r.validation else "–"] if validation else []),
+            *(pct_in(r.metrics, m) for m in metrics),
+            *([pct_in(r.validation, "A_last")] if validation else []),
             f"{r.parameters:,}",
             f"{r.seconds:.1f}",
             r.reference,
@@ -284,6 +325,7 @@ def comparison_table(comparison: Any) -> None:
     columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc"]
     columns += [*(["val A_last"] if validation else []), "parameters", "seconds", "reference"]
     table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
+    said_intervals([r.metrics for r in comparison.results])
 
 
 def extraction_estimator(device: str) -> Callable[[Any], Any]:
@@ -423,21 +465,36 @@ class DemoDisplay:
         say(f"tables: {', '.join(map(str, tables))}")
 
 
+def _in_percent(row: dict[str, Any], key: str) -> str:
+    """A row's figure already in %, with its interval where it has one: '93.33 [83.8, 98.2]'."""
+    value, low, high = row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high")
+    if value is None:
+        return "–"
+    return f"{value:.2f}" + ("" if low is None or high is None else f" [{low:.1f}, {high:.1f}]")
+
+
 def routers_table(run: Path, report: Any) -> None:
-    """`tosca routers`: every router of a run beside the baselines of its store, and which one
-    `tosca predict` takes by default (and on which split it was chosen)."""
+    """`tosca routers`: every router of a run beside the baselines of its protocol (the others said
+    below), and which one `tosca predict` takes by default (and on which split it was chosen)."""
     validation = any(row["val_A_last"] is not None for row in report.rows)
     rows = []
     for row in report.rows:
-        name = row["router"] + (" *" if row["router"] == report.best and row["kind"] == "router" else "")
-        held = ["–" if row["val_A_last"] is None else f"{row['val_A_last']:.2f}"] if validation else []
+        mine = row["kind"] == "router"
+        name = row["router"] + (
+            " *"
+            if row["router"] == report.best and mine
+            else " ="
+            if mine and row["router"] in (report.ties or ())
+            else ""
+        )
+        held = [_in_percent(row, "val_A_last")] if validation else []
         rows.append(
             [
                 name,
-                *(f"{row[k]:.2f}" for k in ("A_bar", "A_last")),
+                *(_in_percent(row, k) for k in ("A_bar", "A_last")),
                 *held,
-                f"{row['forgetting']:.2f}",
-                "–" if row["routing_accuracy"] is None else f"{row['routing_accuracy']:.2f}",
+                _in_percent(row, "forgetting"),
+                _in_percent(row, "routing_accuracy"),
                 row["reference"],
                 row["summary"],
             ]
@@ -446,6 +503,11 @@ def routers_table(run: Path, report: Any) -> None:
     columns = ["router", "A_bar", "A_last", *(["val A_last"] if validation else []), "forgetting"]
     columns += ["routing acc", "reference", "what it is"]
     table(title, columns, rows, ("router", "reference", "what it is"))
+    said_intervals(
+        [{"intervals": True, "images": r["images"]} if r.get("images") else {} for r in report.rows[:1]]
+    )
+    for method, folder, differs in report.left_out:
+        say(f"left out: {method} in {folder}: {differs} (another protocol, never set beside the run)")
     if report.chosen_on == "validation":
         say(
             f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
@@ -455,6 +517,14 @@ def routers_table(run: Path, report: Any) -> None:
             f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
             "the run holds out no validation split, so this choice is tuned on test)"
         )
+    where = "validation" if report.chosen_on == "validation" else "test"
+    if report.ties:
+        say(
+            f"= not distinguishable from {report.best} on {where} (A_last, 95% paired bootstrap over the same images): "
+            + ", ".join(report.ties)
+        )
+    elif report.ties is None:
+        say("(ties with it not tested: the run kept no per-image answers; `tosca eval RUN` keeps them)")
     if report.misrouting:
         misrouting_table(report)
 

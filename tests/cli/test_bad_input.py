@@ -293,6 +293,12 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep jobs zero", [*SWEEP, "--jobs", "0"], "--jobs must be at least 1, got 0"),
     ("sweep group negative", [*SWEEP, "--group", "-1"], "--group must be at least 1, got -1"),
     ("sweep unknown rank", [*SWEEP, "--rank-by", "best"], "unknown --rank-by 'best'"),
+    (
+        "sweep ranked by the oracle",
+        [*SWEEP, "--rank-by", "oracle"],
+        "--rank-by oracle is a reference router (told the task): a reference never ranks or chooses",
+    ),
+    ("sweep ranked by batch votes", [*SWEEP, "--rank-by", "batch"], "--rank-by batch is a reference router"),
     ("sweep unknown preset", [*SWEEP, "--preset", "best"], "unknown --preset 'best'"),
     ("sweep unknown scheduler", [*SWEEP, "--scheduler", "cluster"], "unknown --scheduler 'cluster'"),
     ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a sweep folder"),
@@ -764,6 +770,37 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
 ]
 
+
+def _point_outcomes(root: Path) -> Path:
+    (path,) = (root / "sweep" / "outcomes").glob("*.safetensors")
+    return path
+
+
+def _flipped_outcomes(root: Path) -> None:
+    """A point's kept answers with every answer of one router turned over."""
+    from safetensors.numpy import load_file, save_file
+
+    path = _point_outcomes(root)
+    tensors = load_file(path)
+    tensors["test/right/entropy"] = ~tensors["test/right/entropy"]
+    save_file(tensors, path, metadata={"format": "4", "tasks": str(tensors["test/right/entropy"].shape[0])})
+
+
+DAMAGED += [
+    (
+        "sweep outcomes not safetensors",
+        lambda root: _garbage(_point_outcomes(root)),
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        ".safetensors: it is not a safetensors file",
+    ),
+    (
+        "sweep outcomes edited",
+        _flipped_outcomes,
+        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
+        "its test answers of entropy do not give the A_t recorded for them (task 0)",
+    ),
+]
+
 # Links and fifos planted in tosca's folders, one row per file a command writes there (in a shared
 # folder, a link makes tosca write where its planter wants): refused in one line before anything is
 # written; the file it points to is untouched. A dangling link must not create its target either.
@@ -778,6 +815,10 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep summary.md", "sweep/summary.md", "link", SWEEP_MORE),
     ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
     ("sweep heatmap", "sweep/heatmap_A_last.png", "link", SWEEP_MORE),
+    ("sweep summary.csv", "sweep/summary.csv", "link", SWEEP_MORE),
+    ("sweep outcomes folder", "sweep/outcomes", "link", SWEEP_MORE),
+    ("run outcomes.safetensors", "run/outcomes.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("baselines outcomes.safetensors", "base/simplecil/outcomes.safetensors", "link", BASELINES_AGAIN),
     ("run config.json, a dangling link", "run/config.json", "dangling", FIT_MORE),
     ("run marker .tosca", "run/.tosca", "link", FIT_MORE),
     ("run metrics.json", "run/metrics.json", "link", ["eval", "{run}", "--device", "cpu"]),
@@ -877,6 +918,8 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     root = _copy(damaged_template, tmp_path)
     target, outside = root / file, tmp_path / "outside.txt"
     outside.write_text("the planter's target\n")
+    if target.is_dir() and not target.is_symlink():  # a folder tosca made (a sweep's outcomes/)
+        shutil.rmtree(target)
     target.unlink(missing_ok=True)
     if planted == "fifo":
         os.mkfifo(target)

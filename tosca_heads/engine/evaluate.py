@@ -28,7 +28,7 @@ from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
-Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing, confusion}}
+Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing, confusion, correct}}
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
 FORWARD_BYTES = 256 << 20  # one [G, rows, d] activation of a module forward over test rows
@@ -178,6 +178,7 @@ class StageEvaluator:
         self.stream, self.device, self.split = stream, device, split
         self.test_labels = labels  # incremental class ids of `rows` (store order)
         rows = np.arange(len(labels)) if rows is None else np.asarray(rows, dtype=np.int64)
+        self.rows = rows
         self.order = np.argsort(labels, kind="stable")  # positions in `rows`, by class
         self.position = np.empty_like(self.order)
         self.position[self.order] = np.arange(len(self.order))  # position in `rows` -> sorted position
@@ -193,6 +194,15 @@ class StageEvaluator:
     @property
     def features(self) -> torch.Tensor:
         return self.scorer.features
+
+    def images(self) -> dict[str, np.ndarray]:
+        """What each image of the split is, in the order of every `correct` array: its store row, its
+        class (the store's label) and the task that brings that class (`method.uncertainty`)."""
+        return {
+            "rows": self.rows,
+            "classes": self.stream.order[self.test_labels],
+            "task": self.stream.task_of(self.test_labels),
+        }
 
     def seen(self, task: int) -> int:
         """How many rows (a prefix of the sorted order) belong to the classes seen after `task`."""
@@ -246,6 +256,7 @@ class StageEvaluator:
                 (blocks / counts).cpu(),
                 (chosen == true_task).double().mean(1).cpu(),
                 _routing_confusion(true_task, chosen, task + 1),
+                self._in_split_order(correct.bool().cpu().numpy()),
             )
         return [
             {
@@ -254,11 +265,19 @@ class StageEvaluator:
                     "blocks": [float(v) for v in blocks[g]],
                     "routing": float(routing[g]),
                     "confusion": confusion[g],
+                    "correct": right[g],
                 }
-                for router, (a_t, blocks, routing, confusion) in scores.items()
+                for router, (a_t, blocks, routing, confusion, right) in scores.items()
             }
             for g in range(view.groups)
         ]
+
+    def _in_split_order(self, correct: np.ndarray) -> np.ndarray:
+        """[G, n] right answers of the seen rows in class order -> [G, bytes]: every row of the split
+        in its own order (`images`), a row of a class not seen yet False, packed 8 to a byte."""
+        full = np.zeros((correct.shape[0], len(self.order)), dtype=bool)
+        full[:, self.order[: correct.shape[1]]] = correct
+        return np.packbits(full, axis=1)
 
 
 def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int) -> list[list[list[int]]]:

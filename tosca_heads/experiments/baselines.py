@@ -17,11 +17,13 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.limits import require_memory
 from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_not_replaced, check_readable
+from tosca_heads.experiments.records import with_intervals
 from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
 from tosca_heads.method.baselines import BASELINES, single_threaded
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import HELD_OUT, NO_VALIDATION, StreamConfig, TaskStream, ValidationConfig
+from tosca_heads.method.uncertainty import Outcomes, intervals
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 
@@ -61,6 +63,7 @@ def run_baseline(
         scored["validation"] = (train_x[_index(held, train_x)], labels[held])
     estimator = BASELINES[name](device=device, **params)
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
+    right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     start = time.perf_counter()
     with single_threaded(torch.device(device)):
         for task in range(stream.num_tasks):
@@ -75,15 +78,27 @@ def run_baseline(
                 pred = checked_predictions(
                     name, estimator.predict(x[_index(seen, x)]), len(seen), task, stream
                 )
+                right[split][task, seen] = pred == y[seen]
                 curves[split][0].append(accuracy(pred, y[seen]))
                 curves[split][1].append(block_accuracies(pred, y[seen], stream.task_of(y[seen]), task + 1))
             if on_task:
                 on_task(name, task, stream.num_tasks)
     check_not_replaced(store.path, fingerprint, f"baseline {name!r}")
-    metrics = summarise(*curves["test"])
+    rows = {"test": np.arange(len(test_y)), "validation": held}
+    store_labels = {"test": store.labels("test"), "validation": store.labels("train")[held]}
+    outcomes = {
+        split: Outcomes(right[split], store_labels[split], stream.task_of(y), rows[split])
+        for split, (_, y) in scored.items()
+    }
+    found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
+    metrics = with_intervals(summarise(*curves["test"]), found["test"])
     if hasattr(estimator, "ridge_"):
         metrics["ridge"] = estimator.ridge_
-    held_out = summarise(*curves["validation"]) if "validation" in curves else None
+    held_out = (
+        with_intervals(summarise(*curves["validation"]), found["validation"])
+        if "validation" in curves
+        else None
+    )
     reference = baseline_reference(name)
     return MethodResult(
         name,
@@ -93,6 +108,7 @@ def run_baseline(
         time.perf_counter() - start,
         held_out,
         reference,
+        outcomes,
     )
 
 

@@ -1,5 +1,6 @@
 """`tosca routers RUN`: every router of a finished run in one table, beside the baselines of the same
-store and task split when `tosca baselines` has written them under the same runs folder."""
+protocol (store, task split, validation split, tasks) when `tosca baselines` has written them under
+the same runs folder; baselines of the store under another protocol are said, never set beside."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
-from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline
-from tosca_heads.experiments.records.run import read_confusion, read_metrics, read_run_config
+from tosca_heads.experiments.records.baseline import NO_ROUTING, bounds, read_baseline
+from tosca_heads.experiments.records.run import (
+    read_confusion,
+    read_metrics,
+    read_run_config,
+    read_run_outcomes,
+)
+from tosca_heads.method import uncertainty
 from tosca_heads.routers import ROUTERS, reference_text
 
 
@@ -26,6 +33,12 @@ class RoutersReport:
     tasks: int
     chosen_on: str = "test"
     misrouting: list[dict[str, Any]] = field(default_factory=list)
+    # baselines of the run's store measured under another protocol (task split, validation split
+    # or number of tasks): never set beside the run, each said (method, folder, what differs)
+    left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    # the honest routers not distinguishable from `best` on `chosen_on` (a paired bootstrap of the
+    # difference in A_last on the same images); None: not tested (the run kept no answers)
+    ties: list[str] | None = None
 
 
 def misrouting(matrix: list[list[int]], most: int = 3) -> list[dict[str, Any]]:
@@ -60,6 +73,11 @@ def _row(
     held: dict[str, Any] | None = None,
     reference: str = "",
 ) -> dict[str, Any]:
+    """One row, in %: the figures on test, each with its interval (`_low`, `_high`: None for a
+    run or baseline written before format 4) and the `images` they are over; `val_A_last` (with
+    its interval and `val_images`) on the validation split."""
+    shown = {k: _percent(v) if k.endswith(("_low", "_high")) else v for k, v in bounds(block).items()}
+    held_bounds = bounds(held, "val_")
     return {
         "router": name,
         "kind": kind,
@@ -71,26 +89,47 @@ def _row(
         "forgetting": _percent(block["forgetting"]),
         "routing_accuracy": _percent(block.get("routing_accuracy")),
         "summary": summary,
+        **shown,
+        "val_A_last_low": _percent(held_bounds["val_A_last_low"]),
+        "val_A_last_high": _percent(held_bounds["val_A_last_high"]),
+        "val_images": held_bounds["val_images"],
     }
 
 
-def baseline_rows(run_dir: Path, config: dict[str, Any], tasks: int) -> list[dict[str, Any]]:
-    """The baselines written for the run's store fingerprint and task split under the runs folder,
-    over as many tasks as the run has finished (a run stopped with --task is not set beside
-    baselines measured on more classes)."""
-    rows = []
+def other_protocol(payload: dict[str, Any], config: dict[str, Any], tasks: int) -> str:
+    """What makes a baseline of the run's store another protocol than the run's ('' when none):
+    its task split, its validation split, or its number of tasks."""
+    if payload.get("stream") != config["stream"]:
+        return "another task split than the run's"
+    if payload.get("validation_split") != config.get("validation"):
+        return "another validation split than the run's"
+    if payload.get("finished_tasks") != tasks:
+        return f"{payload.get('finished_tasks')} tasks where the run has {tasks}"
+    return ""
+
+
+def baseline_rows(
+    run_dir: Path, config: dict[str, Any], tasks: int
+) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+    """The baselines written for the run's store under the runs folder under the run's protocol:
+    the same task split, the same validation split (held-out images), as many tasks as the run has
+    finished (a run stopped with --task is not set beside baselines measured on more classes). Those of
+    the store under another protocol come back apart, (method, folder, what differs), to be said."""
+    rows, left_out = [], []
     for path in sorted(Path(run_dir).resolve().parent.glob("*/*/metrics.json")):
         payload = read_baseline(path)
         if payload is None or payload.get("store_fingerprint") != config["store_fingerprint"]:
             continue
-        if payload.get("stream") != config["stream"] or payload.get("finished_tasks") != tasks:
+        differs = other_protocol(payload, config, tasks)
+        if differs:
+            left_out.append((payload["method"], str(path.parent.parent), differs))
             continue
         block = {**payload["routers"][NO_ROUTING], "routing_accuracy": None}
         held = (payload.get("validation") or {}).get(NO_ROUTING)
         reference = payload.get("reference") or ""
         where = f"baseline ({path.parent})"
         rows.append(_row(payload["method"], "baseline", not reference, block, where, held, reference))
-    return rows
+    return rows, left_out
 
 
 def routers_report(run_dir: Path) -> RoutersReport:
@@ -112,14 +151,29 @@ def routers_report(run_dir: Path) -> RoutersReport:
         reference = reference_text(name) if router else ""
         rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
     best, chosen_on = default_router(metrics)
+    answers = (read_run_outcomes(run_dir, metrics) or {}).get(chosen_on)
+    ties = None
+    if answers is not None and best in answers:
+        ties = [
+            name
+            for name in answers
+            if name != best
+            and ROUTERS.get(name) is not None
+            and ROUTERS[name].honest
+            and uncertainty.beats(uncertainty.paired_difference([answers[best]], [answers[name]], "A_last"))
+            != uncertainty.HOLDS
+        ]
     confusion = read_confusion(run_dir) or {}
     matrix = confusion.get("test", {}).get(best)
+    baselines, left_out = baseline_rows(run_dir, config, int(metrics["finished_tasks"]))
     return RoutersReport(
-        rows + baseline_rows(run_dir, config, int(metrics["finished_tasks"])),
+        rows + baselines,
         best,
         int(metrics["finished_tasks"]),
         chosen_on,
         []
         if matrix is None or confusion["task"] + 1 != int(metrics["finished_tasks"])
         else misrouting(matrix),
+        left_out,
+        [n for n in ROUTERS if n in ties] if ties is not None else None,
     )

@@ -101,7 +101,8 @@ class GroupFit:
         # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
         key = None if write_outputs else _statistics_key(store, stream, source, validation)
         self.memo = None if key is None else shared_statistics(key, store.dim)
-        self.results = [RunResult(d, c, []) for d, c in zip(dirs, configs, strict=True)]
+        images = {split: evaluator.images() for split, evaluator in evaluators.items()}
+        self.results = [RunResult(d, c, [], images=images) for d, c in zip(dirs, configs, strict=True)]
         self.digests = [run_record.config_digest(c) for c in configs]  # what each task file records
 
     def finished(self) -> int:

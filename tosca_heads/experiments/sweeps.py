@@ -43,13 +43,12 @@ from tosca_heads.experiments.records.sweep import (
     point_key,
     point_rows,
     record_choice,
+    write_point_outcomes,
 )
 from tosca_heads.experiments.requests import SweepRequest
 from tosca_heads.experiments.results import (
     by_point,
     flag_text,
-    routers_in,
-    summarise_points,
     varying_flags,
     write_sweep_outputs,
 )
@@ -67,7 +66,7 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
-from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS
+from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS, is_honest, reference_text
 
 # Every fit flag a sweep can vary, with its parser: the recipe's (method.recipe.RECIPE_FLAGS; seed
 # is the flag `--seeds` fills) and the task split's.
@@ -345,9 +344,15 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     chunk against its checksum), the folder, the memory of the most demanding point."""
     base_train = recipe(request.preset)
     rank_by = ALIASES.get(request.rank_by, request.rank_by)
+    honest = [name for name in ROUTERS if is_honest(name)]
     if rank_by not in ROUTERS:
         raise UserError(
-            f"unknown --rank-by {request.rank_by!r}{did_you_mean(request.rank_by, ROUTERS)}: use one of {', '.join(ROUTERS)}"
+            f"unknown --rank-by {request.rank_by!r}{did_you_mean(request.rank_by, honest)}: use one of {', '.join(honest)}"
+        )
+    if not is_honest(rank_by):
+        raise UserError(
+            f"--rank-by {rank_by} is a reference router ({reference_text(rank_by)}): a reference never ranks or "
+            f"chooses; use an honest router: {', '.join(honest)}"
         )
     for name in request.shown or ():
         if name not in ROUTERS:
@@ -519,6 +524,9 @@ def _run_points(
         members = groups[id(work)][1]
         for point, run in zip(members, outcome.runs, strict=True):
             rows = point_rows_of(point, run, outcome, len(members))
+            answers = run.outcomes()
+            if answers:  # before its rows: a point in results.csv has its answers kept
+                write_point_outcomes(out, point.key, answers)
             table.append(rows)
             finished += 1
             if parent is not None:  # logged here, in the command's process, never from a worker
@@ -529,13 +537,14 @@ def _run_points(
     plan.executor.run([work for work, _ in groups.values()], record_group)
     frame = table.frame()
     seed = min((p.train.seed for p in plan.points), default=0)
-    files, chosen = write_sweep_outputs(
+    files, chosen, summary = write_sweep_outputs(
         out,
         frame,
         plan.rank_by,
         plan.shown,
         lambda config: fit_command(store, config, seed, plan.validation),
         None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
+        table.answers(),
     )
     record_choice(out, chosen)
     outcome = SweepOutcome(
@@ -550,9 +559,8 @@ def _run_points(
     )
     outcome.rank_by, outcome.shown, outcome.chosen = plan.rank_by, plan.shown, chosen
     if not frame.empty:
-        points_frame = by_point(frame)
-        outcome.summary = summarise_points(points_frame, plan.rank_by, routers_in(frame))
-        outcome.varying = varying_flags(points_frame)
+        outcome.summary = summary
+        outcome.varying = varying_flags(by_point(frame))
     return outcome
 
 

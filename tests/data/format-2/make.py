@@ -37,19 +37,26 @@ increment = 1
 """
 
 
-def tosca(*args: object) -> None:
+def tosca(*args: object, here: Path = HERE) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run(["tosca", *map(str, args)], cwd=HERE, env=env, check=True)
+    subprocess.run(["tosca", *map(str, args)], cwd=here, env=env, check=True)
 
 
-def main() -> None:
+def main(here: Path = HERE, extra: tuple[str, ...] = (), suite: str = SUITE) -> None:
+    """The files, made in `here` (format 3's make.py calls this with its folder, its validation
+    flags as `extra` for fit, sweep and baselines, and its suite file)."""
+    split = [*SPLIT, *extra]
+
+    def run(*args: object) -> None:
+        tosca(*args, here=here)
+
     for name in ("store.zarr", "run", "sweep", "baselines", "suite", "store.zarr.lock", "suite.toml"):
-        path = HERE / name
+        path = here / name
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    shutil.copytree(HERE.parent / "tosca-0.1" / "store.zarr", HERE / "store.zarr")
-    fit = ["--epochs", "1", "--r", "4", "--s", "4", *SPLIT]
-    tosca("fit", "--store", "store.zarr", "--run", "run", *fit)
-    tosca(
+    shutil.copytree(HERE.parent / "tosca-0.1" / "store.zarr", here / "store.zarr")
+    fit = ["--epochs", "1", "--r", "4", "--s", "4", *split]
+    run("fit", "--store", "store.zarr", "--run", "run", *fit)
+    run(
         "sweep",
         "--store",
         "store.zarr",
@@ -61,22 +68,22 @@ def main() -> None:
         "1",
         "--out",
         "sweep",
-        *SPLIT,
+        *split,
     )
-    tosca(
-        "baselines", "--store", "store.zarr", "--run", "run", "--out", "baselines", "--ranpac-m", "64", *SPLIT
+    run(
+        "baselines", "--store", "store.zarr", "--run", "run", "--out", "baselines", "--ranpac-m", "64", *split
     )
-    (HERE / "suite.toml").write_text(SUITE)
-    tosca("suite", "suite.toml", "--out", "suite", "--jobs", "1", "--device", "cpu")
-    for path in HERE.rglob("*"):
+    (here / "suite.toml").write_text(suite)
+    run("suite", "suite.toml", "--out", "suite", "--jobs", "1", "--device", "cpu")
+    for path in here.rglob("*"):
         if path.suffix in (".json", ".csv", ".md", ".tex") and path.is_file():
             text = path.read_text()
-            if str(HERE) in text:
-                path.write_text(text.replace(str(HERE), "@FIXTURE@"))
-    shutil.rmtree(HERE / "store.zarr")
-    for junk in [*HERE.rglob("*.png"), *HERE.rglob("*.parquet"), *HERE.rglob("*.lock")]:
+            if str(here) in text:
+                path.write_text(text.replace(str(here), "@FIXTURE@"))
+    shutil.rmtree(here / "store.zarr")
+    for junk in [*here.rglob("*.png"), *here.rglob("*.parquet"), *here.rglob("*.lock")]:
         junk.unlink()
-    print(json.dumps(sorted(str(p.relative_to(HERE)) for p in HERE.rglob("*") if p.is_file())))
+    print(json.dumps(sorted(str(p.relative_to(here)) for p in here.rglob("*") if p.is_file())))
 
 
 if __name__ == "__main__":

@@ -188,17 +188,22 @@ def test_a_file_of_a_newer_format_is_refused_in_one_line(old: Path, path: str, f
 # ------------------------------------------------------------------------------------------ format 2
 
 
-@pytest.fixture
-def fmt2(tmp_path: Path) -> Path:
-    """A copy of the format-2 files (tosca at ec92508: before the validation split), with the 0.1
-    store they were made on copied in, their @FIXTURE@ paths pointing at the copy."""
-    root = tmp_path / "format-2"
-    shutil.copytree(ROOT / "tests" / "data" / "format-2", root)
+def _fixture_copy(tmp_path: Path, name: str) -> Path:
+    """A copy of tests/data/NAME with the 0.1 store its files were made on copied in, their
+    @FIXTURE@ paths pointing at the copy."""
+    root = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "data" / name, root)
     shutil.copytree(ROOT / "tests" / "data" / "tosca-0.1" / "store.zarr", root / "store.zarr")
     for path in root.rglob("*"):
         if path.suffix in (".json", ".csv", ".md", ".tex") and path.is_file():
             path.write_text(path.read_text().replace("@FIXTURE@", str(root)))
     return root
+
+
+@pytest.fixture
+def fmt2(tmp_path: Path) -> Path:
+    """The format-2 files (tosca at ec92508: before the validation split)."""
+    return _fixture_copy(tmp_path, "format-2")
 
 
 def test_a_format_2_run_reevaluates_to_its_numbers_resumes_and_predicts(fmt2: Path) -> None:
@@ -251,3 +256,75 @@ def test_format_2_baselines_and_suite_cells_are_read_not_recomputed(fmt2: Path) 
     merged = table.merge(old_table, on=["method", "store", "metric"], suffixes=("", "_old"))
     assert len(merged) == len(old_table) and (merged["mean"] == merged["mean_old"]).all()
     assert set(table["chosen_on"]) == {"test"}  # no validation split: the bold entries were chosen on test
+
+
+# ------------------------------------------------------------------------------------------ format 3
+
+
+@pytest.fixture
+def fmt3(tmp_path: Path) -> Path:
+    """The format-3 files (tosca at d73a8da: before per-image answers and intervals), each with a
+    validation split of 0.34."""
+    return _fixture_copy(tmp_path, "format-3")
+
+
+VAL3 = ["--val-fraction", "0.34"]
+
+
+def test_a_format_3_run_is_shown_without_intervals_until_eval_keeps_its_answers(fmt3: Path) -> None:
+    recorded = read_metrics(fmt3 / "run")
+    assert json.loads((fmt3 / "run" / "metrics.json").read_text())["format"] == 3
+    assert "intervals" not in recorded["routers"]["entropy"] and "validation" in recorded
+    shown = _run("routers", fmt3 / "run")
+    assert "no intervals: these figures were written before tosca kept per-image answers" in " ".join(
+        shown.split()
+    )
+    before = _digest(fmt3 / "run")
+    _run("eval", fmt3 / "run", "--device", "cpu")
+    metrics = read_metrics(fmt3 / "run")
+    assert metrics["format"] == records.FORMAT and (fmt3 / "run" / "outcomes.safetensors").is_file()
+    for split in ("routers", "validation"):
+        for name, block in recorded[split].items():
+            assert metrics[split][name]["A_t"] == block["A_t"], name  # the same numbers, bit for bit
+            low, high = metrics[split][name]["intervals"]["A_last"]
+            assert low <= block["A_last"] <= high
+    after = _digest(fmt3 / "run")
+    assert all(after[name] == before[name] for name in before if name.startswith("task_"))  # nothing trained
+
+
+def test_a_format_3_sweep_resumes_and_is_rewritten_as_format_4(fmt3: Path) -> None:
+    old = pd.read_csv(fmt3 / "sweep" / "results.csv")
+    assert list(old.columns) == sweep_record.FORMAT_3 and set(old["format"]) == {3}
+    sweep = ["sweep", "--store", fmt3 / "store.zarr", "--epochs", "1", "--jobs", "1", "--out", fmt3 / "sweep"]
+    again = _run(*sweep, "--r", "2,4", *SPLIT, *VAL3)
+    said = " ".join(again.split())
+    assert "0 run(s)" in said and "2 already done" in said and "Chosen on validation" in said
+    assert "No standard errors: these points were computed before tosca kept per-image answers" in said
+    assert "would have chosen" not in said
+    long = pd.read_csv(fmt3 / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
+    assert list(long.columns) == sweep_record.COLUMNS and set(long["format"]) == {records.FORMAT}
+    assert long[sweep_record.INTERVAL_COLUMNS].isna().all().all()  # nothing made up
+    merged = long.merge(old, on=["key", "split", "router"], suffixes=("", "_old"))
+    assert len(merged) == len(old) and (merged["A_last"] == merged["A_last_old"]).all()
+    grown = _run(*sweep, "--r", "2,4,8", *SPLIT, *VAL3)  # the new point keeps its answers
+    assert "1 run(s)" in grown
+    fresh = pd.read_csv(fmt3 / "sweep" / "results.csv", keep_default_na=False, na_values=[""])
+    assert fresh.loc[fresh["r"] == 8, "A_last_low"].notna().all()
+    assert len(list((fmt3 / "sweep" / "outcomes").glob("*.safetensors"))) == 1
+
+
+def test_format_3_suite_cells_are_read_not_recomputed_and_bold_by_the_figure_alone(fmt3: Path) -> None:
+    cells = fmt3 / "suite" / "cells"
+    before = _digest(cells)
+    _run("suite", fmt3 / "suite.toml", "--out", fmt3 / "suite", "--jobs", "1", "--device", "cpu")
+    assert _digest(cells) == before  # every cell was done: read, never recomputed
+    table = pd.read_csv(fmt3 / "suite" / "table.csv")
+    assert set(table["chosen_on"]) == {"validation"} and table["ci_low"].isna().all()
+    assert (
+        "some cells kept no per-image answers (made before format 4)"
+        in (fmt3 / "suite" / "table.md").read_text()
+    )
+    honest = table[table["honest"]]
+    best = honest.groupby(["store", "metric"])["val_mean"].transform("max")
+    assert (honest["bold"] == (honest["val_mean"] == best)).all()  # the best figure alone (and its equals)
+    assert set(honest["bold_verdict"]) <= {"the best", "not tested (no per-image answers)"}

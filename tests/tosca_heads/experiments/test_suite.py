@@ -176,6 +176,18 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             "unknown tosca.flags entry 'seed'",
         ),
         ('seeds = ["one"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "seeds holds 'one'"),
+        (
+            '[tosca]\nprimary = "oracle"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "tosca.primary 'oracle' is a reference router (told the task): a reference is never the suite's primary",
+        ),
+        (
+            '[tosca]\nprimary = "batch"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "tosca.primary 'batch' is a reference router",
+        ),
+        (
+            '[tosca]\nprimary = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "tosca.primary must be a router's name",
+        ),
         ('[[stores]]\nname = "A"\n', "has neither a path nor model + dataset"),
         (
             '[[stores]]\nname = "A"\npath = "a.zarr"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',

@@ -314,7 +314,7 @@ def test_curves_survive_a_resume_and_a_damaged_curves_file_is_refused(tmp_path: 
     assert [s.curve for s in parts.stages] == [s.curve for s in whole.stages]
     rows = list(csv.reader((tmp_path / "whole" / CURVES_FILE).read_text().splitlines()))
     assert len(rows) == 1 + 3 * QUICK["epochs"] and (tmp_path / "whole" / "curves.png").is_file()
-    for i, damage in enumerate(("3,0,0,nan,0.025", "3,0,5,0.1,0.025", "4,0,0,0.1,0.025", "3,0,0,0.1")):
+    for i, damage in enumerate(("3,0,0,nan,0.025", "3,0,5,0.1,0.025", "99,0,0,0.1,0.025", "3,0,0,0.1")):
         broken = tmp_path / f"broken-{i}"
         broken.mkdir()
         (broken / CURVES_FILE).write_text("format,task,epoch,loss,lr\n" + damage + "\n")

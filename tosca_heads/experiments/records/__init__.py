@@ -6,22 +6,27 @@ one module, so a format changes in one place and every reader sees the change.
 - `sweep`: a sweep folder's sweep.json and its append-only results.csv;
 - `baseline`: a baselines folder (`tosca baselines`): each baseline's metrics.json and results.csv,
   and the comparison files;
-- `suite`: a suite's manifest.json (its cells are run and baselines folders).
+- `suite`: a suite's manifest.json (its cells are run and baselines folders);
+- `outcomes`: which images each router or baseline answered right after each task (what every
+  interval and paired test is computed from).
 
 Versions: files written before versions existed (tosca 0.1) are format 1; format 2 added the
-`format` field and the long results.csv; format 3 the validation split. Every file here is format
+`format` field and the long results.csv; format 3 the validation split; format 4 the outcomes
+files and every figure's interval (metrics.json's "intervals", the results' `_low`/`_high`
+columns). Every file here is format
 `FORMAT` when written; older ones are read (and rewritten when resumed); a newer one is refused in
 one line.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
 
-FORMAT = 3
+FORMAT = 4
 
 
 def check_format(path: Path, written: Any, what: str = "") -> int:
@@ -55,22 +60,72 @@ def _fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
+def _difference(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1.0 <= value <= 1.0
+
+
+INTERVAL_KEYS = ("A_bar", "A_last", "forgetting", "routing_accuracy")
+
+
+def with_intervals(
+    block: dict[str, Any], found: dict[str, Any] | None, routing: Any = None
+) -> dict[str, Any]:
+    """A metrics block with what makes it a figure with its uncertainty (format 4): "images" (the
+    images after the last task), "intervals" ([low, high] per metric at `uncertainty.LEVEL`) and
+    "standard_errors"; `found` is `uncertainty.intervals`' answer for it (None: nothing kept, the
+    block as it is), `routing` the routing accuracy's interval."""
+    if not found:
+        return block
+    intervals = {metric: found[metric].record() for metric in ("A_bar", "A_last", "forgetting")}
+    if routing is not None:
+        intervals["routing_accuracy"] = [None if v != v else round(v, 6) for v in routing]
+    return {
+        **block,
+        "images": found["A_last"].images,
+        "intervals": intervals,
+        "standard_errors": {
+            m: None if math.isnan(found[m].se) else round(found[m].se, 6)
+            for m in ("A_bar", "A_last", "forgetting")
+        },
+    }
+
+
+def _valid_intervals(block: dict[str, Any]) -> bool:
+    """A block's format-4 fields, when it has them: whole images, each interval [low, high] of
+    fractions (forgetting: of differences) with low <= high, standard errors not negative."""
+    if "intervals" not in block:
+        return "images" not in block and "standard_errors" not in block
+    images, intervals, errors = block.get("images"), block["intervals"], block.get("standard_errors", {})
+    if isinstance(images, bool) or not isinstance(images, int) or images < 0:
+        return False
+    if not isinstance(intervals, dict) or not isinstance(errors, dict):
+        return False
+    for metric, pair in intervals.items():
+        if metric not in INTERVAL_KEYS or not isinstance(pair, list) or len(pair) != 2:
+            return False
+        if pair == [None, None]:
+            continue
+        low, high = pair
+        bound = _difference if metric == "forgetting" else _fraction
+        if not (bound(low) and bound(high) and low <= high):
+            return False
+    return all(v is None or _fraction(v) for v in errors.values())
+
+
 def valid_metrics_block(block: Any) -> bool:
     """One router's (or a baseline's) metrics as tosca writes them: accuracies are fractions in
     [0, 1], forgetting a finite difference of two, A_t a list of fractions; anything else was edited
     (a NaN, 7.5 or `true` would be shown as a percentage and even ranked)."""
     if not isinstance(block, dict):
         return False
-    forgetting = block.get("forgetting")
     routing = block.get("routing_accuracy")
     curve = block.get("A_t", [])
     return (
         _fraction(block.get("A_bar"))
         and _fraction(block.get("A_last"))
-        and isinstance(forgetting, (int, float))
-        and not isinstance(forgetting, bool)
-        and -1.0 <= forgetting <= 1.0
+        and _difference(block.get("forgetting"))
         and (routing is None or _fraction(routing))
         and isinstance(curve, list)
         and all(_fraction(a) for a in curve)
+        and _valid_intervals(block)
     )

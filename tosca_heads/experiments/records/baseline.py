@@ -1,8 +1,11 @@
 """A baselines folder (`tosca baselines`): one folder per baseline holding its metrics.json (the
 metrics block `tosca fit` writes, under the router "none", and under "validation" where a split is
-held out; the baseline's own parameters; `reference` when it is no continual method) and its
-results.csv, and the comparison files beside TOSCA's routers: comparison.csv, .md and .png.
-Format `records.FORMAT`; a format-1 file ("modes" for "routers", tosca 0.1) is read as the current.
+held out, with its intervals; the baseline's own parameters; `reference` when it is no continual
+method), its results.csv (A_t per task and split, with A_t_low, A_t_high and images) and its
+outcomes.safetensors (`records.outcomes`), and the comparison files beside TOSCA's routers:
+comparison.csv (every figure with `_low`/`_high` columns and `images`), .md and .png.
+Format `records.FORMAT`; a format-1 file ("modes" for "routers", tosca 0.1) is read as the current,
+a folder before format 4 without intervals.
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
-from tosca_heads.experiments.records.run import validation_record
+from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
+from tosca_heads.experiments.records.run import stage_interval, validation_record
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+from tosca_heads.method.uncertainty import Outcomes, bracket
 
 if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run a baseline on a worker
     import pandas as pd
 
 NO_ROUTING = "none"
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
-BASELINE_FILES = ("metrics.json", "results.csv")
+BASELINE_FILES = ("metrics.json", "results.csv", OUTCOMES)
 COMPARISON_HEADER = "method,routing,A_bar,A_last,"
 
 
@@ -46,6 +51,7 @@ class MethodResult:
     seconds: float
     validation: dict[str, Any] | None = None
     reference: str = ""
+    outcomes: dict[str, Outcomes] | None = None  # per split, which images it answered right (None: not kept)
 
 
 def is_baselines_dir(folder: Path) -> bool:
@@ -118,13 +124,34 @@ def write_baseline(
         payload["validation_split"] = validation_record(store, validation)
     if result.validation is not None:
         payload["validation"] = {NO_ROUTING: result.validation}
+    if result.outcomes:
+        write_outcomes(folder / OUTCOMES, {split: {result.method: o} for split, o in result.outcomes.items()})
+    else:
+        (folder / OUTCOMES).unlink(missing_ok=True)  # an earlier run's would pass for this one's
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
+    outcomes = result.outcomes or {}
     with atomic.writing(folder / "results.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["format", "task", "split", "router", "A_t"])
+        writer.writerow(["format", "task", "split", "router", "A_t", "A_t_low", "A_t_high", "images"])
         for split, block in (("test", result.metrics), ("validation", result.validation)):
             for task, a in enumerate((block or {}).get("A_t", [])):
-                writer.writerow([FORMAT, task, split, NO_ROUTING, f"{a:.6f}"])
+                bounds = stage_interval(outcomes.get(split), task, a)
+                writer.writerow([FORMAT, task, split, NO_ROUTING, f"{a:.6f}", *bounds])
+
+
+def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes] | None:
+    """A baseline folder's outcomes per split (None for one written before format 4), checked
+    against its metrics (`read_baseline`'s payload): one line when they do not fit."""
+    hint = "delete the folder to compute the baseline again"
+    found = read_outcomes(Path(folder) / OUTCOMES, hint)
+    if found is None:
+        return None
+    method = payload["method"]
+    blocks = {"test": {method: payload["routers"][NO_ROUTING]}}
+    if payload.get("validation"):
+        blocks["validation"] = {method: payload["validation"][NO_ROUTING]}
+    check_against(found, blocks, f"{folder}: {OUTCOMES}", hint)
+    return {split: named[method] for split, named in found.items() if method in named}
 
 
 def read_baseline(path: Path) -> dict[str, Any] | None:
@@ -146,9 +173,24 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
     return {**payload, "routers": {NO_ROUTING: block}}
 
 
+INTERVAL_COLUMNS = ("A_bar", "A_last", "forgetting", "routing_accuracy")
+
+
+def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """A metrics block's intervals as plain columns: `{prefix}{metric}_low`, `_high` and
+    `{prefix}images` (None where the block has none: written before format 4)."""
+    intervals = (block or {}).get("intervals", {})
+    columns: dict[str, Any] = {f"{prefix}images": (block or {}).get("images")}
+    for metric in INTERVAL_COLUMNS:
+        low, high = intervals.get(metric, [None, None])
+        columns.update({f"{prefix}{metric}_low": low, f"{prefix}{metric}_high": high})
+    return columns
+
+
 def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
-    """One row per method (and TOSCA router), test figures; `val_A_last` on the validation split
-    where one is held out; `reference` says why a row is no honest result ("" when it is one)."""
+    """One row per method (and TOSCA router), test figures with their intervals (`_low`, `_high`
+    and the `images` they are over); `val_A_last` (its interval, `val_images`) on the validation
+    split where one is held out; `reference` says why a row is no honest result ("" when it is one)."""
     import pandas as pd
 
     rows = [
@@ -164,10 +206,24 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
             "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
             "val_A_last": None if r.validation is None else r.validation["A_last"],
             "reference": r.reference,
+            **bounds(r.metrics),
+            **{
+                k: v
+                for k, v in bounds(r.validation, "val_").items()
+                if k in ("val_images", "val_A_last_low", "val_A_last_high")
+            },
         }
         for r in results
     ]
     return pd.DataFrame(rows)
+
+
+def _with_interval(value: float, low: Any, high: Any) -> str:
+    """'93.03 [92.10, 93.90]' (in %), or the figure alone without an interval."""
+    import pandas as pd
+
+    said = bracket(None if pd.isna(low) else low, None if pd.isna(high) else high)
+    return f"{100 * value:.2f}" + (f" {said}" if said else "")
 
 
 def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
@@ -176,19 +232,27 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
     header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
     header.append("reference")
     note = (
-        "Accuracies in %, on the test split. A row marked as a reference is no honest result: a router "
+        "Accuracies in %, on the test split, each with its 95% interval over the test images [low, high] "
+        "(A_last: exact binomial; A_bar and forgetting: a stratified bootstrap over images, method.uncertainty). "
+        "A row marked as a reference is no honest result: a router "
         "told the task or letting a test batch vote, or a method that sees every task at once."
     )
     lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
     for _, r in frame.iterrows():
-        routing_acc = "–" if pd.isna(r["routing_accuracy"]) else f"{100 * r['routing_accuracy']:.2f}"
+        routing_acc = (
+            "–"
+            if pd.isna(r["routing_accuracy"])
+            else _with_interval(
+                r["routing_accuracy"], r.get("routing_accuracy_low"), r.get("routing_accuracy_high")
+            )
+        )
         cells = [
             r["method"],
             r["routing"],
-            f"{100 * r['A_bar']:.2f}",
-            f"{100 * r['A_last']:.2f}",
-            f"{100 * r['forgetting']:.2f}",
+            _with_interval(r["A_bar"], r.get("A_bar_low"), r.get("A_bar_high")),
+            _with_interval(r["A_last"], r.get("A_last_low"), r.get("A_last_high")),
+            _with_interval(r["forgetting"], r.get("forgetting_low"), r.get("forgetting_high")),
             routing_acc,
             f"{int(r['parameters']):,}",
             f"{r['seconds']:.1f}",

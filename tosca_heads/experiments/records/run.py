@@ -14,8 +14,13 @@ runs/<name>/
   router.safetensors     the frozen-feature routers' per-class statistics after the last task
   metrics.json           "format", finished tasks, parameters per task, and per router: A_t,
                          A_bar, A_last, forgetting, accuracy matrix, routing accuracy (on test
-                         under "routers", on the validation split under "validation")
-  results.csv            one row per task, router and split ("format" column)
+                         under "routers", on the validation split under "validation"), each
+                         with its images, "intervals" and "standard_errors" ("uncertainty" says
+                         how they are computed: `method.uncertainty`)
+  results.csv            one row per task, router and split ("format" column): A_t with its exact
+                         interval (A_t_low, A_t_high) and the images it is over
+  outcomes.safetensors   which test (and validation) images each router answered right after each
+                         task (`records.outcomes`): what every interval is computed from
   accuracy.png           A_t per router
   confusion.json         after the last task, per router and split: the routing's confusion
                          matrix (scikit-learn's), row t = the images of task t counted by the
@@ -32,7 +37,9 @@ runs/<name>/
 Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
 as they are (their metrics.json says "modes" where format 2 says "routers"); format 3 added the
 validation split (config.json's "validation", metrics.json's "validation", results.csv's "split"
-column) and the protocol record; a format-2 run is a run without validation. `FORMAT` is what this
+column) and the protocol record; a format-2 run is a run without validation; format 4 the
+outcomes file and the intervals (a format-3 run is read as it is, its figures shown without
+intervals until `tosca eval` rewrites it). `FORMAT` is what this
 version writes. A file of a newer format is refused in one line.
 
 Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
@@ -52,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from featcache.foundation import atomic, folders
@@ -62,10 +70,25 @@ from featcache.foundation.tensorfiles import Header, TensorFileError, expect, re
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import FORMAT, check_format, store_block, valid_metrics_block
+from tosca_heads.experiments.records import (
+    FORMAT,
+    check_format,
+    store_block,
+    valid_metrics_block,
+    with_intervals,
+)
+from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.method.uncertainty import (
+    METHODS_SAID,
+    Interval,
+    Outcomes,
+    accuracy_interval,
+    clopper_pearson,
+    intervals_of,
+)
 from tosca_heads.routers import ROUTERS
 
 CONFIG = "config.json"
@@ -577,30 +600,77 @@ class RunResult:
     trained: list[int] = field(default_factory=list)
     params_per_task: int = 0
     group_size: int = 1  # configurations trained together in its engine run
+    # per split: each image's store row, class and task (`StageEvaluator.images`), in the order of
+    # the stages' per-image answers; empty when the stages kept none
+    images: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    _found: tuple[int, dict[str, dict[str, dict[str, Interval]]]] | None = field(default=None, repr=False)
+
+    def outcomes(self) -> dict[str, dict[str, Outcomes]]:
+        """Per split and router (the registry's order), which images it answered right after each
+        task; a split whose stages kept no answers is left out."""
+        found: dict[str, dict[str, Outcomes]] = {}
+        for split in ("test", "validation"):
+            images = self.images.get(split)
+            stages = [(s.routers if split == "test" else s.validation) or {} for s in self.stages]
+            if images is None or not stages or not stages[0]:
+                continue
+            n = len(images["rows"])
+            for name in (r for r in ROUTERS if r in stages[0]):
+                if not all("correct" in s.get(name, {}) for s in stages):
+                    continue
+                right = np.stack([np.unpackbits(s[name]["correct"], count=n).astype(bool) for s in stages])
+                found.setdefault(split, {})[name] = Outcomes(
+                    right, images["classes"], images["task"], images["rows"]
+                )
+        return found
+
+    def intervals(self) -> dict[str, dict[str, dict[str, Interval]]]:
+        """Per split and router, A_bar, A_last and forgetting with their intervals
+        (`uncertainty.intervals_of`), computed once per number of stages."""
+        if self._found is None or self._found[0] != len(self.stages):
+            found = {
+                split: intervals_of({n: [o] for n, o in named.items()})
+                for split, named in self.outcomes().items()
+            }
+            self._found = (len(self.stages), found)
+        return self._found[1]
 
     def metrics(self) -> dict[str, Any]:
         """What metrics.json holds (format `FORMAT`): per router on test ("routers"), and
-        on the validation split ("validation") where the run holds one out."""
+        on the validation split ("validation") where the run holds one out; each router's block
+        with its images and intervals where the stages kept their answers, and how the intervals
+        are computed ("uncertainty")."""
+        found = self.intervals()
         metrics = {
             "format": FORMAT,
             "finished_tasks": len(self.stages),
             "params_per_task": self.params_per_task,
-            "routers": _summaries([s.routers for s in self.stages]),
+            "routers": _summaries([s.routers for s in self.stages], found.get("test")),
             "tasks": [{"task": s.task, **s.stats, "eval_seconds": s.eval_seconds} for s in self.stages],
         }
         if self.stages and self.stages[0].validation is not None:
-            metrics["validation"] = _summaries([s.validation or {} for s in self.stages])
+            metrics["validation"] = _summaries(
+                [s.validation or {} for s in self.stages], found.get("validation")
+            )
+        if found:
+            metrics["uncertainty"] = METHODS_SAID
         return metrics
 
 
-def _summaries(stages: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Per router (the registry's order), its metrics over the stages' scores."""
+def _summaries(
+    stages: list[dict[str, dict[str, Any]]], found: dict[str, dict[str, Interval]] | None = None
+) -> dict[str, Any]:
+    """Per router (the registry's order), its metrics over the stages' scores, with their
+    intervals where `found` has them."""
     summaries = {}
     for name in (r for r in ROUTERS if stages and r in stages[0]):
         curve = [s[name]["A_t"] for s in stages]
         matrix = [s[name]["blocks"] for s in stages]
         routing = [s[name]["routing"] for s in stages]
-        summaries[name] = summarise(curve, matrix, routing)
+        block = summarise(curve, matrix, routing)
+        mine = (found or {}).get(name)
+        routed = None if mine is None else accuracy_interval(routing[-1], mine["A_last"].images)
+        summaries[name] = with_intervals(block, mine, routed)
     return summaries
 
 
@@ -610,6 +680,9 @@ RESULT_COLUMNS = (
     "split",
     "router",
     "A_t",
+    "A_t_low",
+    "A_t_high",
+    "images",
     "routing_accuracy",
     "loss",
     "train_acc",
@@ -622,6 +695,9 @@ def write_results(result: RunResult) -> None:
     """metrics.json, results.csv (one row per task, split and router), accuracy.png, and the
     training curves (curves.csv, curves.png) of a run."""
     run_dir = result.run_dir
+    outcomes = result.outcomes()
+    if outcomes:
+        write_outcomes(run_dir / OUTCOMES, outcomes)
     atomic.write_text(run_dir / METRICS, json.dumps(result.metrics(), indent=2) + "\n")
     with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -629,6 +705,9 @@ def write_results(result: RunResult) -> None:
         for stage in result.stages:
             for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
                 for name, scores in routers.items():
+                    low, high, images = stage_interval(
+                        outcomes.get(split, {}).get(name), stage.task, scores["A_t"]
+                    )
                     writer.writerow(
                         [
                             FORMAT,
@@ -636,6 +715,9 @@ def write_results(result: RunResult) -> None:
                             split,
                             name,
                             f"{scores['A_t']:.6f}",
+                            low,
+                            high,
+                            images,
                             f"{scores['routing']:.6f}",
                             f"{stage.stats['loss']:.6f}",
                             f"{stage.stats['train_acc']:.6f}",
@@ -648,6 +730,30 @@ def write_results(result: RunResult) -> None:
     title = f"{result.config['dataset']} / {result.config['backbone']} / {result.config['train']['flow']}"
     plots.run_curves([s.task for s in result.stages], curves, title, run_dir / "accuracy.png")
     write_curves(run_dir, result.stages, title)
+
+
+def stage_interval(outcome: Outcomes | None, task: int, a_t: float) -> tuple[str, str, str]:
+    """A_t's exact interval after `task` and its images, as results.csv cells ('' when the run kept
+    no answers): A_t is a plain accuracy over the images of every class seen."""
+    if outcome is None:
+        return "", "", ""
+    images = int((outcome.task <= task).sum())
+    low, high = clopper_pearson(round(a_t * images), images)
+    return f"{low:.6f}", f"{high:.6f}", str(images)
+
+
+def read_run_outcomes(
+    run_dir: Path, metrics: dict[str, Any] | None = None
+) -> dict[str, dict[str, Outcomes]] | None:
+    """A run's outcomes.safetensors (None for a run evaluated before format 4), checked against its
+    metrics (`metrics`, else read): a file of another run or edited is one line."""
+    hint = f"`tosca eval {run_dir}` rewrites it"
+    found = read_outcomes(Path(run_dir) / OUTCOMES, hint)
+    if found is not None:
+        metrics = metrics or read_metrics(run_dir)
+        blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
+        check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
+    return found
 
 
 def write_confusion(result: RunResult) -> None:

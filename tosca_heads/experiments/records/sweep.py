@@ -1,14 +1,19 @@
 """A sweep folder's records: sweep.json (the store, the grids, the validation split, what was
-chosen) and results.csv, the append-only table of every finished point.
+chosen), results.csv, the append-only table of every finished point, and outcomes/KEY.safetensors,
+each point's per-image answers (`records.outcomes`: its intervals and paired tests come from them).
 
-results.csv (format 3) holds one row per point, split and router: the point's flags (its
+results.csv (format 4) holds one row per point, split and router: the point's flags (its
 validation split's among them) and timings, then the split ("test", or "validation" where the
-sweep holds one out), the router's name and metrics; its columns do not depend on which routers
+sweep holds one out), the router's name and metrics, each metric's interval (`A_bar_low`,
+`A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last and the routing
+accuracy, a stratified bootstrap over images for A_bar and forgetting) and the `images` they are
+over; its columns do not depend on which routers
 exist, so a sweep made before a router was added still resumes. `format` and `rows` (how many rows
 the point has) are columns of every row. A point's rows are appended (and fsynced) in one write
 the moment it finishes, so a killed sweep loses at most the points in flight; a point whose rows a
 kill cut short is dropped when the file is next opened, and a point appears at most once. Older
-files are read and rewritten as format 3 when their sweep resumes: format 2 (one row per point and
+files are read and rewritten as format 4 when their sweep resumes: format 3 (no intervals: their
+cells stay empty, and no outcomes), format 2 (one row per point and
 router, a `routers` column, no validation) and format 1 (one wide row per point, a column per
 router and metric: tosca 0.1).
 """
@@ -32,6 +37,7 @@ from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments.records import FORMAT, check_format, store_block
+from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import validation_record, write_validation_ids
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -72,7 +78,16 @@ METRIC_COLUMNS = {
     "routing": "routing_accuracy",
     "A_t": "A_t",
 }
-COLUMNS = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
+# format 4: each row's figures with their intervals at uncertainty.LEVEL (empty for a row of an
+# older file) and the images of the split they are over (after the last task)
+INTERVAL_COLUMNS = [
+    f"{metric}_{end}"
+    for metric in ("A_bar", "A_last", "forgetting", "routing_accuracy")
+    for end in ("low", "high")
+]
+FORMAT_3 = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
+COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]
+OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)
 SPLITS = ("test", "validation")
 TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "split", "router", "A_t"}
 # format 2 (before the validation split): no validation columns, one row per router, `routers`
@@ -82,7 +97,16 @@ FORMAT_2 = [
     "router",
     *METRIC_COLUMNS.values(),
 ]
-OPTIONAL_COLUMNS = {"r", "s", "group_size", "group_seconds", "device", "routing_accuracy"}
+OPTIONAL_COLUMNS = {
+    "r",
+    "s",
+    "group_size",
+    "group_seconds",
+    "device",
+    "routing_accuracy",
+    *INTERVAL_COLUMNS,
+    "images",
+}
 # the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
 FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
 FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
@@ -112,12 +136,24 @@ def point_rows(
             forgetting=block["forgetting"],
             routing_accuracy=block["routing_accuracy"],
             A_t=json.dumps([round(a, 6) for a in block["A_t"]]),
+            images=block.get("images"),
         )
+        intervals = block.get("intervals", {})
+        for column in INTERVAL_COLUMNS:
+            metric, _, end = column.rpartition("_")
+            row[column] = intervals.get(metric, [None, None])[end == "high"]
         rows.append(row)
     return rows
 
 
-FRACTION_COLUMNS = {"A_bar", "A_last", "routing_accuracy", "val_fraction"}
+FRACTION_COLUMNS = {
+    "A_bar",
+    "A_last",
+    "routing_accuracy",
+    "val_fraction",
+    *(c for c in INTERVAL_COLUMNS if not c.startswith("forgetting")),
+}
+DIFFERENCE_COLUMNS = {"forgetting", "forgetting_low", "forgetting_high"}
 WHOLE_COLUMNS = {
     "format",
     "r",
@@ -136,6 +172,7 @@ WHOLE_COLUMNS = {
     "group_size",
     "feature_loads",
     "worker_pid",
+    "images",
 }
 AT_LEAST_ONE = {
     "format",
@@ -163,7 +200,7 @@ def _cell_problem(column: str, value: str) -> str:
         return "a finite number"
     if column in FRACTION_COLUMNS:
         return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
-    if column == "forgetting":
+    if column in DIFFERENCE_COLUMNS:
         return "" if -1.0 <= number <= 1.0 else "a forgetting between -1 and 1"
     if column in WHOLE_COLUMNS and not number.is_integer():
         return "a whole number"
@@ -219,6 +256,8 @@ class ResultsTable:
         header, body = lines[0], lines[1:]
         if header == COLUMNS:
             rows, converted = self._rows(header, body), False
+        elif header == FORMAT_3:
+            rows, converted = [_format_3_row(row) for row in self._rows(header, body)], True
         elif header == FORMAT_2:
             rows, converted = [_format_2_row(row) for row in self._rows(header, body)], True
         elif header[: len(FORMAT_1_POINT)] == FORMAT_1_POINT:
@@ -231,7 +270,7 @@ class ResultsTable:
         for row in rows:
             points.setdefault(row["key"], []).append(row)
         whole = {key: found for key, found in points.items() if _whole(found)}
-        if not converted or header == FORMAT_2:  # a format-1 file's are checked once rewritten
+        if not converted or header in (FORMAT_2, FORMAT_3):  # a format-1 file's are checked once rewritten
             self._check_keys(whole)
         dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
         if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
@@ -328,6 +367,23 @@ class ResultsTable:
     def keys(self) -> set[str]:
         return set(self._points)
 
+    def answers(self) -> dict[str, PerSplit | None]:
+        """Each recorded point's kept answers (None for a point computed before format 4), checked
+        against the A_t its rows record: answers edited, damaged or of another point are one line."""
+        found: dict[str, PerSplit | None] = {}
+        out = self.path.parent
+        fix = "delete it and the point's rows in results.csv to compute the point again"
+        for key, rows in self._points.items():
+            found[key] = answers = read_point_outcomes(out, key)
+            if answers is not None:
+                blocks: dict[str, dict[str, Any]] = {}
+                for row in rows:
+                    blocks.setdefault(row["split"], {})[row["router"]] = {
+                        "A_t": parse_json(row["A_t"], "A_t")
+                    }
+                check_against(answers, blocks, str(outcomes_path(out, key)), fix)
+        return found
+
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
         if not rows or rows[0]["key"] in self._points:
@@ -363,11 +419,38 @@ def _whole(rows: list[dict[str, str]]) -> bool:
     return expected.isdigit() and len(rows) == int(expected) and len(kinds) == len(rows)
 
 
+def _format_3_row(row: dict[str, str]) -> dict[str, str]:
+    """A format-3 row (no intervals) as a format-4 row: its interval cells empty."""
+    return {**{c: row.get(c, "") for c in COLUMNS}, "format": str(FORMAT)}
+
+
 def _format_2_row(row: dict[str, str]) -> dict[str, str]:
-    """A format-2 row (no validation split, one row per router) as a format-3 row."""
+    """A format-2 row (no validation split, one row per router) as a format-4 row."""
     converted = {c: row.get(c, "") for c in COLUMNS}
     converted.update(format=str(FORMAT), val_fraction="0", val_seed="0", rows=row["routers"], split="test")
     return converted
+
+
+def outcomes_path(out: Path, key: str) -> Path:
+    """Where a sweep keeps a point's per-image answers: outcomes/KEY.safetensors."""
+    return Path(out) / OUTCOMES_FOLDER / f"{key}.safetensors"
+
+
+def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
+    """A finished point's outcomes, written before its rows (a point in results.csv has them, unless
+    it was computed before format 4); the folder made here, never through a link."""
+    folder = Path(out) / OUTCOMES_FOLDER
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UserError(f"{folder} is not a folder tosca made (a link or a file): remove it")
+    folder.mkdir(exist_ok=True)
+    write_outcomes(outcomes_path(out, key), found)
+
+
+def read_point_outcomes(out: Path, key: str) -> PerSplit | None:
+    """A point's outcomes (None for a point computed before format 4), checked in one line."""
+    return read_outcomes(
+        outcomes_path(out, key), "delete it and its rows in results.csv to compute the point again"
+    )
 
 
 def _cell(value: Any) -> str:
@@ -426,7 +509,7 @@ def check_sweep_folder(out: Path, validation: ValidationConfig | None = None) ->
             recorded = read_sweep_file(out / "sweep.json").get("validation")
             if validation is not None and not _same_validation(recorded, validation):
                 raise UserError(f"sweep folder {out} {validation_mismatch(recorded)}")
-        ResultsTable(out / "results.csv", check_only=True)
+        ResultsTable(out / "results.csv", check_only=True).answers()
 
 
 def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
@@ -450,6 +533,8 @@ def claim_sweep_dir(
     is added so the same command without --out finds the folder again."""
     folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
     atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
+    if (out / OUTCOMES_FOLDER).is_dir():
+        atomic.remove_stale(out / OUTCOMES_FOLDER)
     meta_path = out / "sweep.json"
     meta = {
         **store_block(store),

@@ -19,7 +19,7 @@ from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.experiments.baselines import baseline_params
 from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records.baseline import read_baseline
+from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -204,7 +204,8 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
 
 def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     """The finished cell's metrics: {router or "none": metrics block} on test, the same on the
-    validation split (empty without one), and its seconds."""
+    validation split (empty without one), its seconds, and its per-image answers ("outcomes":
+    split -> router or "none" -> `uncertainty.Outcomes`; empty for a cell made before format 4)."""
     if cell.kind == "tosca":
         metrics = run_record.read_metrics(folder)
         seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
@@ -213,14 +214,17 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
             "validation": metrics.get("validation") or {},
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
+            "outcomes": run_record.read_run_outcomes(folder, metrics) or {},
         }
     payload = read_baseline(folder / "metrics.json")
     assert payload is not None
+    found = read_baseline_outcomes(folder, payload) or {}
     return {
         "routers": payload["routers"],
         "validation": payload.get("validation") or {},
         "seconds": float(payload.get("seconds", 0.0)),
         "parameters": payload.get("parameters"),
+        "outcomes": {split: {NO_ROUTING: outcome} for split, outcome in found.items()},
     }
 
 

@@ -48,7 +48,7 @@ from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
 from tosca_heads.method.recipe import PRESETS as RECIPES
-from tosca_heads.routers import ROUTERS
+from tosca_heads.routers import ROUTERS, is_honest, reference_text
 
 PAPER_L1 = TrainConfig().l1
 MAX_CELLS = 10_000
@@ -178,7 +178,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         ranpac_m=_ints([baselines.get("ranpac_m", 10_000)], "baselines.ranpac_m", where, minimum=1)[0],
         flows=_names(ablation.get("flows", []), "ablation.flows", FLOWS, where, empty=True),
         l1_off=_l1_off(ablation.get("l1_off", False), ablation.get("flows", []), where),
-        primary=_names([tosca.get("primary", "entropy")], "tosca.primary", ROUTERS, where)[0],
+        primary=_primary(tosca.get("primary", "entropy"), where),
         val_fraction=data.get("val_fraction", 0.0),
         val_seed=data.get("val_seed", 0),
     )
@@ -284,6 +284,21 @@ def _names(
                 f"{where}: unknown {what} entry {name!r}{did_you_mean(name, known)}: use any of {', '.join(known)}"
             )
     return tuple(dict.fromkeys(value))
+
+
+def _primary(value: Any, where: str) -> str:
+    """The router the ablation and the claims read: an honest one (a reference never ranks, chooses
+    or stands for the method; asked of the router registry, never by name)."""
+    honest = [name for name in ROUTERS if is_honest(name)]
+    name = _names([value], "tosca.primary", ROUTERS, where)[0] if isinstance(value, str) else None
+    if name is None:
+        raise UserError(f"{where}: tosca.primary must be a router's name: use one of {', '.join(honest)}")
+    if not is_honest(name):
+        raise UserError(
+            f"{where}: tosca.primary {name!r} is a reference router ({reference_text(name)}): a reference is never "
+            f"the suite's primary router; use an honest one: {', '.join(honest)}"
+        )
+    return name
 
 
 def _flags(value: Any, where: str) -> dict[str, Any]:

@@ -2,9 +2,13 @@
 
 Means and standard deviations are over the seeds (and class orders) actually finished; a table
 entry with fewer says how many of how many ("n=2 of 3"), and one with none says "missing": never a
-blank or a partial mean passed off as whole. The best honest entry of each column is in bold,
-chosen on the suite's validation split where it holds one out (else on test, and the table says
-so); references are never bold: routers told the task (`oracle`) or letting a test batch vote
+blank or a partial mean passed off as whole. Each entry's interval (table.csv's `ci_low`, `ci_high`,
+over the `images` of the split; the validation split's beside) comes from the cells' per-image
+answers (`method.uncertainty`). An honest entry of a column is in bold when it is not
+distinguishable from the best of that column by a paired bootstrap of the difference on the same
+images and seeds (95%), on the suite's validation split where it holds one out (else on test, and
+the table says so); table.csv keeps each entry's difference with the best, its interval and the
+verdict. References are never bold: routers told the task (`oracle`) or letting a test batch vote
 (`batch`), and methods that see every task at once (the joint probe). The claims are in `claims`.
 """
 
@@ -24,8 +28,10 @@ from tosca_heads.experiments.baselines import baseline_reference
 from tosca_heads.experiments.records.run import feature_dim_of, read_run_config
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
-from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim
+from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
+from tosca_heads.method import uncertainty
+from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.routers import ROUTERS, reference_text
 
 if TYPE_CHECKING:
@@ -43,8 +49,24 @@ FLOW_LABELS = {
 METRICS = ("A_bar", "A_last")
 TABLE_COLUMNS = [
     *("method", "label", "honest", "reference", "store", "metric", "mean", "std", "n", "expected"),
-    *("val_mean", "val_std", "val_n", "bold", "chosen_on"),
+    *("ci_low", "ci_high", "images"),
+    *("val_mean", "val_std", "val_n", "val_ci_low", "val_ci_high", "val_images"),
+    *("bold", "chosen_on", "bold_difference", "bold_low", "bold_high", "bold_verdict"),
 ]
+BOLD_COLUMNS = 6  # the last columns, set by `_mark_best`
+ABLATION_COLUMNS = (
+    "flow",
+    "l1",
+    "store",
+    "metric",
+    "mean",
+    "std",
+    "n",
+    "expected",
+    "ci_low",
+    "ci_high",
+    "images",
+)
 
 
 @dataclass
@@ -52,17 +74,29 @@ class SuiteTables:
     """The suite's results as pandas frames (long form: one row per entry) and its claims."""
 
     table: pd.DataFrame  # TABLE_COLUMNS: test mean/std/n, validation's, bold and the split it was chosen on
-    ablation: pd.DataFrame  # flow, l1, store, metric (A_last or a similarity), mean, std, n, expected
+    ablation: pd.DataFrame  # ABLATION_COLUMNS: per flow, l1, store, metric (A_last or a similarity)
     claims: list[Claim]
     curves: dict[str, dict[str, list[list[float]]]]  # store -> method label -> A_t per finished cell
     chosen_on: str = "test"  # the split the bold entries were chosen on
+    tested: bool = True  # every bold entry decided by the paired test (False: some cell kept no answers)
 
 
 def _stats(values: Sequence[float]) -> tuple[float, float, int]:
-    if not values:
-        return math.nan, math.nan, 0
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-    return float(np.mean(values)), std, len(values)
+    return uncertainty.spread(values)
+
+
+def _answers(results: Sequence[dict[str, Any]], key: str, split: str) -> list[Outcomes] | None:
+    """The finished cells' answers of `key` (a router, or "none") on `split`, one per cell in the
+    cells' order (class order, then seed); None when a cell kept none."""
+    found = [r.get("outcomes", {}).get(split, {}).get(key) for r in results]
+    return None if not found or any(f is None for f in found) else found
+
+
+def _intervals(runs: list[Outcomes] | None) -> dict[str, tuple[float, float, float]]:
+    """Per metric, (low, high, images) of an entry's mean over its cells (NaN without answers)."""
+    if runs is None:
+        return dict.fromkeys(uncertainty.METRICS, (math.nan, math.nan, math.nan))
+    return {m: (i.low, i.high, i.images) for m, i in uncertainty.intervals(runs).items()}
 
 
 def _main_cells(spec: SuiteSpec, states: Sequence[CellState], store: str) -> list[CellState]:
@@ -84,14 +118,21 @@ def _entries(
     results: list[dict[str, Any]],
     key: str,
     expected: int,
+    evidence: Evidence,
 ) -> list[dict[str, Any]]:
     """The table's rows of one method on one store: A_bar and A_last over the finished cells, on test
-    and on the validation split (NaN without one)."""
+    and on the validation split (NaN without one), each with its interval; the cells' answers go
+    into `evidence` for the bold entries and the claims."""
     rows = []
+    answers = {split: _answers(results, key, split) for split in ("test", "validation")}
+    evidence.answers[(store, method)] = answers
+    found = {split: _intervals(runs) for split, runs in answers.items()}
     for metric in METRICS:
         mean, std, n = _stats([r["routers"][key][metric] for r in results])
         held = [r["validation"][key][metric] for r in results if key in r.get("validation", {})]
         val_mean, val_std, val_n = _stats(held)
+        ci_low, ci_high, images = found["test"][metric]
+        val_low, val_high, val_images = found["validation"][metric] if val_n else (math.nan,) * 3
         rows.append(
             dict(
                 method=method,
@@ -104,9 +145,15 @@ def _entries(
                 std=std,
                 n=n,
                 expected=expected,
+                ci_low=ci_low,
+                ci_high=ci_high,
+                images=images,
                 val_mean=val_mean,
                 val_std=val_std,
                 val_n=val_n,
+                val_ci_low=val_low,
+                val_ci_high=val_high,
+                val_images=val_images,
             )
         )
     return rows
@@ -116,6 +163,7 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
     import pandas as pd
 
     rows, ablation, curves = [], [], {}
+    evidence = Evidence()
     for store in spec.stores:
         main = _main_cells(spec, states, store.name)
         curves[store.name] = {}
@@ -123,7 +171,9 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             reference = reference_text(router)
             label = f"TOSCA ({router})" + (" †" if reference else "")
             done = [s.result for s in main if s.result is not None]
-            rows += _entries(f"tosca:{router}", label, reference, store.name, done, router, len(main))
+            rows += _entries(
+                f"tosca:{router}", label, reference, store.name, done, router, len(main), evidence
+            )
             curves[store.name][label] = [r["routers"][router]["A_t"] for r in done]
         for method in spec.baselines:
             cells = [
@@ -134,7 +184,7 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             done = [s.result for s in cells if s.result is not None]
             reference = baseline_reference(method)
             label = BASELINE_LABELS.get(method, method) + (" †" if reference else "")
-            rows += _entries(method, label, reference, store.name, done, "none", len(cells))
+            rows += _entries(method, label, reference, store.name, done, "none", len(cells), evidence)
             curves[store.name][label] = [r["routers"]["none"]["A_t"] for r in done]
         for flow, l1 in ablation_points(spec) if (spec.flows or spec.l1_off) else []:
             cells = [
@@ -146,6 +196,14 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                 and s.cell.l1 == l1
             ]
             done = [s for s in cells if s.result is not None]
+            entry = ablation_entry(flow, l1)
+            evidence.answers[(store.name, entry)] = {
+                split: _answers([s.result for s in done], spec.primary, split)
+                for split in ("test", "validation")
+            }
+            evidence.similarities[(store.name, entry)] = {
+                (s.cell.order_seed, s.cell.seed): s.similarity for s in done if s.similarity is not None
+            }
             figures = {"A_last": [s.result["routers"][spec.primary]["A_last"] for s in done]}
             for metric in SIMILARITIES:
                 measure = metric.removeprefix("similarity_")
@@ -156,6 +214,8 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                 ]
             for metric, values in figures.items():
                 mean, std, n = _stats(values)
+                runs = evidence.runs(store.name, entry) if metric == "A_last" else None
+                ci_low, ci_high, images = _intervals(runs)["A_last"]
                 ablation.append(
                     dict(
                         flow=flow,
@@ -166,32 +226,67 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                         std=std,
                         n=n,
                         expected=len(cells),
+                        ci_low=ci_low,
+                        ci_high=ci_high,
+                        images=images,
                     )
                 )
-    table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-2])
-    chosen_on = _mark_best(table)
-    ablation_frame = pd.DataFrame(
-        ablation, columns=["flow", "l1", "store", "metric", "mean", "std", "n", "expected"]
-    )
-    return SuiteTables(table, ablation_frame, claims(spec, states, table, ablation_frame), curves, chosen_on)
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-BOLD_COLUMNS])
+    chosen_on, tested = _mark_best(table, evidence)
+    ablation_frame = pd.DataFrame(ablation, columns=[*ABLATION_COLUMNS])
+    found = claims(spec, states, table, ablation_frame, evidence)
+    return SuiteTables(table, ablation_frame, found, curves, chosen_on, tested)
 
 
-def _mark_best(table: pd.DataFrame) -> str:
-    """Mark the best honest entry of each (store, metric) column in `bold`, chosen on validation
-    where every honest entry of the suite has a validation figure, else on test; record the split
-    in `chosen_on` and return it."""
+def ablation_entry(flow: str, l1: float) -> str:
+    """The name an ablation point's cells go by in the `Evidence` ("tosca_r@l1=0.0005")."""
+    return f"{flow}@l1={l1:g}"
+
+
+def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
+    """Mark in `bold` every honest entry of each (store, metric) column that is not distinguishable
+    from the column's best (the highest figure) by a paired bootstrap of the difference on the same
+    images and seeds: on validation where every honest entry of the suite has a validation figure,
+    else on test. Each entry's difference with the best, its interval and the verdict go into
+    table.csv. A column where an entry's cells kept no answers (made before format 4) bolds the
+    best figure alone. Returns the split and whether every bold entry was tested."""
     honest = table["honest"] & (table["n"] > 0)
     on_validation = bool(honest.any()) and bool((table.loc[honest, "val_n"] > 0).all())
+    split = "validation" if on_validation else "test"
     column = "val_mean" if on_validation else "mean"
-    table["bold"] = False
-    for _, part in table[honest].groupby(["store", "metric"]):
-        table.loc[part[column].idxmax(), "bold"] = True
-    table["chosen_on"] = "validation" if on_validation else "test"
-    return "validation" if on_validation else "test"
+    for name, value in (("bold", False), ("bold_difference", math.nan), ("bold_low", math.nan)):
+        table[name] = value
+    table["bold_high"], table["bold_verdict"] = math.nan, ""
+    tested = True
+    for (store, metric), part in table[honest].groupby(["store", "metric"]):
+        best = part[column].idxmax()
+        best_runs = evidence.runs(store, table.at[best, "method"], split)
+        table.at[best, "bold"] = True
+        table.at[best, "bold_verdict"] = "the best"
+        for index in part.index.drop(best):
+            runs = evidence.runs(store, table.at[index, "method"], split)
+            if best_runs is None or runs is None:
+                tested = False
+                table.at[index, "bold_verdict"] = "not tested (no per-image answers)"
+                table.at[index, "bold"] = bool(part.at[index, column] == part.at[best, column])
+                continue
+            diff = uncertainty.paired_difference(best_runs, runs, metric)
+            verdict = uncertainty.beats(diff)
+            table.at[index, "bold"] = verdict != uncertainty.HOLDS
+            table.loc[index, ["bold_difference", "bold_low", "bold_high"]] = [diff.value, diff.low, diff.high]
+            table.at[index, "bold_verdict"] = (
+                "not distinguishable from the best" if verdict != uncertainty.HOLDS else "below the best"
+            )
+    table["chosen_on"] = split
+    return split, tested
 
 
 def claims(
-    spec: SuiteSpec, states: Sequence[CellState], table: pd.DataFrame, ablation: pd.DataFrame
+    spec: SuiteSpec,
+    states: Sequence[CellState],
+    table: pd.DataFrame,
+    ablation: pd.DataFrame,
+    evidence: Evidence | None = None,
 ) -> list[Claim]:
     """The paper's claims, each checked on every store of the suite that measured it."""
     names = [s.name for s in spec.stores]
@@ -203,39 +298,61 @@ def claims(
             d = feature_dim_of(read_run_config(main[0].folder), main[0].folder)
             shapes[store] = (d, config.r or max(1, d // 16), config.s or max(1, d // 16))
     honest = [r for r in spec.routers if not ROUTERS[r].reference]
+    evidence = evidence or Evidence()
     return [
-        claimmod.l1_claim(ablation, names, spec.main_l1),
-        claimmod.order_claim(ablation, names, spec.main_l1, spec.primary),
+        claimmod.l1_claim(
+            evidence, names, ablation_entry("tosca", spec.main_l1), ablation_entry("tosca", 0.0), spec.main_l1
+        ),
+        claimmod.order_claim(
+            evidence,
+            names,
+            ablation_entry("tosca", spec.main_l1),
+            ablation_entry("tosca_r", spec.main_l1),
+            spec.primary,
+        ),
         claimmod.parameters_claim(shapes),
-        claimmod.batch_claim(table, names, honest),
+        claimmod.batch_claim(evidence, names, honest, "validation" if spec.validation.enabled else "test"),
     ]
 
 
 # ------------------------------------------------------------------------------------------ writing
 
 
-def _entry(row: Any, tex: bool = False) -> str:
-    if row["n"] == 0:
+def _entry(row: Any, tex: bool = False, prefix: str = "") -> str:
+    """'73.66 ± 1.20' over several cells, '73.66 [70.1, 77.0]' (its interval over the images) over
+    one; '(n=2 of 3)' when cells are missing; 'missing' without any. `prefix` "val_": the
+    validation split's."""
+    n, mean, std = row[f"{prefix}n"], row[f"{prefix}mean"], row[f"{prefix}std"]
+    if n == 0:
         return "missing"
     pm = r" $\pm$ " if tex else " ± "
-    text = f"{100 * row['mean']:.2f}" + ("" if math.isnan(row["std"]) else f"{pm}{100 * row['std']:.2f}")
-    if row["n"] < row["expected"]:
-        text += f" (n={row['n']} of {row['expected']})"
+    text = f"{100 * mean:.2f}"
+    if not math.isnan(std):
+        text += f"{pm}{100 * std:.2f}"
+    elif not math.isnan(row[f"{prefix}ci_low"]):
+        text += f" [{100 * row[f'{prefix}ci_low']:.1f}, {100 * row[f'{prefix}ci_high']:.1f}]"
+    if n < row["expected"]:
+        text += f" (n={n} of {row['expected']})"
     return text
 
 
-def _grid(spec: SuiteSpec, table: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the main table: methods as rows, (store, metric) as columns, the entry
-    marked `bold` (the best honest one, chosen on the split `_mark_best` says) in bold."""
+def _grid(
+    spec: SuiteSpec, table: pd.DataFrame, tex: bool, prefix: str = ""
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the main table: methods as rows, (store, metric) as columns, the entries
+    marked `bold` (not distinguishable from the best honest one, on the split `_mark_best` says) in
+    bold; `prefix` "val_": the validation split's figures (honest entries only)."""
     columns = [(s.name, m) for s in spec.stores for m in METRICS]
     header = ["method", *(f"{next(x.label for x in spec.stores if x.name == s)} {m}" for s, m in columns)]
     rows = []
     for method in dict.fromkeys(table["method"]):
         mine = table[table.method == method]
+        if prefix and not mine["honest"].iloc[0]:
+            continue
         cells = [str(mine["label"].iloc[0])]
         for store, metric in columns:
             row = mine[(mine.store == store) & (mine.metric == metric)].iloc[0]
-            text = _entry(row, tex)
+            text = _entry(row, tex, prefix)
             if row["bold"]:
                 text = rf"\textbf{{{text}}}" if tex else f"**{text}**"
             cells.append(text)
@@ -243,7 +360,7 @@ def _grid(spec: SuiteSpec, table: pd.DataFrame, tex: bool) -> tuple[list[str], l
     return header, rows
 
 
-def _protocol_line(spec: SuiteSpec, chosen_on: str = "test") -> str:
+def _protocol_line(spec: SuiteSpec, chosen_on: str = "test", tested: bool = True) -> str:
     orders = ", ".join(map(str, spec.order_seeds))
     held = (
         f"a validation split of {100 * spec.val_fraction:g}% of each class's training images (seed "
@@ -251,15 +368,23 @@ def _protocol_line(spec: SuiteSpec, chosen_on: str = "test") -> str:
         if spec.validation.enabled
         else "no validation split (the paper's protocol): "
     )
-    bold = (
-        "the best honest entry of each column is in bold, chosen on the validation split"
+    where = (
+        "the validation split (its figures below)"
         if chosen_on == "validation"
-        else "the best honest entry of each column is in bold, chosen on these test figures (no validation split)"
+        else "these test figures (no validation split)"
     )
+    bold = (
+        f"every honest entry not distinguishable from the best of its column on {where} is in bold: a paired "
+        "bootstrap of the difference on the same images and seeds, 95% (table.csv: the difference, its "
+        "interval and the verdict)"
+    )
+    if not tested:
+        bold += "; some cells kept no per-image answers (made before format 4): their columns bold the best figure alone"
     return (
         f"{seeds_said(spec.seeds)} (n = seeds finished x class orders), "
         f"class order{'s' if len(spec.order_seeds) > 1 else ''} of seed {orders}; accuracies in %, on the test "
-        f"split; {held}{bold}. † a reference, never bold and no honest result: `batch` lets a test batch vote, "
+        f"split; one cell: [its 95% interval over the test images]; {held}{bold}. † a reference, never bold and no "
+        "honest result: `batch` lets a test batch vote, "
         "`oracle` is told the task, the joint probe sees every task at once. SimpleCIL and the joint probe are "
         "deterministic: one run per class order."
     )
@@ -321,10 +446,20 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
     figures a_t.png and a_last.png."""
     files: dict[str, Path] = {}
-    note = _protocol_line(spec, tables.chosen_on)
+    note = _protocol_line(spec, tables.chosen_on, tables.tested)
     header, rows = _grid(spec, tables.table, tex=False)
     title = f"Suite {spec.name}: methods x stores"
-    files["table.md"] = _write(out / "table.md", _markdown(title, note, header, rows))
+    text = _markdown(title, note, header, rows)
+    if tables.chosen_on == "validation":  # the figures that decided the bold entries
+        header, rows = _grid(spec, tables.table, tex=False, prefix="val_")
+        text += "\n" + _markdown(
+            f"Suite {spec.name}: the validation split (what decided the bold entries)",
+            "The honest entries on the validation split (held out of the training images, never trained on), "
+            "in %: mean ± std over the finished seeds, one cell with its 95% interval over the validation images.",
+            header,
+            rows,
+        ).replace("# Suite", "## Suite", 1)
+    files["table.md"] = _write(out / "table.md", text)
     header, rows = _grid(spec, tables.table, tex=True)
     files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {note}", header, rows))
     files["table.csv"] = _write(out / "table.csv", tables.table.to_csv(index=False))
@@ -336,7 +471,7 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
             (out / name).unlink(missing_ok=True)
     else:
         note = (
-            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, %, test split), and "
+            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, one seed with its 95% interval over the test images; %, test split), and "
             "the mean cosine similarity over every pair of task modules three ways: their weight matrices "
             "(no LayerNorm, no biases), all their parameters, and their outputs on the same test features."
             + (

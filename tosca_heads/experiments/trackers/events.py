@@ -69,9 +69,16 @@ def number(value: Any) -> float | None:
 
 
 def _fields(block: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """A block's fields, an object's by their dotted names."""
+    """A block's fields, an object's by their dotted names; its "intervals" ({figure: [low, high]})
+    as FIGURE_low and FIGURE_high, beside the figure they bound."""
     for name, value in block.items():
-        if isinstance(value, Mapping):
+        if name == "intervals" and isinstance(value, Mapping):
+            for figure, ends in value.items():
+                if isinstance(ends, Sequence) and not isinstance(ends, str) and len(ends) == 2:
+                    yield from (
+                        (f"{prefix}{figure}_{end}", v) for end, v in zip(("low", "high"), ends, strict=True)
+                    )
+        elif isinstance(value, Mapping):
             yield from _fields(value, f"{prefix}{name}.")
         else:
             yield f"{prefix}{name}", value

@@ -1,0 +1,149 @@
+"""outcomes.safetensors: which images a run (under each router) or a baseline answered right after
+each task, on test and on the validation split. Every interval and paired test of its figures is
+computed from them (`method.uncertainty`), never by training again.
+
+```
+S/rows         I64 [N]               the split's images: store rows (S: "test" or "validation",
+                                     whose rows are the training images held out)
+S/classes      I64 [N]               each image's class (the store's label)
+S/task         I64 [N]               the task that brings that class (the same for a class's images)
+S/right/NAME   U8  [T, ceil(N / 8)]  after each task t, the images NAME answered right: numpy's
+                                     packbits of a [T, N] bool array (a class not seen yet: 0)
+metadata       format, tasks (T)
+```
+
+A run keeps one beside its metrics.json, a baseline in its own folder, a sweep one per point in
+its outcomes/ folder (outcomes/KEY.safetensors, KEY the point's results.csv key). Files before
+format 4 have none: a run gets them from `tosca eval RUN` (which trains nothing), a baseline or a
+sweep point when it is computed again; until then their figures are shown without intervals,
+and said so. The header is checked before a tensor is read, and the answers against the figures
+they must give (`check_against`): a file edited, damaged or of another run is one line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from featcache.foundation import atomic
+from featcache.foundation.errors import UserError
+from featcache.foundation.tensorfiles import Header, TensorFileError, read_safetensors
+from tosca_heads.experiments.records import FORMAT, check_format
+from tosca_heads.method.uncertainty import Outcomes
+
+OUTCOMES = "outcomes.safetensors"
+SPLITS = ("test", "validation")
+IMAGE_KEYS = ("rows", "classes", "task")
+MAX_TASKS = 10_000
+MAX_IMAGES = 1 << 31
+
+PerSplit = dict[str, dict[str, Outcomes]]  # split -> name (router or method) -> its outcomes
+
+
+def write_outcomes(path: Path, found: Mapping[str, Mapping[str, Outcomes]]) -> None:
+    """One file holding every name's outcomes on every split (all of one split on the same images)."""
+    import torch
+
+    tensors: dict[str, Any] = {}
+    tasks = 0
+    for split, named in found.items():
+        for i, (name, outcome) in enumerate(named.items()):
+            if i == 0:
+                for key in IMAGE_KEYS:
+                    tensors[f"{split}/{key}"] = torch.from_numpy(
+                        np.ascontiguousarray(getattr(outcome, key), np.int64)
+                    )
+            tensors[f"{split}/right/{name}"] = torch.from_numpy(np.packbits(outcome.correct, axis=1))
+            tasks = outcome.tasks
+    atomic.write_safetensors(path, tensors, {"format": str(FORMAT), "tasks": str(tasks)})
+
+
+def _check_header(header: Header) -> None:
+    meta = header.metadata
+    if not meta.get("tasks", "").isdigit() or not 1 <= int(meta["tasks"]) <= MAX_TASKS:
+        raise TensorFileError("its metadata records no task count")
+    tasks = int(meta["tasks"])
+    images: dict[str, int] = {}
+    for name, info in header.tensors.items():
+        split, _, key = name.partition("/")
+        if split not in SPLITS:
+            raise TensorFileError(f"it holds a tensor {name[:60]!r} of no split")
+        if key in IMAGE_KEYS:
+            if info.dtype != "I64" or len(info.shape) != 1 or info.shape[0] > MAX_IMAGES:
+                raise TensorFileError(f"{name[:60]} is not a list of image numbers")
+            if images.setdefault(split, info.shape[0]) != info.shape[0]:
+                raise TensorFileError(f"its {split} image lists differ in length")
+    for name, info in header.tensors.items():
+        split, _, key = name.partition("/")
+        if key in IMAGE_KEYS:
+            continue
+        if not key.startswith("right/") or split not in images:
+            raise TensorFileError(f"it holds a tensor {name[:60]!r} that no outcomes file has")
+        if info.dtype != "U8" or info.shape != (tasks, math.ceil(images[split] / 8)):
+            raise TensorFileError(f"{name[:60]} does not hold {tasks} tasks of {images[split]} images")
+    if any(
+        sum(1 for n in header.tensors if n.startswith(f"{s}/") and n[len(s) + 1 :] in IMAGE_KEYS) != 3
+        for s in images
+    ):
+        raise TensorFileError("a split lacks its image lists")
+
+
+def read_outcomes(path: Path, hint: str) -> PerSplit | None:
+    """The outcomes in a file (None when there is none: a folder written before format 4), checked:
+    one line naming the file and `hint` (what rewrites it) when it is not what tosca writes."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        tensors, meta = read_safetensors(path, _check_header)
+        text = meta.get("format", "")
+        check_format(path, int(text) if text.isdigit() else text, "outcomes")
+        return _unpacked(tensors, int(meta["tasks"]))
+    except TensorFileError as exc:
+        raise UserError(f"{path}: {exc}; {hint}") from None
+
+
+def _unpacked(tensors: dict[str, Any], tasks: int) -> PerSplit:
+    found: PerSplit = {}
+    for split in SPLITS:
+        if f"{split}/rows" not in tensors:
+            continue
+        rows, classes, task = (tensors[f"{split}/{k}"].numpy() for k in IMAGE_KEYS)
+        if len(rows) and (rows.min() < 0 or classes.min() < 0 or task.min() < 0):
+            raise TensorFileError(f"its {split} images hold a negative number")
+        order = np.argsort(classes, kind="stable")
+        same_class = classes[order][1:] == classes[order][:-1]
+        if (task[order][1:][same_class] != task[order][:-1][same_class]).any():
+            raise TensorFileError(f"its {split} images of one class come in different tasks")
+        prefix = f"{split}/right/"
+        for name, packed in tensors.items():
+            if name.startswith(prefix):
+                correct = np.unpackbits(packed.numpy(), axis=1, count=len(rows)).astype(bool)
+                found.setdefault(split, {})[name[len(prefix) :]] = Outcomes(correct, classes, task, rows)
+    return found
+
+
+def check_against(found: PerSplit, blocks: Mapping[str, Mapping[str, Any]], where: str, hint: str) -> None:
+    """Each name's outcomes give its recorded A_t (split -> name -> metrics block), to the last
+    digit a file keeps: outcomes of another run, or edited, are one line."""
+    for split, named in found.items():
+        for name, outcome in named.items():
+            block = blocks.get(split, {}).get(name)
+            if block is None:
+                continue
+            recorded = block.get("A_t", [])
+            if len(recorded) != outcome.tasks:
+                raise UserError(
+                    f"{where}: its {split} answers of {name} cover {outcome.tasks} tasks, its metrics {len(recorded)}; {hint}"
+                )
+            for t, a in enumerate(recorded):
+                seen = outcome.task <= t
+                if seen.any() and abs(float(outcome.correct[t][seen].mean()) - float(a)) > 1e-6:
+                    raise UserError(
+                        f"{where}: its {split} answers of {name} do not give the A_t recorded for them "
+                        f"(task {t}); {hint}"
+                    )
