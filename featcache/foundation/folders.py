@@ -56,20 +56,28 @@ def _shown(folder: Path) -> str:
 
 
 def refuse_planted(folder: Path, flag: str) -> None:
-    """Refuse a tosca folder that holds a symbolic link, a fifo, a device or a socket anywhere in it:
-    tosca makes none of them, never writes through one, and in a shared folder one can be planted to
-    have it write elsewhere (or read for ever). Checked before anything is written."""
+    """Refuse a tosca folder that holds a symbolic link, a fifo, a device, a socket or a file with
+    more than one hard link anywhere in it: tosca makes none of them, never writes through one, and
+    in a shared folder one can be planted to have it write elsewhere (or read for ever), or to have
+    its appends land in another name's file. Checked before anything is written."""
     for here, dirs, files in os.walk(folder):  # links to folders are listed, never walked into
         for name in [*dirs, *files]:
             path = Path(here) / name
             try:
-                mode = path.lstat().st_mode
+                info = path.lstat()
             except FileNotFoundError:  # gone meanwhile
                 continue
+            mode = info.st_mode
             if stat.S_ISLNK(mode):
                 what = "a symbolic link: tosca never writes through one, nor keeps one in its folders"
             elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 what = "not a regular file (a fifo, a device or a socket)"
+            elif stat.S_ISREG(mode) and info.st_nlink > 1:
+                raise UserError(
+                    f"{flag} {folder} holds {printable(path.relative_to(folder))}, a file with {info.st_nlink} "
+                    "hard links: another name shares it, and tosca never changes a file through a name it did "
+                    "not make; replace it with a copy of its own (cp, then mv over it)"
+                )
             else:
                 continue
             raise UserError(

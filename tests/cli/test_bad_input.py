@@ -715,6 +715,10 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
+    ("sweep results.csv, a hard link (appended)", "sweep/results.csv", "hard link", SWEEP_MORE),
+    ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
+    ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
+    ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
     ("sweep.json", "sweep/sweep.json", "link", SWEEP_MORE),
     ("sweep summary.md", "sweep/summary.md", "link", SWEEP_MORE),
     ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
@@ -821,6 +825,8 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     target.unlink(missing_ok=True)
     if planted == "fifo":
         os.mkfifo(target)
+    elif planted == "hard link":  # another name for the planter's file: appends would land there
+        os.link(outside, target)
     else:
         target.symlink_to(outside if planted == "link" else tmp_path / "created-through-the-link")
     monkeypatch.chdir(root)
@@ -834,7 +840,9 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     result = runner.invoke(app, [part.format(**places) for part in argv])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, f"{name}: {lines}"
-    what = "not a regular file" if planted == "fifo" else "a symbolic link"
+    what = {"fifo": "not a regular file", "hard link": "a file with 2 hard links"}.get(
+        planted, "a symbolic link"
+    )
     inside = file.split("/", 1)[1]  # as named from the folder the command claims
     assert lines[0].startswith("error: ") and f"holds {inside}, {what}" in lines[0], lines[0]
     assert outside.read_text() == "the planter's target\n"

@@ -268,13 +268,26 @@ def test_links_in_archives_follow_the_folder_rule(tmp_path: Path) -> None:
 
 
 def test_folders_nested_deeper_than_python_recurses_are_listed(tmp_path: Path, monkeypatch: Any) -> None:
+    depth = 1500  # over Python's recursion limit (1,000); a path of 3,000 bytes stays under 4,096
     deep = tmp_path / "f"
     deep.mkdir()
     monkeypatch.chdir(deep)  # then one level at a time (put back when the test ends)
-    for _ in range(1500):
-        os.mkdir("d")
-        os.chdir("d")
-    Image.new("RGB", (8, 8)).save("x.png")
-    os.chdir(tmp_path)
-    found = image_files(Path("f"), LeftOut())
-    assert len(found) == 1 and len(found[0].parts) == 1502
+    try:
+        for _ in range(depth):
+            os.mkdir("d")
+            os.chdir("d")
+        Image.new("RGB", (8, 8)).save("x.png")
+        os.chdir(tmp_path)
+        found = image_files(Path("f"), LeftOut())
+        assert len(found) == 1 and len(found[0].parts) == depth + 2
+    finally:  # removed here, level by level: shutil.rmtree (pytest's clean-up) recurses
+        os.chdir(deep)
+        levels = 0
+        while os.path.isdir("d"):
+            os.chdir("d")
+            levels += 1
+        for name in os.listdir("."):
+            os.remove(name)
+        for _ in range(levels):
+            os.chdir("..")
+            os.rmdir("d")
