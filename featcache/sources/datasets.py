@@ -44,13 +44,15 @@ class SplitSamples:
     def describe(self, i: int) -> str:
         return str(self.root / self.ids[i]) if self.root is not None else f"{self.ids[i]} (in-memory array)"
 
-    def open_image(self, i: int) -> Image.Image:
-        """Sample i as the 8-bit RGB image a viewer shows (`featcache.sources.pixels`), decoded by Pillow."""
+    def open_image(self, i: int, short_side: int | None = None) -> Image.Image:
+        """Sample i as the 8-bit RGB image a viewer shows (`featcache.sources.pixels`), decoded by
+        Pillow; its size checked from the header first (`check_pixels`, with the short side it will
+        be resized to)."""
         if self.arrays is not None:
             return Image.fromarray(self.arrays[i])
         assert self.root is not None
         with Image.open(self.root / self.ids[i]) as img:
-            check_pixels(*img.size)
+            check_pixels(*img.size, short_side)
             return to_rgb8(img)
 
     def fingerprint(self, start: int, stop: int) -> str:
