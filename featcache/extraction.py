@@ -87,8 +87,6 @@ def check_request(request: ExtractRequest) -> None:
             "processes",
             "at most 4 per usable core, and 64 anywhere",
         )
-    if Path(request.cache_dir).exists() and not Path(request.cache_dir).is_dir():
-        raise UserError(f"--cache-dir {request.cache_dir} is a file, not a folder")
     resolve_precision(request.precision)
     choice = scheduler_choice(request)
     if choice is not None:

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import os_error_line
+from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
 from tosca_cli.terminal import err, error_line
@@ -141,7 +142,8 @@ def from_request(
     cls: type, *extra: inspect.Parameter, flags: typing.Sequence[ExtraFlag] = (), into: str | None = None
 ) -> Callable[[F], F]:
     """The command's options are `cls`'s fields, then `extra`, then `flags`; the command is called
-    with `request=cls(...)` (the flags' values, by key, in its field `into`) and the extras by name."""
+    with `request=cls(...)` (the flags' values, by key, in its field `into`) and the extras by name,
+    once every folder the request writes is known to be one it can make (`check_outputs`)."""
 
     def decorate(fn: F) -> F:
         params, convert = _field_parameters(cls)
@@ -153,7 +155,9 @@ def from_request(
             fields = {k: convert.get(k, lambda v: v)(kwargs.pop(k)) for k in list(kwargs) if k in names}
             if into is not None:
                 fields[into] = {f.key or f.name: kwargs.pop(f.name) for f in flags}
-            return fn(request=cls(**fields), **kwargs)
+            request = cls(**fields)
+            check_outputs(request)  # before anything runs: every output flag of every command
+            return fn(request=request, **kwargs)
 
         everything = [*params, *extra, *flag_params]
         wrapper.__signature__ = inspect.Signature(everything)  # type: ignore[attr-defined]

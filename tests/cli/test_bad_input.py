@@ -49,6 +49,13 @@ BASE = [
     "2",
 ]
 
+
+def _under(flag: str, file: str, leaf: str) -> str:
+    return (
+        f"{flag} {file}/{leaf} lies under {file}, which is a file, not a folder: nothing can be made under it"
+    )
+
+
 ROWS: list[tuple[str, list[str], str]] = [
     # ------------------------------------------------------------------ extract
     ("extract views negative", [*EXTRACT, "--views", "-1"], "--views must be 0 or more, got -1"),
@@ -112,7 +119,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*EXTRACT, "--weights", "{file}"],
         "--weights and --random-init exclude each other",
     ),
-    ("extract store a file", [*EXTRACT, "--store", "{file}"], "not a feature store: {file}"),
+    ("extract store a file", [*EXTRACT, "--store", "{file}"], "--store {file} is a file, not a folder"),
     ("extract store a plain folder", [*EXTRACT, "--store", "{img}"], "not a feature store: {img}"),
     (
         "extract cache dir a file",
@@ -180,9 +187,13 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["fit", "-m", "vit_b16", "--cache-dir", "{root}", "--device", "cpu"],
         "no store under",
     ),
-    ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
+    ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a folder"),
     ("fit unknown tracker", [*FIT, "--log", "wandb"], "--log 'wandb': no such tracker"),
-    ("fit tensorboard folder a file", [*FIT, "--log", "tensorboard={file}"], "that is a file, not a folder"),
+    (
+        "fit tensorboard folder a file",
+        [*FIT, "--log", "tensorboard={file}"],
+        "{file} is a file, not a folder",
+    ),
     ("sweep keep-modules a file", [*SWEEP, "--keep-modules", "{file}"], "--keep-modules {file} is a file"),
     (
         "sweep keep-modules inside a store",
@@ -242,7 +253,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep unknown rank", [*SWEEP, "--rank-by", "best"], "unknown --rank-by 'best'"),
     ("sweep unknown preset", [*SWEEP, "--preset", "best"], "unknown --preset 'best'"),
     ("sweep unknown scheduler", [*SWEEP, "--scheduler", "cluster"], "unknown --scheduler 'cluster'"),
-    ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a sweep folder"),
+    ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a folder"),
     (
         "sweep missing store",
         ["sweep", "--store", "{missing}", "--device", "cpu"],
@@ -280,7 +291,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["baselines", "--store", "{half}", "--no-tosca"],
         "is not fully extracted",
     ),
-    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a baselines folder"),
+    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a folder"),
     (
         "baselines run missing",
         [*BASE[:5], "--run", "{missing}"],
@@ -337,6 +348,52 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["predict", "{run}", "/dev/null"],
         "/dev/null is neither an image file nor a folder",
     ),
+    # ------------------------------------------------------------------ output folders nothing can be made in
+    # (one check for every output flag of every command, before anything runs or is written)
+    (
+        "fit run under a file",
+        [*FIT, "--run", "{run}/config.json/x"],
+        _under("--run", "{run}/config.json", "x"),
+    ),
+    (
+        "fit run under /dev/null",
+        [*FIT, "--run", "/dev/null/x"],
+        "--run /dev/null/x lies in /dev, the kernel's",
+    ),
+    ("fit run in /proc", [*FIT, "--run", "/proc/x"], "--run /proc/x lies in /proc, the kernel's view"),
+    (
+        "fit run a fifo",
+        [*FIT, "--run", "{fifo}"],
+        "--run {fifo} is a device, a fifo or a socket, not a folder",
+    ),
+    (
+        "fit run under a dangling link",
+        [*FIT, "--run", "{dangling}/x"],
+        "--run {dangling}/x lies under {dangling}, which is a dangling link, not a folder",
+    ),
+    ("fit run under a link to /proc", [*FIT, "--run", "{toproc}/x"], "--run {toproc}/x lies in /proc"),
+    ("fit tensorboard in /proc", [*FIT, "--log", "tensorboard=/proc/tb"], "/proc/tb lies in /proc"),
+    ("sweep out in /proc", [*SWEEP, "--r", "2", "--out", "/proc/sw"], "--out /proc/sw lies in /proc"),
+    ("sweep keep-modules in /proc", [*SWEEP, "--r", "2", "--keep-modules", "/proc/km"], "lies in /proc"),
+    (
+        "sweep keep-modules under a file",
+        [*SWEEP, "--r", "2", "--keep-modules", "{run}/config.json/km"],
+        _under("--keep-modules", "{run}/config.json", "km"),
+    ),
+    ("baselines out in /proc", [*BASE, "--out", "/proc/bl"], "--out /proc/bl lies in /proc"),
+    ("baselines run under a file", [*BASE, "--run", "{file}/r"], _under("--run", "{file}", "r")),
+    (
+        "extract store under a file",
+        [*EXTRACT, "--store", "{file}/s.zarr"],
+        _under("--store", "{file}", "s.zarr"),
+    ),
+    ("extract cache dir in /sys", [*EXTRACT, "--cache-dir", "/sys/c"], "--cache-dir /sys/c lies in /sys"),
+    (
+        "suite out in /proc",
+        ["suite", "--preset", "local", "--out", "/proc/su"],
+        "--out /proc/su lies in /proc",
+    ),
+    ("demo runs dir under a file", ["demo", "--runs-dir", "{file}/r"], _under("--runs-dir", "{file}", "r")),
     # ------------------------------------------------------------------ sizes checked before any work
     (
         "fit epochs 2**31",
@@ -432,7 +489,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         bomb.writestr("train/a/x.png", bytes(8 << 20))  # 8 MiB of zeros in a few kB
         bomb.writestr("test/a/x.png", b"x")
     (root / "empty").mkdir()
+    (root / "dangling").symlink_to(root / "nowhere")
+    (root / "toproc").symlink_to("/proc")
     return {
+        "dangling": root / "dangling",
+        "toproc": root / "toproc",
         "root": root,
         "store": store,
         "half": half,

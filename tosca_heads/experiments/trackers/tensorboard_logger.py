@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.folders import check_output
 from tosca_heads.experiments.trackers.registry import Logger, Metric, register_logger
 
 FINAL = ("A_last/", "A_bar/", "forgetting/", "routing/")  # the metrics the hparams view shows
@@ -46,8 +46,7 @@ class TensorBoardLogger(Logger):
 
         self.writer_class = SummaryWriter
         self.root = Path(where) if where else Path(runs_root) / "tensorboard"
-        if self.root.exists() and not self.root.is_dir():
-            raise UserError(f"--log tensorboard={self.root}: that is a file, not a folder for event files")
+        check_output(self.root, "--log tensorboard=")  # as every output folder: featcache.foundation.folders
 
     def start(self, name: str, parent: Any | None) -> _Run:
         base = self.root if parent is None else parent.folder
