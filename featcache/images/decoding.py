@@ -30,7 +30,7 @@ from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from featcache.foundation.errors import UserError
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
-from featcache.sources.pixels import check_pixels, needs_rules, to_rgb8
+from featcache.sources.pixels import check_pixels, needs_rules, open_file, to_rgb8
 from featcache.store.describe import DECODERS as DESCRIPTIONS
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
@@ -87,8 +87,10 @@ def open_picture(samples: SplitSamples, i: int, decoder: str, short_side: int | 
 
 
 def read_bytes(path: Path) -> torch.Tensor:
-    """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take)."""
-    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take); a regular file's only
+    (`featcache.sources.pixels.open_file`)."""
+    with open_file(path) as fh:
+        return torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8)
 
 
 def _is_jpeg(data: torch.Tensor) -> bool:

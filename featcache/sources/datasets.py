@@ -23,7 +23,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
-from featcache.sources.pixels import check_pixels, to_rgb8
+from featcache.sources.pixels import check_pixels, open_file, to_rgb8
 from featcache.store.left_out import LeftOut
 
 SPLITS = ("train", "test")
@@ -51,7 +51,7 @@ class SplitSamples:
         if self.arrays is not None:
             return Image.fromarray(self.arrays[i])
         assert self.root is not None
-        with Image.open(self.root / self.ids[i]) as img:
+        with open_file(self.root / self.ids[i]) as fh, Image.open(fh) as img:
             check_pixels(*img.size, short_side)
             return to_rgb8(img)
 

@@ -29,6 +29,9 @@ resizes to), and the resize limit again by the preprocessing itself before it re
 from __future__ import annotations
 
 import io
+import os
+import stat
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -47,6 +50,10 @@ MAX_RESIZED_PIXELS = 1 << 24  # 16,777,216 (48 MiB of RGB): a 256-pixel short si
 
 class ImageTooLarge(ValueError):
     """An image over the pixel limit shared by both decoders, or one that would resize over it."""
+
+
+class NotAnImageFile(ValueError):
+    """What is at an image's path is not a regular file any more."""
 
 
 def check_pixels(width: int, height: int, short_side: int | None = None) -> None:
@@ -79,6 +86,21 @@ def check_resized(width: int, height: int, short_side: int) -> None:
             f"{short_side} would make {new_width:,} x {new_height:,} = {new_width * new_height:,} pixels, over "
             f"the limit of {MAX_RESIZED_PIXELS:,} that both decoders share"
         )
+
+
+def open_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """An image file opened for reading, refused (`NotAnImageFile`) when it is not a regular file:
+    one listed as a file and replaced since by a fifo would block the reader for ever, a device
+    would read for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAnImageFile("not a regular file (a fifo or a device; replaced since it was listed?)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def open_checked(data: bytes, short_side: int | None = None) -> Image.Image:

@@ -3,6 +3,8 @@ maps to 8-bit RGB by one set of rules (featcache.sources.pixels), and one pixel 
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +210,23 @@ def test_a_thin_image_is_refused_from_its_header_by_both_decoders(
     for picture in (Image.new("L", (3, 20_000)), torch.zeros(3, 20_000, 3, dtype=torch.uint8)):
         with pytest.raises(pixels.ImageTooLarge, match="3 x 20,000 pixels, 6,667 times longer than wide"):
             prep.clean(picture)
+
+
+@pytest.mark.parametrize("decoder", ["pil", "torch"])
+@pytest.mark.parametrize("replacement", ["fifo", "link to /dev/zero"])
+def test_an_image_replaced_by_a_fifo_or_a_device_after_listing_is_refused_at_once(
+    decoder: str, replacement: str, tmp_path: Path
+) -> None:
+    """Listed as a file, then swapped (in a shared folder): the reader would wait on the fifo for
+    ever, or read /dev/zero for ever; refused when opened, naming why."""
+    path, _ = _case("RGB", tmp_path)
+    samples = SplitSamples([path.name], np.zeros(1, dtype=np.int64), root=tmp_path)
+    path.unlink()
+    if replacement == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    start = time.monotonic()
+    with pytest.raises(pixels.NotAnImageFile, match="not a regular file"):
+        open_picture(samples, 0, decoder, 256)
+    assert time.monotonic() - start < 5
