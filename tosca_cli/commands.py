@@ -23,7 +23,7 @@ from featcache.foundation.files import os_error_line
 from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
-from tosca_cli.terminal import err, error_line
+from tosca_cli.terminal import answers_only, err, error_line
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -83,14 +83,23 @@ class OneLineUsageErrors(TyperGroup):
 
 
 def user_errors(fn: F) -> F:
-    """A mistake the user can fix is one line and exit code 2; anything else propagates."""
+    """A mistake the user can fix is one line and exit code 2; anything else propagates. Stdout
+    carries the command's answers alone (`answers_only`), and an exit raised by code outside tosca
+    (tosca's own commands end with typer.Exit, never SystemExit) is said, never a silent exit."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with answers_only():
+                return fn(*args, **kwargs)
         except UserError as exc:
             error_line(str(exc))
+        except (SystemExit, GeneratorExit) as exc:
+            code = f" {exc}" if str(exc) else ""
+            error_line(
+                f"the command was ended by code outside tosca ({type(exc).__name__}{code}: a plug-in?) before "
+                "it finished; what it was writing is not done"
+            )
         except OSError as exc:
             line = os_error_line(exc)
             if line is None:

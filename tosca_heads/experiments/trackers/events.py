@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.plugins import foreign_code
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.trackers.registry import Logger, Metric, open_logger, parse_targets
 
@@ -209,9 +210,11 @@ def end_failed(run: TrackedRun | None) -> None:
 
 @contextmanager
 def _said(logger: Logger) -> Iterator[None]:
-    """A logger's own failure (foreign code) as one line naming it."""
+    """A logger's own failure (foreign code) as one line naming it; its prints go to stderr and an
+    exit it raises is a failure too (`featcache.foundation.plugins.foreign_code`)."""
     try:
-        yield
+        with foreign_code():
+            yield
     except UserError:
         raise
     except Exception as exc:
