@@ -6,12 +6,15 @@ traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
+import signal
 import sys
+import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -53,8 +56,34 @@ def flags_as_switches(command: Any) -> None:
         flags_as_switches(sub)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so the command
+    unwinds: a sweep's Dask cluster closes (each nanny's two multiprocessing queues, six semaphores
+    per worker, were left to the resource tracker, which warned of them as leaked), loader workers
+    stop, locks are released. A BaseException: no `except Exception` stops it."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block (the main thread of a command), SIGTERM raises `Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class OneLineUsageErrors(TyperGroup):
-    """A malformed command line is one line on stderr and exit 2, instead of click's usage box."""
+    """A malformed command line is one line on stderr and exit 2, instead of click's usage box;
+    SIGTERM ends a command as an interrupt does (`Terminated`): one line, exit 143."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         flags_as_switches(self)
@@ -64,7 +93,13 @@ class OneLineUsageErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with sigterm_unwinds():
+                code = super().main(*args, standalone_mode=False, **kwargs)
+        except Terminated:
+            err.print(
+                "terminated (SIGTERM): what was finished is kept; the same command resumes", highlight=False
+            )
+            sys.exit(128 + signal.SIGTERM)
         except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
             exc.show()
             sys.exit(exc.exit_code)
