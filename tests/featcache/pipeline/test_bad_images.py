@@ -241,21 +241,8 @@ def test_a_thin_image_is_refused_or_left_out_and_said(tree: Path, tmp_path: Path
     if decoder == "torch":
         return
     run = tmp_path / "run"
-    fit = (
-        "fit",
-        "--store",
-        store,
-        "--run",
-        run,
-        "--device",
-        "cpu",
-        "--epochs",
-        "1",
-        "--init-cls",
-        "1",
-        "--increment",
-        "1",
-    )
+    split = ("--init-cls", "1", "--increment", "1")
+    fit = ("fit", "--store", store, "--run", run, "--device", "cpu", "--epochs", "1", *split)
     assert runner.invoke(app, [str(a) for a in fit]).exit_code == 0
     for name, (width, height) in (("thin.png", (3, 20_000)), ("thinner.png", (1, 60_000_000))):
         Image.fromarray(np.zeros((height, width), dtype=np.uint8)).save(tmp_path / name, optimize=True)
