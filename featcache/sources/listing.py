@@ -107,6 +107,12 @@ class FolderListing:
         paths reaching one file, one without a link if there is one, else the first by name."""
         own = os.path.realpath(folder)
         fence = [*self.fence, own]
+        holds = next((f for f in self.fence if f != own and _within(f, own)), None)
+        if holds is not None:  # a class folder linked to `/` or `..`: it would walk the whole data folder
+            raise UserError(
+                f"class folder {printable(folder)} leads to {printable(own)}, which holds {printable(holds)} "
+                "(the data folder or another class folder): a class folder must hold its own images"
+            )
         reached: dict[Identity, list[tuple[bool, Path]]] = {}  # file -> (through a link?, path)
         walked: set[Identity] = set()
         # folders to walk: reached without a link (walked first, depth first), then through one

@@ -291,3 +291,13 @@ def test_folders_nested_deeper_than_python_recurses_are_listed(tmp_path: Path, m
         for _ in range(levels):
             os.chdir("..")
             os.rmdir("d")
+
+
+@pytest.mark.parametrize("target", ["/", "..", "../.."])
+def test_a_class_folder_linked_to_a_folder_holding_the_data_is_refused(tmp_path: Path, target: str) -> None:
+    """Walked, it would list every class (or the whole disk, /proc included) as one class."""
+    tree = make_image_tree(tmp_path / "imgs", classes=3, train=4, test=2)
+    shutil.rmtree(tree / "test" / "class_2")
+    (tree / "test" / "class_2").symlink_to(target)
+    with pytest.raises(UserError, match=r"which holds .* a class folder must hold its own images"):
+        load_dataset("imagefolder", tree, tmp_path / "cache")
