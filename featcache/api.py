@@ -15,6 +15,7 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec
 from featcache.backbones import register_backbone as _register_backbone
+from featcache.foundation.folders import check_outputs
 from featcache.sources.datasets import DatasetSource
 from featcache.sources.datasets import register_dataset as _register_dataset
 from featcache.store import FeatureStore, check_readable
@@ -77,6 +78,7 @@ def extract(
         store=None if store is None else Path(store),
         **options,
     )
+    check_outputs(request)  # as the command line checks them: before anything runs
     return run(request).store
 
 

@@ -105,7 +105,7 @@ def embed_images(
         images = []
         for i in range(start, min(len(paths), start + batch)):
             try:
-                images.append(prep.clean(open_picture(samples, i, prep.decoder)))
+                images.append(prep.clean(open_picture(samples, i, prep.decoder, prep.resize_size)))
             except Exception as exc:  # a user's file: say which, not a traceback
                 raise UserError(f"cannot read image {paths[i]} ({type(exc).__name__}: {exc})") from None
         outputs.append(mapper(torch.stack(images)))

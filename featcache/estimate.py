@@ -9,7 +9,6 @@ only, and one pass to count its members), never unpacked.
 from __future__ import annotations
 
 import functools
-import io
 import os
 import tarfile
 import time
@@ -25,6 +24,7 @@ from featcache.foundation.errors import UserError
 from featcache.images.transforms import make_preprocessing
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.sources.datasets import DATASETS
+from featcache.sources.pixels import open_checked
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 SAMPLE = 16  # images timed
@@ -150,16 +150,14 @@ def estimate_extraction(
     if not first or not classes:
         guess.missing.append(f"data for {dataset}: no images found in {data_root}")
         return guess
-    from PIL import Image
-
     prep = make_preprocessing(spec.default_policy, backbone.data_config, "pil")
     mapper = FeatureMapper(backbone.model, device, "fp32", len(first))
     threads = torch.get_num_threads()
     try:
-        images = [prep.clean(Image.open(io.BytesIO(data)).convert("RGB")) for data in first]
+        images = [prep.clean(open_checked(data, prep.resize_size)) for data in first]
         mapper(torch.stack(images))  # warm-up: the first forward of a shape pays for its set-up
         start = time.perf_counter()
-        images = [prep.clean(Image.open(io.BytesIO(data)).convert("RGB")) for data in first]
+        images = [prep.clean(open_checked(data, prep.resize_size)) for data in first]
         decoded = time.perf_counter()
         mapper(torch.stack(images))
         forward = time.perf_counter() - decoded

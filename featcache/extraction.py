@@ -87,8 +87,6 @@ def check_request(request: ExtractRequest) -> None:
             "processes",
             "at most 4 per usable core, and 64 anywhere",
         )
-    if Path(request.cache_dir).exists() and not Path(request.cache_dir).is_dir():
-        raise UserError(f"--cache-dir {request.cache_dir} is a file, not a folder")
     resolve_precision(request.precision)
     choice = scheduler_choice(request)
     if choice is not None:
@@ -209,7 +207,7 @@ def refuse_replacing_other_things(path: Path) -> None:
 
 
 def _select_samples(
-    request: ExtractRequest, dataset: DatasetSource, store_path: Path, decoder: str
+    request: ExtractRequest, dataset: DatasetSource, store_path: Path, prep: Preprocessing
 ) -> list[BadImage]:
     """Leave bad images out (with --skip-bad-images) or refuse empty files; returns what was left out."""
     if not request.skip_bad_images:
@@ -223,7 +221,7 @@ def _select_samples(
             dataset.splits[split] = drop_ids(samples, {b.sample_id for b in stored if b.split == split})
             continue
         workers = default_workers() if request.workers is None else request.workers
-        bad = find_bad_images(split, samples, decoder, workers)
+        bad = find_bad_images(split, samples, prep, workers)
         dataset.splits[split] = without(samples, [i for i, _ in bad])
         skipped += [item for _, item in bad]
     check_classes(dataset)
@@ -320,7 +318,7 @@ def plan_extraction(request: ExtractRequest, locked: bool = False) -> ExtractPla
     prep = make_preprocessing(policy, backbone.data_config, decoder)
     batch_size = request.batch_size or default_batch_size(device)
     check_sizes(request, dataset, backbone.feature_dim, prep, store_path, batch_size)
-    skipped = _select_samples(request, dataset, store_path, decoder)
+    skipped = _select_samples(request, dataset, store_path, prep)
     rows = max(len(dataset.splits[split]) for split in SPLITS)
     sources = dataset.chunk_sources(stored_chunk_size(request.chunk_size, rows))
     identity = {

@@ -25,8 +25,10 @@ class ExtractRequest:
         help="Dataset (eurosat, cifar10, cifar100, imagefolder, ...).", names=("--dataset", "-d")
     )
     data_root: Path | None = option(None, "Folder or archive (.zip, .tar, .tar.gz) with the images.")
-    cache_dir: Path = option(Path("cache"), "Root under which stores are created and found.")
-    store: Path | None = option(None, "Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr).")
+    cache_dir: Path = option(Path("cache"), "Root under which stores are created and found.", output=True)
+    store: Path | None = option(
+        None, "Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr).", output=True
+    )
     weights: Path | None = option(None, "Local checkpoint: .safetensors or a torch state dict.")
     random_init: bool = option(
         False, "Untrained weights, always the same (torch seed 0).", ("--random-init",)

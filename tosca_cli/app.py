@@ -133,8 +133,7 @@ def _extract(request: Any) -> Any:
     def planned(plan: Any) -> None:
         if plan.dataset.left_out:
             say(
-                f"note: left out {plan.dataset.left_out.summary()} (hidden, macOS metadata or not an image; "
-                "listed by `tosca cache info`)",
+                f"note: left out {plan.dataset.left_out.summary()} (listed by `tosca cache info`)",
                 err,
             )
         if plan.backbone.random_init:

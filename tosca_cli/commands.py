@@ -6,12 +6,15 @@ traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
+import signal
 import sys
+import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -20,9 +23,10 @@ from typer.core import TyperGroup
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import os_error_line
+from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
-from tosca_cli.terminal import err, error_line
+from tosca_cli.terminal import answers_only, err, error_line
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -52,8 +56,34 @@ def flags_as_switches(command: Any) -> None:
         flags_as_switches(sub)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so the command
+    unwinds: a sweep's Dask cluster closes (each nanny's two multiprocessing queues, six semaphores
+    per worker, were left to the resource tracker, which warned of them as leaked), loader workers
+    stop, locks are released. A BaseException: no `except Exception` stops it."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block (the main thread of a command), SIGTERM raises `Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class OneLineUsageErrors(TyperGroup):
-    """A malformed command line is one line on stderr and exit 2, instead of click's usage box."""
+    """A malformed command line is one line on stderr and exit 2, instead of click's usage box;
+    SIGTERM ends a command as an interrupt does (`Terminated`): one line, exit 143."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         flags_as_switches(self)
@@ -63,7 +93,13 @@ class OneLineUsageErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with sigterm_unwinds():
+                code = super().main(*args, standalone_mode=False, **kwargs)
+        except Terminated:
+            err.print(
+                "terminated (SIGTERM): what was finished is kept; the same command resumes", highlight=False
+            )
+            sys.exit(128 + signal.SIGTERM)
         except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
             exc.show()
             sys.exit(exc.exit_code)
@@ -82,14 +118,23 @@ class OneLineUsageErrors(TyperGroup):
 
 
 def user_errors(fn: F) -> F:
-    """A mistake the user can fix is one line and exit code 2; anything else propagates."""
+    """A mistake the user can fix is one line and exit code 2; anything else propagates. Stdout
+    carries the command's answers alone (`answers_only`), and an exit raised by code outside tosca
+    (tosca's own commands end with typer.Exit, never SystemExit) is said, never a silent exit."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with answers_only():
+                return fn(*args, **kwargs)
         except UserError as exc:
             error_line(str(exc))
+        except (SystemExit, GeneratorExit) as exc:
+            code = f" {exc}" if str(exc) else ""
+            error_line(
+                f"the command was ended by code outside tosca ({type(exc).__name__}{code}: a plug-in?) before "
+                "it finished; what it was writing is not done"
+            )
         except OSError as exc:
             line = os_error_line(exc)
             if line is None:
@@ -141,7 +186,8 @@ def from_request(
     cls: type, *extra: inspect.Parameter, flags: typing.Sequence[ExtraFlag] = (), into: str | None = None
 ) -> Callable[[F], F]:
     """The command's options are `cls`'s fields, then `extra`, then `flags`; the command is called
-    with `request=cls(...)` (the flags' values, by key, in its field `into`) and the extras by name."""
+    with `request=cls(...)` (the flags' values, by key, in its field `into`) and the extras by name,
+    once every folder the request writes is known to be one it can make (`check_outputs`)."""
 
     def decorate(fn: F) -> F:
         params, convert = _field_parameters(cls)
@@ -153,7 +199,9 @@ def from_request(
             fields = {k: convert.get(k, lambda v: v)(kwargs.pop(k)) for k in list(kwargs) if k in names}
             if into is not None:
                 fields[into] = {f.key or f.name: kwargs.pop(f.name) for f in flags}
-            return fn(request=cls(**fields), **kwargs)
+            request = cls(**fields)
+            check_outputs(request)  # before anything runs: every output flag of every command
+            return fn(request=request, **kwargs)
 
         everything = [*params, *extra, *flag_params]
         wrapper.__signature__ = inspect.Signature(everything)  # type: ignore[attr-defined]

@@ -4,8 +4,10 @@ never read as markup, control characters escaped; errors as one line on stderr. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -18,6 +20,19 @@ from featcache.foundation.text import printable
 _WIDTH = None if sys.stdout.isatty() else 160
 out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
 err = Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
+
+
+@contextlib.contextmanager
+def answers_only() -> Iterator[None]:
+    """Within the block stdout carries tosca's answers alone (`out`): whatever else prints there (a
+    plug-in, a library) goes to stderr, so `--json` stays JSON."""
+    pinned = out.file
+    out.file = sys.stdout
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        out.file = pinned if pinned is not sys.stdout else None  # type: ignore[assignment]
 
 
 def error_line(message: str) -> None:

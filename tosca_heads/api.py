@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from featcache.foundation.folders import check_outputs
 from featcache.store import FeatureStore
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
@@ -132,6 +133,7 @@ def fit(
         recipe=recipe,
         write=write,
     )
+    check_outputs(request)
     return fit_command(request, on_start=lambda protocol, _: _warn(protocol))
 
 
@@ -207,6 +209,7 @@ def sweep(
         log=tuple(log),
         grid=flags,
     )
+    check_outputs(request)
     return sweep_command(request, on_start=lambda plan: plan.protocol and _warn(plan.protocol)).frame
 
 
@@ -332,4 +335,5 @@ def baselines(
         device=device,
         log=tuple(log),
     )
+    check_outputs(request)
     return comparison_frame(compare(request, on_start=_warn).results)

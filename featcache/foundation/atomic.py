@@ -9,6 +9,9 @@ A folder tosca writes may be shared (a runs folder others can write into), so no
 follows a link or writes into something that is not a regular file:
 - a symbolic link, dangling or not, or a fifo, a device or a folder where the file goes is
   refused in one line, and the thing it points to is never opened;
+- so is a file with more than one hard link: another name shares it (a user's `ln` of a
+  results.csv, planted or not), and an append would change that name's file too, a rewrite
+  would silently part the two;
 - a temporary file is created exclusively (O_CREAT | O_EXCL | O_NOFOLLOW) under a name nobody
   can predict (`.<name>.<pid>.<16 hex digits>.tmp`), written through the descriptor that created
   it, and renamed into place only while it is still that file;
@@ -37,12 +40,17 @@ _TOKEN_BYTES = 8  # 16 hex digits in a temporary file's name
 
 def refuse_unsafe_target(path: str | Path) -> None:
     """One line when what is at `path` is not a regular file tosca may replace: a symbolic link (a
-    shared folder's user could plant one to have tosca write elsewhere), a fifo, a device, a folder."""
+    shared folder's user could plant one to have tosca write elsewhere), a fifo, a device, a folder,
+    a file another name shares (a hard link)."""
     target = Path(path)
     try:
         info = os.lstat(target)
     except FileNotFoundError:
         return
+    _refuse(target, info)
+
+
+def _refuse(target: Path, info: os.stat_result) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise UserError(
             f"{printable(target)} is a symbolic link: tosca never writes through one (in a shared folder "
@@ -51,6 +59,12 @@ def refuse_unsafe_target(path: str | Path) -> None:
     if not stat.S_ISREG(info.st_mode):
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a fifo, a device or a socket"
         raise UserError(f"{printable(target)} is {kind}, not a file tosca wrote: move it away")
+    if info.st_nlink > 1:
+        raise UserError(
+            f"{printable(target)} has {info.st_nlink} hard links: another name shares this file, and tosca "
+            "never changes a file through a name it did not make; replace it with a copy of its own "
+            "(cp, then mv over it) or move it away"
+        )
 
 
 def make_folders(path: str | Path, base: str | Path) -> Path:
@@ -104,10 +118,11 @@ def writing(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[
             fh.flush()
             os.fsync(fh.fileno())
         now = os.lstat(tmp)
-        if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+        if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino) or now.st_nlink != 1:
             raise UserError(
-                f"the temporary file {printable(tmp)} was replaced while tosca wrote it (by another user "
-                f"of {printable(target.parent)}?); {printable(target)} was left as it was"
+                f"the temporary file {printable(tmp)} was replaced or linked to another name while tosca "
+                f"wrote it (by another user of {printable(target.parent)}?); {printable(target)} was left "
+                "as it was"
             )
         refuse_unsafe_target(target)  # a link planted while the file was written is not replaced either
         os.replace(tmp, target)
@@ -131,9 +146,7 @@ def appending(path: str | Path, mode: str = "a", **open_args: Any) -> Iterator[I
             refuse_unsafe_target(target)
         raise
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            refuse_unsafe_target(target)
-            raise UserError(f"{printable(target)} is not a regular file: move it away")
+        _refuse(target, os.fstat(fd))  # the file opened: not a fifo, a device, nor one with other names
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

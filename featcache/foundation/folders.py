@@ -1,6 +1,14 @@
 """Folders tosca writes (runs, sweeps, baselines, suites) are claimed before the first write, so
 tosca never writes into a folder it did not make.
 
+Every folder a command writes is checked before the command does anything (`check_output`, for
+each request field marked `output`: `check_outputs`, called where a request comes in, and again
+by `claim` for the folders made from them): it must be a folder or a name that can become one, on
+a disk. Refused in one line: a file or a device at that name; a file, a device or a dangling
+link above it (nothing can be made under it); a place under /proc, /sys or /dev (the kernel's
+views of processes, settings and devices; /dev/shm, a memory-backed disk, is allowed); a
+read-only or unwritable place.
+
 A claimed folder holds a marker file, `.tosca`, naming its kind (`{"kind": "run"}`). Claiming a
 folder succeeds when it does not exist yet (it is created), is empty, already carries the marker
 of the same kind, or is a folder of that kind written before markers existed (each kind says how
@@ -11,19 +19,77 @@ never replaced.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors, parse_json, read_bytes, require_writable
+from featcache.foundation.options import flag_name
 from featcache.foundation.text import printable
 
 MARKER = ".tosca"
 KINDS = ("run", "sweep", "baselines", "suite")
+# the kernel's views, where no folder of files can be made; a memory-backed disk under them is fine
+SYSTEM_FOLDERS = {"/proc": "processes", "/sys": "settings", "/dev": "devices"}
+DISKS_THERE = ("/dev/shm",)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder + os.sep)
+
+
+def _kind(info: os.stat_result) -> str:
+    if stat.S_ISREG(info.st_mode):
+        return "a file"
+    if stat.S_ISLNK(info.st_mode):
+        return "a dangling link"
+    return "a device, a fifo or a socket"
+
+
+def check_output(path: str | Path, flag: str, writable: bool = True) -> None:
+    """Refuse, in one line and before anything is written, a folder tosca cannot make or write
+    (the module docstring); `flag` names it (`--run`). `writable=False` leaves out the check that
+    it can be written (a default folder a command may not use)."""
+    path = Path(path)
+    named = f"{flag}{'' if flag.endswith('=') else ' '}{printable(path)}"  # --run X, --log tensorboard=X
+    wanted = Path(os.path.abspath(path))
+    here = wanted
+    while not os.path.lexists(here) and here != here.parent:
+        here = here.parent  # the nearest part that is there (a dangling link is there)
+    real = os.path.join(os.path.realpath(here), os.path.relpath(wanted, here))
+    for system, what in SYSTEM_FOLDERS.items():
+        if _within(real, system) and not any(_within(real, disk) for disk in DISKS_THERE):
+            raise UserError(
+                f"{named} lies in {system}, the kernel's view of {what}, where no "
+                "folder of files can be made: pass a folder on a disk"
+            )
+    if not here.is_dir():  # follows a link to a folder, as the writes will
+        kind = _kind(os.lstat(here))
+        if here == wanted:
+            raise UserError(f"{named} is {kind}, not a folder")
+        raise UserError(
+            f"{named} lies under {printable(here if path.is_absolute() else os.path.relpath(here))}, which is "
+            f"{kind}, not a folder: "
+            "nothing can be made under it"
+        )
+    if writable:
+        require_writable(here)
+
+
+def check_outputs(request: Any) -> None:
+    """`check_output` for every folder a request asks to write (its fields marked `output`; a
+    default one is not required to be writable: the command may not use it), called where a
+    request comes in (`tosca_cli.commands.from_request`, the Python API)."""
+    for f in dataclasses.fields(request):
+        value = getattr(request, f.name)
+        if f.metadata.get("output") and value is not None:
+            check_output(value, flag_name(f), writable=value != f.default)
 
 
 def zarr_root(path: Path) -> Path | None:
@@ -76,20 +142,28 @@ def _shown(folder: Path) -> str:
 
 
 def refuse_planted(folder: Path, flag: str) -> None:
-    """Refuse a tosca folder that holds a symbolic link, a fifo, a device or a socket anywhere in it:
-    tosca makes none of them, never writes through one, and in a shared folder one can be planted to
-    have it write elsewhere (or read for ever). Checked before anything is written."""
+    """Refuse a tosca folder that holds a symbolic link, a fifo, a device, a socket or a file with
+    more than one hard link anywhere in it: tosca makes none of them, never writes through one, and
+    in a shared folder one can be planted to have it write elsewhere (or read for ever), or to have
+    its appends land in another name's file. Checked before anything is written."""
     for here, dirs, files in os.walk(folder):  # links to folders are listed, never walked into
         for name in [*dirs, *files]:
             path = Path(here) / name
             try:
-                mode = path.lstat().st_mode
+                info = path.lstat()
             except FileNotFoundError:  # gone meanwhile
                 continue
+            mode = info.st_mode
             if stat.S_ISLNK(mode):
                 what = "a symbolic link: tosca never writes through one, nor keeps one in its folders"
             elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 what = "not a regular file (a fifo, a device or a socket)"
+            elif stat.S_ISREG(mode) and info.st_nlink > 1:
+                raise UserError(
+                    f"{flag} {folder} holds {printable(path.relative_to(folder))}, a file with {info.st_nlink} "
+                    "hard links: another name shares it, and tosca never changes a file through a name it did "
+                    "not make; replace it with a copy of its own (cp, then mv over it)"
+                )
             else:
                 continue
             raise UserError(
@@ -109,7 +183,7 @@ def check_claimable(
         raise UserError(f"{flag} {folder} {where}: pass a folder of its own for the {kind}")
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{flag} {folder} is a file, not a {kind} folder")
-    require_writable(folder)
+    check_output(folder, flag)
     if not folder.is_dir() or not any(folder.iterdir()):
         return False
     found = marked_kind(folder)

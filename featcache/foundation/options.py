@@ -18,13 +18,22 @@ def option(
     argument: bool = False,
     comma: bool = False,
     factory: Callable[[], Any] | None = None,
+    output: bool = False,
 ) -> Any:
     """A request field the command line offers: `names` are its spellings (default: --field-name),
-    `argument` makes it positional, `comma` reads a tuple field from one comma-separated value."""
-    metadata = {"help": help, "names": names, "argument": argument, "comma": comma}
+    `argument` makes it positional, `comma` reads a tuple field from one comma-separated value,
+    `output` marks a folder the command writes (checked before anything runs:
+    `featcache.foundation.folders.check_outputs`)."""
+    metadata = {"help": help, "names": names, "argument": argument, "comma": comma, "output": output}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def flag_name(f: Any) -> str:
+    """How the command line spells a request's field (`f`, a dataclass field): --run, --keep-modules."""
+    names = f.metadata.get("names") or ()
+    return names[0] if names else "--" + f.name.replace("_", "-")
 
 
 @dataclass(frozen=True)

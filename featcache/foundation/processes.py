@@ -23,6 +23,10 @@ workers): on Linux each helper asks the kernel to kill it when its parent dies
 `worker_init_fn`), Dask workers of local clusters in the preload. A rerun that still finds them
 exiting waits for them (featcache.foundation.locks).
 
+Stdout is the command's. A helper shares the command's standard output, which carries its
+answers (`--json` among them): loader workers and local Dask workers print to stderr
+(`answers_stay_clean`), so a plug-in's print in one never breaks them.
+
 Import-light: stdlib only.
 """
 
@@ -100,9 +104,17 @@ def _end_with(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def answers_stay_clean() -> None:
+    """In a helper process: whatever runs there prints to stderr. The helper shares the command's
+    stdout, which carries its answers (`--json` among them); a plug-in's print would break them."""
+    sys.stdout = sys.stderr
+
+
 def loader_worker_start(parent: int, worker_id: int = 0) -> None:
-    """A DataLoader's worker_init_fn (bind `parent` with functools.partial): die with the loader."""
+    """A DataLoader's worker_init_fn (bind `parent` with functools.partial): die with the loader,
+    print to stderr."""
     die_with_parent(parent)
+    answers_stay_clean()
 
 
 def dask_setup(worker: Any = None) -> None:
@@ -112,3 +124,4 @@ def dask_setup(worker: Any = None) -> None:
 
     if multiprocessing.parent_process() is not None:
         die_with_parent()
+        answers_stay_clean()

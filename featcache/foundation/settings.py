@@ -39,10 +39,18 @@ def _one_of(name: str, allowed: tuple[str, ...], said: str) -> Callable[[str], s
     return problem
 
 
+MIN_MEMORY_LIMIT = 1_000_000  # bytes: less than no command can be planned in (1 was taken, "0 B")
+
+
 def _bytes(value: str) -> str | None:
-    if value.isdigit() and int(value) >= 1:
-        return None
-    return f"TOSCA_MEMORY_LIMIT={value[:40]!r} is not a number of bytes (a whole number >= 1)"
+    if not value.isdigit() or int(value) < 1:
+        return f"TOSCA_MEMORY_LIMIT={value[:40]!r} is not a number of bytes (a whole number >= 1)"
+    if int(value) < MIN_MEMORY_LIMIT:
+        return (
+            f"TOSCA_MEMORY_LIMIT={value[:40]} is under {MIN_MEMORY_LIMIT:,} bytes, less than any command "
+            "can be planned in (the value is in bytes: 8000000000 for 8 GB)"
+        )
+    return None
 
 
 def _modules(value: str) -> str | None:

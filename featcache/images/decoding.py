@@ -30,7 +30,7 @@ from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from featcache.foundation.errors import UserError
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
-from featcache.sources.pixels import check_pixels, needs_rules, to_rgb8
+from featcache.sources.pixels import check_pixels, needs_rules, open_file, to_rgb8
 from featcache.store.describe import DECODERS as DESCRIPTIONS
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
@@ -50,7 +50,8 @@ class Decoder:
 
     name: str
     description: str
-    open: Callable[[SplitSamples, int], Picture]
+    # (samples, i, the short side it will be resized to: checked from the header with the pixel limit)
+    open: Callable[[SplitSamples, int, int | None], Picture]
     decodes_on_device: bool
 
 
@@ -75,17 +76,21 @@ def resolve_decoder(name: str, device: torch.device, existing: str | None = None
     return name
 
 
-def open_picture(samples: SplitSamples, i: int, decoder: str) -> Picture:
-    """Sample i decoded the way `decoder` does it, on the CPU (PIL image or uint8 [3, H, W])."""
-    return DECODERS[decoder].open(samples, i)
+def open_picture(samples: SplitSamples, i: int, decoder: str, short_side: int | None = None) -> Picture:
+    """Sample i decoded the way `decoder` does it, on the CPU (PIL image or uint8 [3, H, W]); refused
+    from its header (`featcache.sources.pixels.check_pixels`) when over the pixel limit or, given
+    `short_side`, too thin to resize to it."""
+    return DECODERS[decoder].open(samples, i, short_side)
 
 
 # ---------------------------------------------------------------- the torch decoder, on CPU
 
 
 def read_bytes(path: Path) -> torch.Tensor:
-    """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take)."""
-    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take); a regular file's only
+    (`featcache.sources.pixels.open_file`)."""
+    with open_file(path) as fh:
+        return torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8)
 
 
 def _is_jpeg(data: torch.Tensor) -> bool:
@@ -101,23 +106,23 @@ def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(samples.arrays[i])).permute(2, 0, 1).contiguous()
 
 
-def _plain(data: torch.Tensor) -> tuple[bool, Image.Image]:
+def _plain(data: torch.Tensor, short_side: int | None) -> tuple[bool, Image.Image]:
     """(whether torchvision may decode these bytes as they are, the lazily opened image); refuses an
-    image over the shared pixel limit from its header, before anything is decoded."""
+    image over the shared limits from its header, before anything is decoded."""
     raw = data.numpy().tobytes()
     img = Image.open(io.BytesIO(raw))
-    check_pixels(*img.size)
+    check_pixels(*img.size, short_side)
     return not needs_rules(img, raw[:32]), img
 
 
-def open_tensor(samples: SplitSamples, i: int) -> torch.Tensor:
+def open_tensor(samples: SplitSamples, i: int, short_side: int | None = None) -> torch.Tensor:
     """uint8 [3, H, W]: 8-bit RGB or grey JPEG and PNG through torchvision.io, every other file
     through PIL and the colour rules of `featcache.sources.pixels`."""
     if samples.arrays is not None:
         return _array_pixels(samples, i)
     assert samples.root is not None
     data = read_bytes(samples.root / samples.ids[i])
-    plain, img = _plain(data)
+    plain, img = _plain(data, short_side)
     with img:
         if plain:
             return decode_image(data, mode=ImageReadMode.RGB)
@@ -128,7 +133,7 @@ register_decoder(
     Decoder(
         "pil",
         DESCRIPTIONS["pil"],
-        lambda samples, i: samples.open_image(i),
+        lambda samples, i, short_side: samples.open_image(i, short_side),
         decodes_on_device=False,
     )
 )
@@ -156,13 +161,13 @@ class Encoded:
         return Encoded(self.kind, self.data.pin_memory())
 
 
-def read_encoded(samples: SplitSamples, i: int) -> Encoded:
+def read_encoded(samples: SplitSamples, i: int, short_side: int | None = None) -> Encoded:
     """8-bit RGB or grey JPEG files travel as bytes; anything else is decoded here, on the
-    worker's CPU, by the same rules as `open_tensor`."""
+    worker's CPU, by the same rules as `open_tensor` (the same checks of the header first)."""
     if samples.arrays is None:
         assert samples.root is not None
         data = read_bytes(samples.root / samples.ids[i])
-        plain, img = _plain(data)
+        plain, img = _plain(data, short_side)
         with img:
             if plain and _is_jpeg(data):
                 return Encoded("jpeg", data)

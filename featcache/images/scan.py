@@ -21,6 +21,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.processes import loader_worker_start
 from featcache.foundation.text import image_name
 from featcache.images.decoding import open_picture
+from featcache.images.transforms import Preprocessing
 from featcache.sources.datasets import SplitSamples
 
 
@@ -63,10 +64,11 @@ def refuse_empty_files(splits: dict[str, SplitSamples]) -> None:
 
 
 class _Probe(Dataset):
-    """Item i: None when sample i decodes, else why not (one line)."""
+    """Item i: None when sample i decodes and its size is one the preprocessing takes, else why
+    not (one line)."""
 
-    def __init__(self, samples: SplitSamples, decoder: str):
-        self.samples, self.decoder = samples, decoder
+    def __init__(self, samples: SplitSamples, prep: Preprocessing):
+        self.samples, self.prep = samples, prep
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -76,7 +78,7 @@ class _Probe(Dataset):
         try:
             if path is not None and path.stat().st_size == 0:
                 return i, "empty file (0 bytes)"
-            open_picture(self.samples, i, self.decoder)
+            open_picture(self.samples, i, self.prep.decoder, self.prep.resize_size)
         except Exception as exc:  # whatever the decoder raises is the reason it is bad
             text = str(exc).splitlines()[0][:120] if str(exc) else ""
             return i, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -88,11 +90,12 @@ def _as_list(items: list[tuple[int, str | None]]) -> list[tuple[int, str | None]
 
 
 def find_bad_images(
-    split: str, samples: SplitSamples, decoder: str, workers: int
+    split: str, samples: SplitSamples, prep: Preprocessing, workers: int
 ) -> list[tuple[int, BadImage]]:
-    """(index, what is wrong) of every sample the decoder cannot read, in index order."""
+    """(index, what is wrong) of every sample the preprocessing's decoder cannot read, or refuses
+    from its header (over the pixel limit, too thin to resize), in index order."""
     loader = DataLoader(
-        _Probe(samples, decoder),
+        _Probe(samples, prep),
         batch_size=16,
         num_workers=workers,
         collate_fn=_as_list,

@@ -30,6 +30,7 @@ from torchvision.transforms import functional as F
 from torchvision.transforms.v2 import functional as F2
 
 from featcache.foundation.errors import UserError
+from featcache.sources.pixels import check_resized
 
 POLICIES = ("pilot", "timm")
 
@@ -76,7 +77,12 @@ class Preprocessing:
         """The deterministic evaluation transform (test features and prototypes).
 
         A tensor may hold a batch [B, 3, H, W] of equally sized images: one resize call for all.
+        An image that the resize would make too large (`featcache.sources.pixels.check_resized`;
+        the decoders check it from the file's header first) is refused; a view's resize makes an
+        `input_size` square whatever the image.
         """
+        height, width = picture_size(img)
+        check_resized(width, height, self.resize_size)
         interpolation = InterpolationMode(self.interpolation)
         crop = [self.input_size, self.input_size]
         if isinstance(img, torch.Tensor):

@@ -83,8 +83,8 @@ class SampleImages(Dataset):
     def __getitem__(self, i: int) -> Item:
         try:
             if self.device_stage:
-                return Item(i, None, None, None, read_encoded(self.samples, i))
-            img = open_picture(self.samples, i, self.prep.decoder)
+                return Item(i, None, None, None, read_encoded(self.samples, i, self.prep.resize_size))
+            img = open_picture(self.samples, i, self.prep.decoder, self.prep.resize_size)
             clean = self.prep.clean(img)
             sample_id = self.samples.ids[i]
             views = (

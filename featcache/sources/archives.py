@@ -20,6 +20,7 @@ import json
 import lzma
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import time
@@ -136,11 +137,30 @@ def _why(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _zip_link(info: zipfile.ZipInfo) -> bool:
+    """A zip member stored as a symbolic link (`zip -y`): Unix mode bits in its external attributes."""
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
 def _unpack_zip(archive: Path, tmp: Path, left_out: LeftOut) -> None:
+    """zipfile writes a link member as a small file holding the link's target: links are made as
+    links here instead, under the rule tar's are (kept inside the archive, counted outside it)."""
     with zipfile.ZipFile(archive) as zf:
         infos = zf.infolist()
-        zf.extractall(tmp)
+        links = [info for info in infos if _zip_link(info)]
+        zf.extractall(tmp, members=[info for info in infos if not _zip_link(info)])
+        root = tmp.resolve()
+        for info in links:
+            target = zf.read(info).decode("utf-8", "surrogateescape")
+            where = tmp / info.filename.rstrip("/")
+            if os.path.isabs(target) or not _inside(root, str(where.parent.relative_to(tmp) / target)):
+                left_out.add(LINK_OUTSIDE, Path(info.filename))
+                continue
+            where.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(target, where)
         for info in infos:  # zipfile leaves the time of unpacking: take the archive's, as tar does
+            if _zip_link(info):
+                continue
             stamp = time.mktime((*info.date_time, 0, 0, -1))
             with contextlib.suppress(OSError):
                 os.utime(tmp / info.filename, (stamp, stamp))

@@ -22,8 +22,8 @@ from PIL import Image
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
 from featcache.sources.archives import is_archive, unpack_once
-from featcache.sources.listing import IMAGE_SUFFIXES, image_files, skipped_name, subfolders
-from featcache.sources.pixels import check_pixels, to_rgb8
+from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
+from featcache.sources.pixels import check_pixels, open_file, to_rgb8
 from featcache.store.left_out import LeftOut
 
 SPLITS = ("train", "test")
@@ -44,13 +44,15 @@ class SplitSamples:
     def describe(self, i: int) -> str:
         return str(self.root / self.ids[i]) if self.root is not None else f"{self.ids[i]} (in-memory array)"
 
-    def open_image(self, i: int) -> Image.Image:
-        """Sample i as the 8-bit RGB image a viewer shows (`featcache.sources.pixels`), decoded by Pillow."""
+    def open_image(self, i: int, short_side: int | None = None) -> Image.Image:
+        """Sample i as the 8-bit RGB image a viewer shows (`featcache.sources.pixels`), decoded by
+        Pillow; its size checked from the header first (`check_pixels`, with the short side it will
+        be resized to)."""
         if self.arrays is not None:
             return Image.fromarray(self.arrays[i])
         assert self.root is not None
-        with Image.open(self.root / self.ids[i]) as img:
-            check_pixels(*img.size)
+        with open_file(self.root / self.ids[i]) as fh, Image.open(fh) as img:
+            check_pixels(*img.size, short_side)
             return to_rgb8(img)
 
     def fingerprint(self, start: int, stop: int) -> str:
@@ -157,7 +159,9 @@ def register_dataset(name: str, num_classes: int | None, description: str) -> Ca
 # ---------------------------------------------------------------- folder helpers
 
 
-def list_class_tree(split_dir: Path, class_names: list[str], root: Path, left_out: LeftOut) -> SplitSamples:
+def list_class_tree(
+    split_dir: Path, class_names: list[str], root: Path, listing: FolderListing
+) -> SplitSamples:
     """`split_dir/<class>/...` -> samples with ids relative to `root`, class by class."""
     ids: list[str] = []
     labels: list[int] = []
@@ -165,7 +169,7 @@ def list_class_tree(split_dir: Path, class_names: list[str], root: Path, left_ou
         folder = split_dir / name
         if not folder.is_dir():
             continue
-        files = image_files(folder, left_out)
+        files = listing.files(folder, split_dir.name, name)
         ids += [str(p.relative_to(root)) for p in files]
         labels += [label] * len(files)
     return SplitSamples(ids=ids, labels=np.asarray(labels, dtype=np.int64), root=root)
@@ -261,8 +265,11 @@ def folder_dataset(
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
         raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")
-    splits = {"train": list_class_tree(root / "train", class_names, root, left_out)}
-    splits["test"] = list_class_tree(root / test_name, class_names, root, left_out)
+    # a link may not lead into the data folder from elsewhere in it (`featcache.sources.listing`)
+    fence = [root, *(root / split / c for split in ("train", test_name) for c in class_names)]
+    listing = FolderListing(left_out, [f for f in fence if f.is_dir()])
+    splits = {"train": list_class_tree(root / "train", class_names, root, listing)}
+    splits["test"] = list_class_tree(root / test_name, class_names, root, listing)
     for split, samples in splits.items():
         if len(samples) == 0:
             raise UserError(f"no images found in the {split} split under {root}")
@@ -327,8 +334,9 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     class_names = list(EUROSAT_CLASSES)
     rng = np.random.RandomState(EUROSAT_SPLIT_SEED)
     parts: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "test": ([], [])}
+    listing = FolderListing(left_out, [base, *(base / name for name in class_names)])
     for label, name in enumerate(class_names):
-        files = [str(p.relative_to(base / name)) for p in image_files(base / name, left_out)]
+        files = [str(p.relative_to(base / name)) for p in listing.files(base / name, "", name)]
         order = rng.permutation(len(files))
         n_test = round(EUROSAT_TEST_FRACTION * len(files))
         for split, index in (("test", order[:n_test]), ("train", order[n_test:])):

@@ -18,10 +18,20 @@ EXIF orientation is not applied, by either decoder: a photo a camera stored side
 sideways, as torchvision's ImageFolder and timm's loaders read it (the features then match theirs).
 
 One pixel limit for both decoders (`MAX_PIXELS`, checked from the file's header before it is
-decoded): Pillow refuses images over twice its own limit while torchvision decodes anything.
+decoded): Pillow refuses images over twice its own limit while torchvision decodes anything. And
+one limit on what resizing makes of an image (`MAX_RESIZED_PIXELS`): the evaluation transform
+scales the short side to a fixed length, so a thin image (3 x 20,000 pixels, 478 bytes as a PNG)
+would grow to 256 x 1,706,667 pixels, gigabytes, and 1 x 60,000,000 past what the resize can
+count. Both are checked from the header (`check_pixels` with the short side the preprocessing
+resizes to), and the resize limit again by the preprocessing itself before it resizes.
 """
 
 from __future__ import annotations
+
+import io
+import os
+import stat
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -35,16 +45,69 @@ SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 WITH_ALPHA = ("LA", "La", "PA", "RGBA", "RGBa")
 
 
+MAX_RESIZED_PIXELS = 1 << 24  # 16,777,216 (48 MiB of RGB): a 256-pixel short side, 1:256 at most
+
+
 class ImageTooLarge(ValueError):
-    """An image over the pixel limit shared by both decoders."""
+    """An image over the pixel limit shared by both decoders, or one that would resize over it."""
 
 
-def check_pixels(width: int, height: int) -> None:
+class NotAnImageFile(ValueError):
+    """What is at an image's path is not a regular file any more."""
+
+
+def check_pixels(width: int, height: int, short_side: int | None = None) -> None:
+    """Refuse an image over MAX_PIXELS, or (given the short side it will be resized to) one that
+    would resize over MAX_RESIZED_PIXELS (`check_resized`)."""
     if width * height > MAX_PIXELS:
         raise ImageTooLarge(
             f"{width} x {height} = {width * height:,} pixels, over the limit of {MAX_PIXELS:,} pixels "
             "that both decoders share"
         )
+    if short_side is not None:
+        check_resized(width, height, short_side)
+
+
+def resized(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """(width, height) after scaling the short side to `short_side`, as torchvision computes it."""
+    if width <= height:
+        return short_side, int(short_side * height / width)
+    return int(short_side * width / height), short_side
+
+
+def check_resized(width: int, height: int, short_side: int) -> None:
+    """Refuse an image that scaling its short side to `short_side` would make larger than
+    MAX_RESIZED_PIXELS (a very thin one), before anything is resized."""
+    new_width, new_height = resized(width, height, short_side)
+    if new_width * new_height > MAX_RESIZED_PIXELS:
+        ratio = max(width, height) / max(1, min(width, height))
+        raise ImageTooLarge(
+            f"{width:,} x {height:,} pixels, {ratio:,.0f} times longer than wide: scaling its short side to "
+            f"{short_side} would make {new_width:,} x {new_height:,} = {new_width * new_height:,} pixels, over "
+            f"the limit of {MAX_RESIZED_PIXELS:,} that both decoders share"
+        )
+
+
+def open_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """An image file opened for reading, refused (`NotAnImageFile`) when it is not a regular file:
+    one listed as a file and replaced since by a fifo would block the reader for ever, a device
+    would read for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAnImageFile("not a regular file (a fifo or a device; replaced since it was listed?)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def open_checked(data: bytes, short_side: int | None = None) -> Image.Image:
+    """An image's bytes, its size checked from the header (`check_pixels`), as 8-bit RGB (`to_rgb8`)."""
+    img = Image.open(io.BytesIO(data))
+    check_pixels(*img.size, short_side)
+    return to_rgb8(img)
 
 
 def _grey(values: np.ndarray) -> Image.Image:

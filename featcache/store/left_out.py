@@ -14,6 +14,8 @@ NOT_AN_IMAGE = "not an image"
 OUTSIDE_CLASSES = "outside the class folders"
 NOT_A_FILE = "not a regular file"
 LINK_OUTSIDE = "link outside the archive"
+LINK_INSIDE = "link to elsewhere in the data folder"
+REACHED_TWICE = "reached a second time"
 EXAMPLES = 3  # paths kept per reason, for the message
 # reason -> (one, many), for the summary line
 PHRASES = {
@@ -25,6 +27,14 @@ PHRASES = {
         "entries that are not regular files (broken links, pipes)",
     ),
     LINK_OUTSIDE: ("link pointing outside the archive", "links pointing outside the archive"),
+    LINK_INSIDE: (
+        "link to elsewhere in the data folder (an image counts only in its own class folder)",
+        "links to elsewhere in the data folder (an image counts only in its own class folder)",
+    ),
+    REACHED_TWICE: (
+        "file or folder reached a second time (a link or hard link to one already used)",
+        "files or folders reached a second time (links or hard links to ones already used)",
+    ),
 }
 
 

@@ -49,6 +49,13 @@ BASE = [
     "2",
 ]
 
+
+def _under(flag: str, file: str, leaf: str) -> str:
+    return (
+        f"{flag} {file}/{leaf} lies under {file}, which is a file, not a folder: nothing can be made under it"
+    )
+
+
 ROWS: list[tuple[str, list[str], str]] = [
     # ------------------------------------------------------------------ extract
     ("extract views negative", [*EXTRACT, "--views", "-1"], "--views must be 0 or more, got -1"),
@@ -112,7 +119,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*EXTRACT, "--weights", "{file}"],
         "--weights and --random-init exclude each other",
     ),
-    ("extract store a file", [*EXTRACT, "--store", "{file}"], "not a feature store: {file}"),
+    ("extract store a file", [*EXTRACT, "--store", "{file}"], "--store {file} is a file, not a folder"),
     ("extract store a plain folder", [*EXTRACT, "--store", "{img}"], "not a feature store: {img}"),
     (
         "extract cache dir a file",
@@ -180,9 +187,8 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["fit", "-m", "vit_b16", "--cache-dir", "{root}", "--device", "cpu"],
         "no store under",
     ),
-    ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a run folder"),
+    ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a folder"),
     ("fit unknown tracker", [*FIT, "--log", "wandb"], "--log 'wandb': no such tracker"),
-    ("fit tensorboard folder a file", [*FIT, "--log", "tensorboard={file}"], "that is a file, not a folder"),
     # trackers write by the rules every write follows, and a WHERE that cannot serve is one line
     (
         "fit tensorboard inside a store",
@@ -235,6 +241,11 @@ ROWS: list[tuple[str, list[str], str]] = [
         "fit refused after mlflow",
         [*FIT, "--task", "99", "--log", "mlflow=sqlite:///{root}/d/m.db"],
         "--task 99 is past",
+    ),
+    (
+        "fit tensorboard folder a file",
+        [*FIT, "--log", "tensorboard={file}"],
+        "{file} is a file, not a folder",
     ),
     ("sweep keep-modules a file", [*SWEEP, "--keep-modules", "{file}"], "--keep-modules {file} is a file"),
     (
@@ -301,7 +312,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep ranked by batch votes", [*SWEEP, "--rank-by", "batch"], "--rank-by batch is a reference router"),
     ("sweep unknown preset", [*SWEEP, "--preset", "best"], "unknown --preset 'best'"),
     ("sweep unknown scheduler", [*SWEEP, "--scheduler", "cluster"], "unknown --scheduler 'cluster'"),
-    ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a sweep folder"),
+    ("sweep out a file", [*SWEEP, "--out", "{file}"], "--out {file} is a file, not a folder"),
     (
         "sweep missing store",
         ["sweep", "--store", "{missing}", "--device", "cpu"],
@@ -339,7 +350,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["baselines", "--store", "{half}", "--no-tosca"],
         "is not fully extracted",
     ),
-    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a baselines folder"),
+    ("baselines out a file", [*BASE, "--out", "{file}"], "--out {file} is a file, not a folder"),
     (
         "baselines run missing",
         [*BASE[:5], "--run", "{missing}"],
@@ -396,6 +407,52 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["predict", "{run}", "/dev/null"],
         "/dev/null is neither an image file nor a folder",
     ),
+    # ------------------------------------------------------------------ output folders nothing can be made in
+    # (one check for every output flag of every command, before anything runs or is written)
+    (
+        "fit run under a file",
+        [*FIT, "--run", "{run}/config.json/x"],
+        _under("--run", "{run}/config.json", "x"),
+    ),
+    (
+        "fit run under /dev/null",
+        [*FIT, "--run", "/dev/null/x"],
+        "--run /dev/null/x lies in /dev, the kernel's",
+    ),
+    ("fit run in /proc", [*FIT, "--run", "/proc/x"], "--run /proc/x lies in /proc, the kernel's view"),
+    (
+        "fit run a fifo",
+        [*FIT, "--run", "{fifo}"],
+        "--run {fifo} is a device, a fifo or a socket, not a folder",
+    ),
+    (
+        "fit run under a dangling link",
+        [*FIT, "--run", "{dangling}/x"],
+        "--run {dangling}/x lies under {dangling}, which is a dangling link, not a folder",
+    ),
+    ("fit run under a link to /proc", [*FIT, "--run", "{toproc}/x"], "--run {toproc}/x lies in /proc"),
+    ("fit tensorboard in /proc", [*FIT, "--log", "tensorboard=/proc/tb"], "/proc/tb lies in /proc"),
+    ("sweep out in /proc", [*SWEEP, "--r", "2", "--out", "/proc/sw"], "--out /proc/sw lies in /proc"),
+    ("sweep keep-modules in /proc", [*SWEEP, "--r", "2", "--keep-modules", "/proc/km"], "lies in /proc"),
+    (
+        "sweep keep-modules under a file",
+        [*SWEEP, "--r", "2", "--keep-modules", "{run}/config.json/km"],
+        _under("--keep-modules", "{run}/config.json", "km"),
+    ),
+    ("baselines out in /proc", [*BASE, "--out", "/proc/bl"], "--out /proc/bl lies in /proc"),
+    ("baselines run under a file", [*BASE, "--run", "{file}/r"], _under("--run", "{file}", "r")),
+    (
+        "extract store under a file",
+        [*EXTRACT, "--store", "{file}/s.zarr"],
+        _under("--store", "{file}", "s.zarr"),
+    ),
+    ("extract cache dir in /sys", [*EXTRACT, "--cache-dir", "/sys/c"], "--cache-dir /sys/c lies in /sys"),
+    (
+        "suite out in /proc",
+        ["suite", "--preset", "local", "--out", "/proc/su"],
+        "--out /proc/su lies in /proc",
+    ),
+    ("demo runs dir under a file", ["demo", "--runs-dir", "{file}/r"], _under("--runs-dir", "{file}", "r")),
     # ------------------------------------------------------------------ sizes checked before any work
     (
         "fit epochs 2**31",
@@ -496,7 +553,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "runs" / "tensorboard").symlink_to(root / "elsewhere")
     (root / "planted").mkdir()
     (root / "planted" / "mlartifacts").symlink_to(root / "elsewhere")
+    (root / "dangling").symlink_to(root / "nowhere")
+    (root / "toproc").symlink_to("/proc")
     return {
+        "dangling": root / "dangling",
+        "toproc": root / "toproc",
         "root": root,
         "store": store,
         "half": half,
@@ -811,6 +872,10 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
+    ("sweep results.csv, a hard link (appended)", "sweep/results.csv", "hard link", SWEEP_MORE),
+    ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
+    ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
+    ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
     ("sweep.json", "sweep/sweep.json", "link", SWEEP_MORE),
     ("sweep summary.md", "sweep/summary.md", "link", SWEEP_MORE),
     ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
@@ -923,6 +988,8 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     target.unlink(missing_ok=True)
     if planted == "fifo":
         os.mkfifo(target)
+    elif planted == "hard link":  # another name for the planter's file: appends would land there
+        os.link(outside, target)
     else:
         target.symlink_to(outside if planted == "link" else tmp_path / "created-through-the-link")
     monkeypatch.chdir(root)
@@ -936,7 +1003,9 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     result = runner.invoke(app, [part.format(**places) for part in argv])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, f"{name}: {lines}"
-    what = "not a regular file" if planted == "fifo" else "a symbolic link"
+    what = {"fifo": "not a regular file", "hard link": "a file with 2 hard links"}.get(
+        planted, "a symbolic link"
+    )
     inside = file.split("/", 1)[1]  # as named from the folder the command claims
     assert lines[0].startswith("error: ") and f"holds {inside}, {what}" in lines[0], lines[0]
     assert outside.read_text() == "the planter's target\n"

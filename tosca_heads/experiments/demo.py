@@ -81,9 +81,6 @@ def check_request(request: DemoRequest) -> None:
         require_at_most(
             "--jobs", request.jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
         )
-    for flag, folder in (("--cache-dir", request.cache_dir), ("--runs-dir", request.runs_dir)):
-        if folder.exists() and not folder.is_dir():
-            raise UserError(f"{flag} {folder} is a file, not a folder")
 
 
 def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> None:

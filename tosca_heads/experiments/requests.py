@@ -78,7 +78,7 @@ class FitRequest:
     model: str | None = option(None, MODEL_HELP, ("--model", "-m"))
     dataset: str | None = option(None, DATASET_HELP, ("--dataset", "-d"))
     cache_dir: Path = option(Path("cache"), "Where stores are searched.")
-    run: Path | None = option(None, "Run directory (default: runs/<dataset>-<model>-...).")
+    run: Path | None = option(None, "Run directory (default: runs/<dataset>-<model>-...).", output=True)
     preset: str = option("paper", "Recipe preset; the recipe flags override it.")
     init_cls: int | None = option(None, INIT_HELP)
     increment: int | None = option(None, INCREMENT_HELP)
@@ -108,7 +108,9 @@ class SweepRequest:
     )
     device: str = option("auto", DEVICE_HELP)
     scheduler: str | None = option(None, "local:N, local-cuda, a Dask scheduler address or file.")
-    out: Path | None = option(None, "Sweep folder; an existing one resumes (default: this grid's, else new).")
+    out: Path | None = option(
+        None, "Sweep folder; an existing one resumes (default: this grid's, else new).", output=True
+    )
     rank_by: str = option(
         "entropy",
         "Router whose A_last ranks the points (on the validation split; on test with --val-fraction 0).",
@@ -129,6 +131,7 @@ class SweepRequest:
         None,
         "Keep each point's modules: a loadable run folder per point under this folder (default: none "
         "kept; the same numbers either way).",
+        output=True,
     )
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per point.", ("--log",))
     grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
@@ -154,13 +157,13 @@ class BaselinesRequest:
     ranpac_m: int = option(10_000, "RanPAC's random projection size M (its paper: 10,000).")
     ranpac_seed: int = option(0, "Seed of RanPAC's random projection.")
     run: Path | None = option(
-        None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing)."
+        None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing).", output=True
     )
     with_tosca: bool = option(
         True, "TOSCA's rows beside them (--no-tosca: only the baselines).", ("--tosca/--no-tosca",)
     )
     out: Path | None = option(
-        None, "Output folder (default: runs/baselines-<dataset>-<model>-B<init>Inc<inc>)."
+        None, "Output folder (default: runs/baselines-<dataset>-<model>-B<init>Inc<inc>).", output=True
     )
     device: str = option("auto", DEVICE_HELP)
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per method.", ("--log",))
@@ -192,8 +195,8 @@ class DemoRequest:
     data_root: Path | None = option(
         None, "EuroSAT archive or folder (default: $TOSCA_DATA/eurosat/EuroSAT-RGB.tar.gz)."
     )
-    cache_dir: Path = option(Path("cache"), "Root for the demo's store.")
-    runs_dir: Path = option(Path("runs"), "Root for the demo's run, sweep and baselines.")
+    cache_dir: Path = option(Path("cache"), "Root for the demo's store.", output=True)
+    runs_dir: Path = option(Path("runs"), "Root for the demo's run, sweep and baselines.", output=True)
     per_class: int = option(DEMO_PER_CLASS, "Images per class in each split.")
     jobs: int | None = option(None, "Sweep worker processes (default: usable cores; 1 on CUDA).")
     device: str = option("auto", DEVICE_HELP)
@@ -205,7 +208,9 @@ class SuiteRequest:
 
     suite: Path | None = option(None, "Suite file (SUITE.toml); or --preset.", argument=True)
     preset: str | None = option(None, "A suite tosca ships: local (the archives here) or paper.")
-    out: Path | None = option(None, "Suite folder; an existing one continues (default: runs/suite-<name>).")
+    out: Path | None = option(
+        None, "Suite folder; an existing one continues (default: runs/suite-<name>).", output=True
+    )
     jobs: int | None = option(
         None, "Worker processes for the cells (default: usable cores on the CPU, 1 on CUDA)."
     )

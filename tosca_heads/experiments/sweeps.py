@@ -143,10 +143,9 @@ class SweepPoint:
 
 
 def check_keep_folder(keep: Path) -> None:
-    """--keep-modules, before anything is claimed: a folder (or a new one), outside any zarr store;
-    each point's run folder in it is then claimed like `--run`'s."""
-    if keep.exists() and not keep.is_dir():
-        raise UserError(f"--keep-modules {keep} is a file, not a folder to keep run folders in")
+    """--keep-modules, before anything is claimed: outside any zarr store (that it is a folder, or
+    one that can be made, is checked where the request comes in: `check_outputs`); each point's run
+    folder in it is then claimed like `--run`'s."""
     inside = zarr_root(keep)
     if inside is not None:
         raise UserError(
@@ -375,8 +374,6 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         choice = parse_scheduler(request.scheduler)
         check_available(choice)  # a malformed address now, not after a timeout
         remote = choice.kind in ("address", "file")
-    if request.out is not None and request.out.exists() and not request.out.is_dir():
-        raise UserError(f"--out {request.out} is a file, not a sweep folder")
     if request.keep_modules is not None:
         check_keep_folder(request.keep_modules)
     tracking = open_tracking(request.log, request.runs_root)

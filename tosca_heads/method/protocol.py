@@ -282,12 +282,14 @@ class ProtocolReport:
     validation: ValidationConfig
     held_out: int  # training images held out for validation
     warnings: tuple[str, ...]
+    held_per_class: str = ""  # what each class gave up, as held: '1 of 16 in each class'
 
     def line(self) -> str:
-        """One line: what every header shows."""
+        """One line: what every header shows; the validation split as it was held out (the share
+        asked for is rounded to whole images, at least 1 and at most all but 1 of each class)."""
         held = (
-            f"validation: {self.held_out:,} training images held out ({100 * self.validation.fraction:g}% of "
-            f"each class, seed {self.validation.seed})"
+            f"validation: {self.held_out:,} training images held out ({self.held_per_class}; seed "
+            f"{self.validation.seed})"
             if self.validation.enabled
             else "no validation split (the paper's protocol: every training image trains)"
         )
@@ -361,4 +363,25 @@ def describe_protocol(
         validation,
         len(held),
         tuple(warnings),
+        held_per_class(validation, np.asarray(train_labels), held),
     )
+
+
+def _span(values: np.ndarray) -> str:
+    low, high = int(values.min()), int(values.max())
+    return f"{low:,}" if low == high else f"{low:,} to {high:,}"
+
+
+def held_per_class(validation: ValidationConfig, train_labels: np.ndarray, held: np.ndarray) -> str:
+    """What each class gave up, as held out: '1 of 16 in each class, 6.2%; 1e-07% asked, rounded to
+    whole images, at least 1 per class' (the asked share said only where it is not what was held)."""
+    if not validation.enabled or len(held) == 0:
+        return ""
+    classes, totals = np.unique(train_labels, return_counts=True)
+    taken = np.bincount(train_labels[held], minlength=int(classes.max()) + 1)[classes]
+    share = 100 * len(held) / len(train_labels)
+    said = f"{_span(taken)} of {_span(totals)} in each class, {share:.3g}%"
+    asked = 100 * validation.fraction
+    if abs(share - asked) > 0.05 * asked:
+        said += f"; {asked:g}% asked, rounded to whole images, at least 1 and at most all but 1 per class"
+    return said

@@ -5,6 +5,7 @@ are still taken over."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.folders import MARKER, marked_kind
+from featcache.foundation.errors import UserError
+from featcache.foundation.folders import MARKER, check_output, marked_kind
+from featcache.foundation.text import printable
 
 runner = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
@@ -134,3 +137,47 @@ def test_a_users_file_named_like_tosca_output_is_not_taken_for_tosca(store: Path
     code, lines = _invoke(*_writers(store, mine)["baselines --out"])
     assert code == 2 and "it holds files tosca did not write (comparison.csv)" in lines[0], lines
     assert (mine / "comparison.csv").read_text() == "my,own,table\n"
+
+
+def test_an_output_folder_nothing_can_be_made_in_is_one_line_before_anything(tmp_path: Path) -> None:
+    """One rule (`check_output`) for every output folder: under a file, a device, a dangling link or
+    a link into /proc, or in /proc, /sys, /dev: refused naming what is in the way; /dev/shm (a disk
+    in memory) and a link to a real folder are fine; a name's control characters are shown inert."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "toproc").symlink_to("/proc")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "toreal").symlink_to(tmp_path / "real")
+    refused = {
+        tmp_path / "file" / "a" / "b": f"lies under {tmp_path / 'file'}, which is a file, not a folder",
+        tmp_path / "dangling" / "a": f"lies under {tmp_path / 'dangling'}, which is a dangling link",
+        tmp_path / "toproc" / "a": "lies in /proc, the kernel's view of processes",
+        Path("/proc/self/x"): "lies in /proc",
+        Path("/sys/kernel/x"): "lies in /sys, the kernel's view of settings",
+        Path("/dev/null/x"): "lies in /dev, the kernel's view of devices",
+        tmp_path / "file": "is a file, not a folder",
+        tmp_path / "file\x1b]0;pwned\x07" / "x": "nothing can be made under it",
+    }
+    (tmp_path / "file\x1b]0;pwned\x07").write_text("x")
+    for path, said in refused.items():
+        with pytest.raises(UserError, match=re.escape(said)) as caught:
+            check_output(path, "--out")
+        assert str(caught.value).startswith(f"--out {printable(path)} ") and "\x1b" not in str(caught.value)
+    for fine in (tmp_path / "new" / "deeper", tmp_path / "toreal" / "x", Path("/dev/shm/tosca-x")):
+        check_output(fine, "--out")
+    assert not (tmp_path / "new").exists() and not Path("/dev/shm/tosca-x").exists()  # a check writes nothing
+
+
+def test_the_python_api_checks_its_output_folders_as_the_command_line_does(
+    store: Path, tmp_path: Path
+) -> None:
+    from tosca_heads import api
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="--run /proc/run lies in /proc"):
+        api.fit(store, run="/proc/run", init_cls=2, increment=2, device="cpu")
+    with pytest.raises(UserError, match=r"--keep-modules .* lies under .*file, which is a file"):
+        api.sweep(
+            store, {"r": [4]}, keep_modules=tmp_path / "file" / "km", init_cls=2, increment=2, device="cpu"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "store.zarr"]

@@ -89,6 +89,31 @@ def test_no_writer_goes_through_a_planted_link_or_into_a_fifo(writer: str, kind:
     assert target.is_symlink() or target.is_dir() or target.is_fifo()
 
 
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_no_writer_changes_a_file_another_name_shares(writer: str, tmp_path: Path) -> None:
+    """A hard link (`ln results.csv mine.csv`): an append would land in the other name's file, a
+    rewrite would part the two without a word; both are refused, and the file is left as it was."""
+    shared, outside = tmp_path / "shared", tmp_path / "mine.txt"
+    shared.mkdir()
+    target = shared / ("plot.png" if "figure" in writer else "results.csv")
+    target.write_text("keep\n")
+    os.link(target, outside)
+    with pytest.raises(UserError, match="has 2 hard links: another name shares this file") as refused:
+        WRITERS[writer](target)
+    assert "\n" not in str(refused.value)
+    assert outside.read_text() == "keep\n" and os.stat(target).st_nlink == 2
+    assert [p.name for p in shared.iterdir()] == [target.name]  # no temporary left behind
+
+
+def test_a_temporary_linked_to_another_name_meanwhile_is_not_renamed_into_place(tmp_path: Path) -> None:
+    target, other = tmp_path / "metrics.json", tmp_path / "other.json"
+    target.write_text("old\n")
+    with pytest.raises(UserError, match="replaced or linked to another name"), atomic.writing(target) as fh:
+        fh.write("new\n")
+        os.link(next(tmp_path.glob(".metrics.json.*.tmp")), other)  # by another user, meanwhile
+    assert target.read_text() == "old\n" and os.stat(target).st_nlink == 1
+
+
 def test_temporaries_are_made_exclusively_under_names_nobody_can_guess(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -218,3 +218,35 @@ def test_one_inf_view_names_that_image_and_view(
     monkeypatch.undo()
     code, lines = _extract(tree, store, "--random-init", "--views", "2")
     assert code == 0 and any("7 computed, 1 already done" in x for x in lines), lines
+
+
+@pytest.mark.parametrize("decoder", ["pil", "torch"])
+def test_a_thin_image_is_refused_or_left_out_and_said(tree: Path, tmp_path: Path, decoder: str) -> None:
+    """3 x 20,000 pixels, 478 bytes as a PNG: resized to its short side it would take gigabytes.
+    Refused like an unreadable image, naming it and why; left out and listed with --skip-bad-images;
+    and `predict` refuses it for the same reason."""
+    thin = tree / "train" / "class_1" / "thin.png"
+    Image.fromarray(np.zeros((20_000, 3), dtype=np.uint8)).save(thin, optimize=True)
+    line = _refused(*_extract(tree, tmp_path / "s.zarr", "--random-init", "--decode", decoder))
+    assert (
+        f"{thin} (ImageTooLarge: 3 x 20,000 pixels, 6,667 times longer than wide: scaling its short side"
+        in line
+    )
+    store = tmp_path / "skip.zarr"
+    code, lines = _extract(tree, store, "--random-init", "--decode", decoder, "--skip-bad-images")
+    assert code == 0, lines
+    (skipped,) = FeatureStore.open(store).attrs["skipped_images"]
+    assert skipped["id"] == "train/class_1/thin.png"
+    assert skipped["reason"].startswith("ImageTooLarge: 3 x 20,000 pixels, 6,667 times longer than wide")
+    if decoder == "torch":
+        return
+    run = tmp_path / "run"
+    split = ("--init-cls", "1", "--increment", "1")
+    fit = ("fit", "--store", store, "--run", run, "--device", "cpu", "--epochs", "1", *split)
+    assert runner.invoke(app, [str(a) for a in fit]).exit_code == 0
+    for name, (width, height) in (("thin.png", (3, 20_000)), ("thinner.png", (1, 60_000_000))):
+        Image.fromarray(np.zeros((height, width), dtype=np.uint8)).save(tmp_path / name, optimize=True)
+        result = runner.invoke(app, ["predict", str(run), str(tmp_path / name), "--device", "cpu"])
+        line = _refused(result.exit_code, [x for x in result.output.splitlines() if x.strip()])
+        assert f"cannot read image {tmp_path / name} (ImageTooLarge: {width:,} x {height:,} pixels, " in line
+        assert "times longer than wide: scaling its short side to" in line

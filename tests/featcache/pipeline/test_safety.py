@@ -143,8 +143,11 @@ def test_overwrite_replaces_only_stores(tmp_path: Path, image_tree: Path) -> Non
             ],
         )
         lines = [line for line in result.output.splitlines() if line.strip() and "warning" not in line]
-        assert result.exit_code == 2 and lines == [
-            f"error: refusing to replace {target}: it is not a tosca store (--overwrite only replaces stores); "
-            "pass a new --store path"
-        ], lines
+        said = (  # a file is no folder at all: refused where every output flag is checked
+            f"error: --store {target} is a file, not a folder"
+            if target == a_file
+            else f"error: refusing to replace {target}: it is not a tosca store (--overwrite only replaces "
+            "stores); pass a new --store path"
+        )
+        assert result.exit_code == 2 and lines == [said], lines
     assert _snapshot(tmp_path) == before

@@ -185,6 +185,10 @@ def test_a_memory_limit_that_is_not_a_number_is_said(monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("TOSCA_MEMORY_LIMIT", value)
         with pytest.raises(limits.UserError, match="TOSCA_MEMORY_LIMIT"):
             limits.available_memory()
+    for value in ("1", "999999"):  # 1 was taken and said "the limit here is 0 B"
+        monkeypatch.setenv("TOSCA_MEMORY_LIMIT", value)
+        with pytest.raises(limits.UserError, match=f"TOSCA_MEMORY_LIMIT={value} is under 1,000,000 bytes"):
+            limits.available_memory()
     monkeypatch.setenv("TOSCA_MEMORY_LIMIT", "1000000")
     assert limits.available_memory() <= 1_000_000
 

@@ -3,6 +3,8 @@ maps to 8-bit RGB by one set of rules (featcache.sources.pixels), and one pixel 
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +151,82 @@ def test_one_pixel_limit_for_both_decoders(
         pixels.ImageTooLarge, match=f"{W} x {H} = {W * H:,} pixels, over the limit of 1,000 pixels"
     ):
         open_picture(samples, 0, decoder)
+
+
+def _thin_png(path: Path, width: int, height: int) -> Path:
+    Image.fromarray(np.zeros((height, width), dtype=np.uint8)).save(path, optimize=True)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "refused"),
+    [
+        (3, 20_000, True),  # 478 bytes as a PNG: 256 x 1,706,667 pixels once resized (1.3 GB)
+        (20_000, 3, True),  # the same lying down
+        (2, 30_000, True),
+        (1, 60_000_000, True),  # past what torchvision's resize can count (OverflowError)
+        (1, 256, False),  # 256 x 65,536: exactly the limit
+        (1, 257, True),
+        (4_000, 1_000, False),  # a panorama
+    ],
+)
+def test_the_resize_of_a_thin_image_is_bounded(width: int, height: int, refused: bool) -> None:
+    resized_width, resized_height = pixels.resized(width, height, 256)
+    assert min(resized_width, resized_height) == 256
+    assert (resized_width * resized_height > pixels.MAX_RESIZED_PIXELS) == refused
+    if refused:
+        with pytest.raises(
+            pixels.ImageTooLarge, match=r"times longer than wide: scaling its short side to 256"
+        ):
+            pixels.check_pixels(width, height, 256)
+    else:
+        pixels.check_pixels(width, height, 256)
+
+
+@pytest.mark.parametrize("decoder", ["pil", "torch"])
+def test_a_thin_image_is_refused_from_its_header_by_both_decoders(
+    decoder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before a pixel is decoded, with the same reason under both decoders (the transform
+    checks again before it resizes, for any image handed to it)."""
+    from featcache.images import decoding
+
+    _thin_png(tmp_path / "thin.png", 1, 60_000_000)  # 116 kB; 60 MB decoded, more as RGB
+    samples = SplitSamples(["thin.png"], np.zeros(1, dtype=np.int64), root=tmp_path)
+
+    def decoded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded before the header was checked")
+
+    monkeypatch.setattr(Image.Image, "load", decoded)
+    monkeypatch.setattr(decoding, "decode_image", decoded)
+    with pytest.raises(
+        pixels.ImageTooLarge, match="1 x 60,000,000 pixels, 60,000,000 times longer than wide"
+    ):
+        open_picture(samples, 0, decoder, 256)
+    with pytest.raises(pixels.ImageTooLarge, match="1 x 60,000,000 pixels"):
+        decoding.read_encoded(samples, 0, 256)  # the device stage's worker half
+    monkeypatch.undo()
+    prep = make_preprocessing("pilot", {}, decoder)
+    for picture in (Image.new("L", (3, 20_000)), torch.zeros(3, 20_000, 3, dtype=torch.uint8)):
+        with pytest.raises(pixels.ImageTooLarge, match="3 x 20,000 pixels, 6,667 times longer than wide"):
+            prep.clean(picture)
+
+
+@pytest.mark.parametrize("decoder", ["pil", "torch"])
+@pytest.mark.parametrize("replacement", ["fifo", "link to /dev/zero"])
+def test_an_image_replaced_by_a_fifo_or_a_device_after_listing_is_refused_at_once(
+    decoder: str, replacement: str, tmp_path: Path
+) -> None:
+    """Listed as a file, then swapped (in a shared folder): the reader would wait on the fifo for
+    ever, or read /dev/zero for ever; refused when opened, naming why."""
+    path, _ = _case("RGB", tmp_path)
+    samples = SplitSamples([path.name], np.zeros(1, dtype=np.int64), root=tmp_path)
+    path.unlink()
+    if replacement == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    start = time.monotonic()
+    with pytest.raises(pixels.NotAnImageFile, match="not a regular file"):
+        open_picture(samples, 0, decoder, 256)
+    assert time.monotonic() - start < 5

@@ -105,3 +105,31 @@ def test_the_protocol_is_said_with_its_warnings() -> None:
     )
     assert quiet.warnings == () and "no validation split" in quiet.line()
     assert quiet.record()["tasks"] == [list(t) for t in quiet.tasks]
+
+
+@pytest.mark.parametrize(
+    ("fraction", "said"),
+    [
+        (
+            1e-9,
+            "4 training images held out (1 of 16 in each class, 6.25%; 1e-07% asked, rounded to whole "
+            "images, at least 1 and at most all but 1 per class; seed 0)",
+        ),
+        (0.25, "16 training images held out (4 of 16 in each class, 25%; seed 0)"),
+    ],
+)
+def test_the_validation_split_is_said_as_it_was_held_out(fraction: float, said: str) -> None:
+    """--val-fraction 1e-9 held out 1 image of each class (at least 1), and said "1e-07% of each
+    class": the line says what was held out, and the share asked only where it differs."""
+    train, test = np.repeat(np.arange(4), 16), np.repeat(np.arange(4), 8)
+    report = describe_protocol(
+        "imagefolder",
+        4,
+        list("abcd"),
+        StreamConfig(2, 2),
+        "as given",
+        ValidationConfig(fraction),
+        train,
+        test,
+    )
+    assert said in report.line(), report.line()

@@ -30,9 +30,7 @@ def check_folder(path: Path, flag: str, what: str, named: bool) -> None:
     folders.refuse_inside_owned(path, flag, what)
     if not named:
         refuse_link(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{flag}: {printable(path)} is there and that is a file, not a folder for {what}")
-    require_writable(path)
+    folders.check_output(path, f"{flag}=")  # as every output folder: not a file, not under /proc, writable
 
 
 def refuse_link(path: Path) -> None:
@@ -56,4 +54,5 @@ def check_file(path: Path, flag: str, what: str) -> None:
         kind = "a folder" if stat.S_ISDIR(mode) else "a fifo, a device or a socket"
         raise UserError(f"{flag}: {printable(path)} is {kind}, not a file for {what}")
     folders.refuse_inside_owned(path.parent, flag, what)
+    folders.check_output(path.parent, f"{flag}=", writable=False)  # not under a file, /proc or /dev
     require_writable(path)

@@ -23,6 +23,7 @@ from typing import Any
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
+from featcache.foundation.plugins import foreign_code
 from featcache.foundation.text import tell
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.trackers.events import record_metrics, result_record, stage_metrics
@@ -47,7 +48,8 @@ class Tracking:
             return None
         logger = self.loggers[i]
         try:
-            return what(logger)
+            with foreign_code():  # its prints to stderr; an exit it raises is a failure like any other
+                return what(logger)
         except Exception as exc:
             self.stopped.add(i)
             tell(
