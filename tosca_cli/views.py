@@ -18,8 +18,9 @@ from tosca_cli.terminal import as_json, err, key_values, note, out, pct, say, ta
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
-    "columns: loss = the task's training loss in its last epoch; train = accuracy on that task's "
-    "training images; each router = A_t, test accuracy on every class seen so far; route = share of "
+    "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
+    "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
+    "train = accuracy on that task's training images; each router = A_t, test accuracy on every class seen so far; route = share of "
     "test images {router} sends to their own task's module; seconds of training and evaluation"
 )
 
@@ -45,10 +46,11 @@ def extract_summary(summary: Any) -> None:
 
 
 def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
-    """One aligned row per task as it finishes (loss, train acc, A_t per router, seconds); the
+    """One aligned row per task as it finishes (ce, l1 term, loss, train acc, A_t per router,
+    seconds); the
     routing accuracy shown is the first router's. The header comes with the first row, and a line
     on stderr saying what its columns are."""
-    header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
+    header = f"{'task':>4} {'':>7} {'ce':>8} {'l1 term':>8} {'loss':>8} {'train':>7} " + " ".join(
         f"{SHORT.get(m, m):>10}" for m in routers
     )
     started = []
@@ -60,13 +62,21 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
             started.append(True)
         accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
         out.print(
-            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
+            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {losses(stage.stats)} "
             f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.routers[routers[0]]['routing']:>6.1f}% "
             f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
             highlight=False,
         )
 
     return show
+
+
+def losses(stats: dict[str, Any]) -> str:
+    """A task's ce, l1 term and loss, 8 wide each ('–' for a part a run trained before format 4
+    did not keep)."""
+    from tosca_heads.experiments.records.run import LOSS_PARTS
+
+    return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
 
 
 def say_protocol(protocol: Any) -> None:

@@ -48,7 +48,7 @@ from featcache.foundation.settings import setting
 from tosca_heads.engine.device import mkl_thread_setter, step_choice
 from tosca_heads.engine.layout import SLOTS, ParamLayout
 
-ABI_VERSION = 3  # TOSCA_ABI_VERSION in csrc/luca_step.c
+ABI_VERSION = 4  # TOSCA_ABI_VERSION in csrc/luca_step.c
 
 SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
 FLAGS = [
@@ -110,8 +110,8 @@ class StepArgs(ctypes.Structure):
                 "momentum",
                 "decay",
                 "l1",
-                "epoch_loss",
-                "loss_sum",
+                "epoch_ce",
+                "epoch_l1",
                 "correct",
                 "work",
                 "gemm",

@@ -192,29 +192,34 @@ def routing_confusion(matrices: dict[str, list[list[int]]], title: str, path: Pa
         fig.suptitle(title, fontsize=10)
 
 
-def training_curves(
-    curves: dict[int, tuple[Sequence[float], Sequence[float]]], title: str, path: Path
-) -> None:
-    """Loss (top) and learning rate (bottom) per epoch, the tasks one after another on one epoch
-    axis (task t's epochs follow task t-1's), a vertical line where each task starts; an empty
-    figure that says so when no task kept its curve."""
-    with drawing(path, 120, nrows=2, ncols=1, figsize=(6.5, 5), sharex=True) as (_, (top, bottom)):
+def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path: Path) -> None:
+    """Per epoch, the cross-entropy (top), the L1 term (middle; loss = their sum, curves.csv's
+    columns) and the learning rate (bottom), the tasks one after another on one epoch axis (task
+    t's epochs follow task t-1's), a vertical line where each task starts; an empty figure that says
+    so when no task kept its curve. `curves`: task -> a run's curve (records.run.read_curve's form)."""
+    rows = (("ce", "cross-entropy (mean per image)"), ("l1_term", "L1 term (l1 x |module|_1)"))
+    with drawing(path, 120, nrows=3, ncols=1, figsize=(6.5, 6.5), sharex=True) as (_, axes):
         start = 0
-        for task, (loss, lr) in sorted(curves.items()):
-            epochs = range(start, start + len(loss))
-            top.plot(epochs, list(loss), label=f"task {task}")
-            bottom.plot(epochs, list(lr), color=top.lines[-1].get_color())
+        for task, curve in sorted(curves.items()):
+            epochs = range(start, start + len(curve["ce"]))
+            colour = axes[0].plot(epochs, curve["ce"], label=f"task {task}")[0].get_color()
+            if "l1_term" in curve:
+                axes[1].plot(epochs, curve["l1_term"], color=colour)
+            axes[2].plot(epochs, curve["lr"], color=colour)
             if start:
-                for ax in (top, bottom):
+                for ax in axes:
                     ax.axvline(start - 0.5, color="grey", alpha=0.3, linewidth=0.8)
-            start += len(loss)
+            start += len(curve["ce"])
         if not curves:
-            top.text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
-        top.set_ylabel("loss (mean CE per step)")
-        bottom.set_ylabel("learning rate")
-        bottom.set_xlabel("epoch (tasks one after another)")
-        for ax in (top, bottom):
+            axes[0].text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
+        elif not any("l1_term" in c for c in curves.values()):
+            axes[1].text(0.5, 0.5, "no L1 term kept (tasks trained before tosca kept it)", ha="center", va="center")
+        for ax, (_, label) in zip(axes, rows, strict=False):
+            ax.set_ylabel(label, fontsize=8)
+        axes[2].set_ylabel("learning rate", fontsize=8)
+        axes[2].set_xlabel("epoch (tasks one after another)")
+        for ax in axes:
             ax.grid(alpha=0.3)
-        top.set_title(title, fontsize=9)
+        axes[0].set_title(f"{title}\nloss = cross-entropy + L1 term (curves.csv)", fontsize=9)
         if 1 < len(curves) <= 12:
-            top.legend(fontsize=7, ncol=2)
+            axes[0].legend(fontsize=7, ncol=2)

@@ -75,15 +75,17 @@ def _row(
 
 
 def baseline_rows(run_dir: Path, config: dict[str, Any], tasks: int) -> list[dict[str, Any]]:
-    """The baselines written for the run's store fingerprint and task split under the runs folder,
-    over as many tasks as the run has finished (a run stopped with --task is not set beside
-    baselines measured on more classes)."""
+    """The baselines written for the run's store fingerprint, task split and validation split (the
+    same training images) under the runs folder, over as many tasks as the run has finished (a run
+    stopped with --task is not set beside baselines measured on more classes)."""
     rows = []
     for path in sorted(Path(run_dir).resolve().parent.glob("*/*/metrics.json")):
         payload = read_baseline(path)
         if payload is None or payload.get("store_fingerprint") != config["store_fingerprint"]:
             continue
         if payload.get("stream") != config["stream"] or payload.get("finished_tasks") != tasks:
+            continue
+        if payload.get("validation_split") != config.get("validation"):  # trained on other images
             continue
         block = {**payload["routers"][NO_ROUTING], "routing_accuracy": None}
         held = (payload.get("validation") or {}).get(NO_ROUTING)

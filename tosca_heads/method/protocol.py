@@ -257,6 +257,16 @@ class ValidationConfig:
     def record(self) -> dict[str, Any]:
         return {"fraction": float(self.fraction), "seed": int(self.seed)}
 
+    def said(self) -> str:
+        """The split in words: '10% of each class held out for validation (seed 0)', or none."""
+        if not self.enabled:
+            return "no validation split"
+        return f"{self.share()} held out for validation"
+
+    def share(self) -> str:
+        """'10% of each class, seed 0'."""
+        return f"{100 * self.fraction:g}% of each class, seed {self.seed}"
+
 
 NO_VALIDATION = ValidationConfig()
 
@@ -286,8 +296,7 @@ class ProtocolReport:
     def line(self) -> str:
         """One line: what every header shows."""
         held = (
-            f"validation: {self.held_out:,} training images held out ({100 * self.validation.fraction:g}% of "
-            f"each class, seed {self.validation.seed})"
+            f"validation: {self.held_out:,} training images held out ({self.validation.share()})"
             if self.validation.enabled
             else "no validation split (the paper's protocol: every training image trains)"
         )

@@ -128,7 +128,8 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
     other_stream = RUNNER.invoke(
         app, ["baselines", "--store", str(store.path), "--init-cls", "4", "--run", str(tmp_path / "run")]
     )
-    assert other_stream.exit_code == 2 and "uses stream" in other_stream.output
+    assert other_stream.exit_code == 2 and "was fitted on split" in other_stream.output
+    assert "the baselines asked for split B4 Inc" in other_stream.output
     bad = RUNNER.invoke(app, ["baselines", "--store", str(store.path), "--methods", "simplecil,lwf"])
     assert bad.exit_code == 2 and "unknown --methods 'lwf'" in bad.output
 

@@ -9,7 +9,8 @@ one module, so a format changes in one place and every reader sees the change.
 - `suite`: a suite's manifest.json (its cells are run and baselines folders).
 
 Versions: files written before versions existed (tosca 0.1) are format 1; format 2 added the
-`format` field and the long results.csv; format 3 the validation split. Every file here is format
+`format` field and the long results.csv; format 3 the validation split; format 4 a run's training
+loss as its parts and their sum (ce, l1_term, loss: `run`). Every file here is format
 `FORMAT` when written; older ones are read (and rewritten when resumed); a newer one is refused in
 one line.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 
-FORMAT = 3
+FORMAT = 4
 
 
 def check_format(path: Path, written: Any, what: str = "") -> int:

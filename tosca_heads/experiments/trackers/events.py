@@ -2,9 +2,9 @@
 
 - params: the run's configuration, flat ("train.lr", "stream.init_cls", "dataset", ...);
 - after each task t (in task order, a resumed task from its file like a trained one):
-  "loss/task_TTT" and "lr/task_TTT" at steps 0..epochs-1 (the epoch's mean cross-entropy and its
-  learning rate: the run's curves.csv), "train/loss" and "train/accuracy" at step t (the task's
-  last epoch, as results.csv), and "A_t/SPLIT/ROUTER" at step t for every router on test and, where
+  "ce/task_TTT", "l1_term/task_TTT", "loss/task_TTT" (their sum) and "lr/task_TTT" at steps
+  0..epochs-1 (the run's curves.csv, column by column), "train/ce", "train/l1_term", "train/loss"
+  and "train/accuracy" at step t (the task's last epoch, as results.csv), and "A_t/SPLIT/ROUTER" at step t for every router on test and, where
   one is held out, on the validation split;
 - at the end: "A_last/SPLIT/ROUTER", "A_bar/...", "forgetting/..." and "routing/..." at the last
   task's step, and the run's files as artifacts;
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.records.run import RunResult, StageResult
+from tosca_heads.experiments.records.run import LOSS_PARTS, RunResult, StageResult, curve_epochs
 from tosca_heads.experiments.trackers.registry import Logger, Metric, open_logger, parse_targets
 
 FINAL_KEYS = {"A_last": "A_last", "A_bar": "A_bar", "forgetting": "forgetting", "routing_accuracy": "routing"}
@@ -62,15 +62,10 @@ def stage_metrics(stage: StageResult) -> list[Metric]:
     t = stage.task
     found: list[Metric] = []
     if stage.curve is not None:
-        for epoch, (loss, lr) in enumerate(zip(stage.curve["loss"], stage.curve["lr"], strict=True)):
-            found += [
-                Metric(f"loss/task_{t:03d}", float(loss), epoch),
-                Metric(f"lr/task_{t:03d}", float(lr), epoch),
-            ]
-    found += [
-        Metric("train/loss", float(stage.stats["loss"]), t),
-        Metric("train/accuracy", float(stage.stats["train_acc"]), t),
-    ]
+        for epoch, values in enumerate(curve_epochs(stage.curve)):
+            found += [Metric(f"{k}/task_{t:03d}", float(v), epoch) for k, v in values.items() if v is not None]
+    found += [Metric(f"train/{k}", float(stage.stats[k]), t) for k in LOSS_PARTS if stage.stats.get(k) is not None]
+    found.append(Metric("train/accuracy", float(stage.stats["train_acc"]), t))
     for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
         found += [Metric(key("A_t", split, name), float(s["A_t"]), t) for name, s in routers.items()]
     return found
