@@ -191,7 +191,9 @@ def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     run_summary(result, routers)
     curves = result.run_dir / "curves.png"
     if curves.is_file():
-        say(f"training curves: {curves} (cross-entropy, L1 term and learning rate per epoch; numbers in curves.csv)")
+        say(
+            f"training curves: {curves} (cross-entropy, L1 term and learning rate per epoch; numbers in curves.csv)"
+        )
 
 
 @app.command("eval")

@@ -18,10 +18,14 @@ QUOTED = r"""(?:'[^'\n]*'|"[^"\n]*")"""
 NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
 PATTERNS = {
     "a dict or set": re.compile(rf"\{{\s*(?:{QUOTED}|{NUMBER})\s*[:,}}]|\{{\}}"),
-    "a tuple": re.compile(rf"\(\s*{QUOTED}\s*,|\(\s*{NUMBER}\s*,\s*{NUMBER}\s*(?:,\s*{NUMBER}\s*)*,?\s*\)|\(\s*{NUMBER}\s*,\s*\)"),
+    "a tuple": re.compile(
+        rf"\(\s*{QUOTED}\s*,|\(\s*{NUMBER}\s*,\s*{NUMBER}\s*(?:,\s*{NUMBER}\s*)*,?\s*\)|\(\s*{NUMBER}\s*,\s*\)"
+    ),
     "a list of quoted values": re.compile(rf"\[\s*{QUOTED}\s*[,\]]"),
     "bytes": re.compile(r"""(?<![A-Za-z0-9_])b['"]"""),
-    "a class or object": re.compile(r"<(?:class|function|module|built-in|bound method) |<[\w.]+ object at 0x"),
+    "a class or object": re.compile(
+        r"<(?:class|function|module|built-in|bound method) |<[\w.]+ object at 0x"
+    ),
     "a Python object's repr": re.compile(
         r"\b(?:np|numpy|torch)\.\w+\(|"
         r"\b(?:[A-Z]\w*|tensor|array|dtype|device|dict_keys|dict_values|dict_items)"

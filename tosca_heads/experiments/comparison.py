@@ -74,7 +74,9 @@ def tosca_run(
         return fit_run(
             store, stream_cfg, train, None, default, source=source, device=device, validation=validation
         )
-    config = run_record.read_run_config(run_dir)  # checked before evaluating: a run of another store is left alone
+    config = run_record.read_run_config(
+        run_dir
+    )  # checked before evaluating: a run of another store is left alone
     if config["store_fingerprint"] != store.fingerprint:
         raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
     theirs = run_record.stream_config_of(config, run_dir)

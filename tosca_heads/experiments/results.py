@@ -242,7 +242,7 @@ def write_sweep_outputs(
     chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."), modules)
     atomic.write_text(out / "summary.md", summary_markdown(points, summary, rank_by, shown, chosen))
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
-    heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick)
+    heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick, chosen)
     best_curves(
         points,
         summary,

@@ -226,3 +226,29 @@ def test_small_shapes_stay_inside_the_workspace(threads: int) -> None:
     step.start_epoch(torch.randn(3, 32), torch.tensor([[0, 1, 2]]), [0.1], track=True)
     step.run_epoch(3, 2)
     assert torch.isnan(step.work[floats:]).all()
+
+
+@pytest.mark.parametrize("kind", [TorchStep, pytest.param(NativeStep, marks=needs_native)])
+def test_an_epoch_cross_entropy_and_l1_term_are_per_image_whatever_the_batches(kind: type) -> None:
+    """With the weights held still (learning rate 0), one epoch in batches of 8, 8, 8, 8, 8, 4 tallies
+    what one batch of all 44 rows does: each image counts once, a short last batch no more than
+    its rows (a mean over steps would count its 4 rows as 8); the L1 term is l1 x |module|_1."""
+    layout, (flat, _, sigma) = _group("tosca")
+    weight = 0.3 * torch.randn(3, 7, layout.dim, generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(1)
+    n = 44
+    features, targets = torch.randn(n, layout.dim, generator=gen), torch.randint(0, 7, (n,), generator=gen)
+    order = torch.stack([torch.randperm(n, generator=gen) for _ in CONFIGS])
+    sums = []
+    for batch in (8, n):
+        configs = [Hyper(c.momentum, c.weight_decay, c.l1, batch) for c in CONFIGS]
+        step = kind(layout, configs, flat.clone(), weight.clone(), sigma.clone(), targets)
+        step.start_epoch(features, order, [0.0, 0.0, 0.0], track=True)
+        step.run_epoch(n, batch)
+        sums.append([t.clone() for t in step.epoch_sums()])
+    torch.testing.assert_close(sums[0][0], sums[1][0], rtol=1e-5, atol=0)
+    l1 = torch.tensor([c.l1 for c in CONFIGS], dtype=torch.float64)
+    expected = l1 * flat.double().abs().sum(1) * n
+    for ce, l1_sum in sums:
+        torch.testing.assert_close(l1_sum, expected, rtol=1e-5, atol=0)
+        assert bool((ce > 0).all())

@@ -63,8 +63,12 @@ def stage_metrics(stage: StageResult) -> list[Metric]:
     found: list[Metric] = []
     if stage.curve is not None:
         for epoch, values in enumerate(curve_epochs(stage.curve)):
-            found += [Metric(f"{k}/task_{t:03d}", float(v), epoch) for k, v in values.items() if v is not None]
-    found += [Metric(f"train/{k}", float(stage.stats[k]), t) for k in LOSS_PARTS if stage.stats.get(k) is not None]
+            found += [
+                Metric(f"{k}/task_{t:03d}", float(v), epoch) for k, v in values.items() if v is not None
+            ]
+    found += [
+        Metric(f"train/{k}", float(stage.stats[k]), t) for k in LOSS_PARTS if stage.stats.get(k) is not None
+    ]
     found.append(Metric("train/accuracy", float(stage.stats["train_acc"]), t))
     for split, routers in (("test", stage.routers), ("validation", stage.validation or {})):
         found += [Metric(key("A_t", split, name), float(s["A_t"]), t) for name, s in routers.items()]
