@@ -8,10 +8,16 @@ default) and when it ends, so a log shows progress while the job runs, not only 
 `TOSCA_PROGRESS` (or `tosca --progress`) chooses: `auto` (the default: bar on a terminal, lines
 elsewhere), `bar` (or `1`), `lines`, `off` (or `0`).
 
-The estimate is the work's own rate once something is done; before that, an `expected` number of
-seconds the caller may give (a sweep's planned training time), so even a job whose first unit
-takes minutes says from its first seconds about how long it will take. The clock is a parameter:
-tests drive it by hand.
+The estimate of the time left is the work's steady rate: what was done since the first unit
+ended, over the time since. The time before it ends (workers starting, a backbone loading, a first
+compile) is left out of the rate, so a job whose first point pays for its start-up does not say it
+has minutes left when it has seconds. The units ending within a tenth of that first time after it
+(on parallel workers, or in one engine run) are a first burst that says nothing of the rate: until
+a unit ends after it, the estimate is the `expected` number of seconds the
+caller may give (a sweep's or a suite's plan, said "(planned)"), else the plain rate since the
+start. Work whose units differ in cost (a suite's cells: a RanPAC cell takes a hundred times a
+SimpleCIL one) is weighed by each unit's planned seconds (`work` and `worked`), not counted. The
+clock is a parameter: tests drive it by hand.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ def clock_text(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+BURST = 0.1  # units ending within this share of the first one's time count as the first burst
+
+
 @dataclass
 class Task:
     """One piece of work: how much is done of how much, since when, and what it says beside."""
@@ -68,19 +77,50 @@ class Task:
     started: float = field(default=0.0)
     finished: bool = False
     _base: int = 0  # done before this process started (a resumed job): not counted in the rate
+    work: float | None = None  # planned seconds of all its units, where they differ in cost
+    worked: float = 0.0  # planned seconds of the units done so far (with `work`)
+    _events: list[tuple[float, int, float]] = field(default_factory=list)  # (time, completed, worked)
+
+    def moved(self) -> None:
+        """Note the time at which the done units changed (Board.update calls it)."""
+        if self.completed > (self._events[-1][1] if self._events else self._base):
+            self._events.append((self.clock(), self.completed, self.worked))
+
+    def steady(self) -> tuple[float, float] | None:
+        """(units, planned seconds) per second from the first unit's end to now; None until a unit
+        ended after the first burst (those ending within BURST of the first one's time: units that
+        ran side by side on workers or in one engine run, whose ends say nothing of the rate)."""
+        if not self._events:
+            return None
+        start, done, worked = self._events[0]
+        burst = start + BURST * max(0.0, start - self.started)
+        spent = self.clock() - start
+        if self._events[-1][0] <= burst or spent <= 0:
+            return None
+        return (self.completed - done) / spent, (self.worked - worked) / spent
 
     def rate(self) -> float | None:
-        """Units per second done by this process, None before any."""
+        """Units per second done by this process (the steady rate where there is one), None before any."""
+        steady = self.steady()
+        if steady:
+            return steady[0]
         done, spent = self.completed - self._base, self.clock() - self.started
         return done / spent if done > 0 and spent > 0 else None
 
     def remaining(self) -> tuple[float | None, bool]:
         """(seconds left, whether from the caller's expectation rather than the measured rate)."""
+        steady = self.steady()
+        if steady and self.total is not None:
+            units, planned = steady
+            if self.work is not None and planned > 0:
+                return max(0.0, (self.work - self.worked) / planned), False
+            if units > 0:
+                return max(0.0, (self.total - self.completed) / units), False
+        if self.expected is not None:
+            return max(0.0, self.expected - (self.clock() - self.started)), True
         rate = self.rate()
         if self.total is not None and rate:
             return max(0.0, (self.total - self.completed) / rate), False
-        if self.expected is not None:
-            return max(0.0, self.expected - (self.clock() - self.started)), True
         return None, False
 
     def line(self) -> str:
@@ -133,11 +173,22 @@ class Board:
         unit: str = "",
         expected: float | None = None,
         completed: int = 0,
+        work: float | None = None,
     ) -> Task:
         """A new piece of work: its bar is shown at once; its first line when it has a plan to say
-        (`expected`), else after the interval (a job that fails at once stays one line: its error)."""
+        (`expected`), else after the interval (a job that fails at once stays one line: its error).
+        `work`: the planned seconds of all its units, where they differ in cost (then each update
+        says the planned seconds of the units done, `worked`)."""
         task = Task(
-            label, total, unit, self.clock, expected, completed, started=self.clock(), _base=completed
+            label,
+            total,
+            unit,
+            self.clock,
+            expected,
+            completed,
+            started=self.clock(),
+            _base=completed,
+            work=work,
         )
         with self._lock:
             self.tasks.append(task)
@@ -156,10 +207,14 @@ class Board:
         total: int | None = None,
         note: str | None = None,
         label: str | None = None,
+        worked: float | None = None,
     ) -> None:
         """Move a piece of work on; a line is written when the interval has passed since its last."""
         with self._lock:
             task.completed = task.completed + advance if completed is None else completed
+            if worked is not None:
+                task.worked = worked
+            task.moved()
             if total is not None:
                 task.total = total
             if note is not None:

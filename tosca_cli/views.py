@@ -153,14 +153,21 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
     return on_task
 
 
-def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
-    """A suite's cells as they end; the total is known from the first one."""
+def suite_progress(board: Board) -> Callable[[Any, int, int, Any], None]:
+    """A suite's cells as they end, the total and the plan known before the first: the plan's wall
+    time is the estimate until cells end, then the cells done weighed by their planned seconds (a
+    RanPAC cell is not a SimpleCIL one)."""
     holder: list[Task] = []
+    worked: list[float] = []
 
-    def on_cell(cell: Any, finished: int, total: int) -> None:
+    def on_cell(cell: Any, finished: int, total: int, plan: Any) -> None:
         if not holder:
-            holder.append(board.task("suite", total, "cells"))
-        board.update(holder[0], completed=finished, total=total, note=f"last: {cell.key}" if cell else "")
+            work = sum(plan.works.values()) if plan.works else None
+            holder.append(board.task("suite", total, "cells", expected=plan.wall or None, work=work))
+        if cell is not None:
+            worked.append(plan.works.get(cell.key, 0.0))
+        note = f"last: {cell.key}" if cell else ""
+        board.update(holder[0], completed=finished, total=total, note=note, worked=sum(worked))
 
     return on_cell
 

@@ -72,8 +72,47 @@ def test_a_planned_estimate_before_the_first_unit_ends() -> None:
         == "sweep: 0/4 (0%) points, 0:30 elapsed, about 1:30 left (planned)"
     )
     clock.now += 30
-    board.update(task, completed=1)  # 60 s a point: 3 more take 3 min
-    assert stream.getvalue().splitlines()[-1].endswith("60.0 s each, 1:00 elapsed, about 3:00 left")
+    board.update(task, completed=1)  # the first point, start-up included: the plan still speaks
+    assert stream.getvalue().splitlines()[-1].endswith("60.0 s each, 1:00 elapsed, about 1:00 left (planned)")
+    clock.now += 40
+    board.update(task, completed=2)  # 40 s a point since the first: 2 more take 80 s
+    assert stream.getvalue().splitlines()[-1].endswith("40.0 s each, 1:40 elapsed, about 1:20 left")
+
+
+def test_a_rate_left_unfooled_by_the_first_points_start_up() -> None:
+    """Issue 35's sweep: 12 points on 2 workers, 30 s of start-up before the first pair, then a pair
+    every 5 s (the sweep ends at 60 s). Once a point ends after the first pair, every estimate is
+    within 2x of the time really left, or within one point's 5 s of it at the very end; the rate
+    since the start said 4 times too long."""
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=0, stream=stream, clock=clock)
+    task = board.task("sweep", 12, "points")
+    ends = [30 + 5 * (k // 2) + 0.2 * (k % 2) for k in range(12)]
+    for k, end in enumerate(ends[:-1]):
+        for after in (0, (ends[k + 1] - end) / 2):  # as it ends, and on a ticker's line before the next
+            clock.now = 100 + end + after
+            if after == 0:
+                board.update(task, completed=k + 1)
+            left, _ = task.remaining()
+            really = ends[-1] - end - after
+            if k >= 2:
+                assert left is not None, k
+                assert really / 2 <= left <= 2 * really or abs(left - really) <= 5, (k, after, left, really)
+    since_start = 3 / ends[2]  # the third point's rate since the start, start-up included
+    assert (12 - 3) / since_start > 4 * (ends[-1] - ends[2])  # what it used to say: 5 times too long
+
+
+def test_cells_of_different_cost_are_weighed_by_their_plan() -> None:
+    """A small suite on 2 workers: SimpleCIL (planned 1 s) and TOSCA (10 s) end first, the joint
+    probe (20 s) next, RanPAC (200 s) last: three cells of four done is not 3/4 of the time."""
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=0, stream=stream, clock=clock)
+    task = board.task("suite", 4, "cells", expected=215, work=231)
+    for done, (at, worked) in enumerate([(12, 1), (21, 11), (33, 31)], start=1):
+        clock.now = 100 + at
+        board.update(task, completed=done, worked=worked)
+    left, planned = task.remaining()  # 30 planned s in 21 s since the first cell: 200 more take 140 s
+    assert not planned and left == pytest.approx(140) and 225 / 2 <= left <= 2 * 225  # it ends at 258 s
 
 
 def test_off_says_nothing() -> None:

@@ -39,13 +39,15 @@ LBFGS_CALL_SECONDS = 0.02  # the Python overhead of one closure call (line searc
 @dataclass
 class Estimate:
     """Seconds per part (`extract`, `train`, `baselines`, `start-up`, `finish`), the wall total
-    once the works are shared between workers, and a line per thing that could not be estimated
-    or is missing."""
+    once the works are shared between workers, each work's own seconds by its key (a suite's cell,
+    a sweep's point: what a running job's progress weighs its units by), and a line per thing that
+    could not be estimated or is missing."""
 
     parts: dict[str, float] = field(default_factory=dict)
     wall: float = 0.0
     missing: list[str] = field(default_factory=list)
     how: list[str] = field(default_factory=list)
+    works: dict[str, float] = field(default_factory=dict)
 
     def minutes(self) -> float:
         return self.wall / 60

@@ -261,7 +261,7 @@ class ValidationConfig:
         """The split in words: '10% of each class held out for validation (seed 0)', or none."""
         if not self.enabled:
             return "no validation split"
-        return f"{self.share()} held out for validation"
+        return f"{100 * self.fraction:g}% of each class held out for validation (seed {self.seed})"
 
     def share(self) -> str:
         """'10% of each class, seed 0'."""

@@ -53,7 +53,9 @@ from tosca_heads.method.recipe import group_key
 
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
-CellCallback = Callable[[Cell, int, int], None]  # (cell, finished, total)
+# (cell, finished, total, plan): the plan of the cells to run (their wall time and each one's
+# seconds, by key) is the same on every call; the first call, before any cell ends, has no cell
+CellCallback = Callable[[Cell | None, int, int, Estimate], None]
 # a store's spec -> featcache.estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
@@ -366,8 +368,10 @@ def _run_missing(
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0
-    if on_cell and missing:  # the total, before the first cell ends (no cell yet: None)
-        on_cell(None, 0, len(missing))  # type: ignore[arg-type]
+    plan = Estimate()
+    if on_cell and missing:  # the total and the plan, before the first cell ends (no cell yet: None)
+        plan = estimate_plan(spec, stores, missing, device, executor.jobs, None)
+        on_cell(None, 0, len(missing), plan)
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -377,7 +381,7 @@ def _run_missing(
             if tracking is not None and parent is not None:
                 _log_cell(tracking, parent, spec, state, outcome, i)
             if on_cell:
-                on_cell(state.cell, finished, len(missing))
+                on_cell(state.cell, finished, len(missing), plan)
 
     executor.run([work for work, _ in planned], record)
 
@@ -461,10 +465,13 @@ def estimate_plan(
         if shape is None:
             continue
         if state.cell.kind == "tosca":
-            tosca.append(est.tosca_seconds(shape, cellmod.cell_train(spec, state.cell), device))
+            seconds = est.tosca_seconds(shape, cellmod.cell_train(spec, state.cell), device)
+            tosca.append(seconds)
         else:
             params = cellmod.cell_params(spec, state.cell)
-            baselines.append(est.baseline_seconds(state.cell.method, shape, params))
+            seconds = est.baseline_seconds(state.cell.method, shape, params)
+            baselines.append(seconds)
+        plan.works[state.cell.key] = seconds
     works = len(tosca) + len(baselines)
     plan.parts = {
         "extract": sum(extract_seconds),
