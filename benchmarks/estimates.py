@@ -35,7 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-LINE = re.compile(r"^(?P<label>[\w ]+): .*?(?P<elapsed>[\d:]+) elapsed, about (?P<left>[\d:]+) left(?P<plan> \(planned\))?")
+LINE = re.compile(
+    r"^(?P<label>[\w ]+): .*?(?P<elapsed>[\d:]+) elapsed, about (?P<left>[\d:]+) left(?P<plan> \(planned\))?"
+)
 DONE = re.compile(r"^(?P<label>[\w ]+): .*done in (?P<done>[\d:]+)")
 MIN_LEFT = 10.0
 
@@ -72,7 +74,12 @@ def tosca(args: list[str], cwd: Path) -> tuple[str, str, float]:
     env = {**os.environ, "TOSCA_PROGRESS": "lines", "TOSCA_PROGRESS_EVERY": "2", "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+        [sys.executable, str(ROOT / "cli.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
@@ -108,10 +115,23 @@ def _log(x: float) -> float:
 
 def measure_sweep(tmp: Path, store: Path) -> Measured:
     grid = ["--r", "8,16,32", "--l1", "0,5e-4", "--seeds", "0,1", "--init-cls", "2", "--increment", "2"]
-    args = ["sweep", "--store", str(store), *grid, "--jobs", "2", "--device", "cpu", "--out", str(tmp / "sweep")]
+    args = [
+        "sweep",
+        "--store",
+        str(store),
+        *grid,
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp / "sweep"),
+    ]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
     _, err, wall = tosca(args, tmp)
-    return Measured("sweep, 12 points, 2 workers", plan["estimate_seconds"], wall, *worst_ratios(err, ("sweep",)))
+    return Measured(
+        "sweep, 12 points, 2 workers", plan["estimate_seconds"], wall, *worst_ratios(err, ("sweep",))
+    )
 
 
 def suite_file(tmp: Path, name: str, store: str, ranpac_m: int) -> Path:
@@ -119,7 +139,7 @@ def suite_file(tmp: Path, name: str, store: str, ranpac_m: int) -> Path:
     path.write_text(
         f'name = "{name}"\nseeds = [0]\n[tosca]\nflags = {{}}\n[baselines]\n'
         f'methods = ["simplecil", "ranpac", "joint_probe"]\nranpac_m = {ranpac_m}\n'
-        f"[[stores]]\nname = \"s\"\n{store}\ninit_cls = 2\nincrement = 2\n"
+        f'[[stores]]\nname = "s"\n{store}\ninit_cls = 2\nincrement = 2\n'
     )
     return path
 
@@ -134,7 +154,9 @@ def measure_suite(tmp: Path, store: Path, ranpac_m: int) -> Measured:
 
 
 def measure_extraction(tmp: Path, data: Path, per_class: int) -> Measured:
-    where = f'model = "effnet_lite0"\ndataset = "eurosat"\ndata_root = "{data}"\nlimit_per_class = {per_class}'
+    where = (
+        f'model = "effnet_lite0"\ndataset = "eurosat"\ndata_root = "{data}"\nlimit_per_class = {per_class}'
+    )
     spec = suite_file(tmp, "extract", where, 64)
     plan = json.loads(tosca(["suite", str(spec), "--dry-run", "--json", "--device", "cpu"], tmp)[0])
     estimate = plan["parts_seconds"]["extract"]
@@ -146,12 +168,16 @@ def measure_extraction(tmp: Path, data: Path, per_class: int) -> Measured:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", default="sweep,suite,extraction")
     parser.add_argument("--train", type=int, default=2400, help="training images of the store (10 classes)")
     parser.add_argument("--test", type=int, default=600)
     parser.add_argument("--ranpac-m", type=int, default=4000)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "eurosat" / "EuroSAT-RGB.tar.gz")
+    parser.add_argument(
+        "--data", type=Path, default=ROOT.parent / "shared" / "data" / "eurosat" / "EuroSAT-RGB.tar.gz"
+    )
     parser.add_argument("--per-class", type=int, default=20)
     args = parser.parse_args()
     chosen = args.only.split(",")
@@ -173,7 +199,9 @@ def main() -> None:
             rows.append(measure_extraction(tmp, args.data.resolve(), args.per_class))
             print(rows[-1].row(), flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print("| plan | dry-run estimate | real | ratio | worst planned 'left' / real left | worst measured | lines |")
+    print(
+        "| plan | dry-run estimate | real | ratio | worst planned 'left' / real left | worst measured | lines |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(row.row())

@@ -221,12 +221,12 @@ def _grid_lists(grid: Any) -> dict[str, list[Any]]:
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise UserError(
-                f"grid[{name!r}] must be a list of values, got {values!r}: write {{{name!r}: [{values!r}]}} "
-                "for one value"
+                f"grid entry {name!r} must be a list of values, got {values!r}: for one value, give a list "
+                "holding it"
             )
         if not values:
             raise UserError(
-                f"grid[{name!r}] is an empty list: give at least one value, or leave {name!r} out"
+                f"grid entry {name!r} is an empty list: give at least one value, or leave {name!r} out"
             )
         lists[name] = list(values)
     return lists

@@ -21,6 +21,7 @@ from PIL import Image
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
+from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, image_files, skipped_name, subfolders
 from featcache.sources.pixels import check_pixels, to_rgb8
@@ -260,7 +261,8 @@ def folder_dataset(
     _refuse_look_alikes(root, class_names + test_classes)
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
-        raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")
+        shown = ", ".join(printable(name) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise UserError(f"{root / test_name} has classes missing from train/: {shown}")
     splits = {"train": list_class_tree(root / "train", class_names, root, left_out)}
     splits["test"] = list_class_tree(root / test_name, class_names, root, left_out)
     for split, samples in splits.items():

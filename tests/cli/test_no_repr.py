@@ -22,6 +22,8 @@ REPRS = [
     "store PosixPath('/tmp/x') is gone",
     "got np.float64(0.5)",
     "header b'\\x00\\x01' is not safetensors",
+    "magic b'PK' is not zarr",
+    "cannot identify image file <_io.BytesIO object at 0x7fe2e108e110>",
     "keys dict_keys(['a']) missing",
 ]
 WORDS = [
@@ -34,6 +36,9 @@ WORDS = [
     "class cat's (2 images) accuracy moves in steps of 50%",
     "split B0 Inc2 (5 tasks of 2 classes), class order seed 1993",
     "a 4 x 4 table of counts",
+    "unsafe model name 'a b': a model name becomes a folder name",
+    "SUITE.toml: name 'a|b' must be one printable line",
+    "cannot read image x.jpg (UnidentifiedImageError: cannot identify image file)",
 ]
 
 
@@ -53,3 +58,15 @@ def test_every_user_error_of_a_test_is_checked(user_errors_seen: list[str]) -> N
     assert user_errors_seen == ["a repr: {'fraction': 0.1}"]
     assert python_repr(user_errors_seen[0]) == "a dict or set: {'fraction':"
     user_errors_seen.clear()  # made on purpose here: the fixture would fail this test for it
+
+
+def test_a_foreign_reason_loses_its_object_reprs() -> None:
+    from featcache.foundation.text import reason
+
+    class UnidentifiedImageError(OSError):
+        pass
+
+    said = reason(
+        UnidentifiedImageError("cannot identify image file <_io.BytesIO object at 0x7fe2e108e110>\nmore")
+    )
+    assert said == "UnidentifiedImageError: cannot identify image file" and python_repr(said) is None

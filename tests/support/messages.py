@@ -22,7 +22,7 @@ PATTERNS = {
         rf"\(\s*{QUOTED}\s*,|\(\s*{NUMBER}\s*,\s*{NUMBER}\s*(?:,\s*{NUMBER}\s*)*,?\s*\)|\(\s*{NUMBER}\s*,\s*\)"
     ),
     "a list of quoted values": re.compile(rf"\[\s*{QUOTED}\s*[,\]]"),
-    "bytes": re.compile(r"""(?<![A-Za-z0-9_])b['"]"""),
+    "bytes": re.compile(r"""(?<![\w'"])b'(?:\\x[0-9a-fA-F]{2}|[^'\s\\])*'"""),
     "a class or object": re.compile(
         r"<(?:class|function|module|built-in|bound method) |<[\w.]+ object at 0x"
     ),

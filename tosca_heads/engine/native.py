@@ -301,7 +301,10 @@ def _abi_mismatch(lib: ctypes.CDLL) -> str:
         return "it reports no ABI version (built from an older source)"
     expected = (ctypes.sizeof(StepArgs), ctypes.sizeof(ForwardArgs))
     if version != ABI_VERSION or sizes != expected:
-        return f"ABI {version} with struct sizes {sizes}, where this tosca expects ABI {ABI_VERSION} and {expected}"
+        return (
+            f"ABI {version} with struct sizes {sizes[0]} and {sizes[1]} bytes, where this tosca expects ABI "
+            f"{ABI_VERSION} and {expected[0]} and {expected[1]}"
+        )
     lib.tosca_slot_names.argtypes, lib.tosca_slot_names.restype = [], ctypes.c_char_p
     names = lib.tosca_slot_names().decode()
     if names != SLOT_TABLE:
