@@ -163,7 +163,7 @@ def suite_progress(board: Board) -> Callable[[Any, int, int, Any], None]:
     def on_cell(cell: Any, finished: int, total: int, plan: Any) -> None:
         if not holder:
             work = sum(plan.works.values()) if plan.works else None
-            holder.append(board.task("suite", total, "cells", expected=plan.wall or None, work=work))
+            holder.append(board.task("suite", total, "cells", expected=plan.running() or None, work=work))
         if cell is not None:
             worked.append(plan.works.get(cell.key, 0.0))
         note = f"last: {cell.key}" if cell else ""
@@ -419,7 +419,7 @@ class DemoDisplay:
         pending = plan.pending or []
         if not pending:  # a rerun: every point is in the folder already
             return
-        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).wall))
+        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).running()))
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS

@@ -457,7 +457,8 @@ def estimate_plan(
             f"not in the estimate: {len(unknown)} store(s) that cannot be extracted as things are "
             f"({', '.join(unknown)}) and their cells"
         )
-    tosca, baselines = [], []
+    tosca: dict[str, float] = {}
+    baselines: dict[str, float] = {}
     for state in states:
         if state.status not in ("missing", "to extract"):
             continue
@@ -465,28 +466,20 @@ def estimate_plan(
         if shape is None:
             continue
         if state.cell.kind == "tosca":
-            seconds = est.tosca_seconds(shape, cellmod.cell_train(spec, state.cell), device)
-            tosca.append(seconds)
+            train = cellmod.cell_train(spec, state.cell)
+            tosca[state.cell.key] = est.tosca_seconds(shape, train, device, alone=jobs == 1)
         else:
             params = cellmod.cell_params(spec, state.cell)
-            seconds = est.baseline_seconds(state.cell.method, shape, params)
-            baselines.append(seconds)
-        plan.works[state.cell.key] = seconds
-    works = len(tosca) + len(baselines)
-    plan.parts = {
-        "extract": sum(extract_seconds),
-        "train": sum(tosca),
-        "baselines": sum(baselines),
-        "start-up": est.startup_seconds(jobs, works),
-        "finish": est.FINISH_SECONDS if works else 0.0,
-    }
-    shared = est.wall_seconds([*tosca, *baselines], jobs) if works else 0.0
-    plan.wall = plan.parts["extract"] + shared + plan.parts["start-up"] + plan.parts["finish"]
-    plan.how.append(
-        f"{len(tosca)} TOSCA cell(s) {sum(tosca) / 60:.1f} min and {len(baselines)} baseline cell(s) "
-        f"{sum(baselines) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min"
-    )
-    return plan
+            baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
+    planned = est.plan_works(tosca, baselines, jobs, sum(extract_seconds))
+    shared = est.wall_seconds(list(planned.works.values()), jobs) if planned.works else 0.0
+    planned.how[:0] = [
+        *plan.how,
+        f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
+        f"{sum(baselines.values()) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min",
+    ]
+    planned.missing[:0] = plan.missing
+    return planned
 
 
 # ------------------------------------------------------------------------------------------ manifest
