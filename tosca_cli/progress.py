@@ -13,11 +13,14 @@ ended, over the time since. The time before it ends (workers starting, a backbon
 compile) is left out of the rate, so a job whose first point pays for its start-up does not say it
 has minutes left when it has seconds. The units ending within a tenth of that first time after it
 (on parallel workers, or in one engine run) are a first burst that says nothing of the rate: until
-a unit ends after it, the estimate is the `expected` number of seconds the
-caller may give (a sweep's or a suite's plan, said "(planned)"), else the plain rate since the
-start. Work whose units differ in cost (a suite's cells: a RanPAC cell takes a hundred times a
-SimpleCIL one) is weighed by each unit's planned seconds (`work` and `worked`), not counted. The
-clock is a parameter: tests drive it by hand.
+a unit ends after it, the estimate is the `expected` number of seconds the caller may give (a
+sweep's or a suite's plan, said "(planned)"), else the plain rate since the start. Work whose units
+differ in cost (a suite's cells: a RanPAC cell takes a hundred times a SimpleCIL one) is not
+counted but planned: each unit's planned seconds (`work`, `worked`) and the seconds it really took
+(`spent`, as its worker measured them: no start-up, no waiting), and once a tenth of the planned
+work is done the plan's time for the units (`work_wall`: the units shared by the workers, the
+rest of `expected` being start-up and tables) is scaled by what the units done took against their
+plan. The clock is a parameter: tests drive it by hand.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def clock_text(seconds: float) -> str:
 
 
 BURST = 0.1  # units ending within this share of the first one's time count as the first burst
+CALIBRATED = 0.1  # share of the planned work done from which the plan is scaled by what it took
 
 
 @dataclass
@@ -79,45 +83,49 @@ class Task:
     _base: int = 0  # done before this process started (a resumed job): not counted in the rate
     work: float | None = None  # planned seconds of all its units, where they differ in cost
     worked: float = 0.0  # planned seconds of the units done so far (with `work`)
-    _events: list[tuple[float, int, float]] = field(default_factory=list)  # (time, completed, worked)
+    spent: float = 0.0  # the seconds those units really took (with `work`)
+    work_wall: float = 0.0  # the part of `expected` that is the units' own time, shared by the workers
+    _events: list[tuple[float, int]] = field(default_factory=list)  # (time, completed)
 
     def moved(self) -> None:
         """Note the time at which the done units changed (Board.update calls it)."""
         if self.completed > (self._events[-1][1] if self._events else self._base):
-            self._events.append((self.clock(), self.completed, self.worked))
+            self._events.append((self.clock(), self.completed))
 
-    def steady(self) -> tuple[float, float] | None:
-        """(units, planned seconds) per second from the first unit's end to now; None until a unit
-        ended after the first burst (those ending within BURST of the first one's time: units that
-        ran side by side on workers or in one engine run, whose ends say nothing of the rate)."""
+    def steady(self) -> float | None:
+        """Units per second from the first unit's end to now; None until a unit ended after the
+        first burst (those ending within BURST of the first one's time: units that ran side by
+        side on workers or in one engine run, whose ends say nothing of the rate)."""
         if not self._events:
             return None
-        start, done, worked = self._events[0]
+        start, done = self._events[0]
         burst = start + BURST * max(0.0, start - self.started)
         spent = self.clock() - start
         if self._events[-1][0] <= burst or spent <= 0:
             return None
-        return (self.completed - done) / spent, (self.worked - worked) / spent
+        return (self.completed - done) / spent
 
     def rate(self) -> float | None:
         """Units per second done by this process (the steady rate where there is one), None before any."""
         steady = self.steady()
         if steady:
-            return steady[0]
+            return steady
         done, spent = self.completed - self._base, self.clock() - self.started
         return done / spent if done > 0 and spent > 0 else None
 
     def remaining(self) -> tuple[float | None, bool]:
         """(seconds left, whether from the caller's expectation rather than the measured rate)."""
+        elapsed = self.clock() - self.started
+        if self.work is not None and self.expected is not None:
+            if self.worked >= CALIBRATED * self.work and self.spent > 0:
+                scaled = self.expected + (self.spent / self.worked - 1) * self.work_wall
+                return max(0.0, scaled - elapsed), False
+            return max(0.0, self.expected - elapsed), True
         steady = self.steady()
-        if steady and self.total is not None:
-            units, planned = steady
-            if self.work is not None and planned > 0:
-                return max(0.0, (self.work - self.worked) / planned), False
-            if units > 0:
-                return max(0.0, (self.total - self.completed) / units), False
+        if steady is not None and self.total is not None and steady > 0:
+            return max(0.0, (self.total - self.completed) / steady), False
         if self.expected is not None:
-            return max(0.0, self.expected - (self.clock() - self.started)), True
+            return max(0.0, self.expected - elapsed), True
         rate = self.rate()
         if self.total is not None and rate:
             return max(0.0, (self.total - self.completed) / rate), False
@@ -174,22 +182,17 @@ class Board:
         expected: float | None = None,
         completed: int = 0,
         work: float | None = None,
+        work_wall: float = 0.0,
     ) -> Task:
         """A new piece of work: its bar is shown at once; its first line when it has a plan to say
         (`expected`), else after the interval (a job that fails at once stays one line: its error).
-        `work`: the planned seconds of all its units, where they differ in cost (then each update
-        says the planned seconds of the units done, `worked`)."""
+        `work`: the planned seconds of all its units, where they differ in cost, and `work_wall`
+        the part of `expected` they make (then each update says the planned and the real seconds of
+        the units done, `worked` and `spent`)."""
         task = Task(
-            label,
-            total,
-            unit,
-            self.clock,
-            expected,
-            completed,
-            started=self.clock(),
-            _base=completed,
-            work=work,
+            label, total, unit, self.clock, expected, completed, started=self.clock(), _base=completed
         )
+        task.work, task.work_wall = work, work_wall
         with self._lock:
             self.tasks.append(task)
             if self._bar is not None:
@@ -208,12 +211,16 @@ class Board:
         note: str | None = None,
         label: str | None = None,
         worked: float | None = None,
+        spent: float | None = None,
     ) -> None:
-        """Move a piece of work on; a line is written when the interval has passed since its last."""
+        """Move a piece of work on; a line is written when the interval has passed since its last.
+        `worked`, `spent`: with `work`, the planned and the real seconds of the units done so far."""
         with self._lock:
             task.completed = task.completed + advance if completed is None else completed
             if worked is not None:
                 task.worked = worked
+            if spent is not None:
+                task.spent = spent
             task.moved()
             if total is not None:
                 task.total = total

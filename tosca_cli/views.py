@@ -153,21 +153,28 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
     return on_task
 
 
-def suite_progress(board: Board) -> Callable[[Any, int, int, Any], None]:
-    """A suite's cells as they end, the total and the plan known before the first: the plan's wall
-    time is the estimate until cells end, then the cells done weighed by their planned seconds (a
-    RanPAC cell is not a SimpleCIL one)."""
+def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
+    """A suite's cells as they end, the total and the plan known before the first: the plan is the
+    estimate, scaled by what the cells done took against their planned seconds (a RanPAC cell is
+    not a SimpleCIL one, so cells are not counted)."""
     holder: list[Task] = []
     worked: list[float] = []
+    spent: list[float] = []
 
-    def on_cell(cell: Any, finished: int, total: int, plan: Any) -> None:
+    def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
         if not holder:
             work = sum(plan.works.values()) if plan.works else None
-            holder.append(board.task("suite", total, "cells", expected=plan.running() or None, work=work))
+            expected = plan.running() or None
+            holder.append(
+                board.task("suite", total, "cells", expected=expected, work=work, work_wall=plan.shared)
+            )
         if cell is not None:
             worked.append(plan.works.get(cell.key, 0.0))
+            spent.append(seconds)
         note = f"last: {cell.key}" if cell else ""
-        board.update(holder[0], completed=finished, total=total, note=note, worked=sum(worked))
+        board.update(
+            holder[0], completed=finished, total=total, note=note, worked=sum(worked), spent=sum(spent)
+        )
 
     return on_cell
 

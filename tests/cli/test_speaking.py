@@ -102,17 +102,27 @@ def test_a_rate_left_unfooled_by_the_first_points_start_up() -> None:
     assert (12 - 3) / since_start > 4 * (ends[-1] - ends[2])  # what it used to say: 5 times too long
 
 
-def test_cells_of_different_cost_are_weighed_by_their_plan() -> None:
-    """A small suite on 2 workers: SimpleCIL (planned 1 s) and TOSCA (10 s) end first, the joint
-    probe (20 s) next, RanPAC (200 s) last: three cells of four done is not 3/4 of the time."""
+def test_cells_of_different_cost_are_planned_not_counted() -> None:
+    """A small suite on 2 workers: SimpleCIL (planned 1 s, took 0.1), TOSCA (planned 14 s, took 28),
+    the joint probe (planned 10 s, took 20) and RanPAC (planned 95 s, takes 190, from 12 s to 212 s);
+    the plan said 150 s, 100 of them the cells shared by the workers: too short, and three cells of
+    four done is not 3/4 of the time. The plan counts down until a tenth of it is done, then its
+    cells' time is scaled by what the cells done took against their plan."""
     clock, stream = FakeClock(), io.StringIO()
     board = Board("lines", interval=0, stream=stream, clock=clock)
-    task = board.task("suite", 4, "cells", expected=215, work=231)
-    for done, (at, worked) in enumerate([(12, 1), (21, 11), (33, 31)], start=1):
+    task = board.task("suite", 4, "cells", expected=150, work=120, work_wall=100)
+    clock.now = 100 + 12
+    board.update(task, completed=1, worked=1, spent=0.1)
+    assert task.remaining() == (138, True)  # a tiny cell done: still the plan
+    ends = {2: (30, 15, 28.1), 3: (40, 25, 48.1)}
+    for done, (at, worked, spent) in ends.items():
         clock.now = 100 + at
-        board.update(task, completed=done, worked=worked)
-    left, planned = task.remaining()  # 30 planned s in 21 s since the first cell: 200 more take 140 s
-    assert not planned and left == pytest.approx(140) and 225 / 2 <= left <= 2 * 225  # it ends at 258 s
+        board.update(task, completed=done, worked=worked, spent=spent)
+        left, planned = task.remaining()
+        assert not planned and (212 - at) / 2 <= left <= 2 * (212 - at), (done, left)
+    clock.now = 100 + 150  # past the plan: the scaled plan still has 1 minute of RanPAC
+    left, _ = task.remaining()
+    assert (212 - 150) / 2 <= left <= 2 * (212 - 150)
 
 
 def test_off_says_nothing() -> None:

@@ -58,6 +58,7 @@ class Estimate:
     missing: list[str] = field(default_factory=list)
     how: list[str] = field(default_factory=list)
     works: dict[str, float] = field(default_factory=dict)
+    shared: float = 0.0  # the works' own wall time, shared by the workers (part of `wall`)
 
     def minutes(self) -> float:
         return self.wall / 60
@@ -102,10 +103,10 @@ def step_seconds(
 
 @functools.lru_cache(maxsize=1)
 def cpu_share() -> float:
-    """The share of one core this process gets now: its CPU time over the wall time of 0.2 s of
+    """The share of one core this process gets now: its CPU time over the wall time of 0.3 s of
     busy work (1 on a quiet machine; about 0.25 where four processes want each core), at least 0.05."""
     start, cpu, n = time.perf_counter(), time.process_time(), 0
-    while time.perf_counter() - start < 0.2:
+    while time.perf_counter() - start < 0.3:
         n += sum(range(1000))
     wall = time.perf_counter() - start
     return min(1.0, max(0.05, (time.process_time() - cpu) / wall))
@@ -113,18 +114,20 @@ def cpu_share() -> float:
 
 @functools.lru_cache(maxsize=2)
 def flops_per_second(dtype: str) -> float:
-    """This machine's single-thread rate of a matrix product (float64 or float32), timed for 0.3 s."""
+    """This machine's single-thread rate of a matrix product (float64 or float32) per second of
+    wall time now: its rate per CPU second (0.3 s of CPU time, which a busy moment does not skew)
+    times the share of a core this process gets (`cpu_share`, which it does)."""
     kind = torch.float64 if dtype == "float64" else torch.float32
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         a, b = torch.randn(512, 512, dtype=kind), torch.randn(512, 512, dtype=kind)
         a @ b
-        start, n = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.3:
+        start, n = time.process_time(), 0
+        while time.process_time() - start < 0.3:
             a @ b
             n += 1
-        return 2 * 512**3 * n / (time.perf_counter() - start)
+        return 2 * 512**3 * n / (time.process_time() - start) * cpu_share()
     finally:
         torch.set_num_threads(threads)
 
@@ -261,8 +264,8 @@ def plan_works(
         "baselines": sum(baselines.values()),
         "finish": FINISH_CPU / share if works else 0.0,
     }
-    shared = wall_seconds(list(works.values()), workers) if works else 0.0
-    plan.wall = shared + sum(v for k, v in plan.parts.items() if k not in ("train", "baselines"))
+    plan.shared = wall_seconds(list(works.values()), workers) if works else 0.0
+    plan.wall = plan.shared + sum(v for k, v in plan.parts.items() if k not in ("train", "baselines"))
     if share < 0.9:
         plan.how.append(
             f"this process gets {share:.0%} of a core now: what is not arithmetic takes {1 / share:.1f}x"

@@ -30,7 +30,9 @@ def test_what_is_no_arithmetic_takes_longer_on_a_busy_machine(monkeypatch: pytes
     assert any("25% of a core" in line for line in busy.how) and not quiet.how
 
 
-def test_one_worker_starts_no_cluster_and_nothing_planned_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_worker_starts_no_cluster_and_nothing_planned_costs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(est, "cpu_share", lambda: 1.0)
     alone = est.plan_works({"a": 10.0}, {}, workers=1)
     assert alone.parts["start-up"] == est.FIRST_RUN_CPU  # no worker to start: its first run only

@@ -189,25 +189,8 @@ def test_baselines_of_a_run_with_a_validation_split_take_its_split(
     monkeypatch.chdir(tmp_path)  # the baselines folder goes under runs/ of the working folder
     store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=20, spread=1.0)
     run = tmp_path / "runs" / "run"
-    fitted = RUNNER.invoke(
-        app,
-        [
-            "fit",
-            "--store",
-            str(store.path),
-            "--run",
-            str(run),
-            "--val-fraction",
-            "0.2",
-            "--init-cls",
-            "2",
-            "--epochs",
-            "2",
-            "--device",
-            "cpu",
-        ],
-        catch_exceptions=False,
-    )
+    split = ["--val-fraction", "0.2", "--init-cls", "2", "--epochs", "2", "--device", "cpu"]
+    fitted = RUNNER.invoke(app, ["fit", "--store", str(store.path), "--run", str(run), *split])
     assert fitted.exit_code == 0, fitted.output
     common = ["baselines", "--store", str(store.path), "--run", str(run), "--methods", "simplecil"]
     done = RUNNER.invoke(app, [*common, "--device", "cpu"])

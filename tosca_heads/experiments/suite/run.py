@@ -53,9 +53,10 @@ from tosca_heads.method.recipe import group_key
 
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
-# (cell, finished, total, plan): the plan of the cells to run (their wall time and each one's
-# seconds, by key) is the same on every call; the first call, before any cell ends, has no cell
-CellCallback = Callable[[Cell | None, int, int, Estimate], None]
+# (cell, finished, total, plan, seconds): the plan of the cells to run (their wall time and each
+# one's seconds, by key) is the same on every call; `seconds` what the cell took in its worker (its
+# share of its engine run); the first call, before any cell ends, has no cell (and 0 seconds)
+CellCallback = Callable[[Cell | None, int, int, Estimate, float], None]
 # a store's spec -> featcache.estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
@@ -371,7 +372,7 @@ def _run_missing(
     plan = Estimate()
     if on_cell and missing:  # the total and the plan, before the first cell ends (no cell yet: None)
         plan = estimate_plan(spec, stores, missing, device, executor.jobs, None)
-        on_cell(None, 0, len(missing), plan)
+        on_cell(None, 0, len(missing), plan, 0.0)
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -381,7 +382,7 @@ def _run_missing(
             if tracking is not None and parent is not None:
                 _log_cell(tracking, parent, spec, state, outcome, i)
             if on_cell:
-                on_cell(state.cell, finished, len(missing), plan)
+                on_cell(state.cell, finished, len(missing), plan, outcome.seconds / len(members_of[id(work)]))
 
     executor.run([work for work, _ in planned], record)
 
