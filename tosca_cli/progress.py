@@ -120,16 +120,22 @@ class Task:
             if self.worked >= CALIBRATED * self.work and self.spent > 0:
                 scaled = self.expected + (self.spent / self.worked - 1) * self.work_wall
                 return max(0.0, scaled - elapsed), False
-            return max(0.0, self.expected - elapsed), True
+            return self._planned(elapsed)
         steady = self.steady()
         if steady is not None and self.total is not None and steady > 0:
             return max(0.0, (self.total - self.completed) / steady), False
         if self.expected is not None:
-            return max(0.0, self.expected - elapsed), True
+            return self._planned(elapsed)
         rate = self.rate()
         if self.total is not None and rate:
             return max(0.0, (self.total - self.completed) / rate), False
         return None, False
+
+    def _planned(self, elapsed: float) -> tuple[float | None, bool]:
+        """What the plan leaves; None once it is spent (a line says how far past it, never
+        "0:00 left" while work goes on)."""
+        assert self.expected is not None
+        return (self.expected - elapsed if elapsed < self.expected else None), True
 
     def line(self) -> str:
         """'extract train: 1,200/27,000 (4%), 45.1 img/s, 0:27 elapsed, about 9:30 left'."""
@@ -147,6 +153,8 @@ class Task:
             left, guessed = self.remaining()
             if left is not None:
                 parts.append(f"about {clock_text(left)} left" + (" (planned)" if guessed else ""))
+            elif guessed and self.expected is not None:  # no measure yet, and the plan is spent
+                parts.append(f"{clock_text(self.clock() - self.started - self.expected)} past the plan")
         return ", ".join(parts) + (f"; {self.note}" if self.note else "")
 
 

@@ -79,6 +79,16 @@ def test_a_planned_estimate_before_the_first_unit_ends() -> None:
     assert stream.getvalue().splitlines()[-1].endswith("40.0 s each, 1:40 elapsed, about 1:20 left")
 
 
+def test_a_spent_plan_says_so_rather_than_nothing_left() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=10, stream=stream, clock=clock)
+    task = board.task("sweep", 4, "points", expected=20)
+    clock.now += 30
+    board._tick_once()
+    assert stream.getvalue().splitlines()[-1] == "sweep: 0/4 (0%) points, 0:30 elapsed, 0:10 past the plan"
+    assert task.remaining() == (None, True)
+
+
 def test_a_rate_left_unfooled_by_the_first_points_start_up() -> None:
     """Issue 35's sweep: 12 points on 2 workers, 30 s of start-up before the first pair, then a pair
     every 5 s (the sweep ends at 60 s). Once a point ends after the first pair, every estimate is

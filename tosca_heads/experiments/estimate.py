@@ -200,12 +200,13 @@ def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: boo
 
 
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
-    """One baseline cell: its arithmetic per task over this machine's single-thread rate."""
+    """One baseline cell: its arithmetic per task over this machine's single-thread rate; `params`
+    as `experiments.baselines.baseline_params` gives them (RanPAC's M is `projection_dim`)."""
     train, test, dim = shape.train, shape.test, shape.dim
     tasks = len(train)
     per_class = shape.classes / max(tasks, 1)
     if method == "ranpac":
-        m = int(params.get("m", 10_000))
+        m = int(params["projection_dim"])  # experiments.baselines.baseline_params' name
         rate = flops_per_second("float64")
         flops = 0.0
         for t, rows in enumerate(train):
