@@ -20,7 +20,7 @@ counted but planned: each unit's planned seconds (`work`, `worked`) and the seco
 (`spent`, as its worker measured them: no start-up, no waiting), and once a tenth of the planned
 work is done the plan's time for the units (`work_wall`: the units shared by the workers, the
 rest of `expected` being start-up and tables) is scaled by what the units done took against their
-plan. The clock is a parameter: tests drive it by hand.
+plan, and its start-up (`work_start`) replaced by the one the first units' end measured. The clock is a parameter: tests drive it by hand.
 """
 
 from __future__ import annotations
@@ -85,11 +85,15 @@ class Task:
     worked: float = 0.0  # planned seconds of the units done so far (with `work`)
     spent: float = 0.0  # the seconds those units really took (with `work`)
     work_wall: float = 0.0  # the part of `expected` that is the units' own time, shared by the workers
+    work_start: float = 0.0  # the part of `expected` before the first unit starts (workers starting)
     _events: list[tuple[float, int]] = field(default_factory=list)  # (time, completed)
+    _start: float | None = None  # the start-up the first units' end measured (with `work`)
 
     def moved(self) -> None:
         """Note the time at which the done units changed (Board.update calls it)."""
         if self.completed > (self._events[-1][1] if self._events else self._base):
+            if not self._events and self.completed > self._base:  # their end, less their own mean time
+                self._start = self.clock() - self.started - self.spent / (self.completed - self._base)
             self._events.append((self.clock(), self.completed))
 
     def steady(self) -> float | None:
@@ -118,8 +122,13 @@ class Task:
         elapsed = self.clock() - self.started
         if self.work is not None and self.expected is not None:
             if self.worked >= CALIBRATED * self.work and self.spent > 0:
-                scaled = self.expected + (self.spent / self.worked - 1) * self.work_wall
-                return max(0.0, scaled - elapsed), False
+                start = self.work_start if self._start is None else max(0.0, self._start)
+                scaled = (
+                    self.expected
+                    + (start - self.work_start)
+                    + (self.spent / self.worked - 1) * self.work_wall
+                )
+                return (scaled - elapsed if scaled > elapsed else None), False
             return self._planned(elapsed)
         steady = self.steady()
         if steady is not None and self.total is not None and steady > 0:
@@ -191,16 +200,17 @@ class Board:
         completed: int = 0,
         work: float | None = None,
         work_wall: float = 0.0,
+        work_start: float = 0.0,
     ) -> Task:
         """A new piece of work: its bar is shown at once; its first line when it has a plan to say
         (`expected`), else after the interval (a job that fails at once stays one line: its error).
-        `work`: the planned seconds of all its units, where they differ in cost, and `work_wall`
-        the part of `expected` they make (then each update says the planned and the real seconds of
-        the units done, `worked` and `spent`)."""
+        `work`: the planned seconds of all its units, where they differ in cost, `work_wall` and
+        `work_start` the parts of `expected` that are the units and the start-up before them (then
+        each update says the planned and the real seconds of the units done, `worked` and `spent`)."""
         task = Task(
             label, total, unit, self.clock, expected, completed, started=self.clock(), _base=completed
         )
-        task.work, task.work_wall = work, work_wall
+        task.work, task.work_wall, task.work_start = work, work_wall, work_start
         with self._lock:
             self.tasks.append(task)
             if self._bar is not None:

@@ -164,9 +164,11 @@ def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
     def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
         if not holder:
             work = sum(plan.works.values()) if plan.works else None
-            expected = plan.running() or None
+            expected, start = plan.running() or None, plan.parts.get("start-up", 0.0)
             holder.append(
-                board.task("suite", total, "cells", expected=expected, work=work, work_wall=plan.shared)
+                board.task(
+                    "suite", total, "cells", expected, work=work, work_wall=plan.shared, work_start=start
+                )
             )
         if cell is not None:
             worked.append(plan.works.get(cell.key, 0.0))

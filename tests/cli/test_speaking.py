@@ -115,12 +115,13 @@ def test_a_rate_left_unfooled_by_the_first_points_start_up() -> None:
 def test_cells_of_different_cost_are_planned_not_counted() -> None:
     """A small suite on 2 workers: SimpleCIL (planned 1 s, took 0.1), TOSCA (planned 14 s, took 28),
     the joint probe (planned 10 s, took 20) and RanPAC (planned 95 s, takes 190, from 12 s to 212 s);
-    the plan said 150 s, 100 of them the cells shared by the workers: too short, and three cells of
-    four done is not 3/4 of the time. The plan counts down until a tenth of it is done, then its
-    cells' time is scaled by what the cells done took against their plan."""
+    the plan said 150 s, 100 of them the cells shared by the workers and 5 the workers' start (which
+    took 12): too short, and three cells of four done is not 3/4 of the time. The plan counts down
+    until a tenth of it is done, then its cells' time is scaled by what the cells done took against
+    their plan and its start-up is the one measured."""
     clock, stream = FakeClock(), io.StringIO()
     board = Board("lines", interval=0, stream=stream, clock=clock)
-    task = board.task("suite", 4, "cells", expected=150, work=120, work_wall=100)
+    task = board.task("suite", 4, "cells", expected=150, work=120, work_wall=100, work_start=5)
     clock.now = 100 + 12
     board.update(task, completed=1, worked=1, spent=0.1)
     assert task.remaining() == (138, True)  # a tiny cell done: still the plan
