@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
+from tosca_heads.experiments.records import FORMAT
 from tosca_heads.experiments.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
 from tosca_heads.experiments.results import by_point
 from tosca_heads.experiments.sweeps import grid_points, parse_values
@@ -83,7 +84,7 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     long = pd.read_csv(out / "results.csv")
     assert len(long) == 4 * 2 * len(ROUTERS) and set(long["router"]) == set(ROUTERS)
-    assert set(long["rows"]) == {2 * len(ROUTERS)} and set(long["format"]) == {3}
+    assert set(long["rows"]) == {2 * len(ROUTERS)} and set(long["format"]) == {FORMAT}
     assert set(long["split"]) == {"test", "validation"} and set(long["val_fraction"]) == {0.1}
     rows = _points(out / "results.csv")
     assert len(rows) == 4 and rows["key"].is_unique
