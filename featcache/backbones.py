@@ -181,11 +181,12 @@ def load_by_name(model: nn.Module, state: dict[str, torch.Tensor], origin: str) 
     if missing or unexpected:
         raise UserError(
             f"weights {origin} do not fit {type(model).__name__}: "
-            f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})"
+            f"{len(missing)} missing keys (e.g. {', '.join(missing[:3]) or 'none'}), "
+            f"{len(unexpected)} unexpected (e.g. {', '.join(unexpected[:3]) or 'none'})"
         )
     bad = [k for k in own if own[k].shape != state[k].shape]
     if bad:
-        raise UserError(f"weights {origin} have wrong shapes for {bad[:3]} ({len(bad)} tensors)")
+        raise UserError(f"weights {origin} have wrong shapes for {', '.join(bad[:3])} ({len(bad)} tensors)")
     model.load_state_dict(state, strict=True)
 
 

@@ -20,6 +20,7 @@ import torch
 
 from featcache.backbones import LoadedBackbone, load_backbone, resolve_backbone
 from featcache.foundation.errors import UserError
+from featcache.foundation.text import reason
 from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
@@ -107,7 +108,7 @@ def embed_images(
             try:
                 images.append(prep.clean(open_picture(samples, i, prep.decoder, prep.resize_size)))
             except Exception as exc:  # a user's file: say which, not a traceback
-                raise UserError(f"cannot read image {paths[i]} ({type(exc).__name__}: {exc})") from None
+                raise UserError(f"cannot read image {paths[i]} ({reason(exc)})") from None
         outputs.append(mapper(torch.stack(images)))
         if on_progress is not None:
             on_progress("", len(images), len(paths))

@@ -48,6 +48,29 @@ def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 
 @pytest.fixture(autouse=True)
+def user_errors_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every UserError message made while a test runs (a test may read and clear the list); one
+    that holds a Python repr (support.messages) fails the test that made it."""
+    from support.messages import python_repr
+
+    from featcache.foundation.errors import UserError
+
+    seen: list[str] = []
+    made = UserError.__init__
+
+    def init(self: UserError, *args: object) -> None:
+        made(self, *args)
+        seen.append(str(self))
+
+    monkeypatch.setattr(UserError, "__init__", init)
+    yield seen
+    found = [(message, python_repr(message)) for message in seen]
+    shown = [f"{why} in: {message}" for message, why in found if why]
+    if shown:
+        pytest.fail("a user-facing error shows a Python repr; say it in words:\n" + "\n".join(shown), False)
+
+
+@pytest.fixture(autouse=True)
 def torch_globals_restored() -> Iterator[None]:
     """A test may change torch's process-wide settings (TF32, threads, denormals, determinism);
     the next test starts from the settings the session started with."""

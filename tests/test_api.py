@@ -252,9 +252,9 @@ def test_embed_takes_one_path_as_a_list_of_one_and_refuses_an_empty_one(tmp_path
 def test_a_sweep_grid_value_that_is_not_a_list_is_quoted_and_an_empty_list_refused(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4).path
     for grid, said in (
-        ({"r": "48"}, r"grid\['r'\] must be a list of values, got '48'"),  # not swept as 4 and 8
-        ({"r": 48}, r"grid\['r'\] must be a list of values, got 48"),
-        ({"r": []}, r"grid\['r'\] is an empty list: give at least one value"),
+        ({"r": "48"}, r"grid entry 'r' must be a list of values, got '48'"),  # not swept as 4 and 8
+        ({"r": 48}, r"grid entry 'r' must be a list of values, got 48"),
+        ({"r": []}, r"grid entry 'r' is an empty list: give at least one value"),
     ):
         with pytest.raises(featcache_errors.UserError, match=said):
             stage2.sweep(store, grid, tmp_path / "sweep", init_cls=2, increment=2, epochs=1)

@@ -242,3 +242,23 @@ def test_without_a_bundle_the_full_check_stops_and_the_tiny_one_goes_on(tmp_path
     (tiny,) = check.install(tmp_path / "none", tiny=True, work=tmp_path)
     assert full.verdict.startswith("FAIL") and "make gpu-bundle" in full.verdict
     assert tiny.verdict == "skipped: no bundle"
+
+
+def test_estimates_reads_the_progress_lines_as_a_user_would() -> None:
+    """benchmarks/estimates.py's reading of progress lines: the time really left is the job's end
+    less the line's elapsed time; lines with under 10 s left are not read; the worst ratio is the
+    farthest from 1 either way, kept apart for planned and measured lines."""
+    module = _benchmark_module("estimates")
+    stderr = "\n".join(
+        [
+            "sweep: 0/4 (0%) points, 0:00 elapsed, about 0:30 left (planned)",  # 60 s really left: 0.5
+            "sweep: 1/4 (25%) points, 20.0 s each, 0:20 elapsed, about 1:00 left",  # 40 s left: 1.5
+            "sweep: 2/4 (50%) points, 15.0 s each, 0:30 elapsed, about 0:10 left",  # 30 s left: 0.33
+            "sweep: 3/4 (75%) points, 15.0 s each, 0:55 elapsed, about 0:20 left",  # 5 s left: not read
+            "extract train: 10/20 (50%) img, 1.0 img/s, 0:10 elapsed, about 5:00 left",  # another job
+            "sweep: 4/4 (100%) points, 15.0 s each, done in 1:00",
+        ]
+    )
+    planned, measured, read = module.worst_ratios(stderr, ("sweep",))
+    assert planned == pytest.approx(0.5) and measured == pytest.approx(10 / 30) and read == 3
+    assert module.seconds("1:02:03") == 3723

@@ -190,7 +190,9 @@ def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     run_summary(result, routers)
     curves = result.run_dir / "curves.png"
     if curves.is_file():
-        say(f"training curves: {curves} (loss and learning rate per epoch; numbers in curves.csv)")
+        say(
+            f"training curves: {curves} (cross-entropy, L1 term and learning rate per epoch; numbers in curves.csv)"
+        )
 
 
 @app.command("eval")
@@ -277,7 +279,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         def started(plan: Any) -> None:
             swept.extend(plan.swept)
             sweep_header(plan, request.device)
-            on_progress(len(plan.pending), plan.estimate(plan.pending).wall)
+            on_progress(len(plan.pending), plan.estimate(plan.pending).running())
 
         return sweep_command(request, started, on_point)
 

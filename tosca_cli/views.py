@@ -18,8 +18,9 @@ from tosca_cli.terminal import as_json, err, key_values, note, out, pct_in, say,
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
-    "columns: loss = the task's training loss in its last epoch; train = accuracy on that task's "
-    "training images; each router = A_t, test accuracy on every class seen so far; route = share of "
+    "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
+    "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
+    "train = accuracy on that task's training images; each router = A_t, test accuracy on every class seen so far; route = share of "
     "test images {router} sends to their own task's module; seconds of training and evaluation"
 )
 
@@ -45,10 +46,11 @@ def extract_summary(summary: Any) -> None:
 
 
 def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
-    """One aligned row per task as it finishes (loss, train acc, A_t per router, seconds); the
+    """One aligned row per task as it finishes (ce, l1 term, loss, train acc, A_t per router,
+    seconds); the
     routing accuracy shown is the first router's. The header comes with the first row, and a line
     on stderr saying what its columns are."""
-    header = f"{'task':>4} {'':>7} {'loss':>8} {'train':>7} " + " ".join(
+    header = f"{'task':>4} {'':>7} {'ce':>8} {'l1 term':>8} {'loss':>8} {'train':>7} " + " ".join(
         f"{SHORT.get(m, m):>10}" for m in routers
     )
     started = []
@@ -60,13 +62,21 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
             started.append(True)
         accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
         out.print(
-            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {stage.stats['loss']:>8.4f} "
+            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {losses(stage.stats)} "
             f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.routers[routers[0]]['routing']:>6.1f}% "
             f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
             highlight=False,
         )
 
     return show
+
+
+def losses(stats: dict[str, Any]) -> str:
+    """A task's ce, l1 term and loss, 8 wide each ('–' for a part a run trained before format 4
+    did not keep)."""
+    from tosca_heads.experiments.records.run import LOSS_PARTS
+
+    return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
 
 
 def say_protocol(protocol: Any) -> None:
@@ -160,14 +170,30 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
     return on_task
 
 
-def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
-    """A suite's cells as they end; the total is known from the first one."""
+def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
+    """A suite's cells as they end, the total and the plan known before the first: the plan is the
+    estimate, scaled by what the cells done took against their planned seconds (a RanPAC cell is
+    not a SimpleCIL one, so cells are not counted)."""
     holder: list[Task] = []
+    worked: list[float] = []
+    spent: list[float] = []
 
-    def on_cell(cell: Any, finished: int, total: int) -> None:
+    def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
         if not holder:
-            holder.append(board.task("suite", total, "cells"))
-        board.update(holder[0], completed=finished, total=total, note=f"last: {cell.key}" if cell else "")
+            work = sum(plan.works.values()) if plan.works else None
+            expected, start = plan.running() or None, plan.parts.get("start-up", 0.0)
+            holder.append(
+                board.task(
+                    "suite", total, "cells", expected, work=work, work_wall=plan.shared, work_start=start
+                )
+            )
+        if cell is not None:
+            worked.append(plan.works.get(cell.key, 0.0))
+            spent.append(seconds)
+        note = f"last: {cell.key}" if cell else ""
+        board.update(
+            holder[0], completed=finished, total=total, note=note, worked=sum(worked), spent=sum(spent)
+        )
 
     return on_cell
 
@@ -444,7 +470,7 @@ class DemoDisplay:
         pending = plan.pending or []
         if not pending:  # a rerun: every point is in the folder already
             return
-        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).wall))
+        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).running()))
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS

@@ -224,12 +224,12 @@ def _grid_lists(grid: Any) -> dict[str, list[Any]]:
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise UserError(
-                f"grid[{name!r}] must be a list of values, got {values!r}: write {{{name!r}: [{values!r}]}} "
-                "for one value"
+                f"grid entry {name!r} must be a list of values, got {values!r}: for one value, give a list "
+                "holding it"
             )
         if not values:
             raise UserError(
-                f"grid[{name!r}] is an empty list: give at least one value, or leave {name!r} out"
+                f"grid entry {name!r} is an empty list: give at least one value, or leave {name!r} out"
             )
         lists[name] = list(values)
     return lists
@@ -292,9 +292,9 @@ def baselines(
     *,
     init_cls: int | None = None,
     increment: int | None = None,
-    order_seed: int = DEFAULT_ORDER_SEED,
-    val_fraction: float = 0.0,
-    val_seed: int = 0,
+    order_seed: int | None = None,
+    val_fraction: float | None = None,
+    val_seed: int | None = None,
     ranpac_m: int = 10_000,
     ranpac_seed: int = 0,
     run: str | Path | None = None,
@@ -310,6 +310,8 @@ def baselines(
     One row per method (and TOSCA router) with A_bar, A_last, forgetting, parameters, seconds and
     A_t on test, `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a
     row is no honest result: the joint probe sees every task at once, `oracle` is told the task).
+    With `run`, the split and validation split not given are the run's (else the dataset's split,
+    class order seed 1993, no validation split).
 
     >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64, with_tosca=False, out=TMP / "base")
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())

@@ -27,6 +27,16 @@ def printable(value: object) -> str:
     return _UNSAFE.sub(_escape, str(value))
 
 
+_OBJECT = re.compile(r"\s*<[^<>\n]*? at 0x[0-9a-fA-F]+>")
+
+
+def reason(exc: BaseException, most: int = 160) -> str:
+    """A foreign exception as the reason in a one-line message: 'Type: its first line', without the
+    object reprs some libraries put in it (PIL's `<_io.BytesIO object at 0x7f...>`), inert."""
+    text = _OBJECT.sub("", (str(exc).splitlines() or [""])[0]).strip()[:most]
+    return printable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
 def image_name(split: str, sample_id: str) -> str:
     """How a left-out image is named to users: its id, under its split unless the id already
     starts with it (a train/<class>/ tree's ids do: no `train/train/...`)."""

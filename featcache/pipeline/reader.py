@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from featcache.foundation.processes import loader_worker_start
+from featcache.foundation.text import reason
 from featcache.images.decoding import DecodeError, Encoded, decode_on_device, open_picture, read_encoded
 from featcache.images.transforms import Preprocessing, view_rng
 from featcache.sources.datasets import SplitSamples
@@ -55,7 +56,7 @@ class Batch:
 
 def _describe_error(samples: SplitSamples, i: int, exc: Exception) -> str:
     where = samples.describe(i)
-    detail = type(exc).__name__ if where in str(exc) else f"{type(exc).__name__}: {exc}"
+    detail = type(exc).__name__ if where in str(exc) else reason(exc)
     return f"{where} ({detail})"
 
 

@@ -21,6 +21,7 @@ from PIL import Image
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
+from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
 from featcache.sources.pixels import check_pixels, open_file, to_rgb8
@@ -264,7 +265,8 @@ def folder_dataset(
     _refuse_look_alikes(root, class_names + test_classes)
     unknown = sorted(set(test_classes) - set(class_names))
     if unknown:
-        raise UserError(f"{root / test_name} has classes missing from train/: {unknown[:5]}")
+        shown = ", ".join(printable(name) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise UserError(f"{root / test_name} has classes missing from train/: {shown}")
     # a link may not lead into the data folder from elsewhere in it (`featcache.sources.listing`)
     fence = [root, *(root / split / c for split in ("train", test_name) for c in class_names)]
     listing = FolderListing(left_out, [f for f in fence if f.is_dir()])

@@ -72,8 +72,68 @@ def test_a_planned_estimate_before_the_first_unit_ends() -> None:
         == "sweep: 0/4 (0%) points, 0:30 elapsed, about 1:30 left (planned)"
     )
     clock.now += 30
-    board.update(task, completed=1)  # 60 s a point: 3 more take 3 min
-    assert stream.getvalue().splitlines()[-1].endswith("60.0 s each, 1:00 elapsed, about 3:00 left")
+    board.update(task, completed=1)  # the first point, start-up included: the plan still speaks
+    assert stream.getvalue().splitlines()[-1].endswith("60.0 s each, 1:00 elapsed, about 1:00 left (planned)")
+    clock.now += 40
+    board.update(task, completed=2)  # 40 s a point since the first: 2 more take 80 s
+    assert stream.getvalue().splitlines()[-1].endswith("40.0 s each, 1:40 elapsed, about 1:20 left")
+
+
+def test_a_spent_plan_says_so_rather_than_nothing_left() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=10, stream=stream, clock=clock)
+    task = board.task("sweep", 4, "points", expected=20)
+    clock.now += 30
+    board._tick_once()
+    assert stream.getvalue().splitlines()[-1] == "sweep: 0/4 (0%) points, 0:30 elapsed, 0:10 past the plan"
+    assert task.remaining() == (None, True)
+
+
+def test_a_rate_left_unfooled_by_the_first_points_start_up() -> None:
+    """Issue 35's sweep: 12 points on 2 workers, 30 s of start-up before the first pair, then a pair
+    every 5 s (the sweep ends at 60 s). Once a point ends after the first pair, every estimate is
+    within 2x of the time really left, or within one point's 5 s of it at the very end; the rate
+    since the start said 4 times too long."""
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=0, stream=stream, clock=clock)
+    task = board.task("sweep", 12, "points")
+    ends = [30 + 5 * (k // 2) + 0.2 * (k % 2) for k in range(12)]
+    for k, end in enumerate(ends[:-1]):
+        for after in (0, (ends[k + 1] - end) / 2):  # as it ends, and on a ticker's line before the next
+            clock.now = 100 + end + after
+            if after == 0:
+                board.update(task, completed=k + 1)
+            left, _ = task.remaining()
+            really = ends[-1] - end - after
+            if k >= 2:
+                assert left is not None, k
+                assert really / 2 <= left <= 2 * really or abs(left - really) <= 5, (k, after, left, really)
+    since_start = 3 / ends[2]  # the third point's rate since the start, start-up included
+    assert (12 - 3) / since_start > 4 * (ends[-1] - ends[2])  # what it used to say: 5 times too long
+
+
+def test_cells_of_different_cost_are_planned_not_counted() -> None:
+    """A small suite on 2 workers: SimpleCIL (planned 1 s, took 0.1), TOSCA (planned 14 s, took 28),
+    the joint probe (planned 10 s, took 20) and RanPAC (planned 95 s, takes 190, from 12 s to 212 s);
+    the plan said 150 s, 100 of them the cells shared by the workers and 5 the workers' start (which
+    took 12): too short, and three cells of four done is not 3/4 of the time. The plan counts down
+    until a tenth of it is done, then its cells' time is scaled by what the cells done took against
+    their plan and its start-up is the one measured."""
+    clock, stream = FakeClock(), io.StringIO()
+    board = Board("lines", interval=0, stream=stream, clock=clock)
+    task = board.task("suite", 4, "cells", expected=150, work=120, work_wall=100, work_start=5)
+    clock.now = 100 + 12
+    board.update(task, completed=1, worked=1, spent=0.1)
+    assert task.remaining() == (138, True)  # a tiny cell done: still the plan
+    ends = {2: (30, 15, 28.1), 3: (40, 25, 48.1)}
+    for done, (at, worked, spent) in ends.items():
+        clock.now = 100 + at
+        board.update(task, completed=done, worked=worked, spent=spent)
+        left, planned = task.remaining()
+        assert not planned and (212 - at) / 2 <= left <= 2 * (212 - at), (done, left)
+    clock.now = 100 + 150  # past the plan: the scaled plan still has 1 minute of RanPAC
+    left, _ = task.remaining()
+    assert (212 - 150) / 2 <= left <= 2 * (212 - 150)
 
 
 def test_off_says_nothing() -> None:

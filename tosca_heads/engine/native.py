@@ -48,7 +48,7 @@ from featcache.foundation.settings import setting
 from tosca_heads.engine.device import mkl_thread_setter, step_choice
 from tosca_heads.engine.layout import SLOTS, ParamLayout
 
-ABI_VERSION = 3  # TOSCA_ABI_VERSION in csrc/luca_step.c
+ABI_VERSION = 4  # TOSCA_ABI_VERSION in csrc/luca_step.c
 
 SOURCE = Path(__file__).parent / "csrc" / "luca_step.c"
 FLAGS = [
@@ -110,8 +110,8 @@ class StepArgs(ctypes.Structure):
                 "momentum",
                 "decay",
                 "l1",
-                "epoch_loss",
-                "loss_sum",
+                "epoch_ce",
+                "epoch_l1",
                 "correct",
                 "work",
                 "gemm",
@@ -301,7 +301,10 @@ def _abi_mismatch(lib: ctypes.CDLL) -> str:
         return "it reports no ABI version (built from an older source)"
     expected = (ctypes.sizeof(StepArgs), ctypes.sizeof(ForwardArgs))
     if version != ABI_VERSION or sizes != expected:
-        return f"ABI {version} with struct sizes {sizes}, where this tosca expects ABI {ABI_VERSION} and {expected}"
+        return (
+            f"ABI {version} with struct sizes {sizes[0]} and {sizes[1]} bytes, where this tosca expects ABI "
+            f"{ABI_VERSION} and {expected[0]} and {expected[1]}"
+        )
     lib.tosca_slot_names.argtypes, lib.tosca_slot_names.restype = [], ctypes.c_char_p
     names = lib.tosca_slot_names().decode()
     if names != SLOT_TABLE:

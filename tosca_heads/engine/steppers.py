@@ -4,9 +4,10 @@
 - `NativeStep`: the compiled C step (`native.py`), forward, backward and update of all G
   configurations in one call; CPU only, several times faster there (docs/benchmarks.md).
 
-Both do the same arithmetic (tests hold them to each other), keep the same tallies (the CE loss
-of every step for the divergence check; loss with the L1 term and training accuracy over the
-last epoch for the run's table), and update the caller's `flat`, `weight` and `sigma` in place.
+Both do the same arithmetic (tests hold them to each other), keep the same tallies (per epoch, the
+sums over its steps of the cross-entropy and of the L1 term, each times the step's batch size: the
+training curve, and the divergence check; the correct count over the last epoch), and update the
+caller's `flat`, `weight` and `sigma` in place.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Step(Protocol):
         self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
     ) -> None:
         """features [n, d] of this epoch, order [G, n] each configuration's batch order, lrs the
-        epoch's learning rate per configuration; track: tally loss and accuracy (the last epoch)."""
+        epoch's learning rate per configuration; track: tally the correct count (the last epoch)."""
         ...
 
     def step(self, begin: int, size: int) -> None:
@@ -42,12 +43,14 @@ class Step(Protocol):
         """The epoch's steps: rows order[:, 0 : rows], `batch` at a time (the last takes the rest)."""
         ...
 
-    def epoch_loss(self) -> torch.Tensor:
-        """[G] sum of this epoch's per-step CE losses (NaN or inf once a configuration diverged)."""
+    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[G] each, over this epoch's steps: the sum of the step's mean cross-entropy x its batch
+        size, and of its L1 term (l1 x |module|_1 after the step's update) x its batch size (NaN or
+        inf once a configuration diverged)."""
         ...
 
-    def totals(self) -> tuple[list[float], list[float]]:
-        """Over the tracked epoch, per configuration: sum of (CE + L1 term) x batch size, correct count."""
+    def correct(self) -> list[float]:
+        """Per configuration, the correct predictions over the tracked epoch."""
         ...
 
 
@@ -84,36 +87,36 @@ class TorchStep:
         self.head = self.kernel.head(weight, sigma)
         self.head_grad = self.kernel.head(grad_weight, grad_sigma, grad=True)
         self.l1 = torch.tensor([c.l1 for c in configs], device=device)
-        self.loss_sum = torch.zeros(groups, device=device)
-        self.correct = torch.zeros(groups, device=device)
-        self._epoch_loss = torch.zeros(groups, device=device)
+        self._correct = torch.zeros(groups, device=device)
+        self._ce = torch.zeros(groups, device=device, dtype=torch.float64)
+        self._l1_term = torch.zeros(groups, device=device, dtype=torch.float64)
 
     def start_epoch(
         self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
     ) -> None:
         self.features, self.order, self.track = features, order, track
         self.neg_lr = self.optimizer.learning_rates(lrs)
-        self._epoch_loss.zero_()
+        self._ce.zero_()
+        self._l1_term.zero_()
 
     def step(self, begin: int, size: int) -> None:
         x, y = self.kernel.inputs(self.features, self.targets, self.order[:, begin : begin + size])
         result = self.kernel(self.params, self.grads, *self.head, *self.head_grad, x, y)
         self.optimizer.step(self.neg_lr)
-        self._epoch_loss.add_(result.loss)
-        if self.track:  # the table reports the last epoch's loss (CE + L1 term) and accuracy
-            penalty = self.flat.abs().sum(1).mul_(self.l1)
-            self.loss_sum.add_((result.loss + penalty) * size)
-            self.correct.add_((result.logits.argmax(-1) == y).sum(-1))
+        self._ce.add_(result.loss.double() * size)
+        self._l1_term.add_(self.flat.abs().sum(1).mul_(self.l1).double() * size)
+        if self.track:  # the table reports the last epoch's training accuracy
+            self._correct.add_((result.logits.argmax(-1) == y).sum(-1))
 
     def run_epoch(self, rows: int, batch: int) -> None:
         for begin in range(0, rows, batch):
             self.step(begin, min(batch, rows - begin))
 
-    def epoch_loss(self) -> torch.Tensor:
-        return self._epoch_loss
+    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._ce, self._l1_term
 
-    def totals(self) -> tuple[list[float], list[float]]:
-        return self.loss_sum.tolist(), self.correct.tolist()
+    def correct(self) -> list[float]:
+        return self._correct.tolist()
 
 
 class NativeStep:
@@ -156,9 +159,9 @@ class NativeStep:
             per_config(c.weight_decay for c in configs),
             per_config(c.l1 for c in configs),
         ]
-        self._epoch_loss = torch.zeros(groups, dtype=torch.float64)
-        self.loss_sum = torch.zeros(groups, dtype=torch.float64)
-        self.correct = torch.zeros(groups, dtype=torch.int64)
+        self._ce = torch.zeros(groups, dtype=torch.float64)
+        self._l1_term = torch.zeros(groups, dtype=torch.float64)
+        self._correct = torch.zeros(groups, dtype=torch.int64)
         # a step never has more rows than the task: a larger batch size is one step per epoch
         batch = max(1, min(max(c.batch_size for c in configs), len(self.targets)))
         self.batch = batch
@@ -191,9 +194,9 @@ class NativeStep:
             momentum=hyper[0].data_ptr(),
             decay=hyper[1].data_ptr(),
             l1=hyper[2].data_ptr(),
-            epoch_loss=self._epoch_loss.data_ptr(),
-            loss_sum=self.loss_sum.data_ptr(),
-            correct=self.correct.data_ptr(),
+            epoch_ce=self._ce.data_ptr(),
+            epoch_l1=self._l1_term.data_ptr(),
+            correct=self._correct.data_ptr(),
             work=self.work.data_ptr(),
             gemm=gemm,
             blas_threads=native.blas_threads_address(),
@@ -217,7 +220,8 @@ class NativeStep:
         ):
             raise ValueError(f"batch order indexes rows outside [0, {len(self.features)})")
         self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=torch.float32))
-        self._epoch_loss.zero_()
+        self._ce.zero_()
+        self._l1_term.zero_()
         self.args.features = self.features.data_ptr()
         self.args.index_stride = self.order.shape[1]
         self.args.track = int(track)
@@ -243,11 +247,11 @@ class NativeStep:
         elapsed = time.perf_counter() - start
         self.threads.record(threads, elapsed, math.ceil(rows / batch), busy or evaluation_busy())
 
-    def epoch_loss(self) -> torch.Tensor:
-        return self._epoch_loss
+    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._ce, self._l1_term
 
-    def totals(self) -> tuple[list[float], list[float]]:
-        return self.loss_sum.tolist(), [float(c) for c in self.correct.tolist()]
+    def correct(self) -> list[float]:
+        return [float(c) for c in self._correct.tolist()]
 
 
 def make_step(

@@ -32,7 +32,14 @@ PROTOTYPE_BYTES = 256 << 20  # module outputs held at once while computing proto
 
 @dataclass
 class TaskStats:
+    """One configuration's task, as its last epoch ended: `ce` the epoch's mean cross-entropy per
+    training image, `l1_term` its mean L1 term (l1 x |module|_1 after each step, weighted like the
+    cross-entropy), `loss` = ce + l1_term (the objective SGD minimises, weight decay aside: it is
+    the optimiser's); `train_acc` the accuracy on the task's images over that epoch."""
+
     task: int
+    ce: float
+    l1_term: float
     loss: float
     train_acc: float
     seconds: float
@@ -40,12 +47,12 @@ class TaskStats:
 
 @dataclass
 class TaskCurve:
-    """One configuration's training curve over one task, an entry per epoch: `loss` the epoch's mean
-    cross-entropy over its steps (each step's batch mean, the L1 term left out: the sum the steps
-    already tally for the divergence check, divided by the number of steps), `lr` the epoch's
-    learning rate. Read off the tallies both steps keep anyway: nothing is added to a step."""
+    """One configuration's training curve over one task, an entry per epoch: `ce` and `l1_term` as
+    `TaskStats` defines them (the task's stats are its last epoch's entries), `lr` the epoch's
+    learning rate. Read off the tallies both steps keep per epoch."""
 
-    loss: list[float]
+    ce: list[float]
+    l1_term: list[float]
     lr: list[float]
 
 
@@ -173,8 +180,8 @@ class GroupTrainer:
         epochs, batch = configs[0].epochs, configs[0].batch_size
         schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
         n = len(rows)
-        steps = -(-n // batch)
-        losses: list[list[float]] = []  # per epoch, per configuration
+        ces: list[list[float]] = []  # per epoch, per configuration
+        l1_terms: list[list[float]] = []
         read: dict[int, torch.Tensor] = {}  # view -> features: epochs of the same view share one read
         for epoch in range(epochs):
             view = epoch % source.views if source.views else -1
@@ -189,8 +196,10 @@ class GroupTrainer:
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
             step.start_epoch(features, order, [s[epoch] for s in schedules], track=epoch == epochs - 1)
             step.run_epoch(n, batch)
-            self._check_finite(step.epoch_loss(), task, epoch)
-            losses.append([float(v) / steps for v in step.epoch_loss().tolist()])
+            ce_sum, l1_sum = step.epoch_sums()
+            self._check_finite(ce_sum + l1_sum, task, epoch)
+            ces.append([float(v) / n for v in ce_sum.tolist()])
+            l1_terms.append([float(v) / n for v in l1_sum.tolist()])
         before = (self.weight_, self.sigma_)
         self.modules_.append(flat.detach())
         self.weight_, self.sigma_ = weight.detach(), sigma.detach()
@@ -206,15 +215,18 @@ class GroupTrainer:
             self.weight_, self.sigma_ = before
             raise
         seconds = time.perf_counter() - start
-        loss_sum, correct = step.totals()
-        loss, acc = [v / n for v in loss_sum], [v / n for v in correct]
+        acc = [v / n for v in step.correct()]
         if not hasattr(self, "stats_"):
             self.stats_: dict[int, list[TaskStats]] = {}
-        self.stats_[task] = [TaskStats(task, loss[g], acc[g], seconds) for g in range(groups)]
+        ce, l1_term = ces[-1], l1_terms[-1]
+        self.stats_[task] = [
+            TaskStats(task, ce[g], l1_term[g], ce[g] + l1_term[g], acc[g], seconds) for g in range(groups)
+        ]
         if not hasattr(self, "curves_"):
             self.curves_: dict[int, list[TaskCurve]] = {}
         self.curves_[task] = [
-            TaskCurve([e[g] for e in losses], [float(lr) for lr in schedules[g]]) for g in range(groups)
+            TaskCurve([e[g] for e in ces], [e[g] for e in l1_terms], [float(lr) for lr in schedules[g]])
+            for g in range(groups)
         ]
         return self
 

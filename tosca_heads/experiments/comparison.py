@@ -31,6 +31,7 @@ from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
+    DEFAULT_ORDER_SEED,
     NO_VALIDATION,
     ProtocolReport,
     StreamConfig,
@@ -78,15 +79,17 @@ def tosca_run(
     )  # checked before evaluating: a run of another store is left alone
     if config["store_fingerprint"] != store.fingerprint:
         raise UserError(f"run {run_dir} was fitted on another store ({config['store']}); pass its --store")
-    if config["stream"] != asdict(stream_cfg):
+    theirs = run_record.stream_config_of(config, run_dir)
+    if theirs != stream_cfg:
         raise UserError(
-            f"run {run_dir} uses stream {config['stream']}, the baselines {asdict(stream_cfg)}; "
-            "pass the same --init-cls/--increment"
+            f"run {run_dir} was fitted on {stream_said(theirs)}, the baselines asked for {stream_said(stream_cfg)}; "
+            "leave out --init-cls, --increment and --order-seed to take the run's"
         )
-    if run_record.validation_of(config, run_dir) != validation:
+    held = run_record.validation_of(config, run_dir)
+    if held != validation:
         raise UserError(
-            f"run {run_dir} holds out another validation split ({config.get('validation', 'none')}) than the "
-            f"baselines ({validation.record() if validation.enabled else 'none'}); pass the same --val-fraction"
+            f"run {run_dir} was fitted with {held.said()}, the baselines asked for {validation.said()}; "
+            "leave out --val-fraction and --val-seed to take the run's"
         )
     result = evaluate_run(run_dir, source, device)
     tasks = stream_cfg.task_stream(store.shape.classes).num_tasks
@@ -95,6 +98,43 @@ def tosca_run(
             f"run {run_dir} has {len(result.stages)} of {tasks} tasks; finish it with `tosca fit --run {run_dir}`"
         )
     return result
+
+
+def stream_said(stream: StreamConfig) -> str:
+    """'split B0 Inc2, class order seed 1993'."""
+    return f"split {split_name(stream.init_cls, stream.increment)}, class order seed {stream.order_seed}"
+
+
+@dataclass(frozen=True)
+class AskedSplit:
+    """The task split's flags and the validation split the baselines run under."""
+
+    init_cls: int | None
+    increment: int | None
+    order_seed: int
+    validation: ValidationConfig
+
+
+def asked_split(request: BaselinesRequest) -> AskedSplit:
+    """The flags given; each one left out is the --run's (its config.json, checked) where TOSCA's
+    rows come from a given run, else the command's default (the dataset's split, class order seed
+    1993, no validation split). A flag given that differs from the run's is refused by `tosca_run`,
+    in words."""
+    run = request.run if request.with_tosca else None
+    defaults: dict[str, int | None] = {"init_cls": None, "increment": None, "order_seed": DEFAULT_ORDER_SEED}
+    held = NO_VALIDATION
+    if run is not None:
+        config = run_record.read_run_config(run)
+        defaults = asdict(run_record.stream_config_of(config, run))
+        held = run_record.validation_of(config, run)
+    given = {"init_cls": request.init_cls, "increment": request.increment, "order_seed": request.order_seed}
+    chosen = {name: defaults[name] if value is None else value for name, value in given.items()}
+    validation = ValidationConfig(
+        held.fraction if request.val_fraction is None else request.val_fraction,
+        held.seed if request.val_seed is None else request.val_seed,
+    )
+    validation.validate()
+    return AskedSplit(**chosen, validation=validation)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -139,15 +179,13 @@ def compare(
     baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
     check_request(request)
     tracking = open_tracking(request.log, request.runs_root)
-    validation = ValidationConfig(request.val_fraction, request.val_seed)
-    validation.validate()
+    asked = asked_split(request)
+    validation = asked.validation
     device = resolve_device(request.device)
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)
     ident = store.identity
-    stream, protocol = request_protocol(
-        store, request.init_cls, request.increment, request.order_seed, validation
-    )
+    stream, protocol = request_protocol(store, asked.init_cls, asked.increment, asked.order_seed, validation)
     split = split_name(stream.init_cls, stream.increment)
     held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
     name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"

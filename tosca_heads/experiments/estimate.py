@@ -1,17 +1,23 @@
 """What a plan will cost here, before it runs: `suite --dry-run`, `sweep --dry-run`, and the
-estimate a sweep's progress shows before its first point ends.
+estimate a sweep's or a suite's progress shows until its units end at a steady rate.
 
 Each part is measured on this machine rather than assumed, because the same plan takes minutes on
 one machine and an hour on a busy one:
 - TOSCA: the SGD steps of each run, counted, times one step timed at the store's dimension and
-  recipe (a tiny fit on random features), plus a third for the evaluation after each task;
+  recipe (a tiny fit on random features, on the step threads a worker gets), plus a third for the
+  evaluation after each task;
 - baselines: their arithmetic, counted per task (RanPAC's float64 projection, Gram matrix and
   Cholesky solve of M x M; the joint probe's L-BFGS passes), divided by this machine's single-thread
   rate, timed on a matrix product (baselines run on one BLAS thread);
-- workers: a local Dask cluster's start (processes importing torch and tosca), a fixed allowance;
+- what is no arithmetic: the command's own start (the interpreter, torch and tosca imported, the
+  store checked, this plan), each local Dask worker's start, each worker's first run (its kernels
+  and caches warmed), the tables and figures at the end. Each is the CPU time it takes on a quiet
+  machine (measured on the 2-core dev machine) over the share of a core this process gets now
+  (`cpu_share`, timed): on a machine four processes share, four times as long;
 - the cells or points share the workers: the wall time is the longest worker's load when the
   longest works are handed out first.
 Extraction is stage 1, estimated there (featcache.estimate) and handed in by the caller.
+`plan_works` puts the parts together, for sweeps and suites alike.
 """
 
 from __future__ import annotations
@@ -26,12 +32,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from featcache.foundation.limits import usable_cores
 from featcache.store import FeatureStore
 from tosca_heads.method.protocol import StreamConfig
 
-WORKER_START_SECONDS = 10.0  # a local cluster's processes import torch and tosca (6-10 s measured here)
+# CPU seconds on a quiet machine (the 2-core dev VM, from CPU times taken under load, 2026-12-02):
+COMMAND_CPU = 6.0  # a command's start: interpreter, torch and tosca, the store's checks, the plan's timings
+WORKER_START_CPU = 5.0  # a local Dask worker: its nanny and process, torch and tosca imported
+FIRST_RUN_CPU = 2.5  # a process's first run: the compiled step loaded, kernels and caches warmed
+FINISH_CPU = 3.0  # tables, figures (matplotlib), summary, manifest
 PER_WORK_SECONDS = 0.5  # dispatch, result transfer, the first read of a store in a process
-FINISH_SECONDS = 5.0  # tables, figures, manifest
 LBFGS_ITERATIONS = 125  # the joint probe: 100 iterations, about 1.25 closure calls each
 LBFGS_CALL_SECONDS = 0.02  # the Python overhead of one closure call (line search, bookkeeping)
 
@@ -39,59 +49,85 @@ LBFGS_CALL_SECONDS = 0.02  # the Python overhead of one closure call (line searc
 @dataclass
 class Estimate:
     """Seconds per part (`extract`, `train`, `baselines`, `start-up`, `finish`), the wall total
-    once the works are shared between workers, and a line per thing that could not be estimated
-    or is missing."""
+    once the works are shared between workers, each work's own seconds by its key (a suite's cell,
+    a sweep's point: what a running job's progress weighs its units by), and a line per thing that
+    could not be estimated or is missing."""
 
     parts: dict[str, float] = field(default_factory=dict)
     wall: float = 0.0
     missing: list[str] = field(default_factory=list)
     how: list[str] = field(default_factory=list)
+    works: dict[str, float] = field(default_factory=dict)
+    shared: float = 0.0  # the works' own wall time, shared by the workers (part of `wall`)
 
     def minutes(self) -> float:
         return self.wall / 60
+
+    def running(self) -> float:
+        """Seconds from the first unit's dispatch on: the wall less the command's own start (what a
+        progress line says before any unit ended, the command having started already)."""
+        return max(0.0, self.wall - self.parts.get("command", 0.0))
 
 
 # ------------------------------------------------------------------------------------------ this machine
 
 
 @functools.lru_cache(maxsize=32)
-def step_seconds(dim: int, flow: str, r: int, s: int, batch_size: int, device: str) -> float:
-    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features."""
+def step_seconds(
+    dim: int, flow: str, r: int, s: int, batch_size: int, device: str, alone: bool = True
+) -> float:
+    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features, on
+    the step threads the runs will get (`alone`: a run with the machine to itself may take two; a
+    worker among others, one)."""
     import tempfile
 
-    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.experiments.runs import fit_group
     from tosca_heads.method.recipe import recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         rows, classes = 40 * batch_size, 2
         store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
         probe = recipe("paper", {"epochs": 3, "flow": flow, "r": r, "s": s, "batch_size": batch_size})
-        result = fit_run(
+        (result,) = fit_group(
             store,
             StreamConfig(classes, classes),
-            probe,
+            [probe],
             None,
             write_outputs=False,
             device=torch.device(device),
+            overlap=None if alone else False,
         )
         seconds = sum(stage.stats["seconds"] for stage in result.stages)
         return seconds / (3 * int(np.ceil(rows / batch_size)))
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_share() -> float:
+    """The share of one core this process gets now: its CPU time over the wall time of 0.3 s of
+    busy work (1 on a quiet machine; about 0.25 where four processes want each core), at least 0.05."""
+    start, cpu, n = time.perf_counter(), time.process_time(), 0
+    while time.perf_counter() - start < 0.3:
+        n += sum(range(1000))
+    wall = time.perf_counter() - start
+    return min(1.0, max(0.05, (time.process_time() - cpu) / wall))
+
+
 @functools.lru_cache(maxsize=2)
 def flops_per_second(dtype: str) -> float:
-    """This machine's single-thread rate of a matrix product (float64 or float32), timed for 0.3 s."""
+    """This machine's single-thread rate of a matrix product (float64 or float32) per second of
+    wall time now: its rate per CPU second (0.3 s of CPU time, which a busy moment does not skew)
+    times the share of a core this process gets (`cpu_share`, which it does)."""
     kind = torch.float64 if dtype == "float64" else torch.float32
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         a, b = torch.randn(512, 512, dtype=kind), torch.randn(512, 512, dtype=kind)
         a @ b
-        start, n = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.3:
+        start, n = time.process_time(), 0
+        while time.process_time() - start < 0.3:
             a @ b
             n += 1
-        return 2 * 512**3 * n / (time.perf_counter() - start)
+        return 2 * 512**3 * n / (time.process_time() - start) * cpu_share()
     finally:
         torch.set_num_threads(threads)
 
@@ -152,23 +188,25 @@ def guessed_shape(train: int, test: int, classes: int, dim: int, stream: StreamC
     )
 
 
-def tosca_seconds(shape: TaskShape, train: Any, device: torch.device) -> float:
-    """One TOSCA run: its steps (every task, every epoch) times one step here, plus a third."""
+def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: bool = True) -> float:
+    """One TOSCA run: its steps (every task, every epoch) times one step here (`alone`: in a process
+    with the machine to itself, else one worker among others), plus a third."""
     resolved = train.resolved(shape.dim)
     per_step = step_seconds(
-        shape.dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device)
+        shape.dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device), alone
     )
     steps = sum(-(-rows // resolved.batch_size) for rows in shape.train)
     return steps * resolved.epochs * per_step * 4 / 3
 
 
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
-    """One baseline cell: its arithmetic per task over this machine's single-thread rate."""
+    """One baseline cell: its arithmetic per task over this machine's single-thread rate; `params`
+    as `experiments.baselines.baseline_params` gives them (RanPAC's M is `projection_dim`)."""
     train, test, dim = shape.train, shape.test, shape.dim
     tasks = len(train)
     per_class = shape.classes / max(tasks, 1)
     if method == "ranpac":
-        m = int(params.get("m", 10_000))
+        m = int(params["projection_dim"])  # experiments.baselines.baseline_params' name
         rate = flops_per_second("float64")
         flops = 0.0
         for t, rows in enumerate(train):
@@ -202,5 +240,35 @@ def wall_seconds(works: Sequence[float], workers: int) -> float:
 
 
 def startup_seconds(workers: int, works: int) -> float:
-    """A local cluster starts when more than one process runs the works."""
-    return WORKER_START_SECONDS if workers > 1 and works > 1 else 0.0
+    """Before the first work ends: a local cluster's workers start when more than one process runs
+    the works (as many at once as there are cores), and each process's first run warms up."""
+    if not works:
+        return 0.0
+    started = WORKER_START_CPU * -(-workers // usable_cores()) if workers > 1 and works > 1 else 0.0
+    return (started + FIRST_RUN_CPU) / cpu_share()
+
+
+def plan_works(
+    train: dict[str, float], baselines: dict[str, float], workers: int, extract: float = 0.0
+) -> Estimate:
+    """The wall time of a command whose works (TOSCA runs in `train`, baselines in `baselines`,
+    each's seconds by its key) are shared by `workers`, after `extract` seconds of extraction: the
+    command's start, the workers' start, the works, the tables at the end."""
+    works = {**train, **baselines}
+    share = cpu_share()
+    plan = Estimate(works=works)
+    plan.parts = {
+        "command": COMMAND_CPU / share if works or extract else 0.0,
+        "extract": extract,
+        "start-up": startup_seconds(workers, len(works)),
+        "train": sum(train.values()),
+        "baselines": sum(baselines.values()),
+        "finish": FINISH_CPU / share if works else 0.0,
+    }
+    plan.shared = wall_seconds(list(works.values()), workers) if works else 0.0
+    plan.wall = plan.shared + sum(v for k, v in plan.parts.items() if k not in ("train", "baselines"))
+    if share < 0.9:
+        plan.how.append(
+            f"this process gets {share:.0%} of a core now: what is not arithmetic takes {1 / share:.1f}x"
+        )
+    return plan

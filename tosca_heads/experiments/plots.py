@@ -5,7 +5,14 @@ saved whole or not at all (featcache.foundation.atomic), closed after.
 - `comparison`: A_t per method of a comparison (comparison.png);
 - `heatmaps`, `best_curves`: a sweep's A_last over r x l1 and the A_t of its best points;
 - `routing_confusion`: per router, where each task's images are routed (confusion.png).
-- `training_curves`: loss and learning rate per epoch of one run, task after task (curves.png).
+- `training_curves`: cross-entropy, L1 term and learning rate per epoch of one run (curves.png).
+
+What a reviewer reads off them, held by tests/tosca_heads/experiments/test_plots.py from the
+figures' objects: every line has its own colour and marker (hollow, so lines that coincide stay
+visible) and a curve equal to one drawn before says "identical to" it in the legend; a reference
+(a router or baseline its registry marks so) is dashed and labelled as one; the heatmap's panels
+share one colour scale, name the split, print each cell's mean ± std over seeds and mark the
+configuration the sweep chose; the confusion matrices print their counts beside a colour bar.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ def drawing(path: Path, dpi: int, **subplots: Any) -> Iterator[tuple[Any, Any]]:
     fig, axes = plt.subplots(**subplots)
     try:
         yield fig, axes
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # a figure with a shared colour bar lays itself out
+            fig.tight_layout()
         atomic.save_figure(fig, path, dpi=dpi)
     finally:
         plt.close(fig)
@@ -47,16 +55,6 @@ def _task_axis(ax: Any, ylabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def run_curves(tasks: Sequence[int], curves: dict[str, list[float]], title: str, path: Path) -> None:
-    """A_t (fractions) per router after each task."""
-    with drawing(path, 120, figsize=(6, 4)) as (_, ax):
-        for router, curve in curves.items():
-            ax.plot(list(tasks), [100 * a for a in curve], marker="o", label=router)
-        _task_axis(ax, "accuracy on all seen classes (%)")
-        ax.set_title(title)
-        ax.legend(title="routing")
-
-
 def distinct_colours(n: int) -> list[str]:
     """n colours, no two alike: matplotlib's ten, then tab20's and tab20b's (up to 50 lines)."""
     from matplotlib import colormaps
@@ -67,26 +65,74 @@ def distinct_colours(n: int) -> list[str]:
     return [unique[i % len(unique)] for i in range(n)]
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "8", "d", "H")
+REFERENCE_STYLE = "--"  # a reference's line; an honest result's is solid
+
+
+def router_reference(name: str) -> str:
+    """Why a router is a reference, from the router registry ("" for an honest one, or one no longer
+    registered)."""
+    from tosca_heads.routers import ROUTERS, reference_text
+
+    return reference_text(name) if name in ROUTERS else ""
+
+
+def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]]) -> None:
+    """label -> (A_t fractions, why it is a reference or ""), one line each in %: its own colour and
+    hollow marker; a reference dashed and labelled "(reference: why)"; a curve equal to one drawn
+    before says so in its label ("identical to X"), so no line hides another unsaid."""
+    colours = distinct_colours(len(lines))
+    drawn: list[tuple[str, np.ndarray]] = []
+    for i, (label, (curve, reference)) in enumerate(lines.items()):
+        values = 100 * np.asarray(curve, dtype=float)
+        same = [
+            name for name, other in drawn if other.shape == values.shape and np.array_equal(other, values)
+        ]
+        shown = label + (f" (reference: {reference})" if reference else "")
+        shown += f", identical to {same[0]}" if same else ""
+        ax.plot(
+            range(len(values)),
+            values,
+            REFERENCE_STYLE if reference else "-",
+            color=colours[i],
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=5 + 2.5 * len(same),  # drawn over an equal curve: a larger hollow marker around it
+            markerfacecolor="none",
+            linewidth=1.2,
+            label=shown,
+        )
+        drawn.append((label, values))
+
+
+def run_curves(tasks: Sequence[int], curves: dict[str, list[float]], title: str, path: Path) -> None:
+    """A_t (fractions) on the test split per router after each task; the reference routers dashed."""
+    with drawing(path, 120, figsize=(7, 4.2)) as (_, ax):
+        draw_lines(ax, {router: (curve, router_reference(router)) for router, curve in curves.items()})
+        ax.set_xticks(range(len(tasks)), [str(t) for t in tasks])
+        _task_axis(ax, "test accuracy on all seen classes (%)")
+        ax.set_title(f"{title}\nA_t on the test split; dashed: references, no honest result", fontsize=9)
+        ax.legend(title="routing", fontsize=7, title_fontsize=8)
+
+
 def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
-    """A_t per method (rows with method, routing, A_t as JSON); TOSCA solid, baselines dashed."""
-    colours = distinct_colours(len(rows))
-    with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
-        for row, colour in zip(rows, colours, strict=True):
-            curve = json.loads(row["A_t"])
-            label = row["method"] if row["routing"] == "none" else f"{row['method']} ({row['routing']})"
-            style = "-" if row["method"] == "tosca" else "--"
-            ax.plot(
-                range(len(curve)),
-                [100 * a for a in curve],
-                style,
-                color=colour,
-                marker="o",
-                markersize=3,
-                label=label,
-            )
-        _task_axis(ax, "accuracy on all seen classes (%)")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+    """A_t on the test split per method (rows with method, routing, A_t as JSON, and `reference`:
+    why the row is no honest result, from the router or baseline registry; "" when it is one)."""
+    lines = {}
+    for row in rows:
+        label = row["method"] if row["routing"] == "none" else f"{row['method']} ({row['routing']})"
+        lines[label] = (json.loads(row["A_t"]), row.get("reference") or "")
+    with drawing(path, 120, figsize=(7.5, 4.5)) as (_, ax):
+        draw_lines(ax, lines)
+        _task_axis(ax, "test accuracy on all seen classes (%)")
+        ax.set_title(f"{title}\nA_t on the test split; dashed: references, no honest result", fontsize=9)
+        ax.legend(fontsize=6)
+
+
+def _cell_key(value: Any) -> str:
+    """A flag's value as the grid and sweep.json agree on it (0.0005 and 5e-4 alike; NaN as None)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "None"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def heatmaps(
@@ -96,39 +142,107 @@ def heatmaps(
     flag_columns: Sequence[str],
     varying: Sequence[str],
     pick: str = "",
+    chosen: dict[str, Any] | None = None,
 ) -> None:
-    """Test A_last over r x l1, one panel per shown router (mean over seeds). With other flags
-    swept, each cell shows the configuration that is best by the `pick` column (the ranking
-    router's validation A_last where the sweep has one), never the best by the test figure shown."""
+    """Test A_last over r x l1, one panel per shown router, every panel on one colour scale; each
+    cell its mean ± std over seeds; the configuration the sweep chose (`chosen`, sweep.json's
+    record: its split, router and flags) outlined in every panel. With other flags swept, a cell
+    shows the chosen configuration where it holds it, else the one best by the `pick` column (the
+    ranking router's validation A_last where the sweep has one), never the best by the test figure
+    shown."""
     rs, l1s = sorted(points["r"].unique()), sorted(points["l1"].unique())
     others = [f for f in varying if f not in ("r", "l1")]
     config = [c for c in flag_columns if c != "seed"]
-    size = (3.2 * len(shown) + 1, 0.5 * len(rs) + 2.2)
-    with drawing(path, 110, nrows=1, ncols=len(shown), figsize=size, squeeze=False) as (fig, axes):
+    picked = (chosen or {}).get("chosen", {}).get("flags", {})
+    grids = {router: _heat_grid(points, router, config, rs, l1s, pick, picked) for router in shown}
+    means = np.concatenate([g[0].ravel() for g in grids.values()])
+    lo, hi = (float(np.nanmin(means)), float(np.nanmax(means))) if np.isfinite(means).any() else (0.0, 100.0)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    size = (3.4 * len(shown) + 1.5, 0.6 * len(rs) + 2.6)
+    with drawing(path, 110, nrows=1, ncols=len(shown), figsize=size, squeeze=False, layout="constrained") as (
+        fig,
+        axes,
+    ):
+        image = None
         for ax, router in zip(axes[0], shown, strict=True):
-            grid = np.full((len(rs), len(l1s)), np.nan)
-            chooser = pick or f"A_last_{router}"
-            columns = list(dict.fromkeys([f"A_last_{router}", chooser]))
-            means = points.groupby(config, dropna=False)[columns].mean().reset_index()
-            for (r, l1), cell in means.groupby(["r", "l1"]):
-                grid[rs.index(r), l1s.index(l1)] = 100 * cell.loc[cell[chooser].idxmax(), f"A_last_{router}"]
-            image = ax.imshow(grid, cmap="viridis", aspect="auto", vmin=np.nanmin(grid), vmax=np.nanmax(grid))
+            mean, std, at = grids[router]
+            image = ax.imshow(mean, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
             for i in range(len(rs)):
                 for j in range(len(l1s)):
-                    if not np.isnan(grid[i, j]):
-                        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+                    if np.isnan(mean[i, j]):
+                        continue
+                    text = f"{mean[i, j]:.1f}" + ("" if np.isnan(std[i, j]) else f"\n± {std[i, j]:.1f}")
+                    dark = (mean[i, j] - lo) / (hi - lo) < 0.6
+                    ax.text(j, i, text, ha="center", va="center", color="w" if dark else "k", fontsize=7)
+            if at is not None:
+                from matplotlib.patches import Rectangle
+
+                ax.add_patch(
+                    Rectangle(
+                        (at[1] - 0.5, at[0] - 0.5),
+                        1,
+                        1,
+                        fill=False,
+                        edgecolor="red",
+                        linewidth=2.5,
+                        label="chosen",
+                    )
+                )
             ax.set_xticks(range(len(l1s)), [f"{v:g}" for v in l1s])
             ax.set_yticks(range(len(rs)), [str(v) for v in rs])
             ax.set_xlabel("l1")
             ax.set_ylabel("r")
-            ax.set_title(f"A_last, {router} router (%)", fontsize=9)
-            fig.colorbar(image, ax=ax, fraction=0.046)
-        if others:
-            by = pick.removeprefix("val_").replace("A_last_", "") if pick else ""
-            on = f"best on validation ({by})" if pick.startswith("val_") else "best on test"
-            fig.suptitle(
-                f"test A_last; each cell: the configuration {on} over {', '.join(others)}", fontsize=9
-            )
+            why = router_reference(router)
+            ax.set_title(f"{router} router" + (f"\nreference ({why})" if why else ""), fontsize=9)
+        fig.colorbar(
+            image, ax=list(axes[0]), fraction=0.03, label="test A_last (%), one scale for every panel"
+        )
+        fig.suptitle(_heat_title(points, chosen, pick, others), fontsize=8)
+
+
+def _heat_grid(
+    points: Any, router: str, config: list[str], rs: list, l1s: list, pick: str, picked: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """One panel: the mean and std over seeds of test A_last (%) per r x l1 cell, and the cell of the
+    chosen configuration (None when the sweep chose none)."""
+    column = f"A_last_{router}"
+    chooser = pick or column
+    stats = points.groupby(config, dropna=False).agg(
+        mean=(column, "mean"), std=(column, "std"), key=(chooser, "mean")
+    )
+    stats = stats.reset_index()
+    is_chosen = np.ones(len(stats), dtype=bool) if picked else np.zeros(len(stats), dtype=bool)
+    for flag, value in picked.items():
+        if flag in stats:
+            is_chosen &= stats[flag].map(_cell_key).to_numpy() == _cell_key(value)
+    stats["chosen"] = is_chosen
+    mean, std = np.full((len(rs), len(l1s)), np.nan), np.full((len(rs), len(l1s)), np.nan)
+    at = None
+    for (r, l1), cell in stats.groupby(["r", "l1"]):
+        i, j = rs.index(r), l1s.index(l1)
+        row = cell[cell["chosen"]].iloc[0] if cell["chosen"].any() else cell.loc[cell["key"].idxmax()]
+        mean[i, j], std[i, j] = 100 * row["mean"], 100 * row["std"]
+        if cell["chosen"].any():
+            at = (i, j)
+    return mean, std, at
+
+
+def _heat_title(points: Any, chosen: dict[str, Any] | None, pick: str, others: Sequence[str]) -> str:
+    seeds = sorted(points["seed"].unique())
+    spread = "one seed: no std" if len(seeds) == 1 else f"mean ± std over {len(seeds)} seeds"
+    lines = [f"A_last on the TEST split (%), {spread}"]
+    if chosen:
+        flags = ", ".join(f"{k}={_cell_key(v)}" for k, v in chosen["chosen"]["flags"].items())
+        where = "validation" if chosen["split"] == "validation" else "TEST (tuned on test)"
+        lines.append(
+            f"red: the configuration chosen on the {where} split by the {chosen['router']} router ({flags})"
+        )
+    if others:
+        by = pick.removeprefix("val_").replace("A_last_", "") if pick else ""
+        on = f"best on validation ({by})" if pick.startswith("val_") else "best on test"
+        lines.append(f"each cell: the chosen configuration, else the one {on} over {', '.join(others)}")
+    return "\n".join(lines)
 
 
 def best_curves(
@@ -147,14 +261,14 @@ def best_curves(
     for key, rows in points.groupby(config, dropna=False):
         stacked = np.array([json.loads(t) for t in rows[f"A_t_{rank_by}"]])
         curves[key if isinstance(key, tuple) else (key,)] = stacked.mean(0).tolist()
+    lines = {}
+    for _, row in summary.head(top).iterrows():
+        key = tuple(row[c] for c in config)
+        curve = next(v for k, v in curves.items() if _same(k, key))
+        label = ", ".join(f"{f}={row[f]:g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in labels)
+        lines[label] = (curve, router_reference(rank_by))
     with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
-        for _, row in summary.head(top).iterrows():
-            key = tuple(row[c] for c in config)
-            curve = next(v for k, v in curves.items() if _same(k, key))
-            label = ", ".join(
-                f"{f}={row[f]:g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in labels
-            )
-            ax.plot(range(len(curve)), [100 * a for a in curve], marker="o", label=label)
+        draw_lines(ax, lines)
         _task_axis(ax, f"test A_t, {rank_by} router (%)")
         ax.set_title(
             f"best {min(top, len(summary))} of {len(summary)} configurations on {split} (mean over seeds)",
@@ -171,50 +285,83 @@ def _same(a: tuple, b: tuple) -> bool:
     )
 
 
+COUNTS_SHOWN = 20  # tasks up to which each cell prints its count (confusion.json has them all)
+
+
 def routing_confusion(matrices: dict[str, list[list[int]]], title: str, path: Path) -> None:
-    """One panel per router: row t is task t's images, each cell the share routed to that task's
-    module (row-normalised, so tasks of different sizes read alike; the diagonal is right)."""
+    """One panel per router: row t is task t's images, each cell the count routed to that task's
+    module, printed, and coloured by its share of the row (so tasks of different sizes read alike;
+    the diagonal is right) on one colour bar for every panel."""
     names = list(matrices)
-    with drawing(path, 110, nrows=1, ncols=len(names), figsize=(3.2 * len(names), 3.2), squeeze=False) as (
+    size = (3.4 * len(names) + 1.2, 3.6)
+    with drawing(path, 110, nrows=1, ncols=len(names), figsize=size, squeeze=False, layout="constrained") as (
         fig,
         axes,
     ):
+        image = None
         for ax, name in zip(axes[0], names, strict=True):
-            counts = np.asarray(matrices[name], dtype=float)
+            counts = np.asarray(matrices[name], dtype=np.int64)
             shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
-            ax.imshow(shares, vmin=0, vmax=1, cmap="Blues")
+            image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues")
+            if len(counts) <= COUNTS_SHOWN:
+                for i, j in np.ndindex(counts.shape):
+                    colour = "w" if shares[i, j] > 0.6 else "k"
+                    ax.text(
+                        j,
+                        i,
+                        str(counts[i, j]),
+                        ha="center",
+                        va="center",
+                        color=colour,
+                        fontsize=7 if len(counts) <= 10 else 4,
+                    )
             ticks = range(len(counts)) if len(counts) <= 20 else range(0, len(counts), 5)
             ax.set_xticks(list(ticks))
             ax.set_yticks(list(ticks))
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("routed to task", fontsize=8)
             ax.set_ylabel("true task", fontsize=8)
-        fig.suptitle(title, fontsize=10)
+        fig.colorbar(image, ax=list(axes[0]), fraction=0.03, label="share of the true task's images")
+        said = (
+            "numbers: images"
+            if len(names) and len(matrices[names[0]]) <= COUNTS_SHOWN
+            else "counts in confusion.json"
+        )
+        fig.suptitle(f"{title}; {said}", fontsize=10)
 
 
-def training_curves(
-    curves: dict[int, tuple[Sequence[float], Sequence[float]]], title: str, path: Path
-) -> None:
-    """Loss (top) and learning rate (bottom) per epoch, the tasks one after another on one epoch
-    axis (task t's epochs follow task t-1's), a vertical line where each task starts; an empty
-    figure that says so when no task kept its curve."""
-    with drawing(path, 120, nrows=2, ncols=1, figsize=(6.5, 5), sharex=True) as (_, (top, bottom)):
-        start = 0
-        for task, (loss, lr) in sorted(curves.items()):
-            epochs = range(start, start + len(loss))
-            top.plot(epochs, list(loss), label=f"task {task}")
-            bottom.plot(epochs, list(lr), color=top.lines[-1].get_color())
+def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path: Path) -> None:
+    """Per epoch, the cross-entropy (top), the L1 term (middle; loss = their sum, curves.csv's
+    columns) and the learning rate (bottom), the tasks one after another on one epoch axis (task
+    t's epochs follow task t-1's), a vertical line where each task starts; an empty figure that says
+    so when no task kept its curve. `curves`: task -> a run's curve (records.run.read_curve's form)."""
+    rows = (("ce", "cross-entropy (mean per image)"), ("l1_term", "L1 term (l1 x |module|_1)"))
+    with drawing(path, 120, nrows=3, ncols=1, figsize=(6.5, 6.5), sharex=True) as (_, axes):
+        start, colours, seen = 0, distinct_colours(len(curves)), []
+        for task, curve in sorted(curves.items()):
+            epochs = range(start, start + len(curve["ce"]))
+            colour = colours[len(seen)]
+            seen.append(task)
+            axes[0].plot(epochs, curve["ce"], color=colour, label=f"task {task}")
+            if "l1_term" in curve:
+                axes[1].plot(epochs, curve["l1_term"], color=colour)
+            axes[2].plot(epochs, curve["lr"], color=colour)
             if start:
-                for ax in (top, bottom):
+                for ax in axes:
                     ax.axvline(start - 0.5, color="grey", alpha=0.3, linewidth=0.8)
-            start += len(loss)
+            start += len(curve["ce"])
         if not curves:
-            top.text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
-        top.set_ylabel("loss (mean CE per step)")
-        bottom.set_ylabel("learning rate")
-        bottom.set_xlabel("epoch (tasks one after another)")
-        for ax in (top, bottom):
+            axes[0].text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
+        elif not any("l1_term" in c for c in curves.values()):
+            axes[1].text(
+                0.5, 0.5, "no L1 term kept (tasks trained before tosca kept it)", ha="center", va="center"
+            )
+        for ax, (_, label) in zip(axes, rows, strict=False):
+            ax.set_ylabel(label, fontsize=8)
+        axes[2].set_ylabel("learning rate", fontsize=8)
+        axes[2].set_xlabel("epoch (tasks one after another)")
+        for ax in axes:
             ax.grid(alpha=0.3)
-        top.set_title(title, fontsize=9)
+        axes[0].set_title(f"{title}\nloss = cross-entropy + L1 term (curves.csv)", fontsize=9)
         if 1 < len(curves) <= 12:
-            top.legend(fontsize=7, ncol=2)
+            axes[0].legend(fontsize=7, ncol=2)

@@ -146,11 +146,11 @@ class BaselinesRequest:
     model: str | None = option(None, MODEL_HELP, ("--model", "-m"))
     dataset: str | None = option(None, DATASET_HELP, ("--dataset", "-d"))
     cache_dir: Path = option(Path("cache"), "Where stores are searched.")
-    init_cls: int | None = option(None, INIT_HELP)
-    increment: int | None = option(None, INCREMENT_HELP)
-    order_seed: int = option(1993, "Seed of the class order.")
-    val_fraction: float = option(0.0, VAL_HELP)
-    val_seed: int = option(0, VAL_SEED_HELP)
+    init_cls: int | None = option(None, INIT_HELP + " With --run: the run's.")
+    increment: int | None = option(None, INCREMENT_HELP + " With --run: the run's.")
+    order_seed: int | None = option(None, "Seed of the class order (default: 1993; with --run, the run's).")
+    val_fraction: float | None = option(None, VAL_HELP + " Default: 0; with --run, the run's split.")
+    val_seed: int | None = option(None, VAL_SEED_HELP + " Default: 0; with --run, the run's.")
     methods: tuple[str, ...] = option(
         ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
     )

@@ -448,7 +448,7 @@ def write_sweep_outputs(
     atomic.write_text(out / "summary.md", summary_markdown(points, summary, rank_by, shown, chosen))
     atomic.write_text(out / "summary.csv", summary.drop(columns="keys").to_csv(index=False))
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
-    heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick)
+    heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick, chosen)
     best_curves(
         points,
         summary,

@@ -135,7 +135,7 @@ class GroupFit:
             for d, layout, digest in zip(self.dirs, self.layouts, self.digests, strict=True)
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
-        stats = [{k: s[k] for k in ("loss", "train_acc", "seconds")} for _, _, s in loaded]
+        stats = [{k: s[k] for k in run_record.STAT_KEYS} for _, _, s in loaded]
         curves = [s.get("curve") for _, _, s in loaded]  # None: trained before curves were kept
         self.queue.submit(task, self.snapshot(task), (task, stats, False, curves))
 
@@ -152,7 +152,7 @@ class GroupFit:
                 run_record.save_task(
                     run_dir, task, module, head, flow, asdict(stats[g]), self.digests[g], curves[g]
                 )
-        rows = [{"loss": s.loss, "train_acc": s.train_acc, "seconds": s.seconds} for s in stats]
+        rows = [{k: getattr(s, k) for k in run_record.STAT_KEYS} for s in stats]
         self.queue.submit(task, state, (task, rows, True, curves))
 
     def snapshot(self, task: int) -> Callable[[], Snapshot]:

@@ -297,17 +297,18 @@ class SweepPlan:
         from tosca_heads.experiments import estimate as est
 
         chosen = list(self.points if points is None else points)
-        plan = est.Estimate()
-        seconds = [
-            est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device) for p in chosen
-        ]
         workers = 1 if self.remote else self.executor.jobs
-        plan.parts = {"train": sum(seconds), "start-up": est.startup_seconds(workers, len(seconds))}
-        shared = est.wall_seconds(seconds, workers) if seconds else 0.0
-        plan.wall = shared + plan.parts["start-up"]
-        plan.how.append(
-            f"{len(seconds)} point(s), {sum(seconds) / 60:.1f} min of training (one SGD step timed here), "
-            f"shared by {workers} worker(s): {shared / 60:.1f} min"
+        alone = workers == 1
+        seconds = {
+            p.key: est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device, alone)
+            for p in chosen
+        }
+        plan = est.plan_works(seconds, {}, workers)
+        shared = est.wall_seconds(list(seconds.values()), workers) if seconds else 0.0
+        plan.how.insert(
+            0,
+            f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed "
+            f"here), shared by {workers} worker(s): {shared / 60:.1f} min",
         )
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")

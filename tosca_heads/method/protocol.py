@@ -257,6 +257,12 @@ class ValidationConfig:
     def record(self) -> dict[str, Any]:
         return {"fraction": float(self.fraction), "seed": int(self.seed)}
 
+    def said(self) -> str:
+        """The split in words: '10% of each class held out for validation (seed 0)', or none."""
+        if not self.enabled:
+            return "no validation split"
+        return f"{100 * self.fraction:g}% of each class held out for validation (seed {self.seed})"
+
 
 NO_VALIDATION = ValidationConfig()
 

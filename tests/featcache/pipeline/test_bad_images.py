@@ -71,7 +71,7 @@ def _empty(folder: Path) -> None:
             "class 'class_2' has 3 image(s) in {t}/train/class_2 but none in {t}/test/class_2",
         ),
         ("empty both class_2", "class folder {t}/train/class_2 holds no images (.jpg, .jpeg, .png"),
-        ("no train/class_2", "{t}/test has classes missing from train/: ['class_2']"),
+        ("no train/class_2", "{t}/test has classes missing from train/: class_2"),
         (
             "text-only train/class_2",
             "class 'class_2' has 2 image(s) in {t}/test/class_2 but none in {t}/train/class_2",

@@ -75,7 +75,7 @@ def _train(kind: type, flow: str, epochs: int = 3) -> tuple[list[torch.Tensor], 
 def test_compiled_step_trains_as_the_pytorch_step(flow: str) -> None:
     """Three epochs of three padded configurations (different r, s, L1, momentum, weight decay, lr):
     modules, classifier and sigma agree to float rounding, the padding stays exactly 0, and the
-    tallies (loss per epoch, last-epoch loss with L1 and correct count) agree."""
+    tallies (cross-entropy and L1 term per epoch, last-epoch correct count) agree."""
     (t_flat, t_weight, t_sigma), torch_step = _train(TorchStep, flow)
     (n_flat, n_weight, n_sigma), native_step = _train(NativeStep, flow)
     torch.testing.assert_close(n_flat, t_flat, rtol=1e-4, atol=1e-5)
@@ -89,10 +89,13 @@ def test_compiled_step_trains_as_the_pytorch_step(flow: str) -> None:
     for g, (r, s) in enumerate(BOTTLENECKS):
         assert torch.all(n_flat[g][padding_mask(layout, r, s)] == 0)
     assert not torch.equal(n_flat, _group(flow)[1][0])  # training moved the weights
-    np.testing.assert_allclose(native_step.epoch_loss().numpy(), torch_step.epoch_loss().numpy(), rtol=1e-5)
-    (t_loss, t_correct), (n_loss, n_correct) = torch_step.totals(), native_step.totals()
-    np.testing.assert_allclose(n_loss, t_loss, rtol=1e-5)
-    assert n_correct == t_correct
+    for n_sum, t_sum in zip(native_step.epoch_sums(), torch_step.epoch_sums(), strict=True):
+        np.testing.assert_allclose(n_sum.numpy(), t_sum.numpy(), rtol=1e-5)
+    assert native_step.correct() == torch_step.correct()
+    # the L1 term is l1 x |module|_1 after each step: positive exactly where l1 is
+    l1_sum = torch_step.epoch_sums()[1]
+    for g, config in enumerate(CONFIGS):
+        assert (float(l1_sum[g]) > 0) == (config.l1 > 0)
 
 
 def test_thread_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,3 +226,29 @@ def test_small_shapes_stay_inside_the_workspace(threads: int) -> None:
     step.start_epoch(torch.randn(3, 32), torch.tensor([[0, 1, 2]]), [0.1], track=True)
     step.run_epoch(3, 2)
     assert torch.isnan(step.work[floats:]).all()
+
+
+@pytest.mark.parametrize("kind", [TorchStep, pytest.param(NativeStep, marks=needs_native)])
+def test_an_epoch_cross_entropy_and_l1_term_are_per_image_whatever_the_batches(kind: type) -> None:
+    """With the weights held still (learning rate 0), one epoch in batches of 8, 8, 8, 8, 8, 4 tallies
+    what one batch of all 44 rows does: each image counts once, a short last batch no more than
+    its rows (a mean over steps would count its 4 rows as 8); the L1 term is l1 x |module|_1."""
+    layout, (flat, _, sigma) = _group("tosca")
+    weight = 0.3 * torch.randn(3, 7, layout.dim, generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(1)
+    n = 44
+    features, targets = torch.randn(n, layout.dim, generator=gen), torch.randint(0, 7, (n,), generator=gen)
+    order = torch.stack([torch.randperm(n, generator=gen) for _ in CONFIGS])
+    sums = []
+    for batch in (8, n):
+        configs = [Hyper(c.momentum, c.weight_decay, c.l1, batch) for c in CONFIGS]
+        step = kind(layout, configs, flat.clone(), weight.clone(), sigma.clone(), targets)
+        step.start_epoch(features, order, [0.0, 0.0, 0.0], track=True)
+        step.run_epoch(n, batch)
+        sums.append([t.clone() for t in step.epoch_sums()])
+    torch.testing.assert_close(sums[0][0], sums[1][0], rtol=1e-5, atol=0)
+    l1 = torch.tensor([c.l1 for c in CONFIGS], dtype=torch.float64)
+    expected = l1 * flat.double().abs().sum(1) * n
+    for ce, l1_sum in sums:
+        torch.testing.assert_close(l1_sum, expected, rtol=1e-5, atol=0)
+        assert bool((ce > 0).all())

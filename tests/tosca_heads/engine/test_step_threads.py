@@ -96,15 +96,14 @@ def _train(problem: Problem, threads: int, whole_epochs: bool) -> dict[str, torc
             else:
                 for begin in range(0, n, batch):
                     step.step(begin, min(batch, n - begin))
-            losses.append(step.epoch_loss().clone())
+            losses.append(torch.stack(step.epoch_sums()).clone())
     assert not torch.equal(flat, problem.flat)  # training moved the modules
-    loss_sum, correct = step.totals()
+    correct = step.correct()
     return {
         "flat": flat,
         "weight": weight,
         "sigma": sigma,
         "epoch losses": torch.stack(losses),
-        "loss with L1": torch.tensor(loss_sum, dtype=torch.float64),
         "correct": torch.tensor(correct),
         **{f"last gradient {i}": g for i, g in enumerate(step.grads)},
     }

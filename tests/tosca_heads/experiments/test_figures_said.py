@@ -4,36 +4,15 @@ image named once under its split, fit prints where its plot is."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
-import pytest
 
 from featcache.foundation.text import image_name
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.suite import tables
-
-
-@pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The figures drawn, kept open for the test to read."""
-    kept: list[Any] = []
-    original = plots.drawing
-
-    @contextlib.contextmanager
-    def drawing(path: Path, dpi: int, **subplots: Any) -> Any:
-        with original(path, dpi, **subplots) as (fig, axes):
-            kept.append(fig)
-            yield fig, axes
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        FigureCanvasAgg(fig).draw()  # closed by `drawing`: a canvas again, to measure what it drew
-
-    monkeypatch.setattr(plots, "drawing", drawing)
-    return kept
 
 
 def _spec(*names: str) -> Any:
@@ -104,4 +83,5 @@ def test_fit_prints_where_its_plot_is_and_what_its_columns_are(tmp_path: Path) -
     result = CliRunner().invoke(app, [*args, "--init-cls", "2", "--increment", "2", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert f"plot {run / 'accuracy.png'}" in result.output and (run / "accuracy.png").is_file()
-    assert "columns: loss = the task's training loss in its last epoch" in result.output
+    assert "columns: over the task's last epoch, ce = mean cross-entropy" in result.output
+    assert "loss = ce + l1 term" in result.output

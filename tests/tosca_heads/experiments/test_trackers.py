@@ -150,8 +150,15 @@ def test_a_fit_reads_back_from_mlflow_and_tensorboard_as_a_plugin_logger_receive
     curves = read_curves(tmp_path / "logged")
     assert sorted(curves) == [0, 1, 2]
     for task, curve in curves.items():
-        assert series[f"loss/task_{task:03d}"] == list(enumerate(curve["loss"]))
-        assert series[f"lr/task_{task:03d}"] == list(enumerate(curve["lr"]))
+        for name in ("ce", "l1_term", "lr"):
+            assert series[f"{name}/task_{task:03d}"] == list(enumerate(curve[name]))
+        total = [(e, ce + l1) for e, (ce, l1) in enumerate(zip(curve["ce"], curve["l1_term"], strict=True))]
+        assert series[f"loss/task_{task:03d}"] == total
+        stats = logged.stages[task].stats  # the task's figures are its curve's last epoch, by the same names
+        for name in ("ce", "l1_term", "loss"):
+            assert series[f"train/{name}"][task] == (task, stats[name])
+        assert stats["loss"] == total[-1][1] and stats["ce"] == curve["ce"][-1] > 0
+        assert stats["l1_term"] == curve["l1_term"][-1] > 0
         train = logged.config["train"]
         assert curve["lr"] == cosine_lrs(train["lr"], train["eta_min"], train["epochs"])
     metrics = logged.metrics()
@@ -314,10 +321,21 @@ def test_curves_survive_a_resume_and_a_damaged_curves_file_is_refused(tmp_path: 
     assert [s.curve for s in parts.stages] == [s.curve for s in whole.stages]
     rows = list(csv.reader((tmp_path / "whole" / CURVES_FILE).read_text().splitlines()))
     assert len(rows) == 1 + 3 * QUICK["epochs"] and (tmp_path / "whole" / "curves.png").is_file()
-    for i, damage in enumerate(("3,0,0,nan,0.025", "3,0,5,0.1,0.025", "99,0,0,0.1,0.025", "3,0,0,0.1")):
+    old, new = "format,task,epoch,loss,lr\n", "format,task,epoch,ce,l1_term,loss,lr\n"
+    damaged = [
+        old + "3,0,0,nan,0.025",
+        old + "3,0,5,0.1,0.025",
+        old + "4,0,0,0.1,0.025",  # a format-4 row under the format-3 header
+        old + "3,0,0,0.1",
+        new + "4,0,0,0.1,0.2,0.3",
+        new + "3,0,0,0.1,0.2,0.3,0.025",  # a format-3 row under the format-4 header
+        new + "5,0,0,0.1,0.2,0.3,0.025",  # newer than this tosca
+        new + "4,0,0,0.1,0.2,0.3,0.025\n4,0,1,0.1,,,0.025",  # the L1 term kept in one epoch, not the next
+    ]
+    for i, damage in enumerate(damaged):
         broken = tmp_path / f"broken-{i}"
         broken.mkdir()
-        (broken / CURVES_FILE).write_text("format,task,epoch,loss,lr\n" + damage + "\n")
+        (broken / CURVES_FILE).write_text(damage + "\n")
         with pytest.raises(UserError, match=r"curves\.csv"):
             read_curves(broken)
     done = RUNNER.invoke(

@@ -128,7 +128,8 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
     other_stream = RUNNER.invoke(
         app, ["baselines", "--store", str(store.path), "--init-cls", "4", "--run", str(tmp_path / "run")]
     )
-    assert other_stream.exit_code == 2 and "uses stream" in other_stream.output
+    assert other_stream.exit_code == 2 and "was fitted on split" in other_stream.output
+    assert "the baselines asked for split B4 Inc" in other_stream.output
     bad = RUNNER.invoke(app, ["baselines", "--store", str(store.path), "--methods", "simplecil,lwf"])
     assert bad.exit_code == 2 and "unknown --methods 'lwf'" in bad.output
 
@@ -177,3 +178,43 @@ def test_baselines_on_real_stores(dataset: str, request: pytest.FixtureRequest) 
     assert last["simplecil"] == pytest.approx(nearest_class_mean_accuracy(store.path))
     assert last["joint_probe"] > 3 * 0.1  # ten classes: far above chance
     assert last["ranpac"] > 3 * 0.1
+
+
+def test_baselines_of_a_run_with_a_validation_split_take_its_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's own-images flow (issue 35): `fit --val-fraction 0.2`, then `baselines --run RUN`
+    with no split flags compares on the run's split and validation split, and `routers RUN` shows
+    them; a flag that differs from the run's is one line in words (no Python repr)."""
+    monkeypatch.chdir(tmp_path)  # the baselines folder goes under runs/ of the working folder
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=20, spread=1.0)
+    run = tmp_path / "runs" / "run"
+    split = ["--val-fraction", "0.2", "--init-cls", "2", "--epochs", "2", "--device", "cpu"]
+    fitted = RUNNER.invoke(app, ["fit", "--store", str(store.path), "--run", str(run), *split])
+    assert fitted.exit_code == 0, fitted.output
+    common = ["baselines", "--store", str(store.path), "--run", str(run), "--methods", "simplecil"]
+    done = RUNNER.invoke(app, [*common, "--device", "cpu"])
+    assert done.exit_code == 0, done.output
+    assert "validation: 16 training images held out (4 of 20 in each class, 20%; seed 0)" in done.output
+    folder = tmp_path / "runs" / "baselines-synthetic-none-B0Inc2-val0.2-seed0"
+    config = json.loads((run / "config.json").read_text())
+    simplecil = json.loads((folder / "simplecil" / "metrics.json").read_text())
+    assert simplecil["validation_split"] == config["validation"] and simplecil["stream"] == config["stream"]
+    frame = pd.read_csv(folder / "comparison.csv")
+    assert frame["val_A_last"].notna().all()  # TOSCA's routers and SimpleCIL, on the same held-out images
+    shown = RUNNER.invoke(app, ["routers", str(run), "--json"])
+    assert shown.exit_code == 0 and "simplecil" in {r["router"] for r in json.loads(shown.output)}
+
+    other = RUNNER.invoke(app, [*common, "--val-fraction", "0"])
+    assert other.exit_code == 2
+    line = other.output.strip().splitlines()[-1]
+    assert line.endswith(
+        "was fitted with 20% of each class held out for validation (seed 0), the baselines asked for no "
+        "validation split; leave out --val-fraction and --val-seed to take the run's"
+    )
+    other = RUNNER.invoke(app, [*common, "--order-seed", "7"])
+    assert (
+        other.exit_code == 2
+        and "was fitted on split B0 Inc2, class order seed 1993, the baselines asked" in (other.output)
+    )
+    assert "{" not in other.output and "'init_cls'" not in other.output

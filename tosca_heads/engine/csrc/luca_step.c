@@ -31,7 +31,7 @@
 /* The calling convention between this library and native.py: bumped with any change of the
    structs below or of an exported function's signature; native.py checks it, the structs' sizes
    and the slot names every time it loads the library. */
-#define TOSCA_ABI_VERSION 3
+#define TOSCA_ABI_VERSION 4
 
 typedef int (*set_threads_fn)(int); /* MKL_Set_Num_Threads_Local, or NULL */
 /* Fortran's sgemm_: every argument by reference, and the two CHARACTER arguments' lengths passed
@@ -65,8 +65,8 @@ typedef struct {
     float *weight, *grad_weight, *buf_weight; /* [G, C, d] */
     float *sigma, *grad_sigma, *buf_sigma;    /* [G] */
     const float *neg_lr, *momentum, *decay, *l1; /* [G] */
-    double *epoch_loss; /* [G] += CE loss of each step */
-    double *loss_sum;   /* [G] += (CE + l1 * |theta|_1) * b, when track */
+    double *epoch_ce;   /* [G] += each step's mean CE loss * b */
+    double *epoch_l1;   /* [G] += each step's L1 term (l1 * |theta|_1 after its update) * b */
     int64_t *correct;   /* [G] += correct predictions, when track */
     float *work;        /* tosca_workspace_floats() floats */
     sgemm_fn gemm;
@@ -768,9 +768,9 @@ static void step_pass(StepJob *J, const Pass *P, const Pass *before, int k) {
         for (int i = 0; i < b; ++i) loss += w.row_loss[i], hits += w.row_hit[i];
         total_l1 += l1_norm;
         loss /= b;
-        A->epoch_loss[g] += loss;
+        A->epoch_ce[g] += loss * b;
+        A->epoch_l1[g] += (double)l1 * total_l1 * b;
         if (A->track) {
-            A->loss_sum[g] += (loss + (double)l1 * total_l1) * b;
             A->correct[g] += hits;
         }
         post(J, 0, base + STAGE_END);

@@ -13,7 +13,8 @@ one module, so a format changes in one place and every reader sees the change.
 Versions: files written before versions existed (tosca 0.1) are format 1; format 2 added the
 `format` field and the long results.csv; format 3 the validation split; format 4 the outcomes
 files and every figure's interval (metrics.json's "intervals", the results' `_low`/`_high`
-columns). Every file here is format
+columns), and a run's training loss as its parts and their sum (ce, l1_term, loss: `run`). Every
+file here is format
 `FORMAT` when written; older ones are read (and rewritten when resumed); a newer one is refused in
 one line.
 """

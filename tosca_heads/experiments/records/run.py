@@ -12,13 +12,16 @@ runs/<name>/
                          training stats (metadata)
   head.safetensors       the classifier after the last finished task
   router.safetensors     the frozen-feature routers' per-class statistics after the last task
-  metrics.json           "format", finished tasks, parameters per task, and per router: A_t,
-                         A_bar, A_last, forgetting, accuracy matrix, routing accuracy (on test
-                         under "routers", on the validation split under "validation"), each
-                         with its images, "intervals" and "standard_errors" ("uncertainty" says
-                         how they are computed: `method.uncertainty`)
+  metrics.json           "format", finished tasks, parameters per task, per task its last epoch's
+                         training figures ("tasks": ce, l1_term, loss = ce + l1_term, train_acc,
+                         seconds, eval_seconds), and per router: A_t, A_bar, A_last, forgetting,
+                         accuracy matrix, routing accuracy (on test under "routers", on the
+                         validation split under "validation"), each with its images, "intervals"
+                         and "standard_errors" ("uncertainty" says how they are computed:
+                         `method.uncertainty`)
   results.csv            one row per task, router and split ("format" column): A_t with its exact
-                         interval (A_t_low, A_t_high) and the images it is over
+                         interval (A_t_low, A_t_high) and the images it is over; ce, l1_term and
+                         loss as metrics.json's "tasks"
   outcomes.safetensors   which test (and validation) images each router answered right after each
                          task (`records.outcomes`): what every interval is computed from
   accuracy.png           A_t per router
@@ -27,20 +30,24 @@ runs/<name>/
                          task whose module the router picked; "format", "task"
   confusion.png          that matrix of every honest router on the test split
   curves.csv             the training curves: one row per task and epoch (format, task, epoch,
-                         loss: the epoch's mean cross-entropy over its steps, lr: its learning
-                         rate); each task's curve is also kept in its task file ("curve" metadata),
-                         so a resumed run rewrites it whole; tasks trained before tosca kept curves
-                         have no rows
-  curves.png             loss and learning rate per epoch, task after task
+                         ce: the epoch's mean cross-entropy per training image, l1_term: its mean
+                         L1 term, loss: ce + l1_term, lr: its learning rate); a task's last row is
+                         its figures in metrics.json and results.csv. Each task's curve is also
+                         kept in its task file ("curve" metadata), so a resumed run rewrites it
+                         whole; tasks trained before tosca kept curves have no rows
+  curves.png             cross-entropy, L1 term and learning rate per epoch, task after task
 ```
 
 Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
 as they are (their metrics.json says "modes" where format 2 says "routers"); format 3 added the
 validation split (config.json's "validation", metrics.json's "validation", results.csv's "split"
-column) and the protocol record; a format-2 run is a run without validation; format 4 the
+column) and the protocol record; a format-2 run is a run without validation. Format 4 adds the
 outcomes file and the intervals (a format-3 run is read as it is, its figures shown without
-intervals until `tosca eval` rewrites it). `FORMAT` is what this
-version writes. A file of a newer format is refused in one line.
+intervals until `tosca eval` rewrites it), and reports the training loss as its two named parts
+and their sum (ce, l1_term, loss) everywhere: before it, curves.csv's `loss` was the cross-entropy
+alone (read as `ce`, with no L1 term) and results.csv's and metrics.json's `loss` the sum (read as
+`loss`, with no parts). `FORMAT` is what this version writes. A file of a newer format is refused
+in one line.
 
 Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
 is checked before it is used: a config.json with values of the wrong type or out of range, or a
@@ -99,7 +106,10 @@ ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class stat
 HEAD_FILE = "head.safetensors"
 CURVES_FILE = "curves.csv"
 CURVES_PLOT = "curves.png"
-CURVE_COLUMNS = ("format", "task", "epoch", "loss", "lr")
+LOSS_PARTS = ("ce", "l1_term", "loss")  # cross-entropy, the L1 term, their sum: one name each, everywhere
+STAT_KEYS = (*LOSS_PARTS, "train_acc", "seconds")  # a task's training figures (its last epoch's)
+CURVE_COLUMNS = ("format", "task", "epoch", *LOSS_PARTS, "lr")
+CURVE_COLUMNS_3 = ("format", "task", "epoch", "loss", "lr")  # format <= 3: `loss` was the cross-entropy alone
 MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
 # config.json keys that do not decide a run's numbers
@@ -370,7 +380,7 @@ def save_task(
     curve: dict[str, list[float]] | None = None,
 ) -> None:
     """A finished task's file (module, classifier, stats, the config's digest, the training curve:
-    {"loss": [...], "lr": [...]} per epoch) and the last head."""
+    {"ce": [...], "l1_term": [...], "lr": [...]} per epoch) and the last head."""
     tensors = {f"luca.{k}": v for k, v in module.items()}
     tensors.update(head)
     meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats), "config": digest}
@@ -392,8 +402,9 @@ def load_task(
     digest: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
-    classifier snapshot and training stats (with its training curve under "curve" where the file
-    keeps one: {"loss": [...], "lr": [...]}, finite, one entry per epoch). Everything in the file is checked against the run's
+    classifier snapshot and training stats (`STAT_KEYS`; a file of format 3 or older has only the
+    sum `loss`, its parts None), with its training curve under "curve" where the file keeps one
+    (`read_curve`'s form). Everything in the file is checked against the run's
     recipe and split (flow, task, the classes seen by then, the config's `digest`, read from
     config.json when not given), finite float32 values included: a file copied from another run or
     edited must stop here, never be scored."""
@@ -438,34 +449,47 @@ def load_task(
         raise _damaged(run_dir, path.name, why, refit)
     if (
         not isinstance(stats, dict)
-        or not all(
-            isinstance(stats.get(k), (int, float)) and math.isfinite(stats[k])
-            for k in ("loss", "train_acc", "seconds")
-        )
+        or not all(_finite(stats.get(k)) for k in ("loss", "train_acc", "seconds"))
+        or not all(stats.get(k) is None or _finite(stats[k]) for k in LOSS_PARTS)
         or not 0.0 <= stats["train_acc"] <= 1.0
     ):
         raise _damaged(run_dir, path.name, "its training stats are unreadable", refit)
+    stats = {k: stats.get(k) for k in STAT_KEYS}
     if curve is not None:
-        if not valid_curve(curve):
+        curve = read_curve(curve)
+        if curve is None:
             raise _damaged(run_dir, path.name, "its training curve is unreadable", refit)
-        stats = {**stats, "curve": curve}
+        stats["curve"] = curve
     return module, head, stats
 
 
-def valid_curve(curve: Any) -> bool:
-    """A training curve as tosca writes it: {"loss": [...], "lr": [...]}, as many finite numbers
-    each, at least one epoch and at most MAX_EPOCHS."""
-    if not isinstance(curve, dict) or set(curve) != {"loss", "lr"}:
-        return False
-    loss, lr = curve["loss"], curve["lr"]
-    return (
-        isinstance(loss, list)
-        and isinstance(lr, list)
-        and 0 < len(loss) == len(lr) <= MAX_EPOCHS
-        and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in loss + lr
-        )
-    )
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_curve(curve: Any) -> dict[str, list[float]] | None:
+    """A training curve as a task file keeps it, in this version's form {"ce": [...], "l1_term":
+    [...], "lr": [...]} (a format-3 curve {"loss": [...], "lr": [...]}, whose loss was the
+    cross-entropy alone, as {"ce": [...], "lr": [...]}: its L1 term was not kept); None when it is
+    not one: as many finite numbers each, at least one epoch and at most MAX_EPOCHS."""
+    if isinstance(curve, dict) and set(curve) == {"loss", "lr"}:
+        curve = {"ce": curve["loss"], "lr": curve["lr"]}
+    if not isinstance(curve, dict) or set(curve) not in ({"ce", "l1_term", "lr"}, {"ce", "lr"}):
+        return None
+    columns = list(curve.values())
+    if not all(isinstance(c, list) and 0 < len(c) == len(columns[0]) <= MAX_EPOCHS for c in columns):
+        return None
+    return curve if all(_finite(v) for c in columns for v in c) else None
+
+
+def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float | None]]:
+    """A curve epoch by epoch, as curves.csv, the trackers and curves.png show it: ce, l1_term,
+    loss (= ce + l1_term; None, as l1_term, for a curve kept before the L1 term was) and lr."""
+    l1_terms = curve.get("l1_term") or [None] * len(curve["ce"])
+    return [
+        {"ce": ce, "l1_term": l1, "loss": None if l1 is None else ce + l1, "lr": lr}
+        for ce, l1, lr in zip(curve["ce"], l1_terms, curve["lr"], strict=True)
+    ]
 
 
 class _OtherConfig(TensorFileError):
@@ -589,7 +613,7 @@ class StageResult:
     routers: dict[str, dict[str, Any]]
     eval_seconds: float
     validation: dict[str, dict[str, Any]] | None = None
-    curve: dict[str, list[float]] | None = None  # per epoch: "loss" and "lr" (None: not kept)
+    curve: dict[str, list[float]] | None = None  # per epoch: "ce", "l1_term" and "lr" (None: not kept)
 
 
 @dataclass
@@ -684,7 +708,7 @@ RESULT_COLUMNS = (
     "A_t_high",
     "images",
     "routing_accuracy",
-    "loss",
+    *LOSS_PARTS,
     "train_acc",
     "train_seconds",
     "eval_seconds",
@@ -719,7 +743,7 @@ def write_results(result: RunResult) -> None:
                             high,
                             images,
                             f"{scores['routing']:.6f}",
-                            f"{stage.stats['loss']:.6f}",
+                            *(_number(stage.stats.get(k)) for k in LOSS_PARTS),
                             f"{stage.stats['train_acc']:.6f}",
                             f"{stage.stats['seconds']:.4f}",
                             f"{stage.eval_seconds:.4f}",
@@ -754,6 +778,12 @@ def read_run_outcomes(
         blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
         check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
     return found
+
+
+def _number(value: float | None) -> str:
+    """A figure of results.csv: 6 decimals; empty when the run did not keep it (a part of the loss
+    of a task trained before format 4)."""
+    return "" if value is None else f"{value:.6f}"
 
 
 def write_confusion(result: RunResult) -> None:
@@ -820,39 +850,49 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
 def write_curves(run_dir: Path, stages: list[StageResult], title: str) -> None:
     """curves.csv (one row per task and epoch) and curves.png from the stages' curves; a stage
     without one (a task trained before curves were kept) has no rows."""
-    kept = [(s.task, s.curve) for s in stages if s.curve is not None]
+    kept = {s.task: s.curve for s in stages if s.curve is not None}
     with atomic.writing(Path(run_dir) / CURVES_FILE, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(CURVE_COLUMNS)
-        for task, curve in kept:
-            for epoch, (loss, lr) in enumerate(zip(curve["loss"], curve["lr"], strict=True)):
-                writer.writerow([FORMAT, task, epoch, repr(float(loss)), repr(float(lr))])
-    plots.training_curves(
-        {task: (curve["loss"], curve["lr"]) for task, curve in kept}, title, Path(run_dir) / CURVES_PLOT
-    )
+        for task, curve in kept.items():
+            for epoch, values in enumerate(curve_epochs(curve)):
+                shown = ["" if v is None else repr(float(v)) for v in values.values()]
+                writer.writerow([FORMAT, task, epoch, *shown])
+    plots.training_curves(kept, title, Path(run_dir) / CURVES_PLOT)
 
 
 def read_curves(run_dir: Path) -> dict[int, dict[str, list[float]]]:
-    """curves.csv back, task -> {"loss": [...], "lr": [...]} (epochs in order), refused in one line
-    when it is not the file tosca wrote (a header, a number, a task or epoch out of order)."""
+    """curves.csv back, task -> the curve as `read_curve` gives it (epochs in order; a format-3
+    file's `loss` as `ce`, and its L1 term as not kept), refused in one line when it is not the file
+    tosca wrote (a header, a number, a task or epoch out of order)."""
     path = Path(run_dir) / CURVES_FILE
     hint = f"`tosca eval {run_dir}` rewrites it"
     text = read_text(path, "training curves", hint)
     rows = list(csv.reader(text.splitlines()))
-    if not rows or tuple(rows[0]) != CURVE_COLUMNS:
+    header = tuple(rows[0]) if rows else ()
+    if header not in (CURVE_COLUMNS, CURVE_COLUMNS_3):
         raise UserError(f"{path}: its header is not {','.join(CURVE_COLUMNS)}; {hint}")
+    names = ["ce" if name == "loss" and header == CURVE_COLUMNS_3 else name for name in header[3:]]
     curves: dict[int, dict[str, list[float]]] = {}
     for number, row in enumerate(rows[1:], start=2):
         try:
-            if len(row) != len(CURVE_COLUMNS):
+            if len(row) != len(header):
                 raise ValueError("wrong number of columns")
-            check_format(path, int(row[0]))
-            task, epoch, loss, lr = int(row[1]), int(row[2]), float(row[3]), float(row[4])
-            curve = curves.setdefault(task, {"loss": [], "lr": []})
-            if task < 0 or epoch != len(curve["loss"]) or not (math.isfinite(loss) and math.isfinite(lr)):
+            written = check_format(path, int(row[0]))
+            if (header == CURVE_COLUMNS_3) != (written <= 3):
+                raise ValueError(f"a format-{written} row under the other format's header")
+            task, epoch = int(row[1]), int(row[2])
+            raw = dict(zip(names, row[3:], strict=True))
+            values = {"ce": float(raw["ce"]), "lr": float(raw["lr"])}
+            if raw.get("l1_term", ""):  # empty: a task trained before the L1 term was kept
+                values["l1_term"] = float(raw["l1_term"])
+            curve = curves.setdefault(task, {name: [] for name in values})
+            if task < 0 or epoch != len(curve["ce"]) or set(curve) != set(values):
                 raise ValueError("a task, epoch or value out of place")
+            if not all(math.isfinite(v) for v in values.values()):
+                raise ValueError("a value that is not a finite number")
         except ValueError as exc:
             raise UserError(f"{path}, line {number}: not a row tosca wrote ({exc}); {hint}") from None
-        curve["loss"].append(loss)
-        curve["lr"].append(lr)
+        for name, value in values.items():
+            curve[name].append(value)
     return curves

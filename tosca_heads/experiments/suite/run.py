@@ -54,7 +54,10 @@ from tosca_heads.method.recipe import group_key
 
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
-CellCallback = Callable[[Cell, int, int], None]  # (cell, finished, total)
+# (cell, finished, total, plan, seconds): the plan of the cells to run (their wall time and each
+# one's seconds, by key) is the same on every call; `seconds` what the cell took in its worker (its
+# share of its engine run); the first call, before any cell ends, has no cell (and 0 seconds)
+CellCallback = Callable[[Cell | None, int, int, Estimate, float], None]
 # a store's spec -> featcache.estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
@@ -371,8 +374,10 @@ def _run_missing(
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0
-    if on_cell and missing:  # the total, before the first cell ends (no cell yet: None)
-        on_cell(None, 0, len(missing))  # type: ignore[arg-type]
+    plan = Estimate()
+    if on_cell and missing:  # the total and the plan, before the first cell ends (no cell yet: None)
+        plan = estimate_plan(spec, stores, missing, device, executor.jobs, None)
+        on_cell(None, 0, len(missing), plan, 0.0)
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -382,7 +387,7 @@ def _run_missing(
             if parent is not None:
                 _log_cell(parent, spec, state)
             if on_cell:
-                on_cell(state.cell, finished, len(missing))
+                on_cell(state.cell, finished, len(missing), plan, outcome.seconds / len(members_of[id(work)]))
 
     executor.run([work for work, _ in planned], record)
 
@@ -463,7 +468,8 @@ def estimate_plan(
             f"not in the estimate: {len(unknown)} store(s) that cannot be extracted as things are "
             f"({', '.join(unknown)}) and their cells"
         )
-    tosca, baselines = [], []
+    tosca: dict[str, float] = {}
+    baselines: dict[str, float] = {}
     for state in states:
         if state.status not in ("missing", "to extract"):
             continue
@@ -471,25 +477,20 @@ def estimate_plan(
         if shape is None:
             continue
         if state.cell.kind == "tosca":
-            tosca.append(est.tosca_seconds(shape, cellmod.cell_train(spec, state.cell), device))
+            train = cellmod.cell_train(spec, state.cell)
+            tosca[state.cell.key] = est.tosca_seconds(shape, train, device, alone=jobs == 1)
         else:
             params = cellmod.cell_params(spec, state.cell)
-            baselines.append(est.baseline_seconds(state.cell.method, shape, params))
-    works = len(tosca) + len(baselines)
-    plan.parts = {
-        "extract": sum(extract_seconds),
-        "train": sum(tosca),
-        "baselines": sum(baselines),
-        "start-up": est.startup_seconds(jobs, works),
-        "finish": est.FINISH_SECONDS if works else 0.0,
-    }
-    shared = est.wall_seconds([*tosca, *baselines], jobs) if works else 0.0
-    plan.wall = plan.parts["extract"] + shared + plan.parts["start-up"] + plan.parts["finish"]
-    plan.how.append(
-        f"{len(tosca)} TOSCA cell(s) {sum(tosca) / 60:.1f} min and {len(baselines)} baseline cell(s) "
-        f"{sum(baselines) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min"
-    )
-    return plan
+            baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
+    planned = est.plan_works(tosca, baselines, jobs, sum(extract_seconds))
+    shared = est.wall_seconds(list(planned.works.values()), jobs) if planned.works else 0.0
+    planned.how[:0] = [
+        *plan.how,
+        f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
+        f"{sum(baselines.values()) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min",
+    ]
+    planned.missing[:0] = plan.missing
+    return planned
 
 
 # ------------------------------------------------------------------------------------------ manifest

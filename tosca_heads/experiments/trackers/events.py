@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tosca_heads.experiments.records.run import RunResult, StageResult
+from tosca_heads.experiments.records.run import RunResult, StageResult, curve_epochs
 from tosca_heads.experiments.records.sweep import POINT_COLUMNS
 from tosca_heads.experiments.trackers.registry import Metric
 
@@ -102,12 +102,13 @@ def block_metrics(block: Mapping[str, Any], split: str, name: str, step: int | N
 
 
 def curve_metrics(task: int, curve: Mapping[str, Sequence[float]]) -> list[Metric]:
-    """A task's training curve: each column per epoch as COLUMN/task_TTT."""
+    """A task's training curve as curves.csv shows it (`records.run.curve_epochs`: its columns and
+    the loss they add up to): each column per epoch as COLUMN/task_TTT."""
     return [
-        Metric(f"{column}/task_{task:03d}", float(v), epoch)
-        for column, values in curve.items()
-        for epoch, v in enumerate(values)
-        if number(v) is not None
+        Metric(f"{column}/task_{task:03d}", v, epoch)
+        for epoch, values in enumerate(curve_epochs(curve))
+        for column, value in values.items()
+        if (v := number(value)) is not None
     ]
 
 

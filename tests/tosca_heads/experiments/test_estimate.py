@@ -1,0 +1,58 @@
+"""What a plan says it will cost (issue 35): the arithmetic measured here, and what is no arithmetic
+(the command's start, the workers', each worker's first run, the tables) as its quiet CPU time over
+the share of a core this process gets, so a busy machine's plan is as busy as the machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from tosca_heads.experiments import estimate as est
+
+
+def test_what_is_no_arithmetic_takes_longer_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(est, "usable_cores", lambda: 2)
+    works = {"a": 40.0, "b": 30.0, "c": 20.0}
+    plans = {}
+    for share in (1.0, 0.25):
+        monkeypatch.setattr(est, "cpu_share", lambda share=share: share)
+        plans[share] = est.plan_works(works, {"ranpac": 100.0}, workers=2)
+    quiet, busy = plans[1.0], plans[0.25]
+    assert quiet.parts["command"] == est.COMMAND_CPU and busy.parts["command"] == 4 * est.COMMAND_CPU
+    assert quiet.parts["start-up"] == est.WORKER_START_CPU + est.FIRST_RUN_CPU
+    assert busy.parts["finish"] == 4 * est.FINISH_CPU
+    assert quiet.parts["train"] == busy.parts["train"] == 90.0 and quiet.parts["baselines"] == 100.0
+    # the works shared by 2 workers, longest first: 100 | 40 + 30 + 20, each plus its dispatch
+    shared = max(100 + est.PER_WORK_SECONDS, 90 + 3 * est.PER_WORK_SECONDS)
+    others = sum(v for k, v in busy.parts.items() if k not in ("train", "baselines"))
+    assert busy.wall == pytest.approx(shared + others)
+    assert busy.running() == pytest.approx(busy.wall - busy.parts["command"])  # what progress counts down
+    assert busy.works == {**works, "ranpac": 100.0}
+    assert any("25% of a core" in line for line in busy.how) and not quiet.how
+
+
+def test_one_worker_starts_no_cluster_and_nothing_planned_costs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(est, "cpu_share", lambda: 1.0)
+    alone = est.plan_works({"a": 10.0}, {}, workers=1)
+    assert alone.parts["start-up"] == est.FIRST_RUN_CPU  # no worker to start: its first run only
+    assert est.plan_works({}, {}, workers=2).wall == 0.0
+
+
+def test_the_share_of_a_core_is_a_share() -> None:
+    est.cpu_share.cache_clear()
+    assert 0.05 <= est.cpu_share() <= 1.0
+
+
+def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parameters a suite or `baselines` hands RanPAC (`baseline_params`) set the M it is planned
+    at: a plan read M = 10,000 whatever --ranpac-m said (5x the time of M = 4,000, measured)."""
+    from tosca_heads.experiments.baselines import baseline_params
+
+    monkeypatch.setattr(est, "flops_per_second", lambda dtype: 1e10)
+    shape = est.TaskShape((480,) * 5, (120,) * 5, 1280, 10)
+    small, paper = (
+        est.baseline_seconds("ranpac", shape, baseline_params("ranpac", m, 0)) for m in (4000, 10_000)
+    )
+    assert paper / small > (10_000 / 4000) ** 2  # the M x M Gram matrix and the M^3 solve
+    assert small == pytest.approx(est.baseline_seconds("ranpac", shape, {"projection_dim": 4000}))
