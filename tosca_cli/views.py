@@ -475,50 +475,32 @@ def misrouting_table(report: Any) -> None:
     table(title, ["task", "images", "routed right %", "misrouted", "misrouted to (most)"], rows, ())
 
 
-BUILT_IN = ("featcache.", "tosca_heads.")
-
-
-def _origin(thing: Any) -> str:
-    """'built-in', or the module of a plug-in that registered it."""
-    module = getattr(thing, "__module__", "") or ""
-    return "built-in" if module.startswith(BUILT_IN) or not module else f"plug-in {module}"
-
-
 def catalogue() -> dict[str, list[dict[str, str]]]:
-    """`tosca list`: every name a command takes, from the registries (plug-ins included, once the
-    command line has loaded them), with what it is and where it comes from."""
+    """`tosca list`: every name a command takes, from the registries' entries (plug-ins included,
+    once the command line has loaded them), with what it is and where it comes from. Nothing a
+    registry names is loaded: no torch."""
     from featcache.backbones import BACKBONES
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
-    from tosca_heads.method.baselines import BASELINES
+    from tosca_heads.method.baseline_names import BASELINES
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
-    from tosca_heads.routers.registry import reference_text
 
-    def who(thing: Any) -> str:
-        return _origin(thing if isinstance(thing, type) or callable(thing) else type(thing))
+    def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:
+        return [
+            {"name": e.name, "what": what(e), "from": "built-in" if e.built_in else f"plug-in {e.origin}"}
+            for e in registry.entries()
+        ]
+
+    def honesty(entry: Any) -> str:
+        said = "honest" if not entry.reference else f"reference ({entry.reference})"
+        return said + (f": {entry.description}" if entry.description else "")
 
     return {
-        "backbones": [
-            {"name": n, "what": f"timm {s.timm_name}" + (f"; {s.note}" if s.note else ""), "from": "built-in"}
-            for n, s in BACKBONES.items()
-        ],
-        "datasets": [
-            {"name": n, "what": s.description, "from": _origin(s.resolver)} for n, s in DATASETS.items()
-        ],
-        "routers": [
-            {
-                "name": n,
-                "what": ("honest" if r.honest else f"reference ({reference_text(n)})")
-                + (f": {r.summary}" if r.summary else ""),
-                "from": who(r),
-            }
-            for n, r in ROUTERS.items()
-        ],
-        "baselines": [
-            {"name": n, "what": (cls.__doc__ or "").strip().splitlines()[0], "from": who(cls)}
-            for n, cls in BASELINES.items()
-        ],
+        "backbones": rows(BACKBONES),
+        "datasets": rows(DATASETS),
+        "routers": rows(ROUTERS, honesty),
+        "baselines": rows(BASELINES),
         "presets": [
             *(
                 {"name": n, "what": "recipe preset (fit, sweep: --preset)", "from": "built-in"}

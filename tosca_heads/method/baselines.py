@@ -26,6 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tosca_heads.method.baseline_names import BASELINES
+
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 PREDICT_BATCH = 2048
 Array = np.ndarray | torch.Tensor
@@ -233,7 +235,6 @@ class JointProbe:
         return int(self.weight_.numel() + self.bias_.numel())
 
 
-BASELINES: dict[str, type] = {"simplecil": SimpleCIL, "ranpac": RanPAC, "joint_probe": JointProbe}
 ESTIMATOR_METHODS = ("predict", "num_parameters")
 
 
@@ -269,7 +270,8 @@ def register_baseline(name: str) -> Callable[[type], type]:
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
             raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
-        BASELINES[name] = cls
+        what = (cls.__doc__ or "").strip().partition("\n")[0]
+        BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__)
         return cls
 
     return decorate
