@@ -49,7 +49,7 @@ class Entry:
 
 
 def origin_of(module: str | None) -> str:
-    """"built-in" for our packages' modules, else the module's name ("__main__" for a script or a
+    """The word "built-in" for our packages' modules, else the module's name ("__main__" for a script or a
     notebook)."""
     module = module or ""
     return BUILT_IN if not module or module.split(".")[0] in OURS else module
@@ -109,7 +109,9 @@ class Registry(MutableMapping[str, T]):
 
     def __setitem__(self, name: str, value: T) -> None:
         reference = reference_words(getattr(value, "reference", False))
-        self._entries[name] = Entry(name, "", reference, origin_of(getattr(value, "__module__", None)), value=value)
+        self._entries[name] = Entry(
+            name, "", reference, origin_of(getattr(value, "__module__", None)), value=value
+        )
 
     def __delitem__(self, name: str) -> None:
         del self._entries[name]

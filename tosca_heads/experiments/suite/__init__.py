@@ -8,7 +8,6 @@ paper's claims checked, every cell reproducible by one single command.
 - `tables`: the tables, claims and figures from the finished cells.
 """
 
-
 from __future__ import annotations
 
 from featcache.foundation.lazy import lazy_names
