@@ -60,6 +60,9 @@ def reference_words(declared: bool | str) -> str:
     return declared if isinstance(declared, str) else ("a reference" if declared else "")
 
 
+REGISTRIES: list[Registry[Any]] = []  # every registry of this process, as it was made
+
+
 class Registry(MutableMapping[str, T]):
     """The names of one `kind` (router, baseline, ...), in the order they were registered.
     `address` is where the registry itself lives (`module:NAME`)."""
@@ -67,6 +70,7 @@ class Registry(MutableMapping[str, T]):
     def __init__(self, kind: str, address: str) -> None:
         self.kind, self.address = kind, address
         self._entries: dict[str, Entry] = {}
+        REGISTRIES.append(self)
 
     def declare(self, name: str, target: str, description: str, reference: bool | str = False) -> None:
         """A built-in whose implementation is imported from `target` (`module:attribute`) on first use."""
