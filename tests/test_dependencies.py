@@ -24,6 +24,8 @@ USED_WITHOUT_IMPORT = {
     "ruff": ("Makefile", "ruff check ."),  # the linter, a command
     # MLflow's sqlite store migrates its tables with alembic (the tracker quiets its log by name)
     "alembic": ("tosca_heads/experiments/trackers/mlflow_logger.py", '"alembic"'),
+    # the Jupyter kernel nbclient starts for the docs' Python blocks
+    "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),
 }
 SOURCES = ("featcache", "tosca_heads", "tosca_cli", "cli.py", "tests", "benchmarks", "examples")
 

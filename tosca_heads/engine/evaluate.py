@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import confusion_matrix
 
 from tosca_heads.engine.cores import evaluation_working
 from tosca_heads.engine.errors import NumericalError
@@ -268,6 +267,8 @@ def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int
     truth, labels = true_task.cpu().numpy(), np.arange(tasks)
     if tasks == 1:  # one task: every image routed to it (scikit-learn warns on a 1 x 1 matrix)
         return [[[len(truth)]] for _ in range(chosen.shape[0])]
+    from sklearn.metrics import confusion_matrix  # (sklearn: loaded when a run is scored)
+
     return [confusion_matrix(truth, picked, labels=labels).tolist() for picked in chosen.cpu().numpy()]
 
 

@@ -11,9 +11,7 @@ import csv
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
@@ -22,8 +20,11 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
 from tosca_heads.experiments.records.run import validation_record
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+
+if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none
+    import pandas as pd
 
 NO_ROUTING = "none"
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
@@ -164,6 +165,8 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
         }
         for r in results
     ]
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 
@@ -176,6 +179,8 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
     )
     lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
+    import pandas as pd
+
     for _, r in frame.iterrows():
         routing_acc = "–" if pd.isna(r["routing_accuracy"]) else f"{100 * r['routing_accuracy']:.2f}"
         cells = [

@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.trackers.registry import Logger, Metric, open_logger, parse_targets
+
+if TYPE_CHECKING:  # (annotations only: a tracker plug-in, and `--log` checks, load no torch)
+    from tosca_heads.experiments.records.run import RunResult, StageResult
 
 FINAL_KEYS = {"A_last": "A_last", "A_bar": "A_bar", "forgetting": "forgetting", "routing_accuracy": "routing"}
 PARAM_TEXT = 500  # a parameter's value is cut to this many characters (a tracker's limit is larger)
