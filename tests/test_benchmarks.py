@@ -215,3 +215,14 @@ def test_without_a_bundle_the_full_check_stops_and_the_tiny_one_goes_on(tmp_path
     (tiny,) = check.install(tmp_path / "none", tiny=True, work=tmp_path)
     assert full.verdict.startswith("FAIL") and "make gpu-bundle" in full.verdict
     assert tiny.verdict == "skipped: no bundle"
+
+
+@pytest.mark.slow
+def test_startup_prints_min_median_max_per_command() -> None:
+    out = _run("startup.py", "--repeats", "1", "--commands=--version,list,fit --help")
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[1:]}
+    assert list(rows) == ["--version", "list", "fit --help"]
+    for cells in rows.values():
+        runs, low, median, high, cpu = int(cells[0]), *map(float, cells[1:5])
+        assert runs == 1 and 0 < low == median == high and cpu > 0
+        assert " ".join(cells[5:]) == "<= 1.0 to the exit"

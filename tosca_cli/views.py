@@ -204,8 +204,9 @@ def sweep_header(plan: Any, device: str) -> None:
 
 def sweep_plan(planned: Any, as_json_: bool) -> None:
     """`sweep --dry-run`: the summary, then one row per point (to run, or in the folder already)."""
-    plan, estimate = planned.plan, planned.estimate
+    plan = planned.plan
     if as_json_:
+        estimate = planned.estimate
         return as_json(
             {
                 "points": len(plan.points),
@@ -217,7 +218,8 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
             }
         )
     counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
-    plan_summary(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts, estimate)
+    plan_head(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts)
+    estimate_lines(planned.estimate)  # (worked out now: the line above is said first)
     say(f"folder {plan.out}" + (" (resumed)" if plan.resuming else " (new)"))
 
 
@@ -308,8 +310,17 @@ def extraction_estimator(device: str) -> Callable[[Any], Any]:
 
 def plan_summary(what: str, counts: dict[str, int], estimate: Any) -> None:
     """A plan's first lines: what runs, what waits, the estimated wall time by part, what is missing."""
-    said = ", ".join(f"{n} {label}" for label, n in counts.items())
-    say(f"{what}: {said}")
+    plan_head(what, counts)
+    estimate_lines(estimate)
+
+
+def plan_head(what: str, counts: dict[str, int]) -> None:
+    """A plan's first line: what runs, what waits."""
+    say(f"{what}: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+
+
+def estimate_lines(estimate: Any) -> None:
+    """The estimated wall time by part, how it was worked out, what is missing."""
     parts = ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in estimate.parts.items() if seconds)
     if estimate.wall or not estimate.missing:
         say(f"estimated: about {estimate.minutes():.1f} min here" + (f" (minutes: {parts})" if parts else ""))

@@ -18,7 +18,10 @@ Usage::
 
 Local clusters read Dask's config when they start, so a caller can change worker settings with
 `with dask.config.set({...}), dask_client(choice) as client:`. Their workers import installed code
-only and die with this process (featcache.foundation.processes).
+only, never run the caller's script (they are started by a helper process, which takes this
+process's Dask settings: featcache.foundation.cluster) and die with this process
+(featcache.foundation.processes). What the caller registered itself reaches every worker of a
+client, local or remote.
 """
 
 from __future__ import annotations
