@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,26 @@ def test_a_router_registered_in_a_script_reaches_its_sweeps_workers(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "4 [2, 4] False", done.stdout
+
+
+@pytest.mark.heavy
+def test_a_registration_the_workers_cannot_import_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A router defined in a module only this process has (made in memory) cannot be rebuilt on a
+    worker: the cluster's start stops with one line naming it, never a sweep without it."""
+    from featcache.foundation.errors import UserError
+    from featcache.foundation.scheduler import SchedulerChoice, dask_client
+    from tosca_heads.routers import ROUTERS, Router, register_router
+
+    module = types.ModuleType("tosca_test_nowhere")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    nowhere = type("Nowhere", (Router,), {"name": "nowhere", "__module__": module.__name__})
+    module.Nowhere = nowhere  # type: ignore[attr-defined]
+    register_router(nowhere)
+    try:
+        with pytest.raises(UserError) as refused, dask_client(SchedulerChoice("local", workers=1)):
+            pass
+    finally:
+        del ROUTERS["nowhere"]
+    said = str(refused.value)
+    assert "cannot reach the Dask workers: router nowhere (from tosca_test_nowhere)" in said
+    assert "\n" not in said and "TOSCA_PLUGINS" in said

@@ -30,6 +30,7 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
+from featcache.foundation.errors import UserError
 from featcache.foundation.processes import SAFE_PATH, die_with_parent, local_cluster_config
 from featcache.foundation.registry import REGISTRIES, Entry, Registry
 
@@ -117,10 +118,22 @@ def _start(kind: str, workers: int | None, options: dict[str, Any]) -> Any:
 
 def ship_registrations(client: Any) -> None:
     """Every registry entry made outside the package (a plug-in, a script, a notebook) sent to the
-    client's workers, now and whenever one (re)starts."""
+    client's workers, now and whenever one (re)starts. One that cannot reach them (defined in a
+    module they cannot import) stops the work in one line: without it, their figures would lack it."""
     shipped = [(registry, found) for registry in REGISTRIES if (found := registry.made_elsewhere())]
-    if shipped:
+    if not shipped:
+        return
+    try:
         client.register_plugin(Registrations(shipped), name="tosca-registrations")
+    except Exception as exc:  # raised on a worker, or in pickling here
+        names = ", ".join(
+            f"{registry.kind} {e.name} (from {e.origin})" for registry, found in shipped for e in found
+        )
+        raise UserError(
+            f"what this process registered cannot reach the Dask workers: {names} "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); define it in a script, a notebook or "
+            "a module named in TOSCA_PLUGINS that the workers can import"
+        ) from None
 
 
 class Registrations(WorkerPlugin):
