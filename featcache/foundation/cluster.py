@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ BOOT = "import json, sys; s = json.loads(sys.stdin.readline()); sys.path[:] = s[
 )
 QUIET = {"dashboard_address": None, "silence_logs": logging.ERROR}
 CLOSE_SECONDS = 60  # a cluster closes within this, or its helper is killed
+CLOSE = "close\n"  # what the caller says to the helper when it is done
 
 
 @contextlib.contextmanager
@@ -77,7 +79,8 @@ def hosted_cluster(kind: str, workers: int | None, options: dict[str, Any]) -> I
             raise RuntimeError(f"the local Dask cluster did not start: {said}")
         yield address.partition(" ")[2]
     finally:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # (said, not only closed: a child forked here holds it open)
+            helper.stdin.write(CLOSE)  # type: ignore[union-attr]
             helper.stdin.close()  # type: ignore[union-attr]
         try:
             helper.wait(CLOSE_SECONDS)
@@ -87,7 +90,9 @@ def hosted_cluster(kind: str, workers: int | None, options: dict[str, Any]) -> I
 
 
 def host(plan: dict[str, Any]) -> None:
-    """The helper process: start the cluster, send its address back, keep it until stdin closes."""
+    """The helper process: start the cluster, send its address back, keep it until the caller says
+    so. Ctrl-C is the caller's to handle (it reaches every process of the terminal's group)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(plan["parent"])
     import dask
 
@@ -101,7 +106,9 @@ def host(plan: dict[str, Any]) -> None:
             answer.write(f"error {type(exc).__name__}: {' '.join(str(exc).split())}\n")
             sys.exit(1)
         answer.write(f"address {cluster.scheduler_address}\n")
-    sys.stdin.read()  # until the caller closes it (or dies, and this process with it)
+    for line in sys.stdin:  # until the caller says so or closes it (or dies, and this process with it)
+        if line == CLOSE:
+            break
     cluster.close()
 
 
