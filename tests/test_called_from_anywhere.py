@@ -194,3 +194,29 @@ def test_a_registration_the_workers_cannot_import_is_one_line(monkeypatch: pytes
     said = str(refused.value)
     assert "cannot reach the Dask workers: router nowhere (from tosca_test_nowhere)" in said
     assert "\n" not in said and "TOSCA_PLUGINS" in said
+
+
+@pytest.mark.heavy
+def test_a_notebook_sweeps_twice_on_workers(tmp_path: Path) -> None:
+    """A fresh process (a notebook's kernel) runs its sweep cell twice on 2 worker processes: the
+    second cluster (a second helper, the registrations sent again) starts as the first did and
+    gives the same numbers."""
+    synthetic_store(tmp_path / "store.zarr", classes=4, per_class=12, test_per_class=6)
+    code = textwrap.dedent(
+        """
+        import tosca_heads
+        frames = [
+            tosca_heads.sweep("store.zarr", {"r": [2, 4]}, out, jobs=2, epochs=1, batch_size=8, device="cpu")
+            for out in ("first", "second")
+        ]
+        columns = ["key", "split", "router", "A_last"]
+        same = [f[columns].sort_values(columns[:3]).reset_index(drop=True) for f in frames]
+        print(len(frames[1]), same[0].equals(same[1]))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"{2 * 2 * len(ROUTERS)} True", done.stdout

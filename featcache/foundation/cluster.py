@@ -91,8 +91,9 @@ def hosted_cluster(kind: str, workers: int | None, options: dict[str, Any]) -> I
 
 def host(plan: dict[str, Any]) -> None:
     """The helper process: start the cluster, send its address back, keep it until the caller says
-    so. Ctrl-C is the caller's to handle (it reaches every process of the terminal's group)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    so. Ctrl-C, which reaches every process of the terminal's group, is the caller's to handle here
+    (a handler, not SIG_IGN, which the workers would inherit: they stop on it as they always did)."""
+    signal.signal(signal.SIGINT, lambda *_: None)
     die_with_parent(plan["parent"])
     import dask
 
