@@ -11,9 +11,9 @@ As a mapping, `registry[name]` is the implementation (loaded on first use); `add
 (a name registered twice is refused), as the `register_*` functions of each kind do.
 
 Processes a command starts (the Dask workers of a sweep, a suite or an extraction) do not run the
-caller's script: what a script or a notebook registered (`made_elsewhere`) travels to them with
-their work and is `adopt`ed there (featcache.foundation.cluster). A registry is pickled by its
-address (`module:NAME`), so a worker finds its own copy.
+caller's script: what code outside the package registered (`made_elsewhere`: a plug-in, a script,
+a notebook) is sent to them and `adopt`ed there (featcache.foundation.cluster). A registry is
+pickled by its address (`module:NAME`), so a worker finds its own copy.
 
 Import-light: stdlib only.
 """
@@ -49,8 +49,8 @@ class Entry:
 
 
 def origin_of(module: str | None) -> str:
-    """The word "built-in" for our packages' modules, else the module's name ("__main__" for a script or a
-    notebook)."""
+    """Where a name registered from `module` comes from: "built-in" (our packages), else the module
+    ("__main__" for a script or a notebook)."""
     module = module or ""
     return BUILT_IN if not module or module.split(".")[0] in OURS else module
 
@@ -130,8 +130,8 @@ class Registry(MutableMapping[str, T]):
         return name in self._entries
 
     def made_elsewhere(self) -> list[Entry]:
-        """What code outside the package registered (plug-ins, a script, a notebook), loaded."""
-        return [self._entries[n] for n in self if not self._entries[n].built_in and self[n] is not None]
+        """What code outside the package registered (plug-ins, a script, a notebook)."""
+        return [found for found in self._entries.values() if not found.built_in]
 
     def adopt(self, entries: list[Entry]) -> None:
         """Take in entries registered in another process, unless their name is here already (a
