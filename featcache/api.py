@@ -8,6 +8,7 @@ The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a smal
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -136,7 +137,7 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
     'test_efficientnet'
     >>> del BACKBONES["doc_tiny_cnn"]  # (a doctest leaves the registry as it found it)
     """
-    return _register_backbone(spec)
+    return _register_backbone(spec, sys._getframe(1).f_globals.get("__name__"))
 
 
 def register_dataset(

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
+from featcache.foundation.registry import Registry
+
+if TYPE_CHECKING:  # torch is imported where weights are read: naming backbones needs none
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,15 @@ class BackboneSpec:
         return self.timm_name.split(".", 1)[1] if "." in self.timm_name else ""
 
 
-BACKBONES: dict[str, BackboneSpec] = {}
+BACKBONES: Registry[BackboneSpec] = Registry("backbone", "featcache.backbones:BACKBONES")
 
 
-def register_backbone(spec: BackboneSpec) -> BackboneSpec:
+def register_backbone(spec: BackboneSpec, module: str | None = None) -> BackboneSpec:
+    """Add a backbone under its alias; `module` registers it (default: the caller's)."""
     if spec.alias in BACKBONES:
         raise ValueError(f"backbone alias {spec.alias!r} registered twice")
-    BACKBONES[spec.alias] = spec
-    return spec
+    what = f"timm {spec.timm_name}" + (f"; {spec.note}" if spec.note else "")
+    return BACKBONES.add(spec.alias, spec, what, module=module or sys._getframe(1).f_globals.get("__name__"))
 
 
 register_backbone(
@@ -126,6 +130,8 @@ class LoadedBackbone:
 
 def state_dict_sha256(model: nn.Module) -> str:
     """Content hash of the weights, independent of where they came from or how they were saved."""
+    import torch
+
     digest = hashlib.sha256()
     for key, tensor in sorted(model.state_dict().items()):
         digest.update(key.encode())
@@ -136,6 +142,8 @@ def state_dict_sha256(model: nn.Module) -> str:
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A state dict from safetensors or a torch file (never unpickling arbitrary objects)."""
+    import torch
+
     if path.is_dir():
         raise UserError(
             f"--weights {path} is a folder, not a weights file (.safetensors or a torch state dict)"
@@ -256,6 +264,7 @@ def load_backbone(
 ) -> LoadedBackbone:
     """Build the frozen model from exactly one weights source (never a silent fallback)."""
     import timm
+    import torch
 
     if weights is not None and random_init:
         raise UserError("--weights and --random-init exclude each other")

@@ -262,3 +262,14 @@ def test_estimates_reads_the_progress_lines_as_a_user_would() -> None:
     planned, measured, read = module.worst_ratios(stderr, ("sweep",))
     assert planned == pytest.approx(0.5) and measured == pytest.approx(10 / 30) and read == 3
     assert module.seconds("1:02:03") == 3723
+
+
+@pytest.mark.slow
+def test_startup_prints_min_median_max_per_command() -> None:
+    out = _run("startup.py", "--repeats", "1", "--commands=--version,list,fit --help")
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[1:]}
+    assert list(rows) == ["--version", "list", "fit --help"]
+    for cells in rows.values():
+        runs, low, median, high, cpu = int(cells[0]), *map(float, cells[1:5])
+        assert runs == 1 and 0 < low == median == high and cpu > 0
+        assert " ".join(cells[5:]) == "<= 1.0 to the exit"

@@ -21,6 +21,8 @@ IMPORT_NAMES = {
 USED_WITHOUT_IMPORT = {
     "pyarrow": ("tosca_heads/experiments/results.py", "to_parquet"),  # pandas' parquet engine
     "ruff": ("Makefile", "ruff check ."),  # the linter, a command
+    # the Jupyter kernel nbclient starts for the docs' Python blocks
+    "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),
 }
 SOURCES = ("featcache", "tosca_heads", "tosca_cli", "cli.py", "tests", "benchmarks", "examples")
 

@@ -258,8 +258,9 @@ def sweep_header(plan: Any, device: str) -> None:
 
 def sweep_plan(planned: Any, as_json_: bool) -> None:
     """`sweep --dry-run`: the summary, then one row per point (to run, or in the folder already)."""
-    plan, estimate = planned.plan, planned.estimate
+    plan = planned.plan
     if as_json_:
+        estimate = planned.estimate
         return as_json(
             {
                 "points": len(plan.points),
@@ -271,7 +272,8 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
             }
         )
     counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
-    plan_summary(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts, estimate)
+    plan_head(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts)
+    estimate_lines(planned.estimate)  # (worked out now: the line above is said first)
     say(f"folder {plan.out}" + (" (resumed)" if plan.resuming else " (new)"))
 
 
@@ -376,8 +378,17 @@ def extraction_estimator(device: str) -> Callable[[Any], Any]:
 
 def plan_summary(what: str, counts: dict[str, int], estimate: Any) -> None:
     """A plan's first lines: what runs, what waits, the estimated wall time by part, what is missing."""
-    said = ", ".join(f"{n} {label}" for label, n in counts.items())
-    say(f"{what}: {said}")
+    plan_head(what, counts)
+    estimate_lines(estimate)
+
+
+def plan_head(what: str, counts: dict[str, int]) -> None:
+    """A plan's first line: what runs, what waits."""
+    say(f"{what}: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+
+
+def estimate_lines(estimate: Any) -> None:
+    """The estimated wall time by part, how it was worked out, what is missing."""
     parts = ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in estimate.parts.items() if seconds)
     if estimate.wall or not estimate.missing:
         say(f"estimated: about {estimate.minutes():.1f} min here" + (f" (minutes: {parts})" if parts else ""))
@@ -571,50 +582,32 @@ def misrouting_table(report: Any) -> None:
     table(title, ["task", "images", "routed right %", "misrouted", "misrouted to (most)"], rows, ())
 
 
-BUILT_IN = ("featcache.", "tosca_heads.")
-
-
-def _origin(thing: Any) -> str:
-    """'built-in', or the module of a plug-in that registered it."""
-    module = getattr(thing, "__module__", "") or ""
-    return "built-in" if module.startswith(BUILT_IN) or not module else f"plug-in {module}"
-
-
 def catalogue() -> dict[str, list[dict[str, str]]]:
-    """`tosca list`: every name a command takes, from the registries (plug-ins included, once the
-    command line has loaded them), with what it is and where it comes from."""
+    """`tosca list`: every name a command takes, from the registries' entries (plug-ins included,
+    once the command line has loaded them), with what it is and where it comes from. Nothing a
+    registry names is loaded: no torch."""
     from featcache.backbones import BACKBONES
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
-    from tosca_heads.method.baselines import BASELINES
+    from tosca_heads.method.baseline_names import BASELINES
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
-    from tosca_heads.routers.registry import reference_text
 
-    def who(thing: Any) -> str:
-        return _origin(thing if isinstance(thing, type) or callable(thing) else type(thing))
+    def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:
+        return [
+            {"name": e.name, "what": what(e), "from": "built-in" if e.built_in else f"plug-in {e.origin}"}
+            for e in registry.entries()
+        ]
+
+    def honesty(entry: Any) -> str:
+        said = "honest" if not entry.reference else f"reference ({entry.reference})"
+        return said + (f": {entry.description}" if entry.description else "")
 
     return {
-        "backbones": [
-            {"name": n, "what": f"timm {s.timm_name}" + (f"; {s.note}" if s.note else ""), "from": "built-in"}
-            for n, s in BACKBONES.items()
-        ],
-        "datasets": [
-            {"name": n, "what": s.description, "from": _origin(s.resolver)} for n, s in DATASETS.items()
-        ],
-        "routers": [
-            {
-                "name": n,
-                "what": ("honest" if r.honest else f"reference ({reference_text(n)})")
-                + (f": {r.summary}" if r.summary else ""),
-                "from": who(r),
-            }
-            for n, r in ROUTERS.items()
-        ],
-        "baselines": [
-            {"name": n, "what": (cls.__doc__ or "").strip().splitlines()[0], "from": who(cls)}
-            for n, cls in BASELINES.items()
-        ],
+        "backbones": rows(BACKBONES),
+        "datasets": rows(DATASETS),
+        "routers": rows(ROUTERS, honesty),
+        "baselines": rows(BASELINES),
         "presets": [
             *(
                 {"name": n, "what": "recipe preset (fit, sweep: --preset)", "from": "built-in"}

@@ -10,7 +10,8 @@ the working folder off a new interpreter's path:
   any command runs);
 - `local_cluster_config()` hands it to the workers of a local Dask cluster however it is started
   (`distributed.nanny.pre-spawn-environ`, which the nanny applies before each spawn, a restart
-  included), with this module as the workers' preload.
+  included), with this module as the workers' preload. (The nannies live in a helper process,
+  featcache.foundation.cluster, so a spawned worker never runs the caller's script either.)
 After it starts, a spawned child takes its parent's import path (multiprocessing copies it): the
 `tosca` command's has no working folder on it. (A Python program that imports tosca from a folder
 it runs in has that folder on its own path, and runs its code already; its workers inherit it.)
@@ -20,8 +21,9 @@ Die with the parent. A `kill -9` of `tosca extract` must not leave helpers behin
 store's lock (loader workers are forked with its descriptor) or write into the store (Dask
 workers): on Linux each helper asks the kernel to kill it when its parent dies
 (`prctl(PR_SET_PDEATHSIG, SIGKILL)`): loader workers in `loader_worker_start` (the DataLoader's
-`worker_init_fn`), Dask workers of local clusters in the preload. A rerun that still finds them
-exiting waits for them (featcache.foundation.locks).
+`worker_init_fn`), Dask workers of local clusters in the preload (their parent is the cluster's
+helper process, which dies with the process that started it: featcache.foundation.cluster). A
+rerun that still finds them exiting waits for them (featcache.foundation.locks).
 
 Stdout is the command's. A helper shares the command's standard output, which carries its
 answers (`--json` among them): loader workers and local Dask workers print to stderr

@@ -18,14 +18,16 @@ Usage::
 
 Local clusters read Dask's config when they start, so a caller can change worker settings with
 `with dask.config.set({...}), dask_client(choice) as client:`. Their workers import installed code
-only and die with this process (featcache.foundation.processes).
+only, never run the caller's script (they are started by a helper process, which takes this
+process's Dask settings: featcache.foundation.cluster) and die with this process
+(featcache.foundation.processes). What the caller registered itself reaches every worker of a
+client, local or remote.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +37,6 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.limits import max_processes, require_at_most
-from featcache.foundation.processes import local_cluster_config
 
 SCHEDULER_FORMS = (
     "local:N (N worker processes here), local-cuda (one worker per GPU, needs dask-cuda), "
@@ -115,23 +116,20 @@ def dask_client(
 
     `cluster_options` go to LocalCluster / LocalCUDACluster (ignored for a running scheduler).
     """
-    import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from featcache.foundation.cluster import hosted_cluster, ship_registrations
 
     check_available(choice)
-    quiet = {"dashboard_address": None, "silence_logs": logging.ERROR}
     if choice.kind in ("local", "local-cuda"):
-        # its workers: installed code only, and gone with this process (featcache.foundation.processes)
-        with dask.config.set(local_cluster_config(dask.config)):
-            if choice.kind == "local":
-                defaults = {"n_workers": choice.workers, "threads_per_worker": 1, "processes": True}
-                cluster = LocalCluster(**{**defaults, **quiet, **cluster_options})
-            else:
-                from dask_cuda import LocalCUDACluster
-
-                cluster = LocalCUDACluster(**{**quiet, **cluster_options})
-            with cluster, Client(cluster) as client:
-                yield client
+        # its workers never run the caller's script, import installed code only and go with this
+        # process (featcache.foundation.cluster, featcache.foundation.processes)
+        with (
+            hosted_cluster(choice.kind, choice.workers, cluster_options) as address,
+            Client(address, timeout=connect_timeout) as client,
+        ):
+            ship_registrations(client)
+            yield client
         return
     try:
         if choice.kind == "file":
@@ -145,4 +143,5 @@ def dask_client(
             "start one with `dask scheduler`, or use --scheduler local:N"
         ) from exc
     with client:
+        ship_registrations(client)
         yield client

@@ -21,6 +21,7 @@ from PIL import Image
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
+from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
@@ -144,14 +145,14 @@ class DatasetSpec:
     description: str
 
 
-DATASETS: dict[str, DatasetSpec] = {}
+DATASETS: Registry[DatasetSpec] = Registry("dataset", "featcache.sources.datasets:DATASETS")
 
 
 def register_dataset(name: str, num_classes: int | None, description: str) -> Callable[[Resolver], Resolver]:
     def decorate(fn: Resolver) -> Resolver:
         if name in DATASETS:
             raise ValueError(f"dataset {name!r} registered twice")
-        DATASETS[name] = DatasetSpec(name, fn, num_classes, description)
+        DATASETS.add(name, DatasetSpec(name, fn, num_classes, description), description, module=fn.__module__)
         return fn
 
     return decorate

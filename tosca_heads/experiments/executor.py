@@ -196,6 +196,8 @@ def _memory_budget() -> int:
 def _local_workers_keep_freed_memory() -> Iterator[None]:
     """Local workers start without Dask's small malloc trim threshold."""
     import dask
+    import distributed  # noqa: F401 (its settings: were they loaded only within this block, the
+    # variable would stay, and leaving the block would delete them all: KeyError 'comm' next time)
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop(DASK_TRIM_VARIABLE, None)

@@ -10,6 +10,7 @@ at the end (`results`) with what the sweep chose.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import shlex
@@ -565,19 +566,26 @@ def _run_points(
 @dataclass
 class SweepDryRun:
     """`sweep --dry-run`: the checked plan, the points a run would compute (the others are in the
-    folder's results already) and what they should take here."""
+    folder's results already) and what they should take here (worked out when first asked: it
+    times a training step, so what is known already can be said first)."""
 
     plan: SweepPlan
-    pending: int
-    estimate: Estimate
+    to_run: list[SweepPoint]
+
+    @property
+    def pending(self) -> int:
+        return len(self.to_run)
+
+    @functools.cached_property
+    def estimate(self) -> Estimate:
+        return self.plan.estimate(self.to_run)
 
 
 def dry_run(request: SweepRequest) -> SweepDryRun:
     """Every check of the sweep, nothing written: what would run and for how long."""
     plan = plan_sweep(request)
     done = ResultsTable(plan.out / RESULTS_FILE, check_only=True).keys()
-    pending = [p for p in plan.points if p.key not in done]
-    return SweepDryRun(plan, len(pending), plan.estimate(pending))
+    return SweepDryRun(plan, [p for p in plan.points if p.key not in done])
 
 
 def point_params(point: SweepPoint, row: dict[str, Any]) -> dict[str, Any]:

@@ -20,11 +20,14 @@ comparison, `tosca baselines --methods NAME` and suites then run it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+# the registry and its decorator are light (`tosca list` reads them without torch); here as before
+from tosca_heads.method.baseline_names import BASELINES, register_baseline  # noqa: F401
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 PREDICT_BATCH = 2048
@@ -231,45 +234,3 @@ class JointProbe:
 
     def num_parameters(self) -> int:
         return int(self.weight_.numel() + self.bias_.numel())
-
-
-BASELINES: dict[str, type] = {"simplecil": SimpleCIL, "ranpac": RanPAC, "joint_probe": JointProbe}
-ESTIMATOR_METHODS = ("predict", "num_parameters")
-
-
-def register_baseline(name: str) -> Callable[[type], type]:
-    """A class decorator adding a baseline under `name`. The class follows the estimators here:
-    `__init__(device=...)` stores arguments; `incremental = True` with `partial_fit(x, y)` (one
-    task's data at a time) or `False` with `fit(x, y)` (every seen class at once); `predict(x)`
-    returns incremental class ids; `num_parameters()` counts what it learned. `reference = True`
-    (or words saying why) marks one that is no continual method, such as a joint upper bound: it
-    is reported beside the others, never as an honest result.
-
-    >>> @register_baseline("doc_nearest_first")
-    ... class NearestFirst:
-    ...     incremental = True
-    ...     def __init__(self, device="cpu"):
-    ...         self.device = device
-    ...     def partial_fit(self, features, labels):
-    ...         self.first_ = int(np.asarray(labels).min())
-    ...         return self
-    ...     def predict(self, features):
-    ...         return np.full(len(features), self.first_)
-    ...     def num_parameters(self):
-    ...         return 1
-    >>> "doc_nearest_first" in BASELINES
-    True
-    >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
-    """
-
-    def decorate(cls: type) -> type:
-        if not name or name in BASELINES:
-            raise ValueError(f"baseline name {name!r} is empty or registered twice")
-        learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
-        missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
-        if not hasattr(cls, "incremental") or missing:
-            raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
-        BASELINES[name] = cls
-        return cls
-
-    return decorate

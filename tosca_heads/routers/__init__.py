@@ -10,6 +10,7 @@ the registry's order (`ROUTERS`), which is also their order in tables and files.
 from __future__ import annotations
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.lazy import lazy_names
 from featcache.foundation.names import did_you_mean
 from tosca_heads.routers.registry import (
     ROUTERS,
@@ -23,7 +24,9 @@ from tosca_heads.routers.registry import (
     route_batches,
     task_log_posterior,
 )
-from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
+
+# the statistics (torch) load when first asked for: the routers' names list without them
+__getattr__, _ = lazy_names(__name__, {"statistics": ("ClassStatistics", "FrozenModel")})
 
 ALIASES = {"sample": "entropy"}  # per-sample entropy routing, by its other name
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.registry import Registry, reference_words
 from tosca_heads.method.protocol import REFERENCE_BATCH
-from tosca_heads.routers.statistics import FrozenModel
+
+if TYPE_CHECKING:  # torch is imported where a router runs: listing them (`tosca list`) needs none
+    import torch
+
+    from tosca_heads.routers.statistics import FrozenModel
 
 REFERENCE_FIELDS = ("true_task", "class_ordered", "shuffled")
 
@@ -99,6 +102,8 @@ def task_log_posterior(
     class_log_posterior: torch.Tensor, class_task: torch.Tensor, tasks: int
 ) -> torch.Tensor:
     """log p(task | x) = logsumexp of its classes' log p(c | x): [n, C] -> [n, tasks]."""
+    import torch
+
     class_task = class_task.to(class_log_posterior.device)
     return torch.stack([class_log_posterior[:, class_task == t].logsumexp(-1) for t in range(tasks)], 1)
 
@@ -121,7 +126,7 @@ class Router:
         raise NotImplementedError
 
 
-ROUTERS: dict[str, Router] = {}
+ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROUTERS")
 
 
 def is_honest(name: str) -> bool:
@@ -131,8 +136,7 @@ def is_honest(name: str) -> bool:
 
 def reference_text(name: str) -> str:
     """Why a router is a reference, in words ("" for an honest one)."""
-    declared = ROUTERS[name].reference
-    return declared if isinstance(declared, str) else ("a reference" if declared else "")
+    return reference_words(ROUTERS[name].reference)
 
 
 def route(name: str, view: StageView) -> torch.Tensor:
@@ -141,6 +145,8 @@ def route(name: str, view: StageView) -> torch.Tensor:
     broadcast against the labels into a plausible but meaningless accuracy. An honest router is
     handed the honest part of the view; one that reads a reference field is refused. A reference
     router needs a `ReferenceView` (evaluation has one; new images have no true task)."""
+    import torch
+
     groups, modules, n = view.entropy.shape
     router = ROUTERS[name]
     if router.reference and not isinstance(view, ReferenceView):
@@ -195,7 +201,7 @@ def register_router(cls: type[Router]) -> type[Router]:
         if not isinstance(declared, bool) or (declared and cls.reference):  # both said, and they disagree
             raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
         cls.reference = cls.reference or not declared
-    ROUTERS[cls.name] = cls()
+    ROUTERS.add(cls.name, cls(), cls.summary, cls.reference, cls.__module__)
     return cls
 
 
@@ -286,6 +292,9 @@ def route_batches(
     entropy: torch.Tensor, order: torch.Tensor, batch_size: int = REFERENCE_BATCH
 ) -> torch.Tensor:
     """One module per consecutive batch of `order` (sample positions), by mean entropy over the batch."""
+    import torch
+    import torch.nn.functional as F
+
     groups, modules, n = entropy.shape
     batches = -(-n // batch_size)
     padded = F.pad(entropy[:, :, order], (0, batches * batch_size - n))

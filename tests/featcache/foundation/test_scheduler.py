@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
-import sys
-import types
+import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -79,23 +78,29 @@ def test_local_cuda_without_dask_cuda_is_one_line_and_exit_2(tmp_path: Path, ima
     assert not (tmp_path / "c" / "imagefolder").exists()  # refused before anything was made
 
 
-def test_local_cuda_starts_dask_cudas_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With dask-cuda installed, local-cuda means dask_cuda.LocalCUDACluster (here a stand-in)."""
-    from distributed import LocalCluster
+def test_local_cuda_starts_dask_cudas_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With dask-cuda installed, local-cuda means dask_cuda.LocalCUDACluster (here a stand-in on the
+    import path, which the cluster's helper process takes from this one; it records its options)."""
+    record = tmp_path / "made.json"
+    (tmp_path / "dask_cuda.py").write_text(
+        textwrap.dedent(
+            f"""
+            import json
+            from distributed import LocalCluster
 
-    made: list[dict[str, Any]] = []
-
-    def fake_cluster(**kwargs: Any) -> LocalCluster:
-        made.append(kwargs)
-        return LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **kwargs)
-
-    fake = types.ModuleType("dask_cuda")
-    fake.__spec__ = importlib.machinery.ModuleSpec("dask_cuda", None)
-    fake.LocalCUDACluster = fake_cluster  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dask_cuda", fake)
+            def LocalCUDACluster(**kwargs):
+                with open({str(record)!r}, "w") as out:
+                    json.dump(kwargs, out)
+                return LocalCluster(
+                    n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", **kwargs
+                )
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
     with dask_client(parse_scheduler("local-cuda")) as client:
         assert client.submit(lambda: 41 + 1).result() == 42
-    assert made and made[0]["dashboard_address"] is None
+    assert json.loads(record.read_text())["dashboard_address"] is None
 
 
 def test_unreachable_scheduler_is_a_user_error() -> None:

@@ -24,11 +24,14 @@ from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
 from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import stage_interval, validation_record
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, bracket
 
 if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run a baseline on a worker
+    import pandas as pd
+
+if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none
     import pandas as pd
 
 NO_ROUTING = "none"
@@ -215,6 +218,7 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
         }
         for r in results
     ]
+
     return pd.DataFrame(rows)
 
 
@@ -239,6 +243,7 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
     )
     lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
+
     for _, r in frame.iterrows():
         routing_acc = (
             "–"

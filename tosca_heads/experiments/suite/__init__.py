@@ -8,7 +8,12 @@ paper's claims checked, every cell reproducible by one single command.
 - `tables`: the tables, claims and figures from the finished cells.
 """
 
-from tosca_heads.experiments.suite.run import SuiteResult, run_suite
-from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, load_suite, parse_suite
+from __future__ import annotations
 
-__all__ = ["StoreSpec", "SuiteResult", "SuiteSpec", "load_suite", "parse_suite", "run_suite"]
+from featcache.foundation.lazy import lazy_names
+
+# loaded on first use: `tosca list` names the presets without loading what runs a suite
+__getattr__, __all__ = lazy_names(
+    __name__,
+    {"run": ("SuiteResult", "run_suite"), "spec": ("StoreSpec", "SuiteSpec", "load_suite", "parse_suite")},
+)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 
 
@@ -93,7 +94,7 @@ class Logger(ABC):
         """Remove a run whose logging a kill cut short (it is logged again whole)."""
 
 
-LOGGERS: dict[str, type[Logger]] = {}
+LOGGERS: Registry[type[Logger]] = Registry("tracker", "tosca_heads.experiments.trackers.registry:LOGGERS")
 
 
 def register_logger(cls: type[Logger]) -> type[Logger]:
@@ -102,8 +103,7 @@ def register_logger(cls: type[Logger]) -> type[Logger]:
     name = cls.name
     if not name or name in LOGGERS or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"logger name {name!r} is empty, registered twice, or not letters, digits, _ and -")
-    LOGGERS[name] = cls
-    return cls
+    return LOGGERS.add(name, cls, cls.summary, module=cls.__module__)
 
 
 @dataclass(frozen=True)
