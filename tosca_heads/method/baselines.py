@@ -49,6 +49,7 @@ class SimpleCIL:
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = device
 
+    @linalg.on_one_thread
     def partial_fit(self, features: Array, labels: Array) -> SimpleCIL:
         x, y = as_tensor(features, self.device), as_labels(labels)
         classes = np.unique(y)
@@ -60,6 +61,7 @@ class SimpleCIL:
         self.prototypes_ = grown
         return self
 
+    @linalg.on_one_thread
     def predict(self, features: Array) -> np.ndarray:
         x = F.normalize(as_tensor(features, self.device), dim=1)
         w = F.normalize(self.prototypes_, dim=1)
@@ -213,6 +215,7 @@ class JointProbe:
         self.max_iter = max_iter
         self.device = device
 
+    @linalg.on_one_thread  # a serial chain of small steps
     def fit(self, features: Array, labels: Array) -> JointProbe:
         x = as_tensor(features, self.device)
         labels = as_labels(labels)
@@ -237,11 +240,11 @@ class JointProbe:
             loss.backward()
             return loss
 
-        with linalg.single_threaded(x.device):  # a serial chain of small steps: pinned
-            optimizer.step(closure)
+        optimizer.step(closure)
         self.weight_, self.bias_ = weight.detach(), bias.detach()
         return self
 
+    @linalg.on_one_thread
     def predict(self, features: Array) -> np.ndarray:
         x = (as_tensor(features, self.device) - self.mean_) / self.scale_
         return (x @ self.weight_.T + self.bias_).argmax(1).cpu().numpy()

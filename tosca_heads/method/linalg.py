@@ -137,6 +137,17 @@ def single_threaded(device: torch.device | str = "cpu") -> Iterator[None]:
         unpin_this_thread(previous)
 
 
+def on_one_thread(method: Callable[..., R]) -> Callable[..., R]:
+    """A method computed under `single_threaded` on its object's `device` (the CPU without one)."""
+
+    @functools.wraps(method)
+    def pinned(self: object, *args: object, **kwargs: object) -> R:
+        with single_threaded(getattr(self, "device", "cpu")):
+            return method(self, *args, **kwargs)
+
+    return pinned
+
+
 @contextlib.contextmanager
 def workers(threads: int | None = None, device: torch.device | str = "cpu") -> Iterator[Run]:
     """A `run(operation, items)` that applies a tile operation to every item on `threads` worker
@@ -178,7 +189,8 @@ def row_blocks(matrix: torch.Tensor, rows: int = ROWS) -> list[torch.Tensor]:
 def add_gram(gram: torch.Tensor, blocks: list[list[torch.Tensor]], run: Run) -> None:
     """gram += H'H, where H's row blocks are `blocks` (each its column tiles, widths as `spans`):
     each tile (i, j), i >= j, is the sum over the row blocks in their order of H_ri' H_rj, added
-    into gram's tile and mirrored into (j, i)."""
+    into gram's tile and mirrored into (j, i); a diagonal tile's lower triangle is mirrored into its
+    upper one (a product's two triangles need not agree to the bit), so gram stays symmetric."""
     cols = spans(len(gram))
 
     def tile(pair: tuple[int, int]) -> None:
@@ -186,6 +198,8 @@ def add_gram(gram: torch.Tensor, blocks: list[list[torch.Tensor]], run: Run) -> 
         total = blocks[0][i].T @ blocks[0][j]
         for block in blocks[1:]:
             total.addmm_(block[i].T, block[j])
+        if i == j:
+            total = total.tril() + total.tril(-1).T
         gram[cols[i], cols[j]] += total
         if i != j:
             gram[cols[j], cols[i]] = gram[cols[i], cols[j]].T
