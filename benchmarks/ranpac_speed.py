@@ -6,10 +6,10 @@ threads): the speedup, the bit-identity check across thread counts, where a task
     python benchmarks/ranpac_speed.py [--threads 1,2] [--tasks 5] [--m 10000] [--no-before]
 
 The features are synthetic (timing does not depend on their values) in the demo store's shapes:
-EuroSAT at 300 images per class, EfficientNet-Lite0 (dimension 1,280), 10 classes in 5 tasks of 2,
-2,400 training rows (480 a task) and 600 test rows, M = 10,000. Each task: `partial_fit` on its
-rows, then `decision_function` on the test rows of the classes seen (what `tosca baselines`
-scores). Phases: the Gram update (the projection of the task's rows, H'H and H'Y), the ridge
+EuroSAT at 300 images per class and split, EfficientNet-Lite0 (dimension 1,280), 10 classes in 5
+tasks of 2, 3,000 training rows (600 a task) and 3,000 test rows, M = 10,000. Each task:
+`partial_fit` on its rows, then `decision_function` on the test rows of the classes seen (what
+`tosca baselines` scores). Phases: the Gram update (the projection of the task's rows, H'H and H'Y), the ridge
 choice (the first task only: an SVD of its projection on one thread), the solve (the Cholesky
 factor of G + ridge I and two triangular solves) and the evaluation. The code before is
 main's own file at d73a8da (read with `git show`), run as `tosca baselines` ran it there: on one
@@ -27,7 +27,7 @@ import sys
 import time
 import types
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,7 @@ PHASES = ("gram", "ridge", "solve", "evaluation")
 def demo_shaped(
     tasks: int, seed: int = 0
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-    """Per task (features, labels) of 2 classes x 240 rows, and the test rows (60 a class)."""
+    """Per task (features, labels) of 2 classes x 300 rows, and the test rows (300 a class)."""
     rng = np.random.default_rng(seed)
     classes = 2 * tasks
     centres = rng.gamma(2.0, 0.5, size=(classes, 1280)).astype(np.float32)
@@ -53,7 +53,7 @@ def demo_shaped(
         y = np.repeat(np.arange(classes), per_class)
         return np.abs(centres[y] + rng.normal(scale=0.7, size=(len(y), 1280))).astype(np.float32), y
 
-    (x, y), (test_x, test_y) = rows(240), rows(60)
+    (x, y), (test_x, test_y) = rows(300), rows(300)
     return [(x[(y // 2) == t], y[(y // 2) == t]) for t in range(tasks)], test_x, test_y
 
 
@@ -81,31 +81,43 @@ class Timer:
             setattr(owner, name, original)
 
 
-def run_tasks(
-    module: types.ModuleType, data: tuple, m: int, pinned: Callable[[], contextlib.AbstractContextManager]
-) -> tuple[list[dict[str, float]], torch.Tensor, list[float]]:
-    """Each task's seconds by phase, the last weights and A_t, for the RanPAC of `module`."""
-    tasks, test_x, test_y = data
-    model = module.RanPAC(projection_dim=m, seed=0)
-    per_task, accuracies = [], []
-    for t, (x, y) in enumerate(tasks):
+class Run:
+    """One configuration's RanPAC through the tasks: its module (before or now), thread count,
+    model, each task's seconds by phase and A_t."""
+
+    def __init__(self, module: types.ModuleType, threads: int, m: int, before: bool):
+        self.module, self.threads, self.before = module, threads, before
+        self.model = module.RanPAC(projection_dim=m, seed=0)
+        self.per_task: list[dict[str, float]] = []
+        self.accuracies: list[float] = []
+
+    def pinned(self) -> contextlib.AbstractContextManager:
+        """As `tosca baselines` runs it: main's process-wide one thread before, one thread now for
+        the calling thread (linalg's workers take the rest)."""
+        if self.before:
+            return self.module.single_threaded(torch.device("cpu"))
+        return linalg.single_threaded()
+
+    def task(self, t: int, data: tuple) -> None:
+        tasks, test_x, test_y = data
+        x, y = tasks[t]
         timer = Timer()
         with (
-            pinned(),
-            timer.wrap(module, "ridge_solve", "solve"),
-            timer.wrap(module.RanPAC, "_select_ridge", "ridge"),
+            linalg_threads(self.threads),
+            self.pinned(),
+            timer.wrap(self.module, "ridge_solve", "solve"),
+            timer.wrap(self.module.RanPAC, "_select_ridge", "ridge"),
         ):
             start = time.perf_counter()
-            model.partial_fit(x, y)
+            self.model.partial_fit(x, y)
             fitted = time.perf_counter() - start
             seen = test_y < 2 * (t + 1)
             start = time.perf_counter()
-            predicted = model.predict(test_x[seen])
+            predicted = self.model.predict(test_x[seen])
             timer.seconds["evaluation"] = time.perf_counter() - start
         timer.seconds["gram"] = fitted - timer.seconds["solve"] - timer.seconds["ridge"]
-        per_task.append(dict(timer.seconds))
-        accuracies.append(float((predicted == test_y[seen]).mean()))
-    return per_task, model.weights_, accuracies
+        self.per_task.append(dict(timer.seconds))
+        self.accuracies.append(float((predicted == test_y[seen]).mean()))
 
 
 def module_before() -> types.ModuleType | None:
@@ -144,7 +156,7 @@ def median(values: list[float]) -> float:
     return float(np.median(values))
 
 
-def per_tile_seconds(m: int, rows: int, test_rows: int, repeats: int = 5) -> dict[str, float]:
+def per_tile_seconds(rows: int, repeats: int = 5) -> dict[str, float]:
     """One thread's seconds for each kind of tile operation the new code runs."""
     gen = torch.Generator().manual_seed(0)
     b = linalg.TILE
@@ -152,6 +164,7 @@ def per_tile_seconds(m: int, rows: int, test_rows: int, repeats: int = 5) -> dic
     spd = a @ a.T + b * torch.eye(b, dtype=torch.float64)
     h = torch.rand(rows, b, generator=gen, dtype=torch.float64)
     x = torch.rand(rows, 1280, generator=gen)
+    test = torch.rand(linalg.ROWS, 1280, generator=gen)  # one row block of evaluation
     p = torch.randn(1280, b, generator=gen)
     q = torch.randn(b, 10, generator=gen, dtype=torch.float64)
     c = spd.clone()
@@ -162,7 +175,7 @@ def per_tile_seconds(m: int, rows: int, test_rows: int, repeats: int = 5) -> dic
         "trsm": lambda: torch.linalg.solve_triangular(spd.mT, a, upper=True, left=False),
         "update": lambda: c.addmm_(a, a.mT, alpha=-1e-9),
         "solve_step": lambda: q.addmm_(a, q, alpha=-1e-9),
-        "evaluation": lambda: torch.relu(x[:test_rows] @ p).double(),
+        "evaluation": lambda: torch.relu(test @ p).double(),
     }
     found = {}
     with linalg.single_threaded():
@@ -185,9 +198,9 @@ def makespan(costs: list[float], workers: int) -> float:
     return max(free)
 
 
-def modelled_task(tile: dict[str, float], m: int, workers: int) -> float:
-    """A task's Gram update, solve and evaluation on `workers` threads, from the per-tile times:
-    every phase of linalg's schedule, each ending when its last item does."""
+def modelled_task(tile: dict[str, float], m: int, test_rows: float, workers: int) -> float:
+    """A task's Gram update, solve and evaluation (of `test_rows` rows) on `workers` threads, from
+    the per-tile times: every phase of linalg's schedule, each ending when its last item does."""
     n = len(linalg.spans(m))
     total = makespan([tile["projection"]] * n, workers)
     total += makespan([tile["gram"]] * (n * (n + 1) // 2), workers)
@@ -195,7 +208,8 @@ def modelled_task(tile: dict[str, float], m: int, workers: int) -> float:
         total += tile["potrf"] + makespan([tile["trsm"]] * (n - k - 1), workers)
         total += makespan([tile["update"]] * ((n - k - 1) * (n - k) // 2), workers)
         total += 2 * makespan([tile["solve_step"]] * (n - k - 1), workers)
-    return total + makespan([tile["evaluation"]] * n, workers)
+    blocks = test_rows / linalg.ROWS
+    return total + makespan([tile["evaluation"] * min(1.0, blocks)] * n * max(1, round(blocks)), workers)
 
 
 def main() -> None:
@@ -213,15 +227,19 @@ def main() -> None:
     print(
         f"RanPAC, M = {args.m:,}, {args.tasks} tasks of {rows} rows (dim 1,280), {usable_cores()} usable cores"
     )
-    results = {}
+    runs = {}
     before = None if args.no_before else module_before()
     if before is not None:
-        results["before (1 thread)"] = run_tasks(
-            before, data, args.m, lambda: before.single_threaded(torch.device("cpu"))
-        )
+        runs["before (1 thread)"] = Run(before, 1, args.m, before=True)
     for count in threads:
-        with linalg_threads(count):
-            results[f"now, {count} thread(s)"] = run_tasks(baselines, data, args.m, linalg.single_threaded)
+        runs[f"now, {count} thread(s)"] = Run(baselines, count, args.m, before=False)
+    # task by task, every configuration in turn (the order rotated): a machine whose speed drifts
+    # slows them alike
+    names = list(runs)
+    for t in range(args.tasks):
+        for name in names[t % len(names) :] + names[: t % len(names)]:
+            runs[name].task(t, data)
+    results = {name: (run.per_task, run.model.weights_, run.accuracies) for name, run in runs.items()}
     print("\n| code | s/task | Gram update | ridge choice (task 1) | solve | evaluation | A_last |")
     print("|---|---|---|---|---|---|---|")
     for name, (per_task, _, accuracies) in results.items():
@@ -243,11 +261,12 @@ def main() -> None:
         old, new = results["before (1 thread)"], results[now[0]]
         gap = float((old[1] - new[1]).abs().max() / old[1].abs().max())
         print(f"before against now: weights {gap:.1e} apart (relative), A_t equal: {old[2] == new[2]}")
-    tile = per_tile_seconds(args.m, rows, len(data[2]))
+    tile = per_tile_seconds(rows)
+    test_rows = float(np.mean([np.sum(data[2] < 2 * (t + 1)) for t in range(args.tasks)]))
     print("\nper tile, one thread (ms): " + ", ".join(f"{k} {1000 * v:.1f}" for k, v in tile.items()))
     print("modelled s/task (Gram update + solve + evaluation; an ESTIMATE from the per-tile times):")
     for workers in (1, 2, 4, 8, 16):
-        print(f"  {workers:2d} thread(s): {modelled_task(tile, args.m, workers):.2f}")
+        print(f"  {workers:2d} thread(s): {modelled_task(tile, args.m, test_rows, workers):.2f}")
     sys.exit(0 if same else 1)
 
 

@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from support.stores import synthetic_store  # noqa: E402
 
 Arrays = dict[str, np.ndarray]
+M = 1100  # RanPAC's projection: three tiles (512, 512, 76)
 
 
 def _tasks(seed: int, tasks: int, classes: int, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,11 +75,11 @@ def ranpac() -> Arrays:
     from tosca_heads.method.baselines import JointProbe, RanPAC, ridge_solve
 
     # the first task has more rows than M (the ridge path's eigendecomposition) and than one row
-    # block (two partial Gram sums); M = 1,300 is three tiles, the last one narrower
+    # block (two partial Gram sums); M = 1,100 is three tiles, the last one narrower
     x, y = _tasks(2, 3, 3, 700, 64)
     firsts = [np.flatnonzero(y < 3), *(np.flatnonzero(y == c)[:50] for c in range(3, 9))]
     tasks = [firsts[0], np.concatenate(firsts[1:4]), np.concatenate(firsts[4:])]
-    model = RanPAC(projection_dim=1300, seed=3)
+    model = RanPAC(projection_dim=M, seed=3)
     out = {}
     for t, rows in enumerate(tasks):
         model.partial_fit(x[rows], y[rows])
@@ -86,12 +87,12 @@ def ranpac() -> Arrays:
         out[f"{t}/scores"] = model.decision_function(x[::7])
     out["gram"] = model.gram_.numpy()
     out["ridge"] = np.array([model.ridge_, *model.ridge_losses_.values()])
-    small = RanPAC(projection_dim=1300, seed=4).partial_fit(x[tasks[1]], y[tasks[1]])  # the SVD path
+    small = RanPAC(projection_dim=M, seed=4).partial_fit(x[tasks[1]], y[tasks[1]])  # the SVD path
     out["svd/ridge"] = np.array([small.ridge_, *small.ridge_losses_.values()])
     # a Gram that is not positive definite with its ridge (as one whose ridge drowns in its
     # rounding): the Cholesky fails and G's eigendecomposition answers
     h = small.project(x[tasks[1]][:40])
-    gram = h.T @ h - 2e-3 * torch.eye(1300, dtype=torch.float64)
+    gram = h.T @ h - 2e-3 * torch.eye(M, dtype=torch.float64)
     fallback = ridge_solve(gram, h.T @ torch.ones(len(h), 2, dtype=torch.float64), 1e-3)
     out["fallback"] = fallback.numpy()
     probe = JointProbe(max_iter=30).fit(x[tasks[0]], y[tasks[0]])
@@ -124,7 +125,7 @@ def estimators() -> Arrays:
     rng = np.random.default_rng(0)
     test = rng.permutation(len(y))[:90]
     tosca = TOSCAClassifier(preset="paper", init_cls=2, increment=2, epochs=2, r=8, s=8).fit(x, y)
-    ranpac = BaselineClassifier("ranpac", {"projection_dim": 1300}, init_cls=2, increment=2).fit(x, y)
+    ranpac = BaselineClassifier("ranpac", {"projection_dim": M}, init_cls=2, increment=2).fit(x, y)
     probe = BaselineClassifier("joint_probe", init_cls=2, increment=2).fit(x, y)
     return {
         "tosca/proba": tosca.predict_proba(x[test]),
@@ -149,7 +150,7 @@ def suite() -> Arrays:
                 "seeds": [0],
                 "val_fraction": 0.2,
                 "tosca": {"flags": {"epochs": 2, "batch_size": 16, "r": 8, "s": 8}},
-                "baselines": {"methods": ["ranpac", "joint_probe"], "ranpac_m": 1300},
+                "baselines": {"methods": ["ranpac", "joint_probe"], "ranpac_m": M},
                 "stores": [{"name": "s", "path": str(store.path), "init_cls": 2, "increment": 2}],
             },
             Path(tmp),
