@@ -98,7 +98,10 @@ class RanPAC:
     def project(self, features: Array) -> torch.Tensor:
         """ReLU(x W_rand) in float64 (the Gram sums stay exact enough for a 1e-8 ridge)."""
         with linalg.workers(device=self.projection_.device) as run:
-            return torch.cat([torch.cat(tiles, 1) for tiles in self._projected(features, run)])
+            blocks = [torch.cat(tiles, 1) for tiles in self._projected(features, run)]
+        if not blocks:
+            return torch.zeros(0, self.projection_dim, dtype=torch.float64, device=self.projection_.device)
+        return torch.cat(blocks)
 
     def _projected(self, features: Array, run: linalg.Run) -> list[list[torch.Tensor]]:
         """The projection's row blocks (linalg.ROWS rows), each as its column tiles (linalg.TILE
