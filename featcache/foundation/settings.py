@@ -70,6 +70,12 @@ def _seconds(value: str) -> str | None:
     return f"TOSCA_PROGRESS_EVERY={value[:40]!r} is not a number of seconds (0 to 86400)"
 
 
+def _threads(value: str) -> str | None:
+    if value.isdigit() and 1 <= int(value) <= 1024:
+        return None
+    return f"TOSCA_LINALG_THREADS={value[:40]!r} is not a number of threads (a whole number from 1 to 1024)"
+
+
 def _any(value: str) -> str | None:
     """A place (any path the user names): what is there is checked where it is used."""
     return None
@@ -91,6 +97,11 @@ SETTINGS: dict[str, Setting] = {
             "TOSCA_STEP_THREADS",
             "threads of the compiled step: 1 or 2",
             _one_of("TOSCA_STEP_THREADS", ("1", "2"), "use 1 or 2"),
+        ),
+        Setting(
+            "TOSCA_LINALG_THREADS",
+            "threads of RanPAC's tiled linear algebra (default: OMP_NUM_THREADS, else every usable core); the same numbers on any",
+            _threads,
         ),
         Setting(
             "TOSCA_OVERLAP_EVAL",

@@ -85,6 +85,7 @@ def test_the_cache_refusal_is_one_line_from_the_command_line(
 BAD_SETTINGS = {  # a value no setting may take, for each one tosca reads that has a form
     "TOSCA_STEP": "fastest",
     "TOSCA_STEP_THREADS": "3",
+    "TOSCA_LINALG_THREADS": "0",
     "TOSCA_OVERLAP_EVAL": "yes",
     "TOSCA_PROGRESS": "on",
     "TOSCA_PROGRESS_EVERY": "soon",

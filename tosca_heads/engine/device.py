@@ -15,17 +15,15 @@ Each is read through featcache.foundation.settings, which refuses any other valu
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from featcache.foundation.limits import usable_cores
 from featcache.foundation.settings import check_settings as check_every_setting
 from featcache.foundation.settings import setting
+from tosca_heads.method.linalg import mkl_thread_setter
 
 STEP_CHOICES = ("auto", "native", "torch")
 
@@ -44,22 +42,6 @@ def check_settings() -> None:
     """Refuse a bad setting (TOSCA_STEP, TOSCA_STEP_THREADS, TOSCA_OVERLAP_EVAL and every other one
     featcache.foundation.settings knows) in one line, before a command writes anything."""
     check_every_setting()
-
-
-@functools.lru_cache(maxsize=1)
-def mkl_thread_setter() -> tuple[ctypes._CFuncPtr | None, int | None]:  # type: ignore[name-defined]
-    """MKL's per-thread thread-count setter inside libtorch_cpu, and its address for C callers;
-    (None, None) when this torch build does not link MKL."""
-    if not torch.backends.mkl.is_available():
-        return None, None
-    try:
-        setter = ctypes.CDLL(
-            str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
-        ).MKL_Set_Num_Threads_Local
-    except (OSError, AttributeError):
-        return None, None
-    setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-    return setter, ctypes.cast(setter, ctypes.c_void_p).value
 
 
 def overlap_evaluation(device: torch.device) -> bool:

@@ -24,6 +24,7 @@ from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.features import FeatureSource
+from tosca_heads.method.linalg import pin_this_thread
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
@@ -339,5 +340,7 @@ class StageQueue:
 
 
 def _quiet_thread() -> None:
-    """The evaluation thread computes as the training thread does: denormals flushed, one thread."""
+    """The evaluation thread computes as the training thread does: denormals flushed, one thread
+    (this thread's BLAS and parallel loops: the same bits whatever the process's thread count)."""
     torch.set_flush_denormal(True)
+    pin_this_thread()

@@ -45,8 +45,9 @@ import torch
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.settings import setting
-from tosca_heads.engine.device import mkl_thread_setter, step_choice
+from tosca_heads.engine.device import step_choice
 from tosca_heads.engine.layout import SLOTS, ParamLayout
+from tosca_heads.method.linalg import mkl_thread_setter
 
 ABI_VERSION = 4  # TOSCA_ABI_VERSION in csrc/luca_step.c
 

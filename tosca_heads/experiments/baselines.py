@@ -19,8 +19,9 @@ from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_not_replaced, check_readable
 from tosca_heads.experiments.records import with_intervals
 from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
-from tosca_heads.method.baselines import BASELINES, single_threaded
+from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
+from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import HELD_OUT, NO_VALIDATION, StreamConfig, TaskStream, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, intervals

@@ -38,7 +38,7 @@ from tosca_heads.experiments.records.run import (
     train_config_of,
 )
 from tosca_heads.experiments.requests import PredictRequest
-from tosca_heads.method.baselines import single_threaded
+from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
 from tosca_heads.routers.scores import predict as predict_classes

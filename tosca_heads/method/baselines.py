@@ -19,18 +19,15 @@ comparison, `tosca baselines --methods NAME` and suites then run it.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 # the registry and its decorator are light (`tosca list` reads them without torch); here as before
+from tosca_heads.method import linalg
 from tosca_heads.method.baseline_names import BASELINES, register_baseline  # noqa: F401
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
-PREDICT_BATCH = 2048
 Array = np.ndarray | torch.Tensor
 
 
@@ -52,6 +49,7 @@ class SimpleCIL:
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = device
 
+    @linalg.on_one_thread
     def partial_fit(self, features: Array, labels: Array) -> SimpleCIL:
         x, y = as_tensor(features, self.device), as_labels(labels)
         classes = np.unique(y)
@@ -63,6 +61,7 @@ class SimpleCIL:
         self.prototypes_ = grown
         return self
 
+    @linalg.on_one_thread
     def predict(self, features: Array) -> np.ndarray:
         x = F.normalize(as_tensor(features, self.device), dim=1)
         w = F.normalize(self.prototypes_, dim=1)
@@ -73,7 +72,10 @@ class SimpleCIL:
 
 
 class RanPAC:
-    """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks."""
+    """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.
+
+    On a CPU its projections, Gram sums, Cholesky factor and solves are `linalg`'s tiled ones, on
+    `linalg_threads()` threads: the same bits on any thread count."""
 
     incremental = True
 
@@ -95,7 +97,20 @@ class RanPAC:
 
     def project(self, features: Array) -> torch.Tensor:
         """ReLU(x W_rand) in float64 (the Gram sums stay exact enough for a 1e-8 ridge)."""
-        return torch.relu(as_tensor(features, self.device) @ self.projection_).double()
+        with linalg.workers(device=self.projection_.device) as run:
+            blocks = [torch.cat(tiles, 1) for tiles in self._projected(features, run)]
+        if not blocks:
+            return torch.zeros(0, self.projection_dim, dtype=torch.float64, device=self.projection_.device)
+        return torch.cat(blocks)
+
+    def _projected(self, features: Array, run: linalg.Run) -> list[list[torch.Tensor]]:
+        """The projection's row blocks (linalg.ROWS rows), each as its column tiles (linalg.TILE
+        wide): one product per (block, tile), on `run`'s threads."""
+        x = as_tensor(features, self.device)
+        blocks, tiles = linalg.row_blocks(x), linalg.column_tiles(self.projection_)
+        pairs = [(b, t) for b in range(len(blocks)) for t in range(len(tiles))]
+        flat = run(lambda pair: torch.relu(blocks[pair[0]] @ tiles[pair[1]]).double(), pairs)
+        return [flat[b * len(tiles) : (b + 1) * len(tiles)] for b in range(len(blocks))]
 
     def partial_fit(self, features: Array, labels: Array) -> RanPAC:
         labels = as_labels(labels)
@@ -106,17 +121,21 @@ class RanPAC:
             m = self.projection_dim
             self.gram_ = torch.zeros(m, m, dtype=torch.float64, device=self.projection_.device)
             self.targets_ = torch.zeros(m, 0, dtype=torch.float64, device=self.projection_.device)
-        h = self.project(features)
-        n_classes = max(self.targets_.shape[1], int(labels.max()) + 1)
-        y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double().to(h.device)
-        if not hasattr(self, "ridge_"):
-            self.ridge_, self.ridge_losses_ = (
-                (self.ridge, {}) if self.ridge is not None else self._select_ridge(h, y)
-            )
-        self.targets_ = F.pad(self.targets_, (0, n_classes - self.targets_.shape[1]))
-        self.gram_ += h.T @ h
-        self.targets_ += h.T @ y
-        self.weights_ = ridge_solve(self.gram_, self.targets_, self.ridge_)
+        device = self.projection_.device
+        with linalg.workers(device=device) as run:
+            blocks = self._projected(features, run)
+            n_classes = max(self.targets_.shape[1], int(labels.max()) + 1)
+            y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double().to(device)
+            if not hasattr(self, "ridge_"):
+                self.ridge_, self.ridge_losses_ = (
+                    (self.ridge, {})
+                    if self.ridge is not None
+                    else self._select_ridge(torch.cat([torch.cat(tiles, 1) for tiles in blocks]), y)
+                )
+            self.targets_ = F.pad(self.targets_, (0, n_classes - self.targets_.shape[1]))
+            linalg.add_gram(self.gram_, blocks, run)
+            linalg.add_cross(self.targets_, blocks, linalg.row_blocks(y), run)
+            self.weights_ = ridge_solve(self.gram_, self.targets_, self.ridge_, run)
         return self
 
     def _select_ridge(self, h: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
@@ -131,10 +150,13 @@ class RanPAC:
         return min(losses, key=losses.__getitem__), losses
 
     def decision_function(self, features: Array) -> np.ndarray:
-        scores = [
-            (self.project(features[i : i + PREDICT_BATCH]) @ self.weights_).cpu().numpy()
-            for i in range(0, len(features), PREDICT_BATCH)
-        ]
+        """Scores [n, classes]: each row block's projection (its tiles on `linalg`'s threads) times
+        the weights, one product per block."""
+        with linalg.workers(device=self.projection_.device) as run:
+            scores = [
+                (torch.cat(tiles, 1) @ self.weights_).cpu().numpy()
+                for tiles in self._projected(features, run)
+            ]
         return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
 
     def predict(self, features: Array) -> np.ndarray:
@@ -144,47 +166,44 @@ class RanPAC:
         return int(self.projection_.numel() + self.weights_.numel())
 
 
-def ridge_solve(gram: torch.Tensor, targets: torch.Tensor, ridge: float) -> torch.Tensor:
-    """W = (G + ridge I)^-1 Q by Cholesky. G + ridge I is positive definite in exact arithmetic, but
+def ridge_solve(
+    gram: torch.Tensor, targets: torch.Tensor, ridge: float, run: linalg.Run | None = None
+) -> torch.Tensor:
+    """W = (G + ridge I)^-1 Q by Cholesky (on a CPU `linalg`'s tiled one, on `run`'s threads, or on
+    `linalg_threads()` of its own). G + ridge I is positive definite in exact arithmetic, but
     with fewer rows than M the Gram matrix is singular and a ridge of 1e-8 can drown in its
-    rounding (a factorisation that fails): then by G's eigendecomposition, its eigenvalues clamped
-    at 0, which is the same solution where both exist."""
-    regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
-    factor, info = torch.linalg.cholesky_ex(regularised)
-    if int(info) == 0:
-        return torch.cholesky_solve(targets, factor)
-    evals, evecs = torch.linalg.eigh(gram)
-    return evecs @ ((evecs.T @ targets) / (evals.clamp_min(0) + ridge)[:, None])
+    rounding (a factorisation that fails): then by G's eigendecomposition (LAPACK on one thread),
+    its eigenvalues clamped at 0, which is the same solution where both exist."""
+    if gram.device.type != "cpu":
+        regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+        factor, info = torch.linalg.cholesky_ex(regularised)
+        if int(info) == 0:
+            return torch.cholesky_solve(targets, factor)
+    elif run is None:
+        with linalg.workers() as own:
+            return ridge_solve(gram, targets, ridge, own)
+    else:
+        tiles = linalg.cholesky(gram, ridge, run)
+        if tiles is not None:
+            return linalg.cholesky_solve(tiles, targets, run)
+    with linalg.single_threaded(gram.device):
+        evals, evecs = torch.linalg.eigh(gram)
+        return evecs @ ((evecs.T @ targets) / (evals.clamp_min(0) + ridge)[:, None])
 
 
 def ridge_path(h: torch.Tensor, y: torch.Tensor, ridges: tuple[float, ...]) -> dict[float, torch.Tensor]:
     """Ridge solutions for many ridges from one decomposition: with H = U S V^T,
     W(l) = V diag(s / (s^2 + l)) U^T Y. Same numbers as one solve per ridge, at the cost of one SVD
-    (of H when it has fewer rows than columns, else an eigendecomposition of the M x M Gram)."""
-    if h.shape[0] > h.shape[1]:
-        evals, evecs = torch.linalg.eigh(h.T @ h)
-        projected = evecs.T @ (h.T @ y)
-        return {ridge: evecs @ (projected / (evals + ridge)[:, None]) for ridge in ridges}
-    u, s, vh = torch.linalg.svd(h, full_matrices=False)
-    uty = u.T @ y
-    return {ridge: vh.T @ ((s / (s**2 + ridge))[:, None] * uty) for ridge in ridges}
-
-
-@contextlib.contextmanager
-def single_threaded(device: torch.device) -> Iterator[None]:
-    """Compute on one CPU thread: a multithreaded BLAS splits sums by its thread count (RanPAC's
-    Gram matrices and Cholesky, the probe's L-BFGS, which follows its float32 sums closely), so
-    only one thread gives the same numbers in any process (a suite's worker, a single command)
-    and under any OMP_NUM_THREADS."""
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    (of H when it has fewer rows than columns, else an eigendecomposition of the M x M Gram), on
+    one thread (LAPACK's threads would split its sums)."""
+    with linalg.single_threaded(h.device):
+        if h.shape[0] > h.shape[1]:
+            evals, evecs = torch.linalg.eigh(h.T @ h)
+            projected = evecs.T @ (h.T @ y)
+            return {ridge: evecs @ (projected / (evals + ridge)[:, None]) for ridge in ridges}
+        u, s, vh = torch.linalg.svd(h, full_matrices=False)
+        uty = u.T @ y
+        return {ridge: vh.T @ ((s / (s**2 + ridge))[:, None] * uty) for ridge in ridges}
 
 
 class JointProbe:
@@ -199,6 +218,7 @@ class JointProbe:
         self.max_iter = max_iter
         self.device = device
 
+    @linalg.on_one_thread  # a serial chain of small steps
     def fit(self, features: Array, labels: Array) -> JointProbe:
         x = as_tensor(features, self.device)
         labels = as_labels(labels)
@@ -223,11 +243,11 @@ class JointProbe:
             loss.backward()
             return loss
 
-        with single_threaded(x.device):
-            optimizer.step(closure)
+        optimizer.step(closure)
         self.weight_, self.bias_ = weight.detach(), bias.detach()
         return self
 
+    @linalg.on_one_thread
     def predict(self, features: Array) -> np.ndarray:
         x = (as_tensor(features, self.device) - self.mean_) / self.scale_
         return (x @ self.weight_.T + self.bias_).argmax(1).cpu().numpy()

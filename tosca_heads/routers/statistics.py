@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tosca_heads.method.linalg import on_one_thread
+
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
 SHRINKAGES = ("validated", "ledoit_wolf", "oas")  # how the shrinkage is chosen after each task
 HELD_OUT = 0.2
@@ -74,8 +76,11 @@ class ClassStatistics:
     def classes(self) -> int:
         return 0 if not hasattr(self, "counts_") else len(self.counts_)
 
+    @on_one_thread
     def partial_fit(self, features: torch.Tensor, labels: np.ndarray, classes: range) -> ClassStatistics:
-        """Add one task's classes (incremental ids `classes`, the next ones) from their clean features."""
+        """Add one task's classes (incremental ids `classes`, the next ones) from their clean features:
+        on one thread (this thread's BLAS, LAPACK and parallel loops), so the scatter, the shrinkage and
+        the `lda` model it is chosen with are the same bits under any thread count."""
         x = features.detach().to("cpu", torch.float32)
         if not hasattr(self, "counts_"):
             self.kind_ = "tukey" if float(x.min()) >= 0 else "none"
@@ -148,8 +153,10 @@ class ClassStatistics:
         best = max(accuracy.values())
         return max(lam for lam, acc in accuracy.items() if acc == best)  # ties: the stronger shrinkage
 
+    @on_one_thread
     def model(self) -> FrozenModel:
-        """The classifiers over every class seen so far, with the last task's shrinkage."""
+        """The classifiers over every class seen so far, with the last task's shrinkage (solved on one
+        thread, as in `partial_fit`)."""
         return _model(self.counts_, self.sums_, self.tsums_, self.scatter_, self.kind_, self.shrinkage_[-1])
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -1,20 +1,14 @@
 """The `lda` statistics' shrinkage estimated by scikit-learn's Ledoit-Wolf and OAS from the kept
 statistics alone (never an old task's rows): each equals `sklearn.covariance`'s on the pooled
-class-centred rows, and every choice gives the same bits on any thread count."""
+class-centred rows (that every choice gives the same bits on any thread count:
+tests/tosca_heads/test_thread_independence.py)."""
 
 from __future__ import annotations
-
-import hashlib
-import inspect
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from sklearn.covariance import OAS, ledoit_wolf_shrinkage
-from support import ROOT
 
 from tosca_heads.routers.statistics import ClassStatistics
 
@@ -59,36 +53,3 @@ def test_an_unknown_shrinkage_is_refused() -> None:
     x, y = _tasks()
     with pytest.raises(ValueError, match="unknown shrinkage 'median'"):
         ClassStatistics(x.shape[1], shrinkage="median").partial_fit(x[y < 2], y[y < 2], range(2))
-
-
-DIGEST = """
-import hashlib
-import numpy as np, torch
-from tosca_heads.routers.statistics import ClassStatistics
-{tasks}
-x, y = _tasks(1, dim=96, per_class=200)
-out = hashlib.sha256()
-for kind in ("validated", "ledoit_wolf", "oas"):
-    s = ClassStatistics(96, shrinkage=kind)
-    for t in range(3):
-        rows = (y >= 2 * t) & (y < 2 * t + 2)
-        s.partial_fit(x[rows], y[rows], range(2 * t, 2 * t + 2))
-        m = s.model()
-        for v in (s.scatter_, m.lda_weight, m.lda_bias, torch.tensor(s.shrinkage_), torch.tensor([s.fourth_])):
-            out.update(v.numpy().tobytes())
-print(out.hexdigest())
-""".replace("{tasks}", inspect.getsource(_tasks).replace("tuple[torch.Tensor, np.ndarray]", "tuple"))
-
-
-@pytest.mark.slow
-def test_the_statistics_are_the_same_bits_on_one_and_two_threads() -> None:
-    digests = set()
-    for threads in ("1", "2"):
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run(
-            [sys.executable, "-c", DIGEST], cwd=ROOT, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        digests.add(done.stdout.strip())
-    assert len(digests) == 1
-    assert hashlib.sha256(b"").hexdigest() not in digests
