@@ -46,7 +46,7 @@ PRINTED = {
     "python-api.md#2": [NUMBER],
     "python-api.md#3": [
         rf"TOSCA, lda: {NUMBER}",
-        rf"chosen on validation: \{{'lr': 0\.0[15], 'r': [24]\}} {NUMBER}",
+        rf"best on validation \(the figure alone\): \{{'lr': 0\.0[15], 'r': [24]\}} {NUMBER}",
         rf"RanPAC: {NUMBER}",
     ],
 }

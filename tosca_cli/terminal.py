@@ -1,6 +1,7 @@
 """What tosca shows on a terminal: data (paths, class names, store attrs) always as inert text,
 never read as markup, control characters escaped; errors as one line on stderr. Off a terminal
-(pipes, logs, CI) nothing wraps at 80 columns, so paths and tables stay whole."""
+(pipes, logs, CI) nothing wraps: a table takes its natural width (the routers table with its
+intervals and descriptions is over 200 columns), so paths, tables and their words stay whole."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from featcache.foundation.text import printable
 
-_WIDTH = None if sys.stdout.isatty() else 160
+_WIDTH = None if sys.stdout.isatty() else 1_000  # a table is as wide as its cells, never padded to this
 out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
 err = Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
 

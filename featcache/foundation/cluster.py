@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,9 +140,18 @@ def ship_registrations(client: Any) -> None:
         )
         raise UserError(
             f"what this process registered cannot reach the Dask workers: {names} "
-            f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); define it in a script, a notebook or "
+            f"({_in_words(exc)}); define it in a script, a notebook or "
             "a module named in TOSCA_PLUGINS that the workers can import"
         ) from None
+
+
+def _in_words(exc: BaseException) -> str:
+    """A worker's error as "Kind: message": Dask hands it back wrapped as `Exception('Kind("...")')`."""
+    kind, said = type(exc).__name__, " ".join(str(exc).split())
+    inner = re.fullmatch(r"(\w+)\((['\"])(.*)\2\)", said)
+    if inner:
+        kind, said = inner[1], inner[3]
+    return f"{kind}: {said[:160]}"
 
 
 class Registrations(WorkerPlugin):
