@@ -67,7 +67,7 @@ def extract(
     >>> open_store(path).shape.classes
     3
     """
-    from featcache.extraction import extract as run
+    from featcache.runner import extract as run
     from featcache.requests import ExtractRequest
 
     _check_option_types(ExtractRequest, options)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported where weights are read: naming backbones needs none
@@ -45,15 +44,17 @@ class BackboneSpec:
         return self.timm_name.split(".", 1)[1] if "." in self.timm_name else ""
 
 
-BACKBONES: Registry[BackboneSpec] = Registry("backbone", "featcache.backbones:BACKBONES")
+BACKBONES: Registry[BackboneSpec] = Registry("backbone", "featcache.backbones:BACKBONES", "model")
 
 
-def register_backbone(spec: BackboneSpec, module: str | None = None) -> BackboneSpec:
-    """Add a backbone under its alias; `module` registers it (default: the caller's)."""
-    if spec.alias in BACKBONES:
-        raise ValueError(f"backbone alias {spec.alias!r} registered twice")
+def register_backbone(
+    spec: BackboneSpec, module: str | None = None, aliases: tuple[str, ...] = ()
+) -> BackboneSpec:
+    """Add a backbone under its alias (and other names, `aliases`); `module` registers it
+    (default: the caller's)."""
     what = f"timm {spec.timm_name}" + (f"; {spec.note}" if spec.note else "")
-    return BACKBONES.add(spec.alias, spec, what, module=module or sys._getframe(1).f_globals.get("__name__"))
+    caller = module or sys._getframe(1).f_globals.get("__name__")
+    return BACKBONES.add(spec.alias, spec, what, module=caller, aliases=aliases)
 
 
 register_backbone(
@@ -93,10 +94,7 @@ def resolve_backbone(name: str) -> BackboneSpec:
     arch = name.split(".", 1)[0]
     if timm.is_model(arch):
         return BackboneSpec(alias=name.replace("/", "_"), timm_name=name, default_policy="timm")
-    raise UserError(
-        f"unknown model {name!r}{did_you_mean(name, BACKBONES)}: use one of {', '.join(sorted(BACKBONES))} "
-        "or any timm model name (see timm.list_models())"
-    )
+    raise UserError(f"{BACKBONES.refusal(name)} or any timm model name (see timm.list_models())")
 
 
 @dataclass

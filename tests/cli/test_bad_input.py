@@ -188,7 +188,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         "no store under",
     ),
     ("fit run a file", [*FIT, "--run", "{file}"], "--run {file} is a file, not a folder"),
-    ("fit unknown tracker", [*FIT, "--log", "wandb"], "--log 'wandb': no such tracker"),
+    ("fit unknown tracker", [*FIT, "--log", "wandb"], "unknown --log 'wandb': use one of"),
     # trackers write by the rules every write follows, and a WHERE that cannot serve is one line
     (
         "fit tensorboard inside a store",

@@ -27,7 +27,6 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
-from featcache.foundation.names import did_you_mean
 from featcache.foundation.scheduler import check_available, parse_scheduler
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
@@ -67,7 +66,7 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
-from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS, is_honest, reference_text
+from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
 
 # Every fit flag a sweep can vary, with its parser: the recipe's (method.recipe.RECIPE_FLAGS; seed
 # is the flag `--seeds` fills) and the task split's.
@@ -344,22 +343,15 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     """Every check of a sweep before anything is written: the flags, the grid, the store (every
     chunk against its checksum), the folder, the memory of the most demanding point."""
     base_train = recipe(request.preset)
-    rank_by = ALIASES.get(request.rank_by, request.rank_by)
+    rank_by = ROUTERS.pick(request.rank_by, "--rank-by")
     honest = [name for name in ROUTERS if is_honest(name)]
-    if rank_by not in ROUTERS:
-        raise UserError(
-            f"unknown --rank-by {request.rank_by!r}{did_you_mean(request.rank_by, honest)}: use one of {', '.join(honest)}"
-        )
     if not is_honest(rank_by):
         raise UserError(
             f"--rank-by {rank_by} is a reference router ({reference_text(rank_by)}): a reference never ranks or "
             f"chooses; use an honest router: {', '.join(honest)}"
         )
     for name in request.shown or ():
-        if name not in ROUTERS:
-            raise UserError(
-                f"unknown --router {name!r}{did_you_mean(name, ROUTERS)}: use any of {', '.join(ROUTERS)}"
-            )
+        ROUTERS.pick(name)
     if request.jobs is not None:
         if request.jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {request.jobs}")
