@@ -138,16 +138,25 @@ def state_dict_sha256(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def check_weights(weights: Path | None, random_init: bool) -> None:
+    """One weights source, and a file where one is named (the flags alone: nothing is read)."""
+    if weights is not None and random_init:
+        raise UserError("--weights and --random-init exclude each other")
+    if weights is None:
+        return
+    if Path(weights).is_dir():
+        raise UserError(
+            f"--weights {weights} is a folder, not a weights file (.safetensors or a torch state dict)"
+        )
+    if not Path(weights).is_file():
+        raise UserError(f"weights file not found: {weights}")
+
+
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A state dict from safetensors or a torch file (never unpickling arbitrary objects)."""
     import torch
 
-    if path.is_dir():
-        raise UserError(
-            f"--weights {path} is a folder, not a weights file (.safetensors or a torch state dict)"
-        )
-    if not path.is_file():
-        raise UserError(f"weights file not found: {path}")
+    check_weights(path, False)
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -264,8 +273,7 @@ def load_backbone(
     import timm
     import torch
 
-    if weights is not None and random_init:
-        raise UserError("--weights and --random-init exclude each other")
+    check_weights(weights, random_init)
     weights_file: str | None = None
     if random_init:
         # A fixed seed, independent of the view seed: the same random weights every time,

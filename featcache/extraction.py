@@ -38,6 +38,7 @@ from featcache.outline import (
     refuse_replacing_other_things,
     scheduler_choice,
     store_path_of,
+    stored_identity,
 )
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
@@ -114,19 +115,6 @@ def _versions() -> dict[str, str]:
         "zarr": zarr.__version__,
         "numpy": np.__version__,
     }
-
-
-def stored_identity(path: Path) -> dict[str, Any] | None:
-    """An existing store's identity, with what older stores did not record filled in.
-
-    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
-    decoded by PIL.
-    """
-    if not path.exists():
-        return None
-    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
-    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
-    return identity
 
 
 def _stored_skip_list(path: Path) -> list[BadImage] | None:
@@ -222,7 +210,7 @@ def plan_extraction(
     policy = request.policy or spec.default_policy
     device = resolve_device(request.device)
     precision = resolve_precision(request.precision)
-    existing = None if request.overwrite else stored_identity(store_path)
+    existing = outline.existing
     decoder = resolve_decoder(
         request.decode, device, existing["preprocessing"]["decoder"] if existing else None
     )

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from featcache.backbones import BackboneSpec, resolve_backbone
+from featcache.backbones import BackboneSpec, check_weights, resolve_backbone
+from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserError
 from featcache.foundation.folders import zarr_root
 from featcache.foundation.limits import max_processes, require_at_most
 from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
+from featcache.images.decoder_names import DECODERS
 from featcache.requests import ExtractRequest
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
-from featcache.store import DTYPES, check_name, is_tosca_store, stored_chunk_size
+from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
 from featcache.store.meanings import POLICIES, resolve_precision
 
 
@@ -55,6 +58,9 @@ def check_request(request: ExtractRequest) -> None:
             "at most 4 per usable core, and 64 anywhere",
         )
     resolve_precision(request.precision)
+    check_device_name(request.device)
+    DECODERS.pick(request.decode, also=("auto",))
+    check_weights(request.weights, request.random_init)
     choice = scheduler_choice(request)
     if choice is not None:
         check_available(choice)
@@ -108,14 +114,29 @@ def store_path_of(request: ExtractRequest) -> Path:
     return store_path
 
 
+def stored_identity(path: Path) -> dict[str, Any] | None:
+    """An existing store's identity, with what older stores did not record filled in.
+
+    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
+    decoded by PIL.
+    """
+    if not path.exists():
+        return None
+    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
+    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
+    return identity
+
+
 @dataclass
 class ExtractOutline:
     """What an extraction will make, before its backbone loads: the request, the backbone's spec,
-    the store's place and the dataset as listed (the plan takes it as it is)."""
+    the store's place, the identity of the store already there (None: none, or --overwrite) and
+    the dataset as listed (the plan takes them as they are)."""
 
     request: ExtractRequest
     spec: BackboneSpec
     store_path: Path
+    existing: dict[str, Any] | None
     dataset: DatasetSource
 
     @property
@@ -139,13 +160,15 @@ class ExtractOutline:
 
 
 def outline_extraction(request: ExtractRequest, store_path: Path) -> ExtractOutline:
-    """The outline of a request whose store goes to `store_path` (`store_path_of`): the dataset
-    listed (an archive unpacked), the store checked to lie outside its images."""
+    """The outline of a request whose store goes to `store_path` (`store_path_of`): what is there
+    already read (a folder that is not a store refused), the dataset listed (an archive unpacked),
+    the store checked to lie outside its images."""
     spec = resolve_backbone(request.model)
+    existing = None if request.overwrite else stored_identity(store_path)
     dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
     for split, folder in dataset.folders.items():  # there, the store would be a class of the next run
         if store_path.absolute().is_relative_to(Path(folder).absolute()):
             raise UserError(
                 f"--store {store_path} lies inside the {split} images ({folder}): put it elsewhere"
             )
-    return ExtractOutline(request, spec, store_path, dataset)
+    return ExtractOutline(request, spec, store_path, existing, dataset)

@@ -24,6 +24,7 @@ import torch
 
 from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
@@ -31,7 +32,6 @@ from featcache.foundation.scheduler import check_available, parse_scheduler
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.records.sweep import (
@@ -292,8 +292,8 @@ class SweepPlan:
     tracking: Tracking = field(default_factory=Tracking)  # the trackers of --log
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
-        """What the points (default: all) take here: their training, shared by the workers, plus
-        the workers' start (tosca_heads.experiments.estimate)."""
+        """What the points (default: all) take here: their training (tosca_heads.experiments.estimate),
+        shared by the workers, plus the workers' start (featcache.foundation.estimate)."""
         from tosca_heads.experiments import estimate as est
 
         chosen = list(self.points if points is None else points)
@@ -303,13 +303,8 @@ class SweepPlan:
             p.key: est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device, alone)
             for p in chosen
         }
-        plan = est.plan_works(seconds, {}, workers)
-        shared = est.wall_seconds(list(seconds.values()), workers) if seconds else 0.0
-        plan.how.insert(
-            0,
-            f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed "
-            f"here), shared by {workers} worker(s): {shared / 60:.1f} min",
-        )
+        said = f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed here)"
+        plan = plan_works(seconds, {}, workers, what=said)
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
