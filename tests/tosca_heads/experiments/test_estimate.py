@@ -59,7 +59,7 @@ def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch
     at: a plan read M = 10,000 whatever --ranpac-m said (5x the time of M = 4,000, measured)."""
     from tosca_heads.experiments.baselines import baseline_params
 
-    monkeypatch.setattr(est, "flops_per_second", lambda dtype: 1e10)
+    monkeypatch.setattr(costs, "flops_per_second", lambda dtype: 1e10)
     shape = costs.TaskShape((480,) * 5, (120,) * 5, 1280, 10)
     small, paper = (
         costs.baseline_seconds("ranpac", shape, baseline_params("ranpac", m, 0)) for m in (4000, 10_000)
