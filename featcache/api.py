@@ -67,8 +67,8 @@ def extract(
     >>> open_store(path).shape.classes
     3
     """
-    from featcache.extraction import extract as run
     from featcache.requests import ExtractRequest
+    from featcache.runner import extract as run
 
     _check_option_types(ExtractRequest, options)
     request = ExtractRequest(

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported where weights are read: naming backbones needs none
@@ -45,15 +44,17 @@ class BackboneSpec:
         return self.timm_name.split(".", 1)[1] if "." in self.timm_name else ""
 
 
-BACKBONES: Registry[BackboneSpec] = Registry("backbone", "featcache.backbones:BACKBONES")
+BACKBONES: Registry[BackboneSpec] = Registry("backbone", "featcache.backbones:BACKBONES", "model")
 
 
-def register_backbone(spec: BackboneSpec, module: str | None = None) -> BackboneSpec:
-    """Add a backbone under its alias; `module` registers it (default: the caller's)."""
-    if spec.alias in BACKBONES:
-        raise ValueError(f"backbone alias {spec.alias!r} registered twice")
+def register_backbone(
+    spec: BackboneSpec, module: str | None = None, aliases: tuple[str, ...] = ()
+) -> BackboneSpec:
+    """Add a backbone under its alias (and other names, `aliases`); `module` registers it
+    (default: the caller's)."""
     what = f"timm {spec.timm_name}" + (f"; {spec.note}" if spec.note else "")
-    return BACKBONES.add(spec.alias, spec, what, module=module or sys._getframe(1).f_globals.get("__name__"))
+    caller = module or sys._getframe(1).f_globals.get("__name__")
+    return BACKBONES.add(spec.alias, spec, what, module=caller, aliases=aliases)
 
 
 register_backbone(
@@ -93,10 +94,7 @@ def resolve_backbone(name: str) -> BackboneSpec:
     arch = name.split(".", 1)[0]
     if timm.is_model(arch):
         return BackboneSpec(alias=name.replace("/", "_"), timm_name=name, default_policy="timm")
-    raise UserError(
-        f"unknown model {name!r}{did_you_mean(name, BACKBONES)}: use one of {', '.join(sorted(BACKBONES))} "
-        "or any timm model name (see timm.list_models())"
-    )
+    raise UserError(f"{BACKBONES.refusal(name)} or any timm model name (see timm.list_models())")
 
 
 @dataclass
@@ -140,16 +138,25 @@ def state_dict_sha256(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def check_weights(weights: Path | None, random_init: bool) -> None:
+    """One weights source, and a file where one is named (the flags alone: nothing is read)."""
+    if weights is not None and random_init:
+        raise UserError("--weights and --random-init exclude each other")
+    if weights is None:
+        return
+    if Path(weights).is_dir():
+        raise UserError(
+            f"--weights {weights} is a folder, not a weights file (.safetensors or a torch state dict)"
+        )
+    if not Path(weights).is_file():
+        raise UserError(f"weights file not found: {weights}")
+
+
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A state dict from safetensors or a torch file (never unpickling arbitrary objects)."""
     import torch
 
-    if path.is_dir():
-        raise UserError(
-            f"--weights {path} is a folder, not a weights file (.safetensors or a torch state dict)"
-        )
-    if not path.is_file():
-        raise UserError(f"weights file not found: {path}")
+    check_weights(path, False)
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -266,8 +273,7 @@ def load_backbone(
     import timm
     import torch
 
-    if weights is not None and random_init:
-        raise UserError("--weights and --random-init exclude each other")
+    check_weights(weights, random_init)
     weights_file: str | None = None
     if random_init:
         # A fixed seed, independent of the view seed: the same random weights every time,

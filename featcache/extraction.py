@@ -1,7 +1,8 @@
 """Runner: plan an extraction, open or create its store, compute the pending chunks.
 
-`plan_extraction` resolves names into a backbone, a dataset, a preprocessing policy, a decoder
-and a precision, and decides the store's identity; `run_extraction` computes only the chunks
+`plan_extraction` takes what `featcache.outline` worked out before torch loaded (the flags
+checked, the store's place, the dataset listed), loads the backbone, resolves the preprocessing
+policy, the decoder and the precision, and decides the store's identity; `run_extraction` computes only the chunks
 not yet flagged done, locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
 
 `run_extraction` holds the store's lock (`featcache.foundation.locks`) from before it opens or creates the
@@ -12,89 +13,46 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone, resolve_backbone
+from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
 from featcache.distributor import ChunkJob, extract_on_cluster
 from featcache.foundation.devices import resolve_device, worker_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors
 from featcache.foundation.fingerprints import identity_differences
-from featcache.foundation.folders import zarr_root
-from featcache.foundation.limits import (
-    max_processes,
-    require_at_most,
-    require_disk,
-    require_memory,
-    usable_cores,
-)
+from featcache.foundation.limits import require_disk, require_memory, usable_cores
 from featcache.foundation.locks import acquire, folder_lock
-from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
+from featcache.foundation.scheduler import SchedulerChoice
 from featcache.foundation.version import __version__
 from featcache.images.decoding import resolve_decoder
 from featcache.images.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
-from featcache.images.transforms import POLICIES, Preprocessing, make_preprocessing
+from featcache.images.transforms import Preprocessing, make_preprocessing
+from featcache.outline import (
+    ExtractOutline,
+    outline_extraction,
+    refuse_replacing_other_things,
+    scheduler_choice,
+    store_path_of,
+    stored_identity,
+)
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
-from featcache.pipeline.mapper import FeatureMapper, default_batch_size, resolve_precision
+from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.requests import ExtractRequest
-from featcache.sources.archives import waiting_notice
-from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes, load_dataset
+from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes
 from featcache.store import (
-    DTYPES,
     SPLITS,
     FeatureStore,
-    check_name,
     ids_sha256,
-    is_tosca_store,
     looks_like_store_remains,
     remove_store_tree,
     stored_chunk_size,
 )
-
-
-def check_request(request: ExtractRequest) -> None:
-    """The flags alone, before anything is listed or loaded."""
-    checks = [
-        (request.views >= 0, f"--views must be 0 or more, got {request.views}"),
-        (
-            request.batch_size is None or request.batch_size >= 1,
-            f"--batch-size must be at least 1, got {request.batch_size}",
-        ),
-        (
-            request.workers is None or request.workers >= 0,
-            f"--workers must be 0 or more, got {request.workers}",
-        ),
-        (request.chunk_size >= 1, f"--chunk-size must be at least 1, got {request.chunk_size}"),
-        (request.dtype in DTYPES, f"unknown --dtype {request.dtype!r}: use one of {', '.join(DTYPES)}"),
-        (
-            request.policy is None or request.policy in POLICIES,
-            f"unknown --policy {request.policy!r}: use {', '.join(POLICIES)}",
-        ),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UserError(message)
-    if request.workers is not None:
-        require_at_most(
-            "--workers",
-            request.workers,
-            max_processes(),
-            "processes",
-            "at most 4 per usable core, and 64 anywhere",
-        )
-    resolve_precision(request.precision)
-    choice = scheduler_choice(request)
-    if choice is not None:
-        check_available(choice)
-
-
-def scheduler_choice(request: ExtractRequest) -> SchedulerChoice | None:
-    return parse_scheduler(request.scheduler) if request.scheduler else None
+from featcache.store.meanings import resolve_precision
 
 
 @dataclass
@@ -138,13 +96,6 @@ def default_workers() -> int:
     return max(0, min(8, usable_cores() - 1))
 
 
-def default_store_path(cache_dir: Path, dataset: str, spec: BackboneSpec, policy: str) -> Path:
-    """CACHE_DIR/<dataset>/<alias>[-<policy>].zarr; names that could leave the cache root are refused."""
-    suffix = "" if policy == spec.default_policy else f"-{policy}"
-    name = check_name("model name", f"{spec.alias}{suffix}")
-    return Path(cache_dir) / check_name("dataset name", dataset) / f"{name}.zarr"
-
-
 def _ids_sha256(samples: SplitSamples) -> str:
     return ids_sha256(samples.ids, samples.labels)
 
@@ -166,19 +117,6 @@ def _versions() -> dict[str, str]:
     }
 
 
-def stored_identity(path: Path) -> dict[str, Any] | None:
-    """An existing store's identity, with what older stores did not record filled in.
-
-    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
-    decoded by PIL.
-    """
-    if not path.exists():
-        return None
-    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
-    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
-    return identity
-
-
 def _stored_skip_list(path: Path) -> list[BadImage] | None:
     """What an existing `--skip-bad-images` store left out (reused on resume: no second scan)."""
     if not path.exists():
@@ -192,18 +130,6 @@ def _stored_skip_list(path: Path) -> list[BadImage] | None:
         for item in items
         if isinstance(item, dict) and "id" in item
     ]
-
-
-def refuse_replacing_other_things(path: Path) -> None:
-    """--overwrite replaces a tosca store, never a folder or file that is something else."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if path.is_dir() and not path.is_symlink() and (is_tosca_store(path) or not any(path.iterdir())):
-        return
-    raise UserError(
-        f"refusing to replace {path}: it is not a tosca store (--overwrite only replaces stores); "
-        "pass a new --store path"
-    )
 
 
 def _select_samples(
@@ -267,53 +193,27 @@ def check_sizes(
         )
 
 
-def store_path_of(request: ExtractRequest) -> Path:
-    """Where the request's store goes, after every check of the flags alone (nothing is read or
-    written yet): the place must be a store's, and --overwrite must replace a store."""
-    check_request(request)
-    spec = resolve_backbone(request.model)
-    check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
-    policy = request.policy or spec.default_policy
-    store_path = (
-        Path(request.store)
-        if request.store
-        else default_store_path(request.cache_dir, request.dataset, spec, policy)
-    )
-    if store_path.name in ("", ".", ".."):
-        raise UserError(
-            f"--store {str(request.store)!r} names no folder: give the store a name (e.g. --store cache/mine.zarr)"
-        )
-    for flag, place in (("--store", store_path.parent), ("--cache-dir", Path(request.cache_dir))):
-        inside = zarr_root(place)
-        if inside is not None:
-            raise UserError(f"{flag} {place} lies inside the zarr store {inside}: pass a place of its own")
-    if request.overwrite:
-        refuse_replacing_other_things(store_path)
-    return store_path
-
-
-def plan_extraction(request: ExtractRequest, locked: bool = False) -> ExtractPlan:
-    """Every check, the dataset listed (an archive unpacked), the backbone loaded, the identity
-    decided. `locked`: the caller holds the store's lock (`extract` takes it before this runs, so of
-    two extractions of one store the first one started is the one that goes on); otherwise a
-    store being written by another process is refused now, before anything is loaded."""
-    store_path = store_path_of(request)
-    spec = resolve_backbone(request.model)
+def plan_extraction(
+    request: ExtractRequest, locked: bool = False, outline: ExtractOutline | None = None
+) -> ExtractPlan:
+    """Every check, the dataset listed (an archive unpacked; or as `outline` listed it), the
+    backbone loaded, the identity decided. `locked`: the caller holds the store's lock
+    (`featcache.runner.extract` takes it before this runs, so of two extractions of one store the
+    first one started is the one that goes on); otherwise a store being written by another process
+    is refused now, before anything is listed or loaded."""
+    if outline is None:
+        store_path = store_path_of(request)
+        if not locked and store_path.parent.is_dir():  # refuse now, not after loading everything
+            acquire(store_path).release()
+        outline = outline_extraction(request, store_path)
+    spec, store_path, dataset = outline.spec, outline.store_path, outline.dataset
     policy = request.policy or spec.default_policy
     device = resolve_device(request.device)
     precision = resolve_precision(request.precision)
-    if not locked and store_path.parent.is_dir():  # refuse now, not after loading everything
-        acquire(store_path).release()
-    existing = None if request.overwrite else stored_identity(store_path)
+    existing = outline.existing
     decoder = resolve_decoder(
         request.decode, device, existing["preprocessing"]["decoder"] if existing else None
     )
-    dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
-    for split, folder in dataset.folders.items():  # there, the store would be a class of the next run
-        if store_path.absolute().is_relative_to(Path(folder).absolute()):
-            raise UserError(
-                f"--store {store_path} lies inside the {split} images ({folder}): put it elsewhere"
-            )
     backbone = load_backbone(spec, request.weights, request.random_init)
     prep = make_preprocessing(policy, backbone.data_config, decoder)
     batch_size = request.batch_size or default_batch_size(device)
@@ -463,35 +363,14 @@ def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
     store.replace_identity(plan.identity)
 
 
-def extract(
-    request: ExtractRequest,
-    on_planned: Callable[[ExtractPlan], None] | None = None,
-    progress: Progress | None = None,
-    on_wait: Callable[[str], None] | None = None,
-) -> ExtractSummary:
-    """`tosca extract`: plan (every check, the dataset listed, the backbone loaded; `on_wait` hears
-    when another process is unpacking the same archive), tell `on_planned`, then compute the pending
-    chunks (`progress(split, images done now, images of the split)`).
-
-    First come, first served: the store's lock is taken before anything is listed, unpacked or
-    loaded, and held to the end, so a second extraction of the same store started while this one
-    unpacks its archive is the one refused (in one line naming this one); the folders made for
-    the lock are removed again when this one is refused."""
-    path = store_path_of(request)
-    with waiting_notice(on_wait or (lambda holder: None)), folder_lock(path):
-        plan = plan_extraction(request, locked=True)
-        if on_planned:
-            on_planned(plan)
-        return _run_locked(plan, progress)
-
-
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
     """Compute the pending chunks under the store's lock (a second writer is refused, naming this one)."""
     with folder_lock(plan.store_path):
-        return _run_locked(plan, progress)
+        return run_locked(plan, progress)
 
 
-def _run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
+def run_locked(plan: ExtractPlan, progress: Progress | None) -> ExtractSummary:
+    """Compute the pending chunks; the caller holds the store's lock."""
     start = time.perf_counter()
     store, _ = open_or_create_store(plan)
     pending = {split: store.pending_chunks(split) for split in SPLITS}

@@ -15,7 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import featcache.extraction
+import featcache.runner
 import tosca_heads.experiments.comparison
 import tosca_heads.experiments.runs
 import tosca_heads.experiments.sweeps
@@ -187,7 +187,7 @@ def test_baselines_build_the_same_request(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_extract_builds_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    capture(monkeypatch, featcache.extraction, "extract")
+    capture(monkeypatch, featcache.runner, "extract")
     command = from_command(["extract", "--model", "effnet_lite0", "--dataset", "eurosat"])
     assert command == from_api(lambda: stage1.extract("effnet_lite0", "eurosat"))
 

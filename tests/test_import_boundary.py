@@ -14,7 +14,7 @@ from support import ROOT
 
 # floor -> rank: a module may import its own floor and floors of a lower rank
 FLOORS = {
-    "featcache": 8,  # the package itself: its face (re-exports the API; its version is in foundation)
+    "featcache": 9,  # the package itself: its face (re-exports the API; its version is in foundation)
     "featcache.foundation": 0,
     "featcache.store": 1,
     "featcache.sources": 2,
@@ -24,9 +24,11 @@ FLOORS = {
     "featcache.requests": 4,
     "featcache.distributor": 5,
     "featcache.embedding": 5,
+    "featcache.outline": 5,
     "featcache.extraction": 6,
     "featcache.estimate": 6,
-    "featcache.api": 7,
+    "featcache.runner": 7,
+    "featcache.api": 8,
     "tosca_heads": 10,
     "tosca_heads.method": 10,
     "tosca_heads.routers": 11,

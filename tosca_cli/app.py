@@ -1,6 +1,6 @@
 """The `tosca` typer app, and nothing else: each command reads its options into one request
 object of a package, makes one call, and hands what comes back to `tosca_cli.views`, which prints it.
-What the commands do is in the packages: `featcache.extraction`, `featcache.store.describe`, and
+What the commands do is in the packages: `featcache.runner`, `featcache.store.describe`, and
 `tosca_heads.experiments` (runs, sweeps, comparison, predict, report, demo, suite)."""
 
 from __future__ import annotations
@@ -128,7 +128,10 @@ def extract(request: ExtractRequest, as_json_: bool) -> None:
 
 
 def _extract(request: Any) -> Any:
-    from featcache.extraction import extract
+    from featcache.runner import extract
+
+    def outlined(outline: Any) -> None:  # before torch and timm load: the first line within 2 s
+        say(outline.line(), err)
 
     def planned(plan: Any) -> None:
         if plan.dataset.left_out:
@@ -153,7 +156,7 @@ def _extract(request: Any) -> Any:
         say(f"waiting: another tosca process ({holder}) is unpacking this archive", err)
 
     with progress() as board:
-        return extract(request, planned, per_split(board, "extract", "img"), waiting)
+        return extract(request, planned, per_split(board, "extract", "img"), waiting, outlined)
 
 
 # ------------------------------------------------------------------------------------------- fit, eval, routers, predict
@@ -388,7 +391,7 @@ def demo(request: DemoRequest) -> None:
 @app.command("list")
 @user_errors
 def list_names(as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON.")) -> None:
-    """Every backbone, dataset, router (honest or reference), baseline and preset, plug-ins included."""
+    """Every backbone, dataset, router (honest or reference), baseline, tracker, decoder and preset, plug-ins included."""
     listed = catalogue()
     if as_json_:
         return as_json(listed)

@@ -584,18 +584,25 @@ def misrouting_table(report: Any) -> None:
 
 def catalogue() -> dict[str, list[dict[str, str]]]:
     """`tosca list`: every name a command takes, from the registries' entries (plug-ins included,
-    once the command line has loaded them), with what it is and where it comes from. Nothing a
-    registry names is loaded: no torch."""
+    once the command line has loaded them), with its other names, what it is and where it comes
+    from. Nothing a registry names is loaded: no torch."""
     from featcache.backbones import BACKBONES
+    from featcache.images.decoder_names import DECODERS
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
+    from tosca_heads.experiments.trackers.registry import LOGGERS
     from tosca_heads.method.baseline_names import BASELINES
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
 
     def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:
         return [
-            {"name": e.name, "what": what(e), "from": "built-in" if e.built_in else f"plug-in {e.origin}"}
+            {
+                "name": e.name,
+                "aliases": ", ".join(e.aliases),
+                "what": what(e),
+                "from": "built-in" if e.built_in else f"plug-in {e.origin}",
+            }
             for e in registry.entries()
         ]
 
@@ -603,17 +610,19 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
         said = "honest" if not entry.reference else f"reference ({entry.reference})"
         return said + (f": {entry.description}" if entry.description else "")
 
+    def preset(name: str, what: str) -> dict[str, str]:
+        return {"name": name, "aliases": "", "what": what, "from": "built-in"}
+
     return {
         "backbones": rows(BACKBONES),
         "datasets": rows(DATASETS),
         "routers": rows(ROUTERS, honesty),
         "baselines": rows(BASELINES),
+        "trackers": rows(LOGGERS),
+        "decoders": rows(DECODERS),
         "presets": [
-            *(
-                {"name": n, "what": "recipe preset (fit, sweep: --preset)", "from": "built-in"}
-                for n in RECIPES
-            ),
-            *({"name": n, "what": "suite preset (suite --preset)", "from": "built-in"} for n in SUITES),
+            *(preset(n, "recipe preset (fit, sweep: --preset)") for n in RECIPES),
+            *(preset(n, "suite preset (suite --preset)") for n in SUITES),
         ],
     }
 
@@ -623,6 +632,9 @@ def catalogue_tables(listed: dict[str, list[dict[str, str]]]) -> None:
         table(
             kind,
             ["name", "what it is", "from"],
-            [[r["name"], r["what"], r["from"]] for r in rows],
+            [
+                [r["name"] + (f" (also {r['aliases']})" if r["aliases"] else ""), r["what"], r["from"]]
+                for r in rows
+            ],
             ("name", "what it is", "from"),
         )

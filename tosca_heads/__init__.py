@@ -10,52 +10,13 @@ and `featcache.store`; never the backbone side (backbones, datasets, decoding, t
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.
 
-The Python API (tosca_heads.api) is re-exported here, loaded on first use: `fit`, `evaluate`,
-`sweep`, `load_run`, `predict`, `baselines`, `run_suite`, `load_suite`, `register_router`,
-`register_baseline`, the types they return, and the scikit-learn estimators (`TOSCAClassifier`,
-`BaselineClassifier`, `validation_split`).
+The Python API is re-exported here, loaded on first use: the names of `tosca_heads.api.__all__`
+(`fit`, `evaluate`, `sweep`, `predict`, `baselines`, the suites, the registries, the types they
+return and the scikit-learn estimators; `tosca_heads.API` lists them).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from featcache.foundation.lazy import lazy_face
 
-API = (
-    "BASELINES",
-    "ROUTERS",
-    "BaselineClassifier",
-    "Predictions",
-    "ProtocolWarning",
-    "ReferenceView",
-    "Router",
-    "RunPredictor",
-    "RunResult",
-    "StageView",
-    "SuiteResult",
-    "SuiteSpec",
-    "TOSCAClassifier",
-    "baselines",
-    "evaluate",
-    "fit",
-    "load_run",
-    "load_suite",
-    "parse_suite",
-    "predict",
-    "register_baseline",
-    "register_router",
-    "run_suite",
-    "sweep",
-    "validation_split",
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in API:
-        from tosca_heads import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'tosca_heads' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *API])
+__getattr__, __dir__ = lazy_face(__name__, "api")

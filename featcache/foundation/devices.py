@@ -4,6 +4,7 @@ refused in one line. Import-light: torch is imported when a device is resolved."
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from featcache.foundation.errors import UserError
@@ -14,20 +15,23 @@ if TYPE_CHECKING:
 DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 
 
+DEVICE_NAME = re.compile(r"auto|(cpu|cuda)(:[0-9]+)?")
+
+
+def check_device_name(name: str) -> None:
+    """A `--device` value is one of the names (the flag alone, no torch: `parse_device` and
+    `resolve_device` say whether the device is here)."""
+    if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
+        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
+
+
 def parse_device(name: str) -> torch.device | None:
     """The device a `--device` value names (None for `auto`), without asking whether it is here:
     work sent to a remote cluster lets each worker decide."""
     import torch
 
-    if name == "auto":
-        return None
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
-    return device
+    check_device_name(name)
+    return None if name == "auto" else torch.device(name)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -1,21 +1,26 @@
 """One registry type for every kind of thing a command takes by name: backbones, datasets,
-routers, baselines and trackers.
+routers, baselines, trackers and image decoders.
 
 A registry maps names to entries. An entry holds what `tosca list` and a refusal say of a name (its
-description, whether it is a reference rather than an honest result, where it was registered), and
-its implementation: the object itself, or for a built-in whose module is heavy (torch) the place
-it lives, `module:attribute`, imported the first time the name is used. Listing a registry
-(`entries()`, iterating its names) imports nothing, so `tosca list` starts without torch.
+description, whether it is a reference rather than an honest result, where it was registered, its
+other names), and its implementation: the object itself, or for a built-in whose module is heavy
+(torch) the place it lives, `module:attribute`, imported the first time the name is used. Listing
+a registry (`entries()`, iterating its names) imports nothing, so `tosca list` starts without torch.
 
-As a mapping, `registry[name]` is the implementation (loaded on first use); `add` registers one
-(a name registered twice is refused), as the `register_*` functions of each kind do.
+As a mapping, `registry[name]` is the implementation (loaded on first use), an alias finding the
+same entry as its name; iterating gives the names, never the aliases. Every kind registers through
+one signature, `add(name, value, description, reference, module, aliases)` (or `declare` for a
+built-in loaded on first use), which the `register_*` function of each kind calls after checking
+what that kind must offer; a name or alias registered twice is refused. A name the user typed is
+checked once, at the edge, by `pick`: its registered name, or one line saying what is known and
+which name was probably meant.
 
 Processes a command starts (the Dask workers of a sweep, a suite or an extraction) do not run the
 caller's script: what code outside the package registered (`made_elsewhere`: a plug-in, a script,
 a notebook) is sent to them and `adopt`ed there (featcache.foundation.cluster). A registry is
 pickled by its address (`module:NAME`), so a worker finds its own copy.
 
-Import-light: stdlib only.
+Import-light: stdlib and the foundation's errors and names only.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from featcache.foundation.errors import UserError
+from featcache.foundation.names import did_you_mean
+
 T = TypeVar("T")
 OURS = ("featcache", "tosca_heads", "tosca_cli")  # a name registered from these is built in
 BUILT_IN = "built-in"
@@ -33,8 +41,9 @@ BUILT_IN = "built-in"
 @dataclass(frozen=True)
 class Entry:
     """One registered name: `description` (one line), `reference` (why it is no honest result; ""
-    for an honest one), `origin` (the module that registered it, or "built-in"), and its
-    implementation: `value`, or `target` (`module:attribute`) until it is first used."""
+    for an honest one), `origin` (the module that registered it, or "built-in"), its `aliases`
+    (other names that find it), and its implementation: `value`, or `target` (`module:attribute`)
+    until it is first used."""
 
     name: str
     description: str = ""
@@ -42,6 +51,7 @@ class Entry:
     origin: str = BUILT_IN
     target: str = ""
     value: Any = None
+    aliases: tuple[str, ...] = ()
 
     @property
     def built_in(self) -> bool:
@@ -67,15 +77,25 @@ class Registry(MutableMapping[str, T]):
     """The names of one `kind` (router, baseline, ...), in the order they were registered.
     `address` is where the registry itself lives (`module:NAME`)."""
 
-    def __init__(self, kind: str, address: str) -> None:
-        self.kind, self.address = kind, address
+    def __init__(self, kind: str, address: str, flag: str | None = None) -> None:
+        """`flag`: how a user names one (`--router`), for `pick`'s refusal (default: the kind)."""
+        self.kind, self.address, self.flag = kind, address, flag or kind
         self._entries: dict[str, Entry] = {}
+        self._aliases: dict[str, str] = {}  # alias -> name
         REGISTRIES.append(self)
 
-    def declare(self, name: str, target: str, description: str, reference: bool | str = False) -> None:
+    def declare(
+        self,
+        name: str,
+        target: str,
+        description: str,
+        reference: bool | str = False,
+        aliases: tuple[str, ...] = (),
+    ) -> None:
         """A built-in whose implementation is imported from `target` (`module:attribute`) on first use."""
-        self._check_new(name)
-        self._entries[name] = Entry(name, description, reference_words(reference), BUILT_IN, target)
+        self._put(
+            Entry(name, description, reference_words(reference), BUILT_IN, target, aliases=tuple(aliases))
+        )
 
     def add(
         self,
@@ -84,26 +104,49 @@ class Registry(MutableMapping[str, T]):
         description: str = "",
         reference: bool | str = False,
         module: str | None = None,
+        aliases: tuple[str, ...] = (),
     ) -> T:
-        """Register `value` under `name`; `module` is the registering code's (plug-in or built-in)."""
-        self._check_new(name)
-        self._entries[name] = Entry(
-            name, description, reference_words(reference), origin_of(module), value=value
-        )
+        """Register `value` under `name` (and its `aliases`); `module` is the registering code's
+        (plug-in or built-in)."""
+        found = Entry(name, description, reference_words(reference), origin_of(module), value=value)
+        self._put(replace(found, aliases=tuple(aliases)))
         return value
 
-    def _check_new(self, name: str) -> None:
-        if not name or name in self._entries:
-            raise ValueError(f"{self.kind} name {name!r} is empty or registered twice")
+    def _put(self, found: Entry) -> None:
+        for name in (found.name, *found.aliases):
+            if not name or name in self:
+                raise ValueError(f"{self.kind} name {name!r} is empty or registered twice")
+        self._entries[found.name] = found
+        self._aliases.update(dict.fromkeys(found.aliases, found.name))
+
+    def name_of(self, name: str) -> str:
+        """The registered name `name` stands for (itself, or the name an alias finds)."""
+        return self._aliases.get(name, name)
+
+    def pick(self, name: object, flag: str | None = None, also: tuple[str, ...] = ()) -> str:
+        """The registered name of what a user typed (a name or an alias; or one of `also`, words
+        the caller takes besides, such as "auto"), checked once at the edge; unknown: `refusal`'s
+        line."""
+        if isinstance(name, str) and (name in self or name in also):
+            return self.name_of(name)
+        raise UserError(self.refusal(name, flag, also))
+
+    def refusal(self, name: object, flag: str | None = None, also: tuple[str, ...] = ()) -> str:
+        """The one line refusing an unknown name: where it was typed (`flag`, default the
+        registry's), the closest name ("did you mean ...?") and every name known."""
+        known = [*also, *self]
+        close = did_you_mean(name, [*known, *self._aliases])
+        return f"unknown {flag or self.flag} {str(name)!r}{close}: use one of {', '.join(known) or 'none'}"
 
     def entry(self, name: str) -> Entry:
-        return self._entries[name]
+        return self._entries[self.name_of(name)]
 
     def entries(self) -> list[Entry]:
         """Every entry, in registration order; nothing is imported."""
         return list(self._entries.values())
 
     def __getitem__(self, name: str) -> T:
+        name = self.name_of(name)
         found = self._entries[name]
         if found.value is None and found.target:
             module, _, attribute = found.target.partition(":")
@@ -112,13 +155,23 @@ class Registry(MutableMapping[str, T]):
         return found.value
 
     def __setitem__(self, name: str, value: T) -> None:
+        if name in self._aliases:
+            raise ValueError(f"{self.kind} name {name!r} is an alias of {self._aliases[name]!r}")
         reference = reference_words(getattr(value, "reference", False))
+        old = self._entries.get(name)
         self._entries[name] = Entry(
-            name, "", reference, origin_of(getattr(value, "__module__", None)), value=value
+            name,
+            old.description if old else "",
+            reference,
+            origin_of(getattr(value, "__module__", None)),
+            value=value,
+            aliases=old.aliases if old else (),
         )
 
     def __delitem__(self, name: str) -> None:
-        del self._entries[name]
+        found = self._entries.pop(self.name_of(name))
+        for alias in found.aliases:
+            del self._aliases[alias]
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._entries))
@@ -127,7 +180,7 @@ class Registry(MutableMapping[str, T]):
         return len(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._aliases
 
     def made_elsewhere(self) -> list[Entry]:
         """What code outside the package registered (plug-ins, a script, a notebook)."""
@@ -137,7 +190,8 @@ class Registry(MutableMapping[str, T]):
         """Take in entries registered in another process, unless their name is here already (a
         plug-in that the unpickling of its entry imported, and so registered, here too)."""
         for found in entries:
-            self._entries.setdefault(found.name, found)
+            if found.name not in self._entries:
+                self._put(replace(found, aliases=tuple(a for a in found.aliases if a not in self)))
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return registry_at, (self.address,)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +26,11 @@ import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-from featcache.foundation.errors import UserError
+from featcache.images.decoder_names import DECODERS, Decoder
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
 from featcache.sources.pixels import check_pixels, needs_rules, open_file, to_rgb8
-from featcache.store.describe import DECODERS as DESCRIPTIONS
+from featcache.store.meanings import DECODERS as DESCRIPTIONS
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
 # warning would otherwise repeat in every worker.
@@ -44,36 +43,13 @@ warnings.filterwarnings(
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 
-@dataclass(frozen=True)
-class Decoder:
-    """A named decoder: how a worker opens one sample, and whether batches can decode on a GPU."""
-
-    name: str
-    description: str
-    # (samples, i, the short side it will be resized to: checked from the header with the pixel limit)
-    open: Callable[[SplitSamples, int, int | None], Picture]
-    decodes_on_device: bool
-
-
-DECODERS: dict[str, Decoder] = {}
-
-
-def register_decoder(decoder: Decoder) -> Decoder:
-    if decoder.name in DECODERS:
-        raise ValueError(f"decoder {decoder.name!r} registered twice")
-    DECODERS[decoder.name] = decoder
-    return decoder
-
-
 def resolve_decoder(name: str, device: torch.device, existing: str | None = None) -> str:
     """`auto` keeps an existing store's decoder, else `torch` on CUDA and `pil` (the reference) on CPU."""
     if name == "auto":
         if existing is not None:
             return existing
         return "torch" if device.type == "cuda" else "pil"
-    if name not in DECODERS:
-        raise UserError(f"unknown --decode {name!r}: use auto, {', '.join(DECODERS)}")
-    return name
+    return DECODERS.pick(name, also=("auto",))
 
 
 def open_picture(samples: SplitSamples, i: int, decoder: str, short_side: int | None = None) -> Picture:
@@ -129,22 +105,13 @@ def open_tensor(samples: SplitSamples, i: int, short_side: int | None = None) ->
         return _from_pil(img)
 
 
-register_decoder(
-    Decoder(
-        "pil",
-        DESCRIPTIONS["pil"],
-        lambda samples, i, short_side: samples.open_image(i, short_side),
-        decodes_on_device=False,
-    )
+PIL = Decoder(
+    "pil",
+    DESCRIPTIONS["pil"],
+    lambda samples, i, short_side: samples.open_image(i, short_side),
+    decodes_on_device=False,
 )
-register_decoder(
-    Decoder(
-        "torch",
-        DESCRIPTIONS["torch"],
-        open_tensor,
-        decodes_on_device=True,
-    )
-)
+TORCH = Decoder("torch", DESCRIPTIONS["torch"], open_tensor, decodes_on_device=True)
 
 
 # ---------------------------------------------------------------- the torch decoder, batches on a device

@@ -31,8 +31,7 @@ from torchvision.transforms.v2 import functional as F2
 
 from featcache.foundation.errors import UserError
 from featcache.sources.pixels import check_resized
-
-POLICIES = ("pilot", "timm")
+from featcache.store.meanings import POLICIES
 
 # A decoded image: PIL (the `pil` decoder) or uint8 [3, H, W] / [B, 3, H, W] (the `torch` decoder).
 Picture = Image.Image | torch.Tensor

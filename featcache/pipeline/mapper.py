@@ -15,19 +15,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from featcache.foundation.errors import UserError
-from featcache.store.describe import PRECISIONS
-
-
-def resolve_precision(precision: str) -> str:
-    """The same on every device: never a silent switch to a lower precision."""
-    if precision not in PRECISIONS:
-        raise UserError(
-            f"unknown --precision {precision!r}: use fp32 (the default, on every device) or bf16 (autocast)"
-        )
-    return precision
-
-
 _TF32_LOCK = threading.Lock()
 _TF32_USERS = 0
 _TF32_SAVED: tuple[bool, bool] | None = None

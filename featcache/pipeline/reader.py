@@ -60,23 +60,26 @@ def _describe_error(samples: SplitSamples, i: int, exc: Exception) -> str:
     return f"{where} ({detail})"
 
 
-class SampleImages(Dataset):
+@dataclass(eq=False)
+class SplitPictures:
+    """The pictures of one split: its samples, how they are prepared, and the seed and number of
+    the seeded views each training sample gets."""
+
+    samples: SplitSamples
+    prep: Preprocessing
+    split: str
+    seed: int
+    views: int
+
+
+@dataclass(eq=False)
+class SampleImages(SplitPictures, Dataset):
     """Item i = the clean image of sample i and its V seeded views (V = 0 for test).
 
     With `device_stage`, item i is only its encoded bytes (or pixels); `DeviceImages` finishes it.
     """
 
-    def __init__(
-        self,
-        samples: SplitSamples,
-        prep: Preprocessing,
-        split: str,
-        seed: int,
-        views: int,
-        device_stage: bool = False,
-    ):
-        self.samples, self.prep, self.split, self.seed, self.views = samples, prep, split, seed, views
-        self.device_stage = device_stage
+    device_stage: bool = False
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -117,21 +120,12 @@ def collate(items: list[Item]) -> Batch:
     return Batch(indices, torch.cat(parts), views, [])
 
 
-class DeviceImages:
+@dataclass(eq=False)
+class DeviceImages(SplitPictures):
     """The device stage: decode a batch's bytes on `device` (nvjpeg on CUDA), then resize, crop and
     draw the seeded views there; the same boxes and flips as the host stage."""
 
-    def __init__(
-        self,
-        samples: SplitSamples,
-        prep: Preprocessing,
-        split: str,
-        seed: int,
-        views: int,
-        device: torch.device,
-    ):
-        self.samples, self.prep, self.split, self.seed, self.views = samples, prep, split, seed, views
-        self.device = device
+    device: torch.device
 
     def __call__(self, batch: Batch) -> Batch:
         if batch.errors or batch.images is not None:

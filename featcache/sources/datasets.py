@@ -20,7 +20,6 @@ import numpy as np
 from PIL import Image
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
@@ -148,11 +147,15 @@ class DatasetSpec:
 DATASETS: Registry[DatasetSpec] = Registry("dataset", "featcache.sources.datasets:DATASETS")
 
 
-def register_dataset(name: str, num_classes: int | None, description: str) -> Callable[[Resolver], Resolver]:
+def register_dataset(
+    name: str, num_classes: int | None, description: str, aliases: tuple[str, ...] = ()
+) -> Callable[[Resolver], Resolver]:
+    """A function decorator adding a dataset under `name` (and `aliases`): the function turns a
+    data root (None: the default) and the cache folder into a `DatasetSource`."""
+
     def decorate(fn: Resolver) -> Resolver:
-        if name in DATASETS:
-            raise ValueError(f"dataset {name!r} registered twice")
-        DATASETS.add(name, DatasetSpec(name, fn, num_classes, description), description, module=fn.__module__)
+        spec = DatasetSpec(name, fn, num_classes, description)
+        DATASETS.add(name, spec, description, module=fn.__module__, aliases=aliases)
         return fn
 
     return decorate
@@ -471,10 +474,7 @@ def check_classes(source: DatasetSource) -> None:
 def load_dataset(
     name: str, data_root: Path | None, cache_dir: Path, limit: int | None = None
 ) -> DatasetSource:
-    if name not in DATASETS:
-        raise UserError(
-            f"unknown dataset {name!r}{did_you_mean(name, DATASETS)}: use one of {', '.join(sorted(DATASETS))}"
-        )
+    name = DATASETS.pick(name)
     if limit is not None and limit < 1:
         raise UserError(f"--limit-per-class must be at least 1, got {limit}")
     source = DATASETS[name].resolver(Path(data_root) if data_root is not None else None, Path(cache_dir))

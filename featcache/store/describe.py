@@ -2,8 +2,7 @@
 through here, so the attrs schema has one reader. A store's attrs are data and may lack a field
 (edited, older): every field read here has a "?" for missing.
 
-Also the meanings of the named choices a store records (precision, decoder), import-light so
-that describing a store never loads the backbone side (which implements them).
+The meanings of the named choices a store records (precision, decoder) are `store.meanings`.
 """
 
 from __future__ import annotations
@@ -20,18 +19,8 @@ from featcache.foundation.text import image_name
 from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
+from featcache.store.meanings import DECODERS, PRECISIONS
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
-
-# name -> meaning; the first is the default on every device
-PRECISIONS: dict[str, str] = {
-    "fp32": "float32, TF32 matmuls and convolutions off (the default on every device)",
-    "bf16": "bfloat16 autocast: matmuls and convolutions in bf16 with fp32 accumulation",
-}
-# name -> meaning; `auto` picks one (featcache.images.decoding.resolve_decoder)
-DECODERS: dict[str, str] = {
-    "pil": "PIL decodes, converts to RGB, resizes and crops, in the loader workers (the reference)",
-    "torch": "torchvision.io decodes JPEG/PNG, tensor ops resize and crop; on CUDA batched on the GPU (nvjpeg)",
-}
 
 
 def field_of(block: Any, *keys: str) -> Any:

@@ -174,8 +174,11 @@ def test_version_and_list(tmp_path: Path) -> None:
     version = CliRunner().invoke(app, ["--version"])
     assert version.exit_code == 0 and version.output.startswith("tosca 0.1.0, python ")
     listed = json.loads(CliRunner().invoke(app, ["list", "--json"]).output)
-    assert set(listed) == {"backbones", "datasets", "routers", "baselines", "presets"}
+    assert set(listed) == {"backbones", "datasets", "routers", "baselines", "trackers", "decoders", "presets"}
     routers = {r["name"]: r["what"] for r in listed["routers"]}
+    assert {r["name"]: r["aliases"] for r in listed["routers"]}["entropy"] == "sample"
+    assert {"mlflow", "tensorboard"} <= {t["name"] for t in listed["trackers"]}
+    assert [d["name"] for d in listed["decoders"]] == ["pil", "torch"]
     assert routers["entropy"].startswith("honest") and routers["oracle"].startswith("reference")
     assert {"simplecil", "ranpac", "joint_probe"} <= {b["name"] for b in listed["baselines"]}
     assert {"local", "paper"} <= {p["name"] for p in listed["presets"]}

@@ -199,11 +199,31 @@ def test_fit_and_sweep_say_their_first_line_before_what_they_do_not_need(
 
 
 @pytest.mark.slow
-def test_extract_says_its_first_line_before_what_it_does_not_need(tmp_path: Path, image_tree: Path) -> None:
+def test_extract_says_its_plan_before_torch_and_timm_load(tmp_path: Path, image_tree: Path) -> None:
+    """The first line is the plan (model, dataset, rows, chunks, store), said before torch, timm or
+    any other library the listing does not need is imported."""
+    args = ["extract", "--model", "effnet_lite0", "--dataset", "imagefolder", "--data-root", str(image_tree)]
+    found = _tosca([*args, "--workers", "0", "--chunk-size", "4", "--store", "s.zarr"], tmp_path, first=True)
+    rows = {
+        split: sum(1 for f in (image_tree / split).rglob("*") if f.is_file()) for split in ("train", "test")
+    }
+    chunks = " + ".join(str(-(-n // 4)) for n in rows.values())
+    classes = len([d for d in (image_tree / "train").iterdir() if d.is_dir()])
+    assert found["line"] == (
+        f"extract: effnet_lite0 on imagefolder ({classes} classes): train {rows['train']}, test {rows['test']} "
+        f"rows in {chunks} chunks of 4 -> s.zarr"
+    ), found
+    assert not {"torch", "torchvision", "timm", *NOT_FOR_STAGE_2} & set(found["loaded"]), found["loaded"]
+
+
+@pytest.mark.slow
+def test_extract_of_a_random_init_model_warns_after_its_plan(tmp_path: Path, image_tree: Path) -> None:
     args = ["extract", "--model", FAST_CNN, "--dataset", "imagefolder", "--data-root", str(image_tree)]
-    found = _tosca([*args, "--random-init", "--workers", "0", "--device", "cpu"], tmp_path, first=True)
-    assert found["line"].startswith("warning: random-init weights"), found
-    assert not {"dask", "distributed", "matplotlib", "sklearn", "pandas", "scipy"} & set(found["loaded"])
+    done = _tosca([*args, "--random-init", "--workers", "0", "--device", "cpu"], tmp_path)
+    lines = done["output"].splitlines()
+    plan = next(i for i, line in enumerate(lines) if line.startswith(f"extract: {FAST_CNN} on imagefolder"))
+    warning = next(i for i, line in enumerate(lines) if line.startswith("warning: random-init weights"))
+    assert plan < warning, lines
 
 
 def test_declared_built_ins_say_what_their_implementations_say() -> None:
@@ -214,8 +234,9 @@ def test_declared_built_ins_say_what_their_implementations_say() -> None:
 
     catalogue()  # every registry the command line lists, imported
     declared = [(r, e) for r in REGISTRIES for e in r.entries() if e.target]
-    assert {e.name for _, e in declared} >= {"simplecil", "ranpac", "joint_probe"}
+    assert {e.name for _, e in declared} >= {"simplecil", "ranpac", "joint_probe", "pil", "torch"}
     for registry, entry in declared:
         cls = registry[entry.name]
-        assert entry.description == (cls.__doc__ or "").strip().partition("\n")[0], entry.name
+        said = getattr(cls, "description", None) or (cls.__doc__ or "").strip().partition("\n")[0]
+        assert entry.description == said, entry.name
         assert entry.reference == reference_words(getattr(cls, "reference", False)), entry.name

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
-from featcache.pipeline.mapper import FeatureMapper, resolve_precision
+from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
+from featcache.store.meanings import resolve_precision
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -19,7 +19,6 @@ import torch
 
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
@@ -122,10 +121,7 @@ class RunPredictor:
 
     def check_router(self, router: str) -> None:
         """Refuse a router this run cannot serve (before any image is embedded)."""
-        if router not in ROUTERS:
-            raise UserError(
-                f"unknown --router {router!r}{did_you_mean(router, ROUTERS)}: use one of {', '.join(ROUTERS)}"
-            )
+        ROUTERS.pick(router)
         if ROUTERS[router].reference:
             raise UserError(
                 f"--router {router} is a reference (it needs the task id or a batch of test images); "

@@ -24,15 +24,14 @@ import torch
 
 from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
-from featcache.foundation.names import did_you_mean
 from featcache.foundation.scheduler import check_available, parse_scheduler
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.records.sweep import (
@@ -67,7 +66,7 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
-from tosca_heads.routers import ALIASES, HEADLINE, ROUTERS, is_honest, reference_text
+from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
 
 # Every fit flag a sweep can vary, with its parser: the recipe's (method.recipe.RECIPE_FLAGS; seed
 # is the flag `--seeds` fills) and the task split's.
@@ -293,8 +292,8 @@ class SweepPlan:
     tracking: Tracking = field(default_factory=Tracking)  # the trackers of --log
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
-        """What the points (default: all) take here: their training, shared by the workers, plus
-        the workers' start (tosca_heads.experiments.estimate)."""
+        """What the points (default: all) take here: their training (tosca_heads.experiments.estimate),
+        shared by the workers, plus the workers' start (featcache.foundation.estimate)."""
         from tosca_heads.experiments import estimate as est
 
         chosen = list(self.points if points is None else points)
@@ -304,13 +303,8 @@ class SweepPlan:
             p.key: est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device, alone)
             for p in chosen
         }
-        plan = est.plan_works(seconds, {}, workers)
-        shared = est.wall_seconds(list(seconds.values()), workers) if seconds else 0.0
-        plan.how.insert(
-            0,
-            f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed "
-            f"here), shared by {workers} worker(s): {shared / 60:.1f} min",
-        )
+        said = f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed here)"
+        plan = plan_works(seconds, {}, workers, what=said)
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
@@ -344,22 +338,15 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     """Every check of a sweep before anything is written: the flags, the grid, the store (every
     chunk against its checksum), the folder, the memory of the most demanding point."""
     base_train = recipe(request.preset)
-    rank_by = ALIASES.get(request.rank_by, request.rank_by)
+    rank_by = ROUTERS.pick(request.rank_by, "--rank-by")
     honest = [name for name in ROUTERS if is_honest(name)]
-    if rank_by not in ROUTERS:
-        raise UserError(
-            f"unknown --rank-by {request.rank_by!r}{did_you_mean(request.rank_by, honest)}: use one of {', '.join(honest)}"
-        )
     if not is_honest(rank_by):
         raise UserError(
             f"--rank-by {rank_by} is a reference router ({reference_text(rank_by)}): a reference never ranks or "
             f"chooses; use an honest router: {', '.join(honest)}"
         )
     for name in request.shown or ():
-        if name not in ROUTERS:
-            raise UserError(
-                f"unknown --router {name!r}{did_you_mean(name, ROUTERS)}: use any of {', '.join(ROUTERS)}"
-            )
+        ROUTERS.pick(name)
     if request.jobs is not None:
         if request.jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {request.jobs}")

@@ -30,8 +30,8 @@ BASELINES.declare(
 ESTIMATOR_METHODS = ("predict", "num_parameters")
 
 
-def register_baseline(name: str) -> Callable[[type], type]:
-    """A class decorator adding a baseline under `name`. The class follows the estimators of
+def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
+    """A class decorator adding a baseline under `name` (and other names, `aliases`). The class follows the estimators of
     `method.baselines`: `__init__(device=...)` stores arguments; `incremental = True` with
     `partial_fit(x, y)` (one task's data at a time) or `False` with `fit(x, y)` (every seen class
     at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned.
@@ -57,14 +57,12 @@ def register_baseline(name: str) -> Callable[[type], type]:
     """
 
     def decorate(cls: type) -> type:
-        if not name or name in BASELINES:
-            raise ValueError(f"baseline name {name!r} is empty or registered twice")
         learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
             raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
         what = (cls.__doc__ or "").strip().partition("\n")[0]
-        BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__)
+        BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__, aliases)
         return cls
 
     return decorate

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.lazy import lazy_names
-from featcache.foundation.names import did_you_mean
 from tosca_heads.routers.registry import (
     ROUTERS,
     ReferenceView,
@@ -28,7 +27,6 @@ from tosca_heads.routers.registry import (
 # the statistics (torch) load when first asked for: the routers' names list without them
 __getattr__, _ = lazy_names(__name__, {"statistics": ("ClassStatistics", "FrozenModel")})
 
-ALIASES = {"sample": "entropy"}  # per-sample entropy routing, by its other name
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show
 
 
@@ -37,18 +35,13 @@ def resolve_routers(text: str | None) -> list[str]:
     names_all = tuple(ROUTERS)
     if text is None or text.strip() == "all":
         return list(names_all)
-    names = [ALIASES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ROUTERS]
-    if unknown or not names:
-        hint = did_you_mean(unknown[0], names_all) if unknown else ""
-        raise UserError(
-            f"unknown --router {','.join(unknown) or text!r}{hint}: use any of {', '.join(names_all)}"
-        )
+    names = [ROUTERS.pick(n.strip()) for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"--router {text!r} names no router: use any of {', '.join(names_all)}")
     return list(dict.fromkeys(names))
 
 
 __all__ = [
-    "ALIASES",
     "HEADLINE",
     "ROUTERS",
     "ClassStatistics",

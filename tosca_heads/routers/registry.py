@@ -111,9 +111,11 @@ def task_log_posterior(
 class Router:
     """A router: `route(view)` gives the module index per configuration and sample, [G, n].
     `reference = True` (or words saying why, "told the task") registers it as a reference (handed
-    a `ReferenceView`, listed apart, never honest); `needs_statistics` when it reads `view.frozen`."""
+    a `ReferenceView`, listed apart, never honest); `needs_statistics` when it reads `view.frozen`;
+    `aliases`, other names `--router` takes for it."""
 
     name: str = ""
+    aliases: tuple[str, ...] = ()
     reference: bool | str = False
     needs_statistics: bool = False
     summary: str = ""
@@ -126,7 +128,7 @@ class Router:
         raise NotImplementedError
 
 
-ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROUTERS")
+ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROUTERS", "--router")
 
 
 def is_honest(name: str) -> bool:
@@ -194,24 +196,30 @@ def register_router(cls: type[Router]) -> type[Router]:
     True
     >>> del ROUTERS["doc_last_module"]  # (a doctest leaves the registry as it found it)
     """
-    if not cls.name or cls.name in ROUTERS:
-        raise ValueError(f"router name {cls.name!r} is empty or registered twice")
     declared = next((vars(c)["honest"] for c in cls.__mro__ if "honest" in vars(c) and c is not Router), None)
     if declared is not None:  # routers written before `reference`: `honest = False` declared a reference
         if not isinstance(declared, bool) or (declared and cls.reference):  # both said, and they disagree
             raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
         cls.reference = cls.reference or not declared
-    ROUTERS.add(cls.name, cls(), cls.summary, cls.reference, cls.__module__)
+    ROUTERS.add(cls.name, cls(), cls.summary, cls.reference, cls.__module__, cls.aliases)
     return cls
 
 
-@register_router
-class Entropy(Router):
-    name = "entropy"
-    summary = "the paper's: the module whose softmax over all seen classes has the least entropy"
+class LeastScore(Router):
+    """The module whose score `field` (a [G, M, n] field of the view) is least for the sample."""
+
+    field = ""
 
     def route(self, view: StageView) -> torch.Tensor:
-        return view.entropy.argmin(1)
+        return getattr(view, self.field).argmin(1)
+
+
+@register_router
+class Entropy(LeastScore):
+    name = "entropy"
+    aliases = ("sample",)  # per-sample entropy routing, by its other name
+    summary = "the paper's: the module whose softmax over all seen classes has the least entropy"
+    field = "entropy"
 
 
 @register_router
@@ -219,19 +227,17 @@ class Batch(Router):
     name = "batch"
     reference = "a test batch votes"
     summary = "the reference code's: one module per batch of 48 of a class-sorted test set, by mean entropy"
+    order = "class_ordered"  # the test order the batches are cut from (a `ReferenceView` field)
 
     def route(self, view: ReferenceView) -> torch.Tensor:  # type: ignore[override]
-        return route_batches(view.entropy, view.class_ordered)
+        return route_batches(view.entropy, getattr(view, self.order))
 
 
 @register_router
-class ShuffledBatch(Router):
+class ShuffledBatch(Batch):
     name = "batch_shuffled"
-    reference = "a test batch votes"
     summary = "`batch` on shuffled batches: how much `batch` owes to the ordering"
-
-    def route(self, view: ReferenceView) -> torch.Tensor:  # type: ignore[override]
-        return route_batches(view.entropy, view.shuffled)
+    order = "shuffled"
 
 
 @register_router
@@ -245,12 +251,10 @@ class Oracle(Router):
 
 
 @register_router
-class Energy(Router):
+class Energy(LeastScore):
     name = "energy"
     summary = "the module with the largest logsumexp of its logits (least free energy)"
-
-    def route(self, view: StageView) -> torch.Tensor:
-        return view.energy.argmin(1)
+    field = "energy"
 
 
 @register_router

@@ -151,7 +151,7 @@ def test_auto_decoder_choice() -> None:
     assert resolve_decoder("auto", torch.device("cuda")) == "torch"
     assert resolve_decoder("auto", torch.device("cuda"), existing="pil") == "pil"
     assert resolve_decoder("torch", torch.device("cpu"), existing="pil") == "torch"
-    with pytest.raises(UserError, match="use auto, pil, torch"):
+    with pytest.raises(UserError, match="use one of auto, pil, torch"):
         resolve_decoder("nvjpeg", torch.device("cpu"))
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
-from support.commands import refusal
+from support.commands import refusal, said
 from support.images import FAST_CNN, make_image_tree
 from typer.testing import CliRunner
 
@@ -37,8 +37,7 @@ def _extract(tree: Path, store: Path, *extra: str) -> tuple[int, list[str]]:
         ],
     )
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("warning:")]
-    return result.exit_code, lines
+    return result.exit_code, said(result.output)
 
 
 def _refused(code: int, lines: list[str]) -> str:

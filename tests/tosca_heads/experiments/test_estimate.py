@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tosca_heads.experiments import estimate as est
+from featcache.foundation import estimate as est
+from tosca_heads.experiments import estimate as costs
 
 
 def test_what_is_no_arithmetic_takes_longer_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,6 +40,15 @@ def test_one_worker_starts_no_cluster_and_nothing_planned_costs_nothing(
     assert est.plan_works({}, {}, workers=2).wall == 0.0
 
 
+def test_the_works_shared_by_the_workers_are_said_once_as_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep and a suite say what their works are; the plan says what sharing makes of them, from
+    the same figure its wall time counts."""
+    monkeypatch.setattr(est, "cpu_share", lambda: 1.0)
+    plan = est.plan_works({"a": 120.0, "b": 60.0}, {}, workers=2, what="2 point(s), 3.0 min of training")
+    assert plan.shared == 120.0 + est.PER_WORK_SECONDS
+    assert plan.how == [f"2 point(s), 3.0 min of training, shared by 2 worker(s): {plan.shared / 60:.1f} min"]
+
+
 def test_the_share_of_a_core_is_a_share() -> None:
     est.cpu_share.cache_clear()
     assert 0.05 <= est.cpu_share() <= 1.0
@@ -49,10 +59,10 @@ def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch
     at: a plan read M = 10,000 whatever --ranpac-m said (5x the time of M = 4,000, measured)."""
     from tosca_heads.experiments.baselines import baseline_params
 
-    monkeypatch.setattr(est, "flops_per_second", lambda dtype: 1e10)
-    shape = est.TaskShape((480,) * 5, (120,) * 5, 1280, 10)
+    monkeypatch.setattr(costs, "flops_per_second", lambda dtype: 1e10)
+    shape = costs.TaskShape((480,) * 5, (120,) * 5, 1280, 10)
     small, paper = (
-        est.baseline_seconds("ranpac", shape, baseline_params("ranpac", m, 0)) for m in (4000, 10_000)
+        costs.baseline_seconds("ranpac", shape, baseline_params("ranpac", m, 0)) for m in (4000, 10_000)
     )
     assert paper / small > (10_000 / 4000) ** 2  # the M x M Gram matrix and the M^3 solve
-    assert small == pytest.approx(est.baseline_seconds("ranpac", shape, {"projection_dim": 4000}))
+    assert small == pytest.approx(costs.baseline_seconds("ranpac", shape, {"projection_dim": 4000}))

@@ -305,7 +305,11 @@ def test_a_tracker_that_is_not_installed_or_not_known_is_one_line(
     done = RUNNER.invoke(app, [*args, "--log", "tensorboard"])
     assert done.exit_code == 2 and "pip install 'tosca[tensorboard]'" in done.output
     done = RUNNER.invoke(app, [*args, "--log", "wandb"])
-    assert done.exit_code == 2 and "no such tracker" in done.output and "mlflow, tensorboard" in done.output
+    assert (
+        done.exit_code == 2
+        and "unknown --log 'wandb'" in done.output
+        and "mlflow, tensorboard" in done.output
+    )
     (tmp_path / "file").write_text("x")
     monkeypatch.delitem(sys.modules, "tensorboard")
     done = RUNNER.invoke(app, [*args, "--log", f"tensorboard={tmp_path / 'file'}"])

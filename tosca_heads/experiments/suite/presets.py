@@ -28,6 +28,19 @@ def _data(env: str, fallback: Path) -> str:
     return os.environ.get(env) or str(fallback)
 
 
+def _suite(name: str, stores: list[dict[str, Any]]) -> dict[str, Any]:
+    """A preset: what both presets run (three seeds, TOSCA's shown routers, the three baselines,
+    every ablation) on its stores."""
+    return {
+        "name": name,
+        "seeds": [0, 1, 2],
+        "tosca": {"routers": ROUTERS_SHOWN},
+        "baselines": {"methods": ["simplecil", "ranpac", "joint_probe"], "ranpac_m": 10_000},
+        "ablation": copy.deepcopy(ALL_ABLATIONS),
+        "stores": stores,
+    }
+
+
 def _local() -> dict[str, Any]:
     data = Path(_data("TOSCA_DATA", Path.cwd().parent / "shared" / "data"))
     cache = Path("cache")
@@ -36,13 +49,9 @@ def _local() -> dict[str, Any]:
         ("CIFAR-10", "cifar10", "cifar10/cifar10-jpeg.tar.gz", 300, 2, "effnet_lite0-300.zarr"),
         ("CIFAR-100", "cifar100", "cifar100/cifar100-jpeg.tar.gz", 100, 5, "effnet_lite0-100.zarr"),
     ]
-    return {
-        "name": "local",
-        "seeds": [0, 1, 2],
-        "tosca": {"routers": ROUTERS_SHOWN},
-        "baselines": {"methods": ["simplecil", "ranpac", "joint_probe"], "ranpac_m": 10_000},
-        "ablation": copy.deepcopy(ALL_ABLATIONS),
-        "stores": [
+    return _suite(
+        "local",
+        [
             {
                 "name": name,
                 "path": str((cache / dataset / file).resolve()),
@@ -56,7 +65,7 @@ def _local() -> dict[str, Any]:
             }
             for name, dataset, archive, per_class, split, file in stores
         ],
-    }
+    )
 
 
 PAPER_BENCHMARKS = [  # name, dataset, B0 Inc (method.md §2)
@@ -71,13 +80,9 @@ PAPER_BENCHMARKS = [  # name, dataset, B0 Inc (method.md §2)
 
 def _paper() -> dict[str, Any]:
     data = Path(_data("TOSCA_PAPER_DATA", Path("data")))
-    return {
-        "name": "paper",
-        "seeds": [0, 1, 2],
-        "tosca": {"routers": ROUTERS_SHOWN},
-        "baselines": {"methods": ["simplecil", "ranpac", "joint_probe"], "ranpac_m": 10_000},
-        "ablation": copy.deepcopy(ALL_ABLATIONS),
-        "stores": [
+    return _suite(
+        "paper",
+        [
             {
                 "name": name,
                 "path": str((Path("cache") / dataset / "vit_b16.zarr").resolve()),
@@ -90,7 +95,7 @@ def _paper() -> dict[str, Any]:
             }
             for name, dataset, increment in PAPER_BENCHMARKS
         ],
-    }
+    )
 
 
 PRESETS = {"local": _local, "paper": _paper}

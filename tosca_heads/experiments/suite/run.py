@@ -22,6 +22,7 @@ import torch
 from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.scheduler import parse_scheduler
@@ -29,7 +30,6 @@ from featcache.store import FeatureStore, check_readable, is_tosca_store, read_s
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.baselines import check_ranpac_size
-from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import suite as records_suite
@@ -81,7 +81,7 @@ class SuiteResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
     estimate_seconds: float | None = None
-    estimate: Any = None  # a dry run's tosca_heads.experiments.estimate.Estimate
+    estimate: Any = None  # a dry run's featcache.foundation.estimate.Estimate
 
     @property
     def missing(self) -> list[str]:
@@ -428,12 +428,13 @@ def estimate_plan(
     jobs: int,
     estimate_extraction: ExtractionEstimator | None,
 ) -> Estimate:
-    """The wall time of the cells to run here (tosca_heads.experiments.estimate): extraction of the
-    stores not on disk yet (by `estimate_extraction`, stage 1's), every missing TOSCA and baseline
-    cell, the workers' start, the tables; and one line per thing that is missing."""
+    """The wall time of the cells to run here (featcache.foundation.estimate, each cell's cost from
+    tosca_heads.experiments.estimate): extraction of the stores not on disk yet (by
+    `estimate_extraction`, stage 1's), every missing TOSCA and baseline cell, the workers' start,
+    the tables; and one line per thing that is missing."""
     from tosca_heads.experiments import estimate as est
 
-    plan = est.Estimate()
+    plan = Estimate()
     shapes: dict[tuple[str, int], est.TaskShape] = {}
     extract_seconds: list[float] = []
     unknown: list[str] = []
@@ -482,13 +483,12 @@ def estimate_plan(
         else:
             params = cellmod.cell_params(spec, state.cell)
             baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
-    planned = est.plan_works(tosca, baselines, jobs, sum(extract_seconds))
-    shared = est.wall_seconds(list(planned.works.values()), jobs) if planned.works else 0.0
-    planned.how[:0] = [
-        *plan.how,
+    said = (
         f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
-        f"{sum(baselines.values()) / 60:.1f} min of work, shared by {jobs} worker(s): {shared / 60:.1f} min",
-    ]
+        f"{sum(baselines.values()) / 60:.1f} min of work"
+    )
+    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said)
+    planned.how[:0] = plan.how
     planned.missing[:0] = plan.missing
     return planned
 

@@ -43,6 +43,7 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
+from featcache.foundation.registry import Registry
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
@@ -283,6 +284,8 @@ def _names(
             raise UserError(
                 f"{where}: unknown {what} entry {name!r}{did_you_mean(name, known)}: use any of {', '.join(known)}"
             )
+    if isinstance(known, Registry):  # an alias stands for its name
+        value = [known.name_of(name) for name in value]
     return tuple(dict.fromkeys(value))
 
 

@@ -48,6 +48,7 @@ class Logger(ABC):
     A handle returned by `start` is the logger's own business: every later call gets it back."""
 
     name: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()  # other names --log takes for it
     summary: ClassVar[str] = ""
     extra: ClassVar[str | None] = None  # the pip extra that installs what it needs: tosca[extra]
 
@@ -94,16 +95,19 @@ class Logger(ABC):
         """Remove a run whose logging a kill cut short (it is logged again whole)."""
 
 
-LOGGERS: Registry[type[Logger]] = Registry("tracker", "tosca_heads.experiments.trackers.registry:LOGGERS")
+LOGGERS: Registry[type[Logger]] = Registry(
+    "tracker", "tosca_heads.experiments.trackers.registry:LOGGERS", "--log"
+)
 
 
 def register_logger(cls: type[Logger]) -> type[Logger]:
-    """Add a logger class to the registry (a class decorator): `--log NAME` then sends runs to it.
-    A name registered twice, or one that cannot be typed after --log, is refused."""
-    name = cls.name
-    if not name or name in LOGGERS or not name.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"logger name {name!r} is empty, registered twice, or not letters, digits, _ and -")
-    return LOGGERS.add(name, cls, cls.summary, module=cls.__module__)
+    """Add a logger class to the registry (a class decorator): `--log NAME` (or one of its
+    `aliases`) then sends runs to it. A name registered twice, or one that cannot be typed after
+    --log, is refused."""
+    for name in (cls.name, *cls.aliases):
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
+    return LOGGERS.add(cls.name, cls, cls.summary, module=cls.__module__, aliases=cls.aliases)
 
 
 @dataclass(frozen=True)
@@ -122,10 +126,7 @@ def parse_targets(values: Sequence[str]) -> list[LogTarget]:
         parts = [value] if "=" in value else [p for p in value.split(",")]
         for part in (p.strip() for p in parts):
             name, _, where = part.partition("=")
-            name = name.strip()
-            if name not in LOGGERS:
-                known = ", ".join(sorted(LOGGERS)) or "none"
-                raise UserError(f"--log {part!r}: no such tracker; use any of {known} (NAME or NAME=WHERE)")
+            name = LOGGERS.pick(name.strip(), "--log")
             if "=" in part and not where.strip():
                 raise UserError(f"--log {part!r}: nothing after '='; give NAME or NAME=WHERE")
             target = LogTarget(name, where.strip() or None)

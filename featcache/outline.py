@@ -1,0 +1,174 @@
+"""What an extraction will make, worked out before torch or timm loads: the flags checked, the
+store's place, the dataset listed (an archive unpacked), so that `tosca extract`'s first line
+(`ExtractOutline.line`: model, dataset, rows, chunks, store) comes within a second or two. The
+plan (`featcache.extraction`: the backbone loaded, the identity decided) takes the dataset as
+listed here; `featcache.runner` runs the whole command.
+
+Import-light: the registries, the store's format and the listing of samples; no torch, no timm
+(a timm model name that is not registered loads timm to be checked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from featcache.backbones import BackboneSpec, check_weights, resolve_backbone
+from featcache.foundation.devices import check_device_name
+from featcache.foundation.errors import UserError
+from featcache.foundation.folders import zarr_root
+from featcache.foundation.limits import max_processes, require_at_most
+from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
+from featcache.images.decoder_names import DECODERS
+from featcache.requests import ExtractRequest
+from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
+from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
+from featcache.store.meanings import POLICIES, resolve_precision
+
+
+def check_request(request: ExtractRequest) -> None:
+    """The flags alone, before anything is listed or loaded."""
+    checks = [
+        (request.views >= 0, f"--views must be 0 or more, got {request.views}"),
+        (
+            request.batch_size is None or request.batch_size >= 1,
+            f"--batch-size must be at least 1, got {request.batch_size}",
+        ),
+        (
+            request.workers is None or request.workers >= 0,
+            f"--workers must be 0 or more, got {request.workers}",
+        ),
+        (request.chunk_size >= 1, f"--chunk-size must be at least 1, got {request.chunk_size}"),
+        (request.dtype in DTYPES, f"unknown --dtype {request.dtype!r}: use one of {', '.join(DTYPES)}"),
+        (
+            request.policy is None or request.policy in POLICIES,
+            f"unknown --policy {request.policy!r}: use {', '.join(POLICIES)}",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    if request.workers is not None:
+        require_at_most(
+            "--workers",
+            request.workers,
+            max_processes(),
+            "processes",
+            "at most 4 per usable core, and 64 anywhere",
+        )
+    resolve_precision(request.precision)
+    check_device_name(request.device)
+    DECODERS.pick(request.decode, also=("auto",))
+    check_weights(request.weights, request.random_init)
+    choice = scheduler_choice(request)
+    if choice is not None:
+        check_available(choice)
+
+
+def scheduler_choice(request: ExtractRequest) -> SchedulerChoice | None:
+    return parse_scheduler(request.scheduler) if request.scheduler else None
+
+
+def default_store_path(cache_dir: Path, dataset: str, spec: BackboneSpec, policy: str) -> Path:
+    """CACHE_DIR/<dataset>/<alias>[-<policy>].zarr; names that could leave the cache root are refused."""
+    suffix = "" if policy == spec.default_policy else f"-{policy}"
+    name = check_name("model name", f"{spec.alias}{suffix}")
+    return Path(cache_dir) / check_name("dataset name", dataset) / f"{name}.zarr"
+
+
+def refuse_replacing_other_things(path: Path) -> None:
+    """--overwrite replaces a tosca store, never a folder or file that is something else."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink() and (is_tosca_store(path) or not any(path.iterdir())):
+        return
+    raise UserError(
+        f"refusing to replace {path}: it is not a tosca store (--overwrite only replaces stores); "
+        "pass a new --store path"
+    )
+
+
+def store_path_of(request: ExtractRequest) -> Path:
+    """Where the request's store goes, after every check of the flags alone (nothing is read or
+    written yet): the place must be a store's, and --overwrite must replace a store."""
+    check_request(request)
+    spec = resolve_backbone(request.model)
+    check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
+    policy = request.policy or spec.default_policy
+    store_path = (
+        Path(request.store)
+        if request.store
+        else default_store_path(request.cache_dir, DATASETS.name_of(request.dataset), spec, policy)
+    )
+    if store_path.name in ("", ".", ".."):
+        raise UserError(
+            f"--store {str(request.store)!r} names no folder: give the store a name (e.g. --store cache/mine.zarr)"
+        )
+    for flag, place in (("--store", store_path.parent), ("--cache-dir", Path(request.cache_dir))):
+        inside = zarr_root(place)
+        if inside is not None:
+            raise UserError(f"{flag} {place} lies inside the zarr store {inside}: pass a place of its own")
+    if request.overwrite:
+        refuse_replacing_other_things(store_path)
+    return store_path
+
+
+def stored_identity(path: Path) -> dict[str, Any] | None:
+    """An existing store's identity, with what older stores did not record filled in.
+
+    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
+    decoded by PIL.
+    """
+    if not path.exists():
+        return None
+    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
+    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
+    return identity
+
+
+@dataclass
+class ExtractOutline:
+    """What an extraction will make, before its backbone loads: the request, the backbone's spec,
+    the store's place, the identity of the store already there (None: none, or --overwrite) and
+    the dataset as listed (the plan takes them as they are)."""
+
+    request: ExtractRequest
+    spec: BackboneSpec
+    store_path: Path
+    existing: dict[str, Any] | None
+    dataset: DatasetSource
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {split: len(self.dataset.splits[split]) for split in SPLITS}
+
+    @property
+    def chunk_size(self) -> int:
+        return stored_chunk_size(self.request.chunk_size, max(self.rows.values()))
+
+    def line(self) -> str:
+        """`extract: effnet_lite0 on imagefolder (2 classes): train 8, test 4 rows in 1 + 1 chunks
+        of 8 -> cache/imagefolder/effnet_lite0.zarr`."""
+        rows, chunk = self.rows, self.chunk_size
+        chunks = " + ".join(f"{-(-rows[split] // chunk):,}" for split in SPLITS)
+        counts = ", ".join(f"{split} {rows[split]:,}" for split in SPLITS)
+        return (
+            f"extract: {self.spec.alias} on {self.dataset.name} ({len(self.dataset.class_names)} classes): "
+            f"{counts} rows in {chunks} chunks of {chunk:,} -> {self.store_path}"
+        )
+
+
+def outline_extraction(request: ExtractRequest, store_path: Path) -> ExtractOutline:
+    """The outline of a request whose store goes to `store_path` (`store_path_of`): what is there
+    already read (a folder that is not a store refused), the dataset listed (an archive unpacked),
+    the store checked to lie outside its images."""
+    spec = resolve_backbone(request.model)
+    existing = None if request.overwrite else stored_identity(store_path)
+    dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
+    for split, folder in dataset.folders.items():  # there, the store would be a class of the next run
+        if store_path.absolute().is_relative_to(Path(folder).absolute()):
+            raise UserError(
+                f"--store {store_path} lies inside the {split} images ({folder}): put it elsewhere"
+            )
+    return ExtractOutline(request, spec, store_path, existing, dataset)
