@@ -27,6 +27,7 @@ from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.experiments.records.sweep import FLAG_COLUMNS, METRIC_COLUMNS, POINT_COLUMNS
 from tosca_heads.experiments.records.table import Table
 from tosca_heads.method import uncertainty
+from tosca_heads.method.metrics import registered
 from tosca_heads.routers import HEADLINE, ROUTERS
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
@@ -61,7 +62,8 @@ def by_point(frame: pd.DataFrame) -> pd.DataFrame:
         part = frame[frame["split"] == split]
         if part.empty:
             continue
-        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS}.items():
+        registered_metrics = {m.name: m.name for m in registered()}
+        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS, **registered_metrics}.items():
             if column not in part:
                 continue
             pivot = part.pivot(index="key", columns="router", values=column)
@@ -95,7 +97,7 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
         f"{prefix}{m}_{r}"
         for prefix in ("", "val_")
         for r in routers
-        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS)
+        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS, *(m.name for m in registered()))
         if f"{prefix}{m}_{r}" in points
     ]
     agg: dict[str, Any] = {c: ["mean", "std"] for c in metrics}

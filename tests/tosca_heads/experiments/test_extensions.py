@@ -1,6 +1,8 @@
-"""Each extension in one place (issue 37): a baseline whose parameter is declared on its class,
-from outside the package, gets its command-line option, suite key, API keyword, time estimate and
-table label from that one declaration, and a bad value is one line."""
+"""Each extension in one place (issue 37), done from outside the package: a baseline whose
+parameter is declared on its class gets its command-line option, suite key, API keyword, time
+estimate and table label from that one declaration, and a bad value is one line; a per-router
+metric registered once reaches results.csv/.parquet, the summaries, the console tables, the
+comparison, a suite's table and the trackers (MLflow, TensorBoard)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from support.stores import synthetic_store
 from typer.testing import CliRunner
@@ -21,10 +24,13 @@ from tosca_heads.experiments import estimate as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import cell_params, command, plan_cells
 from tosca_heads.method.baseline_names import BASELINES, Param, described, label, register_baseline
+from tosca_heads.method.metrics import METRICS, register_metric
 from tosca_heads.method.protocol import StreamConfig
 
 RUNNER = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2"]
+SWEPT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8, "jobs": 1, "device": "cpu"}
+QUICK = ["--epochs", "1", "--batch-size", "8", "--device", "cpu"]
 
 
 class PoweredMeans:
@@ -92,6 +98,12 @@ def store(tmp_path: Path) -> FeatureStore:
 def _baselines(store: FeatureStore, out: Path, *extra: str) -> tuple[int, str]:
     args = ["baselines", "--store", str(store.path), "--no-tosca", "--methods", "powered_means", *SPLIT]
     result = RUNNER.invoke(app, [*args, "--device", "cpu", "--out", str(out), *extra])
+    return result.exit_code, result.output
+
+
+def _baselines_of(store: FeatureStore, out: Path, run: Path) -> tuple[int, str]:
+    args = ["baselines", "--store", str(store.path), "--run", str(run), "--methods", "simplecil"]
+    result = RUNNER.invoke(app, [*args, "--device", "cpu", "--out", str(out)])
     return result.exit_code, result.output
 
 
@@ -174,3 +186,103 @@ def test_its_label_heads_its_row_of_a_suite_table(powered: str, tmp_path: Path) 
     assert "| powered means |" in (tmp_path / "out" / "table.md").read_text()
     (cell,) = [s for s in result.cells if s.cell.kind == "baseline"]
     assert json.loads((cell.folder / "metrics.json").read_text())["params"] == {"k": 3}
+
+
+# ------------------------------------------------------------------------------------------ a metric
+
+
+def worst_task(curve: list[float], matrix: list[list[float]]) -> float:
+    """The lowest accuracy on one task's classes after the last task (a plug-in's metric)."""
+    return float(min(matrix[-1]))
+
+
+@pytest.fixture
+def metric() -> Iterator[str]:
+    """A per-router metric, registered once as code outside the package registers it."""
+    register_metric("worst_task", label="worst task")(worst_task)
+    try:
+        yield "worst_task"
+    finally:
+        del METRICS["worst_task"]
+
+
+def test_a_registered_metric_reaches_the_results_the_tables_and_the_console(
+    metric: str, store: FeatureStore, tmp_path: Path
+) -> None:
+    result = RUNNER.invoke(
+        app, ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), *SPLIT, *QUICK]
+    )
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())["routers"]
+    for block in written.values():  # computed from the block's own accuracy matrix
+        assert block[metric] == pytest.approx(min(block["accuracy_matrix"][-1]))
+    assert "worst task" in result.output  # the console's table of the run
+    lda = f"{100 * written['lda'][metric]:.2f}"
+    assert any(
+        line.startswith("lda") or " lda " in line for line in result.output.splitlines() if lda in line
+    )
+
+    tosca_heads.sweep(store, {"r": [2, 4]}, out=tmp_path / "sweep", **SWEPT)
+    rows = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    parquet = pd.read_parquet(tmp_path / "sweep" / "results.parquet")
+    for table in (rows, parquet):
+        assert metric in table and table[metric].between(0, 1).all() and table[metric].notna().all()
+    assert rows[metric].tolist() == parquet[metric].tolist()
+    assert {f"{metric}_lda_mean", f"{metric}_lda_std"} <= set(pd.read_csv(tmp_path / "sweep" / "summary.csv"))
+
+    code, output = _baselines_of(store, tmp_path / "base", tmp_path / "run")
+    assert code == 0, output
+    comparison = pd.read_csv(tmp_path / "base" / "comparison.csv")
+    assert comparison[metric].notna().all()
+    assert "| worst task |" in (tmp_path / "base" / "comparison.md").read_text()
+    assert "worst task" in output
+
+
+def test_results_without_a_metric_registered_since_resume_and_one_of_a_metric_not_loaded_is_one_line(
+    store: FeatureStore, tmp_path: Path
+) -> None:
+    tosca_heads.sweep(store, {"r": [2]}, out=tmp_path / "sweep", **SWEPT)
+    register_metric("worst_task", label="worst task")(worst_task)
+    try:  # the grown sweep resumes: the old point's cell empty, the new one's computed
+        tosca_heads.sweep(store, {"r": [2, 4]}, out=tmp_path / "sweep", **SWEPT)
+        grown = pd.read_csv(tmp_path / "sweep" / "results.csv")
+        assert grown.loc[grown["r"].eq(2), "worst_task"].isna().all()
+        assert grown.loc[grown["r"].eq(4), "worst_task"].between(0, 1).all()
+    finally:
+        del METRICS["worst_task"]
+    with pytest.raises(UserError, match="a metric not registered here: load the plug-in"):
+        tosca_heads.sweep(store, {"r": [2]}, out=tmp_path / "sweep", **SWEPT)
+
+
+@pytest.mark.heavy
+def test_a_registered_metric_reaches_mlflow_tensorboard_and_a_suite_table(
+    metric: str, tmp_path: Path
+) -> None:
+    mlflow_tracking = pytest.importorskip("mlflow.tracking")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    synthetic_store(tmp_path / "a.zarr", classes=4, per_class=12, test_per_class=6, dim=8)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = tosca_heads.fit(
+        tmp_path / "a.zarr", run=tmp_path / "run", log=[f"mlflow={uri}", f"tensorboard={tmp_path / 'tb'}"],
+        init_cls=2, increment=2, epochs=1, batch_size=8,
+    )  # fmt: skip
+    value = run.metrics()["routers"]["lda"][metric]
+    client = mlflow_tracking.MlflowClient(tracking_uri=uri)
+    (logged,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert logged.data.metrics[f"{metric}/test/lda"] == pytest.approx(value)
+    board = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "run"))
+    board.Reload()
+    assert board.Scalars(f"{metric}/test/lda")[-1].value == pytest.approx(value, rel=1e-6)
+
+    toml = {
+        "seeds": [0],
+        "tosca": {"routers": ["lda"], "flags": {"epochs": 1, "batch_size": 8}},
+        "baselines": {"methods": ["simplecil"]},
+        "stores": [{"name": "A", "path": "a.zarr", "init_cls": 2, "increment": 2}],
+    }
+    done = run_suite(parse_suite(toml, tmp_path), tmp_path / "suite", device="cpu")
+    assert not done.missing
+    assert "A worst task" in (tmp_path / "suite" / "table.md").read_text().splitlines()[4]
+    entries = pd.read_csv(tmp_path / "suite" / "table.csv")
+    mine = entries[entries["metric"] == metric]
+    assert len(mine) == 2 and not mine["bold"].any() and mine["mean"].between(0, 1).all()

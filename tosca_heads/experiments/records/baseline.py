@@ -26,6 +26,7 @@ from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, re
 from tosca_heads.experiments.records.run import stage_interval, validation_record
 from tosca_heads.experiments.records.table import Table
 from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.metrics import registered, shown
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, bracket
 
@@ -202,6 +203,7 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
             "A_last": r.metrics["A_last"],
             "forgetting": r.metrics["forgetting"],
             "routing_accuracy": r.metrics["routing_accuracy"],
+            **{m.name: r.metrics.get(m.name) for m in registered()},
             "parameters": r.parameters,
             "seconds": r.seconds,
             "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
@@ -232,8 +234,9 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     """The comparison as a `records.table.Table`: its shown cells, and `frame` as it is kept."""
     import pandas as pd
 
-    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
-    header.append("reference")
+    extra = registered()
+    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", *(m.label for m in extra)]
+    header += ["parameters", "seconds", "reference"]
     note = (
         "Accuracies in %, on the test split, each with its 95% interval over the test images [low, high] "
         "(A_last: exact binomial; A_bar and forgetting: a stratified bootstrap over images, method.uncertainty). "
@@ -257,6 +260,7 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
                 _with_interval(r["A_last"], r.get("A_last_low"), r.get("A_last_high")),
                 _with_interval(r["forgetting"], r.get("forgetting_low"), r.get("forgetting_high")),
                 routing_acc,
+                *(shown(m, r.get(m.name)) for m in extra),
                 f"{int(r['parameters']):,}",
                 f"{r['seconds']:.1f}",
                 r["reference"] or "",

@@ -33,6 +33,7 @@ from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.method import uncertainty
 from tosca_heads.method.baseline_names import label as baseline_label
+from tosca_heads.method.metrics import registered
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.routers import ROUTERS, reference_text
 
@@ -47,7 +48,14 @@ FLOW_LABELS = {
     "adapter": "adapter only",
     "calibrator": "calibrator only",
 }
-METRICS = ("A_bar", "A_last")
+METRICS = ("A_bar", "A_last")  # then each registered metric (`shown_metrics`): never bold, no interval
+
+
+def shown_metrics() -> list[str]:
+    """The table's metrics: A_bar, A_last, then each registered per-router metric."""
+    return [*METRICS, *(m.name for m in registered())]
+
+
 TABLE_COLUMNS = [
     *("method", "label", "honest", "reference", "store", "metric", "mean", "std", "n", "expected"),
     *("ci_low", "ci_high", "images"),
@@ -128,12 +136,16 @@ def _entries(
     answers = {split: _answers(results, key, split) for split in ("test", "validation")}
     evidence.answers[(store, method)] = answers
     found = {split: _intervals(runs) for split, runs in answers.items()}
-    for metric in METRICS:
-        mean, std, n = _stats([r["routers"][key][metric] for r in results])
-        held = [r["validation"][key][metric] for r in results if key in r.get("validation", {})]
-        val_mean, val_std, val_n = _stats(held)
-        ci_low, ci_high, images = found["test"][metric]
-        val_low, val_high, val_images = found["validation"][metric] if val_n else (math.nan,) * 3
+    for metric in shown_metrics():
+        values = [
+            r["routers"][key].get(metric) for r in results
+        ]  # a cell made before it was registered: none
+        mean, std, n = _stats([v for v in values if v is not None])
+        held = [r["validation"][key].get(metric) for r in results if key in r.get("validation", {})]
+        val_mean, val_std, val_n = _stats([v for v in held if v is not None])
+        nothing = (math.nan, math.nan, math.nan)
+        ci_low, ci_high, images = found["test"].get(metric, nothing)
+        val_low, val_high, val_images = found["validation"].get(metric, nothing) if val_n else nothing
         rows.append(
             dict(
                 method=method,
@@ -251,7 +263,7 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
     else on test. Each entry's difference with the best, its interval and the verdict go into
     table.csv. A column where an entry's cells kept no answers (made before format 4) bolds the
     best figure alone. Returns the split and whether every bold entry was tested."""
-    honest = table["honest"] & (table["n"] > 0)
+    honest = table["honest"] & (table["n"] > 0) & table["metric"].isin(METRICS)
     on_validation = bool(honest.any()) and bool((table.loc[honest, "val_n"] > 0).all())
     split = "validation" if on_validation else "test"
     column = "val_mean" if on_validation else "mean"
@@ -343,8 +355,12 @@ def _grid(
     """Header and rows of the main table: methods as rows, (store, metric) as columns, the entries
     marked `bold` (not distinguishable from the best honest one, on the split `_mark_best` says) in
     bold; `prefix` "val_": the validation split's figures (honest entries only)."""
-    columns = [(s.name, m) for s in spec.stores for m in METRICS]
-    header = ["method", *(f"{next(x.label for x in spec.stores if x.name == s)} {m}" for s, m in columns)]
+    columns = [(s.name, m) for s in spec.stores for m in shown_metrics()]
+    labels = {m.name: m.label for m in registered()}
+    header = [
+        "method",
+        *(f"{next(x.label for x in spec.stores if x.name == s)} {labels.get(m, m)}" for s, m in columns),
+    ]
     rows = []
     for method in dict.fromkeys(table["method"]):
         mine = table[table.method == method]
