@@ -6,6 +6,7 @@ comparison, a suite's table and the trackers (MLflow, TensorBoard)."""
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,6 +249,13 @@ def test_results_without_a_metric_registered_since_resume_and_one_of_a_metric_no
         grown = pd.read_csv(tmp_path / "sweep" / "results.csv")
         assert grown.loc[grown["r"].eq(2), "worst_task"].isna().all()
         assert grown.loc[grown["r"].eq(4), "worst_task"].between(0, 1).all()
+        results = tmp_path / "sweep" / "results.csv"
+        lines = list(csv.reader(results.open()))
+        lines[-1][lines[0].index("worst_task")] = "7.5"  # edited: out of the metric's bounds
+        with results.open("w", newline="") as fh:
+            csv.writer(fh).writerows(lines)
+        with pytest.raises(UserError, match=r"worst_task holds '7\.5', not worst task between 0 and 1"):
+            tosca_heads.sweep(store, {"r": [2, 4]}, out=tmp_path / "sweep", **SWEPT)
     finally:
         del METRICS["worst_task"]
     with pytest.raises(UserError, match="a metric not registered here: load the plug-in"):
