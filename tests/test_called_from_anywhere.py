@@ -44,6 +44,10 @@ PRINTED = {
         ],
     ],
     "python-api.md#2": [NUMBER],
+    "contributing.md#1": [r"worst task: 0\.7"],
+    "contributing.md#2": [rf"shrunk means: {NUMBER}"],
+    "contributing.md#3": ["honest", rf"least energy: {NUMBER}"],
+    "contributing.md#4": ["--log printed: True"],
     "python-api.md#3": [
         rf"TOSCA, lda: {NUMBER}",
         rf"best on validation \(the figure alone\): \{{'lr': 0\.0[15], 'r': [24]\}} {NUMBER}",

@@ -15,7 +15,14 @@ from rich.text import Text
 from featcache.foundation.limits import human_bytes
 from featcache.foundation.text import printable
 from featcache.requests import ExtractRequest
-from tosca_cli.commands import OneLineUsageErrors, from_request, json_flag, parameter, user_errors
+from tosca_cli.commands import (
+    OneLineUsageErrors,
+    from_request,
+    json_flag,
+    named_values,
+    parameter,
+    user_errors,
+)
 from tosca_cli.progress import progress
 from tosca_cli.terminal import (
     as_json,
@@ -295,13 +302,20 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
 # ------------------------------------------------------------------------------------------- baselines
 
 
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @user_errors
-@from_request(BaselinesRequest, json_flag("Print the comparison rows as JSON."))
-def baselines(request: BaselinesRequest, as_json_: bool) -> None:
-    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA."""
+@from_request(
+    BaselinesRequest, json_flag("Print the comparison rows as JSON."), parameter("ctx", typer.Context, None)
+)
+def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> None:
+    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA.
+    Each baseline's own parameters are options named after it, --METHOD-NAME VALUE, as its class
+    declares them (RanPAC's: --ranpac-m, --ranpac-seed; docs/commands.md)."""
+    from dataclasses import replace
+
     from tosca_heads.experiments.comparison import compare
 
+    request = replace(request, params=named_values(ctx.args))
     with progress() as board:
         comparison = compare(
             request,

@@ -147,6 +147,31 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def named_values(args: typing.Sequence[str]) -> dict[str, str]:
+    """Options a command takes beyond its own (`tosca baselines`' --METHOD-NAME VALUE, declared by
+    each baseline's class and checked there): NAME_IN_SNAKE_CASE -> the text given. Anything else is
+    one line: a value without its option, an option without its value, one given twice."""
+    found: dict[str, str] = {}
+    tokens = list(args)
+    while tokens:
+        token = tokens.pop(0)
+        if not token.startswith("--") or token == "--":
+            raise UserError(f"unexpected argument {printable(token)!r}: options take the form --NAME VALUE")
+        name, equals, value = token[2:].partition("=")
+        if not equals:
+            if not tokens:
+                raise UserError(
+                    f"no such option --{printable(name)}, or a baseline's own option without its value "
+                    f"(--{printable(name)} VALUE)"
+                )
+            value = tokens.pop(0)
+        key = name.replace("-", "_")
+        if key in found:
+            raise UserError(f"option --{printable(name)} is given twice")
+        found[key] = value
+    return found
+
+
 def parameter(name: str, kind: Any, info: Any) -> inspect.Parameter:
     """An extra option of a command, beside its request's fields."""
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind)

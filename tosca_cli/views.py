@@ -87,6 +87,7 @@ def say_protocol(protocol: Any) -> None:
 
 
 def run_summary(result: Any, routers: list[str]) -> None:
+    from tosca_heads.method.metrics import registered, shown
     from tosca_heads.routers import reference_text
 
     metrics = result.metrics()
@@ -104,6 +105,7 @@ def run_summary(result: Any, routers: list[str]) -> None:
                 *held,
                 pct_in(m, "forgetting"),
                 pct_in(m, "routing_accuracy"),
+                *(shown(extra, m.get(extra.name)) for extra in registered()),
                 told,
             ]
         )
@@ -111,7 +113,16 @@ def run_summary(result: Any, routers: list[str]) -> None:
     held_column = ["val A_last"] if validation else []
     table(
         title,
-        ["router", "A_bar", "A_last", *held_column, "forgetting", "routing acc", "reference"],
+        [
+            "router",
+            "A_bar",
+            "A_last",
+            *held_column,
+            "forgetting",
+            "routing acc",
+            *(extra.label for extra in registered()),
+            "reference",
+        ],
         rows,
         ("router", "reference"),
     )
@@ -336,6 +347,8 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
 
 
 def comparison_table(comparison: Any) -> None:
+    from tosca_heads.method.metrics import registered, shown
+
     metrics = ("A_bar", "A_last", "forgetting", "routing_accuracy")
     validation = any(r.validation is not None for r in comparison.results)
     rows = [
@@ -343,6 +356,7 @@ def comparison_table(comparison: Any) -> None:
             r.method,
             r.routing,
             *(pct_in(r.metrics, m) for m in metrics),
+            *(shown(extra, r.metrics.get(extra.name)) for extra in registered()),
             *([pct_in(r.validation, "A_last")] if validation else []),
             f"{r.parameters:,}",
             f"{r.seconds:.1f}",
@@ -351,6 +365,7 @@ def comparison_table(comparison: Any) -> None:
         for r in comparison.results
     ]
     columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc"]
+    columns += [extra.label for extra in registered()]
     columns += [*(["val A_last"] if validation else []), "parameters", "seconds", "reference"]
     table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
     said_intervals([r.metrics for r in comparison.results])

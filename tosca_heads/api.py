@@ -295,13 +295,12 @@ def baselines(
     order_seed: int | None = None,
     val_fraction: float | None = None,
     val_seed: int | None = None,
-    ranpac_m: int = 10_000,
-    ranpac_seed: int = 0,
     run: str | Path | None = None,
     with_tosca: bool = True,
     out: str | Path | None = None,
     device: str = "auto",
     log: Sequence[str] = (),
+    **params: Any,
 ) -> pd.DataFrame:
     """`tosca baselines`, through the same request and function, with the same defaults: the
     baselines under TOSCA's protocol on the same store (any registered one by name) beside TOSCA's
@@ -311,7 +310,9 @@ def baselines(
     A_t on test, `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a
     row is no honest result: the joint probe sees every task at once, `oracle` is told the task).
     With `run`, the split and validation split not given are the run's (else the dataset's split,
-    class order seed 1993, no validation split).
+    class order seed 1993, no validation split). Each baseline's own parameters are keywords
+    METHOD_NAME, as its class declares them (`ranpac_m=`, `ranpac_seed=`; the command line's
+    --ranpac-m, a suite's `ranpac_m`): a name no baseline declares is refused in one line.
 
     >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64, with_tosca=False, out=TMP / "base")
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
@@ -329,8 +330,7 @@ def baselines(
         val_fraction=val_fraction,
         val_seed=val_seed,
         methods=tuple(methods),
-        ranpac_m=ranpac_m,
-        ranpac_seed=ranpac_seed,
+        params=params,
         run=None if run is None else Path(run),
         with_tosca=with_tosca,
         out=None if out is None else Path(out),

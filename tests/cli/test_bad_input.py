@@ -323,7 +323,31 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("baselines empty methods", [*BASE, "--methods", ""], "unknown --methods"),
     ("baselines unknown method", [*BASE, "--methods", "simplecil,magic"], "unknown --methods 'magic'"),
     ("baselines ranpac m zero", [*BASE, "--ranpac-m", "0"], "--ranpac-m must be at least 1, got 0"),
-    ("baselines ranpac m not a number", [*BASE, "--ranpac-m", "10k"], "Invalid value for '--ranpac-m'"),
+    (
+        "baselines ranpac m not a number",
+        [*BASE, "--ranpac-m", "10k"],
+        "--ranpac-m must be an integer, got '10k'",
+    ),
+    (
+        "baselines unknown own option",
+        [*BASE, "--ranpac-mm", "3"],
+        "unknown --ranpac-mm (did you mean '--ranpac-m'?): the baselines' own parameters are --ranpac-m, --ranpac-seed",
+    ),
+    (
+        "baselines own option without its value",
+        [*BASE, "--ranpac-m"],
+        "no such option --ranpac-m, or a baseline's own option without its value (--ranpac-m VALUE)",
+    ),
+    (
+        "baselines own option twice",
+        [*BASE, "--ranpac-m", "3", "--ranpac-m=4"],
+        "option --ranpac-m is given twice",
+    ),
+    (
+        "baselines stray argument",
+        [*BASE, "stray"],
+        "unexpected argument 'stray': options take the form --NAME VALUE",
+    ),
     (
         "baselines ranpac seed negative",
         [*BASE, "--ranpac-seed", "-1"],

@@ -14,11 +14,10 @@ import numpy as np
 import torch
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.limits import require_memory
-from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_not_replaced, check_readable
 from tosca_heads.experiments.records import with_intervals
 from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
+from tosca_heads.method.baseline_names import check_fits, checked, params_of
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
@@ -43,10 +42,7 @@ def run_baseline(
     on test and, with a validation split, on the held-out training rows (which never train).
     Computed on one CPU thread: the same numbers in a suite's worker and from the single command,
     whatever OMP_NUM_THREADS says (multithreaded BLAS sums in another order)."""
-    if name not in BASELINES:
-        raise UserError(
-            f"unknown baseline {name!r}{did_you_mean(name, BASELINES)}: use one of {', '.join(BASELINES)}"
-        )
+    name = BASELINES.pick(name, "baseline")  # an alias stands for its name
     check_readable(store)
     check_baseline_params(name, params, store.dim)
     validation.validate()
@@ -121,16 +117,12 @@ def baseline_reference(name: str) -> str:
 
 
 def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
-    """A baseline's own parameters, checked once for the dry run and the real one: one line each."""
-    if name != "ranpac":
-        return
-    m = params.get("projection_dim", 10_000)
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise UserError(f"RanPAC's projection size M must be an integer of at least 1, got {m!r}")
-    seed = params.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise UserError(f"--ranpac-seed must be in [0, 2**32), got {seed!r}")
-    check_ranpac_size(m, dim)
+    """A baseline's own keywords (`baseline_names.arguments`' answer, or a `BaselineClassifier`'s),
+    checked once for the dry run and the real one against what its class declares: one line each."""
+    for param in params_of(name):
+        if param.keyword in params:
+            checked(params[param.keyword], param, f"baseline {name!r}'s {param.keyword}")
+    check_fits(name, params, dim)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:
@@ -155,17 +147,6 @@ def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStr
             f"baseline {name!r}: predicted class {wrong}; the classes seen so far are 0 to {seen - 1}"
         )
     return values
-
-
-def baseline_params(method: str, ranpac_m: int, ranpac_seed: int) -> dict[str, Any]:
-    """A baseline's own parameters as `tosca baselines` sets them (RanPAC: M and the projection's
-    seed; the others have none and are deterministic)."""
-    return {"projection_dim": ranpac_m, "seed": ranpac_seed} if method == "ranpac" else {}
-
-
-def check_ranpac_size(m: int, dim: int) -> None:
-    """RanPAC's M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
-    require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
 
 
 def _index(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -15,7 +16,7 @@ from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
 from featcache.store import FeatureStore, check_readable, resolve_store
-from tosca_heads.experiments.baselines import TaskCallback, baseline_params, check_ranpac_size
+from tosca_heads.experiments.baselines import TaskCallback
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import store_block
@@ -28,6 +29,7 @@ from tosca_heads.experiments.requests import BaselinesRequest
 from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run, request_protocol
 from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, method_result, open_tracking
 from tosca_heads.experiments.trackers.events import flat_params, run_files
+from tosca_heads.method.baseline_names import arguments, check_fits, given_params
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
@@ -140,24 +142,23 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
 # ------------------------------------------------------------------------------------------ the command
 
 
-def check_request(request: BaselinesRequest) -> None:
-    """The flags alone, before any store is opened."""
+def check_request(request: BaselinesRequest) -> dict[str, Any]:
+    """The flags alone, before any store is opened; the baselines' own parameters as given
+    (`baseline_names.given_params`: of their kind, each checked)."""
     unknown = [m for m in request.methods if m not in BASELINES]
     if unknown or not request.methods:
         raise UserError(
             f"unknown --methods {','.join(unknown) or '(none)'!r}"
             f"{did_you_mean(unknown[0], BASELINES) if unknown else ''}: use any of {', '.join(BASELINES)}"
         )
-    if request.ranpac_m < 1:
-        raise UserError(f"--ranpac-m must be at least 1, got {request.ranpac_m}")
-    if not 0 <= request.ranpac_seed < 2**32:
-        raise UserError(f"--ranpac-seed must be in [0, 2**32), got {request.ranpac_seed}")
-    if "ranpac" in request.methods:
-        check_ranpac_size(request.ranpac_m, 1)
+    given = given_params(request.methods, request.params, text=True)
+    for method in request.methods:
+        check_fits(method, arguments(method, given), 1)
     if request.run is not None and request.with_tosca and not (request.run / run_record.CONFIG).is_file():
         raise UserError(
             f"not a run directory: {request.run} (no config.json); pass a folder made by `tosca fit`"
         )
+    return given
 
 
 @dataclass
@@ -177,7 +178,7 @@ def compare(
 ) -> Comparison:
     """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
     baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
-    check_request(request)
+    given = check_request(request)
     tracking = open_tracking(request.log, request.runs_root)
     asked = asked_split(request)
     validation = asked.validation
@@ -200,7 +201,18 @@ def compare(
     parent = tracking.start(f"baselines {folder.name}", {**params, **flat_params(store_block(store))})
     try:
         comparison = _compare(
-            request, store, stream, validation, source, device, folder, on_task, on_tosca, tracking, parent
+            request,
+            given,
+            store,
+            stream,
+            validation,
+            source,
+            device,
+            folder,
+            on_task,
+            on_tosca,
+            tracking,
+            parent,
         )
     except BaseException:
         end_failed(parent)
@@ -212,6 +224,7 @@ def compare(
 
 def _compare(
     request: BaselinesRequest,
+    given: dict[str, Any],
     store: FeatureStore,
     stream: StreamConfig,
     validation: ValidationConfig,
@@ -242,7 +255,7 @@ def _compare(
             stream,
             validation,
             method=method,
-            params=tuple(sorted(baseline_params(method, request.ranpac_m, request.ranpac_seed).items())),
+            params=tuple(sorted(arguments(method, given).items())),
             baseline_folder=str(folder / method),
         )
         for method in request.methods

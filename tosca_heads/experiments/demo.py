@@ -29,6 +29,7 @@ from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
+from tosca_heads.method.baseline_names import described
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
@@ -120,7 +121,7 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     )
     show.swept(swept)
 
-    show.section("4/5 baselines: SimpleCIL, RanPAC (M = 10,000), joint linear probe")
+    show.section(f"4/5 baselines: {', '.join(described(method) for method in BASELINES)}")
     title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
     comparison = compare(
         BaselinesRequest(

@@ -24,6 +24,7 @@ import torch
 
 from featcache.foundation.estimate import cpu_share
 from featcache.store import FeatureStore
+from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 
 LBFGS_ITERATIONS = 125  # the joint probe: 100 iterations, about 1.25 closure calls each
@@ -151,22 +152,15 @@ def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: boo
 
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
     """One baseline cell: its arithmetic per task over this machine's single-thread rate; `params`
-    as `experiments.baselines.baseline_params` gives them (RanPAC's M is `projection_dim`)."""
-    train, test, dim = shape.train, shape.test, shape.dim
+    its keywords (`baseline_names.arguments`). A baseline whose class declares `work(shape,
+    **params)` (RanPAC: its M) says its own arithmetic and precision."""
+    train, dim = shape.train, shape.dim
     tasks = len(train)
     per_class = shape.classes / max(tasks, 1)
-    if method == "ranpac":
-        m = int(params["projection_dim"])  # experiments.baselines.baseline_params' name
-        rate = flops_per_second("float64")
-        flops = 0.0
-        for t, rows in enumerate(train):
-            seen_test = sum(test[: t + 1])
-            flops += 2 * rows * dim * m + 2 * rows * m * m  # projection, Gram matrix
-            flops += 2 * m**3 / 3  # Cholesky (at about half a product's rate) and its solve
-            flops += 2 * seen_test * dim * m + 2 * seen_test * m * per_class * (t + 1)  # scored
-        fit_rows = int(0.8 * train[0])  # the ridge, chosen on the first task
-        flops += 6 * fit_rows**2 * m if fit_rows < m else 10 * m**3 / 3
-        return flops / rate
+    work = getattr(BASELINES[method], "work", None)
+    if work is not None:
+        flops, precision = work(shape, **params)
+        return flops / flops_per_second(precision)
     if method == "joint_probe":
         rate = flops_per_second("float32")
         flops, calls = 0.0, 0

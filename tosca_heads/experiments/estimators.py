@@ -18,6 +18,8 @@ Labels may be any sortable values; `predict` returns them (the store's label ids
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +50,38 @@ from tosca_heads.method.protocol import (
 from tosca_heads.method.recipe import TrainConfig, recipe
 from tosca_heads.routers import ROUTERS, ClassStatistics
 
-RECIPE_FIELDS = (
-    "r",
-    "s",
-    "l1",
-    "lr",
-    "momentum",
-    "weight_decay",
-    "epochs",
-    "batch_size",
-    "eta_min",
-    "flow",
-    "seed",
-)
+RECIPE_FIELDS = tuple(f.name for f in fields(TrainConfig))  # the recipe's numbers, in its order
+
+
+_ARG = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+def _argument(name: str, default: Any, annotation: str) -> inspect.Parameter:
+    return inspect.Parameter(name, _ARG, default=default, annotation=annotation)
+
+
+def _recipe_init(cls: type) -> type:
+    """`cls.__init__` with the recipe's fields as parameters (each None: the preset's value) between
+    `cls.INIT_HEAD` and `cls.INIT_TAIL`: scikit-learn's `get_params`, `clone` and `set_params` read
+    the signature, so a field added to `TrainConfig` is a parameter here without being written twice."""
+    recipe_params = [
+        _argument(f.name, None, str(f.type) if "None" in str(f.type) else f"{f.type} | None")
+        for f in fields(TrainConfig)
+    ]
+    signature = inspect.Signature(
+        [inspect.Parameter("self", _ARG), *cls.INIT_HEAD, *recipe_params, *cls.INIT_TAIL]
+    )
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)  # scikit-learn's contract: __init__ stores its arguments, nothing else
+
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
+    __init__.__doc__ = f"Store the parameters ({', '.join(list(signature.parameters)[1:])})."
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
 
 
 class ArrayFeatures:
@@ -191,53 +212,26 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
 
+@_recipe_init
 class TOSCAClassifier(_Incremental):
     """TOSCA on frozen features: one LuCA module per task, the cosine classifier, a router.
 
-    Parameters: `preset` (paper, ...), the fit flags over it (None: the preset's value), `router`
+    Parameters: `preset` (paper, ...), every field of the recipe over it (`TrainConfig`'s: r, s, l1,
+    lr, ...; None: the preset's value; `_recipe_init` derives them), `router`
     (an honest one: lda, ncm, entropy, energy, fusion, ...), the split (`init_cls`, `increment`,
     `order_seed`) and `device`. Fitted: `classes_`, `labels_in_order_` (label of each incremental
     class), `stream_`, `trainer_` (the engine's trainer: modules, classifier), `statistics_` (the
     frozen-feature routers' class statistics), `n_features_in_`.
     """
 
-    def __init__(
-        self,
-        preset: str = "paper",
-        router: str = "lda",
-        init_cls: int | None = None,
-        increment: int | None = None,
-        order_seed: int = DEFAULT_ORDER_SEED,
-        r: int | None = None,
-        s: int | None = None,
-        l1: float | None = None,
-        lr: float | None = None,
-        momentum: float | None = None,
-        weight_decay: float | None = None,
-        epochs: int | None = None,
-        batch_size: int | None = None,
-        eta_min: float | None = None,
-        flow: str | None = None,
-        seed: int | None = None,
-        device: str = "cpu",
-    ):
-        self.preset = preset
-        self.router = router
-        self.init_cls = init_cls
-        self.increment = increment
-        self.order_seed = order_seed
-        self.r = r
-        self.s = s
-        self.l1 = l1
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.eta_min = eta_min
-        self.flow = flow
-        self.seed = seed
-        self.device = device
+    INIT_HEAD = (
+        _argument("preset", "paper", "str"),
+        _argument("router", "lda", "str"),
+        _argument("init_cls", None, "int | None"),
+        _argument("increment", None, "int | None"),
+        _argument("order_seed", DEFAULT_ORDER_SEED, "int"),
+    )
+    INIT_TAIL = (_argument("device", "cpu", "str"),)
 
     def recipe(self) -> TrainConfig:
         """The recipe these parameters ask for (checked): the preset with the given flags over it."""

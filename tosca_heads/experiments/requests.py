@@ -9,7 +9,7 @@ checked and run by its module: `runs.fit`, `sweeps.sweep`, `comparison.compare`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,8 +154,6 @@ class BaselinesRequest:
     methods: tuple[str, ...] = option(
         ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
     )
-    ranpac_m: int = option(10_000, "RanPAC's random projection size M (its paper: 10,000).")
-    ranpac_seed: int = option(0, "Seed of RanPAC's random projection.")
     run: Path | None = option(
         None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing).", output=True
     )
@@ -169,6 +167,9 @@ class BaselinesRequest:
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per method.", ("--log",))
     runs_root: Path = Path("runs")
     title: str | None = None  # the comparison's title (default: dataset / backbone, split)
+    # each baseline's own parameters by their one spelling, METHOD_NAME (`baseline_names.Param`):
+    # `--ranpac-m 64` on the command line, ranpac_m=64 in Python; text from the command line
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from featcache.foundation import atomic
 from tosca_heads.experiments.plots import best_curves, heatmaps
 from tosca_heads.experiments.records.sweep import FLAG_COLUMNS, METRIC_COLUMNS, POINT_COLUMNS
+from tosca_heads.experiments.records.table import Table
 from tosca_heads.method import uncertainty
+from tosca_heads.method.metrics import registered
 from tosca_heads.routers import HEADLINE, ROUTERS
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
@@ -61,7 +62,8 @@ def by_point(frame: pd.DataFrame) -> pd.DataFrame:
         part = frame[frame["split"] == split]
         if part.empty:
             continue
-        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS}.items():
+        registered_metrics = {m.name: m.name for m in registered()}
+        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS, **registered_metrics}.items():
             if column not in part:
                 continue
             pivot = part.pivot(index="key", columns="router", values=column)
@@ -95,7 +97,7 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
         f"{prefix}{m}_{r}"
         for prefix in ("", "val_")
         for r in routers
-        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS)
+        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS, *(m.name for m in registered()))
         if f"{prefix}{m}_{r}" in points
     ]
     agg: dict[str, Any] = {c: ["mean", "std"] for c in metrics}
@@ -299,9 +301,11 @@ def _with_se(row: Any, column: str, se: Any) -> str:
     return said if _missing(se) else f"{said} (SE {100 * se:.2f})"
 
 
-def summary_markdown(
+def summary_table(
     points: pd.DataFrame, summary: pd.DataFrame, rank_by: str, shown: Sequence[str], chosen: dict[str, Any]
-) -> str:
+) -> Table:
+    """summary.md's table (`records.table.Table`; summary.csv is its frame: the summary without its
+    points' keys)."""
     flags = varying_flags(points) or ["r", "l1"]
     split = chosen["split"]
     val = ["val A_last " + rank_by] if split == "validation" else []
@@ -318,19 +322,18 @@ def summary_markdown(
             "validation split, so a configuration chosen from this table is tuned on test (`--val-fraction` "
             "holds one out)."
         )
-    lines = [
-        f"# Sweep on {points['dataset'].iloc[0]} / {points['backbone'].iloc[0]}: {len(summary)} configurations, "
-        f"{len(points)} runs",
-        "",
+    title = (
+        f"Sweep on {points['dataset'].iloc[0]} / {points['backbone'].iloc[0]}: {len(summary)} configurations, "
+        f"{len(points)} runs"
+    )
+    note = (
         f"{how} Accuracies in %, mean ± std over seeds; a configuration of one seed with its run's 95% "
         f"interval [low, high] (results.csv has every router and split, each run's figures with their "
         f"intervals). SE: the standard error of the ranked figure's mean (a stratified "
         f"bootstrap over the images and the seeds). `=`: tied with the best, within one standard error of it; "
-        f"`*`: the chosen configuration, {CHOICE_RULE}.",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
+        f"`*`: the chosen configuration, {CHOICE_RULE}."
+    )
+    rows = []
     ranked_se = noise_column(split, rank_by, "se")
     for _, row in summary.iterrows():
         mark = "*" if row["chosen"] else ("=" if row["tie"] else "")
@@ -343,9 +346,13 @@ def summary_markdown(
         cells.append(spread_of(row, f"A_bar_{rank_by}"))
         cells.append(spread_of(row, f"routing_{rank_by}"))
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *choice_lines(chosen)]
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return Table(title, note, header, rows, summary.drop(columns="keys"))
+
+
+def summary_markdown(table: Table, chosen: dict[str, Any]) -> str:
+    """summary.md: the table, then what the sweep chose in words (`choice_lines`)."""
+    return table.markdown() + "\n" + "\n".join(choice_lines(chosen)) + "\n"
 
 
 def _figure(value: Any, interval: Any = None, se: Any = None) -> str:
@@ -439,14 +446,13 @@ def write_sweep_outputs(
     if frame.empty:
         return files, None, None
     answers = answers or {}
-    with atomic.writing(out / "results.parquet", "wb") as fh:
-        frame.to_parquet(fh, index=False)
+    Table("results", "", [], [], frame).write(out / "results.parquet", ("parquet",))
     points = by_point(frame)
     summary = summarise_points(points, rank_by, routers_in(frame))
     summary = with_noise(summary, answers, ranking_split(points, rank_by), rank_by)
     chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."), modules, answers)
-    atomic.write_text(out / "summary.md", summary_markdown(points, summary, rank_by, shown, chosen))
-    atomic.write_text(out / "summary.csv", summary.drop(columns="keys").to_csv(index=False))
+    table = summary_table(points, summary, rank_by, shown, chosen)
+    table.write(out / "summary.md", ("md", "csv"), markdown=summary_markdown(table, chosen))
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
     heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick, chosen)
     best_curves(

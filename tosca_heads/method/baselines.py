@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 
 # the registry and its decorator are light (`tosca list` reads them without torch); here as before
+from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
-from tosca_heads.method.baseline_names import BASELINES, register_baseline  # noqa: F401
+from tosca_heads.method.baseline_names import BASELINES, Param, register_baseline  # noqa: F401
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 Array = np.ndarray | torch.Tensor
@@ -45,6 +46,8 @@ class SimpleCIL:
     """Prototype classifier: cosine similarity to each class's mean feature."""
 
     incremental = True
+    deterministic = True
+    label = "SimpleCIL"
 
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = device
@@ -75,9 +78,56 @@ class RanPAC:
     """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.
 
     On a CPU its projections, Gram sums, Cholesky factor and solves are `linalg`'s tiled ones, on
-    `linalg_threads()` threads: the same bits on any thread count."""
+    `linalg_threads()` threads: the same bits on any thread count.
+
+    Its parameters (`Param`: --ranpac-m and --ranpac-seed, a suite's `ranpac_m`, the API's
+    `ranpac_m=` and `ranpac_seed=`) are declared here and nowhere else."""
 
     incremental = True
+    label = "RanPAC"
+    params = (
+        Param(
+            "m",
+            int,
+            10_000,
+            "RanPAC's random projection size M (its paper: 10,000).",
+            valid=lambda m: m >= 1,
+            must="at least 1",
+            argument="projection_dim",
+            said="M = {:,}",
+        ),
+        Param(
+            "seed",
+            int,
+            0,
+            "Seed of RanPAC's random projection.",
+            valid=lambda seed: 0 <= seed < 2**32,
+            must="in [0, 2**32)",
+            seed=True,
+        ),
+    )
+
+    @staticmethod
+    def check_fits(dim: int, projection_dim: int = 10_000, **_: object) -> None:
+        """The M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
+        m = projection_dim
+        require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
+
+    @staticmethod
+    def work(shape: object, projection_dim: int = 10_000, **_: object) -> tuple[float, str]:
+        """Its arithmetic on a stream of `shape` (`experiments.estimate.TaskShape`) and the precision
+        it runs in: what a time estimate divides by this machine's rate."""
+        train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
+        m, per_class = projection_dim, shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
+        flops = 0.0
+        for t, rows in enumerate(train):
+            seen_test = sum(test[: t + 1])
+            flops += 2 * rows * dim * m + 2 * rows * m * m  # projection, Gram matrix
+            flops += 2 * m**3 / 3  # Cholesky (at about half a product's rate) and its solve
+            flops += 2 * seen_test * dim * m + 2 * seen_test * m * per_class * (t + 1)  # scored
+        fit_rows = int(0.8 * train[0])  # the ridge, chosen on the first task
+        flops += 6 * fit_rows**2 * m if fit_rows < m else 10 * m**3 / 3
+        return flops, "float64"
 
     def __init__(
         self,
@@ -211,7 +261,9 @@ class JointProbe:
     A reference, not a continual method: it sees every seen class's training data at once."""
 
     incremental = False
+    deterministic = True
     reference = "sees every task at once"
+    label = "joint linear probe"
 
     def __init__(self, weight_decay: float = 1e-4, max_iter: int = 100, device: str | torch.device = "cpu"):
         self.weight_decay = weight_decay

@@ -1,8 +1,93 @@
-"""Continual-learning metrics composed from small functions over an accuracy matrix."""
+"""Continual-learning metrics composed from small functions over an accuracy matrix.
+
+A per-router metric of your own is one function over the accuracy curve and matrix, registered
+once with `@register_metric(name)` (in a plug-in, a script or a notebook): `summarise` then puts it
+into every metrics block (each router's and each baseline's metrics.json), and every table and
+tracker that shows a block shows it too: a sweep's results.csv/.parquet, a suite's table, the
+console tables of `fit` and `baselines`, the comparison files, MLflow and TensorBoard.
+
+>>> @register_metric("doc_first_task", label="A_0", summary="accuracy after the first task")
+... def first_task(curve, matrix):
+...     return curve[0]
+>>> summarise([0.9, 0.8], [[0.9], [0.85, 0.75]])["doc_first_task"]
+0.9
+>>> del METRICS["doc_first_task"]  # (a doctest leaves the registry as it found it)
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
+
+from featcache.foundation.registry import Registry
+
+Curve = list[float]
+Matrix = list[list[float]]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A registered per-router metric: `compute(curve, matrix)` gives one number, `label` heads its
+    column, `low`/`high` bound a value read back from a file (a fraction by default), `percent`
+    shows it in %."""
+
+    name: str
+    compute: Callable[[Curve, Matrix], float]
+    label: str
+    low: float = 0.0
+    high: float = 1.0
+    percent: bool = True
+
+    def holds(self, value: object) -> bool:
+        """A value as tosca writes it: a finite number within [low, high] (None: not computed)."""
+        if value is None:
+            return True
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and bool(np.isfinite(value))
+            and self.low <= value <= self.high
+        )
+
+
+METRICS: Registry[Metric] = Registry("metric", "tosca_heads.method.metrics:METRICS")
+
+
+def register_metric(
+    name: str,
+    label: str | None = None,
+    summary: str = "",
+    low: float = 0.0,
+    high: float = 1.0,
+    percent: bool = True,
+) -> Callable[[Callable[[Curve, Matrix], float]], Callable[[Curve, Matrix], float]]:
+    """A decorator registering `fn(curve, matrix) -> float` as the per-router metric `name` (its
+    column `label`, default the name), bounded by [low, high] where a file is read back."""
+
+    def decorate(fn: Callable[[Curve, Matrix], float]) -> Callable[[Curve, Matrix], float]:
+        if name in BUILT_IN:
+            raise ValueError(f"metric name {name!r} is a built-in figure of every metrics block")
+        metric = Metric(name, fn, label or name, low, high, percent)
+        METRICS.add(
+            name, metric, summary or (fn.__doc__ or "").strip().partition("\n")[0], module=fn.__module__
+        )
+        return fn
+
+    return decorate
+
+
+def shown(metric: Metric, value: object) -> str:
+    """A registered metric's value as a table cell: in % (or as it is), `–` where not computed."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
+        return "–"
+    return f"{100 * value:.2f}" if metric.percent else f"{value:g}"
+
+
+def registered() -> list[Metric]:
+    """The registered per-router metrics, in the order they were registered."""
+    return [METRICS[name] for name in METRICS]
 
 
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
@@ -37,7 +122,7 @@ def summarise(
     """The metrics block of every metrics.json (TOSCA's routers and the baselines alike).
 
     Methods without a router (the baselines) pass routing=None and get null routing fields, so
-    every block has the same keys.
+    every block has the same keys. Each registered metric (`register_metric`) follows, by its name.
     """
     return {
         "A_t": [float(a) for a in curve],
@@ -47,4 +132,11 @@ def summarise(
         "accuracy_matrix": [[float(a) for a in row] for row in matrix],
         "routing_accuracy_t": None if routing is None else [float(r) for r in routing],
         "routing_accuracy": None if routing is None else float(routing[-1]),
+        **{m.name: float(m.compute(list(curve), [list(row) for row in matrix])) for m in registered()},
     }
+
+
+# the figures every metrics block has: no registered metric takes their names
+BUILT_IN = frozenset(
+    ("A_t", "A_bar", "A_last", "forgetting", "accuracy_matrix", "routing_accuracy_t", "routing_accuracy")
+)

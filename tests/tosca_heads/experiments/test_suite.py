@@ -170,6 +170,22 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             '[ablation]\nflows = ["backwards"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "unknown ablation.flows entry 'backwards'",
         ),
+        (  # a baseline's own parameter, checked as its class declares it (baseline_names.Param)
+            '[baselines]\nranpac_m = 0\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ranpac_m must be at least 1, got 0",
+        ),
+        (
+            '[baselines]\nranpac_m = "big"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ranpac_m must be an integer, got 'big'",
+        ),
+        (  # its seed is the suite's seeds
+            '[baselines]\nranpac_seed = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ranpac_seed is not set here: each cell's seed is one of the suite's `seeds`",
+        ),
+        (
+            '[baselines]\nranpac_mm = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown baselines.ranpac_mm (did you mean 'baselines.ranpac_m'?)",
+        ),
         ('[tosca]\nflags = { lr = -1.0 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "--lr must be > 0"),
         (
             '[tosca]\nflags = { seed = 3 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
@@ -268,7 +284,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         seeds=(0,),
         flows=("tosca", "tosca_r"),
         l1_off=(),
-        ranpac_m=32,
+        baseline_params={"ranpac_m": 32},
         flags={"epochs": 1},
     )
     result = run_suite(quick, tmp_path / "out", device="cpu")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
+from tosca_heads.method.metrics import registered
 
 FORMAT = 4
 
@@ -129,4 +130,5 @@ def valid_metrics_block(block: Any) -> bool:
         and isinstance(curve, list)
         and all(_fraction(a) for a in curve)
         and _valid_intervals(block)
+        and all(m.holds(block.get(m.name)) for m in registered())  # absent: written before it was
     )

@@ -24,12 +24,11 @@ from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
 from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import stage_interval, validation_record
+from tosca_heads.experiments.records.table import Table
 from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.metrics import registered, shown
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, bracket
-
-if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run a baseline on a worker
-    import pandas as pd
 
 if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none
     import pandas as pd
@@ -204,6 +203,7 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
             "A_last": r.metrics["A_last"],
             "forgetting": r.metrics["forgetting"],
             "routing_accuracy": r.metrics["routing_accuracy"],
+            **{m.name: r.metrics.get(m.name) for m in registered()},
             "parameters": r.parameters,
             "seconds": r.seconds,
             "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
@@ -230,20 +230,20 @@ def _with_interval(value: float, low: Any, high: Any) -> str:
     return f"{100 * value:.2f}" + (f" {said}" if said else "")
 
 
-def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
+def comparison_table(frame: pd.DataFrame, title: str) -> Table:
+    """The comparison as a `records.table.Table`: its shown cells, and `frame` as it is kept."""
     import pandas as pd
 
-    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", "parameters", "seconds"]
-    header.append("reference")
+    extra = registered()
+    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", *(m.label for m in extra)]
+    header += ["parameters", "seconds", "reference"]
     note = (
         "Accuracies in %, on the test split, each with its 95% interval over the test images [low, high] "
         "(A_last: exact binomial; A_bar and forgetting: a stratified bootstrap over images, method.uncertainty). "
         "A row marked as a reference is no honest result: a router "
         "told the task or letting a test batch vote, or a method that sees every task at once."
     )
-    lines = [f"# {title}", "", note, "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-
+    rows = []
     for _, r in frame.iterrows():
         routing_acc = (
             "–"
@@ -252,25 +252,26 @@ def comparison_markdown(frame: pd.DataFrame, title: str) -> str:
                 r["routing_accuracy"], r.get("routing_accuracy_low"), r.get("routing_accuracy_high")
             )
         )
-        cells = [
-            r["method"],
-            r["routing"],
-            _with_interval(r["A_bar"], r.get("A_bar_low"), r.get("A_bar_high")),
-            _with_interval(r["A_last"], r.get("A_last_low"), r.get("A_last_high")),
-            _with_interval(r["forgetting"], r.get("forgetting_low"), r.get("forgetting_high")),
-            routing_acc,
-            f"{int(r['parameters']):,}",
-            f"{r['seconds']:.1f}",
-            r["reference"] or "",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(
+            [
+                r["method"],
+                r["routing"],
+                _with_interval(r["A_bar"], r.get("A_bar_low"), r.get("A_bar_high")),
+                _with_interval(r["A_last"], r.get("A_last_low"), r.get("A_last_high")),
+                _with_interval(r["forgetting"], r.get("forgetting_low"), r.get("forgetting_high")),
+                routing_acc,
+                *(shown(m, r.get(m.name)) for m in extra),
+                f"{int(r['parameters']):,}",
+                f"{r['seconds']:.1f}",
+                r["reference"] or "",
+            ]
+        )
+    return Table(title, note, header, rows, frame)
 
 
 def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
     folders.claim(out, "baselines", "--out", written_before=is_baselines_dir)
     frame = comparison_frame(results)
-    atomic.write_text(out / "comparison.csv", frame.to_csv(index=False))
-    atomic.write_text(out / "comparison.md", comparison_markdown(frame, title))
+    comparison_table(frame, title).write(out / "comparison.md", ("csv", "md"))
     plots.comparison(frame.to_dict("records"), title, out / "comparison.png")
     return {name: out / name for name in COMPARISON_FILES}

@@ -39,6 +39,7 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments.records import FORMAT, check_format, store_block
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import validation_record, write_validation_ids
+from tosca_heads.method.metrics import METRICS, registered
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 
@@ -86,7 +87,7 @@ INTERVAL_COLUMNS = [
     for end in ("low", "high")
 ]
 FORMAT_3 = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
-COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]
+COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]  # then a column per registered metric (`columns`)
 OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)
 SPLITS = ("test", "validation")
 TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "split", "router", "A_t"}
@@ -110,6 +111,12 @@ OPTIONAL_COLUMNS = {
 # the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
 FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
 FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
+
+
+def columns() -> list[str]:
+    """results.csv's columns: `COLUMNS`, then one per registered per-router metric
+    (`metrics.register_metric`), empty in the rows of a point computed before it was registered."""
+    return [*COLUMNS, *(m.name for m in registered())]
 
 
 def point_rows(
@@ -137,6 +144,7 @@ def point_rows(
             routing_accuracy=block["routing_accuracy"],
             A_t=json.dumps([round(a, 6) for a in block["A_t"]]),
             images=block.get("images"),
+            **{m.name: block.get(m.name) for m in registered()},
         )
         intervals = block.get("intervals", {})
         for column in INTERVAL_COLUMNS:
@@ -202,6 +210,9 @@ def _cell_problem(column: str, value: str) -> str:
         return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
     if column in DIFFERENCE_COLUMNS:
         return "" if -1.0 <= number <= 1.0 else "a forgetting between -1 and 1"
+    metric = METRICS.get(column)
+    if metric is not None:
+        return "" if metric.holds(number) else f"{metric.label} between {metric.low:g} and {metric.high:g}"
     if column in WHOLE_COLUMNS and not number.is_integer():
         return "a whole number"
     if number < (1 if column in AT_LEAST_ONE else 0):
@@ -254,8 +265,16 @@ class ResultsTable:
         if not lines:
             return {}
         header, body = lines[0], lines[1:]
-        if header == COLUMNS:
+        if header == columns():
             rows, converted = self._rows(header, body), False
+        elif header[: len(COLUMNS)] == COLUMNS:  # written with other metrics registered
+            unknown = [c for c in header[len(COLUMNS) :] if c not in METRICS]
+            if unknown:
+                raise UserError(
+                    f"{self.path} has a column {unknown[0][:40]!r} of a metric not registered here: load the "
+                    "plug-in that registers it (TOSCA_PLUGINS), or pass another --out"
+                )
+            rows, converted = [_format_3_row(row) for row in self._rows(header, body)], True
         elif header == FORMAT_3:
             rows, converted = [_format_3_row(row) for row in self._rows(header, body)], True
         elif header == FORMAT_2:
@@ -338,7 +357,7 @@ class ResultsTable:
             if (
                 column in TEXT_COLUMNS
                 or column.startswith("A_t_")
-                or (value == "" and column in OPTIONAL_COLUMNS)
+                or (value == "" and (column in OPTIONAL_COLUMNS or column in METRICS))
             ):
                 continue
             wanted = _cell_problem(column, value)
@@ -360,7 +379,7 @@ class ResultsTable:
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         with atomic.writing(self.path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, COLUMNS)
+            writer = csv.DictWriter(fh, columns())
             writer.writeheader()
             writer.writerows(rows)
 
@@ -388,9 +407,9 @@ class ResultsTable:
         """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
         if not rows or rows[0]["key"] in self._points:
             return
-        cells = [{c: _cell(row[c]) for c in COLUMNS} for row in rows]
+        cells = [{c: _cell(row[c]) for c in columns()} for row in rows]
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, COLUMNS)
+        writer = csv.DictWriter(buffer, columns())
         with atomic.appending(self.path, newline="") as fh:  # never through a link (synced at the end)
             if os.fstat(fh.fileno()).st_size == 0:
                 writer.writeheader()
@@ -407,7 +426,7 @@ class ResultsTable:
         import pandas as pd
 
         if not self._points:
-            return pd.DataFrame(columns=COLUMNS)
+            return pd.DataFrame(columns=columns())
         text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
         return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
 
@@ -420,13 +439,14 @@ def _whole(rows: list[dict[str, str]]) -> bool:
 
 
 def _format_3_row(row: dict[str, str]) -> dict[str, str]:
-    """A format-3 row (no intervals) as a format-4 row: its interval cells empty."""
-    return {**{c: row.get(c, "") for c in COLUMNS}, "format": str(FORMAT)}
+    """A format-3 row (no intervals) as a format-4 row: its interval cells empty (and those of a
+    metric registered since)."""
+    return {**{c: row.get(c, "") for c in columns()}, "format": str(FORMAT)}
 
 
 def _format_2_row(row: dict[str, str]) -> dict[str, str]:
     """A format-2 row (no validation split, one row per router) as a format-4 row."""
-    converted = {c: row.get(c, "") for c in COLUMNS}
+    converted = {c: row.get(c, "") for c in columns()}
     converted.update(format=str(FORMAT), val_fraction="0", val_seed="0", rows=row["routers"], split="test")
     return converted
 

@@ -17,14 +17,12 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
-from tosca_heads.experiments.baselines import baseline_params
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
+from tosca_heads.method import baseline_names
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-
-DETERMINISTIC = ("simplecil", "joint_probe")  # no seed: one cell per store and class order
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ def plan_cells(spec: SuiteSpec) -> list[Cell]:
                     cell = Cell(store.name, "tosca", seed, order, flow, l1)
                     cells.setdefault(cell.key, cell)
             for method in spec.baselines:
-                for seed in spec.seeds[:1] if method in DETERMINISTIC else spec.seeds:
+                for seed in spec.seeds[:1] if baseline_names.deterministic(method) else spec.seeds:
                     cell = Cell(store.name, "baseline", seed, order, method=method)
                     cells.setdefault(cell.key, cell)
     return list(cells.values())
@@ -100,7 +98,8 @@ def cell_train(spec: SuiteSpec, cell: Cell) -> TrainConfig:
 
 
 def cell_params(spec: SuiteSpec, cell: Cell) -> dict[str, Any]:
-    return baseline_params(cell.method, spec.ranpac_m, cell.seed)
+    """A baseline cell's keywords: the suite's parameters, the cell's seed for a seed parameter."""
+    return baseline_names.arguments(cell.method, spec.baseline_params, cell.seed)
 
 
 def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, stream: StreamConfig) -> bool:
@@ -197,8 +196,7 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
         params = cell_params(spec, cell)
         args = ["tosca", "baselines", "--store", str(store), "--no-tosca", "--methods", cell.method]
         args += ["--out", str(folder.parent), *split]
-        if cell.method == "ranpac":
-            args += ["--ranpac-m", str(params["projection_dim"]), "--ranpac-seed", str(params["seed"])]
+        args += baseline_names.flags(cell.method, params)
     return shlex.join(args)
 
 

@@ -29,7 +29,6 @@ from featcache.foundation.scheduler import parse_scheduler
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
-from tosca_heads.experiments.baselines import check_ranpac_size
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import suite as records_suite
@@ -44,6 +43,7 @@ from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
 from tosca_heads.experiments.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.experiments.trackers.events import flat_params, run_files
+from tosca_heads.method import baseline_names
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
@@ -251,15 +251,15 @@ def _write_outputs(
 def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.device) -> None:
     """What the suite's cells would allocate, checked before anything runs (a dry run checks the same,
     on the stores there already): each TOSCA cell trains at least alone, so the largest must fit
-    here; RanPAC's M x M matrices must fit."""
+    here; each baseline's own needs must fit (its class's `check_fits`: RanPAC's M x M matrices)."""
     for opened in stores.values():
         shape = opened.store.shape
         tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
         for flow in {"tosca", *spec.flows}:
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
-    if "ranpac" in spec.baselines:
-        dims = [opened.store.dim for opened in stores.values()] or [1]
-        check_ranpac_size(spec.ranpac_m, max(dims))
+    dim = max([opened.store.dim for opened in stores.values()] or [1])
+    for method in spec.baselines:
+        baseline_names.check_fits(method, baseline_names.arguments(method, spec.baseline_params), dim)
 
 
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:

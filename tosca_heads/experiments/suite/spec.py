@@ -14,7 +14,7 @@ A suite file (paths relative to the file's folder):
 
     [baselines]
     methods = ["simplecil", "ranpac", "joint_probe"]
-    ranpac_m = 10000
+    ranpac_m = 10000             # a baseline's own parameter: METHOD_NAME (its class declares it)
 
     [ablation]
     flows = ["tosca", "tosca_r", "adapter", "calibrator"]
@@ -44,6 +44,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
+from tosca_heads.method.baseline_names import given_params
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
@@ -83,7 +84,9 @@ class SuiteSpec:
     routers: tuple[str, ...] = ("entropy", "lda", "batch", "oracle")
     flags: Mapping[str, Any] = field(default_factory=dict)
     baselines: tuple[str, ...] = ("simplecil", "ranpac", "joint_probe")
-    ranpac_m: int = 10_000
+    # the baselines' own parameters given (METHOD_NAME -> value, checked; `baseline_names.Param`;
+    # a seed parameter is the cell's seed)
+    baseline_params: Mapping[str, Any] = field(default_factory=dict)
     flows: tuple[str, ...] = ()
     l1_off: tuple[str, ...] = ()  # the flows also trained with L1 = 0
     primary: str = "entropy"  # the router the claims and the ablation read
@@ -119,7 +122,7 @@ SECTIONS = {
         "ablation",
     },
     "tosca": {"routers", "flags", "primary"},
-    "baselines": {"methods", "ranpac_m"},
+    "baselines": {"methods"},  # and each baseline's own parameters (`_baseline_params`)
     "ablation": {"flows", "l1_off"},
     "stores": {
         "name",
@@ -164,6 +167,9 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     if not isinstance(stores, list) or not stores:
         raise UserError(f"{where} names no [[stores]]: give at least one (a path, or model + dataset)")
     tosca, baselines, ablation = (_section(data, key, where) for key in ("tosca", "baselines", "ablation"))
+    methods = _names(
+        baselines.get("methods", list(BASELINES)), "baselines.methods", BASELINES, where, empty=True
+    )
     spec = SuiteSpec(
         name=_label(data.get("name", Path(where).stem), "name", where),
         stores=tuple(_store(s, i, base, where) for i, s in enumerate(stores)),
@@ -173,10 +179,8 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
             tosca.get("routers", ["entropy", "lda", "batch", "oracle"]), "tosca.routers", ROUTERS, where
         ),
         flags=_flags(tosca.get("flags", {}), where),
-        baselines=_names(
-            baselines.get("methods", list(BASELINES)), "baselines.methods", BASELINES, where, empty=True
-        ),
-        ranpac_m=_ints([baselines.get("ranpac_m", 10_000)], "baselines.ranpac_m", where, minimum=1)[0],
+        baselines=methods,
+        baseline_params=_baseline_params(baselines, methods, where),
         flows=_names(ablation.get("flows", []), "ablation.flows", FLOWS, where, empty=True),
         l1_off=_l1_off(ablation.get("l1_off", False), ablation.get("flows", []), where),
         primary=_primary(tosca.get("primary", "entropy"), where),
@@ -219,7 +223,19 @@ def folder_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "store"
 
 
+def _baseline_params(block: Mapping[str, Any], methods: tuple[str, ...], where: str) -> dict[str, Any]:
+    """The [baselines] keys that are the baselines' own parameters (METHOD_NAME), checked against
+    what their classes declare (`baseline_names.given_params`; a seed parameter is the suite's seeds)."""
+    given = {k: v for k, v in block.items() if k not in SECTIONS["baselines"]}
+    try:
+        return given_params(methods, given, spell=lambda key: f"baselines.{key}", seeds=False)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
 def _keys(block: Mapping[str, Any], section: str, where: str) -> None:
+    if section == "baselines":
+        return  # its own keys and the baselines' parameters: `_baseline_params`
     unknown = sorted(set(block) - SECTIONS[section])
     if unknown:
         prefix = f"[{section}] " if section else ""

@@ -26,11 +26,14 @@ from featcache.foundation import atomic
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.baselines import baseline_reference
 from tosca_heads.experiments.records.run import feature_dim_of, read_run_config
+from tosca_heads.experiments.records.table import Table
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
 from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.method import uncertainty
+from tosca_heads.method.baseline_names import label as baseline_label
+from tosca_heads.method.metrics import registered
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.routers import ROUTERS, reference_text
 
@@ -39,14 +42,20 @@ if TYPE_CHECKING:
 
     from tosca_heads.experiments.suite.cells import CellState
 
-BASELINE_LABELS = {"simplecil": "SimpleCIL", "ranpac": "RanPAC", "joint_probe": "joint linear probe"}
 FLOW_LABELS = {
     "tosca": "tosca (A then C)",
     "tosca_r": "tosca_r (C then A)",
     "adapter": "adapter only",
     "calibrator": "calibrator only",
 }
-METRICS = ("A_bar", "A_last")
+METRICS = ("A_bar", "A_last")  # then each registered metric (`shown_metrics`): never bold, no interval
+
+
+def shown_metrics() -> list[str]:
+    """The table's metrics: A_bar, A_last, then each registered per-router metric."""
+    return [*METRICS, *(m.name for m in registered())]
+
+
 TABLE_COLUMNS = [
     *("method", "label", "honest", "reference", "store", "metric", "mean", "std", "n", "expected"),
     *("ci_low", "ci_high", "images"),
@@ -127,12 +136,16 @@ def _entries(
     answers = {split: _answers(results, key, split) for split in ("test", "validation")}
     evidence.answers[(store, method)] = answers
     found = {split: _intervals(runs) for split, runs in answers.items()}
-    for metric in METRICS:
-        mean, std, n = _stats([r["routers"][key][metric] for r in results])
-        held = [r["validation"][key][metric] for r in results if key in r.get("validation", {})]
-        val_mean, val_std, val_n = _stats(held)
-        ci_low, ci_high, images = found["test"][metric]
-        val_low, val_high, val_images = found["validation"][metric] if val_n else (math.nan,) * 3
+    for metric in shown_metrics():
+        values = [
+            r["routers"][key].get(metric) for r in results
+        ]  # a cell made before it was registered: none
+        mean, std, n = _stats([v for v in values if v is not None])
+        held = [r["validation"][key].get(metric) for r in results if key in r.get("validation", {})]
+        val_mean, val_std, val_n = _stats([v for v in held if v is not None])
+        nothing = (math.nan, math.nan, math.nan)
+        ci_low, ci_high, images = found["test"].get(metric, nothing)
+        val_low, val_high, val_images = found["validation"].get(metric, nothing) if val_n else nothing
         rows.append(
             dict(
                 method=method,
@@ -183,7 +196,7 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             ]
             done = [s.result for s in cells if s.result is not None]
             reference = baseline_reference(method)
-            label = BASELINE_LABELS.get(method, method) + (" †" if reference else "")
+            label = baseline_label(method) + (" †" if reference else "")
             rows += _entries(method, label, reference, store.name, done, "none", len(cells), evidence)
             curves[store.name][label] = [r["routers"]["none"]["A_t"] for r in done]
         for flow, l1 in ablation_points(spec) if (spec.flows or spec.l1_off) else []:
@@ -250,7 +263,7 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
     else on test. Each entry's difference with the best, its interval and the verdict go into
     table.csv. A column where an entry's cells kept no answers (made before format 4) bolds the
     best figure alone. Returns the split and whether every bold entry was tested."""
-    honest = table["honest"] & (table["n"] > 0)
+    honest = table["honest"] & (table["n"] > 0) & table["metric"].isin(METRICS)
     on_validation = bool(honest.any()) and bool((table.loc[honest, "val_n"] > 0).all())
     split = "validation" if on_validation else "test"
     column = "val_mean" if on_validation else "mean"
@@ -342,8 +355,12 @@ def _grid(
     """Header and rows of the main table: methods as rows, (store, metric) as columns, the entries
     marked `bold` (not distinguishable from the best honest one, on the split `_mark_best` says) in
     bold; `prefix` "val_": the validation split's figures (honest entries only)."""
-    columns = [(s.name, m) for s in spec.stores for m in METRICS]
-    header = ["method", *(f"{next(x.label for x in spec.stores if x.name == s)} {m}" for s, m in columns)]
+    columns = [(s.name, m) for s in spec.stores for m in shown_metrics()]
+    labels = {m.name: m.label for m in registered()}
+    header = [
+        "method",
+        *(f"{next(x.label for x in spec.stores if x.name == s)} {labels.get(m, m)}" for s, m in columns),
+    ]
     rows = []
     for method in dict.fromkeys(table["method"]):
         mine = table[table.method == method]
@@ -390,32 +407,6 @@ def _protocol_line(spec: SuiteSpec, chosen_on: str = "test", tested: bool = True
     )
 
 
-def _markdown(title: str, note: str, header: list[str], rows: list[list[str]]) -> str:
-    lines = [
-        f"# {title}",
-        "",
-        note,
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _tex(caption: str, header: list[str], rows: list[list[str]]) -> str:
-    def esc(text: str) -> str:
-        return text.replace("_", r"\_").replace("%", r"\%").replace("†", r"$^\dagger$").replace("±", r"$\pm$")
-
-    spec = "l" + "r" * (len(header) - 1)
-    lines = [r"\begin{table}", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
-    lines.append(" & ".join(esc(h) for h in header) + r" \\")
-    lines.append(r"\midrule")
-    lines += [" & ".join(esc(c) if not c.startswith("\\textbf") else c for c in row) + r" \\" for row in rows]
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{esc(caption)}}}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
-
-
 def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
     header = ["flow", "L1"]
     for store in spec.stores:
@@ -444,28 +435,22 @@ def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame, tex: bool) -> tuple[
 
 def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, Path]:
     """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
-    figures a_t.png and a_last.png."""
-    files: dict[str, Path] = {}
+    figures a_t.png and a_last.png; each table one `records.table.Table`."""
     note = _protocol_line(spec, tables.chosen_on, tables.tested)
-    header, rows = _grid(spec, tables.table, tex=False)
     title = f"Suite {spec.name}: methods x stores"
-    text = _markdown(title, note, header, rows)
+    main = Table(title, note, *_grid(spec, tables.table, tex=False), frame=tables.table)
+    text = main.markdown()
     if tables.chosen_on == "validation":  # the figures that decided the bold entries
-        header, rows = _grid(spec, tables.table, tex=False, prefix="val_")
-        text += "\n" + _markdown(
+        text += "\n" + Table(
             f"Suite {spec.name}: the validation split (what decided the bold entries)",
             "The honest entries on the validation split (held out of the training images, never trained on), "
             "in %: mean ± std over the finished seeds, one cell with its 95% interval over the validation images.",
-            header,
-            rows,
-        ).replace("# Suite", "## Suite", 1)
-    files["table.md"] = _write(out / "table.md", text)
-    header, rows = _grid(spec, tables.table, tex=True)
-    files["table.tex"] = _write(out / "table.tex", _tex(f"{title}. {note}", header, rows))
-    files["table.csv"] = _write(out / "table.csv", tables.table.to_csv(index=False))
-    with atomic.writing(out / "table.parquet", "wb") as fh:
-        tables.table.to_parquet(fh, index=False)
-    files["table.parquet"] = out / "table.parquet"
+            *_grid(spec, tables.table, tex=False, prefix="val_"),
+        ).markdown(level=2)
+    files = main.write(out / "table.md", ("md",), markdown=text)
+    files |= Table(title, note, *_grid(spec, tables.table, tex=True), frame=tables.table).write(
+        out / "table.tex", ("tex", "csv", "parquet")
+    )
     if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
         for name in ("ablation.md", "ablation.tex"):
             (out / name).unlink(missing_ok=True)
@@ -480,13 +465,12 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
                 else f" `{spec.primary}` is a reference router (docs/routers.md)."
             )
         )
-        header, rows = _ablation_grid(spec, tables.ablation, tex=False)
-        files["ablation.md"] = _write(
-            out / "ablation.md", _markdown(f"Suite {spec.name}: ablation", note, header, rows)
+        title = f"Suite {spec.name}: ablation"
+        files |= Table(title, note, *_ablation_grid(spec, tables.ablation, tex=False)).write(
+            out / "ablation.md", ("md",)
         )
-        header, rows = _ablation_grid(spec, tables.ablation, tex=True)
-        files["ablation.tex"] = _write(
-            out / "ablation.tex", _tex(f"Suite {spec.name}: ablation. {note}", header, rows)
+        files |= Table(title, note, *_ablation_grid(spec, tables.ablation, tex=True)).write(
+            out / "ablation.tex", ("tex",)
         )
     files["claims.md"] = _write(out / "claims.md", claims_markdown(spec, tables.claims))
     files["a_t.png"] = out / "a_t.png"
