@@ -37,9 +37,10 @@ from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.group import fit_group
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records.baseline import MethodResult, write_baseline
 from tosca_heads.experiments.records.run import RunResult
-from tosca_heads.experiments.runs import fit_group
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -120,6 +121,23 @@ def share_features(store: FeatureStore, source: CachedFeatures, device: torch.de
             LOADS[key] = LOADS.get(key, 0) + 1
 
 
+_PLANS: dict[tuple, FitPlan] = {}  # this process's plans, by store, split and device (the recipes aside)
+
+
+def plan_in_process(
+    store: FeatureStore, stream: StreamConfig, validation: ValidationConfig, device: str
+) -> FitPlan:
+    """The plan of a split on a store loaded in this process, built once (the stream, the held-out
+    rows, the protocol): every later work on them shares it, with its own recipes."""
+    key = (id(store), stream, validation, device)  # the plan holds the store: its id stays its own
+    with _SOURCES_LOCK:
+        if key not in _PLANS:
+            if len(_PLANS) >= 8:  # a process that moves on frees the oldest
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = FitPlan.build(store, stream, validation, device=device)
+        return _PLANS[key]
+
+
 Progress = Callable[[str, int, int], None]  # (what, done, total): a baseline's tasks, as they end
 
 
@@ -138,20 +156,16 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
             work.method, store, work.stream, source, progress, resolved, work.validation, **params
         )
         if work.baseline_folder is not None:
-            write_baseline(Path(work.baseline_folder), result, store, work.stream, params, work.validation)
+            plan = plan_in_process(store, work.stream, work.validation, str(resolved))
+            write_baseline(Path(work.baseline_folder), result, plan, params)
         outcome.baseline = result
     else:
+        plan = plan_in_process(store, work.stream, work.validation, str(resolved))
         outcome.runs = fit_group(
-            store,
-            work.stream,
-            list(work.trains),
-            None,
-            [Path(f) for f in work.folders] or None,
-            source,
+            plan.with_trains(work.trains, [Path(f) for f in work.folders]),
+            source=source,
             write_outputs=bool(work.folders),
-            device=resolved,
             overlap=None if alone else False,
-            validation=work.validation,
         )
     outcome.seconds = time.perf_counter() - start
     return outcome

@@ -34,6 +34,7 @@ from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.records.sweep import (
     RESULTS_FILE,
@@ -53,7 +54,6 @@ from tosca_heads.experiments.results import (
     varying_flags,
     write_sweep_outputs,
 )
-from tosca_heads.experiments.runs import protocol_of
 from tosca_heads.experiments.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.experiments.trackers.events import rows_record, run_files
 from tosca_heads.experiments.trackers.tracking import rows_file
@@ -274,7 +274,7 @@ class SweepPlan:
     """A checked sweep, ready to run (every value checked once, here): what `sweep` tells
     `on_start` once the folder is claimed."""
 
-    store: FeatureStore
+    fit: FitPlan  # the store, the first point's split and validation rows, its protocol: the grid's values aside
     points: list[SweepPoint]
     swept: list[str]  # the flags with more than one value
     out: Path
@@ -285,8 +285,6 @@ class SweepPlan:
     rank_by: str
     shown: list[str]
     group: int | None
-    validation: ValidationConfig
-    protocol: ProtocolReport | None = None  # the first point's split (`splits` says whether it is swept)
     splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
     pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
     keep_modules: Path | None = None  # each point's run folder under it (None: nothing kept)
@@ -314,6 +312,19 @@ class SweepPlan:
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
+
+    @property
+    def store(self) -> FeatureStore:
+        return self.fit.store
+
+    @property
+    def validation(self) -> ValidationConfig:
+        return self.fit.validation
+
+    @property
+    def protocol(self) -> ProtocolReport:
+        """The first point's split (`splits` says whether it is swept)."""
+        return self.fit.protocol
 
     @property
     def workers(self) -> int | None:
@@ -409,7 +420,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         base_stream = stream_config(ident["name"], classes, given["init_cls"], given["increment"])
     points = grid_points(grid, base_train, base_stream, store.dim, classes, validation)
     origin = split_origin(ident["name"], given["init_cls"], given["increment"])
-    protocol = protocol_of(store, points[0].stream, validation, origin)
+    fit = FitPlan.build(store, points[0].stream, validation, origin)
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, [p.key for p in points])
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -418,7 +429,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         check_room(store, points, sizing)
     jobs = request.jobs or (1 if request.scheduler or sizing.type == "cuda" else usable_cores())
     return SweepPlan(
-        store=store,
+        fit=fit,
         points=points,
         swept=list(grid),
         out=out,
@@ -429,8 +440,6 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         rank_by=rank_by,
         shown=list(request.shown or HEADLINE),
         group=request.group,
-        validation=validation,
-        protocol=protocol,
         splits=splits,
         keep_modules=request.keep_modules,
         tracking=tracking,
@@ -451,9 +460,8 @@ def run_sweep(
 def _run_locked(
     plan: SweepPlan, on_point: PointCallback | None, on_start: Callable[[], None] | None
 ) -> SweepOutcome:
-    store, out = plan.store, plan.out
-    record = None if plan.protocol is None else plan.protocol.record()
-    claim_sweep_dir(out, store, [p.key for p in plan.points], plan.validation, record)
+    out = plan.out
+    claim_sweep_dir(out, plan.fit, [p.key for p in plan.points])
     # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
     parent = plan.tracking.group(out, f"sweep {out.name}", sweep_params(plan))
     try:

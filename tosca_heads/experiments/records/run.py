@@ -57,14 +57,15 @@ command with one line naming the file and what to do, never a traceback or a wro
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -73,14 +74,15 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json, identity_differences
+from featcache.foundation.locks import folder_lock
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import (
     FORMAT,
+    INFORMATIONAL,
     check_format,
-    store_block,
     valid_metrics_block,
     with_intervals,
 )
@@ -98,6 +100,9 @@ from tosca_heads.method.uncertainty import (
 )
 from tosca_heads.routers import ROUTERS
 
+if TYPE_CHECKING:
+    from tosca_heads.experiments.plan import FitPlan
+
 CONFIG = "config.json"
 VALIDATION_FILE = "validation.json"
 METRICS = "metrics.json"
@@ -112,47 +117,6 @@ CURVE_COLUMNS = ("format", "task", "epoch", *LOSS_PARTS, "lr")
 CURVE_COLUMNS_3 = ("format", "task", "epoch", "loss", "lr")  # format <= 3: `loss` was the cross-entropy alone
 MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
-# config.json keys that do not decide a run's numbers
-INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
-
-
-def run_config(
-    store: FeatureStore,
-    stream: StreamConfig,
-    train: TrainConfig,
-    validation: ValidationConfig = NO_VALIDATION,
-    protocol: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What config.json holds. The validation split is recorded only when one is held out, so a
-    run without one has the config (and the default folder name) it had before validation existed."""
-    config = {
-        **store_block(store),
-        "feature_dim": store.dim,
-        "views": store.views,
-        "stream": asdict(stream),
-        "train": asdict(train.resolved(store.dim)),
-    }
-    if validation.enabled:
-        config["validation"] = validation_record(store, validation)
-    if protocol is not None:
-        config["protocol"] = protocol
-    return config
-
-
-def validation_record(store: FeatureStore, validation: ValidationConfig) -> dict[str, Any]:
-    """The validation split as config.json records it: fraction, seed, how many training images
-    it holds and a digest of their store ids (validation.json lists them)."""
-    ids = held_out_ids(store, validation)
-    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-    return {**validation.record(), "samples": len(ids), "ids_sha256": digest}
-
-
-def held_out_ids(store: FeatureStore, validation: ValidationConfig) -> list[str]:
-    """The store ids of the training images a validation split holds out."""
-    names = store.identity["dataset"].get("class_names")
-    rows = validation.carve(store.labels("train"), names)
-    ids = store.ids("train")
-    return [str(ids[r]) for r in rows]
 
 
 def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
@@ -169,20 +133,23 @@ def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
     )
 
 
-def write_validation_ids(folder: Path, store: FeatureStore, validation: ValidationConfig) -> None:
-    """validation.json: the held-out training images' store ids (the split, recorded)."""
-    if validation.enabled:
-        payload = {**validation.record(), "ids": held_out_ids(store, validation)}
+def claim_runs(plan: FitPlan, locks: contextlib.ExitStack) -> None:
+    """Lock and claim every run folder of a plan (its config.json checked or written, validation.json
+    written), each checked claimable before any lock file is made beside it; the locks are held
+    until `locks` closes."""
+    for run_dir in plan.dirs:
+        check_claimable(run_dir)
+    for run_dir, config in zip(plan.dirs, plan.configs, strict=True):
+        locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
+        claim_run_dir(run_dir, config)
+        write_validation_ids(run_dir, plan)
+
+
+def write_validation_ids(folder: Path, plan: FitPlan) -> None:
+    """validation.json: the held-out training images' store ids (the plan's split, recorded)."""
+    if plan.validation.enabled:
+        payload = {**plan.validation.record(), "ids": list(plan.held_ids)}
         atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
-
-
-def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
-    train = config["train"]
-    digest = hashlib.sha256(
-        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
-    ).hexdigest()
-    name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
-    return runs_root / name
 
 
 def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:

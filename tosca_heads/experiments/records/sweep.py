@@ -38,12 +38,14 @@ from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments.records import FORMAT, check_format, store_block
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import validation_record, write_validation_ids
+from tosca_heads.experiments.records.run import write_validation_ids
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
     import pandas as pd
+
+    from tosca_heads.experiments.plan import FitPlan
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.csv"
@@ -521,16 +523,11 @@ def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
     }
 
 
-def claim_sweep_dir(
-    out: Path,
-    store: FeatureStore,
-    keys: Sequence[str],
-    validation: ValidationConfig,
-    protocol: dict[str, Any] | None = None,
-) -> None:
+def claim_sweep_dir(out: Path, plan: FitPlan, keys: Sequence[str]) -> None:
     """Claim the folder and write (or check) its sweep.json: a sweep folder belongs to one store
     (resuming it on another would mix their rows) and one validation split; a grown grid's digest
     is added so the same command without --out finds the folder again."""
+    store, validation = plan.store, plan.validation
     folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
     atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
     if (out / OUTCOMES_FOLDER).is_dir():
@@ -541,10 +538,9 @@ def claim_sweep_dir(
         "grid": grid_digest(keys),
     }
     if validation.enabled:
-        meta["validation"] = validation_record(store, validation)
-        write_validation_ids(out, store, validation)
-    if protocol is not None:
-        meta["protocol"] = protocol
+        meta["validation"] = plan.validation_record()
+        write_validation_ids(out, plan)
+    meta["protocol"] = plan.protocol.record()
     if meta_path.exists():
         existing = read_sweep_file(meta_path)
         if not isinstance(existing.get("store_fingerprint"), str):

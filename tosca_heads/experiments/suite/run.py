@@ -31,12 +31,12 @@ from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.baselines import check_ranpac_size
 from tosca_heads.experiments.estimate import Estimate
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import suite as records_suite
 from tosca_heads.experiments.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
 from tosca_heads.experiments.records.suite import MANIFEST
 from tosca_heads.experiments.requests import SuiteRequest
-from tosca_heads.experiments.runs import protocol_of
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
@@ -47,7 +47,6 @@ from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
-    split_origin,
     stream_config,
 )
 from tosca_heads.method.recipe import group_key
@@ -66,8 +65,17 @@ ExtractionEstimator = Callable[[StoreSpec], Any]
 class OpenStore:
     spec: StoreSpec
     store: FeatureStore
-    streams: dict[int, StreamConfig]  # order seed -> task split
-    protocols: dict[int, ProtocolReport] = field(default_factory=dict)  # order seed -> the protocol, said
+    plans: dict[int, FitPlan]  # order seed -> the plan of its split (stream, validation rows, protocol)
+
+    @property
+    def streams(self) -> dict[int, StreamConfig]:
+        """Order seed -> task split."""
+        return {order: plan.stream_config for order, plan in self.plans.items()}
+
+    @property
+    def protocols(self) -> dict[int, ProtocolReport]:
+        """Order seed -> the protocol, said."""
+        return {order: plan.protocol for order, plan in self.plans.items()}
 
 
 @dataclass
@@ -109,16 +117,13 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = Fals
             path = extract(s.model, s.dataset, s.data_root, target, s.limit_per_class)
         store = FeatureStore.open(path)
         check_readable(store)
-        dataset = store.identity["dataset"]["name"]
-        streams, protocols = {}, {}
+        plans = {}
         for order in spec.order_seeds:
             try:
-                streams[order] = stream_config(dataset, store.shape.classes, s.init_cls, s.increment, order)
-                origin = split_origin(dataset, s.init_cls, s.increment)
-                protocols[order] = protocol_of(store, streams[order], spec.validation, origin)
+                plans[order] = FitPlan.asked(store, s.init_cls, s.increment, order, spec.validation)
             except UserError as exc:
                 raise UserError(f"store {s.name!r} ({store.shape.classes} classes): {exc}") from None
-        opened[s.name] = OpenStore(s, store, streams, protocols)
+        opened[s.name] = OpenStore(s, store, plans)
     return opened
 
 
@@ -270,16 +275,17 @@ def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root:
             states.append(CellState(cell, folder, "", "to extract"))
             continue
         opened = stores[cell.store]
-        stream = opened.streams[cell.order_seed]
+        plan = opened.plans[cell.order_seed]
+        stream = plan.stream_config
         status, reason = "missing", ""
-        if cellmod.finished(spec, cell, folder, opened.store, stream):
+        if cellmod.finished(spec, cell, folder, plan):
             status = "done"
         else:
-            found = cellmod.find_finished_run(spec, cell, runs_root, opened.store, stream)
+            found = cellmod.find_finished_run(spec, cell, runs_root, plan)
             if found is not None:
                 folder, status = found, "reused"
             else:
-                reason = cellmod.made_otherwise(spec, cell, folder, opened.store, stream) or ""
+                reason = cellmod.made_otherwise(spec, cell, folder, plan) or ""
                 status = "changed" if reason else "missing"
         command = cellmod.command(spec, cell, cell.folder(out), opened.store.path, stream)
         states.append(CellState(cell, folder, command, status, reason=reason))
