@@ -210,7 +210,7 @@ def sweep(
         grid=flags,
     )
     check_outputs(request)
-    return sweep_command(request, on_start=lambda plan: plan.protocol and _warn(plan.protocol)).frame
+    return sweep_command(request, on_start=lambda plan: _warn(plan.fit.protocol)).frame
 
 
 def _grid_lists(grid: Any) -> dict[str, list[Any]]:

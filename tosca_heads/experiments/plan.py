@@ -117,8 +117,9 @@ class FitPlan:
         not given, refused in one line where none fits). The caller checked the store (complete,
         attrs and labels that fit its arrays: `check_readable`): the plan reads its labels."""
         name = store.identity["dataset"]["name"]
+        origin = split_origin(name, init_cls, increment)
         config = stream_config(name, store.shape.classes, init_cls, increment, order_seed)
-        return cls.build(store, config, validation, split_origin(name, init_cls, increment), **rest)
+        return cls.build(store, config, validation, origin, **rest)
 
     def with_trains(self, trains: Sequence[TrainConfig], dirs: Sequence[Path | None] = ()) -> FitPlan:
         """The same store, split and device for other recipes (a sweep's group, a suite's cell),

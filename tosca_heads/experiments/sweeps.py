@@ -59,7 +59,6 @@ from tosca_heads.experiments.trackers.events import rows_record, run_files
 from tosca_heads.experiments.trackers.tracking import rows_file
 from tosca_heads.method.protocol import (
     NO_VALIDATION,
-    ProtocolReport,
     StreamConfig,
     ValidationConfig,
     split_name,
@@ -274,7 +273,7 @@ class SweepPlan:
     """A checked sweep, ready to run (every value checked once, here): what `sweep` tells
     `on_start` once the folder is claimed."""
 
-    fit: FitPlan  # the store, the first point's split and validation rows, its protocol: the grid's values aside
+    fit: FitPlan  # the store, the validation rows and the first point's split and protocol (`splits`: is it swept?)
     points: list[SweepPoint]
     swept: list[str]  # the flags with more than one value
     out: Path
@@ -299,7 +298,9 @@ class SweepPlan:
         workers = 1 if self.remote else self.executor.jobs
         alone = workers == 1
         seconds = {
-            p.key: est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device, alone)
+            p.key: est.tosca_seconds(
+                est.shape_of(self.fit.store, p.stream), p.train, self.sizing_device, alone
+            )
             for p in chosen
         }
         plan = est.plan_works(seconds, {}, workers)
@@ -312,19 +313,6 @@ class SweepPlan:
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
-
-    @property
-    def store(self) -> FeatureStore:
-        return self.fit.store
-
-    @property
-    def validation(self) -> ValidationConfig:
-        return self.fit.validation
-
-    @property
-    def protocol(self) -> ProtocolReport:
-        """The first point's split (`splits` says whether it is swept)."""
-        return self.fit.protocol
 
     @property
     def workers(self) -> int | None:
@@ -487,10 +475,10 @@ def sweep_params(plan: SweepPlan) -> dict[str, Any]:
         "out": str(plan.out),
         "points": len(plan.points),
         "rank_by": plan.rank_by,
-        "val_fraction": plan.validation.fraction,
-        "val_seed": plan.validation.seed,
-        "store": str(plan.store.path.resolve()),
-        "store_fingerprint": plan.store.fingerprint,
+        "val_fraction": plan.fit.validation.fraction,
+        "val_seed": plan.fit.validation.seed,
+        "store": str(plan.fit.store.path.resolve()),
+        "store_fingerprint": plan.fit.store.fingerprint,
     }
     for flag in plan.swept:
         values = dict.fromkeys(flag_text(p.flags()[flag]) for p in plan.points)
@@ -504,7 +492,7 @@ def _run_points(
     on_start: Callable[[], None] | None,
     parent: TrackedGroup | None,
 ) -> SweepOutcome:
-    store, out = plan.store, plan.out
+    store, out = plan.fit.store, plan.out
     varying = [  # in the grid's flag order, as the tables show them
         f for f in GRID_FLAGS if f in plan.swept and len({flag_text(p.flags()[f]) for p in plan.points}) > 1
     ]
@@ -549,7 +537,7 @@ def _run_points(
         frame,
         plan.rank_by,
         plan.shown,
-        lambda config: fit_command(store, config, seed, plan.validation),
+        lambda config: fit_command(store, config, seed, plan.fit.validation),
         None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
         table.answers(),
     )

@@ -67,16 +67,6 @@ class OpenStore:
     store: FeatureStore
     plans: dict[int, FitPlan]  # order seed -> the plan of its split (stream, validation rows, protocol)
 
-    @property
-    def streams(self) -> dict[int, StreamConfig]:
-        """Order seed -> task split."""
-        return {order: plan.stream_config for order, plan in self.plans.items()}
-
-    @property
-    def protocols(self) -> dict[int, ProtocolReport]:
-        """Order seed -> the protocol, said."""
-        return {order: plan.protocol for order, plan in self.plans.items()}
-
 
 @dataclass
 class SuiteResult:
@@ -213,7 +203,7 @@ def run_suite(
                 f"since; pass another --out, or delete {changed[0].folder} (and the others) to recompute"
             )
         if on_start:
-            on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
+            on_start({name: next(iter(o.plans.values())).protocol for name, o in stores.items()})
         # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
         parent = tracking.group(
             out, f"suite {spec.name}", {"command": "suite", "out": str(out), **flat_params(asdict(spec))}
@@ -259,7 +249,7 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
     here; RanPAC's M x M matrices must fit."""
     for opened in stores.values():
         shape = opened.store.shape
-        tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
+        tasks = max(p.stream.num_tasks for p in opened.plans.values())
         for flow in {"tosca", *spec.flows}:
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
     if "ranpac" in spec.baselines:
@@ -315,7 +305,7 @@ def works_of(
     tosca = []
     for state in missing:
         cell, opened = state.cell, stores[state.cell.store]
-        path, stream = str(opened.store.path.resolve()), opened.streams[cell.order_seed]
+        path, stream = str(opened.store.path.resolve()), opened.plans[cell.order_seed].stream_config
         if cell.kind == "baseline":
             params = tuple(sorted(cellmod.cell_params(spec, cell).items()))
             work = Work(
@@ -337,7 +327,7 @@ def works_of(
     sharing = executor.processes_per_device()
     for members in in_groups(tosca, family, len(tosca) or 1):
         opened = stores[members[0].cell.store]
-        stream = opened.streams[members[0].cell.order_seed]
+        stream = opened.plans[members[0].cell.order_seed].stream_config
         trains = [cellmod.cell_train(spec, s.cell) for s in members]
         size = default_group_size(opened.store.shape, [_Point(t, stream) for t in trains], device, sharing)
         for i in range(0, len(members), size):
@@ -445,8 +435,8 @@ def estimate_plan(
     unknown: list[str] = []
     for s in spec.stores:
         if s.name in stores:
-            for order, stream in stores[s.name].streams.items():
-                shapes[(s.name, order)] = est.shape_of(stores[s.name].store, stream)
+            for order, p in stores[s.name].plans.items():
+                shapes[(s.name, order)] = est.shape_of(stores[s.name].store, p.stream_config)
             continue
         if estimate_extraction is None:
             plan.missing.append(f"store {s.name}: not extracted yet, and no extraction estimate here")
@@ -514,8 +504,8 @@ def write_manifest(out: Path, spec: SuiteSpec, stores: dict[str, OpenStore], sta
             "backbone": o.store.identity["backbone"].get("alias"),
             "weights": o.store.identity["backbone"].get("weights_source"),
             "weights_label": o.spec.weights,
-            "streams": {str(k): asdict(v) for k, v in o.streams.items()},
-            "protocols": {str(k): v.record() for k, v in o.protocols.items()},
+            "streams": {str(k): asdict(p.stream_config) for k, p in o.plans.items()},
+            "protocols": {str(k): p.protocol.record() for k, p in o.plans.items()},
         }
         for name, o in stores.items()
     }
