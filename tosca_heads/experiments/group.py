@@ -36,7 +36,7 @@ from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.method.features import CachedFeatures, FeatureSource
-from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
@@ -246,16 +246,15 @@ def fit_run(
     store: FeatureStore,
     stream: StreamConfig,
     train: TrainConfig,
-    upto_task: int | None = None,
+    upto: int | None = None,
     run_dir: Path | None = None,
-    *,
-    device: str | torch.device = "cpu",
-    validation: ValidationConfig = NO_VALIDATION,
     **given: Any,
 ) -> RunResult:
-    """One recipe on a store and split, as a plan of G = 1 (the other arguments are `fit_group`'s)."""
-    plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
-    return fit_group(plan, upto_task, **given)[0]
+    """One recipe on a store and split, as a plan of G = 1: `validation` and `device` go into the
+    plan (`FitPlan.build`), the other arguments to `fit_group`."""
+    planned = {name: given.pop(name) for name in ("validation", "device") if name in given}
+    plan = FitPlan.build(store, stream, trains=[train], dirs=[run_dir], **planned)
+    return fit_group(plan, upto, **given)[0]
 
 
 def evaluate_run(

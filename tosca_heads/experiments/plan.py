@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import TrainConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class FitPlan:
         origin: str = "as given",
         trains: Sequence[TrainConfig] = (),
         dirs: Sequence[Path | None] = (),
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         runs_root: Path = Path("runs"),
     ) -> FitPlan:
         """The plan of a split on a store whose values were checked where they came in: the stream
