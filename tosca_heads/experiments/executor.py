@@ -121,23 +121,6 @@ def share_features(store: FeatureStore, source: CachedFeatures, device: torch.de
             LOADS[key] = LOADS.get(key, 0) + 1
 
 
-_PLANS: dict[tuple, FitPlan] = {}  # this process's plans, by store, split and device (the recipes aside)
-
-
-def plan_in_process(
-    store: FeatureStore, stream: StreamConfig, validation: ValidationConfig, device: str
-) -> FitPlan:
-    """The plan of a split on a store loaded in this process, built once (the stream, the held-out
-    rows, the protocol): every later work on them shares it, with its own recipes."""
-    key = (id(store), stream, validation, device)  # the plan holds the store: its id stays its own
-    with _SOURCES_LOCK:
-        if key not in _PLANS:
-            if len(_PLANS) >= 8:  # a process that moves on frees the oldest
-                _PLANS.pop(next(iter(_PLANS)))
-            _PLANS[key] = FitPlan.build(store, stream, validation, device=device)
-        return _PLANS[key]
-
-
 Progress = Callable[[str, int, int], None]  # (what, done, total): a baseline's tasks, as they end
 
 
@@ -148,6 +131,8 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
     keep_freed_memory()
     resolved = resolve_device(device)
     key, store, source = features_in_process(work.store_path, work.fingerprint, resolved)
+    # the plan of the work's split (its stream, validation rows and protocol), at this process's edge
+    plan = FitPlan.build(store, work.stream, work.validation, device=resolved)
     start = time.perf_counter()
     outcome = Outcome(device=str(resolved), loads=LOADS[key], pid=os.getpid())
     if work.method:
@@ -156,11 +141,9 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
             work.method, store, work.stream, source, progress, resolved, work.validation, **params
         )
         if work.baseline_folder is not None:
-            plan = plan_in_process(store, work.stream, work.validation, str(resolved))
             write_baseline(Path(work.baseline_folder), result, plan, params)
         outcome.baseline = result
     else:
-        plan = plan_in_process(store, work.stream, work.validation, str(resolved))
         outcome.runs = fit_group(
             plan.with_trains(work.trains, [Path(f) for f in work.folders]),
             source=source,
