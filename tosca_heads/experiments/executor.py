@@ -141,7 +141,10 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
             work.method, store, work.stream, source, progress, resolved, work.validation, **params
         )
         if work.baseline_folder is not None:
-            write_baseline(Path(work.baseline_folder), result, plan, params)
+            folder = Path(work.baseline_folder)
+            write_baseline(
+                folder, result, store, work.stream, params, work.validation, held_ids=plan.held_ids
+            )
         outcome.baseline = result
     else:
         outcome.runs = fit_group(

@@ -25,6 +25,7 @@ import torch
 from featcache.foundation import atomic
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.locks import folder_lock
 from featcache.store import FeatureStore, check_not_replaced, check_readable
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
@@ -236,7 +237,12 @@ def fit_group(
     group = GroupFit(plan, source, device, write_outputs, overlap, on_stage)
     with contextlib.ExitStack() as locks:
         if write_outputs:
-            run_record.claim_runs(plan, locks)
+            for run_dir in plan.dirs:  # each checked before any lock file is made beside one
+                run_record.check_claimable(run_dir)
+            for run_dir, config in zip(plan.dirs, plan.configs, strict=True):
+                locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
+                run_record.claim_run_dir(run_dir, config)
+                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
         if on_start:
             on_start(group.results)
         return group.run(last)

@@ -15,7 +15,6 @@ resolved where torch is imported anyway, when the engine starts (`group.fit_grou
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import default_run_dir, store_block
+from tosca_heads.experiments.records import default_run_dir, store_block, validation_record
 from tosca_heads.method.protocol import (
     HELD_OUT,
     NO_VALIDATION,
@@ -145,12 +144,6 @@ class FitPlan:
         ids = self.store.ids("train")
         return tuple(str(ids[r]) for r in self.held)
 
-    def validation_record(self) -> dict[str, Any]:
-        """The validation split as config.json, sweep.json and a baseline's metrics.json record it:
-        fraction, seed, how many training images it holds and a digest of their store ids."""
-        digest = hashlib.sha256("\n".join(self.held_ids).encode()).hexdigest()
-        return {**self.validation.record(), "samples": len(self.held_ids), "ids_sha256": digest}
-
     def run_config(self, train: TrainConfig) -> dict[str, Any]:
         """What a run's config.json holds for a recipe. The validation split is recorded only when
         one is held out, so a run without one has the config (and the default folder name) it had
@@ -164,6 +157,6 @@ class FitPlan:
             "train": asdict(train.resolved(store.dim)),
         }
         if self.validation.enabled:
-            config["validation"] = self.validation_record()
+            config["validation"] = validation_record(self.validation, self.held_ids)
         config["protocol"] = self.protocol.record()
         return config

@@ -449,7 +449,10 @@ def _run_locked(
     plan: SweepPlan, on_point: PointCallback | None, on_start: Callable[[], None] | None
 ) -> SweepOutcome:
     out = plan.out
-    claim_sweep_dir(out, plan.fit, [p.key for p in plan.points])
+    fit = plan.fit
+    claim_sweep_dir(
+        out, fit.store, [p.key for p in plan.points], fit.validation, fit.held_ids, fit.protocol.record()
+    )
     # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
     parent = plan.tracking.group(out, f"sweep {out.name}", sweep_params(plan))
     try:

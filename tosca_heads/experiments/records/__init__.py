@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> P
     ).hexdigest()
     name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
     return runs_root / name
+
+
+def validation_record(validation: Any, ids: Sequence[str]) -> dict[str, Any]:
+    """A validation split as config.json, sweep.json and a baseline's metrics.json record it:
+    fraction, seed, how many training images it holds and a digest of their store ids."""
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return {**validation.record(), "samples": len(ids), "ids_sha256": digest}
 
 
 def store_block(store: Any, described: bool = True) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
+from featcache.store import FeatureStore
 from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
+from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block, validation_record
 from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import stage_interval
 from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, bracket
 
 if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run a baseline on a worker
@@ -31,8 +34,6 @@ if TYPE_CHECKING:  # pandas is loaded when the comparison is written, not to run
 
 if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none
     import pandas as pd
-
-    from tosca_heads.experiments.plan import FitPlan
 
 NO_ROUTING = "none"
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
@@ -101,11 +102,17 @@ def claim_baselines_dir(folder: Path) -> Path:
 
 
 def write_baseline(
-    folder: Path, result: MethodResult, plan: FitPlan, params: dict[str, Any] | None = None
+    folder: Path,
+    result: MethodResult,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    params: dict[str, Any] | None = None,
+    validation: ValidationConfig = NO_VALIDATION,
+    *,
+    held_ids: Sequence[str],
 ) -> None:
     """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
-    own parameters, RanPAC's M and seed, and the plan's validation split) and results.csv."""
-    store, stream_cfg, validation = plan.store, plan.stream_config, plan.validation
+    own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
     claim_baselines_dir(folder.parent)
     folder.mkdir(exist_ok=True)
     payload = {
@@ -120,7 +127,7 @@ def write_baseline(
         "routers": {NO_ROUTING: result.metrics},
     }
     if validation.enabled:
-        payload["validation_split"] = plan.validation_record()
+        payload["validation_split"] = validation_record(validation, held_ids)
     if result.validation is not None:
         payload["validation"] = {NO_ROUTING: result.validation}
     if result.outcomes:

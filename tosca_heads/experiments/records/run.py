@@ -57,15 +57,14 @@ command with one line naming the file and what to do, never a traceback or a wro
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +73,6 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json, identity_differences
-from featcache.foundation.locks import folder_lock
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
@@ -99,9 +97,6 @@ from tosca_heads.method.uncertainty import (
     intervals_of,
 )
 from tosca_heads.routers import ROUTERS
-
-if TYPE_CHECKING:
-    from tosca_heads.experiments.plan import FitPlan
 
 CONFIG = "config.json"
 VALIDATION_FILE = "validation.json"
@@ -133,22 +128,10 @@ def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
     )
 
 
-def claim_runs(plan: FitPlan, locks: contextlib.ExitStack) -> None:
-    """Lock and claim every run folder of a plan (its config.json checked or written, validation.json
-    written), each checked claimable before any lock file is made beside it; the locks are held
-    until `locks` closes."""
-    for run_dir in plan.dirs:
-        check_claimable(run_dir)
-    for run_dir, config in zip(plan.dirs, plan.configs, strict=True):
-        locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
-        claim_run_dir(run_dir, config)
-        write_validation_ids(run_dir, plan)
-
-
-def write_validation_ids(folder: Path, plan: FitPlan) -> None:
-    """validation.json: the held-out training images' store ids (the plan's split, recorded)."""
-    if plan.validation.enabled:
-        payload = {**plan.validation.record(), "ids": list(plan.held_ids)}
+def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
+    """validation.json: the held-out training images' store ids (the split, recorded)."""
+    if validation.enabled:
+        payload = {**validation.record(), "ids": list(ids)}
         atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
 
 

@@ -36,7 +36,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import FORMAT, check_format, store_block
+from tosca_heads.experiments.records import FORMAT, check_format, store_block, validation_record
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import write_validation_ids
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
@@ -44,8 +44,6 @@ from tosca_heads.method.recipe import TrainConfig
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
     import pandas as pd
-
-    from tosca_heads.experiments.plan import FitPlan
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.csv"
@@ -523,11 +521,17 @@ def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
     }
 
 
-def claim_sweep_dir(out: Path, plan: FitPlan, keys: Sequence[str]) -> None:
+def claim_sweep_dir(
+    out: Path,
+    store: FeatureStore,
+    keys: Sequence[str],
+    validation: ValidationConfig,
+    held_ids: Sequence[str],
+    protocol: dict[str, Any] | None = None,
+) -> None:
     """Claim the folder and write (or check) its sweep.json: a sweep folder belongs to one store
     (resuming it on another would mix their rows) and one validation split; a grown grid's digest
     is added so the same command without --out finds the folder again."""
-    store, validation = plan.store, plan.validation
     folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
     atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
     if (out / OUTCOMES_FOLDER).is_dir():
@@ -538,9 +542,10 @@ def claim_sweep_dir(out: Path, plan: FitPlan, keys: Sequence[str]) -> None:
         "grid": grid_digest(keys),
     }
     if validation.enabled:
-        meta["validation"] = plan.validation_record()
-        write_validation_ids(out, plan)
-    meta["protocol"] = plan.protocol.record()
+        meta["validation"] = validation_record(validation, held_ids)
+        write_validation_ids(out, validation, held_ids)
+    if protocol is not None:
+        meta["protocol"] = protocol
     if meta_path.exists():
         existing = read_sweep_file(meta_path)
         if not isinstance(existing.get("store_fingerprint"), str):

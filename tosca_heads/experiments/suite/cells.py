@@ -19,6 +19,7 @@ from featcache.foundation.errors import UserError
 from tosca_heads.experiments.baselines import baseline_params
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records import validation_record
 from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method.protocol import StreamConfig
@@ -133,7 +134,7 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
 
 def validation_split(plan: FitPlan) -> dict[str, Any] | None:
     """What a baseline cell's metrics.json records of the suite's validation split (None: none)."""
-    return plan.validation_record() if plan.validation.enabled else None
+    return validation_record(plan.validation, plan.held_ids) if plan.validation.enabled else None
 
 
 def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> str | None:
