@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.images import TINY_VIT, make_image_tree
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -584,18 +585,6 @@ def _state(root: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
     return files, folders
 
 
-def _after_the_plan(output: str) -> list[str]:
-    """What a command said, less a fit's plan (its protocol line first, then that line's warnings),
-    said before the engine loads: a refusal found after it (the engine's memory check, the store's
-    chunks, the run folder) is the one line after the plan."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    if lines and lines[0].startswith("protocol: "):
-        lines = lines[1:]
-        while lines and lines[0].startswith("warning "):
-            lines = lines[1:]
-    return lines
-
-
 @pytest.mark.parametrize(("name", "argv", "expected"), [pytest.param(*row, id=row[0]) for row in ROWS])
 def test_bad_input(
     name: str, argv: list[str], expected: str, folder: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -613,7 +602,7 @@ def test_bad_input(
     )
     assert result.exit_code in (1, 2), f"{name}: exit {result.exit_code}: {output}"
     assert "Traceback" not in output and "╭" not in output, output
-    lines = [line for line in _after_the_plan(output) if not line.startswith(("warning:", "note "))]
+    lines = [line for line in after_the_plan(output) if not line.startswith(("warning:", "note "))]
     problem = [line for line in lines if line.startswith(("error:", "FAIL"))]
     assert len(problem) == 1 and len(lines) == 1, f"{name}: {lines}"
     assert expected.format(**places) in problem[0], f"{name}: {problem[0]}"
@@ -1011,7 +1000,7 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     }
     before = _state(root)
     result = runner.invoke(app, [part.format(**places) for part in argv])
-    lines = _after_the_plan(result.output)
+    lines = after_the_plan(result.output)
     assert result.exit_code == 2 and len(lines) == 1, f"{name}: {lines}"
     what = {"fifo": "not a regular file", "hard link": "a file with 2 hard links"}.get(
         planted, "a symbolic link"
