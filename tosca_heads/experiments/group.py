@@ -52,7 +52,7 @@ class GroupFit:
     """One engine run of a plan's recipes on its store and task split, in named steps: `resume` the
     tasks every run has finished (loaded, then evaluated), `train_task`, `snapshot` what evaluation
     reads, `finish` (wait for the evaluations, write the files). `run` does them in order. Where
-    nothing is written (`dirs` None: a sweep's points), the results name the runs' default folders."""
+    nothing is written (a sweep's points), the results still name the plan's folders."""
 
     def __init__(
         self,
