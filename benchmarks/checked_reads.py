@@ -21,7 +21,7 @@ import numpy as np
 
 from featcache.foundation.limits import usable_cores
 from featcache.store import FeatureStore, check_readable, read_split
-from tosca_heads.experiments.runs import fit_run
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import default_stream
 from tosca_heads.method.recipe import PRESETS

@@ -22,7 +22,7 @@ import numpy as np
 from eager_fit import eager_fit
 
 from featcache.store import FeatureStore
-from tosca_heads.experiments.runs import fit_run
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
 

@@ -559,7 +559,7 @@ def random_store(path: Path, shape: Shape) -> Any:
 def step_fit(work: Path, shape: Shape, rows: list[Row]) -> None:
     import numpy as np
 
-    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
 

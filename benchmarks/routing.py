@@ -27,8 +27,8 @@ from featcache.store import FeatureStore
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.experiments.runs import fit_run
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
 from tosca_heads.routers import ROUTERS, task_log_posterior

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from featcache.store import FeatureStore
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.experiments.runs import fit_run
 from tosca_heads.method.baselines import RanPAC
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS

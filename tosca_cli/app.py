@@ -185,16 +185,14 @@ ROUTERS_OPTION = parameter("router", str | None, typer.Option(None, "--router", 
 def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.experiments.runs import fit as fit_command
-    from tosca_heads.experiments.runs import fit_recipe
 
-    fit_recipe(request)  # a bad flag is the only line: before the stage table's header
-    routers = _routers(router)
+    routers = _routers(router)  # a bad name is the only line: before the plan is said
 
-    def started(protocol: Any, run: Path) -> None:
-        say_protocol(protocol)
+    def started(run: Path) -> None:
         say(f"run {run}", err)
 
-    result = fit_command(request, on_stage=None if as_json_ else stage_printer(routers), on_start=started)
+    stages = None if as_json_ else stage_printer(routers)
+    result = fit_command(request, on_stage=stages, on_start=started, on_plan=say_protocol)
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
     run_summary(result, routers)
@@ -217,7 +215,7 @@ def eval_run(
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
     from featcache.foundation.devices import resolve_device
-    from tosca_heads.experiments.runs import evaluate_run
+    from tosca_heads.experiments.group import evaluate_run
 
     routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device))

@@ -258,11 +258,10 @@ def sweep_header(plan: Any, device: str) -> None:
     )
     on = f"--device {device} (each worker decides)" if plan.remote else plan.device
     say(
-        f"sweep: {len(plan.points)} runs ({plan.shape()}) on {plan.store.path}, {plan.workers or 'remote'} worker(s) on {on}; {where}",
+        f"sweep: {len(plan.points)} runs ({plan.shape()}) on {plan.fit.store.path}, {plan.workers or 'remote'} worker(s) on {on}; {where}",
         err,
     )
-    if plan.protocol is not None:
-        say_protocol(plan.protocol)
+    say_protocol(plan.fit.protocol)
     if len(plan.splits) > 1:
         say(f"the split is swept: {', '.join(plan.splits)}", err)
 
@@ -283,7 +282,7 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
             }
         )
     counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
-    plan_head(f"sweep {plan.shape()} on {plan.store.path}, {len(plan.points)} points", counts)
+    plan_head(f"sweep {plan.shape()} on {plan.fit.store.path}, {len(plan.points)} points", counts)
     estimate_lines(planned.estimate)  # (worked out now: the line above is said first)
     say(f"folder {plan.out}" + (" (resumed)" if plan.resuming else " (new)"))
 

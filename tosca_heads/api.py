@@ -20,8 +20,8 @@ from featcache.foundation.folders import check_outputs
 from featcache.store import FeatureStore
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
+from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
-from tosca_heads.experiments.runs import RunResult
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
 from tosca_heads.method.baselines import BASELINES, register_baseline
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
@@ -134,7 +134,7 @@ def fit(
         write=write,
     )
     check_outputs(request)
-    return fit_command(request, on_start=lambda protocol, _: _warn(protocol))
+    return fit_command(request, on_plan=_warn)
 
 
 def evaluate(run: str | Path, device: str = "auto") -> RunResult:
@@ -147,7 +147,7 @@ def evaluate(run: str | Path, device: str = "auto") -> RunResult:
     True
     """
     from featcache.foundation.devices import resolve_device
-    from tosca_heads.experiments.runs import evaluate_run
+    from tosca_heads.experiments.group import evaluate_run
 
     return evaluate_run(Path(run), device=resolve_device(device))
 
@@ -210,7 +210,7 @@ def sweep(
         grid=flags,
     )
     check_outputs(request)
-    return sweep_command(request, on_start=lambda plan: plan.protocol and _warn(plan.protocol)).frame
+    return sweep_command(request, on_start=lambda plan: _warn(plan.fit.protocol)).frame
 
 
 def _grid_lists(grid: Any) -> dict[str, list[Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.images import TINY_VIT, make_image_tree
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -630,9 +631,7 @@ def test_bad_input(
     )
     assert result.exit_code in (1, 2), f"{name}: exit {result.exit_code}: {output}"
     assert "Traceback" not in output and "╭" not in output, output
-    lines = [
-        line for line in output.splitlines() if line.strip() and not line.startswith(("warning:", "note "))
-    ]
+    lines = [line for line in after_the_plan(output) if not line.startswith(("warning:", "note "))]
     if name in AFTER_THE_PLAN:  # found once the backbone is loaded: after extract's plan line
         assert lines and lines[0].startswith("extract: "), f"{name}: {lines}"
         lines = lines[1:]
@@ -1033,7 +1032,7 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     }
     before = _state(root)
     result = runner.invoke(app, [part.format(**places) for part in argv])
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines = after_the_plan(result.output)
     assert result.exit_code == 2 and len(lines) == 1, f"{name}: {lines}"
     what = {"fifo": "not a regular file", "hard link": "a file with 2 hard links"}.get(
         planted, "a symbolic link"

@@ -177,25 +177,50 @@ def test_plugins_register_and_are_listed_without_a_heavy_library(tmp_path: Path)
 
 
 NOT_FOR_STAGE_2 = {"timm", "torchvision", "dask", "distributed", "matplotlib", "sklearn", "pandas", "scipy"}
+# a fit's plan (store, split, validation rows, recipe, protocol) is built and said with numpy and the
+# store alone: torch, the engine and the routers load after its first line
+NOT_BEFORE_THE_PLAN = NOT_FOR_STAGE_2 | {"torch"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("args", "said"),
+    ("args", "said", "unloaded"),
     [
-        (["fit", "--epochs", "1", "--run", "run"], "protocol: synthetic"),
-        (["sweep", "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "sweep"], "sweep: 2 runs (2 r)"),
-        (["sweep", "--r", "2,4", "--epochs", "1", "--dry-run", "--out", "sweep"], "sweep 2 r on"),
+        (["fit", "--epochs", "1", "--run", "run"], "protocol: synthetic", NOT_BEFORE_THE_PLAN),
+        (
+            ["fit", "--epochs", "1", "--val-fraction", "0.25", "--run", "run"],
+            "protocol: synthetic",
+            NOT_BEFORE_THE_PLAN,
+        ),
+        (
+            ["sweep", "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "sweep"],
+            "sweep: 2 runs (2 r)",
+            NOT_FOR_STAGE_2,
+        ),
+        (
+            ["sweep", "--r", "2,4", "--epochs", "1", "--dry-run", "--out", "sweep"],
+            "sweep 2 r on",
+            NOT_FOR_STAGE_2,
+        ),
     ],
-    ids=["fit", "sweep", "sweep --dry-run"],
+    ids=["fit", "fit --val-fraction", "sweep", "sweep --dry-run"],
 )
 def test_fit_and_sweep_say_their_first_line_before_what_they_do_not_need(
-    args: list[str], said: str, tmp_path: Path
+    args: list[str], said: str, unloaded: set[str], tmp_path: Path
 ) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     found = _tosca([*args, "--store", str(store.path), "--device", "cpu"], tmp_path, first=True)
     assert found["line"].startswith(said), found
-    assert not NOT_FOR_STAGE_2 & set(found["loaded"]), found["loaded"]
+    assert not unloaded & set(found["loaded"]), found["loaded"]
+
+
+@pytest.mark.slow
+def test_fit_on_auto_says_its_plan_before_torch(tmp_path: Path) -> None:
+    """`--device auto` (the default) is resolved where the engine starts: the plan is said first."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    found = _tosca(["fit", "--store", str(store.path), "--epochs", "1", "--run", "run"], tmp_path, first=True)
+    assert found["line"].startswith("protocol: synthetic"), found
+    assert "torch" not in found["loaded"], found["loaded"]
 
 
 @pytest.mark.slow

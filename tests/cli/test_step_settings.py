@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -78,7 +79,7 @@ def test_the_cache_refusal_is_one_line_from_the_command_line(
     args = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), "--device", "cpu"]
     result = CliRunner().invoke(app, [*args, "--epochs", "1", "--init-cls", "2", "--increment", "2"])
     assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
+    lines = after_the_plan(result.output)  # found when the engine starts, after fit's plan
     assert len(lines) == 1 and "writable by others" in lines[0]
 
 

@@ -103,7 +103,7 @@ def ranpac() -> Arrays:
 def engine() -> Arrays:
     from safetensors.numpy import load_file
 
-    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig, ValidationConfig
     from tosca_heads.method.recipe import TrainConfig
 

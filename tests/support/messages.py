@@ -41,3 +41,15 @@ def python_repr(message: str) -> str | None:
         if found:
             return f"{kind}: {found.group(0)}"
     return None
+
+
+def after_the_plan(output: str) -> list[str]:
+    """The lines a command said, less a fit's plan (its protocol line first, then that line's
+    warnings), said before the engine loads: a refusal found after it (the engine's memory check,
+    the store's chunks, the run folder) must be the one line after the plan."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines and lines[0].startswith("protocol: "):
+        lines = lines[1:]
+        while lines and lines[0].startswith("warning "):
+            lines = lines[1:]
+    return lines

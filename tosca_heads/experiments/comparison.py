@@ -15,9 +15,11 @@ import torch
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
-from featcache.store import FeatureStore, check_readable, resolve_store
+from featcache.store import check_readable, resolve_store
 from tosca_heads.experiments.baselines import TaskCallback
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
+from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import store_block
 from tosca_heads.experiments.records.baseline import (
@@ -26,7 +28,6 @@ from tosca_heads.experiments.records.baseline import (
     write_comparison,
 )
 from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.experiments.runs import RunResult, evaluate_run, fit_run, request_protocol
 from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, method_result, open_tracking
 from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.baseline_names import arguments, check_fits, given_params
@@ -58,24 +59,13 @@ def tosca_results(run: RunResult) -> list[MethodResult]:
     ]
 
 
-def tosca_run(
-    store: FeatureStore,
-    stream_cfg: StreamConfig,
-    run_dir: Path | None,
-    source: FeatureSource | None = None,
-    device: str | torch.device = "cpu",
-    runs_root: Path = Path("runs"),
-    validation: ValidationConfig = NO_VALIDATION,
-) -> RunResult:
-    """TOSCA on the same store, stream and validation split: a given run (all tasks finished), else
-    the paper preset's default run under `runs_root`, fitted now unless it is already on disk."""
+def tosca_run(plan: FitPlan, run_dir: Path | None, source: FeatureSource | None = None) -> RunResult:
+    """TOSCA on the plan's store, stream and validation split: a given run (all tasks finished), else
+    the paper preset's default run under the plan's runs root, fitted now unless it is already on
+    disk."""
+    store, stream_cfg, validation, device = plan.store, plan.stream_config, plan.validation, plan.device
     if run_dir is None:
-        train = PRESETS["paper"]
-        config = run_record.run_config(store, stream_cfg, train, validation)
-        default = run_record.default_run_dir(config, runs_root)
-        return fit_run(
-            store, stream_cfg, train, None, default, source=source, device=device, validation=validation
-        )
+        return fit_group(plan.with_trains([PRESETS["paper"]]), source=source)[0]
     config = run_record.read_run_config(
         run_dir
     )  # checked before evaluating: a run of another store is left alone
@@ -94,7 +84,7 @@ def tosca_run(
             "leave out --val-fraction and --val-seed to take the run's"
         )
     result = evaluate_run(run_dir, source, device)
-    tasks = stream_cfg.task_stream(store.shape.classes).num_tasks
+    tasks = plan.stream.num_tasks
     if len(result.stages) < tasks:
         raise UserError(
             f"run {run_dir} has {len(result.stages)} of {tasks} tasks; finish it with `tosca fit --run {run_dir}`"
@@ -186,7 +176,16 @@ def compare(
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)
     ident = store.identity
-    stream, protocol = request_protocol(store, asked.init_cls, asked.increment, asked.order_seed, validation)
+    plan = FitPlan.asked(
+        store,
+        asked.init_cls,
+        asked.increment,
+        asked.order_seed,
+        validation,
+        device=str(device),
+        runs_root=request.runs_root,
+    )
+    stream, protocol = plan.stream_config, plan.protocol
     split = split_name(stream.init_cls, stream.increment)
     held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
     name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"
@@ -201,18 +200,7 @@ def compare(
     parent = tracking.start(f"baselines {folder.name}", {**params, **flat_params(store_block(store))})
     try:
         comparison = _compare(
-            request,
-            given,
-            store,
-            stream,
-            validation,
-            source,
-            device,
-            folder,
-            on_task,
-            on_tosca,
-            tracking,
-            parent,
+            request, given, plan, source, device, folder, on_task, on_tosca, tracking, parent
         )
     except BaseException:
         end_failed(parent)
@@ -225,9 +213,7 @@ def compare(
 def _compare(
     request: BaselinesRequest,
     given: dict[str, Any],
-    store: FeatureStore,
-    stream: StreamConfig,
-    validation: ValidationConfig,
+    plan: FitPlan,
     source: CachedFeatures,
     device: torch.device,
     folder: Path,
@@ -237,13 +223,14 @@ def _compare(
     parent: TrackedRun | None,
 ) -> Comparison:
     """TOSCA's rows and each baseline's, written into `folder`; each a child of `parent` when tracked."""
+    store, stream, validation = plan.store, plan.stream_config, plan.validation
     ident = store.identity
     split = split_name(stream.init_cls, stream.increment)
     results = []
     if request.with_tosca:
         if on_tosca:
             on_tosca(request.run)
-        run = tosca_run(store, stream, request.run, source, device, request.runs_root, validation)
+        run = tosca_run(plan, request.run, source)
         results += tosca_results(run)
         child = tracking.start("tosca", {"run": str(run.run_dir), **flat_params(run.config)}, parent)
         if child is not None:

@@ -43,22 +43,16 @@ def step_seconds(
     worker among others, one)."""
     import tempfile
 
-    from tosca_heads.experiments.runs import fit_group
+    from tosca_heads.experiments.group import fit_group
+    from tosca_heads.experiments.plan import FitPlan
     from tosca_heads.method.recipe import recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         rows, classes = 40 * batch_size, 2
         store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
         probe = recipe("paper", {"epochs": 3, "flow": flow, "r": r, "s": s, "batch_size": batch_size})
-        (result,) = fit_group(
-            store,
-            StreamConfig(classes, classes),
-            [probe],
-            None,
-            write_outputs=False,
-            device=torch.device(device),
-            overlap=None if alone else False,
-        )
+        plan = FitPlan.build(store, StreamConfig(classes, classes), trains=[probe], device=device)
+        (result,) = fit_group(plan, write_outputs=False, overlap=None if alone else False)
         seconds = sum(stage.stats["seconds"] for stage in result.stages)
         return seconds / (3 * int(np.ceil(rows / batch_size)))
 

@@ -37,9 +37,10 @@ from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.group import fit_group
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records.baseline import MethodResult, write_baseline
 from tosca_heads.experiments.records.run import RunResult
-from tosca_heads.experiments.runs import fit_group
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -130,6 +131,8 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
     keep_freed_memory()
     resolved = resolve_device(device)
     key, store, source = features_in_process(work.store_path, work.fingerprint, resolved)
+    # the plan of the work's split (its stream, validation rows and protocol), at this process's edge
+    plan = FitPlan.build(store, work.stream, work.validation, device=resolved)
     start = time.perf_counter()
     outcome = Outcome(device=str(resolved), loads=LOADS[key], pid=os.getpid())
     if work.method:
@@ -138,20 +141,17 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
             work.method, store, work.stream, source, progress, resolved, work.validation, **params
         )
         if work.baseline_folder is not None:
-            write_baseline(Path(work.baseline_folder), result, store, work.stream, params, work.validation)
+            folder = Path(work.baseline_folder)
+            write_baseline(
+                folder, result, store, work.stream, params, work.validation, held_ids=plan.held_ids
+            )
         outcome.baseline = result
     else:
         outcome.runs = fit_group(
-            store,
-            work.stream,
-            list(work.trains),
-            None,
-            [Path(f) for f in work.folders] or None,
-            source,
+            plan.with_trains(work.trains, [Path(f) for f in work.folders]),
+            source=source,
             write_outputs=bool(work.folders),
-            device=resolved,
             overlap=None if alone else False,
-            validation=work.validation,
         )
     outcome.seconds = time.perf_counter() - start
     return outcome

@@ -33,6 +33,7 @@ from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.records.sweep import (
     RESULTS_FILE,
@@ -52,13 +53,11 @@ from tosca_heads.experiments.results import (
     varying_flags,
     write_sweep_outputs,
 )
-from tosca_heads.experiments.runs import protocol_of
 from tosca_heads.experiments.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.experiments.trackers.events import rows_record, run_files
 from tosca_heads.experiments.trackers.tracking import rows_file
 from tosca_heads.method.protocol import (
     NO_VALIDATION,
-    ProtocolReport,
     StreamConfig,
     ValidationConfig,
     split_name,
@@ -273,7 +272,7 @@ class SweepPlan:
     """A checked sweep, ready to run (every value checked once, here): what `sweep` tells
     `on_start` once the folder is claimed."""
 
-    store: FeatureStore
+    fit: FitPlan  # the store, the validation rows and the first point's split and protocol (`splits`: is it swept?)
     points: list[SweepPoint]
     swept: list[str]  # the flags with more than one value
     out: Path
@@ -284,8 +283,6 @@ class SweepPlan:
     rank_by: str
     shown: list[str]
     group: int | None
-    validation: ValidationConfig
-    protocol: ProtocolReport | None = None  # the first point's split (`splits` says whether it is swept)
     splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
     pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
     keep_modules: Path | None = None  # each point's run folder under it (None: nothing kept)
@@ -300,7 +297,9 @@ class SweepPlan:
         workers = 1 if self.remote else self.executor.jobs
         alone = workers == 1
         seconds = {
-            p.key: est.tosca_seconds(est.shape_of(self.store, p.stream), p.train, self.sizing_device, alone)
+            p.key: est.tosca_seconds(
+                est.shape_of(self.fit.store, p.stream), p.train, self.sizing_device, alone
+            )
             for p in chosen
         }
         said = f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed here)"
@@ -396,7 +395,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         base_stream = stream_config(ident["name"], classes, given["init_cls"], given["increment"])
     points = grid_points(grid, base_train, base_stream, store.dim, classes, validation)
     origin = split_origin(ident["name"], given["init_cls"], given["increment"])
-    protocol = protocol_of(store, points[0].stream, validation, origin)
+    fit = FitPlan.build(store, points[0].stream, validation, origin)
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, [p.key for p in points])
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -405,7 +404,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         check_room(store, points, sizing)
     jobs = request.jobs or (1 if request.scheduler or sizing.type == "cuda" else usable_cores())
     return SweepPlan(
-        store=store,
+        fit=fit,
         points=points,
         swept=list(grid),
         out=out,
@@ -416,8 +415,6 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         rank_by=rank_by,
         shown=list(request.shown or HEADLINE),
         group=request.group,
-        validation=validation,
-        protocol=protocol,
         splits=splits,
         keep_modules=request.keep_modules,
         tracking=tracking,
@@ -438,9 +435,11 @@ def run_sweep(
 def _run_locked(
     plan: SweepPlan, on_point: PointCallback | None, on_start: Callable[[], None] | None
 ) -> SweepOutcome:
-    store, out = plan.store, plan.out
-    record = None if plan.protocol is None else plan.protocol.record()
-    claim_sweep_dir(out, store, [p.key for p in plan.points], plan.validation, record)
+    out = plan.out
+    fit = plan.fit
+    claim_sweep_dir(
+        out, fit.store, [p.key for p in plan.points], fit.validation, fit.held_ids, fit.protocol.record()
+    )
     # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
     parent = plan.tracking.group(out, f"sweep {out.name}", sweep_params(plan))
     try:
@@ -466,10 +465,10 @@ def sweep_params(plan: SweepPlan) -> dict[str, Any]:
         "out": str(plan.out),
         "points": len(plan.points),
         "rank_by": plan.rank_by,
-        "val_fraction": plan.validation.fraction,
-        "val_seed": plan.validation.seed,
-        "store": str(plan.store.path.resolve()),
-        "store_fingerprint": plan.store.fingerprint,
+        "val_fraction": plan.fit.validation.fraction,
+        "val_seed": plan.fit.validation.seed,
+        "store": str(plan.fit.store.path.resolve()),
+        "store_fingerprint": plan.fit.store.fingerprint,
     }
     for flag in plan.swept:
         values = dict.fromkeys(flag_text(p.flags()[flag]) for p in plan.points)
@@ -483,7 +482,7 @@ def _run_points(
     on_start: Callable[[], None] | None,
     parent: TrackedGroup | None,
 ) -> SweepOutcome:
-    store, out = plan.store, plan.out
+    store, out = plan.fit.store, plan.out
     varying = [  # in the grid's flag order, as the tables show them
         f for f in GRID_FLAGS if f in plan.swept and len({flag_text(p.flags()[f]) for p in plan.points}) > 1
     ]
@@ -528,7 +527,7 @@ def _run_points(
         frame,
         plan.rank_by,
         plan.shown,
-        lambda config: fit_command(store, config, seed, plan.validation),
+        lambda config: fit_command(store, config, seed, plan.fit.validation),
         None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
         table.answers(),
     )

@@ -316,21 +316,22 @@ class ProtocolReport:
 
 def describe_protocol(
     dataset: str,
-    num_classes: int,
     class_names: list[str] | None,
-    config: StreamConfig,
+    stream: TaskStream,
+    order_seed: int,
     origin: str,
     validation: ValidationConfig,
     train_labels: np.ndarray,
     test_labels: np.ndarray,
+    held: np.ndarray,
 ) -> ProtocolReport:
-    """The protocol of a command on a store (its labels by split, store label ids)."""
-    stream = config.task_stream(num_classes)
-    names = [str(n) for n in (class_names or range(num_classes))]
+    """The protocol of a command on a store: its task stream (of the class order of `order_seed`),
+    its labels by split (store label ids) and `held`, the training rows the validation split holds
+    out (carved by the caller)."""
+    names = [str(n) for n in (class_names or range(stream.num_classes))]
     tasks = tuple(
         tuple(names[int(stream.order[c])] for c in stream.task_classes(t)) for t in range(stream.num_tasks)
     )
-    held = validation.carve(train_labels, names)
     trained = np.delete(np.asarray(train_labels), held)
     warnings = []
     test_tasks = stream.task_of(stream.remap(np.asarray(test_labels)))
@@ -364,7 +365,7 @@ def describe_protocol(
         stream.name,
         stream.describe(),
         origin,
-        config.order_seed,
+        order_seed,
         tasks,
         validation,
         len(held),

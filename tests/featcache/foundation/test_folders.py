@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -26,7 +27,7 @@ QUICK = ["--epochs", "1", "--r", "4", "--s", "4"]
 def _invoke(*args: object) -> tuple[int, list[str]]:
     result = runner.invoke(app, [str(a) for a in args])
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+    return result.exit_code, after_the_plan(result.output)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

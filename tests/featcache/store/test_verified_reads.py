@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import zarr
 from support.images import FAST_CNN, make_image_tree
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -28,7 +29,7 @@ SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
 def _invoke(*args: str) -> tuple[int, list[str]]:
     result = runner.invoke(app, [str(a) for a in args])
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+    return result.exit_code, after_the_plan(result.output)
 
 
 def _chunk(store: Path, array: str = "train/features", key: str = "1/0") -> Path:

@@ -3,6 +3,7 @@ its points run alone, and the cosine schedule is PyTorch's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ from tosca_heads.engine.evaluate import ModuleScorer
 from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
-from tosca_heads.experiments.runs import fit_group, fit_run
+from tosca_heads.experiments.group import fit_group, fit_run
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.luca import FLOWS, LuCA
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -184,7 +186,9 @@ def test_a_group_of_four_equals_the_four_points_alone(
     monkeypatch.setenv("TOSCA_STEP", step)
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=24, views=2, spread=2.0)
     stream = StreamConfig(2, 2)
-    grouped = fit_group(store, stream, GROUP, None, [tmp_path / f"g{i}" for i in range(4)])
+    grouped = fit_group(
+        FitPlan.build(store, stream, trains=GROUP, dirs=[tmp_path / f"g{i}" for i in range(4)])
+    )
     spread = set()
     for i, config in enumerate(GROUP):
         alone = fit_run(store, stream, config, None, tmp_path / f"a{i}")
@@ -220,13 +224,8 @@ def test_cpu_logits_in_row_blocks_are_the_whole_matmul_bit_for_bit(groups: int) 
 def test_group_members_must_share_flow_epochs_and_batch(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     with pytest.raises(ValueError, match="must share epochs"):
-        fit_group(
-            store,
-            StreamConfig(2, 2),
-            [TrainConfig(epochs=2), TrainConfig(epochs=3)],
-            None,
-            write_outputs=False,
-        )
+        plan = FitPlan.build(store, StreamConfig(2, 2), trains=[TrainConfig(epochs=2), TrainConfig(epochs=3)])
+        fit_group(plan, write_outputs=False)
 
 
 @pytest.mark.gpu
@@ -266,7 +265,7 @@ def test_training_leaves_the_cuda_generators_alone(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(torch.cuda, "manual_seed_all", calls.append)
     store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=8)
     before = torch.random.get_rng_state()
-    fit_group(store, StreamConfig(2, 2), GROUP[:1], None, write_outputs=False, device="cpu")
+    fit_group(FitPlan.build(store, StreamConfig(2, 2), trains=GROUP[:1], device="cpu"), write_outputs=False)
     assert calls == [] and torch.equal(torch.random.get_rng_state(), before)
 
 
@@ -280,8 +279,9 @@ def test_cuda_run_agrees_with_cpu_run(tmp_path: Path, monkeypatch: pytest.Monkey
     store = synthetic_store(
         tmp_path / "s.zarr", classes=8, per_class=24, test_per_class=20, views=2, spread=2.0
     )
-    cpu = fit_group(store, StreamConfig(2, 2), GROUP, None, write_outputs=False, device="cpu")
-    gpu = fit_group(store, StreamConfig(2, 2), GROUP, None, write_outputs=False, device="cuda")
+    plan = FitPlan.build(store, StreamConfig(2, 2), trains=GROUP)
+    cpu = fit_group(replace(plan, device="cpu"), write_outputs=False)
+    gpu = fit_group(replace(plan, device="cuda"), write_outputs=False)
     seen = np.array([20 * 2 * (task + 1) for task in range(4)])  # test images after each task
     tolerance = np.maximum(0.01, 2 / seen) + 1e-9
     for a, b in zip(cpu, gpu, strict=True):

@@ -19,7 +19,7 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep
-from tosca_heads.experiments.runs import fit_run
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig

@@ -15,7 +15,7 @@ import pytest
 from support.real_data import shared_archive
 
 from featcache.store import FeatureStore
-from tosca_heads.experiments.runs import fit_run
+from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
 

@@ -17,9 +17,9 @@ from support.stores import synthetic_store
 
 import tosca_heads
 from featcache.foundation.errors import UserError
+from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.experiments.records.run import read_metrics
 from tosca_heads.experiments.records.sweep import ResultsTable
-from tosca_heads.experiments.runs import evaluate_run
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
 
@@ -188,7 +188,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
     features of one store and test features of the other (A_last 0.00 %, exit 0)."""
     from support.stores import synthetic_store as make
 
-    from tosca_heads.experiments import baselines, runs
+    from tosca_heads.experiments import baselines, group
 
     a = make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
     b = make(tmp_path / "b.zarr", classes=4, per_class=8, test_per_class=4, seed=1)
@@ -197,14 +197,14 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
         shutil.rmtree(a.path)
         shutil.copytree(b.path, a.path)
 
-    real_train = runs.GroupFit.train_task
+    real_train = group.GroupFit.train_task
 
-    def train_then_replace(self: runs.GroupFit, task: int) -> None:
+    def train_then_replace(self: group.GroupFit, task: int) -> None:
         real_train(self, task)
         if task == 0:
             replace_a()
 
-    monkeypatch.setattr(runs.GroupFit, "train_task", train_then_replace)
+    monkeypatch.setattr(group.GroupFit, "train_task", train_then_replace)
     with pytest.raises(UserError, match="was replaced or changed while this fit read it"):
         tosca_heads.fit(a.path, run=tmp_path / "run", **SPLIT)
     monkeypatch.undo()

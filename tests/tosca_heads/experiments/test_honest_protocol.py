@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 import tosca_heads
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records.run import held_out_ids
-from tosca_heads.method.protocol import ValidationConfig
+from tosca_heads.experiments.plan import FitPlan
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.routers import ROUTERS, Router, StageView, register_router
 
 RUNNER = CliRunner()
@@ -64,7 +64,8 @@ def test_validation_images_never_train_and_are_scored_beside_test(tmp_path: Path
     assert all(len(b["A_t"]) == 3 for b in metrics["validation"].values())  # after every task
     assert metrics["validation"]["entropy"]["A_t"] != metrics["routers"]["entropy"]["A_t"]
     recorded = json.loads((tmp_path / "held" / "validation.json").read_text())
-    assert recorded["ids"] == held_out_ids(store, validation) == [str(store.ids("train")[r]) for r in held]
+    plan = FitPlan.build(store, StreamConfig(2, 2), validation)
+    assert recorded["ids"] == list(plan.held_ids) == [str(store.ids("train")[r]) for r in held]
     config = json.loads((tmp_path / "held" / "config.json").read_text())
     assert (
         config["validation"]["samples"] == len(held) == 24

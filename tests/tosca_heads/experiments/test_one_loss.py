@@ -16,8 +16,8 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
+from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.experiments.records.run import CURVES_FILE, read_curves, task_file
-from tosca_heads.experiments.runs import evaluate_run
 
 RUNNER = CliRunner()
 L1 = 2e-3

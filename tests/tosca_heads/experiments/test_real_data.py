@@ -42,7 +42,7 @@ def test_pretrained_features_are_far_above_chance_and_random_init_is_not(
 def test_paper_preset_trains_end_to_end_and_oracle_beats_simplecil(
     dataset: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    from tosca_heads.experiments.runs import fit_run
+    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import PRESETS
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support.crash_harness import PauseAt, start
+from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -122,7 +123,7 @@ def test_one_writer_per_run_and_per_sweep_folder(tmp_path: Path) -> None:
     held = [acquire(run, "run"), acquire(sweep, "sweep folder")]  # as a running fit and sweep would
     fit = RUNNER.invoke(app, _fit_cmd(store.path, run, 1))
     assert fit.exit_code == 2 and f"run {run} is being written by another tosca process" in fit.output
-    assert "pass another --run" in fit.output and len(fit.output.strip().splitlines()) == 1
+    assert "pass another --run" in fit.output and len(after_the_plan(fit.output)) == 1
     cmd = ["sweep", "--store", str(store.path), "--r", "2", "--epochs", "1", "--init-cls", "2"]
     cmd += ["--increment", "2", "--device", "cpu", "--jobs", "1", "--out", str(sweep)]
     second = RUNNER.invoke(app, cmd)

@@ -85,7 +85,15 @@ def test_the_protocol_is_said_with_its_warnings() -> None:
     train, test = np.repeat(np.arange(10), 30), np.repeat(np.arange(10), 4)
     names = [f"c{i}" for i in range(10)]
     report = describe_protocol(
-        "imagefolder", 10, names, StreamConfig(2, 2), "as given", ValidationConfig(0.1), train, test
+        "imagefolder",
+        names,
+        StreamConfig(2, 2).task_stream(10),
+        1993,
+        "as given",
+        ValidationConfig(0.1),
+        train,
+        test,
+        ValidationConfig(0.1).carve(train),
     )
     line = report.line()
     assert "B0 Inc2: 5 tasks of 2 classes (as given)" in line and "30 training images held out" in line
@@ -96,12 +104,13 @@ def test_the_protocol_is_said_with_its_warnings() -> None:
     assert any("has 3 validation image(s)" in w for w in report.warnings)
     quiet = describe_protocol(
         "cifar100",
-        10,
         names,
-        StreamConfig(2, 2),
+        StreamConfig(2, 2).task_stream(10),
+        1993,
         "as given",
         ValidationConfig(),
         *(np.repeat(np.arange(10), 60),) * 2,
+        ValidationConfig().carve(np.repeat(np.arange(10), 60)),
     )
     assert quiet.warnings == () and "no validation split" in quiet.line()
     assert quiet.record()["tasks"] == [list(t) for t in quiet.tasks]
@@ -124,12 +133,13 @@ def test_the_validation_split_is_said_as_it_was_held_out(fraction: float, said: 
     train, test = np.repeat(np.arange(4), 16), np.repeat(np.arange(4), 8)
     report = describe_protocol(
         "imagefolder",
-        4,
         list("abcd"),
-        StreamConfig(2, 2),
+        StreamConfig(2, 2).task_stream(4),
+        1993,
         "as given",
         ValidationConfig(fraction),
         train,
         test,
+        ValidationConfig(fraction).carve(train),
     )
     assert said in report.line(), report.line()

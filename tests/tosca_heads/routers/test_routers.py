@@ -219,7 +219,8 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     their own."""
     from support.stores import synthetic_store
 
-    from tosca_heads.experiments.runs import fit_group, fit_run
+    from tosca_heads.experiments.group import fit_group, fit_run
+    from tosca_heads.experiments.plan import FitPlan
     from tosca_heads.method.features import CachedFeatures
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
@@ -236,9 +237,9 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     store = synthetic_store(tmp_path / "a.zarr", classes=6, per_class=12, spread=2.0)
     stream = StreamConfig(2, 2)
     points = [TrainConfig(r=4, s=4, epochs=2, batch_size=8, seed=s) for s in (0, 1)]
-    first = fit_group(store, stream, points[:1], None, write_outputs=False)[0]
+    first = fit_group(FitPlan.build(store, stream, trains=points[:1]), write_outputs=False)[0]
     assert calls == [0, 2, 4]  # three tasks, each added once
-    second = fit_group(store, stream, points[1:], None, write_outputs=False)[0]
+    second = fit_group(FitPlan.build(store, stream, trains=points[1:]), write_outputs=False)[0]
     assert calls == [0, 2, 4]  # the second point reused them
     written = fit_run(store, stream, points[1], None, tmp_path / "run")
     assert calls == [0, 2, 4] * 2  # a run that writes files builds (and saves) its own
@@ -254,10 +255,10 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     shutil.rmtree(tmp_path / "a.zarr")
     rewritten = synthetic_store(tmp_path / "a.zarr", classes=6, per_class=12, spread=0.5)
     assert rewritten.fingerprint == store.fingerprint
-    fit_group(rewritten, stream, points[:1], None, write_outputs=False)
+    fit_group(FitPlan.build(rewritten, stream, trains=points[:1]), write_outputs=False)
     assert calls == [0, 2, 4] * 3
     # features from another source than the store's own cache are never shared
     foreign = CachedFeatures(synthetic_store(tmp_path / "c.zarr", classes=6, per_class=12, spread=1.0))
-    fit_group(rewritten, stream, points[:1], None, source=foreign, write_outputs=False)
-    fit_group(rewritten, stream, points[:1], None, source=foreign, write_outputs=False)
+    fit_group(FitPlan.build(rewritten, stream, trains=points[:1]), source=foreign, write_outputs=False)
+    fit_group(FitPlan.build(rewritten, stream, trains=points[:1]), source=foreign, write_outputs=False)
     assert calls == [0, 2, 4] * 5

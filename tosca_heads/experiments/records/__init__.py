@@ -21,14 +21,19 @@ one line.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
+from featcache.foundation.fingerprints import canonical_json
 from tosca_heads.method.metrics import registered
 
 FORMAT = 4
+# a run's config.json keys that do not decide its numbers
+INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
 
 
 def check_format(path: Path, written: Any, what: str = "") -> int:
@@ -41,6 +46,24 @@ def check_format(path: Path, written: Any, what: str = "") -> int:
             f"{name} was written by a newer tosca (format {written}; this one reads up to {FORMAT}): upgrade tosca"
         )
     return written
+
+
+def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
+    """A run's folder when none is given: its dataset, backbone and recipe, and a digest of the
+    config.json keys that decide its numbers."""
+    train = config["train"]
+    digest = hashlib.sha256(
+        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
+    ).hexdigest()
+    name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
+    return runs_root / name
+
+
+def validation_record(validation: Any, ids: Sequence[str]) -> dict[str, Any]:
+    """A validation split as config.json, sweep.json and a baseline's metrics.json record it:
+    fraction, seed, how many training images it holds and a digest of their store ids."""
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return {**validation.record(), "samples": len(ids), "ids_sha256": digest}
 
 
 def store_block(store: Any, described: bool = True) -> dict[str, Any]:

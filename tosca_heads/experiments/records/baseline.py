@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,9 +22,9 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block
+from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block, validation_record
 from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import stage_interval, validation_record
+from tosca_heads.experiments.records.run import stage_interval
 from tosca_heads.experiments.records.table import Table
 from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.metrics import registered, shown
@@ -106,6 +107,8 @@ def write_baseline(
     stream_cfg: StreamConfig,
     params: dict[str, Any] | None = None,
     validation: ValidationConfig = NO_VALIDATION,
+    *,
+    held_ids: Sequence[str],
 ) -> None:
     """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
     own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
@@ -123,7 +126,7 @@ def write_baseline(
         "routers": {NO_ROUTING: result.metrics},
     }
     if validation.enabled:
-        payload["validation_split"] = validation_record(store, validation)
+        payload["validation_split"] = validation_record(validation, held_ids)
     if result.validation is not None:
         payload["validation"] = {NO_ROUTING: result.validation}
     if result.outcomes:

@@ -61,8 +61,8 @@ import csv
 import hashlib
 import json
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,8 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.records import (
     FORMAT,
+    INFORMATIONAL,
     check_format,
-    store_block,
     valid_metrics_block,
     with_intervals,
 )
@@ -112,47 +112,6 @@ CURVE_COLUMNS = ("format", "task", "epoch", *LOSS_PARTS, "lr")
 CURVE_COLUMNS_3 = ("format", "task", "epoch", "loss", "lr")  # format <= 3: `loss` was the cross-entropy alone
 MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
-# config.json keys that do not decide a run's numbers
-INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
-
-
-def run_config(
-    store: FeatureStore,
-    stream: StreamConfig,
-    train: TrainConfig,
-    validation: ValidationConfig = NO_VALIDATION,
-    protocol: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What config.json holds. The validation split is recorded only when one is held out, so a
-    run without one has the config (and the default folder name) it had before validation existed."""
-    config = {
-        **store_block(store),
-        "feature_dim": store.dim,
-        "views": store.views,
-        "stream": asdict(stream),
-        "train": asdict(train.resolved(store.dim)),
-    }
-    if validation.enabled:
-        config["validation"] = validation_record(store, validation)
-    if protocol is not None:
-        config["protocol"] = protocol
-    return config
-
-
-def validation_record(store: FeatureStore, validation: ValidationConfig) -> dict[str, Any]:
-    """The validation split as config.json records it: fraction, seed, how many training images
-    it holds and a digest of their store ids (validation.json lists them)."""
-    ids = held_out_ids(store, validation)
-    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-    return {**validation.record(), "samples": len(ids), "ids_sha256": digest}
-
-
-def held_out_ids(store: FeatureStore, validation: ValidationConfig) -> list[str]:
-    """The store ids of the training images a validation split holds out."""
-    names = store.identity["dataset"].get("class_names")
-    rows = validation.carve(store.labels("train"), names)
-    ids = store.ids("train")
-    return [str(ids[r]) for r in rows]
 
 
 def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
@@ -169,20 +128,11 @@ def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
     )
 
 
-def write_validation_ids(folder: Path, store: FeatureStore, validation: ValidationConfig) -> None:
+def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
     """validation.json: the held-out training images' store ids (the split, recorded)."""
     if validation.enabled:
-        payload = {**validation.record(), "ids": held_out_ids(store, validation)}
+        payload = {**validation.record(), "ids": list(ids)}
         atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
-
-
-def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> Path:
-    train = config["train"]
-    digest = hashlib.sha256(
-        canonical_json({k: v for k, v in config.items() if k not in INFORMATIONAL}).encode()
-    ).hexdigest()
-    name = f"{config['dataset']}-{config['backbone']}-{train['flow']}-r{train['r']}-l1{train['l1']:g}-{digest[:8]}"
-    return runs_root / name
 
 
 def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -36,9 +36,9 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import FORMAT, check_format, store_block
+from tosca_heads.experiments.records import FORMAT, check_format, store_block, validation_record
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import validation_record, write_validation_ids
+from tosca_heads.experiments.records.run import write_validation_ids
 from tosca_heads.method.metrics import METRICS, registered
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -546,6 +546,7 @@ def claim_sweep_dir(
     store: FeatureStore,
     keys: Sequence[str],
     validation: ValidationConfig,
+    held_ids: Sequence[str],
     protocol: dict[str, Any] | None = None,
 ) -> None:
     """Claim the folder and write (or check) its sweep.json: a sweep folder belongs to one store
@@ -561,8 +562,8 @@ def claim_sweep_dir(
         "grid": grid_digest(keys),
     }
     if validation.enabled:
-        meta["validation"] = validation_record(store, validation)
-        write_validation_ids(out, store, validation)
+        meta["validation"] = validation_record(validation, held_ids)
+        write_validation_ids(out, validation, held_ids)
     if protocol is not None:
         meta["protocol"] = protocol
     if meta_path.exists():

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.errors import UserError
-from featcache.store import FeatureStore
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
+from tosca_heads.experiments.records import validation_record
 from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method import baseline_names
@@ -102,16 +103,16 @@ def cell_params(spec: SuiteSpec, cell: Cell) -> dict[str, Any]:
     return baseline_names.arguments(cell.method, spec.baseline_params, cell.seed)
 
 
-def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, stream: StreamConfig) -> bool:
+def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     """The folder holds this cell's finished results (same store, split and recipe)."""
-    tasks = stream.task_stream(store.shape.classes).num_tasks
+    store, stream, tasks = plan.store, plan.stream_config, plan.stream.num_tasks
     if cell.kind == "tosca":
         try:
             config = run_record.read_run_config(folder)
             metrics = run_record.read_metrics(folder)
         except UserError:
             return False
-        wanted = run_record.run_config(store, stream, cell_train(spec, cell), spec.validation)
+        wanted = plan.run_config(cell_train(spec, cell))
         return (
             not run_record.config_differences(config, wanted)
             and metrics.get("finished_tasks") == tasks
@@ -125,25 +126,24 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, str
         and payload.get("store_fingerprint") == store.fingerprint
         and payload.get("stream") == asdict(stream)
         and payload.get("params", {}) == cell_params(spec, cell)
-        and payload.get("validation_split") == validation_split(spec, store)
+        and payload.get("validation_split") == validation_split(plan)
         and payload.get("finished_tasks") == tasks
     )
 
 
-def validation_split(spec: SuiteSpec, store: FeatureStore) -> dict[str, Any] | None:
+def validation_split(plan: FitPlan) -> dict[str, Any] | None:
     """What a baseline cell's metrics.json records of the suite's validation split (None: none)."""
-    return run_record.validation_record(store, spec.validation) if spec.validation.enabled else None
+    return validation_record(plan.validation, plan.held_ids) if plan.validation.enabled else None
 
 
-def made_otherwise(
-    spec: SuiteSpec, cell: Cell, folder: Path, store: FeatureStore, stream: StreamConfig
-) -> str | None:
+def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> str | None:
     """What differs when the cell's folder holds results of another configuration (the suite file
     or its store changed since they were made); None when it holds none, or this cell's."""
+    store, stream = plan.store, plan.stream_config
     if cell.kind == "tosca":
         if not (Path(folder) / run_record.CONFIG).is_file():
             return None
-        wanted = run_record.run_config(store, stream, cell_train(spec, cell), spec.validation)
+        wanted = plan.run_config(cell_train(spec, cell))
         differences = run_record.config_differences(run_record.read_run_config(folder), wanted)
         return differences[0] if differences else None
     payload = read_baseline(Path(folder) / "metrics.json")
@@ -153,21 +153,19 @@ def made_otherwise(
         ("store_fingerprint", payload.get("store_fingerprint"), store.fingerprint),
         ("task split", payload.get("stream"), asdict(stream)),
         ("parameters", payload.get("params", {}), cell_params(spec, cell)),
-        ("validation split", payload.get("validation_split"), validation_split(spec, store)),
+        ("validation split", payload.get("validation_split"), validation_split(plan)),
     ):
         if made != wanted:
             return f"{what}: {made} -> {wanted}"
     return None
 
 
-def find_finished_run(
-    spec: SuiteSpec, cell: Cell, runs_root: Path, store: FeatureStore, stream: StreamConfig
-) -> Path | None:
+def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPlan) -> Path | None:
     """A finished `tosca fit` run under runs_root with exactly this cell's configuration."""
     if cell.kind != "tosca" or not Path(runs_root).is_dir():
         return None
     for config in sorted(Path(runs_root).glob("*/config.json")):
-        if finished(spec, cell, config.parent, store, stream):
+        if finished(spec, cell, config.parent, plan):
             return config.parent
     return None
 

@@ -30,12 +30,12 @@ from featcache.store import FeatureStore, check_readable, is_tosca_store, read_s
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import run as run_record
 from tosca_heads.experiments.records import suite as records_suite
 from tosca_heads.experiments.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
 from tosca_heads.experiments.records.suite import MANIFEST
 from tosca_heads.experiments.requests import SuiteRequest
-from tosca_heads.experiments.runs import protocol_of
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
@@ -47,7 +47,6 @@ from tosca_heads.method import baseline_names
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
-    split_origin,
     stream_config,
 )
 from tosca_heads.method.recipe import group_key
@@ -66,8 +65,7 @@ ExtractionEstimator = Callable[[StoreSpec], Any]
 class OpenStore:
     spec: StoreSpec
     store: FeatureStore
-    streams: dict[int, StreamConfig]  # order seed -> task split
-    protocols: dict[int, ProtocolReport] = field(default_factory=dict)  # order seed -> the protocol, said
+    plans: dict[int, FitPlan]  # order seed -> the plan of its split (stream, validation rows, protocol)
 
 
 @dataclass
@@ -109,16 +107,13 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = Fals
             path = extract(s.model, s.dataset, s.data_root, target, s.limit_per_class)
         store = FeatureStore.open(path)
         check_readable(store)
-        dataset = store.identity["dataset"]["name"]
-        streams, protocols = {}, {}
+        plans = {}
         for order in spec.order_seeds:
             try:
-                streams[order] = stream_config(dataset, store.shape.classes, s.init_cls, s.increment, order)
-                origin = split_origin(dataset, s.init_cls, s.increment)
-                protocols[order] = protocol_of(store, streams[order], spec.validation, origin)
+                plans[order] = FitPlan.asked(store, s.init_cls, s.increment, order, spec.validation)
             except UserError as exc:
                 raise UserError(f"store {s.name!r} ({store.shape.classes} classes): {exc}") from None
-        opened[s.name] = OpenStore(s, store, streams, protocols)
+        opened[s.name] = OpenStore(s, store, plans)
     return opened
 
 
@@ -208,7 +203,7 @@ def run_suite(
                 f"since; pass another --out, or delete {changed[0].folder} (and the others) to recompute"
             )
         if on_start:
-            on_start({name: next(iter(o.protocols.values())) for name, o in stores.items()})
+            on_start({name: next(iter(o.plans.values())).protocol for name, o in stores.items()})
         # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
         parent = tracking.group(
             out, f"suite {spec.name}", {"command": "suite", "out": str(out), **flat_params(asdict(spec))}
@@ -254,7 +249,7 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
     here; each baseline's own needs must fit (its class's `check_fits`: RanPAC's M x M matrices)."""
     for opened in stores.values():
         shape = opened.store.shape
-        tasks = max(s.task_stream(shape.classes).num_tasks for s in opened.streams.values())
+        tasks = max(p.stream.num_tasks for p in opened.plans.values())
         for flow in {"tosca", *spec.flows}:
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
     dim = max([opened.store.dim for opened in stores.values()] or [1])
@@ -270,16 +265,17 @@ def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root:
             states.append(CellState(cell, folder, "", "to extract"))
             continue
         opened = stores[cell.store]
-        stream = opened.streams[cell.order_seed]
+        plan = opened.plans[cell.order_seed]
+        stream = plan.stream_config
         status, reason = "missing", ""
-        if cellmod.finished(spec, cell, folder, opened.store, stream):
+        if cellmod.finished(spec, cell, folder, plan):
             status = "done"
         else:
-            found = cellmod.find_finished_run(spec, cell, runs_root, opened.store, stream)
+            found = cellmod.find_finished_run(spec, cell, runs_root, plan)
             if found is not None:
                 folder, status = found, "reused"
             else:
-                reason = cellmod.made_otherwise(spec, cell, folder, opened.store, stream) or ""
+                reason = cellmod.made_otherwise(spec, cell, folder, plan) or ""
                 status = "changed" if reason else "missing"
         command = cellmod.command(spec, cell, cell.folder(out), opened.store.path, stream)
         states.append(CellState(cell, folder, command, status, reason=reason))
@@ -309,7 +305,7 @@ def works_of(
     tosca = []
     for state in missing:
         cell, opened = state.cell, stores[state.cell.store]
-        path, stream = str(opened.store.path.resolve()), opened.streams[cell.order_seed]
+        path, stream = str(opened.store.path.resolve()), opened.plans[cell.order_seed].stream_config
         if cell.kind == "baseline":
             params = tuple(sorted(cellmod.cell_params(spec, cell).items()))
             work = Work(
@@ -331,7 +327,7 @@ def works_of(
     sharing = executor.processes_per_device()
     for members in in_groups(tosca, family, len(tosca) or 1):
         opened = stores[members[0].cell.store]
-        stream = opened.streams[members[0].cell.order_seed]
+        stream = opened.plans[members[0].cell.order_seed].stream_config
         trains = [cellmod.cell_train(spec, s.cell) for s in members]
         size = default_group_size(opened.store.shape, [_Point(t, stream) for t in trains], device, sharing)
         for i in range(0, len(members), size):
@@ -440,8 +436,8 @@ def estimate_plan(
     unknown: list[str] = []
     for s in spec.stores:
         if s.name in stores:
-            for order, stream in stores[s.name].streams.items():
-                shapes[(s.name, order)] = est.shape_of(stores[s.name].store, stream)
+            for order, p in stores[s.name].plans.items():
+                shapes[(s.name, order)] = est.shape_of(stores[s.name].store, p.stream_config)
             continue
         if estimate_extraction is None:
             plan.missing.append(f"store {s.name}: not extracted yet, and no extraction estimate here")
@@ -508,8 +504,8 @@ def write_manifest(out: Path, spec: SuiteSpec, stores: dict[str, OpenStore], sta
             "backbone": o.store.identity["backbone"].get("alias"),
             "weights": o.store.identity["backbone"].get("weights_source"),
             "weights_label": o.spec.weights,
-            "streams": {str(k): asdict(v) for k, v in o.streams.items()},
-            "protocols": {str(k): v.record() for k, v in o.protocols.items()},
+            "streams": {str(k): asdict(p.stream_config) for k, p in o.plans.items()},
+            "protocols": {str(k): p.protocol.record() for k, p in o.plans.items()},
         }
         for name, o in stores.items()
     }
