@@ -241,7 +241,7 @@ def test_extract_says_its_plan_before_torch_and_timm_load(tmp_path: Path, image_
     assert not {"torch", "torchvision", "timm", *NOT_FOR_STAGE_2} & set(found["loaded"]), found["loaded"]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a ViT-B/16 built at random: 5 s
 def test_extract_of_a_random_init_model_warns_after_its_plan(tmp_path: Path, image_tree: Path) -> None:
     args = ["extract", "--model", FAST_CNN, "--dataset", "imagefolder", "--data-root", str(image_tree)]
     done = _tosca([*args, "--random-init", "--workers", "0", "--device", "cpu"], tmp_path)

@@ -175,7 +175,7 @@ GROUP = [
 ]
 
 
-@pytest.mark.parametrize("step", ["torch", "auto"])
+@pytest.mark.parametrize("step", [pytest.param("torch", marks=pytest.mark.heavy), "auto"])  # torch: 5 s
 def test_a_group_of_four_equals_the_four_points_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:

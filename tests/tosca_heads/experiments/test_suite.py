@@ -99,6 +99,7 @@ def _digests(folder: Path) -> dict[str, tuple[str, int]]:
     }
 
 
+@pytest.mark.heavy  # 11 s of kills and reruns
 def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched(tmp_path: Path) -> None:
     path = _suite(tmp_path)
     out = tmp_path / "killed"

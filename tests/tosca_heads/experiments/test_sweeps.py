@@ -151,6 +151,7 @@ def _sweep_cmd(store: Path, out: Path) -> list[str]:
     ]
 
 
+@pytest.mark.heavy  # 6 s of kills and reruns
 def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     """Killed as it records its third point, with a point's rows cut short at the end of the file:
     the rerun drops the cut point, keeps the two finished ones as they were, runs the other four,
