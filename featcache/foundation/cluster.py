@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from distributed import WorkerPlugin
 from featcache.foundation.errors import UserError
 from featcache.foundation.processes import SAFE_PATH, die_with_parent, local_cluster_config
 from featcache.foundation.registry import REGISTRIES, Entry, Registry
+from featcache.foundation.text import reason
 
 # the helper's whole program: its first line of stdin says what to start
 BOOT = "import json, sys; s = json.loads(sys.stdin.readline()); sys.path[:] = s['path']; " + (
@@ -140,18 +140,9 @@ def ship_registrations(client: Any) -> None:
         )
         raise UserError(
             f"what this process registered cannot reach the Dask workers: {names} "
-            f"({_in_words(exc)}); define it in a script, a notebook or "
+            f"({reason(exc)}); define it in a script, a notebook or "
             "a module named in TOSCA_PLUGINS that the workers can import"
         ) from None
-
-
-def _in_words(exc: BaseException) -> str:
-    """A worker's error as "Kind: message": Dask hands it back wrapped as `Exception('Kind("...")')`."""
-    kind, said = type(exc).__name__, " ".join(str(exc).split())
-    inner = re.fullmatch(r"(\w+)\((['\"])(.*)\2\)", said)
-    if inner:
-        kind, said = inner[1], inner[3]
-    return f"{kind}: {said[:160]}"
 
 
 class Registrations(WorkerPlugin):

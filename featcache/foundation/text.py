@@ -28,13 +28,18 @@ def printable(value: object) -> str:
 
 
 _OBJECT = re.compile(r"\s*<[^<>\n]*? at 0x[0-9a-fA-F]+>")
+# an exception handed back wrapped in another, as its repr (Dask: `Exception('Kind("message")')`)
+_WRAPPED = re.compile(r"(\w+)\((['\"])(.*)\2\)")
 
 
 def reason(exc: BaseException, most: int = 160) -> str:
     """A foreign exception as the reason in a one-line message: 'Type: its first line', without the
-    object reprs some libraries put in it (PIL's `<_io.BytesIO object at 0x7f...>`), inert."""
-    text = _OBJECT.sub("", (str(exc).splitlines() or [""])[0]).strip()[:most]
-    return printable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    object reprs some libraries put in it (PIL's `<_io.BytesIO object at 0x7f...>`), and an exception
+    another wraps as its repr said as itself, inert."""
+    kind, text = type(exc).__name__, _OBJECT.sub("", (str(exc).splitlines() or [""])[0]).strip()
+    if wrapped := _WRAPPED.fullmatch(text):  # the inner one says what happened
+        kind, text = wrapped[1], wrapped[3]
+    return printable(f"{kind}: {text[:most]}" if text else kind)
 
 
 def image_name(split: str, sample_id: str) -> str:

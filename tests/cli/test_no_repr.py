@@ -70,3 +70,12 @@ def test_a_foreign_reason_loses_its_object_reprs() -> None:
         UnidentifiedImageError("cannot identify image file <_io.BytesIO object at 0x7fe2e108e110>\nmore")
     )
     assert said == "UnidentifiedImageError: cannot identify image file" and python_repr(said) is None
+
+
+def test_an_exception_wrapped_as_its_repr_is_said_as_itself() -> None:
+    """Dask hands a worker's error back as `Exception('ModuleNotFoundError("...")')`."""
+    from featcache.foundation.text import reason
+
+    said = reason(Exception("ModuleNotFoundError(\"No module named 'plugmod'\")"))
+    assert said == "ModuleNotFoundError: No module named 'plugmod'" and python_repr(said) is None
+    assert reason(ValueError("f(x) is not a number")) == "ValueError: f(x) is not a number"
