@@ -141,14 +141,16 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
     run = tmp_path / "run"
     fit = subprocess.run(
         [*tosca, "fit", "--store", str(store.path), "--run", str(run), "--epochs", "1", *split],
-        cwd=ROOT,
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
     )
     assert fit.returncode == 0, fit.stderr
     assert "first_module" in fit.stdout
-    routers = subprocess.run([*tosca, "routers", str(run)], cwd=ROOT, env=env, capture_output=True, text=True)
+    routers = subprocess.run(
+        [*tosca, "routers", str(run)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert routers.returncode == 0 and "first_module" in routers.stdout and "a plug-in" in routers.stdout
     out = tmp_path / "baselines"
     base = subprocess.run(
@@ -165,7 +167,7 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
             str(out),
             *split,
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
@@ -178,12 +180,14 @@ def test_plugins_show_up_in_the_commands_and_in_python(tmp_path: Path) -> None:
         result = tosca_heads.fit({str(store.path)!r}, init_cls=2, increment=2, epochs=1)
         print(frame["method"].tolist(), "first_module" in result.metrics()["routers"])
     """)
-    python = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    python = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert python.returncode == 0, python.stderr
     assert python.stdout.strip() == "['majority'] True"
     broken = {**env, "TOSCA_PLUGINS": "no_such_plugin"}
     failed = subprocess.run(
-        [*tosca, "routers", str(run)], cwd=ROOT, env=broken, capture_output=True, text=True
+        [*tosca, "routers", str(run)], cwd=tmp_path, env=broken, capture_output=True, text=True
     )
     assert failed.returncode == 2 and failed.stderr.strip().startswith(
         "error: plug-in 'no_such_plugin' failed to import"

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +22,14 @@ from featcache.foundation.text import printable
 _WIDTH = None if sys.stdout.isatty() else 1_000  # a table is as wide as its cells, never padded to this
 out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
 err = Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
+
+
+RULE_WIDTH = 100  # a heading's rule off a terminal (the consoles are as wide as a table needs there)
+
+
+def heading(title: str) -> None:
+    """A step's title on a rule: the terminal's width, or RULE_WIDTH columns in a log."""
+    out.print(Rule(f"[bold]{escape(title)}"), width=None if _WIDTH is None else RULE_WIDTH)
 
 
 @contextlib.contextmanager

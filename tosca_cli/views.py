@@ -10,11 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, key_values, note, out, pct_in, say, table
+from tosca_cli.terminal import as_json, err, heading, key_values, note, out, pct_in, say, table
 
 SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
@@ -452,7 +450,7 @@ class DemoDisplay:
 
     def section(self, title: str) -> None:
         self._close()
-        out.rule(f"[bold]{escape(title)}")
+        heading(title)
 
     def _board(self) -> Board:
         """One progress board per step, closed when the next step starts."""
