@@ -48,6 +48,14 @@ def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 
 @pytest.fixture(autouse=True)
+def working_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs in its own folder: what a command writes where it is called (`runs/`, a
+    preset's run, a default baselines folder) never lands in the checkout, where the next run of
+    the suite would find it (a suite's dry run then counted those cells as done)."""
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
 def user_errors_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every UserError message made while a test runs (a test may read and clear the list); one
     that holds a Python repr (support.messages) fails the test that made it."""
