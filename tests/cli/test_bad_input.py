@@ -9,6 +9,7 @@ directory is that folder, so default outputs (runs/, cache/) would land there to
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -951,7 +952,10 @@ def damaged_template(folder: dict[str, Path], tmp_path_factory: pytest.TempPathF
     sweep = [*(s.format(store=store) for s in SWEEP), "--r", "2", "--epochs", "1", "--jobs", "1"]
     assert runner.invoke(app, [*sweep, "--out", str(root / "sweep")]).exit_code == 0
     base = [*(s.format(store=store) for s in BASE), "--methods", "simplecil", "--out", str(root / "base")]
-    assert runner.invoke(app, base).exit_code == 0
+    with contextlib.chdir(
+        tmp_path_factory.mktemp("work")
+    ):  # its preset run under runs/ here, not the checkout's
+        assert runner.invoke(app, base).exit_code == 0
     return root
 
 
