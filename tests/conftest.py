@@ -48,11 +48,14 @@ def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 
 @pytest.fixture(autouse=True)
-def working_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def working_folder_of_its_own(tmp_path: Path) -> Iterator[None]:
     """Each test runs in its own folder: what a command writes where it is called (`runs/`, a
     preset's run, a default baselines folder) never lands in the checkout, where the next run of
-    the suite would find it (a suite's dry run then counted those cells as done)."""
-    monkeypatch.chdir(tmp_path)
+    the suite would find it (a suite's dry run then counted those cells as done). A patch of its
+    own, so that a test's `monkeypatch.undo()` does not take it back."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        yield
 
 
 @pytest.fixture(autouse=True)
