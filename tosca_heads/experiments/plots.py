@@ -365,3 +365,40 @@ def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path:
         axes[0].set_title(f"{title}\nloss = cross-entropy + L1 term (curves.csv)", fontsize=9)
         if 1 < len(curves) <= 12:
             axes[0].legend(fontsize=7, ncol=2)
+
+
+def suite_curves(stores: Sequence[Any], curves: dict[str, dict[str, list[list[float]]]], path: Path) -> None:
+    """A suite's A_t per task for every store (`stores`: its StoreSpecs; `curves`: store -> method
+    label -> A_t per finished cell): each method's mean over its finished cells, the band min-max."""
+    n = len(stores)
+    with drawing(path, 110, ncols=n, figsize=(4.5 * n, 3.8), squeeze=False) as (_, axes):
+        for ax, store in zip(axes[0], stores, strict=True):
+            for label, found in curves[store.name].items():
+                if not found:
+                    continue
+                values = 100 * np.asarray(found)
+                tasks = np.arange(values.shape[1])
+                ax.plot(tasks, values.mean(0), label=label, linestyle="--" if "TOSCA" not in label else "-")
+                ax.fill_between(tasks, values.min(0), values.max(0), alpha=0.15)
+            ax.set_title(store.label)
+            _task_axis(ax, "A_t (%)")
+        if axes[0][-1].get_legend_handles_labels()[0]:  # nothing finished: nothing to name
+            axes[0][-1].legend(fontsize=7)
+
+
+def suite_a_last(stores: Sequence[Any], table: Any, path: Path) -> None:
+    """A suite's A_last per store (`table`: its long table), a bar per method with its std over seeds."""
+    frame = table[table.metric == "A_last"]
+    labels = list(dict.fromkeys(frame["label"]))
+    width = 0.8 / max(1, len(labels))
+    with drawing(path, 110, figsize=(max(6, 2.2 * len(stores) + 2), 4)) as (_, ax):
+        for i, label in enumerate(labels):
+            mine = frame[frame.label == label].set_index("store")
+            means = [100 * mine.loc[s.name, "mean"] for s in stores]
+            stds = [np.nan_to_num(100 * mine.loc[s.name, "std"]) for s in stores]
+            ax.bar(np.arange(len(stores)) + i * width, means, width, yerr=stds, label=label)
+        ax.set_xticks(np.arange(len(stores)) + 0.4 - width / 2, [s.name for s in stores])
+        ax.set_ylabel("A_last (%)")
+        if labels:  # beside the axes, where it cannot cover a bar
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.grid(axis="y", alpha=0.3)

@@ -305,7 +305,7 @@ def summary_table(
     points: pd.DataFrame, summary: pd.DataFrame, rank_by: str, shown: Sequence[str], chosen: dict[str, Any]
 ) -> Table:
     """summary.md's table (`records.table.Table`; summary.csv is its frame: the summary without its
-    points' keys)."""
+    points' keys), followed in summary.md by what the sweep chose in words (`choice_lines`)."""
     flags = varying_flags(points) or ["r", "l1"]
     split = chosen["split"]
     val = ["val A_last " + rank_by] if split == "validation" else []
@@ -347,12 +347,8 @@ def summary_table(
         cells.append(spread_of(row, f"routing_{rank_by}"))
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
         rows.append(cells)
-    return Table(title, note, header, rows, summary.drop(columns="keys"))
-
-
-def summary_markdown(table: Table, chosen: dict[str, Any]) -> str:
-    """summary.md: the table, then what the sweep chose in words (`choice_lines`)."""
-    return table.markdown() + "\n" + "\n".join(choice_lines(chosen)) + "\n"
+    after = "\n".join(choice_lines(chosen)) + "\n"
+    return Table(title, note, header, rows, summary.drop(columns="keys"), after=after)
 
 
 def _figure(value: Any, interval: Any = None, se: Any = None) -> str:
@@ -451,8 +447,7 @@ def write_sweep_outputs(
     summary = summarise_points(points, rank_by, routers_in(frame))
     summary = with_noise(summary, answers, ranking_split(points, rank_by), rank_by)
     chosen = choices(points, summary, rank_by, command or (lambda config: "tosca fit ..."), modules, answers)
-    table = summary_table(points, summary, rank_by, shown, chosen)
-    table.write(out / "summary.md", ("md", "csv"), markdown=summary_markdown(table, chosen))
+    summary_table(points, summary, rank_by, shown, chosen).write(out / "summary.md", ("md", "csv"))
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
     heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick, chosen)
     best_curves(

@@ -10,7 +10,6 @@ a folder before format 4 without intervals.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -134,14 +133,14 @@ def write_baseline(
     else:
         (folder / OUTCOMES).unlink(missing_ok=True)  # an earlier run's would pass for this one's
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
-    outcomes = result.outcomes or {}
-    with atomic.writing(folder / "results.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["format", "task", "split", "router", "A_t", "A_t_low", "A_t_high", "images"])
-        for split, block in (("test", result.metrics), ("validation", result.validation)):
-            for task, a in enumerate((block or {}).get("A_t", [])):
-                bounds = stage_interval(outcomes.get(split), task, a)
-                writer.writerow([FORMAT, task, split, NO_ROUTING, f"{a:.6f}", *bounds])
+    outcomes, rows = result.outcomes or {}, []
+    for split, block in (("test", result.metrics), ("validation", result.validation)):
+        for task, a in enumerate((block or {}).get("A_t", [])):
+            rows.append(
+                [FORMAT, task, split, NO_ROUTING, f"{a:.6f}", *stage_interval(outcomes.get(split), task, a)]
+            )
+    header = ["format", "task", "split", "router", "A_t", "A_t_low", "A_t_high", "images"]
+    Table(f"{result.method}: A_t per task", "", header, rows).write(folder / "results.csv", ("csv",))
 
 
 def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes] | None:

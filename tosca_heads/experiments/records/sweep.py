@@ -39,6 +39,7 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments.records import FORMAT, check_format, store_block, validation_record
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import write_validation_ids
+from tosca_heads.experiments.records.table import Table, csv_text
 from tosca_heads.method.metrics import METRICS, registered
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -378,10 +379,9 @@ class ResultsTable:
             )
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        with atomic.writing(self.path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, columns())
-            writer.writeheader()
-            writer.writerows(rows)
+        Table("sweep results", "", columns(), [[row.get(c, "") for c in columns()] for row in rows]).write(
+            self.path, ("csv",)
+        )
 
     def keys(self) -> set[str]:
         return set(self._points)
@@ -408,13 +408,9 @@ class ResultsTable:
         if not rows or rows[0]["key"] in self._points:
             return
         cells = [{c: _cell(row[c]) for c in columns()} for row in rows]
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, columns())
         with atomic.appending(self.path, newline="") as fh:  # never through a link (synced at the end)
-            if os.fstat(fh.fileno()).st_size == 0:
-                writer.writeheader()
-            writer.writerows(cells)
-            fh.write(buffer.getvalue())
+            header = columns() if os.fstat(fh.fileno()).st_size == 0 else None
+            fh.write(csv_text(header, [list(row.values()) for row in cells]))
         self._points[cells[0]["key"]] = cells
 
     def point(self, key: str) -> list[dict[str, str]]:

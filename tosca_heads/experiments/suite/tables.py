@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from featcache.foundation import atomic
 from tosca_heads.experiments import plots
 from tosca_heads.experiments.baselines import baseline_reference
@@ -64,17 +62,8 @@ TABLE_COLUMNS = [
 ]
 BOLD_COLUMNS = 6  # the last columns, set by `_mark_best`
 ABLATION_COLUMNS = (
-    "flow",
-    "l1",
-    "store",
-    "metric",
-    "mean",
-    "std",
-    "n",
-    "expected",
-    "ci_low",
-    "ci_high",
-    "images",
+    *("flow", "l1", "store", "metric", "mean", "std", "n", "expected"),
+    *("ci_low", "ci_high", "images"),
 )
 
 
@@ -88,10 +77,6 @@ class SuiteTables:
     curves: dict[str, dict[str, list[list[float]]]]  # store -> method label -> A_t per finished cell
     chosen_on: str = "test"  # the split the bold entries were chosen on
     tested: bool = True  # every bold entry decided by the paired test (False: some cell kept no answers)
-
-
-def _stats(values: Sequence[float]) -> tuple[float, float, int]:
-    return uncertainty.spread(values)
 
 
 def _answers(results: Sequence[dict[str, Any]], key: str, split: str) -> list[Outcomes] | None:
@@ -128,7 +113,7 @@ def _entries(
     key: str,
     expected: int,
     evidence: Evidence,
-) -> list[dict[str, Any]]:
+) -> list[tuple[Any, ...]]:
     """The table's rows of one method on one store: A_bar and A_last over the finished cells, on test
     and on the validation split (NaN without one), each with its interval; the cells' answers go
     into `evidence` for the bold entries and the claims."""
@@ -137,38 +122,15 @@ def _entries(
     evidence.answers[(store, method)] = answers
     found = {split: _intervals(runs) for split, runs in answers.items()}
     for metric in shown_metrics():
-        values = [
-            r["routers"][key].get(metric) for r in results
-        ]  # a cell made before it was registered: none
-        mean, std, n = _stats([v for v in values if v is not None])
+        # a cell made before the metric was registered has none
+        values = [r["routers"][key].get(metric) for r in results]
+        test = uncertainty.spread([v for v in values if v is not None])
         held = [r["validation"][key].get(metric) for r in results if key in r.get("validation", {})]
-        val_mean, val_std, val_n = _stats([v for v in held if v is not None])
+        val = uncertainty.spread([v for v in held if v is not None])
         nothing = (math.nan, math.nan, math.nan)
-        ci_low, ci_high, images = found["test"].get(metric, nothing)
-        val_low, val_high, val_images = found["validation"].get(metric, nothing) if val_n else nothing
-        rows.append(
-            dict(
-                method=method,
-                label=label,
-                honest=not reference,
-                reference=reference,
-                store=store,
-                metric=metric,
-                mean=mean,
-                std=std,
-                n=n,
-                expected=expected,
-                ci_low=ci_low,
-                ci_high=ci_high,
-                images=images,
-                val_mean=val_mean,
-                val_std=val_std,
-                val_n=val_n,
-                val_ci_low=val_low,
-                val_ci_high=val_high,
-                val_images=val_images,
-            )
-        )
+        val_intervals = found["validation"].get(metric, nothing) if val[2] else nothing
+        figures = (*test, expected, *found["test"].get(metric, nothing), *val, *val_intervals)
+        rows.append((method, label, not reference, reference, store, metric, *figures))
     return rows
 
 
@@ -226,24 +188,9 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
                     if s.similarity is not None and getattr(s.similarity, measure) is not None
                 ]
             for metric, values in figures.items():
-                mean, std, n = _stats(values)
                 runs = evidence.runs(store.name, entry) if metric == "A_last" else None
-                ci_low, ci_high, images = _intervals(runs)["A_last"]
-                ablation.append(
-                    dict(
-                        flow=flow,
-                        l1=l1,
-                        store=store.name,
-                        metric=metric,
-                        mean=mean,
-                        std=std,
-                        n=n,
-                        expected=len(cells),
-                        ci_low=ci_low,
-                        ci_high=ci_high,
-                        images=images,
-                    )
-                )
+                figure = (*uncertainty.spread(values), len(cells), *_intervals(runs)["A_last"])
+                ablation.append((flow, l1, store.name, metric, *figure))
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-BOLD_COLUMNS])
     chosen_on, tested = _mark_best(table, evidence)
     ablation_frame = pd.DataFrame(ablation, columns=[*ABLATION_COLUMNS])
@@ -331,17 +278,16 @@ def claims(
 # ------------------------------------------------------------------------------------------ writing
 
 
-def _entry(row: Any, tex: bool = False, prefix: str = "") -> str:
+def _entry(row: Any, prefix: str = "") -> str:
     """'73.66 ± 1.20' over several cells, '73.66 [70.1, 77.0]' (its interval over the images) over
     one; '(n=2 of 3)' when cells are missing; 'missing' without any. `prefix` "val_": the
     validation split's."""
     n, mean, std = row[f"{prefix}n"], row[f"{prefix}mean"], row[f"{prefix}std"]
     if n == 0:
         return "missing"
-    pm = r" $\pm$ " if tex else " ± "
     text = f"{100 * mean:.2f}"
     if not math.isnan(std):
-        text += f"{pm}{100 * std:.2f}"
+        text += f" ± {100 * std:.2f}"
     elif not math.isnan(row[f"{prefix}ci_low"]):
         text += f" [{100 * row[f'{prefix}ci_low']:.1f}, {100 * row[f'{prefix}ci_high']:.1f}]"
     if n < row["expected"]:
@@ -349,19 +295,17 @@ def _entry(row: Any, tex: bool = False, prefix: str = "") -> str:
     return text
 
 
-def _grid(
-    spec: SuiteSpec, table: pd.DataFrame, tex: bool, prefix: str = ""
-) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the main table: methods as rows, (store, metric) as columns, the entries
-    marked `bold` (not distinguishable from the best honest one, on the split `_mark_best` says) in
-    bold; `prefix` "val_": the validation split's figures (honest entries only)."""
+def _grid(spec: SuiteSpec, table: pd.DataFrame, prefix: str = "") -> dict[str, Any]:
+    """Header, rows and bold cells of the main table (`Table`'s fields): methods as rows, (store,
+    metric) as columns, the entries marked `bold` (not distinguishable from the best honest one, on
+    the split `_mark_best` says) in bold; `prefix` "val_": the validation split's figures (honest
+    entries only)."""
     columns = [(s.name, m) for s in spec.stores for m in shown_metrics()]
     labels = {m.name: m.label for m in registered()}
-    header = [
-        "method",
-        *(f"{next(x.label for x in spec.stores if x.name == s)} {labels.get(m, m)}" for s, m in columns),
-    ]
-    rows = []
+    stores = {s.name: s.label for s in spec.stores}
+    header = ["method", *(f"{stores[s]} {labels.get(m, m)}" for s, m in columns)]
+    rows: list[list[str]] = []
+    bold = set()
     for method in dict.fromkeys(table["method"]):
         mine = table[table.method == method]
         if prefix and not mine["honest"].iloc[0]:
@@ -369,12 +313,11 @@ def _grid(
         cells = [str(mine["label"].iloc[0])]
         for store, metric in columns:
             row = mine[(mine.store == store) & (mine.metric == metric)].iloc[0]
-            text = _entry(row, tex, prefix)
             if row["bold"]:
-                text = rf"\textbf{{{text}}}" if tex else f"**{text}**"
-            cells.append(text)
+                bold.add((len(rows), len(cells)))
+            cells.append(_entry(row, prefix))
         rows.append(cells)
-    return header, rows
+    return {"header": header, "rows": rows, "bold": bold}
 
 
 def _protocol_line(spec: SuiteSpec, chosen_on: str = "test", tested: bool = True) -> str:
@@ -407,7 +350,7 @@ def _protocol_line(spec: SuiteSpec, chosen_on: str = "test", tested: bool = True
     )
 
 
-def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
+def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     header = ["flow", "L1"]
     for store in spec.stores:
         header += [
@@ -419,7 +362,7 @@ def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame, tex: bool) -> tuple[
         cells = [FLOW_LABELS.get(flow, flow), f"{l1:g}"]
         for store in spec.stores:
             mine = part[part.store == store.name]
-            cells.append(_entry(mine[mine.metric == "A_last"].iloc[0], tex))
+            cells.append(_entry(mine[mine.metric == "A_last"].iloc[0]))
             sims = []
             for metric in SIMILARITIES:
                 row = mine[mine.metric == metric]
@@ -437,19 +380,17 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
     """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
     figures a_t.png and a_last.png; each table one `records.table.Table`."""
     note = _protocol_line(spec, tables.chosen_on, tables.tested)
-    title = f"Suite {spec.name}: methods x stores"
-    main = Table(title, note, *_grid(spec, tables.table, tex=False), frame=tables.table)
-    text = main.markdown()
-    if tables.chosen_on == "validation":  # the figures that decided the bold entries
-        text += "\n" + Table(
+    after = ""
+    if tables.chosen_on == "validation":  # the figures that decided the bold entries, below the table
+        after = Table(
             f"Suite {spec.name}: the validation split (what decided the bold entries)",
             "The honest entries on the validation split (held out of the training images, never trained on), "
             "in %: mean ± std over the finished seeds, one cell with its 95% interval over the validation images.",
-            *_grid(spec, tables.table, tex=False, prefix="val_"),
+            **_grid(spec, tables.table, prefix="val_"),
         ).markdown(level=2)
-    files = main.write(out / "table.md", ("md",), markdown=text)
-    files |= Table(title, note, *_grid(spec, tables.table, tex=True), frame=tables.table).write(
-        out / "table.tex", ("tex", "csv", "parquet")
+    title = f"Suite {spec.name}: methods x stores"
+    files = Table(title, note, frame=tables.table, after=after, **_grid(spec, tables.table)).write(
+        out / "table.md"
     )
     if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
         for name in ("ablation.md", "ablation.tex"):
@@ -465,18 +406,14 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
                 else f" `{spec.primary}` is a reference router (docs/routers.md)."
             )
         )
-        title = f"Suite {spec.name}: ablation"
-        files |= Table(title, note, *_ablation_grid(spec, tables.ablation, tex=False)).write(
-            out / "ablation.md", ("md",)
-        )
-        files |= Table(title, note, *_ablation_grid(spec, tables.ablation, tex=True)).write(
-            out / "ablation.tex", ("tex",)
-        )
-    files["claims.md"] = _write(out / "claims.md", claims_markdown(spec, tables.claims))
+        ablation = Table(f"Suite {spec.name}: ablation", note, *_ablation_grid(spec, tables.ablation))
+        files |= ablation.write(out / "ablation.md", ("md", "tex"))
+    files["claims.md"] = out / "claims.md"
+    atomic.write_text(files["claims.md"], claims_markdown(spec, tables.claims))
     files["a_t.png"] = out / "a_t.png"
-    _curves_figure(spec, tables, files["a_t.png"])
+    plots.suite_curves(spec.stores, tables.curves, files["a_t.png"])
     files["a_last.png"] = out / "a_last.png"
-    _a_last_figure(spec, tables, files["a_last.png"])
+    plots.suite_a_last(spec.stores, tables.table, files["a_last.png"])
     return files
 
 
@@ -495,51 +432,3 @@ def seeds_said(seeds: Sequence[int]) -> str:
     if len(seeds) == 1:
         return f"One seed ({seeds[0]}): no spread over seeds, ± std only over class orders where there are several"
     return f"Mean ± std over seeds {', '.join(map(str, seeds))}"
-
-
-def _write(path: Path, text: str) -> Path:
-    atomic.write_text(path, text)
-    return path
-
-
-def _curves_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
-    """A_t per task for every store: each method's mean over its finished cells, the band min-max."""
-    from matplotlib.ticker import MaxNLocator
-
-    n = len(spec.stores)
-    with plots.drawing(path, 110, ncols=n, figsize=(4.5 * n, 3.8), squeeze=False) as (_, axes):
-        for ax, store in zip(axes[0], spec.stores, strict=True):
-            for label, curves in tables.curves[store.name].items():
-                if not curves:
-                    continue
-                values = 100 * np.asarray(curves)
-                tasks = np.arange(values.shape[1])
-                ax.plot(tasks, values.mean(0), label=label, linestyle="--" if "TOSCA" not in label else "-")
-                ax.fill_between(tasks, values.min(0), values.max(0), alpha=0.15)
-            ax.set_title(store.label)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # tasks are whole: no tick at 0.5
-            ax.set_xlabel("task")
-            ax.set_ylabel("A_t (%)")
-            ax.grid(alpha=0.3)
-        if axes[0][-1].get_legend_handles_labels()[0]:  # nothing finished: nothing to name
-            axes[0][-1].legend(fontsize=7)
-
-
-def _a_last_figure(spec: SuiteSpec, tables: SuiteTables, path: Path) -> None:
-    frame = tables.table[tables.table.metric == "A_last"]
-    labels = list(dict.fromkeys(frame["label"]))
-    width = 0.8 / max(1, len(labels))
-    with plots.drawing(path, 110, figsize=(max(6, 2.2 * len(spec.stores) + 2), 4)) as (_, ax):
-        for i, label in enumerate(labels):
-            mine = frame[frame.label == label].set_index("store")
-            means = [100 * mine.loc[s.name, "mean"] for s in spec.stores]
-            stds = [
-                0 if math.isnan(mine.loc[s.name, "std"]) else 100 * mine.loc[s.name, "std"]
-                for s in spec.stores
-            ]
-            ax.bar(np.arange(len(spec.stores)) + i * width, means, width, yerr=stds, label=label)
-        ax.set_xticks(np.arange(len(spec.stores)) + 0.4 - width / 2, [s.name for s in spec.stores])
-        ax.set_ylabel("A_last (%)")
-        if labels:  # beside the axes, where it cannot cover a bar
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.grid(axis="y", alpha=0.3)
