@@ -105,7 +105,7 @@ def cell_params(spec: SuiteSpec, cell: Cell) -> dict[str, Any]:
 
 def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     """The folder holds this cell's finished results (same store, split and recipe)."""
-    store, stream, tasks = plan.store, plan.stream_config, plan.stream.num_tasks
+    tasks = plan.stream.num_tasks
     if cell.kind == "tosca":
         try:
             config = run_record.read_run_config(folder)
@@ -123,12 +123,23 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     payload = read_baseline(folder / "metrics.json")
     return (
         payload is not None
-        and payload.get("store_fingerprint") == store.fingerprint
-        and payload.get("stream") == asdict(stream)
-        and payload.get("params", {}) == cell_params(spec, cell)
-        and payload.get("validation_split") == validation_split(plan)
+        and not _baseline_differences(spec, cell, payload, plan)
         and payload.get("finished_tasks") == tasks
     )
+
+
+def _baseline_differences(
+    spec: SuiteSpec, cell: Cell, payload: dict[str, Any], plan: FitPlan
+) -> list[tuple[str, Any, Any]]:
+    """What a baseline cell's metrics.json was made with that this cell would not be: (what, made,
+    wanted) for its store, task split, parameters and validation split."""
+    compared = (
+        ("store_fingerprint", payload.get("store_fingerprint"), plan.store.fingerprint),
+        ("task split", payload.get("stream"), asdict(plan.stream_config)),
+        ("parameters", payload.get("params", {}), cell_params(spec, cell)),
+        ("validation split", payload.get("validation_split"), validation_split(plan)),
+    )
+    return [(what, made, wanted) for what, made, wanted in compared if made != wanted]
 
 
 def validation_split(plan: FitPlan) -> dict[str, Any] | None:
@@ -139,7 +150,6 @@ def validation_split(plan: FitPlan) -> dict[str, Any] | None:
 def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> str | None:
     """What differs when the cell's folder holds results of another configuration (the suite file
     or its store changed since they were made); None when it holds none, or this cell's."""
-    store, stream = plan.store, plan.stream_config
     if cell.kind == "tosca":
         if not (Path(folder) / run_record.CONFIG).is_file():
             return None
@@ -147,17 +157,8 @@ def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> 
         differences = run_record.config_differences(run_record.read_run_config(folder), wanted)
         return differences[0] if differences else None
     payload = read_baseline(Path(folder) / "metrics.json")
-    if payload is None:
-        return None
-    for what, made, wanted in (
-        ("store_fingerprint", payload.get("store_fingerprint"), store.fingerprint),
-        ("task split", payload.get("stream"), asdict(stream)),
-        ("parameters", payload.get("params", {}), cell_params(spec, cell)),
-        ("validation split", payload.get("validation_split"), validation_split(plan)),
-    ):
-        if made != wanted:
-            return f"{what}: {made} -> {wanted}"
-    return None
+    found = [] if payload is None else _baseline_differences(spec, cell, payload, plan)
+    return next((f"{what}: {made} -> {wanted}" for what, made, wanted in found), None)
 
 
 def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPlan) -> Path | None:
@@ -172,14 +173,8 @@ def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPla
 
 def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: StreamConfig) -> str:
     """The one command that makes this cell alone."""
-    split = [
-        "--init-cls",
-        str(stream.init_cls),
-        "--increment",
-        str(stream.increment),
-        "--order-seed",
-        str(cell.order_seed),
-    ]
+    split = ["--init-cls", str(stream.init_cls), "--increment", str(stream.increment)]
+    split += ["--order-seed", str(cell.order_seed)]
     if spec.validation.enabled:
         split += ["--val-fraction", f"{spec.val_fraction:g}", "--val-seed", str(spec.val_seed)]
     if cell.kind == "tosca":

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,6 @@ from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
-from tosca_heads.method.recipe import PRESETS as RECIPES
 from tosca_heads.routers import ROUTERS, is_honest, reference_text
 
 PAPER_L1 = TrainConfig().l1
@@ -111,30 +110,13 @@ class SuiteSpec:
 
 SECTIONS = {
     "": {
-        "name",
-        "seeds",
-        "order_seeds",
-        "val_fraction",
-        "val_seed",
-        "stores",
-        "tosca",
-        "baselines",
-        "ablation",
+        *("name", "seeds", "order_seeds", "val_fraction", "val_seed"),
+        *("stores", "tosca", "baselines", "ablation"),
     },
     "tosca": {"routers", "flags", "primary"},
     "baselines": {"methods"},  # and each baseline's own parameters (`_baseline_params`)
     "ablation": {"flows", "l1_off"},
-    "stores": {
-        "name",
-        "path",
-        "model",
-        "dataset",
-        "data_root",
-        "limit_per_class",
-        "init_cls",
-        "increment",
-        "weights",
-    },
+    "stores": {f.name for f in fields(StoreSpec)},
 }
 
 
@@ -334,8 +316,6 @@ def _flags(value: Any, where: str) -> dict[str, Any]:
         recipe("paper", flags)
     except UserError as exc:
         raise UserError(f"{where}: tosca.flags: {exc}") from None
-    if "paper" not in RECIPES:  # pragma: no cover - the recipe module always has it
-        raise UserError("no paper preset")
     return flags
 
 
@@ -353,17 +333,9 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
         given = Path(os.path.expandvars(_text(value, key, here)))
         return given if given.is_absolute() else base / given
 
-    spec = StoreSpec(
-        name=name,
-        path=path("path"),
-        model=block.get("model"),
-        dataset=block.get("dataset"),
-        data_root=path("data_root"),
-        limit_per_class=block.get("limit_per_class"),
-        init_cls=block.get("init_cls"),
-        increment=block.get("increment"),
-        weights=block.get("weights", ""),
-    )
+    given = {key: block.get(key) for key in SECTIONS["stores"]}
+    given.update(name=name, path=path("path"), data_root=path("data_root"), weights=block.get("weights", ""))
+    spec = StoreSpec(**given)
     for key in ("model", "dataset", "weights"):
         value = getattr(spec, key)
         if value is not None and not isinstance(value, str):
