@@ -67,6 +67,7 @@ def distinct_colours(n: int) -> list[str]:
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "8", "d", "H")
 REFERENCE_STYLE = "--"  # a reference's line; an honest result's is solid
+PANELS = {"nrows": 1, "squeeze": False, "layout": "constrained"}  # panels side by side, one colour bar
 
 
 def router_reference(name: str) -> str:
@@ -160,10 +161,7 @@ def heatmaps(
     if hi - lo < 1e-9:
         lo, hi = lo - 0.5, hi + 0.5
     size = (3.4 * len(shown) + 1.5, 0.6 * len(rs) + 2.6)
-    with drawing(path, 110, nrows=1, ncols=len(shown), figsize=size, squeeze=False, layout="constrained") as (
-        fig,
-        axes,
-    ):
+    with drawing(path, 110, ncols=len(shown), figsize=size, **PANELS) as (fig, axes):
         image = None
         for ax, router in zip(axes[0], shown, strict=True):
             mean, std, at = grids[router]
@@ -178,17 +176,8 @@ def heatmaps(
             if at is not None:
                 from matplotlib.patches import Rectangle
 
-                ax.add_patch(
-                    Rectangle(
-                        (at[1] - 0.5, at[0] - 0.5),
-                        1,
-                        1,
-                        fill=False,
-                        edgecolor="red",
-                        linewidth=2.5,
-                        label="chosen",
-                    )
-                )
+                box = Rectangle((at[1] - 0.5, at[0] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5)
+                ax.add_patch(box).set_label("chosen")
             ax.set_xticks(range(len(l1s)), [f"{v:g}" for v in l1s])
             ax.set_yticks(range(len(rs)), [str(v) for v in rs])
             ax.set_xlabel("l1")
@@ -294,27 +283,17 @@ def routing_confusion(matrices: dict[str, list[list[int]]], title: str, path: Pa
     the diagonal is right) on one colour bar for every panel."""
     names = list(matrices)
     size = (3.4 * len(names) + 1.2, 3.6)
-    with drawing(path, 110, nrows=1, ncols=len(names), figsize=size, squeeze=False, layout="constrained") as (
-        fig,
-        axes,
-    ):
+    with drawing(path, 110, ncols=len(names), figsize=size, **PANELS) as (fig, axes):
         image = None
         for ax, name in zip(axes[0], names, strict=True):
             counts = np.asarray(matrices[name], dtype=np.int64)
             shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
             image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues")
             if len(counts) <= COUNTS_SHOWN:
+                size = 7 if len(counts) <= 10 else 4
                 for i, j in np.ndindex(counts.shape):
                     colour = "w" if shares[i, j] > 0.6 else "k"
-                    ax.text(
-                        j,
-                        i,
-                        str(counts[i, j]),
-                        ha="center",
-                        va="center",
-                        color=colour,
-                        fontsize=7 if len(counts) <= 10 else 4,
-                    )
+                    ax.text(j, i, str(counts[i, j]), ha="center", va="center", color=colour, fontsize=size)
             ticks = range(len(counts)) if len(counts) <= 20 else range(0, len(counts), 5)
             ax.set_xticks(list(ticks))
             ax.set_yticks(list(ticks))

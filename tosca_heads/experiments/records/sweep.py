@@ -53,14 +53,8 @@ RESULTS_LIMIT = 1 << 30  # bytes of results.csv: 100,000 points of a dozen route
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
 VALIDATION_COLUMNS = ["val_fraction", "val_seed"]  # the point's validation split (0: none)
 TIMING_COLUMNS = [
-    "train_seconds",
-    "eval_seconds",
-    "run_seconds",
-    "worker_pid",
-    "feature_loads",
-    "group_size",
-    "group_seconds",
-    "device",
+    *("train_seconds", "eval_seconds", "run_seconds", "worker_pid", "feature_loads"),
+    *("group_size", "group_seconds", "device"),
 ]
 POINT_COLUMNS = [
     "format",
@@ -100,14 +94,8 @@ FORMAT_2 = [
     *METRIC_COLUMNS.values(),
 ]
 OPTIONAL_COLUMNS = {
-    "r",
-    "s",
-    "group_size",
-    "group_seconds",
-    "device",
-    "routing_accuracy",
+    *("r", "s", "group_size", "group_seconds", "device", "routing_accuracy", "images"),
     *INTERVAL_COLUMNS,
-    "images",
 }
 # the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
 FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
@@ -163,37 +151,23 @@ FRACTION_COLUMNS = {
     *(c for c in INTERVAL_COLUMNS if not c.startswith("forgetting")),
 }
 DIFFERENCE_COLUMNS = {"forgetting", "forgetting_low", "forgetting_high"}
-WHOLE_COLUMNS = {
-    "format",
-    "r",
-    "s",
-    "epochs",
-    "batch_size",
-    "seed",
-    "init_cls",
-    "increment",
-    "order_seed",
-    "val_seed",
-    "tasks",
-    "params_per_task",
-    "routers",
-    "rows",
-    "group_size",
-    "feature_loads",
-    "worker_pid",
-    "images",
-}
+# counts: whole numbers; those of them at least one
 AT_LEAST_ONE = {
-    "format",
-    "r",
-    "s",
-    "epochs",
-    "batch_size",
-    "init_cls",
-    "increment",
-    "tasks",
-    "routers",
-    "rows",
+    *("format", "r", "s", "epochs", "batch_size"),
+    *("init_cls", "increment", "tasks", "routers", "rows"),
+}
+WHOLE_COLUMNS = {
+    *AT_LEAST_ONE,
+    *(
+        "seed",
+        "order_seed",
+        "val_seed",
+        "params_per_task",
+        "group_size",
+        "feature_loads",
+        "worker_pid",
+        "images",
+    ),
 }
 
 
@@ -315,10 +289,7 @@ class ResultsTable:
             for row in rows:
                 if point_key(_flags_of(row)) != key:
                     number = self._line_of.get(id(row), "?")
-                    raise UserError(
-                        f"{self.path} line {number}: its flags do not match its key {key[:40]!r}; the file "
-                        "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
-                    )
+                    raise self._edited(number, f"its flags do not match its key {key[:40]!r}")
 
     def _format_1(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
         """Wide format-1 rows (a column per router and metric) as format-2 rows."""
@@ -351,10 +322,7 @@ class ResultsTable:
         (or a table built from it)."""
         for column, value in row.items():
             if column == "split" and value not in SPLITS:
-                raise UserError(
-                    f"{self.path} line {number}: split holds {value[:40]!r}, not test or validation; the file "
-                    "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
-                )
+                raise self._edited(number, f"split holds {value[:40]!r}, not test or validation")
             if (
                 column in TEXT_COLUMNS
                 or column.startswith("A_t_")
@@ -363,20 +331,21 @@ class ResultsTable:
                 continue
             wanted = _cell_problem(column, value)
             if wanted:
-                raise UserError(
-                    f"{self.path} line {number}: {column} holds {value[:40]!r}, not {wanted}; the file was "
-                    "edited or damaged: fix or delete that line (the sweep then reruns its point)"
-                ) from None
+                raise self._edited(number, f"{column} holds {value[:40]!r}, not {wanted}") from None
         curve = row.get("A_t", "")
         try:
             values = parse_json(curve, "A_t") if curve else []
         except UserError:
             values = None
         if not isinstance(values, list) or not all(_cell_problem("A_last", str(v)) == "" for v in values):
-            raise UserError(
-                f"{self.path} line {number}: A_t holds {curve[:40]!r}, not a list of accuracies; the file "
-                "was edited or damaged: fix or delete that line (the sweep then reruns its point)"
-            )
+            raise self._edited(number, f"A_t holds {curve[:40]!r}, not a list of accuracies")
+
+    def _edited(self, number: int | str, what: str) -> UserError:
+        """One line for a row of results.csv that tosca did not write: its line, what is wrong."""
+        return UserError(
+            f"{self.path} line {number}: {what}; the file was edited or damaged: fix or delete that line "
+            "(the sweep then reruns its point)"
+        )
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         Table("sweep results", "", columns(), [[row.get(c, "") for c in columns()] for row in rows]).write(
