@@ -21,7 +21,7 @@ def _spec(*names: str) -> Any:
 
 def test_a_t_ticks_at_whole_tasks(tmp_path: Path, captured: list[Any]) -> None:
     curves = {"A": {"TOSCA (entropy)": [[0.9, 0.8]], "SimpleCIL": [[0.85, 0.7]]}}
-    tables._curves_figure(_spec("A"), SimpleNamespace(curves=curves), tmp_path / "a_t.png")
+    plots.suite_curves(_spec("A").stores, curves, tmp_path / "a_t.png")
     ax = captured[0].axes[0]
     lo, hi = ax.get_xlim()
     shown = [t for t in ax.get_xticks() if lo <= t <= hi]
@@ -37,7 +37,7 @@ def test_a_last_legend_covers_no_bar(tmp_path: Path, captured: list[Any]) -> Non
             for store in ("A", "B")
         ]
     )
-    tables._a_last_figure(_spec("A", "B"), SimpleNamespace(table=frame), tmp_path / "a_last.png")
+    plots.suite_a_last(_spec("A", "B").stores, frame, tmp_path / "a_last.png")
     fig = captured[0]
     ax = fig.axes[0]
     renderer = fig.canvas.get_renderer()
