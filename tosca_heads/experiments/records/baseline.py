@@ -247,27 +247,12 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     )
     rows = []
     for _, r in frame.iterrows():
-        routing_acc = (
-            "–"
-            if pd.isna(r["routing_accuracy"])
-            else _with_interval(
-                r["routing_accuracy"], r.get("routing_accuracy_low"), r.get("routing_accuracy_high")
-            )
-        )
-        rows.append(
-            [
-                r["method"],
-                r["routing"],
-                _with_interval(r["A_bar"], r.get("A_bar_low"), r.get("A_bar_high")),
-                _with_interval(r["A_last"], r.get("A_last_low"), r.get("A_last_high")),
-                _with_interval(r["forgetting"], r.get("forgetting_low"), r.get("forgetting_high")),
-                routing_acc,
-                *(shown(m, r.get(m.name)) for m in extra),
-                f"{int(r['parameters']):,}",
-                f"{r['seconds']:.1f}",
-                r["reference"] or "",
-            ]
-        )
+        figures = [  # routing accuracy: "–" for a baseline, which routes nothing
+            "–" if pd.isna(r[m]) else _with_interval(r[m], r.get(f"{m}_low"), r.get(f"{m}_high"))
+            for m in INTERVAL_COLUMNS
+        ]
+        counts = [f"{int(r['parameters']):,}", f"{r['seconds']:.1f}", r["reference"] or ""]
+        rows.append([r["method"], r["routing"], *figures, *(shown(m, r.get(m.name)) for m in extra), *counts])
     return Table(title, note, header, rows, frame)
 
 

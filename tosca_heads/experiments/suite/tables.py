@@ -93,15 +93,14 @@ def _intervals(runs: list[Outcomes] | None) -> dict[str, tuple[float, float, flo
     return {m: (i.low, i.high, i.images) for m, i in uncertainty.intervals(runs).items()}
 
 
+def _cells(states: Sequence[CellState], store: str, kind: str, **wanted: Any) -> list[CellState]:
+    """The cells of `store` of `kind` ("tosca" or "baseline") whose fields are `wanted` (flow, l1, method)."""
+    found = [s for s in states if s.cell.store == store and s.cell.kind == kind]
+    return [s for s in found if all(getattr(s.cell, k) == v for k, v in wanted.items())]
+
+
 def _main_cells(spec: SuiteSpec, states: Sequence[CellState], store: str) -> list[CellState]:
-    return [
-        s
-        for s in states
-        if s.cell.store == store
-        and s.cell.kind == "tosca"
-        and s.cell.flow == "tosca"
-        and s.cell.l1 == spec.main_l1
-    ]
+    return _cells(states, store, "tosca", flow="tosca", l1=spec.main_l1)
 
 
 def _entries(
@@ -151,25 +150,14 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             )
             curves[store.name][label] = [r["routers"][router]["A_t"] for r in done]
         for method in spec.baselines:
-            cells = [
-                s
-                for s in states
-                if s.cell.store == store.name and s.cell.kind == "baseline" and s.cell.method == method
-            ]
+            cells = _cells(states, store.name, "baseline", method=method)
             done = [s.result for s in cells if s.result is not None]
             reference = baseline_reference(method)
             label = baseline_label(method) + (" †" if reference else "")
             rows += _entries(method, label, reference, store.name, done, "none", len(cells), evidence)
             curves[store.name][label] = [r["routers"]["none"]["A_t"] for r in done]
         for flow, l1 in ablation_points(spec) if (spec.flows or spec.l1_off) else []:
-            cells = [
-                s
-                for s in states
-                if s.cell.store == store.name
-                and s.cell.kind == "tosca"
-                and s.cell.flow == flow
-                and s.cell.l1 == l1
-            ]
+            cells = _cells(states, store.name, "tosca", flow=flow, l1=l1)
             done = [s for s in cells if s.result is not None]
             entry = ablation_entry(flow, l1)
             evidence.answers[(store.name, entry)] = {
@@ -181,12 +169,8 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             }
             figures = {"A_last": [s.result["routers"][spec.primary]["A_last"] for s in done]}
             for metric in SIMILARITIES:
-                measure = metric.removeprefix("similarity_")
-                figures[metric] = [
-                    getattr(s.similarity, measure)
-                    for s in done
-                    if s.similarity is not None and getattr(s.similarity, measure) is not None
-                ]
+                measured = (getattr(s.similarity, metric.removeprefix("similarity_"), None) for s in done)
+                figures[metric] = [value for value in measured if value is not None]
             for metric, values in figures.items():
                 runs = evidence.runs(store.name, entry) if metric == "A_last" else None
                 figure = (*uncertainty.spread(values), len(cells), *_intervals(runs)["A_last"])
