@@ -77,6 +77,11 @@ def varying_flags(points: pd.DataFrame) -> list[str]:
     return [c for c in FLAG_COLUMNS if c != "seed" and points[c].nunique(dropna=False) > 1]
 
 
+def named_flags(points: pd.DataFrame) -> list[str]:
+    """The flags a configuration is named by: those the sweep varies, or r and l1 when none varies."""
+    return varying_flags(points) or ["r", "l1"]
+
+
 def ranking_split(points: pd.DataFrame, rank_by: str) -> str:
     """The split the points are ranked and chosen on: validation where every point has it, else test."""
     column = f"val_A_last_{rank_by}"
@@ -248,7 +253,7 @@ def choices(
     kept run folder); the best by the figure alone (`best`); and, when the choice was made on
     validation, whether test disagrees beyond noise (`test_check`)."""
     split = ranking_split(points, rank_by)
-    flags = varying_flags(points) or ["r", "l1"]
+    flags = named_flags(points)
 
     def described(row: Any) -> dict[str, Any]:
         entry = {
@@ -306,7 +311,7 @@ def summary_table(
 ) -> Table:
     """summary.md's table (`records.table.Table`; summary.csv is its frame: the summary without its
     points' keys), followed in summary.md by what the sweep chose in words (`choice_lines`)."""
-    flags = varying_flags(points) or ["r", "l1"]
+    flags = named_flags(points)
     split = chosen["split"]
     val = ["val A_last " + rank_by] if split == "validation" else []
     header = ["", *flags, *val, *(f"A_last {m}" for m in shown), f"A_bar {rank_by}", "routing acc"]
@@ -433,14 +438,10 @@ def write_sweep_outputs(
     what it chose (None without results) and the summary (`with_noise`'s). `command` gives the
     `tosca fit` command of a configuration (its flags), `modules` the run folder --keep-modules kept
     of it (None: none), `answers` each point's kept answers (`ResultsTable.answers`; None: none)."""
-    shown = (
-        [r for r in (shown or HEADLINE) if r in set(frame["router"])]
-        if not frame.empty
-        else list(shown or HEADLINE)
-    )
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files, None, None
+    shown = [r for r in (shown or HEADLINE) if r in set(frame["router"])]
     answers = answers or {}
     Table("results", "", [], [], frame).write(out / "results.parquet", ("parquet",))
     points = by_point(frame)
@@ -451,13 +452,7 @@ def write_sweep_outputs(
     pick = rank_column(chosen["split"], rank_by).removesuffix("_mean")
     heatmaps(points, out / "heatmap_A_last.png", shown, FLAG_COLUMNS, varying_flags(points), pick, chosen)
     best_curves(
-        points,
-        summary,
-        rank_by,
-        out / "best_curves.png",
-        FLAG_COLUMNS,
-        varying_flags(points) or ["r", "l1"],
-        chosen["split"],
+        points, summary, rank_by, out / "best_curves.png", FLAG_COLUMNS, named_flags(points), chosen["split"]
     )
     for name in ("results.parquet", "summary.md", "summary.csv", "heatmap_A_last.png", "best_curves.png"):
         files[name] = out / name

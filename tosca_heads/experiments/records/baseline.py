@@ -21,7 +21,13 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
 from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import FORMAT, store_block, valid_metrics_block, validation_record
+from tosca_heads.experiments.records import (
+    FORMAT,
+    INTERVAL_KEYS,
+    store_block,
+    valid_metrics_block,
+    validation_record,
+)
 from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import stage_interval
 from tosca_heads.experiments.records.table import Table
@@ -177,15 +183,12 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
     return {**payload, "routers": {NO_ROUTING: block}}
 
 
-INTERVAL_COLUMNS = ("A_bar", "A_last", "forgetting", "routing_accuracy")
-
-
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     """A metrics block's intervals as plain columns: `{prefix}{metric}_low`, `_high` and
     `{prefix}images` (None where the block has none: written before format 4)."""
     intervals = (block or {}).get("intervals", {})
     columns: dict[str, Any] = {f"{prefix}images": (block or {}).get("images")}
-    for metric in INTERVAL_COLUMNS:
+    for metric in INTERVAL_KEYS:
         low, high = intervals.get(metric, [None, None])
         columns.update({f"{prefix}{metric}_low": low, f"{prefix}{metric}_high": high})
     return columns
@@ -249,7 +252,7 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     for _, r in frame.iterrows():
         figures = [  # routing accuracy: "–" for a baseline, which routes nothing
             "–" if pd.isna(r[m]) else _with_interval(r[m], r.get(f"{m}_low"), r.get(f"{m}_high"))
-            for m in INTERVAL_COLUMNS
+            for m in INTERVAL_KEYS
         ]
         counts = [f"{int(r['parameters']):,}", f"{r['seconds']:.1f}", r["reference"] or ""]
         rows.append([r["method"], r["routing"], *figures, *(shown(m, r.get(m.name)) for m in extra), *counts])

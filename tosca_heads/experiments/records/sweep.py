@@ -36,7 +36,13 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import FORMAT, check_format, store_block, validation_record
+from tosca_heads.experiments.records import (
+    FORMAT,
+    INTERVAL_KEYS,
+    check_format,
+    store_block,
+    validation_record,
+)
 from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
 from tosca_heads.experiments.records.run import write_validation_ids
 from tosca_heads.experiments.records.table import Table, csv_text
@@ -76,11 +82,7 @@ METRIC_COLUMNS = {
 }
 # format 4: each row's figures with their intervals at uncertainty.LEVEL (empty for a row of an
 # older file) and the images of the split they are over (after the last task)
-INTERVAL_COLUMNS = [
-    f"{metric}_{end}"
-    for metric in ("A_bar", "A_last", "forgetting", "routing_accuracy")
-    for end in ("low", "high")
-]
+INTERVAL_COLUMNS = [f"{metric}_{end}" for metric in INTERVAL_KEYS for end in ("low", "high")]
 FORMAT_3 = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
 COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]  # then a column per registered metric (`columns`)
 OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)

@@ -89,10 +89,7 @@ def l1_claim(evidence: Evidence, stores: Sequence[str], with_l1: str, without: s
     interval of the difference, seed by seed). At L1 = 0 there is nothing to compare."""
     verdicts, figures = [], []
     for store in stores if main_l1 != 0.0 else []:
-        on, off = (
-            evidence.similarities.get((store, with_l1), {}),
-            evidence.similarities.get((store, without), {}),
-        )
+        on, off = (evidence.similarities.get((store, entry), {}) for entry in (with_l1, without))
         seeds = sorted(set(on) & set(off))
         if not seeds:
             continue
