@@ -81,12 +81,13 @@ def store_block(store: Any, described: bool = True) -> dict[str, Any]:
     return block
 
 
-def _fraction(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+def _fraction(value: Any, low: float = 0.0) -> bool:
+    """A number (not a bool) in [low, 1]: an accuracy, or with `low` -1 a difference of two."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= 1.0
 
 
 def _difference(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1.0 <= value <= 1.0
+    return _fraction(value, -1.0)
 
 
 INTERVAL_KEYS = ("A_bar", "A_last", "forgetting", "routing_accuracy")

@@ -68,6 +68,7 @@ def _check_header(header: Header) -> None:
         raise TensorFileError("its metadata records no task count")
     tasks = int(meta["tasks"])
     images: dict[str, int] = {}
+    lists: dict[str, set[str]] = {}  # the image lists each split has
     for name, info in header.tensors.items():
         split, _, key = name.partition("/")
         if split not in SPLITS:
@@ -77,6 +78,7 @@ def _check_header(header: Header) -> None:
                 raise TensorFileError(f"{name[:60]} is not a list of image numbers")
             if images.setdefault(split, info.shape[0]) != info.shape[0]:
                 raise TensorFileError(f"its {split} image lists differ in length")
+            lists.setdefault(split, set()).add(key)
     for name, info in header.tensors.items():
         split, _, key = name.partition("/")
         if key in IMAGE_KEYS:
@@ -85,10 +87,7 @@ def _check_header(header: Header) -> None:
             raise TensorFileError(f"it holds a tensor {name[:60]!r} that no outcomes file has")
         if info.dtype != "U8" or info.shape != (tasks, math.ceil(images[split] / 8)):
             raise TensorFileError(f"{name[:60]} does not hold {tasks} tasks of {images[split]} images")
-    if any(
-        sum(1 for n in header.tensors if n.startswith(f"{s}/") and n[len(s) + 1 :] in IMAGE_KEYS) != 3
-        for s in images
-    ):
+    if any(found != set(IMAGE_KEYS) for found in lists.values()):
         raise TensorFileError("a split lacks its image lists")
 
 
