@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from tosca_cli.views import running_best
 from tosca_heads.experiments.records import FORMAT
@@ -224,6 +226,14 @@ def test_an_outcomes_file_is_read_back_and_a_damaged_one_is_one_line(tmp_path: P
     )  # one image moved
     write_outcomes(path, {"test": {"x": mixed}})
     with pytest.raises(UserError, match="images of one class come in different tasks"):
+        read_outcomes(path, "fix it")
+    tensors = {
+        "test/rows": torch.from_numpy(a.rows.astype(np.int64)),
+        "test/classes": torch.from_numpy(a.classes.astype(np.int64)),  # no test/task
+        "test/right/x": torch.from_numpy(np.packbits(a.correct, axis=1)),
+    }
+    atomic.write_safetensors(path, tensors, {"format": "4", "tasks": str(a.tasks)})
+    with pytest.raises(UserError, match="a split lacks its image lists; fix it"):
         read_outcomes(path, "fix it")
 
 

@@ -380,15 +380,11 @@ def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, P
         for name in ("ablation.md", "ablation.tex"):
             (out / name).unlink(missing_ok=True)
     else:
-        note = (
-            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, one seed with its 95% interval over the test images; %, test split), and "
-            "the mean cosine similarity over every pair of task modules three ways: their weight matrices "
-            "(no LayerNorm, no biases), all their parameters, and their outputs on the same test features."
-            + (
-                ""
-                if ROUTERS[spec.primary].honest
-                else f" `{spec.primary}` is a reference router (docs/routers.md)."
-            )
+        note = (  # the primary router is an honest one (spec.parse_suite refuses a reference)
+            f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, one seed with its 95% "
+            "interval over the test images; %, test split), and the mean cosine similarity over every pair of task "
+            "modules three ways: their weight matrices (no LayerNorm, no biases), all their parameters, and their "
+            "outputs on the same test features."
         )
         ablation = Table(f"Suite {spec.name}: ablation", note, *_ablation_grid(spec, tables.ablation))
         files |= ablation.write(out / "ablation.md", ("md", "tex"))
