@@ -257,28 +257,39 @@ class Energy(LeastScore):
     field = "energy"
 
 
-@register_router
-class NearestClassMean(Router):
-    name = "ncm"
+class FrozenFeature(Router):
+    """A router that reads only the frozen feature and its class statistics: `task(view)` picks one
+    task per sample [n], the same for every configuration (none of their modules is read)."""
+
     needs_statistics = True
-    summary = "the task of the nearest class mean of the frozen feature (cosine; SimpleCIL's classifier)"
 
     def route(self, view: StageView) -> torch.Tensor:
-        scores = view.frozen.ncm_scores(view.features)
-        return view.for_every_configuration(view.class_task.to(scores.device)[scores.argmax(-1)])
+        return view.for_every_configuration(self.task(view))
+
+    def task(self, view: StageView) -> torch.Tensor:  # [n] task index per sample
+        raise NotImplementedError
 
 
 @register_router
-class Gaussian(Router):
+class NearestClassMean(FrozenFeature):
+    name = "ncm"
+    summary = "the task of the nearest class mean of the frozen feature (cosine; SimpleCIL's classifier)"
+
+    def task(self, view: StageView) -> torch.Tensor:
+        scores = view.frozen.ncm_scores(view.features)
+        return view.class_task.to(scores.device)[scores.argmax(-1)]
+
+
+@register_router
+class Gaussian(FrozenFeature):
     name = "lda"
-    needs_statistics = True
     summary = (
         "the task of highest posterior under class Gaussians of the frozen features with one shared, "
         "shrunk covariance (Tukey-transformed when non-negative)"
     )
 
-    def route(self, view: StageView) -> torch.Tensor:
-        return view.for_every_configuration(view.lda_task_log_posterior.argmax(-1))
+    def task(self, view: StageView) -> torch.Tensor:
+        return view.lda_task_log_posterior.argmax(-1)
 
 
 @register_router
