@@ -85,6 +85,14 @@ def shown(metric: Metric, value: object) -> str:
     return f"{100 * value:.2f}" if metric.percent else f"{value:g}"
 
 
+def shown_spread(metric: Metric, mean: object, std: object) -> str:
+    """A registered metric's mean ± std over seeds as table cells say each (`shown`); the mean
+    alone where there is no std (one seed)."""
+    if not isinstance(std, (int, float)) or isinstance(std, bool) or not np.isfinite(std):
+        return shown(metric, mean)
+    return f"{shown(metric, mean)} ± {shown(metric, std)}"
+
+
 def registered() -> list[Metric]:
     """The registered per-router metrics, in the order they were registered."""
     return [METRICS[name] for name in METRICS]

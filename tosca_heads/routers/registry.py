@@ -112,10 +112,12 @@ class Router:
     """A router: `route(view)` gives the module index per configuration and sample, [G, n].
     `reference = True` (or words saying why, "told the task") registers it as a reference (handed
     a `ReferenceView`, listed apart, never honest); `needs_statistics` when it reads `view.frozen`;
-    `aliases`, other names `--router` takes for it."""
+    `aliases`, other names `--router` takes for it; `label`, its column head where the name is too
+    long for one (default: the name)."""
 
     name: str = ""
     aliases: tuple[str, ...] = ()
+    label: str = ""
     reference: bool | str = False
     needs_statistics: bool = False
     summary: str = ""
@@ -134,6 +136,12 @@ ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROU
 def is_honest(name: str) -> bool:
     """An honest router: registered without `reference` (it never saw what only references see)."""
     return not ROUTERS[name].reference
+
+
+def router_label(name: str) -> str:
+    """A router's column head: its `label`, else its name (also for a name not registered here)."""
+    router = ROUTERS.get(name)
+    return (router.label if router is not None else "") or name
 
 
 def reference_text(name: str) -> str:
@@ -236,6 +244,7 @@ class Batch(Router):
 @register_router
 class ShuffledBatch(Batch):
     name = "batch_shuffled"
+    label = "batch-shuf"
     summary = "`batch` on shuffled batches: how much `batch` owes to the ordering"
     order = "shuffled"
 
