@@ -3,8 +3,10 @@
 A per-router metric of your own is one function over the accuracy curve and matrix, registered
 once with `@register_metric(name)` (in a plug-in, a script or a notebook): `summarise` then puts it
 into every metrics block (each router's and each baseline's metrics.json), and every table and
-tracker that shows a block shows it too: a sweep's results.csv/.parquet, a suite's table, the
-console tables of `fit` and `baselines`, the comparison files, MLflow and TensorBoard.
+tracker that shows a block shows it too: a sweep's results.csv/.parquet and summary, a suite's
+table, the console tables of `fit`, `sweep`, `baselines` and `tosca routers`, the comparison
+files, and every tracker's events (MLflow, TensorBoard, a plug-in's); tests/tosca_heads/
+experiments/test_extensions.py registers one from a plug-in and finds it in each.
 
 >>> @register_metric("doc_first_task", label="A_0", summary="accuracy after the first task")
 ... def first_task(curve, matrix):
