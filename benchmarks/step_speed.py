@@ -28,7 +28,7 @@ from featcache.foundation.devices import resolve_device
 from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.steppers import NativeStep, Step, TorchStep
+from tosca_heads.engine.steppers import NativeStep, Step, StepTask, TorchStep
 from tosca_heads.method.classifier import cosine_logits, new_rows
 from tosca_heads.method.luca import LuCA
 
@@ -59,7 +59,7 @@ def engine_step_ms(
     features = torch.randn(2500, d, device=device)
     targets = torch.randint(0, classes, (2500,), device=device)
     order = torch.stack([torch.randperm(2500) for _ in range(groups)]).to(device)
-    step = kind(layout, [_Hyper(batch_size=batch)] * groups, flat, weight, sigma, targets)
+    step = kind(StepTask(layout, [_Hyper(batch_size=batch)] * groups, flat, weight, sigma, targets))
     step.start_epoch(features, order, [0.025] * groups, track=False)
     if isinstance(step, NativeStep):
         step.threads.choose = lambda: step.threads.most  # every epoch on this many threads

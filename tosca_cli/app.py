@@ -17,6 +17,7 @@ from featcache.foundation.text import printable
 from featcache.requests import ExtractRequest
 from tosca_cli.commands import (
     OneLineUsageErrors,
+    answered,
     from_request,
     json_flag,
     named_values,
@@ -226,17 +227,12 @@ def eval_run(
 
 @app.command("routers")
 @user_errors
-def routers_command(
-    run: Path = typer.Argument(..., help="Run directory made by `tosca fit`."),
-    as_json_: bool = typer.Option(False, "--json", help="A JSON list, one object per router and baseline."),
-) -> None:
+@answered(routers_table, lambda report: report.rows, "A JSON list, one object per router and baseline.")
+def routers_command(run: Path = typer.Argument(..., help="Run directory made by `tosca fit`.")) -> Any:
     """Every router of a finished run in one table, beside the baselines of the same store."""
     from tosca_heads.experiments.report import routers_report
 
-    report = routers_report(run)
-    if as_json_:
-        return as_json(report.rows)
-    routers_table(run, report)
+    return routers_report(run)
 
 
 @app.command()
@@ -402,12 +398,10 @@ def demo(request: DemoRequest) -> None:
 
 @app.command("list")
 @user_errors
-def list_names(as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON.")) -> None:
+@answered(catalogue_tables)
+def list_names() -> Any:
     """Every backbone, dataset, router (honest or reference), baseline, tracker, decoder and preset, plug-ins included."""
-    listed = catalogue()
-    if as_json_:
-        return as_json(listed)
-    catalogue_tables(listed)
+    return catalogue()
 
 
 # ------------------------------------------------------------------------------------------- cache
@@ -445,17 +439,12 @@ def cache_ls(
 
 @cache_app.command("info")
 @user_errors
-def cache_info(
-    store: Path = typer.Argument(..., help="Store path."),
-    as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
-) -> None:
+@answered(lambda description: key_values(description.rows), lambda description: description.data)
+def cache_info(store: Path = typer.Argument(..., help="Store path.")) -> Any:
     """Show a store's metadata: backbone, weights, preprocessing, source, progress, what was left out."""
     from featcache.store.describe import describe
 
-    description = describe(store)
-    if as_json_:
-        return as_json(description.data)
-    key_values(description.rows)
+    return describe(store)
 
 
 @cache_app.command("verify")

@@ -26,7 +26,7 @@ from featcache.foundation.files import os_error_line
 from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
-from tosca_cli.terminal import answers_only, err, error_line
+from tosca_cli.terminal import answers_only, as_json, err, error_line
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -179,6 +179,32 @@ def parameter(name: str, kind: Any, info: Any) -> inspect.Parameter:
 
 def json_flag(help_text: str = "Print the answer as JSON.") -> inspect.Parameter:
     return parameter("as_json_", bool, typer.Option(False, "--json", help=help_text))
+
+
+def answered(
+    view: Callable[[Any], None],
+    data: Callable[[Any], Any] = lambda answer: answer,
+    help_text: str = "Print the answer as JSON.",
+) -> Callable[[F], F]:
+    """A command that returns its answer: with --json (`help_text`) it is printed as JSON
+    (`data(answer)`), else `view(answer)` shows it."""
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn, eval_str=True)
+        everything = [*signature.parameters.values(), json_flag(help_text)]
+
+        @functools.wraps(fn)
+        def wrapper(*, as_json_: bool, **kwargs: Any) -> None:
+            answer = fn(**kwargs)
+            if as_json_:
+                return as_json(data(answer))
+            view(answer)
+
+        wrapper.__signature__ = signature.replace(parameters=everything)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in everything}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def _field_parameters(cls: type) -> tuple[list[inspect.Parameter], dict[str, Callable[[Any], Any]]]:

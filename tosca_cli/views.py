@@ -14,7 +14,6 @@ from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
 from tosca_cli.terminal import as_json, err, heading, key_values, note, out, pct_in, say, table
 
-SHORT = {"batch_shuffled": "batch-shuf"}  # column labels shorter than the router's name
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
     "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
@@ -48,8 +47,10 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
     seconds); the
     routing accuracy shown is the first router's. The header comes with the first row, and a line
     on stderr saying what its columns are."""
+    from tosca_heads.routers import router_label
+
     header = f"{'task':>4} {'':>7} {'ce':>8} {'l1 term':>8} {'loss':>8} {'train':>7} " + " ".join(
-        f"{SHORT.get(m, m):>10}" for m in routers
+        f"{router_label(m):>10}" for m in routers
     )
     started = []
 
@@ -287,6 +288,8 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
     from tosca_heads.experiments.results import choice_lines, flag_text, spread_of
+    from tosca_heads.method.metrics import registered, shown_spread
+    from tosca_heads.routers import router_label
 
     if outcome.frame.empty:
         return say(f"sweep {outcome.out}: no results")
@@ -310,19 +313,25 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
             standard_error(row),
             *(spread(row, f"A_last_{m}") for m in shown),
             spread(row, f"routing_{rank_by}"),
+            *(
+                shown_spread(m, row.get(f"{m.name}_{rank_by}_mean"), row.get(f"{m.name}_{rank_by}_std"))
+                for m in registered()
+            ),
             f"{int(row['params_per_task']):,}",
             int(row["seeds"]),
         ]
         for _, row in outcome.summary.head(top).iterrows()
     ]
-    val = [f"val A_last {SHORT.get(rank_by, rank_by)}"] if on_validation else []
+    label = router_label(rank_by)
+    val = [f"val A_last {label}"] if on_validation else []
     columns = [
         "",
         *flags,
         *val,
         "SE",
-        *(f"A_last {SHORT.get(m, m)}" for m in shown),
-        f"routing acc ({SHORT.get(rank_by, rank_by)})",
+        *(f"A_last {router_label(m)}" for m in shown),
+        f"routing acc ({label})",
+        *(f"{m.label} ({label})" for m in registered()),
         "params/task",
         "seeds",
     ]
@@ -522,9 +531,11 @@ def _in_percent(row: dict[str, Any], key: str) -> str:
     return f"{value:.2f}" + ("" if low is None or high is None else f" [{low:.1f}, {high:.1f}]")
 
 
-def routers_table(run: Path, report: Any) -> None:
+def routers_table(report: Any) -> None:
     """`tosca routers`: every router of a run beside the baselines of its protocol (the others said
     below), and which one `tosca predict` takes by default (and on which split it was chosen)."""
+    from tosca_heads.method.metrics import registered, shown
+
     validation = any(row["val_A_last"] is not None for row in report.rows)
     rows = []
     for row in report.rows:
@@ -544,13 +555,14 @@ def routers_table(run: Path, report: Any) -> None:
                 *held,
                 _in_percent(row, "forgetting"),
                 _in_percent(row, "routing_accuracy"),
+                *(shown(extra, row.get(extra.name)) for extra in registered()),
                 row["reference"],
                 row["summary"],
             ]
         )
-    title = f"routers of {run} ({report.tasks} tasks); accuracies in %, test split"
+    title = f"routers of {report.run} ({report.tasks} tasks); accuracies in %, test split"
     columns = ["router", "A_bar", "A_last", *(["val A_last"] if validation else []), "forgetting"]
-    columns += ["routing acc", "reference", "what it is"]
+    columns += ["routing acc", *(extra.label for extra in registered()), "reference", "what it is"]
     table(title, columns, rows, ("router", "reference", "what it is"))
     said_intervals(
         [{"intervals": True, "images": r["images"]} if r.get("images") else {} for r in report.rows[:1]]

@@ -10,11 +10,14 @@ The examples run as doctests on tiny data (tests/test_api.py): `STORE` is a smal
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
+import typing
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from featcache.foundation.folders import check_outputs
 from featcache.store import FeatureStore
@@ -30,6 +33,8 @@ from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, regis
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+R = TypeVar("R")  # a request (tosca_heads.experiments.requests)
 
 __all__ = [
     "BASELINES",
@@ -60,9 +65,25 @@ __all__ = [
 ]
 
 
-def _store(store: FeatureStore | str | Path) -> FeatureStore | Path:
-    """A store as a request takes it: one already opened, or its path."""
-    return store if isinstance(store, FeatureStore) else Path(store)
+def _request(kind: type[R], arguments: dict[str, Any]) -> R:
+    """The request `kind` built from an API function's arguments (its `locals()`: the function's
+    parameters are the request's fields, by name, with the command's defaults), as the command
+    line builds it: a path given as text is a Path, a list of values a tuple, a store already
+    opened stays one; every folder it writes is checked before any work (`check_outputs`)."""
+    hints = typing.get_type_hints(kind)
+    given = {}
+    for f in dataclasses.fields(kind):
+        if f.name not in arguments:
+            continue
+        value, hint = arguments[f.name], hints[f.name]
+        if isinstance(value, (str, os.PathLike)) and Path in (hint, *typing.get_args(hint)):
+            value = Path(value)
+        elif typing.get_origin(hint) is tuple and value is not None:
+            value = tuple(value)
+        given[f.name] = value
+    request = kind(**given)
+    check_outputs(request)
+    return request
 
 
 def _warn(protocol: Any) -> None:
@@ -118,23 +139,7 @@ def fit(
     from tosca_heads.experiments.requests import FitRequest
     from tosca_heads.experiments.runs import fit as fit_command
 
-    request = FitRequest(
-        task=task,
-        store=_store(store),
-        run=None if run is None else Path(run),
-        preset=preset,
-        init_cls=init_cls,
-        increment=increment,
-        order_seed=order_seed,
-        val_fraction=val_fraction,
-        val_seed=val_seed,
-        device=device,
-        log=tuple(log),
-        recipe=recipe,
-        write=write,
-    )
-    check_outputs(request)
-    return fit_command(request, on_plan=_warn)
+    return fit_command(_request(FitRequest, locals()), on_plan=_warn)
 
 
 def evaluate(run: str | Path, device: str = "auto") -> RunResult:
@@ -194,22 +199,7 @@ def sweep(
     for name, value in (("init_cls", init_cls), ("increment", increment)):
         if value is not None:
             flags[name] = [value]
-    request = SweepRequest(
-        store=_store(store),
-        preset=preset,
-        jobs=jobs,
-        group=group,
-        scheduler=scheduler,
-        device=device,
-        out=None if out is None else Path(out),
-        rank_by=rank_by,
-        val_fraction=val_fraction,
-        val_seed=val_seed,
-        keep_modules=None if keep_modules is None else Path(keep_modules),
-        log=tuple(log),
-        grid=flags,
-    )
-    check_outputs(request)
+    request = _request(SweepRequest, {**locals(), "grid": flags})
     return sweep_command(request, on_start=lambda plan: _warn(plan.fit.protocol)).frame
 
 
@@ -322,20 +312,4 @@ def baselines(
     from tosca_heads.experiments.records.baseline import comparison_frame
     from tosca_heads.experiments.requests import BaselinesRequest
 
-    request = BaselinesRequest(
-        store=_store(store),
-        init_cls=init_cls,
-        increment=increment,
-        order_seed=order_seed,
-        val_fraction=val_fraction,
-        val_seed=val_seed,
-        methods=tuple(methods),
-        params=params,
-        run=None if run is None else Path(run),
-        with_tosca=with_tosca,
-        out=None if out is None else Path(out),
-        device=device,
-        log=tuple(log),
-    )
-    check_outputs(request)
-    return comparison_frame(compare(request, on_start=_warn).results)
+    return comparison_frame(compare(_request(BaselinesRequest, locals()), on_start=_warn).results)

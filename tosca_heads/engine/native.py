@@ -144,14 +144,9 @@ def slot_offsets(layout: ParamLayout) -> dict[str, int]:
 
 
 def forward(
-    layout: ParamLayout,
-    modules: torch.Tensor,
-    x: torch.Tensor,
-    normalize: bool,
-    out: torch.Tensor | None = None,
+    layout: ParamLayout, modules: torch.Tensor, x: torch.Tensor, normalize: bool, out: torch.Tensor
 ) -> torch.Tensor:
-    """Every configuration's LuCA output ([G, n, d]; unit rows when `normalize`) on shared rows x
-    [n, d], through the compiled library, written into `out` when given (a [G, n, d] float32 view
+    """`outputs.module_outputs` through the compiled library, into `out` (a [G, n, d] float32 view
     whose rows are contiguous within each configuration, such as rows of a larger cache); only call
     where `use_native` said yes."""
     lib, gemm, why = load()
@@ -160,8 +155,6 @@ def forward(
     modules = modules.detach().to(torch.float32).contiguous()
     x = x.detach().to(torch.float32).contiguous()
     groups, rows = modules.shape[0], x.shape[0]
-    if out is None:
-        out = torch.empty(groups, rows, layout.dim)
     if (
         tuple(out.shape) != (groups, rows, layout.dim)
         or out.dtype != torch.float32

@@ -19,8 +19,11 @@ def module_outputs(
 ) -> torch.Tensor:
     """modules [G, size] (flat, padded) on rows x [n, d] shared by all -> [G, n, d]; unit rows
     (F.normalize) when `normalize`; written into `out` when given (rows of a cache)."""
+    shape = (modules.shape[0], x.shape[0], layout.dim)
+    if out is not None and tuple(out.shape) != shape:
+        raise ValueError(f"out must be {list(shape)} (configurations, rows, dim), not {list(out.shape)}")
     if modules.device.type == "cpu" and x.device.type == "cpu" and native.use_native(modules.device):
-        return native.forward(layout, modules, x, normalize, out)
+        return native.forward(layout, modules, x, normalize, torch.empty(shape) if out is None else out)
     result = luca_forward(layout.views(modules), x, layout.flow)
     result = normalize_rows(result) if normalize else result
     if out is None:

@@ -16,6 +16,7 @@ import ctypes
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -61,18 +62,56 @@ class _Config(Protocol):
     batch_size: int
 
 
-class TorchStep:
-    def __init__(
-        self,
-        layout: ParamLayout,
-        configs: Sequence[_Config],
-        flat: torch.Tensor,
-        weight: torch.Tensor,
-        sigma: torch.Tensor,
-        targets: torch.Tensor,
-    ):
-        groups, device = len(configs), flat.device
-        self.flat, self.targets = flat, targets
+@dataclass(frozen=True)
+class StepTask:
+    """One task's training for a group of G configurations, as either step takes it: the group's
+    `layout` and `configs` (momentum, weight decay, L1, batch size each), the tensors the steps
+    update in place (`flat` modules [G, size], classifier `weight` [G, C, d], `sigma` [G]) and
+    the task's `targets` [n] (class ids of its rows)."""
+
+    layout: ParamLayout
+    configs: Sequence[_Config]
+    flat: torch.Tensor
+    weight: torch.Tensor
+    sigma: torch.Tensor
+    targets: torch.Tensor
+
+    @property
+    def groups(self) -> int:
+        return len(self.configs)
+
+    @property
+    def updated(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """flat, weight and sigma: what the steps update in place."""
+        return self.flat, self.weight, self.sigma
+
+
+class _Tallies:
+    """What both steps tally per configuration (module docstring): the epoch's sums of the
+    cross-entropy and of the L1 term (float64), and the tracked epoch's correct count."""
+
+    def __init__(self, groups: int, device: torch.device, counted: torch.dtype) -> None:
+        self._ce = torch.zeros(groups, device=device, dtype=torch.float64)
+        self._l1_term = torch.zeros(groups, device=device, dtype=torch.float64)
+        self._correct = torch.zeros(groups, device=device, dtype=counted)
+
+    def _new_epoch(self) -> None:
+        self._ce.zero_()
+        self._l1_term.zero_()
+
+    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._ce, self._l1_term
+
+    def correct(self) -> list[float]:
+        return [float(c) for c in self._correct.tolist()]
+
+
+class TorchStep(_Tallies):
+    def __init__(self, task: StepTask):
+        layout, configs, (flat, weight, sigma) = task.layout, task.configs, task.updated
+        groups, device = task.groups, flat.device
+        super().__init__(groups, device, torch.get_default_dtype())
+        self.flat, self.targets = flat, task.targets
         grad_flat, grad_weight, grad_sigma = (torch.zeros_like(t) for t in (flat, weight, sigma))
         self.optimizer = GroupSGD(
             [flat, weight, sigma],
@@ -87,17 +126,13 @@ class TorchStep:
         self.head = self.kernel.head(weight, sigma)
         self.head_grad = self.kernel.head(grad_weight, grad_sigma, grad=True)
         self.l1 = torch.tensor([c.l1 for c in configs], device=device)
-        self._correct = torch.zeros(groups, device=device)
-        self._ce = torch.zeros(groups, device=device, dtype=torch.float64)
-        self._l1_term = torch.zeros(groups, device=device, dtype=torch.float64)
 
     def start_epoch(
         self, features: torch.Tensor, order: torch.Tensor, lrs: Sequence[float], track: bool
     ) -> None:
         self.features, self.order, self.track = features, order, track
         self.neg_lr = self.optimizer.learning_rates(lrs)
-        self._ce.zero_()
-        self._l1_term.zero_()
+        self._new_epoch()
 
     def step(self, begin: int, size: int) -> None:
         x, y = self.kernel.inputs(self.features, self.targets, self.order[:, begin : begin + size])
@@ -112,27 +147,13 @@ class TorchStep:
         for begin in range(0, rows, batch):
             self.step(begin, min(batch, rows - begin))
 
-    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._ce, self._l1_term
 
-    def correct(self) -> list[float]:
-        return self._correct.tolist()
-
-
-class NativeStep:
+class NativeStep(_Tallies):
     """All G configurations' step in one call into the compiled library (CPU tensors only), on one
     thread or two (`threads` is the most an epoch takes: `cores.ThreadChooser` picks)."""
 
-    def __init__(
-        self,
-        layout: ParamLayout,
-        configs: Sequence[_Config],
-        flat: torch.Tensor,
-        weight: torch.Tensor,
-        sigma: torch.Tensor,
-        targets: torch.Tensor,
-        threads: int = 1,
-    ):
+    def __init__(self, task: StepTask, threads: int = 1):
+        layout, configs, (flat, weight, sigma) = task.layout, task.configs, task.updated
         if threads not in (1, 2):
             raise ValueError(f"the compiled step runs on 1 or 2 threads, not {threads}")
         lib, gemm, why = native.load()
@@ -143,7 +164,7 @@ class NativeStep:
                 raise ValueError(f"the compiled step needs {name} as a contiguous float32 CPU tensor")
         groups, classes, dim = weight.shape
         self.lib, self.groups = lib, groups
-        self.targets = targets.to(torch.int64).contiguous()
+        self.targets = task.targets.to(torch.int64).contiguous()
         # the C step indexes with these unchecked: out-of-range values would write out of bounds
         if len(self.targets) and not 0 <= int(self.targets.min()) <= int(self.targets.max()) < classes:
             raise ValueError(f"class ids must lie in [0, {classes}) for the compiled step")
@@ -159,9 +180,7 @@ class NativeStep:
             per_config(c.weight_decay for c in configs),
             per_config(c.l1 for c in configs),
         ]
-        self._ce = torch.zeros(groups, dtype=torch.float64)
-        self._l1_term = torch.zeros(groups, dtype=torch.float64)
-        self._correct = torch.zeros(groups, dtype=torch.int64)
+        super().__init__(groups, torch.device("cpu"), torch.int64)
         # a step never has more rows than the task: a larger batch size is one step per epoch
         batch = max(1, min(max(c.batch_size for c in configs), len(self.targets)))
         self.batch = batch
@@ -220,8 +239,7 @@ class NativeStep:
         ):
             raise ValueError(f"batch order indexes rows outside [0, {len(self.features)})")
         self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=torch.float32))
-        self._ce.zero_()
-        self._l1_term.zero_()
+        self._new_epoch()
         self.args.features = self.features.data_ptr()
         self.args.index_stride = self.order.shape[1]
         self.args.track = int(track)
@@ -247,24 +265,10 @@ class NativeStep:
         elapsed = time.perf_counter() - start
         self.threads.record(threads, elapsed, math.ceil(rows / batch), busy or evaluation_busy())
 
-    def epoch_sums(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._ce, self._l1_term
 
-    def correct(self) -> list[float]:
-        return [float(c) for c in self._correct.tolist()]
-
-
-def make_step(
-    layout: ParamLayout,
-    configs: Sequence[_Config],
-    flat: torch.Tensor,
-    weight: torch.Tensor,
-    sigma: torch.Tensor,
-    targets: torch.Tensor,
-    threads: int = 1,
-) -> Step:
+def make_step(task: StepTask, threads: int = 1) -> Step:
     """The compiled step on a CPU where it can be built (see `native.use_native`), on `threads`
     threads; else PyTorch's (its matmul threads are `step_mode`'s)."""
-    if native.use_native(flat.device):
-        return NativeStep(layout, configs, flat, weight, sigma, targets, threads)
-    return TorchStep(layout, configs, flat, weight, sigma, targets)
+    if native.use_native(task.flat.device):
+        return NativeStep(task, threads)
+    return TorchStep(task)

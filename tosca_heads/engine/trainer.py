@@ -20,7 +20,7 @@ from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.engine.steppers import make_step
+from tosca_heads.engine.steppers import StepTask, make_step
 from tosca_heads.method.classifier import new_rows
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.luca import new_module
@@ -176,7 +176,7 @@ class GroupTrainer:
         flat, new_head, generators = self._init_task(task, len(classes))
         weight = torch.cat([self.weight_, new_head], dim=1)
         sigma = self.sigma_.clone()
-        step = make_step(layout, configs, flat, weight, sigma, targets, self.step_threads)
+        step = make_step(StepTask(layout, configs, flat, weight, sigma, targets), self.step_threads)
         epochs, batch = configs[0].epochs, configs[0].batch_size
         schedules = [cosine_lrs(c.lr, c.eta_min, epochs) for c in configs]
         n = len(rows)

@@ -18,16 +18,19 @@ from tosca_heads.experiments.records.run import (
     read_run_outcomes,
 )
 from tosca_heads.method import uncertainty
+from tosca_heads.method.metrics import registered
 from tosca_heads.routers import ROUTERS, reference_text
 
 
 @dataclass
 class RoutersReport:
-    """The rows of `tosca routers` (accuracies in %, test split; `val_A_last` on the validation
-    split where the run has one), the run's best honest router, the split it was chosen on, the
-    run's tasks, and where that router sends each task's test images (`misrouting`, one row per
-    task; empty for a run written before confusion.json existed)."""
+    """The rows of `tosca routers` for the run folder `run` (accuracies in %, test split; each
+    registered metric as metrics.json holds it; `val_A_last` on the validation split where the
+    run has one), the run's best honest router, the split it was chosen on, the run's tasks, and
+    where that router sends each task's test images (`misrouting`, one row per task; empty for a
+    run written before confusion.json existed)."""
 
+    run: Path
     rows: list[dict[str, Any]]
     best: str
     tasks: int
@@ -88,6 +91,7 @@ def _row(
         "val_A_last": None if held is None else _percent(held["A_last"]),
         "forgetting": _percent(block["forgetting"]),
         "routing_accuracy": _percent(block.get("routing_accuracy")),
+        **{m.name: block.get(m.name) for m in registered()},  # None: written before it was registered
         "summary": summary,
         **shown,
         "val_A_last_low": _percent(held_bounds["val_A_last_low"]),
@@ -167,6 +171,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
     matrix = confusion.get("test", {}).get(best)
     baselines, left_out = baseline_rows(run_dir, config, int(metrics["finished_tasks"]))
     return RoutersReport(
+        Path(run_dir),
         rows + baselines,
         best,
         int(metrics["finished_tasks"]),

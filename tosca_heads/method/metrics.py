@@ -3,8 +3,10 @@
 A per-router metric of your own is one function over the accuracy curve and matrix, registered
 once with `@register_metric(name)` (in a plug-in, a script or a notebook): `summarise` then puts it
 into every metrics block (each router's and each baseline's metrics.json), and every table and
-tracker that shows a block shows it too: a sweep's results.csv/.parquet, a suite's table, the
-console tables of `fit` and `baselines`, the comparison files, MLflow and TensorBoard.
+tracker that shows a block shows it too: a sweep's results.csv/.parquet and summary, a suite's
+table, the console tables of `fit`, `sweep`, `baselines` and `tosca routers`, the comparison
+files, and every tracker's events (MLflow, TensorBoard, a plug-in's); tests/tosca_heads/
+experiments/test_extensions.py registers one from a plug-in and finds it in each.
 
 >>> @register_metric("doc_first_task", label="A_0", summary="accuracy after the first task")
 ... def first_task(curve, matrix):
@@ -83,6 +85,14 @@ def shown(metric: Metric, value: object) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
         return "–"
     return f"{100 * value:.2f}" if metric.percent else f"{value:g}"
+
+
+def shown_spread(metric: Metric, mean: object, std: object) -> str:
+    """A registered metric's mean ± std over seeds as table cells say each (`shown`); the mean
+    alone where there is no std (one seed)."""
+    if not isinstance(std, (int, float)) or isinstance(std, bool) or not np.isfinite(std):
+        return shown(metric, mean)
+    return f"{shown(metric, mean)} ± {shown(metric, std)}"
 
 
 def registered() -> list[Metric]:

@@ -21,6 +21,7 @@ from tosca_heads.routers.registry import (
     register_router,
     route,
     route_batches,
+    router_label,
     task_log_posterior,
 )
 
@@ -55,5 +56,6 @@ __all__ = [
     "resolve_routers",
     "route",
     "route_batches",
+    "router_label",
     "task_log_posterior",
 ]

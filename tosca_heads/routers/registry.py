@@ -112,10 +112,12 @@ class Router:
     """A router: `route(view)` gives the module index per configuration and sample, [G, n].
     `reference = True` (or words saying why, "told the task") registers it as a reference (handed
     a `ReferenceView`, listed apart, never honest); `needs_statistics` when it reads `view.frozen`;
-    `aliases`, other names `--router` takes for it."""
+    `aliases`, other names `--router` takes for it; `label`, its column head where the name is too
+    long for one (default: the name)."""
 
     name: str = ""
     aliases: tuple[str, ...] = ()
+    label: str = ""
     reference: bool | str = False
     needs_statistics: bool = False
     summary: str = ""
@@ -134,6 +136,12 @@ ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROU
 def is_honest(name: str) -> bool:
     """An honest router: registered without `reference` (it never saw what only references see)."""
     return not ROUTERS[name].reference
+
+
+def router_label(name: str) -> str:
+    """A router's column head: its `label`, else its name (also for a name not registered here)."""
+    router = ROUTERS.get(name)
+    return (router.label if router is not None else "") or name
 
 
 def reference_text(name: str) -> str:
@@ -236,6 +244,7 @@ class Batch(Router):
 @register_router
 class ShuffledBatch(Batch):
     name = "batch_shuffled"
+    label = "batch-shuf"
     summary = "`batch` on shuffled batches: how much `batch` owes to the ordering"
     order = "shuffled"
 
@@ -257,28 +266,39 @@ class Energy(LeastScore):
     field = "energy"
 
 
-@register_router
-class NearestClassMean(Router):
-    name = "ncm"
+class FrozenFeature(Router):
+    """A router that reads only the frozen feature and its class statistics: `task(view)` picks one
+    task per sample [n], the same for every configuration (none of their modules is read)."""
+
     needs_statistics = True
-    summary = "the task of the nearest class mean of the frozen feature (cosine; SimpleCIL's classifier)"
 
     def route(self, view: StageView) -> torch.Tensor:
-        scores = view.frozen.ncm_scores(view.features)
-        return view.for_every_configuration(view.class_task.to(scores.device)[scores.argmax(-1)])
+        return view.for_every_configuration(self.task(view))
+
+    def task(self, view: StageView) -> torch.Tensor:  # [n] task index per sample
+        raise NotImplementedError
 
 
 @register_router
-class Gaussian(Router):
+class NearestClassMean(FrozenFeature):
+    name = "ncm"
+    summary = "the task of the nearest class mean of the frozen feature (cosine; SimpleCIL's classifier)"
+
+    def task(self, view: StageView) -> torch.Tensor:
+        scores = view.frozen.ncm_scores(view.features)
+        return view.class_task.to(scores.device)[scores.argmax(-1)]
+
+
+@register_router
+class Gaussian(FrozenFeature):
     name = "lda"
-    needs_statistics = True
     summary = (
         "the task of highest posterior under class Gaussians of the frozen features with one shared, "
         "shrunk covariance (Tukey-transformed when non-negative)"
     )
 
-    def route(self, view: StageView) -> torch.Tensor:
-        return view.for_every_configuration(view.lda_task_log_posterior.argmax(-1))
+    def task(self, view: StageView) -> torch.Tensor:
+        return view.lda_task_log_posterior.argmax(-1)
 
 
 @register_router

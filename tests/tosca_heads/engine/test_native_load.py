@@ -16,7 +16,7 @@ import torch
 from featcache.foundation.errors import UserError
 from tosca_heads.engine import native
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.steppers import TorchStep, make_step
+from tosca_heads.engine.steppers import StepTask, TorchStep, make_step
 
 pytestmark = pytest.mark.cpu_reference
 
@@ -174,7 +174,7 @@ def test_a_wrong_sgemm_falls_back_to_the_pytorch_step_with_one_line(
     layout = ParamLayout(8, 2, 2, "tosca")
     flat, weight = torch.zeros(1, layout.size), torch.zeros(1, 2, 8)
     with pytest.warns(RuntimeWarning, match=r"wrong product.*training with the PyTorch step"):
-        step = make_step(layout, [_Hyper()], flat, weight, torch.ones(1), torch.tensor([0, 1]))
+        step = make_step(StepTask(layout, [_Hyper()], flat, weight, torch.ones(1), torch.tensor([0, 1])))
     assert isinstance(step, TorchStep)
     monkeypatch.setenv("TOSCA_STEP", "native")
     with pytest.raises(

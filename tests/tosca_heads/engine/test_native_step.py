@@ -18,7 +18,7 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import ThreadPlan, plan_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.steppers import NativeStep, TorchStep, make_step
+from tosca_heads.engine.steppers import NativeStep, StepTask, TorchStep, make_step
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig
@@ -61,7 +61,7 @@ def _train(kind: type, flow: str, epochs: int = 3) -> tuple[list[torch.Tensor], 
     n = 44  # 5 full batches of 8 and one of 4
     features = torch.randn(n, layout.dim, generator=gen)
     targets = torch.randint(0, 7, (n,), generator=gen)
-    step = kind(layout, CONFIGS, *tensors, targets)
+    step = kind(StepTask(layout, CONFIGS, *tensors, targets))
     for epoch in range(epochs):
         order = torch.stack([torch.randperm(n, generator=gen) for _ in CONFIGS])
         step.start_epoch(features, order, [0.05, 0.02, 0.03], track=epoch == epochs - 1)
@@ -125,7 +125,7 @@ def test_thread_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     layout, tensors = _group("tosca")
     if native.load()[0] is not None:
         with pytest.raises(ValueError, match="1 or 2 threads"):
-            NativeStep(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long), threads=3)
+            NativeStep(StepTask(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long)), threads=3)
 
 
 @needs_native
@@ -141,7 +141,7 @@ def test_compiled_gradients_are_the_written_out_gradients(flow: str) -> None:
     grad, grad_w, grad_s = torch.zeros_like(flat), torch.zeros_like(weight), torch.zeros_like(sigma)
     x, y = kernel.inputs(features, targets, order)
     kernel(kernel.views(flat), kernel.views(grad), weight, sigma.view(-1, 1, 1), grad_w, grad_s, x, y)
-    step = NativeStep(layout, CONFIGS, flat.clone(), weight.clone(), sigma.clone(), targets)
+    step = NativeStep(StepTask(layout, CONFIGS, flat.clone(), weight.clone(), sigma.clone(), targets))
     step.start_epoch(features, order, [0.0, 0.0, 0.0], track=False)
     step.step(0, 8)
     torch.testing.assert_close(step.grads[0], grad, rtol=1e-4, atol=1e-6)
@@ -173,7 +173,9 @@ def test_step_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     monkeypatch.setenv("TOSCA_STEP", "torch")
     layout, tensors = _group("tosca")
-    assert isinstance(make_step(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long)), TorchStep)
+    assert isinstance(
+        make_step(StepTask(layout, CONFIGS, *tensors, torch.zeros(4, dtype=torch.long))), TorchStep
+    )
     monkeypatch.setenv("TOSCA_STEP", "fastest")
     with pytest.raises(UserError, match=r"unknown TOSCA_STEP='fastest': use one of auto, native, torch"):
         native.use_native(cpu)
@@ -190,8 +192,9 @@ def test_compiled_outputs_are_luca_forward(flow: str) -> None:
     layout, (flat, _, _) = _group(flow)
     x = torch.randn(150, layout.dim, generator=torch.Generator().manual_seed(3))
     raw = luca_forward(layout.views(flat), x, flow)
-    torch.testing.assert_close(native.forward(layout, flat, x, normalize=False), raw, rtol=1e-5, atol=1e-6)
-    unit = native.forward(layout, flat, x, normalize=True)
+    rows = torch.empty(len(flat), len(x), layout.dim)
+    torch.testing.assert_close(native.forward(layout, flat, x, False, rows), raw, rtol=1e-5, atol=1e-6)
+    unit = native.forward(layout, flat, x, True, torch.empty_like(rows))
     torch.testing.assert_close(unit, normalize_rows(raw), rtol=1e-5, atol=1e-6)
 
 
@@ -199,8 +202,8 @@ def test_compiled_outputs_are_luca_forward(flow: str) -> None:
 def test_the_compiled_step_refuses_what_would_index_out_of_bounds() -> None:
     layout, tensors = _group("tosca")
     with pytest.raises(ValueError, match=r"class ids must lie in \[0, 7\)"):
-        NativeStep(layout, CONFIGS, *tensors, torch.tensor([0, 7]))
-    step = NativeStep(layout, CONFIGS, *tensors, torch.zeros(10, dtype=torch.long))
+        NativeStep(StepTask(layout, CONFIGS, *tensors, torch.tensor([0, 7])))
+    step = NativeStep(StepTask(layout, CONFIGS, *tensors, torch.zeros(10, dtype=torch.long)))
     with pytest.raises(ValueError, match="outside"):
         step.start_epoch(torch.zeros(10, layout.dim), torch.full((3, 10), 10), [0.1] * 3, track=False)
     step.start_epoch(
@@ -219,7 +222,7 @@ def test_small_shapes_stay_inside_the_workspace(threads: int) -> None:
     flat = layout.pack(new_module(32, 2, 2, "tosca", 1).state_dict(), 2, 2)[None].contiguous()
     hyper = [Hyper(0.9, 0.0, 0.0, batch_size=2)]
     targets = torch.tensor([0, 1, 1])
-    step = NativeStep(layout, hyper, flat, torch.randn(1, 2, 32), torch.ones(1), targets, threads)
+    step = NativeStep(StepTask(layout, hyper, flat, torch.randn(1, 2, 32), torch.ones(1), targets), threads)
     floats = step.work.numel()
     step.work = torch.full((floats + 4096,), float("nan"))  # a canary beyond the declared size
     step.args.work = step.work.data_ptr()
@@ -242,7 +245,7 @@ def test_an_epoch_cross_entropy_and_l1_term_are_per_image_whatever_the_batches(k
     sums = []
     for batch in (8, n):
         configs = [Hyper(c.momentum, c.weight_decay, c.l1, batch) for c in CONFIGS]
-        step = kind(layout, configs, flat.clone(), weight.clone(), sigma.clone(), targets)
+        step = kind(StepTask(layout, configs, flat.clone(), weight.clone(), sigma.clone(), targets))
         step.start_epoch(features, order, [0.0, 0.0, 0.0], track=True)
         step.run_epoch(n, batch)
         sums.append([t.clone() for t in step.epoch_sums()])

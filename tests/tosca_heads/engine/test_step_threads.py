@@ -18,7 +18,7 @@ from support.stores import synthetic_store
 from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.steppers import NativeStep
+from tosca_heads.engine.steppers import NativeStep, StepTask
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
@@ -85,7 +85,7 @@ def _problem(flow: str, shape: tuple) -> Problem:
 
 def _train(problem: Problem, threads: int, whole_epochs: bool) -> dict[str, torch.Tensor]:
     flat, weight, sigma = problem.flat.clone(), problem.weight.clone(), problem.sigma.clone()
-    step = NativeStep(problem.layout, problem.hyper, flat, weight, sigma, problem.targets, threads)
+    step = NativeStep(StepTask(problem.layout, problem.hyper, flat, weight, sigma, problem.targets), threads)
     step.threads.choose = lambda: threads  # every epoch on `threads` threads, whatever is faster here
     n, batch, losses = len(problem.targets), problem.batch, []
     with step_mode(torch.device("cpu"), 1):

@@ -7,7 +7,9 @@ comparison, a suite's table and the trackers (MLflow, TensorBoard)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments import estimate as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import cell_params, command, plan_cells
+from tosca_heads.experiments.trackers import LOGGERS
 from tosca_heads.method.baseline_names import BASELINES, Param, described, label, register_baseline
 from tosca_heads.method.metrics import METRICS, register_metric
 from tosca_heads.method.protocol import StreamConfig
@@ -207,29 +210,108 @@ def metric() -> Iterator[str]:
         del METRICS["worst_task"]
 
 
-def test_a_registered_metric_reaches_the_results_the_tables_and_the_console(
-    metric: str, store: FeatureStore, tmp_path: Path
+# a lab's plug-in, one file as docs/contributing.md shows: a per-router metric, and a tracker that
+# writes every figure it is sent as a line of the file named after --log recorded=
+PLUGIN = """
+from tosca_heads.experiments.trackers import Logger, register_logger
+from tosca_heads.method.metrics import register_metric
+
+
+@register_metric("worst_task", label="worst task", summary="the lowest per-task accuracy at the end")
+def worst_task(curve, matrix):
+    return float(min(matrix[-1]))
+
+
+@register_logger
+class Recorded(Logger):
+    name = "recorded"
+    summary = "every figure as a line of the file WHERE"
+
+    def start(self, name, parent):
+        return name
+
+    def params(self, run, params):
+        pass
+
+    def metrics(self, run, metrics):
+        with open(self.where, "a") as out:
+            out.writelines(f"{m.key} {m.step} {m.value!r}\\n" for m in metrics)
+
+    def artifacts(self, run, files):
+        pass
+
+    def end(self, run, ok):
+        pass
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The plug-in, loaded by the command line ($TOSCA_PLUGINS), removed after: its metric's name."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "lab_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path / "lab"))
+    monkeypatch.setenv("TOSCA_PLUGINS", "lab_plugin")
+    try:
+        yield "worst_task"
+    finally:
+        for registry, name in ((METRICS, "worst_task"), (LOGGERS, "recorded")):
+            if name in registry:
+                del registry[name]
+        sys.modules.pop("lab_plugin", None)
+
+
+def _row_of(output: str, name: str) -> str:
+    """The line of a console table whose first cell is `name`."""
+    (line,) = [line for line in output.splitlines() if _cells(line)[:1] == [name]]
+    return line
+
+
+def _cells(line: str) -> list[str]:
+    """A console table line's words, its borders left out."""
+    return line.replace("│", " ").replace("┃", " ").replace("|", " ").split()
+
+
+def test_a_metric_registered_by_a_plugin_reaches_the_results_the_tables_the_console_and_trackers(
+    plugin: str, store: FeatureStore, tmp_path: Path
 ) -> None:
-    result = RUNNER.invoke(
-        app, ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), *SPLIT, *QUICK]
-    )
+    metric, events = plugin, tmp_path / "events.txt"
+    fit = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), *SPLIT, *QUICK]
+    result = RUNNER.invoke(app, [*fit, "--log", f"recorded={events}"])
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())["routers"]
     for block in written.values():  # computed from the block's own accuracy matrix
         assert block[metric] == pytest.approx(min(block["accuracy_matrix"][-1]))
-    assert "worst task" in result.output  # the console's table of the run
     lda = f"{100 * written['lda'][metric]:.2f}"
-    assert any(
-        line.startswith("lda") or " lda " in line for line in result.output.splitlines() if lda in line
-    )
+    assert "worst task" in result.output and lda in _row_of(result.output, "lda")  # fit's console table
+    logged = [line.split() for line in events.read_text().splitlines()]  # the tracker's events
+    (value,) = [float(v) for key, _, v in logged if key == f"{metric}/test/lda"]
+    assert value == pytest.approx(written["lda"][metric])
 
-    tosca_heads.sweep(store, {"r": [2, 4]}, out=tmp_path / "sweep", **SWEPT)
-    rows = pd.read_csv(tmp_path / "sweep" / "results.csv")
-    parquet = pd.read_parquet(tmp_path / "sweep" / "results.parquet")
-    for table in (rows, parquet):
-        assert metric in table and table[metric].between(0, 1).all() and table[metric].notna().all()
-    assert rows[metric].tolist() == parquet[metric].tolist()
-    assert {f"{metric}_lda_mean", f"{metric}_lda_std"} <= set(pd.read_csv(tmp_path / "sweep" / "summary.csv"))
+    listed = RUNNER.invoke(app, ["routers", str(tmp_path / "run")])  # `tosca routers`
+    assert listed.exit_code == 0, listed.output
+    assert "worst task" in listed.output and lda in _row_of(listed.output, "lda")
+    rows = json.loads(RUNNER.invoke(app, ["routers", str(tmp_path / "run"), "--json"]).output)
+    assert {r["router"]: r[metric] for r in rows} == {name: b[metric] for name, b in written.items()}
+
+    sweep = ["sweep", "--store", str(store.path), "--r", "2,4", "--out", str(tmp_path / "sweep"), *SPLIT]
+    swept = RUNNER.invoke(app, [*sweep, *QUICK, "--jobs", "1"])
+    assert swept.exit_code == 0, swept.output
+    results = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    assert results[metric].between(0, 1).all() and results[metric].notna().all()
+    if importlib.util.find_spec("pyarrow") is not None:
+        parquet = pd.read_parquet(tmp_path / "sweep" / "results.parquet")
+        assert parquet[metric].tolist() == results[metric].tolist()
+    summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert {f"{metric}_lda_mean", f"{metric}_lda_std"} <= set(summary)
+    assert "worst task (entropy)" in swept.output  # the sweep's console table, for the ranked router
+    for r, mean in zip(summary["r"], summary[f"{metric}_entropy_mean"], strict=True):
+        rows = [
+            line
+            for line in swept.output.splitlines()
+            if [c for c in _cells(line)[:2] if c not in "*="][:1] == [str(r)]
+        ]
+        assert any(f"{100 * mean:.2f}" in line for line in rows), rows
 
     code, output = _baselines_of(store, tmp_path / "base", tmp_path / "run")
     assert code == 0, output

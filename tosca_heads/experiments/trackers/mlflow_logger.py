@@ -38,7 +38,7 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.text import printable, tell
-from tosca_heads.experiments.trackers.places import check_file, check_folder, refuse_link
+from tosca_heads.experiments.trackers.places import TrackerFolder, check_file, refuse_link
 from tosca_heads.experiments.trackers.registry import Logger, Metric, register_logger
 
 EXPERIMENT = "tosca"
@@ -74,13 +74,11 @@ class MlflowLogger(Logger):
         self.client_class = MlflowClient
         self.experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
         self.database: Path | None = None  # a sqlite store's file
-        self.made_by_tosca: Path | None = None  # the default folder, made at the first run
+        self.made_by_tosca: TrackerFolder | None = None  # the default folder, made at the first run
         given = where or os.environ.get("MLFLOW_TRACKING_URI")
         if given is None:
-            folder = Path(runs_root) / FOLDER
-            check_folder(folder, "--log mlflow", "MLflow's store", named=False)
-            self.made_by_tosca = folder
-            self.uri = f"sqlite:///{(folder / DATABASE).absolute()}"
+            self.made_by_tosca = TrackerFolder(None, runs_root, FOLDER, "--log mlflow", "MLflow's store")
+            self.uri = f"sqlite:///{(self.made_by_tosca.path / DATABASE).absolute()}"
             self.flag = "--log mlflow"
         else:
             self.uri = given
@@ -173,8 +171,7 @@ class MlflowLogger(Logger):
             lock: Any = contextlib.nullcontext()
             if self.database is not None:
                 if self.made_by_tosca is not None:
-                    Path(self.runs_root).mkdir(parents=True, exist_ok=True)
-                    atomic.make_folders(self.made_by_tosca, self.runs_root)
+                    self.made_by_tosca.make()
                 self.database.parent.mkdir(parents=True, exist_ok=True)
                 lock = folder_lock(
                     self.database,

@@ -24,6 +24,31 @@ from featcache.foundation.files import require_writable
 from featcache.foundation.text import printable
 
 
+class TrackerFolder:
+    """The folder a tracker writes into: the one the user named (WHERE; it may be a link), or its
+    default under the command's runs folder (`runs_root / default`; never a link). Checked when
+    the tracker is configured; made at its first run (`make`), through no link tosca names."""
+
+    def __init__(self, named: str | None, runs_root: Path, default: str, flag: str, what: str) -> None:
+        self.named = named is not None
+        self.path = Path(named) if named is not None else Path(runs_root) / default
+        self.runs_root = Path(runs_root)
+        self.made = False
+        check_folder(self.path, flag, what, named=self.named)
+
+    def make(self) -> Path:
+        """The folder, made at the first call."""
+        if self.made:
+            return self.path
+        if self.named:
+            self.path.mkdir(parents=True, exist_ok=True)
+        else:
+            self.runs_root.mkdir(parents=True, exist_ok=True)
+            atomic.make_folders(self.path, self.runs_root)
+        self.made = True
+        return self.path
+
+
 def check_folder(path: Path, flag: str, what: str, named: bool) -> None:
     """A folder a tracker writes into (made when missing): `named` when the user named it (it may
     then be a link), else one tosca names (never a link)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation import atomic
-from tosca_heads.experiments.trackers.places import check_folder
+from tosca_heads.experiments.trackers.places import TrackerFolder
 from tosca_heads.experiments.trackers.registry import Logger, Metric, register_logger
 
 FOLDER = "tensorboard"  # runs/tensorboard: the default LOGDIR
@@ -73,9 +73,10 @@ class TensorBoardLogger(Logger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer_class = SummaryWriter
-        self.root = Path(where) if where else Path(runs_root) / FOLDER
-        check_folder(self.root, "--log tensorboard", "TensorBoard's event files", named=where is not None)
-        self.made = False
+        self.folder = TrackerFolder(
+            where, runs_root, FOLDER, "--log tensorboard", "TensorBoard's event files"
+        )
+        self.root = self.folder.path
 
     @property
     def place(self) -> str:
@@ -84,14 +85,7 @@ class TensorBoardLogger(Logger):
     def _base(self, parent: _Run | None) -> Path:
         if parent is not None:
             return parent.folder
-        if not self.made:  # the first run: LOGDIR made (the default one never through a link)
-            if self.where is None:
-                Path(self.runs_root).mkdir(parents=True, exist_ok=True)
-                atomic.make_folders(self.root, self.runs_root)
-            else:
-                self.root.mkdir(parents=True, exist_ok=True)
-            self.made = True
-        return self.root
+        return self.folder.make()  # LOGDIR, made at the first run (the default one never through a link)
 
     def start(self, name: str, parent: Any | None) -> _Run:
         base = self._base(parent)
