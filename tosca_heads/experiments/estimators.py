@@ -46,7 +46,7 @@ from tosca_heads.method.protocol import (
     TaskStream,
     ValidationConfig,
     generic_increment,
-    stream_config,
+    task_split,
 )
 from tosca_heads.method.recipe import TrainConfig, recipe
 from tosca_heads.routers import ROUTERS, ClassStatistics
@@ -163,7 +163,7 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         init_cls, increment = self.init_cls, self.increment
         if (init_cls, increment) == (None, None) and generic_increment(num_classes) is None:
             init_cls = increment = num_classes
-        return stream_config("", num_classes, init_cls, increment, self.order_seed).task_stream(num_classes)
+        return task_split("", num_classes, init_cls, increment, self.order_seed)[1]
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> _Incremental:
         """Learn the next task: X and y hold its rows, of classes never seen before (in sorted

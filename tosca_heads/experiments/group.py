@@ -48,7 +48,8 @@ StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stag
 
 
 class GroupFit:
-    """One engine run of a plan's recipes on its store and task split, in named steps: `resume` the
+    """One engine run of a plan's recipes on its store and task split, in named steps: set up (room
+    checked, features read, every chunk checked, before any run folder is claimed), `resume` the
     tasks every run has finished (loaded, then evaluated), `train_task`, `snapshot` what evaluation
     reads, `finish` (wait for the evaluations, write the files). `run` does them in order. Where
     nothing is written (a sweep's points), the results still name the plan's folders."""
@@ -56,12 +57,21 @@ class GroupFit:
     def __init__(
         self,
         plan: FitPlan,
-        source: FeatureSource,
+        source: FeatureSource | None = None,
         write_outputs: bool = True,
         overlap: bool | None = None,
         on_stage: StageCallback | None = None,
     ):
         store, stream, device = plan.store, plan.stream, plan.device.resolved
+        # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
+        key = None if write_outputs else _statistics_key(plan, source)
+        require_room(store.shape, plan.trains, stream.num_tasks, device)
+        if source is None:
+            source = CachedFeatures(store, device=device)
+        elif not isinstance(source, CachedFeatures):
+            check_readable(store)  # a cached source checks the store itself, chunk by chunk
+        if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed
+            source.preload()
         self.plan, self.store, self.stream, self.source, self.device = plan, store, stream, source, device
         self.fingerprint = store.fingerprint  # as opened: checked again after the last read
         self.dirs, self.write_outputs, self.on_stage = plan.dirs, write_outputs, on_stage
@@ -75,8 +85,6 @@ class GroupFit:
             )
         self.queue = StageQueue(evaluators, self.threads.overlap)
         self.statistics = ClassStatistics(store.dim)
-        # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
-        key = None if write_outputs else _statistics_key(plan, source)
         self.memo = None if key is None else shared_statistics(key, store.dim)
         images = {split: evaluator.images() for split, evaluator in evaluators.items()}
         self.results = [
@@ -184,13 +192,14 @@ class GroupFit:
         return self.results
 
 
-def _statistics_key(plan: FitPlan, source: FeatureSource) -> tuple | None:
+def _statistics_key(plan: FitPlan, source: FeatureSource | None) -> tuple | None:
     """What the routers' statistics depend on: the store's training features (its place, identity
     and chunk checksums), the task split and the rows held out for validation. None (no sharing)
-    when the features come from elsewhere than the store's own cache."""
+    when the features come from elsewhere than the store's own cache (None: that cache)."""
     store, stream, validation = plan.store, plan.stream, plan.validation
     sums = store.checksums("train")
-    if sums is None or not isinstance(source, CachedFeatures) or source.store is not store:
+    own = source is None or (isinstance(source, CachedFeatures) and source.store is store)
+    if sums is None or not own:
         return None
     content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())
@@ -221,16 +230,8 @@ def fit_group(
     nothing touches the disk (a sweep's points: their numbers are returned, not saved). With a
     validation split, its rows never train and every router is scored on them too.
     """
-    device = plan.device.resolved
     last = plan.stream.num_tasks - 1 if upto_task is None else upto_task
     assert 0 <= last < plan.stream.num_tasks, f"task {last} of {plan.stream.num_tasks}"
-    require_room(plan.store.shape, plan.trains, plan.stream.num_tasks, device)
-    if source is None:
-        source = CachedFeatures(plan.store, device=device)
-    elif not isinstance(source, CachedFeatures):
-        check_readable(plan.store)  # a cached source checks the store itself, chunk by chunk
-    if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed
-        source.preload()
     group = GroupFit(plan, source, write_outputs, overlap, on_stage)
     with contextlib.ExitStack() as locks:
         if write_outputs:

@@ -4,10 +4,9 @@
 split (its config, the stream it makes, the labels in its class order), the validation split and
 the training rows it holds out (carved once: `held_out`, the house's one carve), the protocol in
 words, the recipes (checked and resolved), each run's config.json, its digest and folder, and the
-device. `group.fit_group` takes one
-plan and trains its recipes; nothing below it builds the stream, carves the split or writes a
-config again. A sweep's group, a suite's cell or a comparison's run shares its command's plan but
-for its own recipes (`with_trains`).
+device. `group.fit_group` takes one plan and trains its recipes; nothing below it builds the
+stream, carves the split, resolves the device or writes a config again. A sweep's group, a suite's
+cell or a comparison's run shares its command's plan but for its own recipes (`with_trains`).
 
 Import-light: numpy and the store only (no torch, no engine, no routers), so a command says its
 plan before the heavy libraries load. The device (`PlannedDevice`) is held as asked ("auto", "cpu",
@@ -111,50 +110,12 @@ class FitPlan:
         stream_config: StreamConfig,
         validation: ValidationConfig = NO_VALIDATION,
         origin: str = "as given",
-        trains: Sequence[TrainConfig] = (),
-        dirs: Sequence[Path | None] = (),
-        device: str | torch.device | PlannedDevice = "cpu",
-        runs_root: Path = Path("runs"),
-        stream: TaskStream | None = None,
+        **rest: Any,
     ) -> FitPlan:
-        """The plan of a split on a store whose values were checked where they came in, in one pass:
-        the stream built (unless the caller built it: `stream`), the validation rows carved, the
-        labels put in the stream's order, the protocol said, the recipes resolved with their
-        configs, digests and folders; once each."""
-        if stream is None:
-            stream = stream_config.task_stream(store.shape.classes)
-        ident = store.identity["dataset"]
-        labels = store.labels("train")
-        held = held_out(store, validation, labels)
-        test = store.labels("test")
-        protocol = describe_protocol(
-            ident["name"],
-            ident.get("class_names"),
-            stream,
-            stream_config.order_seed,
-            origin,
-            validation,
-            labels,
-            test,
-            held,
-        )
-        train_labels = stream.remap(labels)
-        held_labels = train_labels[held]
-        train_labels[held] = HELD_OUT  # never trained on, never a prototype, never a router statistic
-        plan = cls(
-            store,
-            stream_config,
-            stream,
-            validation,
-            held,
-            train_labels,
-            held_labels,
-            stream.remap(test),
-            protocol,
-            planned_device(device),
-            runs_root,
-        )
-        return plan.with_trains(trains, dirs)
+        """The plan of a split given whole (a sweep's point, a run's files, a test's), its values
+        checked where they came in: `planned` with the stream it makes of the store's classes."""
+        stream = stream_config.task_stream(store.shape.classes)
+        return cls.planned(store, stream_config, stream, validation, origin, **rest)
 
     @classmethod
     def asked(
@@ -173,7 +134,49 @@ class FitPlan:
         name = store.identity["dataset"]["name"]
         config, stream = task_split(name, store.shape.classes, init_cls, increment, order_seed)
         origin = split_origin(name, init_cls, increment)
-        return cls.build(store, config, validation, origin, stream=stream, **rest)
+        return cls.planned(store, config, stream, validation, origin, **rest)
+
+    @classmethod
+    def planned(
+        cls,
+        store: FeatureStore,
+        stream_config: StreamConfig,
+        stream: TaskStream,
+        validation: ValidationConfig,
+        origin: str,
+        trains: Sequence[TrainConfig] = (),
+        dirs: Sequence[Path | None] = (),
+        device: str | torch.device | PlannedDevice = "cpu",
+        runs_root: Path = Path("runs"),
+    ) -> FitPlan:
+        """The plan of a stream on a store, in one pass: the validation rows carved, the protocol
+        said, the labels put in the stream's order, then the recipes resolved with their configs,
+        digests and folders (`with_trains`); once each."""
+        labels = store.labels("train")
+        held = held_out(store, validation, labels)
+        ident = store.identity["dataset"]
+        test = store.labels("test")
+        names, seed = ident.get("class_names"), stream_config.order_seed
+        protocol = describe_protocol(
+            ident["name"], names, stream, seed, origin, validation, labels, test, held
+        )
+        train_labels = stream.remap(labels)
+        held_labels = train_labels[held]
+        train_labels[held] = HELD_OUT  # never trained on, never a prototype, never a router statistic
+        plan = cls(
+            store,
+            stream_config,
+            stream,
+            validation,
+            held,
+            train_labels,
+            held_labels,
+            stream.remap(test),
+            protocol,
+            planned_device(device),
+            runs_root,
+        )
+        return plan.with_trains(trains, dirs)
 
     def with_trains(self, trains: Sequence[TrainConfig], dirs: Sequence[Path | None] = ()) -> FitPlan:
         """The same store, split and device for other recipes (a sweep's group, a suite's cell),
