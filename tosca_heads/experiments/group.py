@@ -116,8 +116,9 @@ class GroupFit:
 
     def resume(self, task: int) -> None:
         """Load a finished task of every run and queue its evaluation."""
+        seen = self.stream.seen_classes(task)
         loaded = [
-            run_record.load_task(d, task, layout, self.stream.seen_classes(task), digest)
+            run_record.load_task(d, task, layout, seen, digest)
             for d, layout, digest in zip(self.dirs, self.layouts, self.plan.digests, strict=True)
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
