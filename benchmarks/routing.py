@@ -28,6 +28,7 @@ from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.experiments.baselines import run_baseline
 from tosca_heads.experiments.group import fit_run
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.predict import RunPredictor
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
@@ -156,7 +157,7 @@ def main() -> None:
             ("ranpac", {"projection_dim": args.ranpac_m}),
             ("joint_probe", {}),
         ):
-            b = run_baseline(baseline, store, stream, **params)
+            b = run_baseline(baseline, FitPlan.build(store, stream), **params)
             lines.append(
                 f"| {label} | baseline {baseline} | {100 * b.metrics['A_last']:.2f} | {100 * b.metrics['A_bar']:.2f} "
                 f"| – | – | fit {b.seconds:.1f} s |"

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from featcache.foundation.errors import UserError
-from featcache.store import FeatureStore, check_not_replaced, check_readable
+from featcache.store import check_not_replaced
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.records import with_intervals
 from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
 from tosca_heads.method.baseline_names import check_fits, checked, params_of
@@ -22,7 +23,7 @@ from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
-from tosca_heads.method.protocol import HELD_OUT, NO_VALIDATION, StreamConfig, TaskStream, ValidationConfig
+from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.uncertainty import Outcomes, intervals
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
@@ -30,39 +31,32 @@ TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 
 def run_baseline(
     name: str,
-    store: FeatureStore,
-    stream_cfg: StreamConfig,
+    plan: FitPlan,
     source: FeatureSource | None = None,
     on_task: TaskCallback | None = None,
-    device: str | torch.device = "cpu",
-    validation: ValidationConfig = NO_VALIDATION,
     **params: Any,
 ) -> MethodResult:
     """Learn task by task (all seen classes at once for the joint probe); evaluate after each task
-    on test and, with a validation split, on the held-out training rows (which never train).
-    Computed on one CPU thread: the same numbers in a suite's worker and from the single command,
-    whatever OMP_NUM_THREADS says (multithreaded BLAS sums in another order)."""
+    on test and, with a validation split, on the held-out training rows (which never train). The
+    plan's store, stream, validation rows and device are a fit's (`FitPlan`: built and checked at
+    the edge, the split carved there once). Computed on one CPU thread: the same numbers in a
+    suite's worker and from the single command, whatever OMP_NUM_THREADS says (multithreaded BLAS
+    sums in another order)."""
     name = BASELINES.pick(name, "baseline")  # an alias stands for its name
-    check_readable(store)
+    store, stream, held, device = plan.store, plan.stream, plan.held, plan.device.resolved
     check_baseline_params(name, params, store.dim)
-    validation.validate()
     fingerprint = store.fingerprint  # as opened: checked again after the last read
-    stream = stream_cfg.task_stream(store.shape.classes)
     source = source or CachedFeatures(store, device=device)
-    labels = stream.remap(store.labels("train"))
-    held = validation.carve(store.labels("train"), store.identity["dataset"].get("class_names"))
-    train_y = labels.copy()
-    train_y[held] = HELD_OUT  # never trained on
-    test_y = stream.remap(store.labels("test"))
+    train_y, test_y = plan.train_labels, plan.test_labels  # HELD_OUT rows never train
     train_x = source.clean("train", np.arange(len(train_y))).to(device)
     scored = {"test": (source.clean("test", np.arange(len(test_y))).to(device), test_y)}
     if len(held):
-        scored["validation"] = (train_x[_index(held, train_x)], labels[held])
+        scored["validation"] = (train_x[_index(held, train_x)], plan.held_labels)
     estimator = BASELINES[name](device=device, **params)
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     start = time.perf_counter()
-    with single_threaded(torch.device(device)):
+    with single_threaded(device):
         for task in range(stream.num_tasks):
             if estimator.incremental:
                 rows = stream.rows_of_task(train_y, task)

@@ -10,11 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
 from featcache.store import check_readable, resolve_store
 from tosca_heads.experiments.baselines import TaskCallback
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
@@ -63,7 +60,7 @@ def tosca_run(plan: FitPlan, run_dir: Path | None, source: FeatureSource | None 
     """TOSCA on the plan's store, stream and validation split: a given run (all tasks finished), else
     the paper preset's default run under the plan's runs root, fitted now unless it is already on
     disk."""
-    store, stream_cfg, validation, device = plan.store, plan.stream_config, plan.validation, plan.device
+    store, stream_cfg, validation = plan.store, plan.stream_config, plan.validation
     if run_dir is None:
         return fit_group(plan.with_trains([PRESETS["paper"]]), source=source)[0]
     config = run_record.read_run_config(
@@ -83,7 +80,7 @@ def tosca_run(plan: FitPlan, run_dir: Path | None, source: FeatureSource | None 
             f"run {run_dir} was fitted with {held.said()}, the baselines asked for {validation.said()}; "
             "leave out --val-fraction and --val-seed to take the run's"
         )
-    result = evaluate_run(run_dir, source, device)
+    result = evaluate_run(run_dir, source, plan.device)
     tasks = plan.stream.num_tasks
     if len(result.stages) < tasks:
         raise UserError(
@@ -132,23 +129,19 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
 # ------------------------------------------------------------------------------------------ the command
 
 
-def check_request(request: BaselinesRequest) -> dict[str, Any]:
-    """The flags alone, before any store is opened; the baselines' own parameters as given
-    (`baseline_names.given_params`: of their kind, each checked)."""
-    unknown = [m for m in request.methods if m not in BASELINES]
-    if unknown or not request.methods:
-        raise UserError(
-            f"unknown --methods {','.join(unknown) or '(none)'!r}"
-            f"{did_you_mean(unknown[0], BASELINES) if unknown else ''}: use any of {', '.join(BASELINES)}"
-        )
-    given = given_params(request.methods, request.params, text=True)
-    for method in request.methods:
+def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The flags alone, before any store is opened: the baselines by their registered names (the
+    registry's `pick`: an alias is its name, an unknown one refused with the closest), and their own
+    parameters as given (`baseline_names.given_params`: of their kind, each checked)."""
+    methods = tuple(BASELINES.pick(m, "--methods") for m in request.methods or ("(none)",))
+    given = given_params(methods, request.params, text=True)
+    for method in methods:
         check_fits(method, arguments(method, given), 1)
     if request.run is not None and request.with_tosca and not (request.run / run_record.CONFIG).is_file():
         raise UserError(
             f"not a run directory: {request.run} (no config.json); pass a folder made by `tosca fit`"
         )
-    return given
+    return methods, given
 
 
 @dataclass
@@ -168,11 +161,11 @@ def compare(
 ) -> Comparison:
     """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
     baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
-    given = check_request(request)
+    methods, given = check_request(request)
     tracking = open_tracking(request.log, request.runs_root)
     asked = asked_split(request)
     validation = asked.validation
-    device = resolve_device(request.device)
+    device = resolve_device(request.device)  # here: the store is read onto it before anything is said
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)
     ident = store.identity
@@ -182,7 +175,7 @@ def compare(
         asked.increment,
         asked.order_seed,
         validation,
-        device=str(device),
+        device=device,
         runs_root=request.runs_root,
     )
     stream, protocol = plan.stream_config, plan.protocol
@@ -196,11 +189,11 @@ def compare(
     share_features(store, source, device)
     if on_start:
         on_start(protocol)
-    params = {"command": "baselines", "out": str(folder), "methods": ",".join(request.methods)}
+    params = {"command": "baselines", "out": str(folder), "methods": ",".join(methods)}
     parent = tracking.start(f"baselines {folder.name}", {**params, **flat_params(store_block(store))})
     try:
         comparison = _compare(
-            request, given, plan, source, device, folder, on_task, on_tosca, tracking, parent
+            request, methods, given, plan, source, folder, on_task, on_tosca, tracking, parent
         )
     except BaseException:
         end_failed(parent)
@@ -212,10 +205,10 @@ def compare(
 
 def _compare(
     request: BaselinesRequest,
+    methods: tuple[str, ...],
     given: dict[str, Any],
     plan: FitPlan,
     source: CachedFeatures,
-    device: torch.device,
     folder: Path,
     on_task: TaskCallback | None,
     on_tosca: Callable[[Path | None], None] | None,
@@ -245,7 +238,7 @@ def _compare(
             params=tuple(sorted(arguments(method, given).items())),
             baseline_folder=str(folder / method),
         )
-        for method in request.methods
+        for method in methods
     ]
     done: dict[str, MethodResult] = {}
 
@@ -255,7 +248,7 @@ def _compare(
         if child is not None and outcome.baseline is not None:
             method_result(child, outcome.baseline, run_files(Path(work.baseline_folder or folder)))
 
-    Executor(1, None, str(device)).run(works, finished, on_task)
-    results += [done[method] for method in request.methods]
+    Executor(1, None, str(plan.device)).run(works, finished, on_task)
+    results += [done[method] for method in methods]
     title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, {split}"
     return Comparison(results, title, write_comparison(folder, results, title))

@@ -37,6 +37,7 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
 from tosca_heads.engine.trainer import GroupTrainer
 from tosca_heads.experiments.baselines import check_baseline_params
+from tosca_heads.experiments.plan import held_out
 from tosca_heads.experiments.predict import RunPredictor
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.linalg import single_threaded
@@ -45,7 +46,7 @@ from tosca_heads.method.protocol import (
     TaskStream,
     ValidationConfig,
     generic_increment,
-    stream_config,
+    task_split,
 )
 from tosca_heads.method.recipe import TrainConfig, recipe
 from tosca_heads.routers import ROUTERS, ClassStatistics
@@ -68,9 +69,14 @@ def _recipe_init(cls: type) -> type:
         _argument(f.name, None, str(f.type) if "None" in str(f.type) else f"{f.type} | None")
         for f in fields(TrainConfig)
     ]
-    signature = inspect.Signature(
-        [inspect.Parameter("self", _ARG), *cls.INIT_HEAD, *recipe_params, *cls.INIT_TAIL]
-    )
+    cls.INIT_PARAMS = (*cls.INIT_HEAD, *recipe_params, *cls.INIT_TAIL)
+    return _stored_init(cls)
+
+
+def _stored_init(cls: type) -> type:
+    """`cls.__init__` taking `cls.INIT_PARAMS` and storing each as an attribute of its name, nothing
+    else (scikit-learn's contract), with the signature `get_params`, `clone` and `set_params` read."""
+    signature = inspect.Signature([inspect.Parameter("self", _ARG), *cls.INIT_PARAMS])
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(self, *args, **kwargs)
@@ -111,9 +117,9 @@ def validation_split(
     """
     if not isinstance(store, FeatureStore):
         store = FeatureStore.open(Path(store))
-    held = ValidationConfig(val_fraction, val_seed).carve(
-        store.labels("train"), store.identity["dataset"].get("class_names")
-    )
+    validation = ValidationConfig(val_fraction, val_seed)
+    validation.validate()
+    held = held_out(store, validation)  # the carve of a fit's plan
     if len(held) == 0:
         raise UserError(f"val_fraction must be above 0 for a validation split, got {val_fraction!r}")
     fold = np.full(len(store.labels("train")), -1, dtype=np.int64)
@@ -157,7 +163,7 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         init_cls, increment = self.init_cls, self.increment
         if (init_cls, increment) == (None, None) and generic_increment(num_classes) is None:
             init_cls = increment = num_classes
-        return stream_config("", num_classes, init_cls, increment, self.order_seed).task_stream(num_classes)
+        return task_split("", num_classes, init_cls, increment, self.order_seed)[1]
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> _Incremental:
         """Learn the next task: X and y hold its rows, of classes never seen before (in sorted
@@ -292,31 +298,24 @@ class TOSCAClassifier(_Incremental):
         return proba[:, np.argsort(self.labels_in_order_, kind="stable")]
 
 
+@_stored_init
 class BaselineClassifier(_Incremental):
     """A registered baseline (`method`: simplecil, ranpac, joint_probe or one of your own) with its
     own parameters (`params`, e.g. {"projection_dim": 2000} for RanPAC). Fitted: `classes_`,
     `labels_in_order_`, `stream_`, `estimator_` (the baseline itself), `n_features_in_`.
     `partial_fit` exists for the continual ones only (a joint probe sees every task at once)."""
 
-    def __init__(
-        self,
-        method: str = "simplecil",
-        params: dict[str, Any] | None = None,
-        init_cls: int | None = None,
-        increment: int | None = None,
-        order_seed: int = DEFAULT_ORDER_SEED,
-        device: str = "cpu",
-    ):
-        self.method = method
-        self.params = params
-        self.init_cls = init_cls
-        self.increment = increment
-        self.order_seed = order_seed
-        self.device = device
+    INIT_PARAMS = (
+        _argument("method", "simplecil", "str"),
+        _argument("params", None, "dict[str, Any] | None"),
+        _argument("init_cls", None, "int | None"),
+        _argument("increment", None, "int | None"),
+        _argument("order_seed", DEFAULT_ORDER_SEED, "int"),
+        _argument("device", "cpu", "str"),
+    )
 
     def _start(self) -> None:
-        if self.method not in BASELINES:
-            raise UserError(f"unknown baseline {self.method!r}: use one of {', '.join(BASELINES)}")
+        BASELINES.pick(self.method, "baseline")  # an unknown one: one line, with the closest name
         check_baseline_params(self.method, dict(self.params or {}), self.n_features_in_)
         self.estimator_ = BASELINES[self.method](device=self.device, **(self.params or {}))
         self.tasks_: list[int] = []

@@ -137,9 +137,7 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
     outcome = Outcome(device=str(resolved), loads=LOADS[key], pid=os.getpid())
     if work.method:
         params = dict(work.params)
-        result = run_baseline(
-            work.method, store, work.stream, source, progress, resolved, work.validation, **params
-        )
+        result = run_baseline(work.method, plan, source, progress, **params)
         if work.baseline_folder is not None:
             folder = Path(work.baseline_folder)
             write_baseline(

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from featcache.foundation import atomic
-from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.locks import folder_lock
 from featcache.store import FeatureStore, check_not_replaced, check_readable
@@ -49,7 +48,8 @@ StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stag
 
 
 class GroupFit:
-    """One engine run of a plan's recipes on its store and task split, in named steps: `resume` the
+    """One engine run of a plan's recipes on its store and task split, in named steps: set up (room
+    checked, features read, every chunk checked, before any run folder is claimed), `resume` the
     tasks every run has finished (loaded, then evaluated), `train_task`, `snapshot` what evaluation
     reads, `finish` (wait for the evaluations, write the files). `run` does them in order. Where
     nothing is written (a sweep's points), the results still name the plan's folders."""
@@ -57,13 +57,21 @@ class GroupFit:
     def __init__(
         self,
         plan: FitPlan,
-        source: FeatureSource,
-        device: torch.device,
+        source: FeatureSource | None = None,
         write_outputs: bool = True,
         overlap: bool | None = None,
         on_stage: StageCallback | None = None,
     ):
-        store, stream = plan.store, plan.stream
+        store, stream, device = plan.store, plan.stream, plan.device.resolved
+        # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
+        key = None if write_outputs else _statistics_key(plan, source)
+        require_room(store.shape, plan.trains, stream.num_tasks, device)
+        if source is None:
+            source = CachedFeatures(store, device=device)
+        elif not isinstance(source, CachedFeatures):
+            check_readable(store)  # a cached source checks the store itself, chunk by chunk
+        if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed
+            source.preload()
         self.plan, self.store, self.stream, self.source, self.device = plan, store, stream, source, device
         self.fingerprint = store.fingerprint  # as opened: checked again after the last read
         self.dirs, self.write_outputs, self.on_stage = plan.dirs, write_outputs, on_stage
@@ -77,14 +85,11 @@ class GroupFit:
             )
         self.queue = StageQueue(evaluators, self.threads.overlap)
         self.statistics = ClassStatistics(store.dim)
-        # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
-        key = None if write_outputs else _statistics_key(plan, source)
         self.memo = None if key is None else shared_statistics(key, store.dim)
         images = {split: evaluator.images() for split, evaluator in evaluators.items()}
         self.results = [
             RunResult(d, c, [], images=images) for d, c in zip(plan.dirs, plan.configs, strict=True)
         ]
-        self.digests = [run_record.config_digest(c) for c in plan.configs]  # what each task file records
 
     def finished(self) -> int:
         """Tasks every run of the group has on disk (none when nothing is written)."""
@@ -111,9 +116,10 @@ class GroupFit:
 
     def resume(self, task: int) -> None:
         """Load a finished task of every run and queue its evaluation."""
+        seen = self.stream.seen_classes(task)
         loaded = [
-            run_record.load_task(d, task, layout, self.stream.seen_classes(task), digest)
-            for d, layout, digest in zip(self.dirs, self.layouts, self.digests, strict=True)
+            run_record.load_task(d, task, layout, seen, digest)
+            for d, layout, digest in zip(self.dirs, self.layouts, self.plan.digests, strict=True)
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
         stats = [{k: s[k] for k in run_record.STAT_KEYS} for _, _, s in loaded]
@@ -131,7 +137,7 @@ class GroupFit:
                 module, head = self.trainer.module_state(task, g), self.trainer.head_state(g)
                 flow = self.trainer.configs[g].flow
                 run_record.save_task(
-                    run_dir, task, module, head, flow, asdict(stats[g]), self.digests[g], curves[g]
+                    run_dir, task, module, head, flow, asdict(stats[g]), self.plan.digests[g], curves[g]
                 )
         rows = [{k: getattr(s, k) for k in run_record.STAT_KEYS} for s in stats]
         self.queue.submit(task, state, (task, rows, True, curves))
@@ -187,13 +193,14 @@ class GroupFit:
         return self.results
 
 
-def _statistics_key(plan: FitPlan, source: FeatureSource) -> tuple | None:
+def _statistics_key(plan: FitPlan, source: FeatureSource | None) -> tuple | None:
     """What the routers' statistics depend on: the store's training features (its place, identity
     and chunk checksums), the task split and the rows held out for validation. None (no sharing)
-    when the features come from elsewhere than the store's own cache."""
+    when the features come from elsewhere than the store's own cache (None: that cache)."""
     store, stream, validation = plan.store, plan.stream, plan.validation
     sums = store.checksums("train")
-    if sums is None or not isinstance(source, CachedFeatures) or source.store is not store:
+    own = source is None or (isinstance(source, CachedFeatures) and source.store is store)
+    if sums is None or not own:
         return None
     content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())
@@ -215,26 +222,18 @@ def fit_group(
     on_start: Callable[[list[RunResult]], None] | None = None,
 ) -> list[RunResult]:
     """Train the plan's recipes (they share flow, epochs and batch size) in one engine run; one
-    RunResult each. The plan was checked where it was built: this trusts it, resolves its device
-    (where torch is imported anyway) and works out nothing of it again. `on_start` gets the results
-    once the run folders are claimed, before the first task (a refusal is then the only line after
-    the plan's).
+    RunResult each. The plan was checked where it was built: this trusts it and works out nothing
+    of it again (its device is resolved once, when first asked for: here, where torch is loaded).
+    `on_start` gets the results once the run folders are claimed, before the first task (a refusal
+    is then the only line after the plan's).
 
     A group resumes from the tasks every one of its runs has finished. With write_outputs=False
     nothing touches the disk (a sweep's points: their numbers are returned, not saved). With a
     validation split, its rows never train and every router is scored on them too.
     """
-    device = resolve_device(plan.device)
     last = plan.stream.num_tasks - 1 if upto_task is None else upto_task
     assert 0 <= last < plan.stream.num_tasks, f"task {last} of {plan.stream.num_tasks}"
-    require_room(plan.store.shape, plan.trains, plan.stream.num_tasks, device)
-    if source is None:
-        source = CachedFeatures(plan.store, device=device)
-    elif not isinstance(source, CachedFeatures):
-        check_readable(plan.store)  # a cached source checks the store itself, chunk by chunk
-    if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed
-        source.preload()
-    group = GroupFit(plan, source, device, write_outputs, overlap, on_stage)
+    group = GroupFit(plan, source, write_outputs, overlap, on_stage)
     with contextlib.ExitStack() as locks:
         if write_outputs:
             for run_dir in plan.dirs:  # each checked before any lock file is made beside one

@@ -2,15 +2,16 @@
 
 `FitPlan` holds the store (opened, fingerprinted, checked readable by whoever opened it), the task
 split (its config, the stream it makes, the labels in its class order), the validation split and
-the training rows it holds out (carved once), the protocol in words, the recipes (checked and
-resolved), each run's config.json and folder, and the device asked for. `group.fit_group` takes one
-plan and trains its recipes; nothing below it builds the stream, carves the split or writes a
-config again. A sweep's group, a suite's cell or a comparison's run shares its command's plan but
-for its own recipes (`with_trains`).
+the training rows it holds out (carved once: `held_out`, the house's one carve), the protocol in
+words, the recipes (checked and resolved), each run's config.json, its digest and folder, and the
+device. `group.fit_group` takes one plan and trains its recipes; nothing below it builds the
+stream, carves the split, resolves the device or writes a config again. A sweep's group, a suite's
+cell or a comparison's run shares its command's plan but for its own recipes (`with_trains`).
 
 Import-light: numpy and the store only (no torch, no engine, no routers), so a command says its
-plan before the heavy libraries load. The device stays as asked ("auto", "cpu", "cuda:N"): it is
-resolved where torch is imported anyway, when the engine starts (`group.fit_group`).
+plan before the heavy libraries load. The device (`PlannedDevice`) is held as asked ("auto", "cpu",
+"cuda:N") and resolved once, where the engine first needs it (torch is imported then), or is
+handed in resolved by a caller that had torch loaded anyway.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from featcache.foundation.devices import resolve_device
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import default_run_dir, store_block, validation_record
+from tosca_heads.experiments.records import config_digest, default_run_dir, store_block, validation_record
 from tosca_heads.method.protocol import (
     HELD_OUT,
     NO_VALIDATION,
@@ -34,12 +36,51 @@ from tosca_heads.method.protocol import (
     ValidationConfig,
     describe_protocol,
     split_origin,
-    stream_config,
+    task_split,
 )
 from tosca_heads.method.recipe import TrainConfig
 
 if TYPE_CHECKING:
     import torch
+
+
+class PlannedDevice:
+    """A plan's device: the name as asked (checked where it came in, without torch) and what it
+    resolves to here (`resolve_device`, which imports torch), worked out once, when the engine first
+    asks, and shared by every plan made from this one (`FitPlan.with_trains`). A caller that had
+    torch loaded anyway hands the device in resolved."""
+
+    def __init__(self, device: str | torch.device):
+        self.asked = str(device)
+        self._resolved = None if isinstance(device, str) else device
+
+    @property
+    def resolved(self) -> torch.device:
+        if self._resolved is None:
+            self._resolved = resolve_device(self.asked)
+        return self._resolved
+
+    def __str__(self) -> str:
+        return self.asked
+
+    def __repr__(self) -> str:
+        return f"PlannedDevice({self.asked!r})"
+
+
+def planned_device(device: str | torch.device | PlannedDevice) -> PlannedDevice:
+    """A device as a plan holds it (a `PlannedDevice` stays the one it is: resolved once)."""
+    return device if isinstance(device, PlannedDevice) else PlannedDevice(device)
+
+
+def held_out(
+    store: FeatureStore, validation: ValidationConfig, labels: np.ndarray | None = None
+) -> np.ndarray:
+    """The training rows `validation` holds out of a store (sorted store rows): the house's one carve
+    (`ValidationConfig.carve`, per class by store label, so it does not depend on the class order),
+    for a fit's plan, a baseline's (its plan's) and an estimator's validation fold alike. `labels`:
+    the store's training labels where the caller read them already."""
+    labels = store.labels("train") if labels is None else labels
+    return validation.carve(labels, store.identity["dataset"].get("class_names"))
 
 
 @dataclass(frozen=True)
@@ -55,10 +96,11 @@ class FitPlan:
     held_labels: np.ndarray  # the held-out rows' classes in the stream's order
     test_labels: np.ndarray  # each test row's class in the stream's order
     protocol: ProtocolReport
-    device: str = "cpu"  # as asked: resolved by the engine's side
+    device: PlannedDevice  # as asked, resolved once (`PlannedDevice.resolved`)
     runs_root: Path = Path("runs")  # where a run without a folder of its own goes
     trains: tuple[TrainConfig, ...] = ()  # resolved at the store's dimension (`with_trains`)
     configs: tuple[dict[str, Any], ...] = ()  # each recipe's config.json
+    digests: tuple[str, ...] = ()  # each config's digest, recorded in its task files
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
 
     @classmethod
@@ -68,42 +110,12 @@ class FitPlan:
         stream_config: StreamConfig,
         validation: ValidationConfig = NO_VALIDATION,
         origin: str = "as given",
-        trains: Sequence[TrainConfig] = (),
-        dirs: Sequence[Path | None] = (),
-        device: str | torch.device = "cpu",
-        runs_root: Path = Path("runs"),
+        **rest: Any,
     ) -> FitPlan:
-        """The plan of a split on a store whose values were checked where they came in: the stream
-        built, the labels put in its order, the validation rows carved and the protocol said, once
-        each."""
+        """The plan of a split given whole (a sweep's point, a run's files, a test's), its values
+        checked where they came in: `planned` with the stream it makes of the store's classes."""
         stream = stream_config.task_stream(store.shape.classes)
-        ident = store.identity["dataset"]
-        names = ident.get("class_names")
-        labels = store.labels("train")
-        held = validation.carve(labels, names)
-        train_labels = stream.remap(labels)
-        test = store.labels("test")
-        seed = stream_config.order_seed
-        protocol = describe_protocol(
-            ident["name"], names, stream, seed, origin, validation, labels, test, held
-        )
-        test_labels = stream.remap(test)
-        held_labels = train_labels[held]
-        train_labels[held] = HELD_OUT  # never trained on, never a prototype, never a router statistic
-        plan = cls(
-            store,
-            stream_config,
-            stream,
-            validation,
-            held,
-            train_labels,
-            held_labels,
-            test_labels,
-            protocol,
-            str(device),
-            runs_root,
-        )
-        return plan.with_trains(trains, dirs)
+        return cls.planned(store, stream_config, stream, validation, origin, **rest)
 
     @classmethod
     def asked(
@@ -116,25 +128,69 @@ class FitPlan:
         **rest: Any,
     ) -> FitPlan:
         """The plan of the split a command's flags ask for on this store (the dataset's default where
-        not given, refused in one line where none fits). The caller checked the store (complete,
-        attrs and labels that fit its arrays: `check_readable`): the plan reads its labels."""
+        not given, refused in one line where none fits; its stream built once, here). The caller
+        checked the store (complete, attrs and labels that fit its arrays: `check_readable`): the
+        plan reads its labels."""
         name = store.identity["dataset"]["name"]
+        config, stream = task_split(name, store.shape.classes, init_cls, increment, order_seed)
         origin = split_origin(name, init_cls, increment)
-        config = stream_config(name, store.shape.classes, init_cls, increment, order_seed)
-        return cls.build(store, config, validation, origin, **rest)
+        return cls.planned(store, config, stream, validation, origin, **rest)
+
+    @classmethod
+    def planned(
+        cls,
+        store: FeatureStore,
+        stream_config: StreamConfig,
+        stream: TaskStream,
+        validation: ValidationConfig,
+        origin: str,
+        trains: Sequence[TrainConfig] = (),
+        dirs: Sequence[Path | None] = (),
+        device: str | torch.device | PlannedDevice = "cpu",
+        runs_root: Path = Path("runs"),
+    ) -> FitPlan:
+        """The plan of a stream on a store, in one pass: the validation rows carved, the protocol
+        said, the labels put in the stream's order, then the recipes resolved with their configs,
+        digests and folders (`with_trains`); once each."""
+        labels = store.labels("train")
+        held = held_out(store, validation, labels)
+        ident = store.identity["dataset"]
+        test = store.labels("test")
+        names, seed = ident.get("class_names"), stream_config.order_seed
+        protocol = describe_protocol(
+            ident["name"], names, stream, seed, origin, validation, labels, test, held
+        )
+        train_labels = stream.remap(labels)
+        held_labels = train_labels[held]
+        train_labels[held] = HELD_OUT  # never trained on, never a prototype, never a router statistic
+        plan = cls(
+            store,
+            stream_config,
+            stream,
+            validation,
+            held,
+            train_labels,
+            held_labels,
+            stream.remap(test),
+            protocol,
+            planned_device(device),
+            runs_root,
+        )
+        return plan.with_trains(trains, dirs)
 
     def with_trains(self, trains: Sequence[TrainConfig], dirs: Sequence[Path | None] = ()) -> FitPlan:
         """The same store, split and device for other recipes (a sweep's group, a suite's cell),
-        resolved at the store's dimension, with their configs and run folders (a folder not given:
-        the config's default under the runs root)."""
+        resolved at the store's dimension, with their configs, digests and run folders (a folder not
+        given: the config's default under the runs root)."""
         resolved = tuple(t.resolved(self.store.dim) for t in trains)
-        configs = tuple(self.run_config(t) for t in resolved)
+        configs = tuple(self._config(t) for t in resolved)
         given = list(dirs) or [None] * len(configs)
         folders = tuple(
             Path(d) if d is not None else default_run_dir(c, self.runs_root)
             for d, c in zip(given, configs, strict=True)
         )
-        return replace(self, trains=resolved, configs=configs, dirs=folders)
+        digests = tuple(config_digest(c) for c in configs)
+        return replace(self, trains=resolved, configs=configs, digests=digests, dirs=folders)
 
     # ------------------------------------------------------------------------------ what files record
 
@@ -145,16 +201,20 @@ class FitPlan:
         return tuple(str(ids[r]) for r in self.held)
 
     def run_config(self, train: TrainConfig) -> dict[str, Any]:
-        """What a run's config.json holds for a recipe. The validation split is recorded only when
-        one is held out, so a run without one has the config (and the default folder name) it had
-        before validation existed."""
+        """What a run's config.json holds for a recipe (resolved here at the store's dimension)."""
+        return self._config(train.resolved(self.store.dim))
+
+    def _config(self, resolved: TrainConfig) -> dict[str, Any]:
+        """config.json of a resolved recipe. The validation split is recorded only when one is held
+        out, so a run without one has the config (and the default folder name) it had before
+        validation existed."""
         store = self.store
         config = {
             **store_block(store),
             "feature_dim": store.dim,
             "views": store.views,
             "stream": asdict(self.stream_config),
-            "train": asdict(train.resolved(store.dim)),
+            "train": asdict(resolved),
         }
         if self.validation.enabled:
             config["validation"] = validation_record(self.validation, self.held_ids)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from featcache.foundation.devices import resolve_device
+from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserError
 from featcache.foundation.settings import check_settings
 from featcache.store import check_readable, resolve_store
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 def plan_fit(request: FitRequest) -> FitPlan:
     """`tosca fit`'s plan: every value of the request checked here, once (the task, the run folder,
-    the recipe, the validation split, the settings, the device, the store, the task split), with
-    numpy and the store only: the device is resolved here only where it names a GPU."""
+    the recipe, the validation split, the settings, the device's name, the store, the task split),
+    then built in one pass (`FitPlan.asked`), with numpy and the store only: the device is resolved
+    by the plan once, where the engine starts and torch is imported anyway."""
     if request.task is not None and request.task < 0:
         raise UserError(f"--task must be 0 or more, got {request.task}")
     if request.run is not None and request.run.exists() and not request.run.is_dir():
@@ -37,7 +38,7 @@ def plan_fit(request: FitRequest) -> FitPlan:
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate()
     check_settings()
-    device = request.device if request.device in ("auto", "cpu") else str(resolve_device(request.device))
+    check_device_name(request.device)  # the name; the plan resolves it once, where the engine starts
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)  # complete, attrs and labels that fit its arrays: the plan reads its labels
     plan = FitPlan.asked(
@@ -48,7 +49,7 @@ def plan_fit(request: FitRequest) -> FitPlan:
         validation,
         trains=[train],
         dirs=[request.run if request.write else None],
-        device=device,
+        device=request.device,
         runs_root=request.runs_root,
     )
     tasks = plan.stream.num_tasks

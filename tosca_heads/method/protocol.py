@@ -164,6 +164,18 @@ def stream_config(
 ) -> StreamConfig:
     """The class split a command asks for: the flags where given, else the dataset's default split
     (`default_stream`); refused in one line when it does not fit the store's classes."""
+    return task_split(dataset, num_classes, init_cls, increment, order_seed)[0]
+
+
+def task_split(
+    dataset: str,
+    num_classes: int,
+    init_cls: int | None,
+    increment: int | None,
+    order_seed: int = DEFAULT_ORDER_SEED,
+) -> tuple[StreamConfig, TaskStream]:
+    """`stream_config`'s split and the task stream it makes of the store's classes, built once: the
+    build is what refuses a split that does not divide them."""
     for flag, value in (("--init-cls", init_cls), ("--increment", increment)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
@@ -179,8 +191,9 @@ def stream_config(
         order_seed,
     )
     chosen.validate()
-    chosen.task_stream(num_classes)  # refuses a split that does not divide the classes
-    return chosen
+    return chosen, chosen.task_stream(
+        num_classes
+    )  # the build refuses a split that does not divide the classes
 
 
 def split_name(init_cls: int, increment: int) -> str:

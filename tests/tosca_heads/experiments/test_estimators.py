@@ -22,6 +22,7 @@ import tosca_heads
 from featcache.store import FeatureStore
 from tosca_heads.experiments.baselines import run_baseline
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.protocol import StreamConfig
 
 FLAGS = {"init_cls": 2, "increment": 2, "epochs": 2, "batch_size": 8}
@@ -128,7 +129,7 @@ def test_validation_split_refuses_no_validation(store: FeatureStore) -> None:
 def test_a_baseline_estimator_scores_as_run_baseline(store: FeatureStore, method: str, params: dict) -> None:
     X, y = _arrays(store, "train")
     X_test, y_test = _arrays(store, "test")
-    expected = run_baseline(method, store, StreamConfig(2, 2), **params).metrics["A_last"]
+    expected = run_baseline(method, FitPlan.build(store, StreamConfig(2, 2)), **params).metrics["A_last"]
     estimator = BaselineClassifier(method, params, init_cls=2, increment=2).fit(X, y)
     assert estimator.score(X_test, y_test) == expected
     assert hasattr(estimator, "partial_fit") == (method != "joint_probe")  # a joint probe is not continual

@@ -16,6 +16,7 @@ from cli import app
 from featcache.store import FeatureStore
 from tosca_heads.experiments.baselines import run_baseline
 from tosca_heads.experiments.group import fit_run
+from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -26,7 +27,7 @@ RUNNER = CliRunner()
 
 def test_simplecil_is_perfect_on_well_separated_classes(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=8, spread=0.05)
-    result = run_baseline("simplecil", store, StreamConfig(2, 2))
+    result = run_baseline("simplecil", FitPlan.build(store, StreamConfig(2, 2)))
     assert result.metrics["A_t"] == [1.0, 1.0, 1.0, 1.0]
     assert result.metrics["forgetting"] == 0.0 and result.metrics["routing_accuracy"] is None
 
@@ -171,7 +172,7 @@ def test_baselines_on_real_stores(dataset: str, request: pytest.FixtureRequest) 
         "ranpac": {"projection_dim": 3000},
         "joint_probe": {},
     }  # M = 3000 keeps CI quick
-    results = {name: run_baseline(name, store, stream, **kw) for name, kw in params.items()}
+    results = {name: run_baseline(name, FitPlan.build(store, stream), **kw) for name, kw in params.items()}
     last = {name: r.metrics["A_last"] for name, r in results.items()}
     print(f"\n{dataset} baselines A_last (EfficientNet-Lite0, 30/class, B0 Inc2): {last}")
     # the product's SimpleCIL agrees with the independent NCM check at the last task (all classes)

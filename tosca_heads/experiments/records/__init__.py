@@ -59,6 +59,16 @@ def default_run_dir(config: dict[str, Any], runs_root: Path = Path("runs")) -> P
     return runs_root / name
 
 
+def config_digest(config: dict[str, Any]) -> str:
+    """A digest of the split and recipe of a run's config, recorded in each task file: a config.json
+    edited afterwards (another class order, flow or split) no longer matches its files."""
+    decisive = {"stream": config.get("stream"), "train": config.get("train")}
+    if "validation" in config:  # a run without validation keeps the digest it had before
+        decisive["validation"] = config["validation"]
+    text = canonical_json(decisive)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def validation_record(validation: Any, ids: Sequence[str]) -> dict[str, Any]:
     """A validation split as config.json, sweep.json and a baseline's metrics.json record it:
     fraction, seed, how many training images it holds and a digest of their store ids."""

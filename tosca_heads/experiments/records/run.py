@@ -58,7 +58,6 @@ command with one line naming the file and what to do, never a traceback or a wro
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -72,7 +71,7 @@ import torch
 from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
-from featcache.foundation.fingerprints import canonical_json, identity_differences
+from featcache.foundation.fingerprints import identity_differences
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
@@ -81,6 +80,7 @@ from tosca_heads.experiments.records import (
     FORMAT,
     INFORMATIONAL,
     check_format,
+    config_digest,  # noqa: F401 (what each task file records; a run's readers take it from here)
     valid_metrics_block,
     with_intervals,
 )
@@ -290,25 +290,6 @@ def finished_tasks(run_dir: Path) -> int:
     return n
 
 
-def recipe_digest(run_dir: Path) -> str | None:
-    """The digest of the split and recipe in the run's config.json on disk (None without one)."""
-    try:
-        config = read_run_config(run_dir)
-    except UserError:
-        return None
-    return config_digest(config)
-
-
-def config_digest(config: dict[str, Any]) -> str:
-    """A digest of the split and recipe of a run's config, recorded in each task file: a config.json
-    edited afterwards (another class order, flow or split) no longer matches its files."""
-    decisive = {"stream": config.get("stream"), "train": config.get("train")}
-    if "validation" in config:  # a run without validation keeps the digest it had before
-        decisive["validation"] = config["validation"]
-    text = canonical_json(decisive)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def check_task_count(run_dir: Path, found: int, tasks: int) -> None:
     """More task files than the run's split has tasks: one came from elsewhere, or config.json's
     split was edited; nothing of such a run can be scored."""
@@ -348,24 +329,22 @@ def load_task(
     run_dir: Path,
     task: int,
     layout: ParamLayout,
-    seen_classes: int | None = None,
-    digest: str | None = None,
+    seen_classes: int,
+    digest: str,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
     classifier snapshot and training stats (`STAT_KEYS`; a file of format 3 or older has only the
     sum `loss`, its parts None), with its training curve under "curve" where the file keeps one
     (`read_curve`'s form). Everything in the file is checked against the run's
-    recipe and split (flow, task, the classes seen by then, the config's `digest`, read from
-    config.json when not given), finite float32 values included: a file copied from another run or
+    recipe and split (flow, task, the classes seen by then, the digest of the config the caller
+    holds: `config_digest`), finite float32 values included: a file copied from another run or
     edited must stop here, never be scored."""
     path = task_file(run_dir, task)
     refit = (
         f"delete it and the task files after it, then `tosca fit --run {run_dir}` trains those tasks again"
     )
     try:  # the header first: the run, names, dtypes and shapes it expects, or no tensor is read
-        expected = recipe_digest(run_dir) if digest is None else digest
-        most = _most_classes(run_dir, task) if seen_classes is None else None
-        tensors, meta = read_safetensors(path, _task_header(task, layout, seen_classes, expected, most))
+        tensors, meta = read_safetensors(path, _task_header(task, layout, seen_classes, digest))
         stats = parse_json(meta["stats"], "its training stats")
         curve = parse_json(meta["curve"], "its training curve") if "curve" in meta else None
     except KeyError as exc:
@@ -394,7 +373,7 @@ def load_task(
         or sigma.numel() != 1
     ):
         raise _damaged(run_dir, path.name, "its classifier does not fit the recipe in config.json", refit)
-    if seen_classes is not None and weight.shape[0] != seen_classes:
+    if weight.shape[0] != seen_classes:
         why = f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has seen {seen_classes}"
         raise _damaged(run_dir, path.name, why, refit)
     if (
@@ -446,21 +425,10 @@ class _OtherConfig(TensorFileError):
     """A task file written under another config.json (restoring it is the fix, not refitting)."""
 
 
-def _most_classes(run_dir: Path, task: int) -> int | None:
-    """The most classes task `task` of the run's recorded split can have seen (None: unknown)."""
-    stream = read_run_config(run_dir).get("stream")
-    if not isinstance(stream, dict):
-        return None
-    most = stream.get("init_cls", 0) + task * stream.get("increment", 0)
-    return most if isinstance(most, int) else None
-
-
-def _task_header(
-    task: int, layout: ParamLayout, seen_classes: int | None, digest: str | None, most: int | None
-) -> Callable[[Header], None]:
+def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str) -> Callable[[Header], None]:
     """What a task file's header must say before its tensors are read: the recipe's module (names
-    and shapes), a classifier of the run's dimension whose rows are the classes seen by `task`
-    (at most those the split can have seen then, when the caller does not know), float32 only."""
+    and shapes), a classifier of the run's dimension whose rows are the classes seen by `task`,
+    float32 only."""
 
     def check(header: Header) -> None:
         meta = header.metadata
@@ -491,15 +459,10 @@ def _task_header(
             or math.prod(sigma.shape) != 1
         ):
             raise TensorFileError("its classifier does not fit the recipe in config.json")
-        if seen_classes is not None and weight.shape[0] != seen_classes:
+        if weight.shape[0] != seen_classes:
             raise TensorFileError(
                 f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has "
                 f"seen {seen_classes}"
-            )
-        if seen_classes is None and most is not None and weight.shape[0] > most:
-            raise TensorFileError(
-                f"its classifier has {weight.shape[0]} classes; task {task} of the run's split has seen "
-                f"at most {most}"
             )
 
     return check
