@@ -2,7 +2,7 @@
 for a sweep, a small suite and an extraction, each run as a user runs it (the `tosca` command in a
 subprocess, its progress as plain lines on stderr).
 
-    python benchmarks/estimates.py                       # all three (about 10 minutes on 2 quiet cores)
+    python benchmarks/estimates.py                       # all three (about 3 minutes on 2 quiet cores)
     python benchmarks/estimates.py --only sweep,suite    # without the extraction
     python benchmarks/estimates.py --data ../shared/data/eurosat/EuroSAT-RGB.tar.gz --per-class 20
 
@@ -18,6 +18,10 @@ For each: the dry run's estimate, the real wall time and their ratio; and over t
 printed while it ran, the worst ratio of "time left" to the time really left, for the lines from
 the plan ("(planned)") and for those from the measured rate (left out: lines with less than 10 s
 really left, where a second of rounding is a large ratio). A ratio within [0.5, 2] holds.
+Under the table, where the real time of the sweep and the suite went, beside the plan's parts (the
+fixed costs measured, not assumed): `command` (the launch to the plan's first progress line),
+`start-up` (to the first unit's end: the workers' start and their first work), `units` (the first
+unit's end to the last's), `finish` (the tables, figures and the cluster's close, to the exit).
 """
 
 from __future__ import annotations
