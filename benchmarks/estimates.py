@@ -2,7 +2,7 @@
 for a sweep, a small suite and an extraction, each run as a user runs it (the `tosca` command in a
 subprocess, its progress as plain lines on stderr).
 
-    python benchmarks/estimates.py                       # all three (about 10 minutes on 2 quiet cores)
+    python benchmarks/estimates.py                       # all three (about 3 minutes on 2 quiet cores)
     python benchmarks/estimates.py --only sweep,suite    # without the extraction
     python benchmarks/estimates.py --data ../shared/data/eurosat/EuroSAT-RGB.tar.gz --per-class 20
 
@@ -18,6 +18,10 @@ For each: the dry run's estimate, the real wall time and their ratio; and over t
 printed while it ran, the worst ratio of "time left" to the time really left, for the lines from
 the plan ("(planned)") and for those from the measured rate (left out: lines with less than 10 s
 really left, where a second of rounding is a large ratio). A ratio within [0.5, 2] holds.
+Under the table, where the real time of the sweep and the suite went, beside the plan's parts (the
+fixed costs measured, not assumed): `command` (the launch to the plan's first progress line),
+`start-up` (to the first unit's end: the workers' start and their first work), `units` (the first
+unit's end to the last's), `finish` (the tables, figures and the cluster's close, to the exit).
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +45,7 @@ LINE = re.compile(
 )
 DONE = re.compile(r"^(?P<label>[\w ]+): .*done in (?P<done>[\d:]+)")
 MIN_LEFT = 10.0
+EVERY = "0.5"  # seconds between progress lines: each unit's end is seen within half a second
 
 
 def seconds(text: str) -> float:
@@ -58,6 +64,8 @@ class Measured:
     planned_worst: float | None  # worst ratio of a "(planned)" line's time left to the time really left
     rate_worst: float | None  # the same for the lines from the measured rate
     lines: int
+    planned: dict[str, float] = field(default_factory=dict)  # the dry run's parts (seconds)
+    spent: dict[str, float] = field(default_factory=dict)  # where the real time went (`timeline`)
 
     def row(self) -> str:
         def worst(value: float | None) -> str:
@@ -68,23 +76,59 @@ class Measured:
             f"{worst(self.planned_worst)} | {worst(self.rate_worst)} | {self.lines} |"
         )
 
+    def pieces(self) -> str:
+        """The real time by piece beside the plan's: what a fixed cost really is."""
+        said = [f"{name} {seconds:.1f} s" for name, seconds in self.spent.items()]
+        plan = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.planned.items() if seconds)
+        return f"  {self.what}: real {', '.join(said)}; planned (s) {plan}"
 
-def tosca(args: list[str], cwd: Path) -> tuple[str, str, float]:
-    """A `tosca` command as a user runs it: (stdout, stderr, wall seconds)."""
-    env = {**os.environ, "TOSCA_PROGRESS": "lines", "TOSCA_PROGRESS_EVERY": "2", "HF_HUB_OFFLINE": "1"}
+
+def tosca(args: list[str], cwd: Path, every: str = "2") -> tuple[str, str, float, list[tuple[float, str]]]:
+    """A `tosca` command as a user runs it: (stdout, stderr, wall seconds, each stderr line with the
+    seconds since the command's launch at which it came)."""
+    env = {**os.environ, "TOSCA_PROGRESS": "lines", "TOSCA_PROGRESS_EVERY": every, "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, str(ROOT / "cli.py"), *args],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
     )
+    timed: list[tuple[float, str]] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            timed.append((time.perf_counter() - start, line.rstrip("\n")))
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    stdout = process.stdout.read() if process.stdout else ""
+    process.wait()
+    reader.join()
     wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"tosca {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done.stdout, done.stderr, wall
+    stderr = "\n".join(line for _, line in timed)
+    if process.returncode != 0:
+        raise SystemExit(f"tosca {' '.join(args)} failed ({process.returncode}):\n{stderr[-3000:]}")
+    return stdout, stderr, wall, timed
+
+
+COUNT = re.compile(r"^(?P<label>[\w ]+): (?P<done>[\d,]+)/")
+
+
+def timeline(timed: list[tuple[float, str]], label: str, wall: float) -> dict[str, float]:
+    """Where the real time went, from the moments the progress lines of `label` came (TOSCA_PROGRESS_EVERY
+    small): `command` (the launch to the plan's first line), `start-up` (to the first unit's end),
+    `units` (the first unit's end to the last's), `finish` (the last unit's end to the exit)."""
+    mine = [(at, m) for at, m in ((at, COUNT.match(line)) for at, line in timed) if m and m["label"] == label]
+    if not mine:
+        return {}
+    planned = mine[0][0]
+    first = next((at for at, m in mine if int(m["done"].replace(",", "")) > 0), wall)
+    last = next((at for at, line in timed if DONE.match(line) and line.startswith(label + ":")), wall)
+    return {"command": planned, "start-up": first - planned, "units": last - first, "finish": wall - last}
 
 
 def worst_ratios(stderr: str, labels: tuple[str, ...]) -> tuple[float | None, float | None, int]:
@@ -128,10 +172,11 @@ def measure_sweep(tmp: Path, store: Path) -> Measured:
         str(tmp / "sweep"),
     ]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
-    _, err, wall = tosca(args, tmp)
-    return Measured(
-        "sweep, 12 points, 2 workers", plan["estimate_seconds"], wall, *worst_ratios(err, ("sweep",))
-    )
+    _, err, wall, timed = tosca(args, tmp, EVERY)
+    what = "sweep, 12 points, 2 workers"
+    found = Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("sweep",)))
+    found.planned, found.spent = plan["parts_seconds"], timeline(timed, "sweep", wall)
+    return found
 
 
 def suite_file(tmp: Path, name: str, store: str, ranpac_m: int) -> Path:
@@ -148,9 +193,11 @@ def measure_suite(tmp: Path, store: Path, ranpac_m: int) -> Measured:
     spec = suite_file(tmp, "small", f'path = "{store}"', ranpac_m)
     args = ["suite", str(spec), "--jobs", "2", "--device", "cpu", "--out", str(tmp / "suite")]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
-    _, err, wall = tosca(args, tmp)
+    _, err, wall, timed = tosca(args, tmp, EVERY)
     what = f"small suite (TOSCA, SimpleCIL, RanPAC M={ranpac_m:,}, joint probe), 2 workers"
-    return Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("suite",)))
+    found = Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("suite",)))
+    found.planned, found.spent = plan["parts_seconds"], timeline(timed, "suite", wall)
+    return found
 
 
 def measure_extraction(tmp: Path, data: Path, per_class: int) -> Measured:
@@ -162,7 +209,7 @@ def measure_extraction(tmp: Path, data: Path, per_class: int) -> Measured:
     estimate = plan["parts_seconds"]["extract"]
     args = ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--data-root", str(data)]
     args += ["--limit-per-class", str(per_class), "--cache-dir", str(tmp / "cache"), "--device", "cpu"]
-    _, err, wall = tosca(args, tmp)
+    _, err, wall, _ = tosca(args, tmp, EVERY)
     what = f"extraction, EfficientNet-Lite0, EuroSAT {per_class}/class from the archive"
     return Measured(what, estimate, wall, *worst_ratios(err, ("extract train", "extract test")))
 
@@ -191,13 +238,13 @@ def main() -> None:
             store = make_store(tmp / "store.zarr", args.train, args.test, 1280, 10).path
         if "sweep" in chosen:
             rows.append(measure_sweep(tmp, store))
-            print(rows[-1].row(), flush=True)
+            print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
         if "suite" in chosen:
             rows.append(measure_suite(tmp, store, args.ranpac_m))
-            print(rows[-1].row(), flush=True)
+            print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
         if "extraction" in chosen:
             rows.append(measure_extraction(tmp, args.data.resolve(), args.per_class))
-            print(rows[-1].row(), flush=True)
+            print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     print(
         "| plan | dry-run estimate | real | ratio | worst planned 'left' / real left | worst measured | lines |"
@@ -205,6 +252,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(row.row())
+    for row in rows:
+        if row.spent:
+            print(row.pieces())
 
 
 if __name__ == "__main__":

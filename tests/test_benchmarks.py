@@ -262,6 +262,11 @@ def test_estimates_reads_the_progress_lines_as_a_user_would() -> None:
     planned, measured, read = module.worst_ratios(stderr, ("sweep",))
     assert planned == pytest.approx(0.5) and measured == pytest.approx(10 / 30) and read == 3
     assert module.seconds("1:02:03") == 3723
+    # where the real time went, from the moment each line came: the plan's line at 4 s, the first
+    # point's end at 20 s, the last at 60 s, the exit at 65 s
+    timed = list(zip((4.0, 20.0, 30.0, 55.0, 56.0, 60.0), stderr.splitlines(), strict=True))
+    spent = module.timeline(timed, "sweep", 65.0)
+    assert spent == {"command": 4.0, "start-up": 16.0, "units": 40.0, "finish": 5.0}
 
 
 @pytest.mark.slow

@@ -283,7 +283,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         def started(plan: Any) -> None:
             swept.extend(plan.swept)
             sweep_header(plan, request.device)
-            on_progress(len(plan.pending), plan.estimate(plan.pending).running())
+            on_progress(len(plan.pending), plan.estimate(plan.pending))
 
         return sweep_command(request, started, on_point)
 

@@ -8,19 +8,9 @@ default) and when it ends, so a log shows progress while the job runs, not only 
 `TOSCA_PROGRESS` (or `tosca --progress`) chooses: `auto` (the default: bar on a terminal, lines
 elsewhere), `bar` (or `1`), `lines`, `off` (or `0`).
 
-The estimate of the time left is the work's steady rate: what was done since the first unit
-ended, over the time since. The time before it ends (workers starting, a backbone loading, a first
-compile) is left out of the rate, so a job whose first point pays for its start-up does not say it
-has minutes left when it has seconds. The units ending within a tenth of that first time after it
-(on parallel workers, or in one engine run) are a first burst that says nothing of the rate: until
-a unit ends after it, the estimate is the `expected` number of seconds the caller may give (a
-sweep's or a suite's plan, said "(planned)"), else the plain rate since the start. Work whose units
-differ in cost (a suite's cells: a RanPAC cell takes a hundred times a SimpleCIL one) is not
-counted but planned: each unit's planned seconds (`work`, `worked`) and the seconds it really took
-(`spent`, as its worker measured them: no start-up, no waiting), and once a tenth of the planned
-work is done the plan's time for the units (`work_wall`: the units shared by the workers, the
-rest of `expected` being start-up and tables) is scaled by what the units done took against their
-plan, and its start-up (`work_start`) replaced by the one the first units' end measured. The clock is a parameter: tests drive it by hand.
+The time left is worked out by `featcache.foundation.estimate.TimeLeft` (the one estimate module:
+plans, rates and their words); this module only shows it. The clock is a parameter: tests drive it
+by hand.
 """
 
 from __future__ import annotations
@@ -28,14 +18,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
+from featcache.foundation.estimate import Clock, Estimate, TimeLeft
 from featcache.foundation.settings import setting
 
-Clock = Callable[[], float]
 MODES = ("auto", "bar", "lines", "off", "1", "0")
 DEFAULT_EVERY = 10.0
 
@@ -55,96 +45,30 @@ def every() -> float:
     return DEFAULT_EVERY if value is None else float(value)
 
 
-def clock_text(seconds: float) -> str:
-    """'0:07', '12:30', '1:02:03'."""
-    whole = max(0, round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-BURST = 0.1  # units ending within this share of the first one's time count as the first burst
-CALIBRATED = 0.1  # share of the planned work done from which the plan is scaled by what it took
-
-
 @dataclass
 class Task:
-    """One piece of work: how much is done of how much, since when, and what it says beside."""
+    """One piece of work: how much is done of how much, what it says beside, and its time left."""
 
     label: str
     total: int | None
     unit: str
-    clock: Clock
-    expected: float | None = None  # seconds the caller expects it to take, before any is done
-    completed: int = 0
+    left: TimeLeft
     note: str = ""
-    started: float = field(default=0.0)
     finished: bool = False
-    _base: int = 0  # done before this process started (a resumed job): not counted in the rate
-    work: float | None = None  # planned seconds of all its units, where they differ in cost
-    worked: float = 0.0  # planned seconds of the units done so far (with `work`)
-    spent: float = 0.0  # the seconds those units really took (with `work`)
-    work_wall: float = 0.0  # the part of `expected` that is the units' own time, shared by the workers
-    work_start: float = 0.0  # the part of `expected` before the first unit starts (workers starting)
-    _events: list[tuple[float, int]] = field(default_factory=list)  # (time, completed)
-    _start: float | None = None  # the start-up the first units' end measured (with `work`)
 
-    def moved(self) -> None:
-        """Note the time at which the done units changed (Board.update calls it)."""
-        if self.completed > (self._events[-1][1] if self._events else self._base):
-            if not self._events and self.completed > self._base:  # their end, less their own mean time
-                self._start = self.clock() - self.started - self.spent / (self.completed - self._base)
-            self._events.append((self.clock(), self.completed))
+    @property
+    def completed(self) -> int:
+        return self.left.completed
 
-    def steady(self) -> float | None:
-        """Units per second from the first unit's end to now; None until a unit ended after the
-        first burst (those ending within BURST of the first one's time: units that ran side by
-        side on workers or in one engine run, whose ends say nothing of the rate)."""
-        if not self._events:
-            return None
-        start, done = self._events[0]
-        burst = start + BURST * max(0.0, start - self.started)
-        spent = self.clock() - start
-        if self._events[-1][0] <= burst or spent <= 0:
-            return None
-        return (self.completed - done) / spent
+    @property
+    def started(self) -> float:
+        return self.left.started
 
     def rate(self) -> float | None:
-        """Units per second done by this process (the steady rate where there is one), None before any."""
-        steady = self.steady()
-        if steady:
-            return steady
-        done, spent = self.completed - self._base, self.clock() - self.started
-        return done / spent if done > 0 and spent > 0 else None
+        return self.left.rate()
 
     def remaining(self) -> tuple[float | None, bool]:
-        """(seconds left, whether from the caller's expectation rather than the measured rate)."""
-        elapsed = self.clock() - self.started
-        if self.work is not None and self.expected is not None:
-            if self.worked >= CALIBRATED * self.work and self.spent > 0:
-                start = self.work_start if self._start is None else max(0.0, self._start)
-                scaled = (
-                    self.expected
-                    + (start - self.work_start)
-                    + (self.spent / self.worked - 1) * self.work_wall
-                )
-                return (scaled - elapsed if scaled > elapsed else None), False
-            return self._planned(elapsed)
-        steady = self.steady()
-        if steady is not None and self.total is not None and steady > 0:
-            return max(0.0, (self.total - self.completed) / steady), False
-        if self.expected is not None:
-            return self._planned(elapsed)
-        rate = self.rate()
-        if self.total is not None and rate:
-            return max(0.0, (self.total - self.completed) / rate), False
-        return None, False
-
-    def _planned(self, elapsed: float) -> tuple[float | None, bool]:
-        """What the plan leaves; None once it is spent (a line says how far past it, never
-        "0:00 left" while work goes on)."""
-        assert self.expected is not None
-        return (self.expected - elapsed if elapsed < self.expected else None), True
+        return self.left.remaining()
 
     def line(self) -> str:
         """'extract train: 1,200/27,000 (4%), 45.1 img/s, 0:27 elapsed, about 9:30 left'."""
@@ -155,15 +79,7 @@ class Task:
         rate = self.rate()
         if rate:
             parts.append(f"{rate:.1f} {self.unit or 'units'}/s" if rate >= 1 else f"{1 / rate:.1f} s each")
-        parts.append(f"{clock_text(self.clock() - self.started)} elapsed")
-        if self.finished:
-            parts[-1] = f"done in {clock_text(self.clock() - self.started)}"
-        else:
-            left, guessed = self.remaining()
-            if left is not None:
-                parts.append(f"about {clock_text(left)} left" + (" (planned)" if guessed else ""))
-            elif guessed and self.expected is not None:  # no measure yet, and the plan is spent
-                parts.append(f"{clock_text(self.clock() - self.started - self.expected)} past the plan")
+        parts.append(self.left.words(self.finished))
         return ", ".join(parts) + (f"; {self.note}" if self.note else "")
 
 
@@ -198,19 +114,16 @@ class Board:
         unit: str = "",
         expected: float | None = None,
         completed: int = 0,
-        work: float | None = None,
-        work_wall: float = 0.0,
-        work_start: float = 0.0,
+        plan: Estimate | None = None,
     ) -> Task:
         """A new piece of work: its bar is shown at once; its first line when it has a plan to say
-        (`expected`), else after the interval (a job that fails at once stays one line: its error).
-        `work`: the planned seconds of all its units, where they differ in cost, `work_wall` and
-        `work_start` the parts of `expected` that are the units and the start-up before them (then
-        each update says the planned and the real seconds of the units done, `worked` and `spent`)."""
-        task = Task(
-            label, total, unit, self.clock, expected, completed, started=self.clock(), _base=completed
-        )
-        task.work, task.work_wall, task.work_start = work, work_wall, work_start
+        (`expected`: its planned seconds; `plan`: the plan of units that differ in cost, each
+        update then saying which unit ended and what it took), else after the interval (a job that
+        fails at once stays one line: its error)."""
+        if plan is not None and expected is None:
+            expected = plan.running() or None
+        left = TimeLeft(self.clock, total, expected, plan, self.clock(), completed, completed)
+        task = Task(label, total, unit, left)
         with self._lock:
             self.tasks.append(task)
             if self._bar is not None:
@@ -228,20 +141,16 @@ class Board:
         total: int | None = None,
         note: str | None = None,
         label: str | None = None,
-        worked: float | None = None,
-        spent: float | None = None,
+        ended: tuple[str, float] | None = None,
     ) -> None:
         """Move a piece of work on; a line is written when the interval has passed since its last.
-        `worked`, `spent`: with `work`, the planned and the real seconds of the units done so far."""
+        `ended`: the key of the plan's unit that ended now and the seconds it took in its worker."""
         with self._lock:
-            task.completed = task.completed + advance if completed is None else completed
-            if worked is not None:
-                task.worked = worked
-            if spent is not None:
-                task.spent = spent
-            task.moved()
+            if ended is not None:
+                task.left.unit_done(*ended)
+            task.left.moved(task.completed + advance if completed is None else completed)
             if total is not None:
-                task.total = total
+                task.total = task.left.total = total
             if note is not None:
                 task.note = note
             if label is not None:
@@ -279,7 +188,6 @@ class Board:
         if self._bar is None or id(task) not in self._ids:
             return
         rate = task.rate()
-        left, guessed = task.remaining()
         self._bar.update(
             self._ids[id(task)],
             description=task.label,
@@ -288,7 +196,7 @@ class Board:
             rate=" ".join(
                 x for x in (f"{rate:.1f} {task.unit or 'units'}/s" if rate else "", task.note) if x
             ),
-            eta="" if left is None else f"ETA {clock_text(left)}" + (" (planned)" if guessed else ""),
+            eta=task.left.eta(),
         )
 
     def _tick(self) -> None:

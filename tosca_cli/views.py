@@ -181,28 +181,19 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
 
 
 def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
-    """A suite's cells as they end, the total and the plan known before the first: the plan is the
-    estimate, scaled by what the cells done took against their planned seconds (a RanPAC cell is
-    not a SimpleCIL one, so cells are not counted)."""
+    """A suite's cells as they end, the total and the plan known before the first (cells differ in
+    cost: each is told with the seconds it took, the time left is the plan redone from them)."""
     holder: list[Task] = []
-    worked: list[float] = []
-    spent: list[float] = []
 
     def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
         if not holder:
-            work = sum(plan.works.values()) if plan.works else None
-            expected, start = plan.running() or None, plan.parts.get("start-up", 0.0)
-            holder.append(
-                board.task(
-                    "suite", total, "cells", expected, work=work, work_wall=plan.shared, work_start=start
-                )
-            )
-        if cell is not None:
-            worked.append(plan.works.get(cell.key, 0.0))
-            spent.append(seconds)
-        note = f"last: {cell.key}" if cell else ""
+            holder.append(board.task("suite", total, "cells", plan=plan if plan.works else None))
         board.update(
-            holder[0], completed=finished, total=total, note=note, worked=sum(worked), spent=sum(spent)
+            holder[0],
+            completed=finished,
+            total=total,
+            note=f"last: {cell.key}" if cell else "",
+            ended=(cell.key, seconds) if cell else None,
         )
 
     return on_cell
@@ -210,22 +201,27 @@ def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
 
 def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str]) -> Any:
     """A sweep's points as they end, with the running best single run on the split the sweep ranks
-    on (`running_best`), by its swept flags. The total is known when the sweep starts, and its
-    planned training time is the estimate until the first point ends."""
+    on (`running_best`), by its swept flags. The total and the plan are known when the sweep
+    starts; each point is told with the seconds it took in its worker."""
     with progress() as board:
         holder: list[Task] = []
         best: dict[str, Any] = {}
 
-        def started(pending: int, expected: float | None) -> None:
-            holder.append(board.task("sweep", pending, "points", expected=expected))
+        def started(pending: int, plan: Any) -> None:
+            holder.append(board.task("sweep", pending, "points", plan=plan if plan and plan.works else None))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
             note = running_best(best, rows, rank_by, swept)
             if not holder:
                 started(total, None)
-            board.update(holder[0], completed=finished, total=total, note=note)
+            board.update(holder[0], completed=finished, total=total, note=note, ended=point_ended(rows))
 
         return run(on_point, started)
+
+
+def point_ended(rows: list[dict[str, Any]]) -> tuple[str, float] | None:
+    """A sweep point's key and the seconds it took in its worker, from its results rows."""
+    return (rows[0]["key"], rows[0]["run_seconds"]) if rows and "run_seconds" in rows[0] else None
 
 
 def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str, swept: list[str]) -> str:
@@ -269,15 +265,12 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
     """`sweep --dry-run`: the summary, then one row per point (to run, or in the folder already)."""
     plan = planned.plan
     if as_json_:
-        estimate = planned.estimate
         return as_json(
             {
                 "points": len(plan.points),
                 "to_run": planned.pending,
                 "out": str(plan.out),
-                "estimate_seconds": estimate.wall,
-                "parts_seconds": estimate.parts,
-                "missing": estimate.missing,
+                **planned.estimate.fields(),
             }
         )
     counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
@@ -409,16 +402,12 @@ def plan_head(what: str, counts: dict[str, int]) -> None:
 
 
 def estimate_lines(estimate: Any) -> None:
-    """The estimated wall time by part, how it was worked out, what is missing."""
-    parts = ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in estimate.parts.items() if seconds)
-    if estimate.wall or not estimate.missing:
-        say(f"estimated: about {estimate.minutes():.1f} min here" + (f" (minutes: {parts})" if parts else ""))
-    else:
-        say("estimated: nothing can be estimated until what is missing is there")
-    for line in estimate.how:
-        say(f"  {line}")
-    for line in estimate.missing:
-        note("missing", "yellow", line)
+    """The estimate in its words (`featcache.foundation.estimate.Estimate.lines`)."""
+    for kind, line in estimate.lines():
+        if kind == "missing":
+            note("missing", "yellow", line)
+        else:
+            say(line)
 
 
 def suite_plan(result: Any, as_json_: bool) -> None:
@@ -427,10 +416,8 @@ def suite_plan(result: Any, as_json_: bool) -> None:
     if as_json_:
         keys = ("store", "cell", "status", "folder")
         plan = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
-        parts = {"parts_seconds": estimate.parts, "missing": estimate.missing} if estimate else {}
-        return out.print_json(
-            json.dumps({"cells": plan, "estimate_seconds": result.estimate_seconds, **parts})
-        )
+        said = estimate.fields() if estimate else {"estimate_seconds": result.estimate_seconds}
+        return out.print_json(json.dumps({"cells": plan, **said}))
     count = {
         status: sum(1 for c in result.cells if c.status == status)
         for status in ("missing", "to extract", "done", "reused", "changed")
@@ -491,7 +478,7 @@ class DemoDisplay:
         def on_point(rows: Any, finished: int, total: int) -> None:
             if not holder:
                 holder.append(board.task("sweep", total, "points"))
-            board.update(holder[0], completed=finished, total=total)
+            board.update(holder[0], completed=finished, total=total, ended=point_ended(rows))
 
         return on_point
 
@@ -502,7 +489,7 @@ class DemoDisplay:
         pending = plan.pending or []
         if not pending:  # a rerun: every point is in the folder already
             return
-        holder.append(board.task("sweep", len(pending), "points", expected=plan.estimate(pending).running()))
+        holder.append(board.task("sweep", len(pending), "points", plan=plan.estimate(pending)))
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.experiments.demo import SWEEP_ROUTERS

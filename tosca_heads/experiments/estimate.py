@@ -1,13 +1,14 @@
 """What stage 2's works cost here, before they run: the cost models a plan
-(`featcache.foundation.estimate.plan_works`, which puts every command's plan together) takes its
+(`featcache.foundation.estimate.plan_works`, which owns plans, rates and their words) takes its
 works' seconds from. Each is measured on this machine rather than assumed, because the same plan
 takes minutes on one machine and an hour on a busy one:
-- TOSCA: the SGD steps of each run, counted, times one step timed at the store's dimension and
-  recipe (a tiny fit on random features, on the step threads a worker gets), plus a third for the
-  evaluation after each task;
-- baselines: their arithmetic, counted per task (RanPAC's float64 projection, Gram matrix and
-  Cholesky solve of M x M; the joint probe's L-BFGS passes), divided by this machine's single-thread
-  rate, timed on a matrix product (baselines run on one BLAS thread).
+- TOSCA: the SGD steps of each run, counted, times one step, plus each task's own cost and its
+  evaluations, all timed at the store's dimension and recipe (tiny fits on random features, on the
+  step threads a worker gets: `step_cost`);
+- baselines: the arithmetic each declares on its class (`work`: RanPAC's float64 projection, Gram
+  matrix and Cholesky solve of M x M; the joint probe's L-BFGS passes and calls), divided by this
+  machine's single-thread rate, timed on a matrix product (baselines run on one BLAS thread), plus
+  its optimizer's calls at the seconds one call takes here.
 Extraction is stage 1, estimated there (featcache.estimate) and handed in by the caller.
 """
 
@@ -27,20 +28,34 @@ from featcache.store import FeatureStore
 from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 
-LBFGS_ITERATIONS = 125  # the joint probe: 100 iterations, about 1.25 closure calls each
-LBFGS_CALL_SECONDS = 0.02  # the Python overhead of one closure call (line search, bookkeeping)
-
-
 # ------------------------------------------------------------------------------------------ this machine
 
 
+PROBE_BATCHES = 20  # batches of the probe's one task: its epochs at 1 (warm-up), 2 and 4 timed
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one TOSCA run costs here, by part: `step` the seconds of one SGD step (the marginal
+    cost: what two probe fits of different lengths differ by, over the steps they differ by),
+    `task` the seconds each task costs besides its steps (its modules set up, its routers fitted),
+    `scored` the seconds of one test row through one task's module (the evaluation after each
+    task scores every test row seen so far through every module trained so far)."""
+
+    step: float
+    task: float
+    scored: float
+
+
 @functools.lru_cache(maxsize=32)
-def step_seconds(
+def step_cost(
     dim: int, flow: str, r: int, s: int, batch_size: int, device: str, alone: bool = True
-) -> float:
-    """Seconds of one SGD step at this dimension and recipe, from a tiny fit on random features, on
-    the step threads the runs will get (`alone`: a run with the machine to itself may take two; a
-    worker among others, one)."""
+) -> StepCost:
+    """One TOSCA run's costs here at this dimension and recipe (`StepCost`), from tiny fits on
+    random features, on the step threads the runs will get (`alone`: a run with the machine to
+    itself may take two; a worker among others, one). The first fit warms the process (its
+    compiled step, its caches: a worker's first run, planned apart) and is not read; a third of a
+    step's time used to be added for the evaluation, which measured 4% of a run (docs/benchmarks.md)."""
     import tempfile
 
     from tosca_heads.experiments.group import fit_group
@@ -48,13 +63,20 @@ def step_seconds(
     from tosca_heads.method.recipe import recipe
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows, classes = 40 * batch_size, 2
-        store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes)
-        probe = recipe("paper", {"epochs": 3, "flow": flow, "r": r, "s": s, "batch_size": batch_size})
-        plan = FitPlan.build(store, StreamConfig(classes, classes), trains=[probe], device=device)
-        (result,) = fit_group(plan, write_outputs=False, overlap=None if alone else False)
-        seconds = sum(stage.stats["seconds"] for stage in result.stages)
-        return seconds / (3 * int(np.ceil(rows / batch_size)))
+        rows, classes = PROBE_BATCHES * batch_size, 2
+        store = _random_store(Path(tmp) / "probe.zarr", rows, dim, classes, test=rows)
+        timed = {}
+        for epochs in (1, 2, 4):
+            probe = recipe(
+                "paper", {"epochs": epochs, "flow": flow, "r": r, "s": s, "batch_size": batch_size}
+            )
+            plan = FitPlan.build(store, StreamConfig(classes, classes), trains=[probe], device=device)
+            (result,) = fit_group(plan, write_outputs=False, overlap=None if alone else False)
+            (stage,) = result.stages
+            timed[epochs] = (stage.stats["seconds"], stage.eval_seconds)
+        batches = int(np.ceil(rows / batch_size))
+        step = max(0.0, (timed[4][0] - timed[2][0]) / (2 * batches))
+        return StepCost(step, max(0.0, timed[2][0] - 2 * batches * step), timed[4][1] / rows)
 
 
 @functools.lru_cache(maxsize=2)
@@ -77,9 +99,41 @@ def flops_per_second(dtype: str) -> float:
         torch.set_num_threads(threads)
 
 
-def _random_store(path: Path, rows: int, dim: int, classes: int) -> FeatureStore:
+@functools.lru_cache(maxsize=1)
+def call_seconds() -> float:
+    """Seconds of one optimizer call here besides its arithmetic (autograd's graph, the line
+    search's bookkeeping): an L-BFGS closure on a tiny problem, timed on one thread, per call."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        x, y = torch.randn(16, 8), torch.arange(16) % 2
+        weight = torch.zeros(2, 8, requires_grad=True)
+        calls = [0]
+
+        def closure() -> torch.Tensor:
+            calls[0] += 1
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(x @ weight.T, y)
+            loss.backward()
+            return loss
+
+        optimizer = torch.optim.LBFGS([weight], max_iter=5, line_search_fn="strong_wolfe")
+        optimizer.step(closure)  # warm-up
+        start, calls[0] = time.perf_counter(), 0
+        for _ in range(4):
+            weight.data.normal_()
+            optimizer = torch.optim.LBFGS(
+                [weight], max_iter=20, tolerance_grad=0, tolerance_change=0, line_search_fn="strong_wolfe"
+            )
+            optimizer.step(closure)
+        return (time.perf_counter() - start) / max(1, calls[0])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _random_store(path: Path, rows: int, dim: int, classes: int, test: int) -> FeatureStore:
     rng = np.random.default_rng(0)
-    labels = {"train": np.arange(rows) % classes, "test": np.arange(classes) % classes}
+    labels = {"train": np.arange(rows) % classes, "test": np.arange(test) % classes}
     identity = {
         "dataset": {
             "name": "probe",
@@ -134,33 +188,25 @@ def guessed_shape(train: int, test: int, classes: int, dim: int, stream: StreamC
 
 
 def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: bool = True) -> float:
-    """One TOSCA run: its steps (every task, every epoch) times one step here (`alone`: in a process
-    with the machine to itself, else one worker among others), plus a third."""
+    """One TOSCA run: its steps (every task, every epoch), each task's own cost, and its evaluations
+    (after task t, every test row seen so far through t + 1 modules), each timed here (`step_cost`;
+    `alone`: in a process with the machine to itself, else one worker among others)."""
     resolved = train.resolved(shape.dim)
-    per_step = step_seconds(
+    cost = step_cost(
         shape.dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device), alone
     )
-    steps = sum(-(-rows // resolved.batch_size) for rows in shape.train)
-    return steps * resolved.epochs * per_step * 4 / 3
+    steps = sum(-(-rows // resolved.batch_size) for rows in shape.train) * resolved.epochs
+    scored = sum(sum(shape.test[: t + 1]) * (t + 1) for t in range(len(shape.test)))
+    return steps * cost.step + len(shape.train) * cost.task + scored * cost.scored
 
 
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
-    """One baseline cell: its arithmetic per task over this machine's single-thread rate; `params`
-    its keywords (`baseline_names.arguments`). A baseline whose class declares `work(shape,
-    **params)` (RanPAC: its M) says its own arithmetic and precision."""
-    train, dim = shape.train, shape.dim
-    tasks = len(train)
-    per_class = shape.classes / max(tasks, 1)
+    """One baseline cell: the arithmetic its class declares (`work(shape, **params)`: its flops,
+    their precision and, where it has them, its optimizer's Python-level calls) over this
+    machine's rates; `params` its keywords (`baseline_names.arguments`). A baseline that declares
+    nothing is planned as class means (next to nothing)."""
     work = getattr(BASELINES[method], "work", None)
-    if work is not None:
-        flops, precision = work(shape, **params)
-        return flops / flops_per_second(precision)
-    if method == "joint_probe":
-        rate = flops_per_second("float32")
-        flops, calls = 0.0, 0
-        for t in range(tasks):
-            seen_rows, seen_classes = sum(train[: t + 1]), per_class * (t + 1)
-            flops += LBFGS_ITERATIONS * 6 * seen_rows * dim * seen_classes
-            calls += LBFGS_ITERATIONS
-        return flops / rate + calls * LBFGS_CALL_SECONDS
-    return 2 * sum(train) * dim / flops_per_second("float32") + 0.2  # class means: next to nothing
+    if work is None:
+        return 2 * sum(shape.train) * shape.dim / flops_per_second("float32")
+    flops, precision, *calls = work(shape, **params)
+    return flops / flops_per_second(precision) + sum(calls) * call_seconds()

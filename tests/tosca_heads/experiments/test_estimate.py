@@ -20,14 +20,16 @@ def test_what_is_no_arithmetic_takes_longer_on_a_busy_machine(monkeypatch: pytes
     quiet, busy = plans[1.0], plans[0.25]
     assert quiet.parts["command"] == est.COMMAND_CPU and busy.parts["command"] == 4 * est.COMMAND_CPU
     assert quiet.parts["start-up"] == est.WORKER_START_CPU + est.FIRST_RUN_CPU
-    assert busy.parts["finish"] == 4 * est.FINISH_CPU
+    assert busy.parts["finish"] == 4 * (est.FINISH_CPU + est.CLUSTER_CLOSE_CPU)  # a cluster of 2 closes
     assert quiet.parts["train"] == busy.parts["train"] == 90.0 and quiet.parts["baselines"] == 100.0
     # the works shared by 2 workers, longest first: 100 | 40 + 30 + 20, each plus its dispatch
     shared = max(100 + est.PER_WORK_SECONDS, 90 + 3 * est.PER_WORK_SECONDS)
     others = sum(v for k, v in busy.parts.items() if k not in ("train", "baselines"))
     assert busy.wall == pytest.approx(shared + others)
-    assert busy.running() == pytest.approx(busy.wall - busy.parts["command"])  # what progress counts down
+    # what progress counts down: from the first dispatch to the last unit's end (its line ends there)
+    assert busy.running() == pytest.approx(busy.wall - busy.parts["command"] - busy.parts["finish"])
     assert busy.works == {**works, "ranpac": 100.0}
+    assert busy.kinds == {"a": "tosca", "b": "tosca", "c": "tosca", "ranpac": "ranpac"}
     assert any("25% of a core" in line for line in busy.how) and not quiet.how
 
 
@@ -37,6 +39,7 @@ def test_one_worker_starts_no_cluster_and_nothing_planned_costs_nothing(
     monkeypatch.setattr(est, "cpu_share", lambda: 1.0)
     alone = est.plan_works({"a": 10.0}, {}, workers=1)
     assert alone.parts["start-up"] == est.FIRST_RUN_CPU  # no worker to start: its first run only
+    assert alone.parts["finish"] == est.FINISH_CPU  # and no cluster to close
     assert est.plan_works({}, {}, workers=2).wall == 0.0
 
 
