@@ -19,7 +19,7 @@ IMPORT_NAMES = {
 }
 # used without an import: distribution -> (file, text that shows the use)
 USED_WITHOUT_IMPORT = {
-    "pyarrow": ("tosca_heads/experiments/records/table.py", "to_parquet"),  # pandas' parquet engine
+    "pyarrow": ("tosca_heads/records/table.py", "to_parquet"),  # pandas' parquet engine
     "ruff": ("Makefile", "ruff check ."),  # the linter, a command
     # the Jupyter kernel nbclient starts for the docs' Python blocks
     "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),

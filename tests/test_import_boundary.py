@@ -33,8 +33,10 @@ FLOORS = {
     "tosca_heads.method": 10,
     "tosca_heads.routers": 11,
     "tosca_heads.engine": 12,
-    "tosca_heads.experiments": 13,
-    "tosca_heads.api": 14,
+    "tosca_heads.records": 13,  # each file's schema, version, reader and writer (plots too)
+    "tosca_heads.trackers": 14,  # MLflow, TensorBoard and plug-in loggers, fed from the records
+    "tosca_heads.experiments": 15,
+    "tosca_heads.api": 16,
     "tosca_cli": 19,  # the command line: its typer app, views, progress and terminal
     "cli": 20,  # the checkout's entry file: a shim onto tosca_cli
 }

@@ -73,7 +73,7 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
 def losses(stats: dict[str, Any]) -> str:
     """A task's ce, l1 term and loss, 8 wide each ('–' for a part a run trained before format 4
     did not keep)."""
-    from tosca_heads.experiments.records.run import LOSS_PARTS
+    from tosca_heads.records.run import LOSS_PARTS
 
     return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
 
@@ -601,10 +601,10 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
     from featcache.images.decoder_names import DECODERS
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
-    from tosca_heads.experiments.trackers.registry import LOGGERS
     from tosca_heads.method.baseline_names import BASELINES
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
+    from tosca_heads.trackers.registry import LOGGERS
 
     def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:
         return [

@@ -4,8 +4,10 @@ store's cached features, and the experiments built on them.
 Floors, each importing only those below it (tests/test_import_boundary.py checks):
 `method` (what TOSCA is: LuCA, the classifier, the protocol, the recipe, metrics, feature
 sources, baselines), `routers` (which module answers a sample), `engine` (how many
-configurations train as one program, on a CPU or a GPU), `experiments` (runs, sweeps, results,
-comparison, predict, demo: what the commands ask for). Beneath them all, `featcache.foundation`
+configurations train as one program, on a CPU or a GPU), `records` (each file a run, sweep or
+suite writes: schema, version, reader, writer, figures), `trackers` (MLflow, TensorBoard and
+plug-in loggers, fed from the records), `experiments` (runs, sweeps, results, comparison, suites,
+predict, demo: what the commands ask for). Beneath them all, `featcache.foundation`
 and `featcache.store`; never the backbone side (backbones, datasets, decoding, the extraction
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.

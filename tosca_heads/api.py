@@ -23,11 +23,11 @@ from featcache.foundation.folders import check_outputs
 from featcache.store import FeatureStore
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
-from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
 from tosca_heads.method.baselines import BASELINES, register_baseline
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
+from tosca_heads.records.run import RunResult
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     >>> predictor.tasks_
     3
     """
-    from tosca_heads.experiments.records.run import open_run_store, read_run_config
+    from tosca_heads.records.run import open_run_store, read_run_config
 
     config = read_run_config(Path(run))
     store = open_run_store(config, Path(run))
@@ -267,7 +267,7 @@ def predict(
     ((48,), 'given', True)
     """
     from tosca_heads.experiments.predict import default_router
-    from tosca_heads.experiments.records.run import read_metrics
+    from tosca_heads.records.run import read_metrics
 
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
@@ -309,7 +309,7 @@ def baselines(
     (['simplecil', 'ranpac'], True)
     """
     from tosca_heads.experiments.comparison import compare
-    from tosca_heads.experiments.records.baseline import comparison_frame
     from tosca_heads.experiments.requests import BaselinesRequest
+    from tosca_heads.records.baseline import comparison_frame
 
     return comparison_frame(compare(_request(BaselinesRequest, locals()), on_start=_warn).results)

@@ -23,9 +23,9 @@ from featcache.foundation.registry import Registry
 from featcache.images.decoder_names import DECODERS, Decoder, register_decoder
 from featcache.sources.datasets import DATASETS, DatasetSource, SplitSamples, load_dataset, register_dataset
 from tosca_cli.app import app
-from tosca_heads.experiments.trackers.registry import LOGGERS, Logger, parse_targets, register_logger
 from tosca_heads.method.baseline_names import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, register_router, resolve_routers
+from tosca_heads.trackers.registry import LOGGERS, Logger, parse_targets, register_logger
 
 PLUGIN = "plugmod"  # the module a plug-in registers from (not one of the package's)
 

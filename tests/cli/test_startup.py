@@ -67,7 +67,7 @@ PLUGIN = textwrap.dedent(
     """
     from featcache.backbones import BackboneSpec, register_backbone
     from featcache.sources.datasets import register_dataset
-    from tosca_heads.experiments.trackers.registry import Logger, register_logger
+    from tosca_heads.trackers.registry import Logger, register_logger
     from tosca_heads.method.baseline_names import register_baseline
     from tosca_heads.routers import Router, register_router
 

@@ -138,9 +138,9 @@ def estimators() -> Arrays:
 
 def suite() -> Arrays:
     from cli import app
-    from tosca_heads.experiments.records.suite import read_manifest
     from tosca_heads.experiments.suite.run import run_suite
     from tosca_heads.experiments.suite.spec import parse_suite
+    from tosca_heads.records.suite import read_manifest
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,8 +16,6 @@ import torch
 from featcache.foundation.errors import UserError
 from featcache.store import check_not_replaced
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records import with_intervals
-from tosca_heads.experiments.records.baseline import NO_ROUTING, MethodResult
 from tosca_heads.method.baseline_names import check_fits, checked, params_of
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -25,6 +23,8 @@ from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.uncertainty import Outcomes, intervals
+from tosca_heads.records import with_intervals
+from tosca_heads.records.baseline import NO_ROUTING, MethodResult
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 

@@ -17,16 +17,7 @@ from tosca_heads.experiments.baselines import TaskCallback
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
 from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records import store_block
-from tosca_heads.experiments.records.baseline import (
-    MethodResult,
-    check_baselines_folder,
-    write_comparison,
-)
 from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.experiments.trackers import TrackedRun, Tracking, end_failed, method_result, open_tracking
-from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method.baseline_names import arguments, check_fits, given_params
 from tosca_heads.method.baselines import BASELINES
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -39,7 +30,16 @@ from tosca_heads.method.protocol import (
     split_name,
 )
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.records import run as run_record
+from tosca_heads.records import store_block
+from tosca_heads.records.baseline import (
+    MethodResult,
+    check_baselines_folder,
+    write_comparison,
+)
 from tosca_heads.routers import reference_text
+from tosca_heads.trackers import TrackedRun, Tracking, end_failed, method_result, open_tracking
+from tosca_heads.trackers.events import flat_params, run_files
 
 
 def tosca_results(run: RunResult) -> list[MethodResult]:

@@ -24,12 +24,12 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most
 from tosca_heads.experiments.baselines import TaskCallback
 from tosca_heads.experiments.comparison import Comparison, compare
-from tosca_heads.experiments.records.baseline import check_baselines_folder
-from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
 from tosca_heads.method.baseline_names import described
+from tosca_heads.records.baseline import check_baselines_folder
+from tosca_heads.records.run import RunResult, StageResult
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")

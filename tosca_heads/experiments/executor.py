@@ -39,11 +39,11 @@ from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.experiments.baselines import run_baseline
 from tosca_heads.experiments.group import fit_group
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records.baseline import MethodResult, write_baseline
-from tosca_heads.experiments.records.run import RunResult
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records.baseline import MethodResult, write_baseline
+from tosca_heads.records.run import RunResult
 
 T = TypeVar("T")
 

@@ -33,11 +33,11 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.memory import require_room
 from tosca_heads.engine.trainer import GroupTrainer
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records.run import RunResult, StageResult
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import run as run_record
+from tosca_heads.records.run import RunResult, StageResult
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from featcache.foundation.devices import resolve_device
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import config_digest, default_run_dir, store_block, validation_record
 from tosca_heads.method.protocol import (
     HELD_OUT,
     NO_VALIDATION,
@@ -39,6 +38,7 @@ from tosca_heads.method.protocol import (
     task_split,
 )
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import config_digest, default_run_dir, store_block, validation_record
 
 if TYPE_CHECKING:
     import torch

@@ -22,7 +22,10 @@ from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.experiments.records.run import (
+from tosca_heads.experiments.requests import PredictRequest
+from tosca_heads.method.linalg import single_threaded
+from tosca_heads.method.protocol import TaskStream
+from tosca_heads.records.run import (
     ROUTER_FILE,
     check_task_count,
     config_digest,
@@ -36,9 +39,6 @@ from tosca_heads.experiments.records.run import (
     stream_config_of,
     train_config_of,
 )
-from tosca_heads.experiments.requests import PredictRequest
-from tosca_heads.method.linalg import single_threaded
-from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
 from tosca_heads.routers.scores import predict as predict_classes
 

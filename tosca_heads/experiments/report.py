@@ -10,15 +10,15 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
-from tosca_heads.experiments.records.baseline import NO_ROUTING, bounds, read_baseline
-from tosca_heads.experiments.records.run import (
+from tosca_heads.method import uncertainty
+from tosca_heads.method.metrics import registered
+from tosca_heads.records.baseline import NO_ROUTING, bounds, read_baseline
+from tosca_heads.records.run import (
     read_confusion,
     read_metrics,
     read_run_config,
     read_run_outcomes,
 )
-from tosca_heads.method import uncertainty
-from tosca_heads.method.metrics import registered
 from tosca_heads.routers import ROUTERS, reference_text
 
 

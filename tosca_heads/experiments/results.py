@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tosca_heads.experiments.plots import best_curves, heatmaps
-from tosca_heads.experiments.records.sweep import FLAG_COLUMNS, METRIC_COLUMNS, POINT_COLUMNS
-from tosca_heads.experiments.records.table import Table
 from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import registered
+from tosca_heads.records.plots import best_curves, heatmaps
+from tosca_heads.records.sweep import FLAG_COLUMNS, METRIC_COLUMNS, POINT_COLUMNS
+from tosca_heads.records.table import Table
 from tosca_heads.routers import HEADLINE, ROUTERS
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker

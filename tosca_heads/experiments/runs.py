@@ -21,8 +21,8 @@ from tosca_heads.method.protocol import ProtocolReport, ValidationConfig
 from tosca_heads.method.recipe import recipe
 
 if TYPE_CHECKING:
-    from tosca_heads.experiments.records.run import RunResult, StageResult
-    from tosca_heads.experiments.trackers import TrackedRun
+    from tosca_heads.records.run import RunResult, StageResult
+    from tosca_heads.trackers import TrackedRun
 
 
 def plan_fit(request: FitRequest) -> FitPlan:
@@ -71,15 +71,15 @@ def fit(
     plan = plan_fit(request)
     tracking = None
     if request.log:  # a missing extra: said before any work (the trackers load torch: only when asked)
-        from tosca_heads.experiments.trackers import open_tracking
+        from tosca_heads.trackers import open_tracking
 
         tracking = open_tracking(request.log, request.runs_root)
     if on_plan is not None:
         on_plan(plan.protocol)
     # the engine, the trackers and torch load now, the plan said
     from tosca_heads.experiments.group import fit_group
-    from tosca_heads.experiments.trackers import end_failed
-    from tosca_heads.experiments.trackers.events import flat_params, run_files
+    from tosca_heads.trackers import end_failed
+    from tosca_heads.trackers.events import flat_params, run_files
 
     tracked: list[TrackedRun | None] = [None]  # the tracked run, once the run folder is claimed
 

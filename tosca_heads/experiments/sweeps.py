@@ -34,8 +34,24 @@ from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records.run import RunResult
-from tosca_heads.experiments.records.sweep import (
+from tosca_heads.experiments.requests import SweepRequest
+from tosca_heads.experiments.results import (
+    by_point,
+    flag_text,
+    varying_flags,
+    write_sweep_outputs,
+)
+from tosca_heads.method.protocol import (
+    NO_VALIDATION,
+    StreamConfig,
+    ValidationConfig,
+    split_name,
+    split_origin,
+    stream_config,
+)
+from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
+from tosca_heads.records.run import RunResult
+from tosca_heads.records.sweep import (
     RESULTS_FILE,
     ResultsTable,
     check_sweep_folder,
@@ -46,26 +62,10 @@ from tosca_heads.experiments.records.sweep import (
     record_choice,
     write_point_outcomes,
 )
-from tosca_heads.experiments.requests import SweepRequest
-from tosca_heads.experiments.results import (
-    by_point,
-    flag_text,
-    varying_flags,
-    write_sweep_outputs,
-)
-from tosca_heads.experiments.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import rows_record, run_files
-from tosca_heads.experiments.trackers.tracking import rows_file
-from tosca_heads.method.protocol import (
-    NO_VALIDATION,
-    StreamConfig,
-    ValidationConfig,
-    split_name,
-    split_origin,
-    stream_config,
-)
-from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
 from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
+from tosca_heads.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
+from tosca_heads.trackers.events import rows_record, run_files
+from tosca_heads.trackers.tracking import rows_file
 
 # Every fit flag a sweep can vary, with its parser: the recipe's (method.recipe.RECIPE_FLAGS; seed
 # is the flag `--seeds` fills) and the task split's.

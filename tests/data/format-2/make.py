@@ -2,7 +2,7 @@
 split and format 3): a run, a sweep, a baselines folder and a small suite (`suite.toml`, kept), on
 the tosca 0.1 fixture's store (`../tosca-0.1/store.zarr`, copied here while they are made; the
 tests copy it in again). Later versions must still open them
-(`tests/tosca_heads/experiments/test_formats.py`).
+(`tests/tosca_heads/records/test_formats.py`).
 
 Run with that version's `tosca` on the PATH, from this folder:
 

@@ -3,7 +3,7 @@ outcomes and intervals: format 4), each with a validation split of 0.34 (one tra
 class of the 0.1 store): a run, a sweep, a baselines folder and a small suite (`suite.toml`, kept), on
 the tosca 0.1 fixture's store (`../tosca-0.1/store.zarr`, copied here while they are made; the
 tests copy it in again), by format 2's make.py with the validation flags. Later versions must
-still open them (`tests/tosca_heads/experiments/test_formats.py`).
+still open them (`tests/tosca_heads/records/test_formats.py`).
 
 Run with that version's `tosca` on the PATH, from this folder:
 

@@ -1,6 +1,6 @@
 """Make the files that tosca 0.1.0 (commit 243a87b, the last one before versioned files) wrote:
 a store, a run, a sweep and a baselines folder, small enough to keep in the repository. Later
-versions must still open them (`tests/tosca_heads/experiments/test_formats.py`).
+versions must still open them (`tests/tosca_heads/records/test_formats.py`).
 
 Run with that version's `tosca` on the PATH, from this folder:
 

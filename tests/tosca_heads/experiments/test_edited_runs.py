@@ -18,8 +18,8 @@ from support.stores import synthetic_store
 import tosca_heads
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
-from tosca_heads.experiments.records.run import read_metrics
-from tosca_heads.experiments.records.sweep import ResultsTable
+from tosca_heads.records.run import read_metrics
+from tosca_heads.records.sweep import ResultsTable
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
 

@@ -26,10 +26,10 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments import estimate as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import cell_params, command, plan_cells
-from tosca_heads.experiments.trackers import LOGGERS
 from tosca_heads.method.baseline_names import BASELINES, Param, described, label, register_baseline
 from tosca_heads.method.metrics import METRICS, register_metric
 from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.trackers import LOGGERS
 
 RUNNER = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2"]
@@ -213,7 +213,7 @@ def metric() -> Iterator[str]:
 # a lab's plug-in, one file as docs/contributing.md shows: a per-router metric, and a tracker that
 # writes every figure it is sent as a line of the file named after --log recorded=
 PLUGIN = """
-from tosca_heads.experiments.trackers import Logger, register_logger
+from tosca_heads.trackers import Logger, register_logger
 from tosca_heads.method.metrics import register_metric
 
 

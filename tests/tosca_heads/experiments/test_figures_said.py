@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from featcache.foundation.text import image_name
-from tosca_heads.experiments import plots
 from tosca_heads.experiments.suite import tables
+from tosca_heads.records import plots
 
 
 def _spec(*names: str) -> Any:

@@ -18,7 +18,7 @@ import pytest
 from support import ROOT
 from support.stores import synthetic_store
 
-from tosca_heads.experiments.records.suite import read_manifest
+from tosca_heads.records.suite import read_manifest
 
 pytestmark = pytest.mark.slow
 

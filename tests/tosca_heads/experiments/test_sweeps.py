@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.experiments.records import FORMAT
-from tosca_heads.experiments.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
 from tosca_heads.experiments.results import by_point
 from tosca_heads.experiments.sweeps import grid_points, parse_values
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import FORMAT
+from tosca_heads.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
 from tosca_heads.routers import ROUTERS
 
 RUNNER = CliRunner()
@@ -158,7 +158,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     and ends with an undisturbed sweep's numbers."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, views=2, spread=1.0)
     out = tmp_path / "sweep"
-    pause = PauseAt(function="tosca_heads.experiments.records.sweep:ResultsTable.append", occurrence=3)
+    pause = PauseAt(function="tosca_heads.records.sweep:ResultsTable.append", occurrence=3)
     child = start(_sweep_cmd(store.path, out), tmp_path / "child", pause)
     child.wait_paused()
     child.kill()

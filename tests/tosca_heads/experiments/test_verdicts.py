@@ -22,9 +22,6 @@ from cli import app
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from tosca_cli.views import running_best
-from tosca_heads.experiments.records import FORMAT
-from tosca_heads.experiments.records.outcomes import read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import read_run_outcomes
 from tosca_heads.experiments.results import choice_lines, choices, summarise_points, with_noise
 from tosca_heads.experiments.suite.claims import Evidence
 from tosca_heads.experiments.suite.tables import BOLD_COLUMNS, TABLE_COLUMNS, _mark_best
@@ -32,6 +29,9 @@ from tosca_heads.method import uncertainty
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import Outcomes
+from tosca_heads.records import FORMAT
+from tosca_heads.records.outcomes import read_outcomes, write_outcomes
+from tosca_heads.records.run import read_run_outcomes
 
 RUNNER = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
@@ -329,8 +329,8 @@ def test_the_routers_table_sets_beside_the_run_only_baselines_of_its_protocol(
 
 def test_the_trackers_get_each_final_figure_with_its_interval() -> None:
     """Through the one event mapping every logger shares (`trackers.events.block_metrics`)."""
-    from tosca_heads.experiments.records import with_intervals
-    from tosca_heads.experiments.trackers.events import block_metrics
+    from tosca_heads.records import with_intervals
+    from tosca_heads.trackers.events import block_metrics
 
     run = exactly(0.8)
     found = uncertainty.intervals([run])

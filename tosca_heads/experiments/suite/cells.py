@@ -17,13 +17,13 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records import validation_record
-from tosca_heads.experiments.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method import baseline_names
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import run as run_record
+from tosca_heads.records import validation_record
+from tosca_heads.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
 
 
 @dataclass(frozen=True)

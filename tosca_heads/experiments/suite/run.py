@@ -31,18 +31,12 @@ from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records import suite as records_suite
-from tosca_heads.experiments.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
-from tosca_heads.experiments.records.suite import MANIFEST
 from tosca_heads.experiments.requests import SuiteRequest
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
-from tosca_heads.experiments.trackers import TrackedGroup, Tracking, end_failed, open_tracking
-from tosca_heads.experiments.trackers.events import flat_params, run_files
 from tosca_heads.method import baseline_names
 from tosca_heads.method.protocol import (
     ProtocolReport,
@@ -50,6 +44,12 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import group_key
+from tosca_heads.records import run as run_record
+from tosca_heads.records import suite as records_suite
+from tosca_heads.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
+from tosca_heads.records.suite import MANIFEST
+from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
+from tosca_heads.trackers.events import flat_params, run_files
 
 # (model, dataset, data_root, store, limit_per_class) -> the store's path: stage 1, handed in
 Extractor = Callable[[str, str, Path | None, Path, int | None], Path]

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tosca_heads.experiments import plots
-from tosca_heads.experiments.records.sweep import FLAG_COLUMNS
 from tosca_heads.method.baselines import BASELINES
+from tosca_heads.records import plots
+from tosca_heads.records.sweep import FLAG_COLUMNS
 from tosca_heads.routers import ROUTERS, is_honest, reference_text
 
 REFERENCES = [name for name in ROUTERS if not is_honest(name)]

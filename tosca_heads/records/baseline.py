@@ -20,21 +20,21 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
-from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import (
-    FORMAT,
-    INTERVAL_KEYS,
-    store_block,
-    valid_metrics_block,
-    validation_record,
-)
-from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import stage_interval
-from tosca_heads.experiments.records.table import Table
 from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.metrics import registered, shown
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes, bracket
+from tosca_heads.records import (
+    FORMAT,
+    INTERVAL_KEYS,
+    plots,
+    store_block,
+    valid_metrics_block,
+    validation_record,
+)
+from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.run import stage_interval
+from tosca_heads.records.table import Table
 
 if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none
     import pandas as pd

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tosca_heads.experiments.records.sweep import point_rows
-from tosca_heads.experiments.trackers import LOGGERS, Logger, Metric, Tracking, register_logger
-from tosca_heads.experiments.trackers.events import record_metrics, rows_record
-from tosca_heads.experiments.trackers.ledger import LEDGER, Ledger
+from tosca_heads.records.sweep import point_rows
+from tosca_heads.trackers import LOGGERS, Logger, Metric, Tracking, register_logger
+from tosca_heads.trackers.events import record_metrics, rows_record
+from tosca_heads.trackers.ledger import LEDGER, Ledger
 
 BLOCK = {
     "A_t": [0.9, 0.8, 0.7],

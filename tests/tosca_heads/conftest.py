@@ -1,4 +1,4 @@
-"""The figures a test draws, kept open for it to read (tosca_heads.experiments.plots)."""
+"""The figures a test draws, kept open for it to read (tosca_heads.records.plots)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tosca_heads.experiments import plots
+from tosca_heads.records import plots
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ plug-in and `tosca list` start light); `Tracking` and what feeds it load on firs
 from __future__ import annotations
 
 from featcache.foundation.lazy import lazy_names
-from tosca_heads.experiments.trackers import mlflow_logger, tensorboard_logger  # noqa: F401 (registers)
-from tosca_heads.experiments.trackers.registry import (
+from tosca_heads.trackers import mlflow_logger, tensorboard_logger  # noqa: F401 (registers)
+from tosca_heads.trackers.registry import (
     LOGGERS,
     Logger,
     LogTarget,

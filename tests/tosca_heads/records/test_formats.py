@@ -19,12 +19,12 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments import records
-from tosca_heads.experiments.records import baseline as baseline_record
-from tosca_heads.experiments.records import run as run_record
-from tosca_heads.experiments.records import sweep as sweep_record
-from tosca_heads.experiments.records.run import read_metrics
+from tosca_heads import records
 from tosca_heads.experiments.results import by_point
+from tosca_heads.records import baseline as baseline_record
+from tosca_heads.records import run as run_record
+from tosca_heads.records import sweep as sweep_record
+from tosca_heads.records.run import read_metrics
 from tosca_heads.routers import ROUTERS, Router, StageView
 
 RUNNER = CliRunner()

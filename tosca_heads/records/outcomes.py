@@ -32,8 +32,8 @@ import numpy as np
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.tensorfiles import Header, TensorFileError, read_safetensors
-from tosca_heads.experiments.records import FORMAT, check_format
 from tosca_heads.method.uncertainty import Outcomes
+from tosca_heads.records import FORMAT, check_format
 
 OUTCOMES = "outcomes.safetensors"
 SPLITS = ("test", "validation")

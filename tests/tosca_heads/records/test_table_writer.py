@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tosca_heads.experiments.records.table import Table, csv_text
+from tosca_heads.records.table import Table, csv_text
 
 
 def _table(frame: pd.DataFrame | None = None) -> Table:

@@ -75,16 +75,6 @@ from featcache.foundation.fingerprints import identity_differences
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.experiments import plots
-from tosca_heads.experiments.records import (
-    FORMAT,
-    INFORMATIONAL,
-    check_format,
-    config_digest,  # noqa: F401 (what each task file records; a run's readers take it from here)
-    valid_metrics_block,
-    with_intervals,
-)
-from tosca_heads.experiments.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -96,6 +86,16 @@ from tosca_heads.method.uncertainty import (
     clopper_pearson,
     intervals_of,
 )
+from tosca_heads.records import (
+    FORMAT,
+    INFORMATIONAL,
+    check_format,
+    config_digest,  # noqa: F401 (what each task file records; a run's readers take it from here)
+    plots,
+    valid_metrics_block,
+    with_intervals,
+)
+from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.routers import ROUTERS
 
 CONFIG = "config.json"

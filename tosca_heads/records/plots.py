@@ -7,7 +7,7 @@ saved whole or not at all (featcache.foundation.atomic), closed after.
 - `routing_confusion`: per router, where each task's images are routed (confusion.png).
 - `training_curves`: cross-entropy, L1 term and learning rate per epoch of one run (curves.png).
 
-What a reviewer reads off them, held by tests/tosca_heads/experiments/test_plots.py from the
+What a reviewer reads off them, held by tests/tosca_heads/records/test_plots.py from the
 figures' objects: every line has its own colour and marker (hollow, so lines that coincide stay
 visible) and a curve equal to one drawn before says "identical to" it in the legend; a reference
 (a router or baseline its registry marks so) is dashed and labelled as one; the heatmap's panels

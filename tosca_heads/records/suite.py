@@ -23,7 +23,7 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.version import __version__
-from tosca_heads.experiments.records import FORMAT, check_format
+from tosca_heads.records import FORMAT, check_format
 
 MANIFEST = "manifest.json"
 

@@ -38,7 +38,7 @@ from typer.testing import CliRunner
 import tosca_heads
 from cli import app
 from tosca_heads.experiments.suite.spec import parse_suite
-from tosca_heads.experiments.trackers import LOGGERS, Logger, Metric, register_logger
+from tosca_heads.trackers import LOGGERS, Logger, Metric, register_logger
 
 pytestmark = pytest.mark.heavy  # commands in child processes, MLflow's store and UI, TensorBoard's server
 
@@ -84,9 +84,7 @@ def test_a_killed_logged_sweep_resumes_into_one_finished_parent_holding_every_po
         *SPLIT, "--epochs", "2", "--batch-size", "8", "--jobs", "1", "--device", "cpu",
         "--out", str(out), "--log", f"mlflow={uri}", "--log", f"tensorboard={board}",
     ]  # fmt: skip
-    pause = PauseAt(
-        function="tosca_heads.experiments.trackers.mlflow_logger:MlflowLogger.metrics", occurrence=3
-    )
+    pause = PauseAt(function="tosca_heads.trackers.mlflow_logger:MlflowLogger.metrics", occurrence=3)
     child = start(args, tmp_path / "child", pause)
     child.wait_paused()
     child.kill()

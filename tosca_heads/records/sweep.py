@@ -36,19 +36,19 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
-from tosca_heads.experiments.records import (
+from tosca_heads.method.metrics import METRICS, registered
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import (
     FORMAT,
     INTERVAL_KEYS,
     check_format,
     store_block,
     validation_record,
 )
-from tosca_heads.experiments.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
-from tosca_heads.experiments.records.run import write_validation_ids
-from tosca_heads.experiments.records.table import Table, csv_text
-from tosca_heads.method.metrics import METRICS, registered
-from tosca_heads.method.protocol import StreamConfig, ValidationConfig
-from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.run import write_validation_ids
+from tosca_heads.records.table import Table, csv_text
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
     import pandas as pd
