@@ -227,7 +227,7 @@ def _compare(
         results += tosca_results(run)
         child = tracking.start("tosca", {"run": str(run.run_dir), **flat_params(run.config)}, parent)
         if child is not None:
-            child.run_result(run, run_files(run.run_dir))
+            child.run_result(run)
     works = [
         Work(
             str(store.path.resolve()),

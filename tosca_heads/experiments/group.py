@@ -24,7 +24,6 @@ import torch
 
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
-from featcache.foundation.locks import folder_lock
 from featcache.store import FeatureStore, check_not_replaced, check_readable
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
@@ -97,11 +96,11 @@ class GroupFit:
             return 0
         return min(min(run_record.finished_tasks(d) for d in self.dirs), self.stream.num_tasks)
 
-    def run(self, last: int) -> list[RunResult]:
-        """Tasks 0..last: the finished ones resumed, the rest trained. A run's files describe all of
-        its finished tasks, so `--task 2` on a run that has finished 5 evaluates the 5."""
+    def run(self) -> list[RunResult]:
+        """Tasks 0..the plan's last: the finished ones resumed, the rest trained. A run's files
+        describe all of its finished tasks, so `--task 2` on a run that has finished 5 evaluates the 5."""
         done = self.finished()
-        last = max(last, done - 1)
+        last = max(self.plan.last_task, done - 1)
         with step_mode(self.device, self.threads.matmul_threads):
             try:
                 for task in range(min(done, last + 1)):
@@ -213,7 +212,6 @@ def _statistics_key(plan: FitPlan, source: FeatureSource | None) -> tuple | None
 
 def fit_group(
     plan: FitPlan,
-    upto_task: int | None = None,
     *,
     source: FeatureSource | None = None,
     on_stage: StageCallback | None = None,
@@ -221,30 +219,23 @@ def fit_group(
     overlap: bool | None = None,
     on_start: Callable[[list[RunResult]], None] | None = None,
 ) -> list[RunResult]:
-    """Train the plan's recipes (they share flow, epochs and batch size) in one engine run; one
-    RunResult each. The plan was checked where it was built: this trusts it and works out nothing
-    of it again (its device is resolved once, when first asked for: here, where torch is loaded).
-    `on_start` gets the results once the run folders are claimed, before the first task (a refusal
-    is then the only line after the plan's).
+    """Train the plan's recipes (they share flow, epochs and batch size) up to its last task in one
+    engine run; one RunResult each. The plan was checked where it was built: this trusts it and
+    works out nothing of it again (its device is resolved once, when first asked for: here, where
+    torch is loaded). `on_start` gets the results once the run folders are claimed, before the
+    first task (a refusal is then the only line after the plan's).
 
     A group resumes from the tasks every one of its runs has finished. With write_outputs=False
     nothing touches the disk (a sweep's points: their numbers are returned, not saved). With a
     validation split, its rows never train and every router is scored on them too.
     """
-    last = plan.stream.num_tasks - 1 if upto_task is None else upto_task
-    assert 0 <= last < plan.stream.num_tasks, f"task {last} of {plan.stream.num_tasks}"
     group = GroupFit(plan, source, write_outputs, overlap, on_stage)
     with contextlib.ExitStack() as locks:
         if write_outputs:
-            for run_dir in plan.dirs:  # each checked before any lock file is made beside one
-                run_record.check_claimable(run_dir)
-            for run_dir, config in zip(plan.dirs, plan.configs, strict=True):
-                locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
-                run_record.claim_run_dir(run_dir, config)
-                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
+            run_record.claim_runs(locks, plan.dirs, plan.configs, plan.validation, plan.held_ids)
         if on_start:
             on_start(group.results)
-        return group.run(last)
+        return group.run()
 
 
 def fit_run(
@@ -255,11 +246,11 @@ def fit_run(
     run_dir: Path | None = None,
     **given: Any,
 ) -> RunResult:
-    """One recipe on a store and split, as a plan of G = 1: `validation` and `device` go into the
-    plan (`FitPlan.build`), the other arguments to `fit_group`."""
+    """One recipe on a store and split up to task `upto`, as a plan of G = 1: `validation` and
+    `device` go into the plan (`FitPlan.build`), the other arguments to `fit_group`."""
     planned = {name: given.pop(name) for name in ("validation", "device") if name in given}
-    plan = FitPlan.build(store, stream, trains=[train], dirs=[run_dir], **planned)
-    return fit_group(plan, upto, **given)[0]
+    plan = FitPlan.build(store, stream, trains=[train], dirs=[run_dir], upto=upto, **planned)
+    return fit_group(plan, **given)[0]
 
 
 def evaluate_run(
@@ -273,6 +264,8 @@ def evaluate_run(
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
     validation = run_record.validation_of(config, run_dir)
     store = run_record.open_run_store(config, run_dir)
-    plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
+    plan = FitPlan.build(
+        store, stream, validation, trains=[train], dirs=[run_dir], device=str(device), upto=done - 1
+    )
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
-    return fit_group(plan, done - 1, source=source)[0]
+    return fit_group(plan, source=source)[0]

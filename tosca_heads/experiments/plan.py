@@ -102,6 +102,12 @@ class FitPlan:
     configs: tuple[dict[str, Any], ...] = ()  # each recipe's config.json
     digests: tuple[str, ...] = ()  # each config's digest, recorded in its task files
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
+    upto: int | None = None  # the last task to train (checked where it came in); None: every task
+
+    @property
+    def last_task(self) -> int:
+        """The last task this plan trains (every task's where no `upto` was asked)."""
+        return self.stream.num_tasks - 1 if self.upto is None else self.upto
 
     @classmethod
     def build(
@@ -148,6 +154,7 @@ class FitPlan:
         dirs: Sequence[Path | None] = (),
         device: str | torch.device | PlannedDevice = "cpu",
         runs_root: Path = Path("runs"),
+        upto: int | None = None,
     ) -> FitPlan:
         """The plan of a stream on a store, in one pass: the validation rows carved, the protocol
         said, the labels put in the stream's order, then the recipes resolved with their configs,
@@ -175,6 +182,7 @@ class FitPlan:
             protocol,
             planned_device(device),
             runs_root,
+            upto=upto,
         )
         return plan.with_trains(trains, dirs)
 

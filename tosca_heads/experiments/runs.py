@@ -51,9 +51,10 @@ def plan_fit(request: FitRequest) -> FitPlan:
         dirs=[request.run if request.write else None],
         device=request.device,
         runs_root=request.runs_root,
+        upto=request.task,
     )
     tasks = plan.stream.num_tasks
-    if request.task is not None and request.task >= tasks:
+    if plan.last_task >= tasks:
         raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
     return plan
 
@@ -79,7 +80,7 @@ def fit(
     # the engine, the trackers and torch load now, the plan said
     from tosca_heads.experiments.group import fit_group
     from tosca_heads.trackers import end_failed
-    from tosca_heads.trackers.events import flat_params, run_files
+    from tosca_heads.trackers.events import flat_params
 
     tracked: list[TrackedRun | None] = [None]  # the tracked run, once the run folder is claimed
 
@@ -101,7 +102,6 @@ def fit(
     try:
         (result,) = fit_group(
             plan,
-            request.task,
             on_stage=stage_done if tracking or on_stage else None,
             write_outputs=request.write,
             on_start=started,
@@ -110,5 +110,5 @@ def fit(
         end_failed(tracked[0])
         raise
     if tracked[0] is not None:
-        tracked[0].run_result(result, run_files(result.run_dir) if request.write else [])
+        tracked[0].run_result(result, None if request.write else ())
     return result

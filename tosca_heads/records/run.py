@@ -57,6 +57,7 @@ command with one line naming the file and what to do, never a traceback or a wro
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -72,6 +73,7 @@ from featcache.foundation import atomic, folders
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import identity_differences
+from featcache.foundation.locks import folder_lock
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
@@ -269,6 +271,24 @@ def claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
             )
     else:
         atomic.write_text(config_path, json.dumps(config, indent=2) + "\n")
+
+
+def claim_runs(
+    locks: contextlib.ExitStack,
+    dirs: Sequence[Path],
+    configs: Sequence[dict[str, Any]],
+    validation: ValidationConfig,
+    held_ids: Sequence[str],
+) -> None:
+    """Claim a group's run folders: each checked before any lock file is made beside one, then each
+    locked (held by `locks` until the group is done), claimed for its config (`claim_run_dir`) and
+    given the validation split's image ids."""
+    for run_dir in dirs:
+        check_claimable(run_dir)
+    for run_dir, config in zip(dirs, configs, strict=True):
+        locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
+        claim_run_dir(run_dir, config)
+        write_validation_ids(run_dir, validation, held_ids)
 
 
 def check_claimable(run_dir: Path) -> None:

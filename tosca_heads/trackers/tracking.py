@@ -26,7 +26,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.plugins import foreign_code
 from featcache.foundation.text import tell
 from tosca_heads.records.run import RunResult, StageResult
-from tosca_heads.trackers.events import record_metrics, result_record, stage_metrics
+from tosca_heads.trackers.events import record_metrics, result_record, run_files, stage_metrics
 from tosca_heads.trackers.ledger import Ledger
 from tosca_heads.trackers.registry import Logger, Metric, failure_text, open_logger, parse_targets
 
@@ -143,10 +143,11 @@ class TrackedRun:
             if self.on_end is not None:
                 self.on_end(self, ok)
 
-    def run_result(self, result: RunResult, files: Sequence[Path] = ()) -> None:
-        """A whole run at once (a sweep's point, a suite's cell, a comparison's TOSCA run)."""
+    def run_result(self, result: RunResult, files: Sequence[Path] | None = None) -> None:
+        """A whole run at once (a fit, a sweep's point, a suite's cell, a comparison's TOSCA run),
+        with `files` (None: the files its run folder holds)."""
         record, curves = result_record(result)
-        self.finish(record, files, curves)
+        self.finish(record, run_files(result.run_dir) if files is None else files, curves)
 
 
 def method_result(run: TrackedRun, result: Any, files: Sequence[Path] = ()) -> None:
