@@ -1,5 +1,7 @@
 """Stage 2 from Python: fit, evaluate and sweep on a store, predict from features or images, the
-baselines, suites, and the registries for routers and baselines that live outside the package.
+baselines, suites, and the registries for what lives outside the package (routers, baselines,
+per-router metrics, trackers): a plug-in imports them from here, a path that does not move with
+the house.
 Re-exported as `tosca_heads.fit`, ... (loaded on first use). Results are plain objects:
 `RunResult.metrics()` is the dict metrics.json holds, sweeps and baselines come as pandas frames,
 predictions as numpy arrays.
@@ -26,9 +28,11 @@ from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
 from tosca_heads.method.baselines import BASELINES, register_baseline
+from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
 from tosca_heads.records.run import RunResult
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
+from tosca_heads.trackers.registry import Logger, register_logger
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,6 +44,7 @@ __all__ = [
     "BASELINES",
     "ROUTERS",
     "BaselineClassifier",
+    "Logger",
     "Predictions",
     "ProtocolWarning",
     "ReferenceView",
@@ -58,6 +63,8 @@ __all__ = [
     "parse_suite",
     "predict",
     "register_baseline",
+    "register_logger",
+    "register_metric",
     "register_router",
     "run_suite",
     "sweep",

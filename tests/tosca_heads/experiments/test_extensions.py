@@ -213,8 +213,7 @@ def metric() -> Iterator[str]:
 # a lab's plug-in, one file as docs/contributing.md shows: a per-router metric, and a tracker that
 # writes every figure it is sent as a line of the file named after --log recorded=
 PLUGIN = """
-from tosca_heads.trackers import Logger, register_logger
-from tosca_heads.method.metrics import register_metric
+from tosca_heads import Logger, register_logger, register_metric
 
 
 @register_metric("worst_task", label="worst task", summary="the lowest per-task accuracy at the end")
