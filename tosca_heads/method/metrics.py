@@ -66,7 +66,16 @@ def register_metric(
     percent: bool = True,
 ) -> Callable[[Callable[[Curve, Matrix], float]], Callable[[Curve, Matrix], float]]:
     """A decorator registering `fn(curve, matrix) -> float` as the per-router metric `name` (its
-    column `label`, default the name), bounded by [low, high] where a file is read back."""
+    column `label`, default the name), bounded by [low, high] where a file is read back: every
+    metrics block has it from then on (results files, tables, console, trackers).
+
+    >>> @register_metric("doc_worst_task", label="worst task")
+    ... def worst_task(curve, matrix):
+    ...     return min(matrix[-1])
+    >>> summarise([0.95, 0.8], [[0.95], [0.9, 0.7]])["doc_worst_task"]
+    0.7
+    >>> del METRICS["doc_worst_task"]  # (a doctest leaves the registry as it found it)
+    """
 
     def decorate(fn: Callable[[Curve, Matrix], float]) -> Callable[[Curve, Matrix], float]:
         if name in BUILT_IN:

@@ -101,7 +101,20 @@ LOGGERS: Registry[type[Logger]] = Registry("tracker", "tosca_heads.trackers.regi
 def register_logger(cls: type[Logger]) -> type[Logger]:
     """Add a logger class to the registry (a class decorator): `--log NAME` (or one of its
     `aliases`) then sends runs to it. A name registered twice, or one that cannot be typed after
-    --log, is refused."""
+    --log, is refused.
+
+    >>> @register_logger
+    ... class DocPrinted(Logger):
+    ...     name, summary = "doc_printed", "every figure on stdout"
+    ...     def start(self, name, parent): return name
+    ...     def params(self, run, params): pass
+    ...     def metrics(self, run, metrics): print(*(f"{m.key}={m.value}" for m in metrics))
+    ...     def artifacts(self, run, files): pass
+    ...     def end(self, run, ok): pass
+    >>> LOGGERS["doc_printed"] is DocPrinted
+    True
+    >>> del LOGGERS["doc_printed"]  # (a doctest leaves the registry as it found it)
+    """
     for name in (cls.name, *cls.aliases):
         if not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
