@@ -264,8 +264,6 @@ def evaluate_run(
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
     validation = run_record.validation_of(config, run_dir)
     store = run_record.open_run_store(config, run_dir)
-    plan = FitPlan.build(
-        store, stream, validation, trains=[train], dirs=[run_dir], device=str(device), upto=done - 1
-    )
+    plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
-    return fit_group(plan, source=source)[0]
+    return fit_group(replace(plan, upto=done - 1), source=source)[0]

@@ -104,6 +104,11 @@ class FitPlan:
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
     upto: int | None = None  # the last task to train (checked where it came in); None: every task
 
+    def __post_init__(self) -> None:
+        tasks = self.stream.num_tasks
+        if self.upto is not None and not 0 <= self.upto < tasks:  # an edge lets no such task through
+            raise ValueError(f"a plan's last task {self.upto} is not one of its tasks 0..{tasks - 1}")
+
     @property
     def last_task(self) -> int:
         """The last task this plan trains (every task's where no `upto` was asked)."""

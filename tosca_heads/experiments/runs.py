@@ -8,6 +8,7 @@ after (`fit` imports `group` then), so the command's first line comes before the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,12 +52,11 @@ def plan_fit(request: FitRequest) -> FitPlan:
         dirs=[request.run if request.write else None],
         device=request.device,
         runs_root=request.runs_root,
-        upto=request.task,
     )
     tasks = plan.stream.num_tasks
-    if plan.last_task >= tasks:
+    if request.task is not None and request.task >= tasks:
         raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
-    return plan
+    return replace(plan, upto=request.task)
 
 
 def fit(

@@ -97,6 +97,10 @@ def test_refusals_are_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"past the last task: this stream has tasks 0\.\.2"):
         fit(past)  # checked at the edge, before a folder is claimed
     assert not (tmp_path / "r").exists()
+    for upto in (3, -1):  # a plan holds only a task its stream has: below the edge, a bug
+        with pytest.raises(ValueError, match=rf"last task {upto} is not one of its tasks 0\.\.2"):
+            fit_run(store, StreamConfig(2, 2), FAST, upto, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
     fit_run(store, StreamConfig(2, 2), FAST, 0, tmp_path / "r")
     with pytest.raises(UserError, match="another config"):
         fit_run(store, StreamConfig(2, 2), TrainConfig(epochs=4, batch_size=8, r=4, s=4), 1, tmp_path / "r")
