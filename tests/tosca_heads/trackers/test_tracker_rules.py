@@ -345,9 +345,9 @@ def test_mlflow_alone_writes_under_runs_and_mlflow_ui_shows_the_runs_and_their_f
     try:
         seen = []
         assert server.stderr is not None
-        for line in server.stderr:  # its worker says when it serves
-            seen.append(line)
-            if "Application startup complete" in line:
+        for line in server.stderr:  # it says when it serves: uvicorn's "running on" comes once the
+            seen.append(line)  # port is bound ("Application startup complete" comes before the bind)
+            if "Uvicorn running on" in line:
                 break
         assert server.poll() is None, "".join(seen)
         base = f"http://127.0.0.1:{port}"
