@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +93,7 @@ class FitPlan:
     held: np.ndarray  # the training rows held out for validation (store rows, sorted)
     train_labels: np.ndarray  # each training row's class in the stream's order; HELD_OUT: in no task
     held_labels: np.ndarray  # the held-out rows' classes in the stream's order
+    held_ids: tuple[str, ...]  # the held-out rows' store ids (validation.json lists them)
     test_labels: np.ndarray  # each test row's class in the stream's order
     protocol: ProtocolReport
     device: PlannedDevice  # as asked, resolved once (`PlannedDevice.resolved`)
@@ -175,6 +175,7 @@ class FitPlan:
         train_labels = stream.remap(labels)
         held_labels = train_labels[held]
         train_labels[held] = HELD_OUT  # never trained on, never a prototype, never a router statistic
+        ids = store.ids("train") if len(held) else ()  # read once, only where rows are held out
         plan = cls(
             store,
             stream_config,
@@ -183,6 +184,7 @@ class FitPlan:
             held,
             train_labels,
             held_labels,
+            tuple(str(ids[r]) for r in held),
             stream.remap(test),
             protocol,
             planned_device(device),
@@ -206,12 +208,6 @@ class FitPlan:
         return replace(self, trains=resolved, configs=configs, digests=digests, dirs=folders)
 
     # ------------------------------------------------------------------------------ what files record
-
-    @cached_property
-    def held_ids(self) -> tuple[str, ...]:
-        """The store ids of the held-out training images (validation.json lists them)."""
-        ids = self.store.ids("train")
-        return tuple(str(ids[r]) for r in self.held)
 
     def run_config(self, train: TrainConfig) -> dict[str, Any]:
         """What a run's config.json holds for a recipe (resolved here at the store's dimension)."""
