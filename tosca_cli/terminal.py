@@ -91,14 +91,3 @@ def as_json(data: Any) -> None:
 def pct(value: float | None) -> str:
     """A fraction as a percentage with two decimals; `–` for none."""
     return "–" if value is None else f"{100 * value:.2f}"
-
-
-def pct_in(block: dict[str, Any] | None, metric: str) -> str:
-    """A metric of a metrics block in %, with its 95% interval where the block has one:
-    '94.17 [89.2, 98.1]'; `–` for none."""
-    if block is None or block.get(metric) is None:
-        return "–"
-    low, high = (block.get("intervals") or {}).get(metric, [None, None])
-    return pct(block[metric]) + (
-        "" if low is None or high is None else f" [{100 * low:.1f}, {100 * high:.1f}]"
-    )

@@ -12,7 +12,7 @@ from typing import Any
 
 from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, heading, key_values, note, out, pct_in, say, table
+from tosca_cli.terminal import as_json, err, heading, key_values, note, out, say, table
 
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
@@ -86,45 +86,19 @@ def say_protocol(protocol: Any) -> None:
 
 
 def run_summary(result: Any, routers: list[str]) -> None:
-    from tosca_heads.method.metrics import registered, shown
+    from tosca_heads.method.metrics import columns_of, header_of
     from tosca_heads.routers import reference_text
 
     metrics = result.metrics()
     validation = metrics.get("validation") or {}
+    figures = columns_of(bool(validation))
     rows = []
     for name in routers:
-        m = metrics["routers"][name]
+        blocks = {"test": metrics["routers"][name], "validation": validation.get(name)}
         told = reference_text(name)  # what makes it a reference, as the registry says ("" for an honest one)
-        held = [pct_in(validation[name], "A_last")] if validation else []
-        rows.append(
-            [
-                name,
-                pct_in(m, "A_bar"),
-                pct_in(m, "A_last"),
-                *held,
-                pct_in(m, "forgetting"),
-                pct_in(m, "routing_accuracy"),
-                *(shown(extra, m.get(extra.name)) for extra in registered()),
-                told,
-            ]
-        )
+        rows.append([name, *(_figure_cell(column, blocks) for column in figures), told])
     title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}, test split"
-    held_column = ["val A_last"] if validation else []
-    table(
-        title,
-        [
-            "router",
-            "A_bar",
-            "A_last",
-            *held_column,
-            "forgetting",
-            "routing acc",
-            *(extra.label for extra in registered()),
-            "reference",
-        ],
-        rows,
-        ("router", "reference"),
-    )
+    table(title, ["router", *map(header_of, figures), "reference"], rows, ("router", "reference"))
     said_intervals(metrics["routers"])
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
@@ -137,16 +111,23 @@ def run_summary(result: Any, routers: list[str]) -> None:
         say(f"plot {plot}")
 
 
+def _figure_cell(column: Any, blocks: dict[str, Any]) -> str:
+    """A figure column's cell (`metrics.columns_of`) from a row's metrics blocks per split."""
+    from tosca_heads.method.metrics import shown_in
+
+    split, metric = column if isinstance(column, tuple) else ("test", column)
+    return shown_in(metric, blocks.get(split))
+
+
 def said_intervals(blocks: Any) -> None:
     """Under a table of figures: what their brackets are, or that they have none (files before
     format 4)."""
     blocks = list(blocks.values()) if isinstance(blocks, dict) else list(blocks)
     if any(b and b.get("intervals") for b in blocks):
         images = next(b["images"] for b in blocks if b and b.get("intervals"))
-        say(
-            f"[low, high]: 95% interval over the {images:,} images of the split (A_last and routing: exact binomial; "
-            "A_bar and forgetting: a stratified bootstrap over images; docs/guarantees.md)"
-        )
+        from tosca_heads.method.metrics import intervals_said
+
+        say(f"[low, high]: 95% interval over the {images:,} images of the split ({intervals_said()}; docs/guarantees.md)")
     elif blocks:
         say(
             "no intervals: these figures were written before tosca kept per-image answers (`tosca eval RUN` adds them)"
@@ -280,8 +261,8 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
 
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.experiments.results import choice_lines, flag_text, spread_of
-    from tosca_heads.method.metrics import registered, shown_spread
+    from tosca_heads.experiments.results import choice_lines, flag_text, short_name, spread_of
+    from tosca_heads.method.metrics import RANKED, figures
     from tosca_heads.routers import router_label
 
     if outcome.frame.empty:
@@ -298,18 +279,15 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
         se = row.get(f"{ranked}_se")
         return "–" if se is None or se != se else f"{100 * se:.2f}"
 
+    others = [m for m in figures() if m.name != RANKED]  # each under the ranking router
     rows = [
         [
             "*" if row["chosen"] else ("=" if row["tie"] else ""),
             *(flag_text(row[f]) for f in flags),
             *([spread(row, f"val_A_last_{rank_by}")] if on_validation else []),
             standard_error(row),
-            *(spread(row, f"A_last_{m}") for m in shown),
-            spread(row, f"routing_{rank_by}"),
-            *(
-                shown_spread(m, row.get(f"{m.name}_{rank_by}_mean"), row.get(f"{m.name}_{rank_by}_std"))
-                for m in registered()
-            ),
+            *(spread(row, f"{RANKED}_{m}") for m in shown),
+            *(spread(row, f"{short_name(m)}_{rank_by}") for m in others),
             f"{int(row['params_per_task']):,}",
             int(row["seeds"]),
         ]
@@ -322,9 +300,8 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
         *flags,
         *val,
         "SE",
-        *(f"A_last {router_label(m)}" for m in shown),
-        f"routing acc ({label})",
-        *(f"{m.label} ({label})" for m in registered()),
+        *(f"{RANKED} {router_label(m)}" for m in shown),
+        *(f"{m.label} ({label})" for m in others),
         "params/task",
         "seeds",
     ]
@@ -346,26 +323,22 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
 
 
 def comparison_table(comparison: Any) -> None:
-    from tosca_heads.method.metrics import registered, shown
+    from tosca_heads.method.metrics import columns_of, header_of
 
-    metrics = ("A_bar", "A_last", "forgetting", "routing_accuracy")
     validation = any(r.validation is not None for r in comparison.results)
+    figures = columns_of(validation)
     rows = [
         [
             r.method,
             r.routing,
-            *(pct_in(r.metrics, m) for m in metrics),
-            *(shown(extra, r.metrics.get(extra.name)) for extra in registered()),
-            *([pct_in(r.validation, "A_last")] if validation else []),
+            *(_figure_cell(column, {"test": r.metrics, "validation": r.validation}) for column in figures),
             f"{r.parameters:,}",
             f"{r.seconds:.1f}",
             r.reference,
         ]
         for r in comparison.results
     ]
-    columns = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc"]
-    columns += [extra.label for extra in registered()]
-    columns += [*(["val A_last"] if validation else []), "parameters", "seconds", "reference"]
+    columns = ["method", "routing", *map(header_of, figures), "parameters", "seconds", "reference"]
     table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
     said_intervals([r.metrics for r in comparison.results])
 
@@ -510,20 +483,18 @@ class DemoDisplay:
         say(f"tables: {', '.join(map(str, tables))}")
 
 
-def _in_percent(row: dict[str, Any], key: str) -> str:
-    """A row's figure already in %, with its interval where it has one: '93.33 [83.8, 98.2]'."""
-    value, low, high = row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high")
-    if value is None:
-        return "–"
-    return f"{value:.2f}" + ("" if low is None or high is None else f" [{low:.1f}, {high:.1f}]")
-
-
 def routers_table(report: Any) -> None:
     """`tosca routers`: every router of a run beside the baselines of its protocol (the others said
     below), and which one `tosca predict` takes by default (and on which split it was chosen)."""
-    from tosca_heads.method.metrics import registered, shown
+    from tosca_heads.method.metrics import RANKED, columns_of, header_of, shown
 
-    validation = any(row["val_A_last"] is not None for row in report.rows)
+    validation = any(row[f"val_{RANKED}"] is not None for row in report.rows)
+    figures = columns_of(validation)
+
+    def cell(row: dict[str, Any], column: Any) -> str:  # a report row's figures are in % already
+        metric, key = (column[1], f"val_{column[1].name}") if isinstance(column, tuple) else (column, column.name)
+        return shown(metric, row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high"), in_percent=True)
+
     rows = []
     for row in report.rows:
         mine = row["kind"] == "router"
@@ -534,22 +505,9 @@ def routers_table(report: Any) -> None:
             if mine and row["router"] in (report.ties or ())
             else ""
         )
-        held = [_in_percent(row, "val_A_last")] if validation else []
-        rows.append(
-            [
-                name,
-                *(_in_percent(row, k) for k in ("A_bar", "A_last")),
-                *held,
-                _in_percent(row, "forgetting"),
-                _in_percent(row, "routing_accuracy"),
-                *(shown(extra, row.get(extra.name)) for extra in registered()),
-                row["reference"],
-                row["summary"],
-            ]
-        )
+        rows.append([name, *(cell(row, column) for column in figures), row["reference"], row["summary"]])
     title = f"routers of {report.run} ({report.tasks} tasks); accuracies in %, test split"
-    columns = ["router", "A_bar", "A_last", *(["val A_last"] if validation else []), "forgetting"]
-    columns += ["routing acc", *(extra.label for extra in registered()), "reference", "what it is"]
+    columns = ["router", *map(header_of, figures), "reference", "what it is"]
     table(title, columns, rows, ("router", "reference", "what it is"))
     said_intervals(
         [{"intervals": True, "images": r["images"]} if r.get("images") else {} for r in report.rows[:1]]

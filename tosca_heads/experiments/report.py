@@ -11,7 +11,7 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.method import uncertainty
-from tosca_heads.method.metrics import registered
+from tosca_heads.method.metrics import RANKED, figures
 from tosca_heads.records.baseline import NO_ROUTING, bounds, read_baseline
 from tosca_heads.records.run import (
     read_confusion,
@@ -76,28 +76,23 @@ def _row(
     held: dict[str, Any] | None = None,
     reference: str = "",
 ) -> dict[str, Any]:
-    """One row, in %: the figures on test, each with its interval (`_low`, `_high`: None for a
-    run or baseline written before format 4) and the `images` they are over; `val_A_last` (with
-    its interval and `val_images`) on the validation split."""
-    shown = {k: _percent(v) if k.endswith(("_low", "_high")) else v for k, v in bounds(block).items()}
-    held_bounds = bounds(held, "val_")
-    return {
-        "router": name,
-        "kind": kind,
-        "honest": honest,
-        "reference": reference,
-        "A_bar": _percent(block["A_bar"]),
-        "A_last": _percent(block["A_last"]),
-        "val_A_last": None if held is None else _percent(held["A_last"]),
-        "forgetting": _percent(block["forgetting"]),
-        "routing_accuracy": _percent(block.get("routing_accuracy")),
-        **{m.name: block.get(m.name) for m in registered()},  # None: written before it was registered
-        "summary": summary,
-        **shown,
-        "val_A_last_low": _percent(held_bounds["val_A_last_low"]),
-        "val_A_last_high": _percent(held_bounds["val_A_last_high"]),
-        "val_images": held_bounds["val_images"],
-    }
+    """One row: every figure on test (`metrics.figures()`; in % where the metric is shown in %),
+    each with its interval (`_low`, `_high`: None where the run kept no answers) and the `images`
+    they are over; `val_A_last` (the ranked figure, with its interval and `val_images`) on the
+    validation split. A plug-in's figure is None where the block was made before it was registered."""
+    row: dict[str, Any] = {"router": name, "kind": kind, "honest": honest, "reference": reference}
+    test, validation = bounds(block), bounds(held, "val_")
+    for metric in figures():
+        scale = _percent if metric.percent else (lambda v: v)
+        row[metric.name] = scale(block.get(metric.name))
+        if metric.interval is not None:
+            for end in ("low", "high"):
+                row[f"{metric.name}_{end}"] = scale(test.get(f"{metric.name}_{end}"))
+        if metric.name == RANKED:
+            row[f"val_{RANKED}"] = None if held is None else scale(held[RANKED])
+            for end in ("low", "high"):
+                row[f"val_{RANKED}_{end}"] = scale(validation.get(f"val_{RANKED}_{end}"))
+    return {**row, "summary": summary, "images": test["images"], "val_images": validation["val_images"]}
 
 
 def other_protocol(payload: dict[str, Any], config: dict[str, Any], tasks: int) -> str:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tosca_heads.method import uncertainty
-from tosca_heads.method.metrics import registered
+from tosca_heads.method.metrics import RANKED, Metric, figures
 from tosca_heads.records.plots import best_curves, heatmaps
-from tosca_heads.records.sweep import FLAG_COLUMNS, METRIC_COLUMNS, POINT_COLUMNS
+from tosca_heads.records.sweep import FLAG_COLUMNS, POINT_COLUMNS
 from tosca_heads.records.table import Table
 from tosca_heads.routers import HEADLINE, ROUTERS
 
@@ -42,12 +42,21 @@ def routers_in(frame: pd.DataFrame) -> list[str]:
     return [r for r in ROUTERS if r in present] + [r for r in present if r not in ROUTERS]
 
 
-# each run's own interval of a figure (results.csv's columns), by the name the tables give it
-RUN_INTERVALS = {
-    f"{metric}_{end}": f"{column}_{end}"
-    for metric, column in (("A_bar", "A_bar"), ("A_last", "A_last"), ("routing", "routing_accuracy"))
-    for end in ("low", "high")
-}
+def short_name(metric: Metric) -> str:
+    """A figure's name in a summary's columns (`{name}_{router}_mean`): "routing" for the routing
+    accuracy, else its name."""
+    return "routing" if metric.from_routing else metric.name
+
+
+def point_columns() -> dict[str, str]:
+    """Each figure's summary name -> its results.csv column, with each run's interval where the
+    figure declares one (`{name}_low`, `_high`), and the curve A_t."""
+    found: dict[str, str] = {}
+    for metric in figures():
+        found[short_name(metric)] = metric.name
+        if metric.interval is not None:
+            found.update({f"{short_name(metric)}_{end}": f"{metric.name}_{end}" for end in ("low", "high")})
+    return {**found, "A_t": "A_t"}
 
 
 def by_point(frame: pd.DataFrame) -> pd.DataFrame:
@@ -62,8 +71,7 @@ def by_point(frame: pd.DataFrame) -> pd.DataFrame:
         part = frame[frame["split"] == split]
         if part.empty:
             continue
-        registered_metrics = {m.name: m.name for m in registered()}
-        for metric, column in {**METRIC_COLUMNS, **RUN_INTERVALS, **registered_metrics}.items():
+        for metric, column in point_columns().items():
             if column not in part:
                 continue
             pivot = part.pivot(index="key", columns="router", values=column)
@@ -102,8 +110,8 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
         f"{prefix}{m}_{r}"
         for prefix in ("", "val_")
         for r in routers
-        for m in ("A_bar", "A_last", "routing", *RUN_INTERVALS, *(m.name for m in registered()))
-        if f"{prefix}{m}_{r}" in points
+        for m in point_columns()
+        if m != "A_t" and f"{prefix}{m}_{r}" in points
     ]
     agg: dict[str, Any] = {c: ["mean", "std"] for c in metrics}
     agg.update(params_per_task="first", train_seconds="mean", seed="count", key=list)
@@ -118,11 +126,14 @@ def summarise_points(points: pd.DataFrame, rank_by: str, routers: Sequence[str])
     return summary.reset_index(drop=True)
 
 
-def _pm(mean: float, std: float, low: Any = np.nan, high: Any = np.nan) -> str:
-    """'80.12 ± 1.30' over seeds; one seed: '80.12 [77.7, 82.4]', its run's interval (where kept)."""
-    if np.isnan(mean):
+def _pm(mean: float, std: float, low: Any = np.nan, high: Any = np.nan, metric: Metric | None = None) -> str:
+    """'80.12 ± 1.30' over seeds; one seed: '80.12 [77.7, 82.4]', its run's interval (where kept);
+    in % unless `metric` is shown as it is."""
+    if _missing(mean):
         return "–"
-    if np.isnan(std):
+    if metric is not None and not metric.percent:
+        return f"{mean:g}" if _missing(std) else f"{mean:g} ± {std:g}"
+    if _missing(std):
         shown = "" if _missing(low) or _missing(high) else f" [{100 * low:.1f}, {100 * high:.1f}]"
         return f"{100 * mean:.2f}{shown}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
@@ -136,17 +147,19 @@ def spread_of(row: Any, column: str) -> str:
     """A summary row's figure `column` ("A_last_entropy", "val_A_bar_lda") as `_pm` says it; the run's
     interval of a one-seed configuration from `{metric}_low_{router}` / `_high_`."""
     metric, router = _split_column(column)
+    named = {short_name(m): m for m in figures()}.get(metric.removeprefix("val_"))
     return _pm(
         row.get(f"{column}_mean", np.nan),
         row.get(f"{column}_std", np.nan),
         row.get(f"{metric}_low_{router}_mean", np.nan),
         row.get(f"{metric}_high_{router}_mean", np.nan),
+        named,
     )
 
 
 def _split_column(column: str) -> tuple[str, str]:
     """ "val_A_last_entropy" -> ("val_A_last", "entropy")."""
-    for metric in ("A_bar", "A_last", "routing"):
+    for metric in sorted(map(short_name, figures()), key=len, reverse=True):  # the longest name that fits
         for prefix in ("val_", ""):
             head = f"{prefix}{metric}_"
             if column.startswith(head):
@@ -314,7 +327,8 @@ def summary_table(
     flags = named_flags(points)
     split = chosen["split"]
     val = ["val A_last " + rank_by] if split == "validation" else []
-    header = ["", *flags, *val, *(f"A_last {m}" for m in shown), f"A_bar {rank_by}", "routing acc"]
+    others = [m for m in figures() if m.name != RANKED]  # under the ranking router
+    header = ["", *flags, *val, *(f"{RANKED} {m}" for m in shown), *(f"{m.label} {rank_by}" for m in others)]
     header += ["params/task", "train s", "seeds"]
     if split == "validation":
         how = (
@@ -348,8 +362,7 @@ def summary_table(
         for m in shown:
             se = row.get(ranked_se) if (m == rank_by and not val) else None
             cells.append(_with_se(row, f"A_last_{m}", se))
-        cells.append(spread_of(row, f"A_bar_{rank_by}"))
-        cells.append(spread_of(row, f"routing_{rank_by}"))
+        cells += [spread_of(row, f"{short_name(m)}_{rank_by}") for m in others]
         cells += [f"{int(row['params_per_task']):,}", f"{row['train_seconds']:.1f}", str(int(row["seeds"]))]
         rows.append(cells)
     after = "\n".join(choice_lines(chosen)) + "\n"

@@ -39,20 +39,34 @@ from dataclasses import dataclass
 import numpy as np
 
 from tosca_heads.method.distributions import beta_quantile, t_quantile
+from tosca_heads.method.metrics import EXACT as EXACT_KIND
+from tosca_heads.method.metrics import Metric, metric_named, resampled, with_interval
 
 LEVEL = 0.95  # every interval and test: two-sided 95%
 REPLICATES = 1000  # bootstrap replicates
 SEED = 0  # the bootstrap's generator
-METRICS = ("A_bar", "A_last", "forgetting")
-METHODS_SAID = {  # how every interval in a file was computed (metrics.json's "uncertainty")
-    "level": LEVEL,
-    "A_last": "one run: exact binomial (Clopper-Pearson) over its images; a mean over seeds: the bootstrap",
-    "A_bar": f"stratified bootstrap over images (each class keeps its count), {REPLICATES} replicates, "
-    f"seed {SEED}, percentile interval; a mean over seeds draws the seeds too",
-    "forgetting": "as A_bar",
-    "routing_accuracy": "exact binomial (Clopper-Pearson) over the images",
-    "differences": "paired bootstrap: the same images (and seeds) drawn for both sides",
-}
+
+
+def methods_said() -> dict[str, object]:
+    """How every interval in a file was computed (metrics.json's "uncertainty"): per metric with an
+    interval, as it declares (`metrics.Metric.interval`), and how differences are tested."""
+    said: dict[str, object] = {"level": LEVEL}
+    for metric in with_interval():
+        if metric.from_routing:
+            said[metric.name] = "exact binomial (Clopper-Pearson) over the images"
+        elif metric.interval == EXACT_KIND:
+            said[metric.name] = (
+                "one run: exact binomial (Clopper-Pearson) over its images; a mean over seeds: the bootstrap"
+            )
+        else:
+            said[metric.name] = (
+                f"stratified bootstrap over images (each class keeps its count), {REPLICATES} replicates, "
+                f"seed {SEED}, percentile interval; a mean over seeds draws the seeds too"
+            )
+    said["differences"] = "paired bootstrap: the same images (and seeds) drawn for both sides"
+    return said
+
+
 HOLDS, FAILS, UNCLEAR = "holds", "does not hold", "not distinguishable at this sample size"
 BOOTSTRAP = "bootstrap"  # a stratified bootstrap over images (and seeds)
 EXACT = "clopper-pearson"  # an exact binomial interval
@@ -177,9 +191,9 @@ def _class_tasks(run: Outcomes, classes: np.ndarray) -> np.ndarray:
     return run.task[first][np.searchsorted(labels, classes)]
 
 
-def _metrics(draws: _Draws, run: Outcomes, column: int) -> dict[str, np.ndarray]:
-    """A_bar, A_last and forgetting of one run (its columns from `column`), per replicate [1 + B],
-    as `method.metrics` computes them from the accuracy matrix."""
+def _metrics(draws: _Draws, run: Outcomes, column: int, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
+    """Each `wanted` metric of one run (its columns from `column`), per replicate [1 + B], computed
+    from each replicate's accuracy curve and matrix as `method.metrics` computes it from a run's."""
     tasks = run.tasks
     sums = draws.sums[:, :, column : column + tasks]  # [R, C, T]
     task_of = _class_tasks(run, draws.classes)
@@ -190,24 +204,34 @@ def _metrics(draws: _Draws, run: Outcomes, column: int) -> dict[str, np.ndarray]
     with np.errstate(invalid="ignore", divide="ignore"):
         a_t = (right * seen).sum(2) / (seen * sizes).sum(1)  # [R, T]
         blocks = right / sizes  # [R, T, T]
-    result = {"A_bar": a_t.mean(1), "A_last": a_t[:, -1]}
-    if tasks < 2:
-        result["forgetting"] = np.zeros(len(a_t))
-    else:
-        drops = []
-        for j in range(tasks - 1):
-            drops.append(blocks[:, j : tasks - 1, j].max(1) - blocks[:, tasks - 1, j])
-        result["forgetting"] = np.mean(drops, axis=0)
-    return result
+    return {m.name: replicated(m, a_t, blocks) for m in wanted}
 
 
-def _per_run(draws: _Draws, runs: Sequence[Outcomes], column: int = 0) -> dict[str, np.ndarray]:
+def replicated(metric: Metric, a_t: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """`metric` of every replicate [R] from its curves `a_t` [R, T] and matrices `blocks` [R, T, T]
+    (stage t's row holds blocks 0..t): the metric's own vectorised form where it has one
+    (`Metric.replicates`), else its `compute` once per replicate."""
+    if metric.replicates is not None:
+        return np.asarray(metric.replicates(a_t, blocks), dtype=float)
+    tasks = a_t.shape[1]
+    return np.array(
+        [
+            metric.compute(curve.tolist(), [block[t, : t + 1].tolist() for t in range(tasks)])
+            for curve, block in zip(a_t, blocks, strict=True)
+        ],
+        dtype=float,
+    )
+
+
+def _per_run(
+    draws: _Draws, runs: Sequence[Outcomes], wanted: Sequence[Metric], column: int = 0
+) -> dict[str, np.ndarray]:
     """Per metric, [1 + B, runs]: the metric of each run (stacked from `column` on), per replicate."""
     found = []
     for run in runs:
-        found.append(_metrics(draws, run, column))
+        found.append(_metrics(draws, run, column, wanted))
         column += run.tasks
-    return {metric: np.stack([f[metric] for f in found], 1) for metric in METRICS}
+    return {m.name: np.stack([f[m.name] for f in found], 1) for m in wanted}
 
 
 def _mean_over_runs(values: np.ndarray, seed: int) -> np.ndarray:
@@ -257,47 +281,51 @@ def intervals_of(
     replicates: int = REPLICATES,
     seed: int = SEED,
 ) -> dict[str, dict[str, Interval]]:
-    """Per name (a router, a method), A_bar, A_last and forgetting of the mean over its runs (seeds
-    on the same images, every name on the same ones), each with its interval: A_last of one run
-    exact (Clopper-Pearson), everything else by the stratified bootstrap over images and runs.
-    The bootstrap's standard error is kept beside. A mean A_last over seeds (on the same images,
-    whose noise averaging seeds does not remove) is never surer than one run of its accuracy: its
-    interval holds the exact one of its images, its standard error is at least their "plus four"
-    one (`plus_four_se`)."""
+    """Per name (a router, a method), every metric recomputed from per-image answers
+    (`metrics.resampled()`: A_bar, A_last, forgetting and each plug-in's that declares an
+    interval) of the mean over its runs (seeds on the same images, every name on the same ones),
+    each with its interval: an `EXACT` metric (an accuracy, A_last) of one run by Clopper-Pearson
+    over its images, everything else by the stratified bootstrap over images and runs. The
+    bootstrap's standard error is kept beside. A mean accuracy over seeds (on the same images,
+    whose noise averaging seeds does not remove) is never surer than one run of it: its interval
+    holds the exact one of its images, its standard error is at least their "plus four" one
+    (`plus_four_se`)."""
     if not named:
         return {}
+    wanted = resampled()
     stacked = [run for runs in named.values() for run in runs]
     draws = _draw(stacked, replicates, seed)
     found: dict[str, dict[str, Interval]] = {}
     column = 0
     for name, runs in named.items():
-        found[name], per_run = {}, _per_run(draws, runs, column)
-        for metric in METRICS:
-            values = _mean_over_runs(per_run[metric], seed)
+        found[name], per_run = {}, _per_run(draws, runs, wanted, column)
+        n = runs[0].images
+        for metric in wanted:
+            values = _mean_over_runs(per_run[metric.name], seed)
             low, high = _percentiles(values[1:], level)
             se = float(np.nanstd(values[1:], ddof=1)) if replicates > 1 else math.nan
-            if metric == "A_last":  # an accuracy: never less noisy than its images allow
-                n = runs[0].images
-                se = max(se, plus_four_se(float(values[0]), n))
-                exact = clopper_pearson(round(float(values[0]) * n), n, level)
+            observed = float(values[0])
+            if metric.interval == EXACT_KIND and len(runs) == 1:
+                found[name][metric.name] = exact_interval(observed, n, level)
+                continue
+            if metric.interval == EXACT_KIND:  # an accuracy: never less noisy than its images allow
+                se = max(se, plus_four_se(observed, n))
+                exact = clopper_pearson(round(observed * n), n, level)
                 low, high = min(low, exact[0]), max(high, exact[1])
-            found[name][metric] = Interval(
-                float(values[0]), low, high, se, runs[0].images, len(runs), BOOTSTRAP, level
-            )
-        if len(runs) == 1:
-            found[name]["A_last"] = exact_interval(runs[0], level)
+            found[name][metric.name] = Interval(observed, low, high, se, n, len(runs), BOOTSTRAP, level)
         column += sum(run.tasks for run in runs)
     return found
 
 
 def intervals(runs: Sequence[Outcomes], level: float = LEVEL, seed: int = SEED) -> dict[str, Interval]:
-    """A_bar, A_last and forgetting of the mean over `runs` with their intervals (`intervals_of`)."""
+    """Every resampled metric of the mean over `runs` with its interval (`intervals_of`)."""
     return intervals_of({"": runs}, level, seed=seed)[""]
 
 
-def exact_interval(run: Outcomes, level: float = LEVEL) -> Interval:
-    """A_last of one run with its exact binomial interval (and its "plus four" standard error)."""
-    n, right = run.images, run.right()
+def exact_interval(accuracy: float, n: int, level: float = LEVEL) -> Interval:
+    """An accuracy of one run over `n` images (its right answers: `accuracy` x n, rounded) with its
+    exact binomial interval and its "plus four" standard error."""
+    right = round(accuracy * n) if n and not math.isnan(accuracy) else 0
     low, high = clopper_pearson(right, n, level)
     p = right / n if n else math.nan
     return Interval(p, low, high, plus_four_se(p, n), n, 1, EXACT, level)
@@ -350,7 +378,7 @@ def paired_difference(
     """mean over A's runs minus mean over B's of a metric, by a paired bootstrap: each replicate
     draws the same images for both (stratified by class) and the seeds of each side."""
     draws = _draw([*a, *b], replicates, seed)
-    values = _per_run(draws, [*a, *b])[metric]
+    values = _per_run(draws, [*a, *b], [metric_named(metric)])[metric]
     diff = _mean_over_runs(values[:, : len(a)], seed) - _mean_over_runs(values[:, len(a) :], seed)
     low, high = _percentiles(diff[1:], level)
     return Difference(float(diff[0]), low, high, a[0].images, len(a), len(b), PAIRED, level)

@@ -29,7 +29,7 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.fingerprints import canonical_json
-from tosca_heads.method.metrics import registered
+from tosca_heads.method.metrics import BUILT_IN, figures, metric_named, resampled, with_interval
 
 FORMAT = 4
 # a run's config.json keys that do not decide its numbers
@@ -96,39 +96,39 @@ def _fraction(value: Any, low: float = 0.0) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= 1.0
 
 
-def _difference(value: Any) -> bool:
-    return _fraction(value, -1.0)
-
-
-INTERVAL_KEYS = ("A_bar", "A_last", "forgetting", "routing_accuracy")
-
-
 def with_intervals(
     block: dict[str, Any], found: dict[str, Any] | None, routing: Any = None
 ) -> dict[str, Any]:
-    """A metrics block with what makes it a figure with its uncertainty (format 4): "images" (the
-    images after the last task), "intervals" ([low, high] per metric at `uncertainty.LEVEL`) and
-    "standard_errors"; `found` is `uncertainty.intervals`' answer for it (None: nothing kept, the
-    block as it is), `routing` the routing accuracy's interval."""
+    """A metrics block with what makes it a figure with its uncertainty: "images" (the images after
+    the last task), "intervals" ([low, high] at `uncertainty.LEVEL` of every metric that declares
+    one, `metrics.with_interval()`) and "standard_errors" (of those recomputed from the answers);
+    `found` is `uncertainty.intervals`' answer for it (None: nothing kept, the block as it is),
+    `routing` the routing accuracy's interval."""
     if not found:
         return block
-    intervals = {metric: found[metric].record() for metric in ("A_bar", "A_last", "forgetting")}
-    if routing is not None:
-        intervals["routing_accuracy"] = [None if v != v else round(v, 6) for v in routing]
+    intervals: dict[str, Any] = {}
+    for metric in with_interval():
+        if metric.from_routing:
+            if routing is not None:
+                intervals[metric.name] = [None if v != v else round(v, 6) for v in routing]
+        elif metric.name in found:
+            intervals[metric.name] = found[metric.name].record()
     return {
         **block,
         "images": found["A_last"].images,
         "intervals": intervals,
         "standard_errors": {
-            m: None if math.isnan(found[m].se) else round(found[m].se, 6)
-            for m in ("A_bar", "A_last", "forgetting")
+            m.name: None if math.isnan(found[m.name].se) else round(found[m.name].se, 6)
+            for m in resampled()
+            if m.name in found
         },
     }
 
 
 def _valid_intervals(block: dict[str, Any]) -> bool:
-    """A block's format-4 fields, when it has them: whole images, each interval [low, high] of
-    fractions (forgetting: of differences) with low <= high, standard errors not negative."""
+    """A block's interval fields, when it has them: whole images, each interval [low, high] of a
+    metric that declares one, within that metric's bounds, with low <= high; standard errors not
+    negative."""
     if "intervals" not in block:
         return "images" not in block and "standard_errors" not in block
     images, intervals, errors = block.get("images"), block["intervals"], block.get("standard_errors", {})
@@ -136,14 +136,15 @@ def _valid_intervals(block: dict[str, Any]) -> bool:
         return False
     if not isinstance(intervals, dict) or not isinstance(errors, dict):
         return False
-    for metric, pair in intervals.items():
-        if metric not in INTERVAL_KEYS or not isinstance(pair, list) or len(pair) != 2:
+    declared = {m.name for m in with_interval()}
+    for name, pair in intervals.items():
+        if name not in declared or not isinstance(pair, list) or len(pair) != 2:
             return False
         if pair == [None, None]:
             continue
         low, high = pair
-        bound = _difference if metric == "forgetting" else _fraction
-        if not (bound(low) and bound(high) and low <= high):
+        metric = metric_named(name)
+        if not (metric.holds(low) and metric.holds(high) and low is not None and high is not None and low <= high):
             return False
     return all(v is None or _fraction(v) for v in errors.values())
 
@@ -154,15 +155,14 @@ def valid_metrics_block(block: Any) -> bool:
     (a NaN, 7.5 or `true` would be shown as a percentage and even ranked)."""
     if not isinstance(block, dict):
         return False
-    routing = block.get("routing_accuracy")
     curve = block.get("A_t", [])
+    # every figure within its bounds; a built-in one present (the routing accuracy is None for a
+    # method without a router); a plug-in's absent where the block was made before it was registered
+    required = [m for m in figures() if m.name in BUILT_IN and not m.from_routing]
     return (
-        _fraction(block.get("A_bar"))
-        and _fraction(block.get("A_last"))
-        and _difference(block.get("forgetting"))
-        and (routing is None or _fraction(routing))
+        all(block.get(m.name) is not None for m in required)
+        and all(m.holds(block.get(m.name)) for m in figures())
         and isinstance(curve, list)
         and all(_fraction(a) for a in curve)
         and _valid_intervals(block)
-        and all(m.holds(block.get(m.name)) for m in registered())  # absent: written before it was
     )

@@ -21,12 +21,11 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
 from tosca_heads.method.baseline_names import BASELINES
-from tosca_heads.method.metrics import registered, shown
+from tosca_heads.method.metrics import RANKED, figures, intervals_said, shown, with_interval
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
-from tosca_heads.method.uncertainty import Outcomes, bracket
+from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import (
     FORMAT,
-    INTERVAL_KEYS,
     plots,
     store_block,
     valid_metrics_block,
@@ -188,9 +187,9 @@ def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     `{prefix}images` (None where the block has none: written before format 4)."""
     intervals = (block or {}).get("intervals", {})
     columns: dict[str, Any] = {f"{prefix}images": (block or {}).get("images")}
-    for metric in INTERVAL_KEYS:
-        low, high = intervals.get(metric, [None, None])
-        columns.update({f"{prefix}{metric}_low": low, f"{prefix}{metric}_high": high})
+    for metric in with_interval():
+        low, high = intervals.get(metric.name, [None, None])
+        columns.update({f"{prefix}{metric.name}_low": low, f"{prefix}{metric.name}_high": high})
     return columns
 
 
@@ -204,21 +203,17 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
         {
             "method": r.method,
             "routing": r.routing,
-            "A_bar": r.metrics["A_bar"],
-            "A_last": r.metrics["A_last"],
-            "forgetting": r.metrics["forgetting"],
-            "routing_accuracy": r.metrics["routing_accuracy"],
-            **{m.name: r.metrics.get(m.name) for m in registered()},
+            **{m.name: r.metrics.get(m.name) for m in figures()},
             "parameters": r.parameters,
             "seconds": r.seconds,
             "A_t": json.dumps([round(a, 6) for a in r.metrics["A_t"]]),
-            "val_A_last": None if r.validation is None else r.validation["A_last"],
+            f"val_{RANKED}": None if r.validation is None else r.validation[RANKED],
             "reference": r.reference,
             **bounds(r.metrics),
             **{
                 k: v
                 for k, v in bounds(r.validation, "val_").items()
-                if k in ("val_images", "val_A_last_low", "val_A_last_high")
+                if k in ("val_images", f"val_{RANKED}_low", f"val_{RANKED}_high")
             },
         }
         for r in results
@@ -227,35 +222,32 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _with_interval(value: float, low: Any, high: Any) -> str:
-    """'93.03 [92.10, 93.90]' (in %), or the figure alone without an interval."""
+def _number(value: Any) -> float | None:
+    """A frame's cell as a number (None for a missing one: NaN or None)."""
     import pandas as pd
 
-    said = bracket(None if pd.isna(low) else low, None if pd.isna(high) else high)
-    return f"{100 * value:.2f}" + (f" {said}" if said else "")
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     """The comparison as a `records.table.Table`: its shown cells, and `frame` as it is kept."""
-    import pandas as pd
 
-    extra = registered()
-    header = ["method", "routing", "A_bar", "A_last", "forgetting", "routing acc", *(m.label for m in extra)]
-    header += ["parameters", "seconds", "reference"]
+    shown_figures = figures()
+    header = ["method", "routing", *(m.label for m in shown_figures), "parameters", "seconds", "reference"]
     note = (
         "Accuracies in %, on the test split, each with its 95% interval over the test images [low, high] "
-        "(A_last: exact binomial; A_bar and forgetting: a stratified bootstrap over images, method.uncertainty). "
+        f"({intervals_said()}, method.uncertainty). "
         "A row marked as a reference is no honest result: a router "
         "told the task or letting a test batch vote, or a method that sees every task at once."
     )
     rows = []
     for _, r in frame.iterrows():
-        figures = [  # routing accuracy: "–" for a baseline, which routes nothing
-            "–" if pd.isna(r[m]) else _with_interval(r[m], r.get(f"{m}_low"), r.get(f"{m}_high"))
-            for m in INTERVAL_KEYS
+        cells = [  # the routing accuracy: "–" for a baseline, which routes nothing
+            shown(m, _number(r.get(m.name)), _number(r.get(f"{m.name}_low")), _number(r.get(f"{m.name}_high")), 2)
+            for m in shown_figures
         ]
         counts = [f"{int(r['parameters']):,}", f"{r['seconds']:.1f}", r["reference"] or ""]
-        rows.append([r["method"], r["routing"], *figures, *(shown(m, r.get(m.name)) for m in extra), *counts])
+        rows.append([r["method"], r["routing"], *cells, *counts])
     return Table(title, note, header, rows, frame)
 
 

@@ -81,12 +81,12 @@ from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import (
-    METHODS_SAID,
     Interval,
     Outcomes,
     accuracy_interval,
     clopper_pearson,
     intervals_of,
+    methods_said,
 )
 from tosca_heads.records import (
     FORMAT,
@@ -610,7 +610,7 @@ class RunResult:
                 [s.validation or {} for s in self.stages], found.get("validation")
             )
         if found:
-            metrics["uncertainty"] = METHODS_SAID
+            metrics["uncertainty"] = methods_said()
         return metrics
 
 

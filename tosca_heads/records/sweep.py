@@ -36,12 +36,11 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
 from featcache.foundation.fingerprints import canonical_json
 from featcache.store import FeatureStore
-from tosca_heads.method.metrics import METRICS, registered
+from tosca_heads.method.metrics import BUILT_IN, METRICS, Metric, figures, with_interval
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import (
     FORMAT,
-    INTERVAL_KEYS,
     check_format,
     store_block,
     validation_record,
@@ -73,16 +72,27 @@ POINT_COLUMNS = [
     "params_per_task",
     *TIMING_COLUMNS,
 ]
-METRIC_COLUMNS = {
-    "A_bar": "A_bar",
-    "A_last": "A_last",
-    "forgetting": "forgetting",
-    "routing": "routing_accuracy",
-    "A_t": "A_t",
-}
-# format 4: each row's figures with their intervals at uncertainty.LEVEL (empty for a row of an
-# older file) and the images of the split they are over (after the last task)
-INTERVAL_COLUMNS = [f"{metric}_{end}" for metric in INTERVAL_KEYS for end in ("low", "high")]
+
+
+def _built_in() -> list[Metric]:
+    return [m for m in figures() if m.name in BUILT_IN]
+
+
+def _plug_ins() -> list[Metric]:
+    return [m for m in figures() if m.name not in BUILT_IN]
+
+
+def _interval_columns(metrics: Sequence[Metric]) -> list[str]:
+    """Each metric's interval at uncertainty.LEVEL, `NAME_low` and `NAME_high`, for those that
+    declare one (`Metric.interval`)."""
+    return [f"{m.name}_{end}" for m in metrics if m.interval is not None for end in ("low", "high")]
+
+
+# a summary's short name of a figure ("routing" for the routing accuracy) -> its column here
+METRIC_COLUMNS = {**{("routing" if m.from_routing else m.name): m.name for m in _built_in()}, "A_t": "A_t"}
+# each row's figures with their intervals (empty where the run kept no answers) and the images of
+# the split they are over (after the last task)
+INTERVAL_COLUMNS = _interval_columns(_built_in())
 FORMAT_3 = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
 COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]  # then a column per registered metric (`columns`)
 OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)
@@ -105,9 +115,11 @@ FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
 
 
 def columns() -> list[str]:
-    """results.csv's columns: `COLUMNS`, then one per registered per-router metric
-    (`metrics.register_metric`), empty in the rows of a point computed before it was registered."""
-    return [*COLUMNS, *(m.name for m in registered())]
+    """results.csv's columns: `COLUMNS` (the built-in figures'), then each registered metric's
+    (`metrics.register_metric`: its value, and its interval where it declares one), empty in the
+    rows of a point computed before it was registered."""
+    plug_ins = _plug_ins()
+    return [*COLUMNS, *(m.name for m in plug_ins), *_interval_columns(plug_ins)]
 
 
 def point_rows(
@@ -129,30 +141,20 @@ def point_rows(
             "router": name,
         }
         row.update(
-            A_bar=block["A_bar"],
-            A_last=block["A_last"],
-            forgetting=block["forgetting"],
-            routing_accuracy=block["routing_accuracy"],
+            {m.name: block.get(m.name) for m in figures()},
             A_t=json.dumps([round(a, 6) for a in block["A_t"]]),
             images=block.get("images"),
-            **{m.name: block.get(m.name) for m in registered()},
         )
         intervals = block.get("intervals", {})
-        for column in INTERVAL_COLUMNS:
-            metric, _, end = column.rpartition("_")
-            row[column] = intervals.get(metric, [None, None])[end == "high"]
+        for m in with_interval():
+            row[f"{m.name}_low"], row[f"{m.name}_high"] = intervals.get(m.name, [None, None])
         rows.append(row)
     return rows
 
 
-FRACTION_COLUMNS = {
-    "A_bar",
-    "A_last",
-    "routing_accuracy",
-    "val_fraction",
-    *(c for c in INTERVAL_COLUMNS if not c.startswith("forgetting")),
-}
-DIFFERENCE_COLUMNS = {"forgetting", "forgetting_low", "forgetting_high"}
+# the columns of each figure's interval: bounded as the figure is (`Metric.holds`)
+BOUNDED_BY = {f"{m.name}_{end}": m.name for m in figures() for end in ("low", "high")}
+FRACTION_COLUMNS = {"val_fraction"}
 # counts: whole numbers; those of them at least one
 AT_LEAST_ONE = {
     *("format", "r", "s", "epochs", "batch_size"),
@@ -185,9 +187,7 @@ def _cell_problem(column: str, value: str) -> str:
         return "a finite number"
     if column in FRACTION_COLUMNS:
         return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
-    if column in DIFFERENCE_COLUMNS:
-        return "" if -1.0 <= number <= 1.0 else "a forgetting between -1 and 1"
-    metric = METRICS.get(column)
+    metric = METRICS.get(column) or METRICS.get(BOUNDED_BY.get(column) or _interval_of(column))
     if metric is not None:
         return "" if metric.holds(number) else f"{metric.label} between {metric.low:g} and {metric.high:g}"
     if column in WHOLE_COLUMNS and not number.is_integer():
@@ -195,6 +195,12 @@ def _cell_problem(column: str, value: str) -> str:
     if number < (1 if column in AT_LEAST_ONE else 0):
         return f"a number of at least {1 if column in AT_LEAST_ONE else 0}"
     return ""
+
+
+def _interval_of(column: str) -> str:
+    """The metric whose interval a `NAME_low`/`NAME_high` column holds ("" for any other column)."""
+    name, _, end = column.rpartition("_")
+    return name if end in ("low", "high") and name in METRICS else ""
 
 
 def point_key(flags: dict[str, Any]) -> str:
@@ -245,7 +251,7 @@ class ResultsTable:
         if header == columns():
             rows, converted = self._rows(header, body), False
         elif header[: len(COLUMNS)] == COLUMNS:  # written with other metrics registered
-            unknown = [c for c in header[len(COLUMNS) :] if c not in METRICS]
+            unknown = [c for c in header[len(COLUMNS) :] if c not in METRICS and not _interval_of(c)]
             if unknown:
                 raise UserError(
                     f"{self.path} has a column {unknown[0][:40]!r} of a metric not registered here: load the "
@@ -328,7 +334,7 @@ class ResultsTable:
             if (
                 column in TEXT_COLUMNS
                 or column.startswith("A_t_")
-                or (value == "" and (column in OPTIONAL_COLUMNS or column in METRICS))
+                or (value == "" and (column in OPTIONAL_COLUMNS or column in METRICS or _interval_of(column)))
             ):
                 continue
             wanted = _cell_problem(column, value)

@@ -291,7 +291,8 @@ def test_a_metric_registered_by_a_plugin_reaches_the_results_the_tables_the_cons
     assert listed.exit_code == 0, listed.output
     assert "worst task" in listed.output and lda in _row_of(listed.output, "lda")
     rows = json.loads(RUNNER.invoke(app, ["routers", str(tmp_path / "run"), "--json"]).output)
-    assert {r["router"]: r[metric] for r in rows} == {name: b[metric] for name, b in written.items()}
+    # in % as every figure of the rows shown in % (the built-ins' too)
+    assert {r["router"]: r[metric] for r in rows} == {name: 100 * b[metric] for name, b in written.items()}
 
     sweep = ["sweep", "--store", str(store.path), "--r", "2,4", "--out", str(tmp_path / "sweep"), *SPLIT]
     swept = RUNNER.invoke(app, [*sweep, *QUICK, "--jobs", "1"])
@@ -375,3 +376,85 @@ def test_a_registered_metric_reaches_mlflow_tensorboard_and_a_suite_table(
     entries = pd.read_csv(tmp_path / "suite" / "table.csv")
     mine = entries[entries["metric"] == metric]
     assert len(mine) == 2 and not mine["bold"].any() and mine["mean"].between(0, 1).all()
+
+
+# two plug-in metrics that declare an interval and are, in disguise, built-in figures: the mean of
+# the curve (A_bar, higher is better) and forgetting (lower is better). Computed once per bootstrap
+# replicate through their plain function, they must get the very intervals, bold entries and
+# verdicts the built-ins get through their vectorised forms.
+DISGUISED = {"mean_again": "A_bar", "forgetting_again": "forgetting"}
+
+
+@pytest.fixture
+def disguised() -> Iterator[None]:
+    from tosca_heads.method.metrics import forgetting
+
+    register_metric("mean_again", label="mean again", interval="bootstrap")(
+        lambda curve, matrix: float(np.mean(curve))
+    )
+    register_metric(
+        "forgetting_again", label="forgetting again", low=-1.0, interval="bootstrap", better="lower"
+    )(lambda curve, matrix: forgetting(matrix))
+    try:
+        yield
+    finally:
+        for name in DISGUISED:
+            del METRICS[name]
+
+
+def test_a_plugin_metric_with_an_interval_gets_it_and_its_bold_entries_as_a_built_in_does(
+    disguised: None, store: FeatureStore, tmp_path: Path
+) -> None:
+    fit = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), *SPLIT, *QUICK]
+    result = RUNNER.invoke(app, fit)
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())["routers"]
+    for block in written.values():
+        for mine, built_in in DISGUISED.items():
+            assert block[mine] == pytest.approx(block[built_in], abs=1e-12)
+            assert block["intervals"][mine] == block["intervals"][built_in]  # the same draws, the same bounds
+            assert block["standard_errors"][mine] == block["standard_errors"][built_in]
+    # fit's console table and `tosca routers`: the cell with its interval, as the built-in's
+    for output in (result.output, RUNNER.invoke(app, ["routers", str(tmp_path / "run")]).output):
+        cells = " ".join(_cells(_row_of(output, "lda")))
+        low, high = written["lda"]["intervals"]["mean_again"]
+        said = f"{100 * written['lda']['mean_again']:.2f} [{100 * low:.1f}, {100 * high:.1f}]"
+        assert cells.count(said) >= 2, (said, cells)  # A_bar's cell and its own
+    assert (
+        "mean again and" in result.output or "mean again: " in result.output
+    )  # the intervals' note names it
+
+    code, output = _baselines_of(store, tmp_path / "base", tmp_path / "run")
+    assert code == 0, output
+    comparison = pd.read_csv(tmp_path / "base" / "comparison.csv")
+    for mine, built_in in DISGUISED.items():
+        for end in ("low", "high"):
+            assert comparison[f"{mine}_{end}"].tolist() == comparison[f"{built_in}_{end}"].tolist()
+
+    sweep = ["sweep", "--store", str(store.path), "--r", "2,4", "--out", str(tmp_path / "sweep"), *SPLIT]
+    assert RUNNER.invoke(app, [*sweep, *QUICK, "--jobs", "1"]).exit_code == 0
+    results = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    for mine, built_in in DISGUISED.items():
+        assert results[f"{mine}_low"].notna().all()
+        assert results[f"{mine}_low"].tolist() == results[f"{built_in}_low"].tolist()
+
+    toml = {
+        "seeds": [0, 1],
+        "tosca": {"routers": ["entropy", "lda"], "flags": {"epochs": 1, "batch_size": 8}},
+        "baselines": {"methods": ["simplecil", "ranpac"], "ranpac_m": 64},
+        "stores": [{"name": "A", "path": str(store.path), "init_cls": 2, "increment": 2}],
+    }
+    done = run_suite(parse_suite(toml, tmp_path), tmp_path / "suite", device="cpu")
+    assert not done.missing
+    entries = pd.read_csv(tmp_path / "suite" / "table.csv", keep_default_na=False, na_values=[""])
+    for mine, built_in in DISGUISED.items():
+        ours = entries[entries["metric"] == mine].reset_index(drop=True)
+        theirs = entries[entries["metric"] == built_in].reset_index(drop=True)
+        assert len(ours) == len(theirs) > 0
+        for column in ("ci_low", "ci_high", "bold", "bold_verdict", "bold_low", "bold_high"):
+            assert ours[column].equals(theirs[column]), column  # (NaN where the other's is NaN)
+        assert (
+            ours["bold_verdict"] == "the best"
+        ).sum() == 1  # decided by the paired test, as the built-in's
+    header = (tmp_path / "suite" / "table.md").read_text()
+    assert "A mean again" in header and "A forgetting again" in header

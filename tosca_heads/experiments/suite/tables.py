@@ -28,7 +28,7 @@ from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.method import uncertainty
 from tosca_heads.method.baseline_names import label as baseline_label
-from tosca_heads.method.metrics import registered
+from tosca_heads.method.metrics import METRICS, figures, metric_named, resampled
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import plots
 from tosca_heads.records.run import feature_dim_of, read_run_config
@@ -46,12 +46,14 @@ FLOW_LABELS = {
     "adapter": "adapter only",
     "calibrator": "calibrator only",
 }
-METRICS = ("A_bar", "A_last")  # then each registered metric (`shown_metrics`): never bold, no interval
 
 
 def shown_metrics() -> list[str]:
-    """The table's metrics: A_bar, A_last, then each registered per-router metric."""
-    return [*METRICS, *(m.name for m in registered())]
+    """The table's metrics: every figure (`metrics.figures()`: the built-ins, then each registered
+    one) but the routing accuracy, which most methods of a suite (the baselines) do not have. Each
+    that is recomputed from per-image answers (`metrics.resampled()`) has its interval and its
+    bold entries, as A_last does."""
+    return [m.name for m in figures() if not m.from_routing]
 
 
 TABLE_COLUMNS = [
@@ -89,7 +91,7 @@ def _answers(results: Sequence[dict[str, Any]], key: str, split: str) -> list[Ou
 def _intervals(runs: list[Outcomes] | None) -> dict[str, tuple[float, float, float]]:
     """Per metric, (low, high, images) of an entry's mean over its cells (NaN without answers)."""
     if runs is None:
-        return dict.fromkeys(uncertainty.METRICS, (math.nan, math.nan, math.nan))
+        return {m.name: (math.nan, math.nan, math.nan) for m in resampled()}
     return {m: (i.low, i.high, i.images) for m, i in uncertainty.intervals(runs).items()}
 
 
@@ -194,7 +196,8 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
     else on test. Each entry's difference with the best, its interval and the verdict go into
     table.csv. A column where an entry's cells kept no answers (made before format 4) bolds the
     best figure alone. Returns the split and whether every bold entry was tested."""
-    honest = table["honest"] & (table["n"] > 0) & table["metric"].isin(METRICS)
+    tested_metrics = [m.name for m in resampled()]  # those with a paired test on per-image answers
+    honest = table["honest"] & (table["n"] > 0) & table["metric"].isin(tested_metrics)
     on_validation = bool(honest.any()) and bool((table.loc[honest, "val_n"] > 0).all())
     split = "validation" if on_validation else "test"
     column = "val_mean" if on_validation else "mean"
@@ -203,7 +206,8 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
     table["bold_high"], table["bold_verdict"] = math.nan, ""
     tested = True
     for (store, metric), part in table[honest].groupby(["store", "metric"]):
-        best = part[column].idxmax()
+        lower = metric_named(metric).better == "lower"  # forgetting: the lowest is the best
+        best = part[column].idxmin() if lower else part[column].idxmax()
         best_runs = evidence.runs(store, table.at[best, "method"], split)
         table.at[best, "bold"] = True
         table.at[best, "bold_verdict"] = "the best"
@@ -214,7 +218,8 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
                 table.at[index, "bold_verdict"] = "not tested (no per-image answers)"
                 table.at[index, "bold"] = bool(part.at[index, column] == part.at[best, column])
                 continue
-            diff = uncertainty.paired_difference(best_runs, runs, metric)
+            # "the best beats it": best - it above 0 (it - best, where lower is better)
+            diff = uncertainty.paired_difference(*((runs, best_runs) if lower else (best_runs, runs)), metric)
             verdict = uncertainty.beats(diff)
             table.at[index, "bold"] = verdict != uncertainty.HOLDS
             table.loc[index, ["bold_difference", "bold_low", "bold_high"]] = [diff.value, diff.low, diff.high]
@@ -269,11 +274,15 @@ def _entry(row: Any, prefix: str = "") -> str:
     n, mean, std = row[f"{prefix}n"], row[f"{prefix}mean"], row[f"{prefix}std"]
     if n == 0:
         return "missing"
-    text = f"{100 * mean:.2f}"
-    if not math.isnan(std):
-        text += f" ± {100 * std:.2f}"
-    elif not math.isnan(row[f"{prefix}ci_low"]):
-        text += f" [{100 * row[f'{prefix}ci_low']:.1f}, {100 * row[f'{prefix}ci_high']:.1f}]"
+    metric = METRICS.get(row["metric"])  # (an ablation's similarities are no registered metric)
+    if metric is not None and not metric.percent:
+        text = f"{mean:g}" + ("" if math.isnan(std) else f" ± {std:g}")
+    else:
+        text = f"{100 * mean:.2f}"
+        if not math.isnan(std):
+            text += f" ± {100 * std:.2f}"
+        elif not math.isnan(row[f"{prefix}ci_low"]):
+            text += f" [{100 * row[f'{prefix}ci_low']:.1f}, {100 * row[f'{prefix}ci_high']:.1f}]"
     if n < row["expected"]:
         text += f" (n={n} of {row['expected']})"
     return text
@@ -285,7 +294,7 @@ def _grid(spec: SuiteSpec, table: pd.DataFrame, prefix: str = "") -> dict[str, A
     the split `_mark_best` says) in bold; `prefix` "val_": the validation split's figures (honest
     entries only)."""
     columns = [(s.name, m) for s in spec.stores for m in shown_metrics()]
-    labels = {m.name: m.label for m in registered()}
+    labels = {m.name: m.label for m in figures()}
     stores = {s.name: s.label for s in spec.stores}
     header = ["method", *(f"{stores[s]} {labels.get(m, m)}" for s, m in columns)]
     rows: list[list[str]] = []
