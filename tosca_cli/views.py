@@ -127,7 +127,9 @@ def said_intervals(blocks: Any) -> None:
         images = next(b["images"] for b in blocks if b and b.get("intervals"))
         from tosca_heads.method.metrics import intervals_said
 
-        say(f"[low, high]: 95% interval over the {images:,} images of the split ({intervals_said()}; docs/guarantees.md)")
+        say(
+            f"[low, high]: 95% interval over the {images:,} images of the split ({intervals_said()}; docs/guarantees.md)"
+        )
     elif blocks:
         say(
             "no intervals: these figures were written before tosca kept per-image answers (`tosca eval RUN` adds them)"
@@ -492,7 +494,9 @@ def routers_table(report: Any) -> None:
     figures = columns_of(validation)
 
     def cell(row: dict[str, Any], column: Any) -> str:  # a report row's figures are in % already
-        metric, key = (column[1], f"val_{column[1].name}") if isinstance(column, tuple) else (column, column.name)
+        metric, key = (
+            (column[1], f"val_{column[1].name}") if isinstance(column, tuple) else (column, column.name)
+        )
         return shown(metric, row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high"), in_percent=True)
 
     rows = []

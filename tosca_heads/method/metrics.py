@@ -209,7 +209,10 @@ def columns_of(validation: bool) -> list[Metric | tuple[str, Metric]]:
 def intervals_said() -> str:
     """How the intervals of a table are computed, per kind, from what each figure declares: 'A_last
     and routing acc: exact binomial; A_bar and forgetting: a stratified bootstrap over images'."""
-    words = {EXACT: "exact binomial", BOOTSTRAP: "a stratified bootstrap over images"}  # (in the tables' notes)
+    words = {
+        EXACT: "exact binomial",
+        BOOTSTRAP: "a stratified bootstrap over images",
+    }  # (in the tables' notes)
     parts = []
     for kind, said in words.items():
         labels = [m.label for m in with_interval() if m.interval == kind]

@@ -144,7 +144,9 @@ def _valid_intervals(block: dict[str, Any]) -> bool:
             continue
         low, high = pair
         metric = metric_named(name)
-        if not (metric.holds(low) and metric.holds(high) and low is not None and high is not None and low <= high):
+        if not (
+            metric.holds(low) and metric.holds(high) and low is not None and high is not None and low <= high
+        ):
             return False
     return all(v is None or _fraction(v) for v in errors.values())
 

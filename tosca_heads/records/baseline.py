@@ -243,7 +243,13 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     rows = []
     for _, r in frame.iterrows():
         cells = [  # the routing accuracy: "–" for a baseline, which routes nothing
-            shown(m, _number(r.get(m.name)), _number(r.get(f"{m.name}_low")), _number(r.get(f"{m.name}_high")), 2)
+            shown(
+                m,
+                _number(r.get(m.name)),
+                _number(r.get(f"{m.name}_low")),
+                _number(r.get(f"{m.name}_high")),
+                2,
+            )
             for m in shown_figures
         ]
         counts = [f"{int(r['parameters']):,}", f"{r['seconds']:.1f}", r["reference"] or ""]

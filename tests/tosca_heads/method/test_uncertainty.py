@@ -37,7 +37,11 @@ def by_metrics(run: Outcomes) -> dict[str, float]:
         seen = run.task <= t
         curve.append(metrics.accuracy(run.correct[t][seen], np.ones(seen.sum(), bool)))
         matrix.append([float(run.correct[t][run.task == j].mean()) for j in range(t + 1)])
-    return {k: v for k, v in metrics.summarise(curve, matrix).items() if k in {m.name for m in metrics.resampled()}}
+    return {
+        k: v
+        for k, v in metrics.summarise(curve, matrix).items()
+        if k in {m.name for m in metrics.resampled()}
+    }
 
 
 def test_the_figures_are_the_metrics_of_the_accuracy_matrix() -> None:
