@@ -212,12 +212,13 @@ def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str,
     on the split the sweep ranks on (validation where the points hold one out; else test, and the
     note says it is tuned on test); never the test figure of a sweep that ranks on validation."""
     from tosca_heads.experiments.results import flag_text
+    from tosca_heads.method.metrics import RANKED
 
     mine = [r for r in rows if r["router"] == rank_by]
     ranked = next((r for r in mine if r["split"] == "validation"), None) or next(iter(mine), rows[0])
-    if not best or ranked["A_last"] > best["score"]:
+    if not best or ranked[RANKED] > best["score"]:
         best.update(
-            score=ranked["A_last"],
+            score=ranked[RANKED],
             split=ranked["split"],
             label=", ".join(f"{f}={flag_text(ranked[f])}" for f in swept),
         )

@@ -24,6 +24,7 @@ from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments.requests import PredictRequest
 from tosca_heads.method.linalg import single_threaded
+from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.records.run import (
     ROUTER_FILE,
@@ -274,7 +275,7 @@ def best_honest_router(metrics: dict[str, Any], split: str = "test") -> str:
     candidates = [n for n in ROUTERS if ROUTERS[n].honest and n in blocks]
     if not candidates:
         raise UserError("this run's metrics.json has no honest router; re-evaluate it with `tosca eval RUN`")
-    return max(candidates, key=lambda n: blocks[n]["A_last"])
+    return max(candidates, key=lambda n: blocks[n][RANKED])
 
 
 def default_router(metrics: dict[str, Any]) -> tuple[str, str]:

@@ -123,7 +123,7 @@ def baseline_rows(
         if differs:
             left_out.append((payload["method"], str(path.parent.parent), differs))
             continue
-        block = {**payload["routers"][NO_ROUTING], "routing_accuracy": None}
+        block = {**payload["routers"][NO_ROUTING], **{m.name: None for m in figures() if m.from_routing}}
         held = (payload.get("validation") or {}).get(NO_ROUTING)
         reference = payload.get("reference") or ""
         where = f"baseline ({path.parent})"
@@ -159,7 +159,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
             if name != best
             and ROUTERS.get(name) is not None
             and ROUTERS[name].honest
-            and uncertainty.beats(uncertainty.paired_difference([answers[best]], [answers[name]], "A_last"))
+            and uncertainty.beats(uncertainty.paired_difference([answers[best]], [answers[name]], RANKED))
             != uncertainty.HOLDS
         ]
     confusion = read_confusion(run_dir) or {}

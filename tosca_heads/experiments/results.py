@@ -205,7 +205,7 @@ def with_noise(summary: pd.DataFrame, answers: dict[str, Any], split: str, rank_
         found = []
         for keys in summary["keys"]:
             runs = _runs(answers, keys, where, rank_by)
-            found.append(None if runs is None else uncertainty.intervals(runs)["A_last"])
+            found.append(None if runs is None else uncertainty.intervals(runs)[RANKED])
         for what in ("se", "low", "high"):
             summary[noise_column(where, rank_by, what)] = [
                 np.nan if f is None else getattr(f, what) for f in found
@@ -238,7 +238,7 @@ def test_check(
     a, b = _runs(answers, top["keys"], "test", rank_by), _runs(answers, chosen["keys"], "test", rank_by)
     if a is None or b is None or len(a) != len(b):
         return check
-    diff = uncertainty.paired_difference(a, b, "A_last")
+    diff = uncertainty.paired_difference(a, b, RANKED)
     verdict = uncertainty.beats(diff)
     check.update(
         verdict=verdict,

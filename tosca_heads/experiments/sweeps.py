@@ -41,6 +41,7 @@ from tosca_heads.experiments.results import (
     varying_flags,
     write_sweep_outputs,
 )
+from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import (
     NO_VALIDATION,
     StreamConfig,
@@ -451,7 +452,7 @@ def _run_locked(
         chosen = outcome.chosen["chosen"] if outcome.chosen else {}
         figures = [
             Metric(f"chosen/{name}", float(chosen[name]), 0)
-            for name in ("A_last", "val_A_last")
+            for name in (RANKED, f"val_{RANKED}")
             if name in chosen
         ]
         parent.finish(figures, run_files(out))

@@ -115,7 +115,7 @@ def with_intervals(
             intervals[metric.name] = found[metric.name].record()
     return {
         **block,
-        "images": found["A_last"].images,
+        "images": next(iter(found.values())).images,
         "intervals": intervals,
         "standard_errors": {
             m.name: None if math.isnan(found[m.name].se) else round(found[m.name].se, 6)

@@ -626,7 +626,7 @@ def _summaries(
         routing = [s[name]["routing"] for s in stages]
         block = summarise(curve, matrix, routing)
         mine = (found or {}).get(name)
-        routed = None if mine is None else accuracy_interval(routing[-1], mine["A_last"].images)
+        routed = None if mine is None else accuracy_interval(routing[-1], next(iter(mine.values())).images)
         summaries[name] = with_intervals(block, mine, routed)
     return summaries
 

@@ -145,7 +145,9 @@ def sweep(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Pa
     [
         ("A_last", "nan", "not a finite number"),
         ("A_last", "inf", "not a finite number"),
-        ("A_last", "5", "not an accuracy between 0 and 1"),
+        ("A_last", "5", "not A_last between 0 and 1"),  # each figure's bounds, as its metric declares them
+        ("forgetting", "-1.5", "not forgetting between -1 and 1"),
+        ("A_bar_low", "1.5", "not A_bar between 0 and 1"),
         ("params_per_task", "nan", "not a finite number"),
         ("train_seconds", "-1", "not a number of at least 0"),
         ("r", "-3", "not a number of at least 1"),
