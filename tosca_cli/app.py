@@ -30,7 +30,6 @@ from tosca_cli.terminal import (
     err,
     key_values,
     note,
-    out,
     say,
     table,
 )
@@ -143,21 +142,16 @@ def _extract(request: Any) -> Any:
 
     def planned(plan: Any) -> None:
         if plan.dataset.left_out:
-            say(
-                f"note: left out {plan.dataset.left_out.summary()} (listed by `tosca cache info`)",
-                err,
-            )
+            note("note", f"left out {plan.dataset.left_out.summary()} (listed by `tosca cache info`)")
         if plan.backbone.random_init:
-            err.print(
-                "[yellow]warning:[/] random-init weights (asked for): features carry no pretrained knowledge"
-            )
+            note("warning", "random-init weights (asked for): features carry no pretrained knowledge")
         if plan.skipped:
             first = ", ".join(b.shown() for b in plan.skipped[:3])
             more = " ..." if len(plan.skipped) > 3 else ""
-            say(
-                f"warning: {len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): {first}{more}; "
+            note(
+                "warning",
+                f"{len(plan.skipped)} unreadable image(s) left out (--skip-bad-images): {first}{more}; "
                 "all listed by `tosca cache info`",
-                err,
             )
 
     def waiting(holder: str) -> None:
@@ -247,13 +241,12 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
         speak = per_split(board, "embed", "img")
         outcome = predict_images(request, image_paths, lambda *args: embed_images(*args, on_progress=speak))
     if outcome.left_out:
-        say(f"note: left out {outcome.left_out.summary()} (the rule of `tosca extract`)", err)
+        note("note", f"left out {outcome.left_out.summary()} (the rule of `tosca extract`)")
     if outcome.chosen_on == "validation":
         say(f"router {outcome.router}: the run's best honest router on its validation split", err)
     elif outcome.chosen_on == "test":
         note(
             "note",
-            "yellow",
             f"router {outcome.router}: the run's best honest router on the TEST split (the run holds out no "
             "validation split, so this choice is tuned on test; fit with --val-fraction to choose on validation)",
         )
@@ -289,7 +282,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
 
     outcome = sweep_with_progress(run, request.rank_by, swept)
     if as_json_:
-        return out.print_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
+        return as_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     sweep_table(outcome, outcome.rank_by, outcome.shown)
 
 
@@ -341,13 +334,13 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
             for name, protocol in protocols.items():
                 say(f"store {name}: {protocol.line()}", err)
                 for warning in protocol.warnings:
-                    note("warning", "yellow", f"store {name}: {warning}")
+                    note("warning", f"store {name}: {warning}")
 
         result = run(request, _extract_for_suite, on_cell, started, extraction_estimator(request.device))
     if request.dry_run:
         return suite_plan(result, as_json_)
     if as_json_:
-        return out.print_json(result.tables.table.to_json(orient="records"))
+        return as_json(result.tables.table.to_json(orient="records"))
     for name in ("table.md", "claims.md"):
         for line in [*(result.out / name).read_text().splitlines(), ""]:
             say(line)
@@ -463,13 +456,13 @@ def cache_verify(
     with progress() as board:
         report = verify(store, fix, per_split(board, "verify", "chunks"))
     for fault in report.fixed:
-        note("fixed", "yellow", f"{fault}: marked not done")
+        note("fixed", f"{fault}: marked not done")
     if report.fixed:
         say("run the same `tosca extract` to recompute them", err)
     for line in report.notes:
-        note("note", "yellow", line)
+        note("note", line)
     for problem in report.problems:
-        note("FAIL", "red", problem)
+        note("FAIL", problem)
     if report.problems:
         raise typer.Exit(1)
     say(f"OK {store}")

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
-from rich.markup import escape
 from typer.core import TyperGroup
 
 from featcache.foundation.errors import UserError
@@ -26,7 +25,7 @@ from featcache.foundation.files import os_error_line
 from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
-from tosca_cli.terminal import answers_only, as_json, err, error_line
+from tosca_cli.terminal import answers_only, as_json, err, error_line, say, speaking
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -93,12 +92,10 @@ class OneLineUsageErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            with sigterm_unwinds():
+            with sigterm_unwinds(), speaking():
                 code = super().main(*args, standalone_mode=False, **kwargs)
         except Terminated:
-            err.print(
-                "terminated (SIGTERM): what was finished is kept; the same command resumes", highlight=False
-            )
+            say("terminated (SIGTERM): what was finished is kept; the same command resumes", err)
             sys.exit(128 + signal.SIGTERM)
         except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
             exc.show()
@@ -106,13 +103,10 @@ class OneLineUsageErrors(TyperGroup):
         except click_errors.ClickException as exc:
             where = getattr(getattr(exc, "ctx", None), "command_path", None)
             hint = f" (see `{where} --help`)" if where else ""
-            err.print(
-                f"[bold red]error:[/] {escape(' '.join(printable(exc.format_message()).split()))}{escape(hint)}",
-                highlight=False,
-            )
+            error_line(f"{exc.format_message()}{hint}")
             sys.exit(exc.exit_code)
         except typer.Abort:
-            err.print("aborted", highlight=False)
+            say("aborted", err)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

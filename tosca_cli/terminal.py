@@ -1,4 +1,7 @@
-"""What tosca shows on a terminal: data (paths, class names, store attrs) always as inert text,
+"""What tosca shows on a terminal, and the one way it is shown: `say` (a line of data), `note` (a
+labelled side line on stderr: warning, note, error, ...), `table`, `key_values`, `heading` and
+`as_json`. Lines from below the command line (`featcache.foundation.text.tell`) and Python warnings
+come through `note` too (`speak_here`). Data (paths, class names, store attrs) always as inert text,
 never read as markup, control characters escaped; errors as one line on stderr. Off a terminal
 (pipes, logs, CI) nothing wraps: a table takes its natural width (the routers table with its
 intervals and descriptions is over 200 columns), so paths, tables and their words stay whole."""
@@ -47,19 +50,44 @@ def answers_only() -> Iterator[None]:
 
 def error_line(message: str) -> None:
     """`error: <message>` on one line of stderr, whatever paths or names it quotes shown inert."""
-    err.print(
-        f"[bold red]error:[/] {escape(' '.join(printable(message).split()))}", highlight=False, soft_wrap=True
-    )
+    note("error", " ".join(printable(message).split()))
 
 
-def say(line: Any, console: Console = out) -> None:
+def say(line: Any, console: Console = out, style: str = "") -> None:
     """One line of data: never markup, control characters escaped."""
-    console.print(printable(line), markup=False, highlight=False)
+    console.print(printable(line), markup=False, highlight=False, style=style)
 
 
-def note(label: str, style: str, line: Any) -> None:
-    """`label line` on stderr, the label styled and the line inert (`fixed`, `note`, `FAIL`)."""
-    err.print(f"[{style}]{label}[/] {escape(printable(line))}", highlight=False)
+STYLES = {"error": "bold red", "FAIL": "red"}  # every other label: yellow
+WORDS = ("warning", "note", "error")  # said as "warning: ..."; a report's marks as "FAIL train: ..."
+
+
+def note(label: str, line: Any) -> None:
+    """`label: line` on stderr, the label styled and the line inert: every side line (`warning`,
+    `note`, `error`, and a report's `fixed`, `missing`, `FAIL`) is said this way."""
+    style = STYLES.get(label, "yellow")
+    mark = f"{label}:" if label in WORDS else label
+    err.print(f"[{style}]{escape(mark)}[/] {escape(printable(line))}", highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def speaking() -> Iterator[None]:
+    """Within the block (a command), lines told from below the command line (`text.tell`) and
+    Python warnings (a library's, the API's ProtocolWarning, the compiled step's fallback) are said
+    as `note`s: one line each, never a warning's file and line number."""
+    import warnings
+
+    from featcache.foundation.text import telling
+
+    def shown(message: Any, category: type[Warning], *_: Any, **__: Any) -> None:
+        note("warning", " ".join(str(message).split()))
+
+    with (
+        telling(lambda line, label: note(label, line) if label else say(line, err)),
+        warnings.catch_warnings(),
+    ):
+        warnings.showwarning = shown
+        yield
 
 
 def cells(*values: Any) -> list[Text]:
@@ -85,7 +113,8 @@ def key_values(rows: list[tuple[str, Any, bool]]) -> None:
 
 
 def as_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
+    """`data` as JSON on stdout (a str is JSON text already: a frame's `to_json`)."""
+    out.print_json(data if isinstance(data, str) else json.dumps(data, default=str))
 
 
 def pct(value: float | None) -> str:

@@ -5,14 +5,13 @@ prints; nothing here decides or computes a number."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from featcache.foundation.limits import human_bytes
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, heading, key_values, note, out, say, table
+from tosca_cli.terminal import as_json, err, heading, key_values, note, say, table
 
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
@@ -57,14 +56,13 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
     def show(stage: Any, trained: bool) -> None:
         if not started:
             say(COLUMNS_SAID.format(router=routers[0]), err)
-            out.print(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold", highlight=False)
+            say(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold")
             started.append(True)
         accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
-        out.print(
+        say(
             f"{stage.task:>4} {'trained' if trained else 'reused':>7} {losses(stage.stats)} "
             f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.routers[routers[0]]['routing']:>6.1f}% "
-            f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}",
-            highlight=False,
+            f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}"
         )
 
     return show
@@ -82,7 +80,7 @@ def say_protocol(protocol: Any) -> None:
     """The protocol line and its warnings, on stderr before any work."""
     say(protocol.line(), err)
     for warning in protocol.warnings:
-        note("warning", "yellow", warning)
+        note("warning", warning)
 
 
 def run_summary(result: Any, routers: list[str]) -> None:
@@ -381,7 +379,7 @@ def estimate_lines(estimate: Any) -> None:
     """The estimate in its words (`featcache.foundation.estimate.Estimate.lines`)."""
     for kind, line in estimate.lines():
         if kind == "missing":
-            note("missing", "yellow", line)
+            note("missing", line)
         else:
             say(line)
 
@@ -393,7 +391,7 @@ def suite_plan(result: Any, as_json_: bool) -> None:
         keys = ("store", "cell", "status", "folder")
         plan = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
         said = estimate.fields() if estimate else {"estimate_seconds": result.estimate_seconds}
-        return out.print_json(json.dumps({"cells": plan, **said}))
+        return as_json({"cells": plan, **said})
     count = {
         status: sum(1 for c in result.cells if c.status == status)
         for status in ("missing", "to extract", "done", "reused", "changed")

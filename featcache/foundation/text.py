@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from collections.abc import Callable, Iterator
 
 # C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates (they reorder text)
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
@@ -48,9 +49,28 @@ def image_name(split: str, sample_id: str) -> str:
     return sample_id if sample_id.startswith(f"{split}/") else f"{split}/{sample_id}"
 
 
-def tell(line: str) -> None:
-    """One line for the user on stderr, made printable (for the few places below the command line
-    that must say something as it happens: a lock waited for, a tracker that stopped)."""
+Teller = Callable[[str, str], None]
+_TELLER: list[Teller] = []  # where `tell` says things: the command line's terminal, once it set one
+
+
+def tell(line: str, label: str = "") -> None:
+    """One line for the user as it happens, from below the command line (a lock waited for, a tracker
+    that stopped), labelled ("warning", "note") or not: the one way such a line is said. Under
+    `tosca` it goes to the terminal's `note` (`tosca_cli.terminal.speak_here`), as every other side
+    line; from Python, to stderr, made printable."""
+    if _TELLER:
+        _TELLER[-1](line, label)
+        return
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.write(printable(f"{label}: {line}" if label else line) + "\n")
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def telling(teller: Teller) -> Iterator[None]:
+    """Within the block, every `tell` line goes to `teller(line, label)` (a command's terminal)."""
+    _TELLER.append(teller)
+    try:
+        yield
+    finally:
+        _TELLER.remove(teller)

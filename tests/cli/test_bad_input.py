@@ -632,7 +632,7 @@ def test_bad_input(
     )
     assert result.exit_code in (1, 2), f"{name}: exit {result.exit_code}: {output}"
     assert "Traceback" not in output and "╭" not in output, output
-    lines = [line for line in after_the_plan(output) if not line.startswith(("warning:", "note "))]
+    lines = [line for line in after_the_plan(output) if not line.startswith(("warning:", "note:"))]
     if name in AFTER_THE_PLAN:  # found once the backbone is loaded: after extract's plan line
         assert lines and lines[0].startswith("extract: "), f"{name}: {lines}"
         lines = lines[1:]

@@ -50,6 +50,6 @@ def after_the_plan(output: str) -> list[str]:
     lines = [line for line in output.splitlines() if line.strip()]
     if lines and lines[0].startswith("protocol: "):
         lines = lines[1:]
-        while lines and lines[0].startswith("warning "):
+        while lines and lines[0].startswith("warning: "):
             lines = lines[1:]
     return lines

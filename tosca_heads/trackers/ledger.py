@@ -57,7 +57,7 @@ class Ledger:
             ):
                 raise UserError("not one tosca wrote")
         except UserError as exc:
-            tell(f"warning: {path} is unreadable ({exc}); its trackers get a new parent run")
+            tell(f"{path} is unreadable ({exc}); its trackers get a new parent run", "warning")
             return
         self.entries = found
 
@@ -74,4 +74,4 @@ class Ledger:
         except (OSError, UserError) as exc:
             if not self.unsaved:
                 self.unsaved = True
-                tell(f"warning: cannot write {self.folder / LEDGER} ({exc}); a rerun logs a new parent run")
+                tell(f"cannot write {self.folder / LEDGER} ({exc}); a rerun logs a new parent run", "warning")

@@ -53,8 +53,9 @@ class Tracking:
         except Exception as exc:
             self.stopped.add(i)
             tell(
-                f"warning: --log {logger.name} stopped ({failure_text(exc)}); the results are all written "
-                "as usual, the tracker keeps what it had before (run the same command again to log it whole)"
+                f"--log {logger.name} stopped ({failure_text(exc)}); the results are all written "
+                "as usual, the tracker keeps what it had before (run the same command again to log it whole)",
+                "warning",
             )
             return None
 
