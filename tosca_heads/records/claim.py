@@ -130,14 +130,13 @@ def claim_folders(
 ) -> Iterator[list[Path]]:
     """Several folders of one kind claimed at once: each checked before any lock file is made
     beside one, then each locked (all held for the with-block) and claimed in turn."""
-    paths = [Path(f) for f in wanted]
-    for folder, config in zip(paths, configs, strict=True):
+    for folder, config in zip(wanted, configs, strict=True):
         check(folder, kind, config)
     with contextlib.ExitStack() as locks:
-        for folder, config in zip(paths, configs, strict=True):
+        for folder, config in zip(wanted, configs, strict=True):
             locks.enter_context(folder_lock(folder, kind.noun, kind.advice))
-            _take(folder, kind, config)
-        yield paths
+            _take(Path(folder), kind, config)
+        yield [Path(f) for f in wanted]
 
 
 def _take(folder: Path, kind: FolderKind, config: Config | None) -> None:
