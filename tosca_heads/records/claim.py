@@ -50,18 +50,16 @@ class FolderKind:
     flag: str  # the flag that names the folder: what a refusal says to change ("--run", "--out")
     noun: str  # how a refusal names the folder ("run", "sweep folder")
     written_before: Callable[[Path], bool] | None = None  # a folder of this kind from before markers
-    config_file: str | None = (
-        None  # the file recording what the folder was made with (none: nothing to compare)
-    )
-    read_config: Callable[[Path], Config] | None = (
-        None  # that file read back, refused in one line when damaged
-    )
-    differences: Callable[[Config, Config], list[str]] = identity_differences  # what counts as another config
-    # the kind's own words for a difference that has a better remedy than another folder (None: the generic line)
+    # the file recording what the folder was made with (None: nothing to compare), and its reader
+    # (refused in one line when damaged)
+    config_file: str | None = None
+    read_config: Callable[[Path], Config] | None = None
+    differences: Callable[[Config, Config], list[str]] = identity_differences  # what makes another config
+    # the kind's own words for a difference with a better remedy than another folder (None: the generic line)
     explain: Callable[[Path, Config, Config], str | None] | None = None
-    # the config to write over one that is the same by `differences` (None: keep the file as it is)
+    # the config to write over a recorded one that is the same by `differences` (None: keep the file)
     grown: Callable[[Config, Config], Config | None] | None = None
-    check_files: Callable[[Path], None] | None = None  # its other files checked before anything runs
+    check_files: Callable[[Path], None] | None = None  # its other files, checked before anything runs
     stale_in: tuple[str, ...] = ()  # subfolders where a killed writer may have left temporary files
 
     @property
