@@ -30,11 +30,11 @@ from tosca_heads.method.protocol import (
     split_name,
 )
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.records import claim, store_block
 from tosca_heads.records import run as run_record
-from tosca_heads.records import store_block
 from tosca_heads.records.baseline import (
+    BASELINES_FOLDER,
     MethodResult,
-    check_baselines_folder,
     write_comparison,
 )
 from tosca_heads.routers import reference_text
@@ -183,7 +183,7 @@ def compare(
     held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
     name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"
     folder = request.out or request.runs_root / name
-    check_baselines_folder(folder)
+    claim.check(folder, BASELINES_FOLDER)
     # read once (every chunk checked), for TOSCA's evaluation and every baseline, before anything is said
     source = CachedFeatures(store, device=device).preload()
     share_features(store, source, device)
@@ -192,9 +192,10 @@ def compare(
     params = {"command": "baselines", "out": str(folder), "methods": ",".join(methods)}
     parent = tracking.start(f"baselines {folder.name}", {**params, **flat_params(store_block(store))})
     try:
-        comparison = _compare(
-            request, methods, given, plan, source, folder, on_task, on_tosca, tracking, parent
-        )
+        with claim.claim_folder(folder, BASELINES_FOLDER):  # one writer at a time
+            comparison = _compare(
+                request, methods, given, plan, source, folder, on_task, on_tosca, tracking, parent
+            )
     except BaseException:
         end_failed(parent)
         raise

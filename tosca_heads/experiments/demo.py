@@ -28,7 +28,8 @@ from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitR
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
 from tosca_heads.method.baseline_names import described
-from tosca_heads.records.baseline import check_baselines_folder
+from tosca_heads.records import claim
+from tosca_heads.records.baseline import BASELINES_FOLDER
 from tosca_heads.records.run import RunResult, StageResult
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
@@ -97,7 +98,7 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     name = f"demo-eurosat-effnet_lite0-{request.per_class}"
     split = {"init_cls": 2, "increment": 2}
     folder = request.runs_dir / f"{name}-baselines"
-    check_baselines_folder(folder)
+    claim.check(folder, BASELINES_FOLDER)
 
     show.section("2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
     fitted = fit(FitRequest(store=store, run=request.runs_dir / name, device=device, **split), show.stage)

@@ -36,7 +36,9 @@ from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import run as run_record
+from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run import RunResult, StageResult
+from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
 
@@ -232,7 +234,10 @@ def fit_group(
     group = GroupFit(plan, source, write_outputs, overlap, on_stage)
     with contextlib.ExitStack() as locks:
         if write_outputs:
-            run_record.claim_runs(locks, plan.dirs, plan.configs, plan.validation, plan.held_ids)
+            # each folder checked, then locked (until the group is done), claimed for its config
+            locks.enter_context(claim_folders(plan.dirs, RUN_FOLDER, plan.configs))
+            for run_dir in plan.dirs:
+                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
         if on_start:
             on_start(group.results)
         return group.run()

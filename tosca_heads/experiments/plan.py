@@ -17,7 +17,7 @@ handed in resolved by a caller that had torch loaded anyway.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,8 @@ from tosca_heads.method.protocol import (
     task_split,
 )
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records import config_digest, default_run_dir, store_block, validation_record
+from tosca_heads.records import config_digest, default_run_dir
+from tosca_heads.records.run_config import make_run_config
 
 if TYPE_CHECKING:
     import torch
@@ -214,18 +215,8 @@ class FitPlan:
         return self._config(train.resolved(self.store.dim))
 
     def _config(self, resolved: TrainConfig) -> dict[str, Any]:
-        """config.json of a resolved recipe. The validation split is recorded only when one is held
-        out, so a run without one has the config (and the default folder name) it had before
-        validation existed."""
-        store = self.store
-        config = {
-            **store_block(store),
-            "feature_dim": store.dim,
-            "views": store.views,
-            "stream": asdict(self.stream_config),
-            "train": asdict(resolved),
-        }
-        if self.validation.enabled:
-            config["validation"] = validation_record(self.validation, self.held_ids)
-        config["protocol"] = self.protocol.record()
-        return config
+        """config.json of a resolved recipe (`records.run_config`, beside its reader and the
+        comparison the run folder's claim makes)."""
+        return make_run_config(
+            self.store, self.stream_config, self.validation, self.held_ids, self.protocol.record(), resolved
+        )

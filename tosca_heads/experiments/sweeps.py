@@ -27,7 +27,6 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
-from featcache.foundation.locks import folder_lock
 from featcache.foundation.scheduler import check_available, parse_scheduler
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
@@ -51,16 +50,17 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
-from tosca_heads.records.run import RunResult
+from tosca_heads.records import claim
+from tosca_heads.records.run import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
     RESULTS_FILE,
+    SWEEP_FOLDER,
     ResultsTable,
-    check_sweep_folder,
-    claim_sweep_dir,
     find_sweep_dir,
     point_key,
     point_rows,
     record_choice,
+    sweep_config,
     write_point_outcomes,
 )
 from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
@@ -288,6 +288,8 @@ class SweepPlan:
     pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
     keep_modules: Path | None = None  # each point's run folder under it (None: nothing kept)
     tracking: Tracking = field(default_factory=Tracking)  # the trackers of --log
+    # what its sweep.json records (`records.sweep.sweep_config`): compared where planned, written where claimed
+    sweep_json: dict[str, Any] = field(default_factory=dict)
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
         """What the points (default: all) take here: their training (tosca_heads.experiments.estimate),
@@ -400,7 +402,8 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, [p.key for p in points])
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
-    check_sweep_folder(out, validation)
+    sweep_json = sweep_config(store, [p.key for p in points], validation, fit.held_ids, fit.protocol.record())
+    claim.check(out, SWEEP_FOLDER, sweep_json)  # before anything runs: its sweep.json and results checked
     if not remote:
         check_room(store, points, sizing)
     jobs = request.jobs or (1 if request.scheduler or sizing.type == "cuda" else usable_cores())
@@ -419,6 +422,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         splits=splits,
         keep_modules=request.keep_modules,
         tracking=tracking,
+        sweep_json=sweep_json,
     )
 
 
@@ -429,7 +433,9 @@ def run_sweep(
     run (None: 1 on the CPU, as many as fit the GPU's memory on CUDA), through the executor; then
     rebuild the tables and plots and record what the sweep chose (on its validation split where it
     has one). `on_start` is called once the folder is claimed, before the first point."""
-    with folder_lock(plan.out, "sweep folder", "pass another --out"):
+    with claim.claim_folder(plan.out, SWEEP_FOLDER, plan.sweep_json):
+        fit = plan.fit
+        write_validation_ids(plan.out, fit.validation, fit.held_ids)
         return _run_locked(plan, on_point, on_start)
 
 
@@ -437,10 +443,6 @@ def _run_locked(
     plan: SweepPlan, on_point: PointCallback | None, on_start: Callable[[], None] | None
 ) -> SweepOutcome:
     out = plan.out
-    fit = plan.fit
-    claim_sweep_dir(
-        out, fit.store, [p.key for p in plan.points], fit.validation, fit.held_ids, fit.protocol.record()
-    )
     # the parent its folder's trackers logged before, continued (`trackers.ledger`), or a new one
     parent = plan.tracking.group(out, f"sweep {out.name}", sweep_params(plan))
     try:

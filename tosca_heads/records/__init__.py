@@ -3,6 +3,8 @@ one module, so a format changes in one place and every reader sees the change.
 
 - `run`: a run folder (`tosca fit`): config.json, validation.json, task files, the classifier and
   the routers' statistics, metrics.json, results.csv;
+- `run_config`: a run's config.json: what a plan writes there, its reader and comparison;
+- `claim`: the one claim of every folder above (checked, locked, marked, its config compared);
 - `sweep`: a sweep folder's sweep.json and its append-only results.csv;
 - `baseline`: a baselines folder (`tosca baselines`): each baseline's metrics.json and results.csv,
   and the comparison files;

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic, folders
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
@@ -31,6 +31,7 @@ from tosca_heads.records import (
     valid_metrics_block,
     validation_record,
 )
+from tosca_heads.records.claim import FolderKind, mark
 from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
 from tosca_heads.records.run import stage_interval
 from tosca_heads.records.table import Table
@@ -92,16 +93,9 @@ def _starts_with(path: Path, text: str) -> bool:
         return False
 
 
-def check_baselines_folder(folder: Path) -> None:
-    """Refuse now, before anything runs, a folder a baselines run may not write."""
-    folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
-
-
-def claim_baselines_dir(folder: Path) -> Path:
-    """Create or take over a baselines folder. Baselines written at once into one folder (a suite's
-    cells on several workers) need it claimed first, by one process: a second claimant would find
-    the first one's half-written marker, a file tosca cannot tell from a stranger's."""
-    return folders.claim(folder, "baselines", "--out", written_before=is_baselines_dir)
+BASELINES_FOLDER = FolderKind(
+    name="baselines", flag="--out", noun="baselines folder", written_before=is_baselines_dir
+)
 
 
 def write_baseline(
@@ -116,7 +110,7 @@ def write_baseline(
 ) -> None:
     """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
     own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
-    claim_baselines_dir(folder.parent)
+    mark(folder.parent, BASELINES_FOLDER)
     folder.mkdir(exist_ok=True)
     payload = {
         **store_block(store, described=False),
@@ -258,7 +252,7 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
 
 
 def write_comparison(out: Path, results: list[MethodResult], title: str) -> dict[str, Path]:
-    folders.claim(out, "baselines", "--out", written_before=is_baselines_dir)
+    mark(out, BASELINES_FOLDER)
     frame = comparison_frame(results)
     comparison_table(frame, title).write(out / "comparison.md", ("csv", "md"))
     plots.comparison(frame.to_dict("records"), title, out / "comparison.png")

@@ -57,7 +57,6 @@ command with one line naming the file and what to do, never a traceback or a wro
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
@@ -69,11 +68,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation import atomic, folders
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
-from featcache.foundation.fingerprints import identity_differences
-from featcache.foundation.locks import folder_lock
 from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.engine.layout import ParamLayout
@@ -90,7 +87,6 @@ from tosca_heads.method.uncertainty import (
 )
 from tosca_heads.records import (
     FORMAT,
-    INFORMATIONAL,
     check_format,
     config_digest,  # noqa: F401 (what each task file records; a run's readers take it from here)
     plots,
@@ -98,9 +94,9 @@ from tosca_heads.records import (
     with_intervals,
 )
 from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.run_config import CONFIG, read_run_config
 from tosca_heads.routers import ROUTERS
 
-CONFIG = "config.json"
 VALIDATION_FILE = "validation.json"
 METRICS = "metrics.json"
 CONFUSION = "confusion.json"  # the routing's confusion matrices after the last task
@@ -113,7 +109,6 @@ STAT_KEYS = (*LOSS_PARTS, "train_acc", "seconds")  # a task's training figures (
 CURVE_COLUMNS = ("format", "task", "epoch", *LOSS_PARTS, "lr")
 CURVE_COLUMNS_3 = ("format", "task", "epoch", "loss", "lr")  # format <= 3: `loss` was the cross-entropy alone
 MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
-RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
 
 
 def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
@@ -137,32 +132,7 @@ def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequen
         atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
 
 
-def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Differences that matter: not the store's path (a moved store still matches), the format, nor
-    the routers a format-1 config listed."""
-    return identity_differences(
-        {k: v for k, v in existing.items() if k not in INFORMATIONAL},
-        {k: v for k, v in new.items() if k not in INFORMATIONAL},
-    )
-
-
 # ------------------------------------------------------------------------------------------ config.json
-
-
-def read_run_config(run_dir: Path) -> dict[str, Any]:
-    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
-        raise UserError(f"not a run directory: {run_dir} (no config.json)")
-    config = read_json(path, "run config", "it was edited or damaged")
-    missing = [k for k in RUN_CONFIG_KEYS if k not in config]
-    if missing:
-        raise UserError(f"{path} lacks {', '.join(missing)}: not a config.json written by tosca fit")
-    for key in ("store", "store_fingerprint"):
-        if not isinstance(config[key], str):
-            raise UserError(f"{path} records a {key} that is not text; the file was edited or damaged")
-    check_format(path, config.get("format", 1))
-    return config
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:
@@ -205,15 +175,6 @@ def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
     )
 
 
-def is_run_dir(folder: Path) -> bool:
-    """A run folder written before folders carried tosca's marker: it holds a tosca config.json."""
-    try:
-        read_run_config(folder)
-    except UserError:
-        return False
-    return True
-
-
 def _recorded(run_dir: Path, what: str, make: Any, values: Any) -> Any:
     """`make(**values)` validated; a value of the wrong type or out of range names the file."""
     where = Path(run_dir) / CONFIG
@@ -254,46 +215,6 @@ def feature_dim_of(config: dict[str, Any], run_dir: Path) -> int:
             f"{Path(run_dir) / CONFIG} records feature_dim {dim!r}; the file was edited or damaged"
         )
     return dim
-
-
-def claim_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
-    """Create the run directory, or check that an existing one was made by the same config and store
-    (and clear what a killed writer left half-written)."""
-    folders.claim(run_dir, "run", "--run", written_before=is_run_dir)
-    atomic.remove_stale(run_dir)
-    config_path = run_dir / CONFIG
-    if config_path.exists():
-        diffs = config_differences(read_run_config(run_dir), config)
-        if diffs:
-            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise UserError(
-                f"run {run_dir} was made with another config or store ({shown}); pass another --run"
-            )
-    else:
-        atomic.write_text(config_path, json.dumps(config, indent=2) + "\n")
-
-
-def claim_runs(
-    locks: contextlib.ExitStack,
-    dirs: Sequence[Path],
-    configs: Sequence[dict[str, Any]],
-    validation: ValidationConfig,
-    held_ids: Sequence[str],
-) -> None:
-    """Claim a group's run folders: each checked before any lock file is made beside one, then each
-    locked (held by `locks` until the group is done), claimed for its config (`claim_run_dir`) and
-    given the validation split's image ids."""
-    for run_dir in dirs:
-        check_claimable(run_dir)
-    for run_dir, config in zip(dirs, configs, strict=True):
-        locks.enter_context(folder_lock(run_dir, "run", "pass another --run"))
-        claim_run_dir(run_dir, config)
-        write_validation_ids(run_dir, validation, held_ids)
-
-
-def check_claimable(run_dir: Path) -> None:
-    """Refuse, before anything is written (even a lock file beside it), a folder that is not a run's."""
-    folders.check_claimable(run_dir, "run", "--run", written_before=is_run_dir)
 
 
 # ------------------------------------------------------------------------------------------ task files

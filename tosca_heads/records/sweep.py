@@ -31,10 +31,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic, folders
+from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json, read_json, read_text
-from featcache.foundation.fingerprints import canonical_json
+from featcache.foundation.fingerprints import canonical_json, identity_differences
 from featcache.store import FeatureStore
 from tosca_heads.method.metrics import BUILT_IN, METRICS, Metric, figures, with_interval
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
@@ -45,8 +45,8 @@ from tosca_heads.records import (
     store_block,
     validation_record,
 )
+from tosca_heads.records.claim import FolderKind
 from tosca_heads.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
-from tosca_heads.records.run import write_validation_ids
 from tosca_heads.records.table import Table, csv_text
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
@@ -481,7 +481,7 @@ def find_sweep_dir(runs_root: Path, store: FeatureStore, keys: Sequence[str]) ->
 
 def is_sweep_dir(folder: Path) -> bool:
     """A sweep folder written before folders carried tosca's marker: it holds a sweep.json."""
-    return (Path(folder) / "sweep.json").is_file()
+    return (Path(folder) / SWEEP_FILE).is_file()
 
 
 def read_sweep_file(path: Path) -> dict[str, Any]:
@@ -493,75 +493,93 @@ def read_sweep_file(path: Path) -> dict[str, Any]:
     return meta
 
 
-def check_sweep_folder(out: Path, validation: ValidationConfig | None = None) -> None:
-    """Refuse now, before anything runs or is written, a folder a sweep may not write, one whose
-    files (sweep.json, results.csv) were damaged, or (given `validation`) one made with another
-    validation split."""
-    if folders.check_claimable(out, "sweep", "--out", written_before=is_sweep_dir):
-        if (out / "sweep.json").exists():
-            recorded = read_sweep_file(out / "sweep.json").get("validation")
-            if validation is not None and not _same_validation(recorded, validation):
-                raise UserError(f"sweep folder {out} {validation_mismatch(recorded)}")
-        ResultsTable(out / "results.csv", check_only=True).answers()
-
-
-def _same_validation(recorded: Any, validation: ValidationConfig) -> bool:
-    """A sweep.json's validation split (None: none) is this one."""
-    if not validation.enabled:
-        return recorded is None
-    return isinstance(recorded, dict) and validation.record() == {
-        k: recorded.get(k) for k in ("fraction", "seed")
-    }
-
-
-def claim_sweep_dir(
-    out: Path,
+def sweep_config(
     store: FeatureStore,
     keys: Sequence[str],
     validation: ValidationConfig,
     held_ids: Sequence[str],
     protocol: dict[str, Any] | None = None,
-) -> None:
-    """Claim the folder and write (or check) its sweep.json: a sweep folder belongs to one store
-    (resuming it on another would mix their rows) and one validation split; a grown grid's digest
-    is added so the same command without --out finds the folder again."""
-    folders.claim(out, "sweep", "--out", written_before=is_sweep_dir)
-    atomic.remove_stale(out)  # what a killed sweep left half-written (its process is gone)
-    if (out / OUTCOMES_FOLDER).is_dir():
-        atomic.remove_stale(out / OUTCOMES_FOLDER)
-    meta_path = out / "sweep.json"
-    meta = {
-        **store_block(store),
-        "grid": grid_digest(keys),
-    }
+) -> dict[str, Any]:
+    """What a sweep's plan records in sweep.json (the claim writes or compares it, `SWEEP_FOLDER`): the
+    store, the grid's digest, the validation split and the protocol in words. A sweep folder
+    belongs to one store (resuming it on another would mix their rows) and one validation split."""
+    meta = {**store_block(store), "grid": grid_digest(keys)}
     if validation.enabled:
         meta["validation"] = validation_record(validation, held_ids)
-        write_validation_ids(out, validation, held_ids)
     if protocol is not None:
         meta["protocol"] = protocol
-    if meta_path.exists():
-        existing = read_sweep_file(meta_path)
-        if not isinstance(existing.get("store_fingerprint"), str):
-            raise UserError(
-                f"{meta_path} records no store fingerprint: it was edited or damaged; pass another --out"
-            )
-        if existing.get("store_fingerprint") != store.fingerprint:
-            raise UserError(
-                f"sweep folder {out} holds results of another store ({existing.get('store')}); pass another --out"
-            )
-        if existing.get("validation") != meta.get("validation"):
-            raise UserError(f"sweep folder {out} {validation_mismatch(existing.get('validation'))}")
-        known = [existing.get("grid"), *existing.get("grids", [])]
-        if meta["grid"] in known:
-            return
-        # a grown grid resumed with --out: the same command without --out finds this folder again
-        meta = {
-            **existing,
-            **meta,
-            "grid": existing.get("grid"),
-            "grids": [*existing.get("grids", []), meta["grid"]],
-        }
-    atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def read_sweep_config(out: Path) -> dict[str, Any]:
+    """A sweep folder's sweep.json, with the store fingerprint it is compared by."""
+    meta_path = Path(out) / SWEEP_FILE
+    meta = read_sweep_file(meta_path)
+    if not isinstance(meta.get("store_fingerprint"), str):
+        raise UserError(
+            f"{meta_path} records no store fingerprint: it was edited or damaged; pass another --out"
+        )
+    return meta
+
+
+SWEEP_IDENTITY = ("store_fingerprint", "validation")  # what makes another sweep (not a grown grid, not words)
+
+
+def sweep_differences(recorded: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    return identity_differences(
+        {k: recorded.get(k) for k in SWEEP_IDENTITY}, {k: wanted.get(k) for k in SWEEP_IDENTITY}
+    )
+
+
+def _other_sweep(out: Path, recorded: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """A sweep's own words for another validation split (what to pass to resume it) or another
+    store; checked in that order (the split is what a user is likelier to have changed)."""
+    held, asked = recorded.get("validation"), wanted.get("validation")
+    if not _same_split(held, asked):
+        return f"sweep folder {out} {validation_mismatch(held)}"
+    if recorded.get("store_fingerprint") != wanted.get("store_fingerprint"):
+        return (
+            f"sweep folder {out} holds results of another store ({recorded.get('store')}); pass another --out"
+        )
+    if held != asked:
+        return f"sweep folder {out} {validation_mismatch(held)}"
+    return None
+
+
+def _same_split(recorded: Any, asked: Any) -> bool:
+    """Two sweep.json validation records (None: none) hold out the same share with the same seed."""
+    if not isinstance(recorded, dict) or not isinstance(asked, dict):
+        return recorded is None and asked is None
+    return all(recorded.get(k) == asked.get(k) for k in ("fraction", "seed"))
+
+
+def _grown_grid(recorded: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """A grown grid resumed with --out: its digest added, so the same command without --out finds
+    this folder again (None: the grid is one the folder knows; sweep.json stays as it is)."""
+    grids = recorded.get("grids", [])
+    if wanted["grid"] in (recorded.get("grid"), *grids):
+        return None
+    return {**recorded, **wanted, "grid": recorded.get("grid"), "grids": [*grids, wanted["grid"]]}
+
+
+def _check_results(out: Path) -> None:
+    """results.csv and the points' outcomes readable, before anything runs."""
+    ResultsTable(Path(out) / RESULTS_FILE, check_only=True).answers()
+
+
+SWEEP_FOLDER = FolderKind(
+    name="sweep",
+    flag="--out",
+    noun="sweep folder",
+    written_before=is_sweep_dir,
+    config_file=SWEEP_FILE,
+    read_config=read_sweep_config,
+    differences=sweep_differences,
+    explain=_other_sweep,
+    grown=_grown_grid,
+    check_files=_check_results,
+    stale_in=(OUTCOMES_FOLDER,),
+)
 
 
 def validation_mismatch(recorded: Any) -> str:

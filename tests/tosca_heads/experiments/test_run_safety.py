@@ -5,6 +5,7 @@ named instead of a metrics file of zeros."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +212,27 @@ def test_baselines_leave_a_run_of_another_store_alone(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "was fitted on another store" in result.output, result.output
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
+
+
+def test_one_writer_per_baselines_folder(tmp_path: Path) -> None:
+    """`tosca baselines` holds its folder's lock while it writes (the one claim, as a run's and a
+    sweep's): a second one into the same folder is refused naming the holder, before anything is
+    written there; once the holder is gone the same command runs."""
+    from featcache.foundation.locks import acquire
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    out = tmp_path / "cmp"
+    cmd = ["baselines", "--store", str(store.path), "--init-cls", "2", "--increment", "2"]
+    cmd += ["--methods", "simplecil", "--no-tosca", "--device", "cpu", "--out", str(out)]
+    held = acquire(out, "baselines folder")  # as a running `tosca baselines` would
+    busy = RUNNER.invoke(app, cmd)
+    assert (
+        busy.exit_code == 2
+        and f"baselines folder {out} is being written by another tosca process" in busy.output
+    )
+    assert f"(pid {os.getpid()} on " in busy.output and "pass another --out" in busy.output
+    assert not (out / "simplecil").exists()
+    held.release()
+    done = RUNNER.invoke(app, cmd)
+    assert done.exit_code == 0, done.output
+    assert (out / "simplecil" / "metrics.json").is_file() and (out / "comparison.csv").is_file()

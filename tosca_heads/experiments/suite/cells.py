@@ -24,6 +24,7 @@ from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import run as run_record
 from tosca_heads.records import validation_record
 from tosca_heads.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
+from tosca_heads.records.run_config import CONFIG, config_differences
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
             return False
         wanted = plan.run_config(cell_train(spec, cell))
         return (
-            not run_record.config_differences(config, wanted)
+            not config_differences(config, wanted)
             and metrics.get("finished_tasks") == tasks
             and run_record.finished_tasks(folder) >= tasks  # a deleted task file: the fit resumes there
             # a router registered since (a plug-in): the fit evaluates the finished run again
@@ -151,10 +152,10 @@ def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> 
     """What differs when the cell's folder holds results of another configuration (the suite file
     or its store changed since they were made); None when it holds none, or this cell's."""
     if cell.kind == "tosca":
-        if not (Path(folder) / run_record.CONFIG).is_file():
+        if not (Path(folder) / CONFIG).is_file():
             return None
         wanted = plan.run_config(cell_train(spec, cell))
-        differences = run_record.config_differences(run_record.read_run_config(folder), wanted)
+        differences = config_differences(run_record.read_run_config(folder), wanted)
         return differences[0] if differences else None
     payload = read_baseline(Path(folder) / "metrics.json")
     found = [] if payload is None else _baseline_differences(spec, cell, payload, plan)

@@ -19,12 +19,10 @@ from typing import Any
 
 import torch
 
-from featcache.foundation import atomic, folders
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
-from featcache.foundation.locks import folder_lock
 from featcache.foundation.scheduler import parse_scheduler
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
@@ -44,9 +42,10 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import group_key
+from tosca_heads.records import claim
 from tosca_heads.records import run as run_record
 from tosca_heads.records import suite as records_suite
-from tosca_heads.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
+from tosca_heads.records.baseline import BASELINES_FOLDER, NO_ROUTING, read_baseline
 from tosca_heads.records.suite import MANIFEST
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
@@ -121,9 +120,9 @@ def default_out(spec: SuiteSpec, runs_root: Path) -> Path:
     return Path(runs_root) / f"suite-{folder_name(spec.name)}"
 
 
-def is_suite_dir(folder: Path) -> bool:
-    """A suite folder without tosca's marker: none is (suites always carried it)."""
-    return False
+# a suite folder: no folder of it was written before markers (suites always carried one), and no config
+# file of its own (each cell's folder records its cell's, compared when the cells are planned: `_states`)
+SUITE_FOLDER = claim.FolderKind(name="suite", flag="--out", noun="suite folder")
 
 
 def run_suite(
@@ -187,13 +186,11 @@ def run_suite(
                 0, f"$TOSCA_PAPER_DATA is unset: the paper suite looks for its data folders in {where}"
             )
         return result
-    folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
+    claim.check(out, SUITE_FOLDER)
     tracking = open_tracking(log, runs_root) if not tables_only else Tracking()
     stores = open_stores(spec, extract)
     check_room(spec, stores, resolved)
-    with folder_lock(out, "suite folder", "pass another --out"):
-        folders.claim(out, "suite", "--out", written_before=is_suite_dir)
-        atomic.remove_stale(out)
+    with claim.claim_folder(out, SUITE_FOLDER):
         states = _states(spec, stores, out, runs_root)
         changed = [s for s in states if s.status == "changed"]
         if changed and not tables_only:
@@ -366,7 +363,7 @@ def _run_missing(
     missing = [s for s in states if s.status == "missing"]
     for state in missing:  # one folder holds a seed's baselines: claimed here, before they run at once
         if state.cell.kind == "baseline":
-            claim_baselines_dir(state.folder.parent)
+            claim.mark(state.folder.parent, BASELINES_FOLDER)
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0

@@ -1,0 +1,99 @@
+"""A run's config.json, in one place: what a plan writes there (`make_run_config`), how it is read back
+(`read_run_config`), what makes two configs different runs (`config_differences`), and the run
+folder's kind for the one claim (`RUN`: `records.claim`), which compares the two before a run
+folder is written.
+
+config.json holds the resolved recipe, the task split, the validation split (when one is held
+out), the store's path and fingerprint, the feature dimension and views, and the protocol in
+words; "format" (`records.FORMAT`). The store's path, the format and the protocol are
+informational: a moved store still matches, and a config written before them is the same run.
+
+Import-light (no torch): the plan builds configs before the engine loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from featcache.foundation.errors import UserError
+from featcache.foundation.files import read_json
+from featcache.foundation.fingerprints import identity_differences
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import INFORMATIONAL, check_format, store_block, validation_record
+from tosca_heads.records.claim import FolderKind
+
+CONFIG = "config.json"
+RUN_CONFIG_KEYS = ("store", "store_fingerprint", "stream", "train", "feature_dim")
+
+
+def make_run_config(
+    store: Any,
+    stream: StreamConfig,
+    validation: ValidationConfig,
+    held_ids: Sequence[str],
+    protocol: dict[str, Any],
+    train: TrainConfig,
+) -> dict[str, Any]:
+    """config.json of a resolved recipe on a store and split. The validation split is recorded only
+    when one is held out, so a run without one has the config (and the default folder name) it
+    had before validation existed."""
+    config = {
+        **store_block(store),
+        "feature_dim": store.dim,
+        "views": store.views,
+        "stream": asdict(stream),
+        "train": asdict(train),
+    }
+    if validation.enabled:
+        config["validation"] = validation_record(validation, held_ids)
+    config["protocol"] = protocol
+    return config
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise UserError(f"not a run directory: {run_dir} (no config.json)")
+    config = read_json(path, "run config", "it was edited or damaged")
+    missing = [k for k in RUN_CONFIG_KEYS if k not in config]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}: not a config.json written by tosca fit")
+    for key in ("store", "store_fingerprint"):
+        if not isinstance(config[key], str):
+            raise UserError(f"{path} records a {key} that is not text; the file was edited or damaged")
+    check_format(path, config.get("format", 1))
+    return config
+
+
+def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Differences that matter: not the store's path (a moved store still matches), the format, nor
+    the routers a format-1 config listed."""
+    return identity_differences(
+        {k: v for k, v in existing.items() if k not in INFORMATIONAL},
+        {k: v for k, v in new.items() if k not in INFORMATIONAL},
+    )
+
+
+def is_run_dir(folder: Path) -> bool:
+    """A run folder written before folders carried tosca's marker: it holds a tosca config.json."""
+    try:
+        read_run_config(folder)
+    except UserError:
+        return False
+    return True
+
+
+RUN_FOLDER = FolderKind(
+    name="run",
+    flag="--run",
+    noun="run",
+    written_before=is_run_dir,
+    config_file=CONFIG,
+    read_config=read_run_config,
+    differences=config_differences,
+)
