@@ -4,8 +4,8 @@ held out, with its intervals; the baseline's own parameters; `reference` when it
 method), its results.csv (A_t per task and split, with A_t_low, A_t_high and images) and its
 outcomes.safetensors (`records.outcomes`), and the comparison files beside TOSCA's routers:
 comparison.csv (every figure with `_low`/`_high` columns and `images`), .md and .png.
-Format `records.FORMAT`; a format-1 file ("modes" for "routers", tosca 0.1) is read as the current,
-a folder before format 4 without intervals.
+Format `records.FORMAT`: a baseline's metrics.json of another one (or none) is refused in one line,
+and so is a baselines folder that holds one (`check_formats`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tosca_heads.method.uncertainty import Outcomes, bracket
 from tosca_heads.records import (
     FORMAT,
     INTERVAL_KEYS,
+    check_format,
     plots,
     store_block,
     valid_metrics_block,
@@ -96,6 +97,14 @@ def _starts_with(path: Path, text: str) -> bool:
 def check_baselines_folder(folder: Path) -> None:
     """Refuse now, before anything runs, a folder a baselines run may not write."""
     folders.check_claimable(folder, "baselines", "--out", written_before=is_baselines_dir)
+    check_formats(folder)
+
+
+def check_formats(folder: Path) -> None:
+    """Refuse, in one line, a baselines folder holding a baseline's metrics.json of another format
+    (written before tosca's first release, or by a newer tosca): it is never written over."""
+    for path in sorted(Path(folder).glob("*/metrics.json")) if Path(folder).is_dir() else []:
+        read_baseline(path)
 
 
 def claim_baselines_dir(folder: Path) -> Path:
@@ -150,7 +159,7 @@ def write_baseline(
 
 
 def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes] | None:
-    """A baseline folder's outcomes per split (None for one written before format 4), checked
+    """A baseline folder's outcomes per split (None when it kept none), checked
     against its metrics (`read_baseline`'s payload): one line when they do not fit."""
     hint = "delete the folder to compute the baseline again"
     found = read_outcomes(Path(folder) / OUTCOMES, hint)
@@ -165,15 +174,16 @@ def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, O
 
 
 def read_baseline(path: Path) -> dict[str, Any] | None:
-    """A baseline's metrics.json in this version's form (format 1 said "modes"), or None when the
-    file is not one tosca wrote or was damaged (a scan for baselines passes it over)."""
+    """A baseline's metrics.json, or None when the file is not one tosca wrote or was damaged (a scan
+    for baselines passes it over); one of another format is refused in one line."""
     try:
         payload = read_json(path, "baseline metrics", "")
     except UserError:
         return None
     if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
         return None
-    routers = payload.get("routers", payload.get("modes"))
+    check_format(path, payload.get("format"), "baseline metrics")
+    routers = payload.get("routers")
     block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
     if not valid_metrics_block(block):
         return None
@@ -185,7 +195,7 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
 
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     """A metrics block's intervals as plain columns: `{prefix}{metric}_low`, `_high` and
-    `{prefix}images` (None where the block has none: written before format 4)."""
+    `{prefix}images` (None where the block has none)."""
     intervals = (block or {}).get("intervals", {})
     columns: dict[str, Any] = {f"{prefix}images": (block or {}).get("images")}
     for metric in INTERVAL_KEYS:

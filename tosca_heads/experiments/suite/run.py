@@ -47,7 +47,7 @@ from tosca_heads.method.recipe import group_key
 from tosca_heads.records import run as run_record
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baseline import NO_ROUTING, claim_baselines_dir, read_baseline
-from tosca_heads.records.suite import MANIFEST
+from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
 
@@ -188,6 +188,7 @@ def run_suite(
             )
         return result
     folders.check_claimable(out, "suite", "--out", written_before=is_suite_dir)
+    check_manifest(out)
     tracking = open_tracking(log, runs_root) if not tables_only else Tracking()
     stores = open_stores(spec, extract)
     check_room(spec, stores, resolved)
