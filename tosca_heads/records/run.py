@@ -728,8 +728,6 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
         payload = parse_json(path.read_bytes(), f"run {run_dir}: {CONFUSION}")
     except UserError:
         raise _damaged(run_dir, CONFUSION, "not JSON", fix) from None
-    if isinstance(payload, dict):
-        check_format(path, payload.get("format"), "routing confusion")
     if not isinstance(payload, dict) or not isinstance(payload.get("task"), int) or payload["task"] < 0:
         raise _damaged(run_dir, CONFUSION, "no task number", fix)
     tasks = payload["task"] + 1
@@ -750,6 +748,7 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
                 raise _damaged(
                     run_dir, CONFUSION, f"{split} {name!r} is not a {tasks} x {tasks} table of counts", fix
                 )
+    check_format(path, payload.get("format"), "routing confusion")
     return payload
 
 

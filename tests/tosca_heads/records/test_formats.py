@@ -190,13 +190,16 @@ def test_a_store_written_before_the_first_release_is_refused(copy: Path) -> None
     [
         ("run/outcomes.safetensors", lambda root: run_record.read_run_outcomes(root / "run")),
         ("run/curves.csv", lambda root: run_record.read_curves(root / "run")),
+        ("run/confusion.json", lambda root: run_record.read_confusion(root / "run")),
     ],
 )
 def test_a_file_inside_a_run_written_before_the_first_release_is_refused(
     copy: Path, file: str, read: Callable[[Path], object]
 ) -> None:
     path = copy / file
-    if path.suffix == ".csv":
+    if path.suffix == ".json":
+        _set_format(path, 4)
+    elif path.suffix == ".csv":
         lines = path.read_text().splitlines()
         path.write_text("\n".join([lines[0], *("4" + line[1:] for line in lines[1:])]) + "\n")
     else:
