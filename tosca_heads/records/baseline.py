@@ -158,13 +158,11 @@ def write_baseline(
     Table(f"{result.method}: A_t per task", "", header, rows).write(folder / "results.csv", ("csv",))
 
 
-def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes] | None:
-    """A baseline folder's outcomes per split (None when it kept none), checked
-    against its metrics (`read_baseline`'s payload): one line when they do not fit."""
+def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes]:
+    """A baseline folder's outcomes per split, checked against its metrics (`read_baseline`'s
+    payload): one line when they are missing or do not fit."""
     hint = "delete the folder to compute the baseline again"
     found = read_outcomes(Path(folder) / OUTCOMES, hint)
-    if found is None:
-        return None
     method = payload["method"]
     blocks = {"test": {method: payload["routers"][NO_ROUTING]}}
     if payload.get("validation"):

@@ -90,12 +90,15 @@ def _check_header(header: Header) -> None:
         raise TensorFileError("a split lacks its image lists")
 
 
-def read_outcomes(path: Path, hint: str) -> PerSplit | None:
-    """The outcomes in a file (None when there is none), checked:
-    one line naming the file and `hint` (what rewrites it) when it is not what tosca writes."""
+def read_outcomes(path: Path, hint: str) -> PerSplit:
+    """The outcomes in a file, checked: one line naming the file and `hint` (what rewrites it) when
+    it is missing (every run, baseline and sweep point tosca writes keeps one: its figures' intervals
+    come from it) or not what tosca writes."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
-        return None
+        raise UserError(
+            f"{path} is missing (deleted?): the figures beside it have no answers to show; {hint}"
+        )
     try:
         tensors, meta = read_safetensors(path, _check_header)
         text = meta.get("format")

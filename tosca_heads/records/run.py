@@ -679,17 +679,14 @@ def stage_interval(outcome: Outcomes | None, task: int, a_t: float) -> tuple[str
     return f"{low:.6f}", f"{high:.6f}", str(images)
 
 
-def read_run_outcomes(
-    run_dir: Path, metrics: dict[str, Any] | None = None
-) -> dict[str, dict[str, Outcomes]] | None:
-    """A run's outcomes.safetensors (None for a run evaluated before format 4), checked against its
-    metrics (`metrics`, else read): a file of another run or edited is one line."""
+def read_run_outcomes(run_dir: Path, metrics: dict[str, Any] | None = None) -> dict[str, dict[str, Outcomes]]:
+    """A run's outcomes.safetensors, checked against its metrics (`metrics`, else read): a file
+    missing, of another run or edited is one line."""
     hint = f"`tosca eval {run_dir}` rewrites it"
     found = read_outcomes(Path(run_dir) / OUTCOMES, hint)
-    if found is not None:
-        metrics = metrics or read_metrics(run_dir)
-        blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
-        check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
+    metrics = metrics or read_metrics(run_dir)
+    blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
+    check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
     return found
 
 

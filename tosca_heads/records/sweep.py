@@ -315,21 +315,18 @@ class ResultsTable:
     def keys(self) -> set[str]:
         return set(self._points)
 
-    def answers(self) -> dict[str, PerSplit | None]:
-        """Each recorded point's kept answers (None for a point computed before format 4), checked
-        against the A_t its rows record: answers edited, damaged or of another point are one line."""
-        found: dict[str, PerSplit | None] = {}
+    def answers(self) -> dict[str, PerSplit]:
+        """Each recorded point's kept answers, checked against the A_t its rows record: answers
+        missing, edited, damaged or of another point are one line."""
+        found: dict[str, PerSplit] = {}
         out = self.path.parent
         fix = "delete it and the point's rows in results.csv to compute the point again"
         for key, rows in self._points.items():
             found[key] = answers = read_point_outcomes(out, key)
-            if answers is not None:
-                blocks: dict[str, dict[str, Any]] = {}
-                for row in rows:
-                    blocks.setdefault(row["split"], {})[row["router"]] = {
-                        "A_t": parse_json(row["A_t"], "A_t")
-                    }
-                check_against(answers, blocks, str(outcomes_path(out, key)), fix)
+            blocks: dict[str, dict[str, Any]] = {}
+            for row in rows:
+                blocks.setdefault(row["split"], {})[row["router"]] = {"A_t": parse_json(row["A_t"], "A_t")}
+            check_against(answers, blocks, str(outcomes_path(out, key)), fix)
         return found
 
     def append(self, rows: list[dict[str, Any]]) -> None:
@@ -375,8 +372,8 @@ def outcomes_path(out: Path, key: str) -> Path:
 
 
 def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
-    """A finished point's outcomes, written before its rows (a point in results.csv has them, unless
-    it was computed before format 4); the folder made here, never through a link."""
+    """A finished point's outcomes, written before its rows (a point in results.csv has them); the
+    folder made here, never through a link."""
     folder = Path(out) / OUTCOMES_FOLDER
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise UserError(f"{folder} is not a folder tosca made (a link or a file): remove it")
@@ -384,10 +381,10 @@ def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
     write_outcomes(outcomes_path(out, key), found)
 
 
-def read_point_outcomes(out: Path, key: str) -> PerSplit | None:
-    """A point's outcomes (None for a point computed before format 4), checked in one line."""
+def read_point_outcomes(out: Path, key: str) -> PerSplit:
+    """A point's outcomes, checked in one line (missing ones too)."""
     return read_outcomes(
-        outcomes_path(out, key), "delete it and its rows in results.csv to compute the point again"
+        outcomes_path(out, key), "delete its rows in results.csv (and the file) to compute the point again"
     )
 
 

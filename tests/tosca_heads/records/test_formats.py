@@ -8,6 +8,7 @@ registry, so adding a router does not stop a sweep from resuming."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -53,12 +54,12 @@ def _run(*args: object) -> str:
 
 
 def _refused(*args: object) -> str:
-    """The one line a command refuses with (exit 2; a fit's protocol and warnings may come first)."""
+    """The one line a command refuses with (exit 2; the protocol a fit or suite prints, and
+    warnings, may come first)."""
     result = RUNNER.invoke(app, [str(a) for a in args])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    lines = [
-        line for line in result.output.strip().splitlines() if not line.startswith(("protocol:", "warning"))
-    ]
+    said_first = re.compile(r"^(store \S+: )?protocol: |^warning")
+    lines = [line for line in result.output.strip().splitlines() if not said_first.match(line)]
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     return lines[0]
 
@@ -264,3 +265,31 @@ def test_adding_a_router_does_not_stop_a_sweep_from_resuming(tmp_path: Path) -> 
     )
     assert (long.groupby("key")["router"].count() == long.groupby("key")["rows"].first()).all()
     assert "| 8 |" in (tmp_path / "sw" / "summary.md").read_text()  # the tables are rebuilt with it
+
+
+@pytest.mark.parametrize(
+    ("gone", "command", "said"),
+    [
+        ("run/outcomes.safetensors", lambda root: ["routers", root / "run"], "`tosca eval"),
+        (
+            "sweep/outcomes",
+            lambda root: ["sweep", "--store", root / "s.zarr", "--out", root / "sweep", *QUICK, *SPLIT],
+            "delete its rows in results.csv",
+        ),
+        (
+            "suite/cells",
+            lambda root: ["suite", root / "SUITE.toml", "--out", root / "suite", "--device", "cpu"],
+            "",
+        ),
+    ],
+)
+def test_answers_deleted_from_a_folder_are_one_line_never_figures_without_intervals(
+    copy: Path, gone: str, command: Callable[[Path], list[object]], said: str
+) -> None:
+    """Every run, baseline and sweep point keeps its per-image answers: one deleted is named, with
+    what rewrites it; its figures are never shown as if they had none."""
+    found = sorted((copy / gone).rglob("outcomes.safetensors") if (copy / gone).is_dir() else [copy / gone])
+    found = found or sorted((copy / gone).glob("*.safetensors"))
+    found[0].unlink()
+    line = _refused(*command(copy))
+    assert f"{found[0]} is missing" in line and said in line, line
