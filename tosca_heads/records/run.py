@@ -409,7 +409,7 @@ def read_curve(curve: Any) -> dict[str, list[float]] | None:
     return curve if all(_finite(v) for c in columns for v in c) else None
 
 
-def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float | None]]:
+def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float]]:
     """A curve epoch by epoch, as curves.csv, the trackers and curves.png show it: ce, l1_term,
     loss (= ce + l1_term) and lr."""
     return [
