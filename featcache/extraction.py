@@ -276,12 +276,6 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     existing = None if plan.request.overwrite else stored_identity(path)
     if existing is not None:
         store = FeatureStore.open(path, mode="r+")
-        if "data_root" not in existing.get("dataset", {}):
-            raise UserError(
-                f"store {path} was made before tosca recorded where its images came from, so it cannot "
-                "tell whether these are the same images; pass --overwrite to rebuild it or --store PATH "
-                "for a new one"
-            )
         if _only_files_changed(existing, plan.identity):
             _resume_with_changed_files(store, plan)
             existing = plan.identity
@@ -345,11 +339,6 @@ def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
     for split in SPLITS:
         recorded = store.sources(split)
         done = store.done(split)
-        if recorded is None:  # its sources array was deleted: which files each chunk used is lost
-            raise UserError(
-                f"store {store.path} has no {split}/sources (damaged): which files its chunks were made "
-                "from is lost; rebuild it with the same `tosca extract` and --overwrite"
-            )
         for chunk, current in enumerate(plan.sources[split]):
             if done[chunk] and str(recorded[chunk]) != current:
                 sl = store.layout(split).chunk_slice(chunk)

@@ -115,16 +115,10 @@ def store_path_of(request: ExtractRequest) -> Path:
 
 
 def stored_identity(path: Path) -> dict[str, Any] | None:
-    """An existing store's identity, with what older stores did not record filled in.
-
-    Stores made before decoders were selectable have no `preprocessing.decoder`; they were all
-    decoded by PIL.
-    """
+    """An existing store's identity (None when there is no store at `path`)."""
     if not path.exists():
         return None
-    identity = FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
-    identity["preprocessing"] = {"decoder": "pil", **identity.get("preprocessing", {})}
-    return identity
+    return FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
 
 
 @dataclass

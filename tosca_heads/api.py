@@ -27,7 +27,7 @@ from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifi
 from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
-from tosca_heads.method.baselines import BASELINES, register_baseline
+from tosca_heads.method.baseline_names import BASELINES, register_baseline
 from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
 from tosca_heads.records.run import RunResult

@@ -8,7 +8,9 @@ other names), and its implementation: the object itself, or for a built-in whose
 a registry (`entries()`, iterating its names) imports nothing, so `tosca list` starts without torch.
 
 As a mapping, `registry[name]` is the implementation (loaded on first use), an alias finding the
-same entry as its name; iterating gives the names, never the aliases. Every kind registers through
+same entry as its name; iterating gives the names, never the aliases; `del registry[name]` takes a
+name out (a test or a doctest leaving the registry as it found it), and nothing is put in but
+through `add` or `declare`. Every kind registers through
 one signature, `add(name, value, description, reference, module, aliases)` (or `declare` for a
 built-in loaded on first use), which the `register_*` function of each kind calls after checking
 what that kind must offer; a name or alias registered twice is refused. A name the user typed is
@@ -26,7 +28,7 @@ Import-light: stdlib and the foundation's errors and names only.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -73,7 +75,7 @@ def reference_words(declared: bool | str) -> str:
 REGISTRIES: list[Registry[Any]] = []  # every registry of this process, as it was made
 
 
-class Registry(MutableMapping[str, T]):
+class Registry(Mapping[str, T]):
     """The names of one `kind` (router, baseline, ...), in the order they were registered.
     `address` is where the registry itself lives (`module:NAME`)."""
 
@@ -153,20 +155,6 @@ class Registry(MutableMapping[str, T]):
             found = replace(found, value=getattr(importlib.import_module(module), attribute))
             self._entries[name] = found
         return found.value
-
-    def __setitem__(self, name: str, value: T) -> None:
-        if name in self._aliases:
-            raise ValueError(f"{self.kind} name {name!r} is an alias of {self._aliases[name]!r}")
-        reference = reference_words(getattr(value, "reference", False))
-        old = self._entries.get(name)
-        self._entries[name] = Entry(
-            name,
-            old.description if old else "",
-            reference,
-            origin_of(getattr(value, "__module__", None)),
-            value=value,
-            aliases=old.aliases if old else (),
-        )
 
     def __delitem__(self, name: str) -> None:
         found = self._entries.pop(self.name_of(name))

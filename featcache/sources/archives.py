@@ -199,9 +199,9 @@ def unpack_once(
         dest.parent.mkdir(parents=True, exist_ok=True)
     wait = on_wait or _ON_WAIT.get() or (lambda holder: None)
     with folder_lock(dest, "archive folder", "", on_wait=wait):
-        mark = dest / _DONE_MARK
-        if _marked(dest):
-            return dest, sha, _read_mark(mark)
+        found = _read_mark(dest / _DONE_MARK) if _marked(dest) else None
+        if found is not None:
+            return dest, sha, found
         left_out = LeftOut()
         for leftover in dest.parent.glob(f"{dest.name}.partial*"):  # killed unpackers (we hold the lock)
             shutil.rmtree(leftover, ignore_errors=True)  # a link by that name is never followed
@@ -241,15 +241,18 @@ def _umask() -> int:
 
 
 def _marked(dest: Path) -> bool:
-    """The folder holds its done mark: a regular file (a link or a fifo by that name is not one)."""
+    """The folder holds its done mark: a regular file (a link or a fifo by that name is not one)
+    that records what the unpacking left out."""
     mark = dest / _DONE_MARK
-    return mark.is_file() and not mark.is_symlink()
+    return mark.is_file() and not mark.is_symlink() and _read_mark(mark) is not None
 
 
-def _read_mark(mark: Path) -> LeftOut:
-    """What the unpacking that wrote this done mark left out (older marks hold only the sha256)."""
+def _read_mark(mark: Path) -> LeftOut | None:
+    """What the unpacking that wrote this done mark left out; None for a mark that records none (a
+    build's before the first release, which kept only the sha256, or a damaged one): the archive is
+    then unpacked again, so what it leaves out is counted, never taken as nothing."""
     try:  # bounded: a huge or deeply nested mark is one that records nothing
-        recorded = read_json(mark, "unpacking mark", "").get("left_out", {})
+        recorded = read_json(mark, "unpacking mark", "").get("left_out")
     except UserError:
-        return LeftOut()
-    return LeftOut.from_attrs(recorded) if isinstance(recorded, dict) else LeftOut()
+        return None
+    return LeftOut.from_attrs(recorded) if isinstance(recorded, dict) else None

@@ -124,13 +124,7 @@ def describe(path: Path) -> Description:
             precision != "fp32",
         ),
         ("progress", ", ".join(f"{k} {v}" for k, v in progress.items()), False),
-        (
-            "checksums",
-            "per chunk, checked by `tosca cache verify` and before stage 2 reads"
-            if store.has_checksums()
-            else "none: stage 2 refuses the store until `tosca cache verify --fix` and the same extract",
-            not store.has_checksums(),
-        ),
+        ("checksums", "per chunk, checked by `tosca cache verify` and before stage 2 reads", False),
         ("size", human_bytes(store.size_bytes()), False),
         ("fingerprint", str(attrs.get("fingerprint")), False),
         ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}", False),
@@ -158,9 +152,7 @@ def _source(dataset: Any, attrs: dict[str, Any]) -> str:
     """Where the images came from, and how the store can tell whether they changed."""
     root = field_of(dataset, "data_root")
     if root == "?":
-        return (
-            f"{attrs.get('dataset_source')} (not recorded in the identity: made before tosca checked sources)"
-        )
+        return f"{attrs.get('dataset_source')} (not recorded in the identity: the store was not made by `tosca extract`)"
     if field_of(dataset, "source_sha256") not in ("?", None):
         return f"{root} (archive sha256 {str(dataset['source_sha256'])[:12]})"
     return f"{root} (files fingerprint {str(field_of(dataset, 'files_sha256'))[:12]}: names, sizes, modification times)"

@@ -11,11 +11,9 @@ writes every file to a temporary name and renames it, so a killed writer leaves 
 without its flag, which the next run recomputes, and `tosca cache verify` recomputes every done
 chunk's checksum, so a chunk edited or damaged later is found.
 
-The checksums array came after the first schema 1 stores: it changes nothing else about how a
-store is read, so the schema stays 1. A store without it cannot show that its values are the ones
-written, so `tosca cache verify` fails it and stage 2 refuses it (`featcache.store.verify`);
-`cache verify --fix` adds empty checksums and unflags every chunk, so the same `tosca extract`
-recomputes them.
+Schema 1 is this layout whole, the first release's: a store without its checksums or sources
+arrays was written before tosca's first release (or edited by hand) and is refused when opened,
+in one line (no reader of an unreleased layout is kept); a higher schema asks for a newer tosca.
 
 The arrays' chunk length is the requested chunk size, or the larger split's sample count when
 that is smaller (a chunk is written whole, padding included: 20,000-row chunks for 60 images
@@ -147,8 +145,14 @@ def _check_identity_names(path: Path, attrs: dict[str, Any]) -> None:
                 raise UserError(f"store {path} records an {exc}; was it edited by hand?") from None
 
 
+# the arrays every store of the first release has and the builds before it lacked (tosca 0.1's
+# stores no sources, earlier ones no checksums either)
+RELEASE_ARRAYS = ("checksums", "sources")
+
+
 def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
-    """Every array the layout promises is there (a folder deleted by hand is refused, not a traceback)."""
+    """Every array the layout promises is there (a folder deleted by hand is refused, not a
+    traceback; a store without `RELEASE_ARRAYS` is one of a build before the first release)."""
     views = attrs.get("identity", {}).get("views", 0)
     for split in SPLITS:
         names = ["features", "labels", "ids", "done"] + (["views"] if split == "train" and views else [])
@@ -161,6 +165,13 @@ def _check_arrays(path: Path, group: zarr.Group, attrs: dict[str, Any]) -> None:
             raise UserError(
                 f"store {path} has no {split}/{missing[0]} (damaged or edited by hand); re-extract it"
             )
+        older = [name for name in RELEASE_ARRAYS if name not in members]
+        if older:
+            raise UserError(
+                f"store {path} has no {split}/{older[0]}: it was written before tosca's first release (or "
+                "edited by hand); re-extract it with --overwrite"
+            )
+        names += list(RELEASE_ARRAYS)
         for name in names:  # opening reads each array's zarr.json; a chunk length must be one or more
             if min(group[split][name].chunks, default=1) < 1:
                 raise UserError(
@@ -586,13 +597,8 @@ class FeatureStore:
     def done(self, split: str) -> np.ndarray:
         return np.asarray(self.whole(f"{split}/done"), dtype=bool)
 
-    def has_checksums(self) -> bool:
-        return all(self.has(split, "checksums") for split in SPLITS)
-
-    def checksums(self, split: str) -> np.ndarray | None:
-        """The recorded checksum of every chunk ("" where none), or None for a store made before them."""
-        if not self.has(split, "checksums"):
-            return None
+    def checksums(self, split: str) -> np.ndarray:
+        """The recorded checksum of every chunk ("" where none)."""
         return np.asarray(self.whole(f"{split}/checksums"), dtype=object)
 
     def pending_chunks(self, split: str) -> list[int]:
@@ -605,18 +611,14 @@ class FeatureStore:
         """Called by the one writer (under the store's lock) before it computes chunks.
 
         Removes the temporary files (`*.partial`) that zarr leaves when a writer is killed between
-        writing one and renaming it into place. A store made before checksums stays without them
-        (adding them now would bless values nobody checked when they were written).
+        writing one and renaming it into place.
         """
         for leftover in self.path.rglob("*.partial"):
             with contextlib.suppress(OSError):
                 leftover.unlink()
 
-    def sources(self, split: str) -> np.ndarray | None:
-        """The fingerprint of the files each chunk was computed from ("" where none), or None for a
-        store made before tosca recorded them."""
-        if not self.has(split, "sources"):
-            return None
+    def sources(self, split: str) -> np.ndarray:
+        """The fingerprint of the files each chunk was computed from ("" where none)."""
         return np.asarray(self.whole(f"{split}/sources"), dtype=object)
 
     def write_chunk(
@@ -655,9 +657,8 @@ class FeatureStore:
             self.node(f"{split}/features")[sl] = features
             if views is not None:
                 self.node("train/views")[:, sl] = views
-            if self.has(split, "checksums"):
-                self.node(f"{split}/checksums")[chunk] = checksum
-            if source is not None and self.has(split, "sources"):
+            self.node(f"{split}/checksums")[chunk] = checksum
+            if source is not None:
                 self.node(f"{split}/sources")[chunk] = source
             self.node(f"{split}/done")[chunk] = True
 
@@ -680,22 +681,12 @@ class FeatureStore:
             f"{shown}; the chunk is not marked done (check the weights and --precision)"
         )
 
-    def add_checksums(self, split: str) -> None:
-        """An empty checksums array for a split that has none (`cache verify --fix`)."""
-        if self.has(split, "checksums"):
-            return
-        n_chunks = self.layout(split).n_chunks
-        with disk_errors(self.path, "adding a checksums array"):
-            self.group[split].create_array("checksums", shape=(n_chunks,), chunks=(1,), dtype=str)
-        self._members.pop(split, None)
-
     def mark_undone(self, split: str, chunks: list[int]) -> None:
         """Clear the done record of these chunks, so the next extraction recomputes them."""
         with disk_errors(self.path, "clearing done flags"):
             for chunk in chunks:
                 self.node(f"{split}/done")[chunk] = False
-                if self.has(split, "checksums"):
-                    self.node(f"{split}/checksums")[chunk] = ""
+                self.node(f"{split}/checksums")[chunk] = ""
 
     # ------------------------------------------------------------ reading
 

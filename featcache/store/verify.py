@@ -64,7 +64,7 @@ def chunk_faults(
     on_chunk: Callable[[str, int, int], None] | None = None,
 ) -> list[ChunkFault]:
     """Every done chunk whose file is missing, cannot be read, holds NaN or inf, or does not match
-    its recorded checksum (a store without checksums: readability and finiteness only).
+    its recorded checksum.
     `on_chunk(split, 1, chunks of the split)` after each chunk read (a large store's check speaks)."""
     faults: list[ChunkFault] = []
     for split in splits:
@@ -86,8 +86,6 @@ def chunk_faults(
             if not all(np.isfinite(block).all() for block in blocks):
                 faults.append(ChunkFault(split, chunk, "NaN or inf in a chunk marked done"))
                 continue
-            if sums is None:
-                continue
             recorded = str(sums[chunk])
             if not recorded:
                 faults.append(ChunkFault(split, chunk, "marked done but no checksum recorded"))
@@ -102,13 +100,6 @@ def attrs_problems(store: FeatureStore) -> list[str]:
     ident = store.identity
     if store.fingerprint != fingerprint(ident):
         problems.append("fingerprint does not match the identity attrs (edited after the store was made)")
-    if not store.has_checksums():
-        missing = [split for split in SPLITS if store.checksums(split) is None]
-        problems.append(f"no chunk checksums ({', '.join(missing)}): its values cannot be checked")
-    if "data_root" in ident.get("dataset", {}):  # made by a tosca that records each chunk's files
-        lost = [split for split in SPLITS if store.sources(split) is None]
-        if lost:
-            problems.append(f"no record of the files each chunk was made from ({', '.join(lost)})")
     dim = ident.get("backbone", {}).get("feature_dim")
     if dim is not None and dim != store.dim:
         problems.append(f"feature dim {store.dim} != backbone feature_dim {dim}")
@@ -120,9 +111,7 @@ def attrs_problems(store: FeatureStore) -> list[str]:
         expected_n = (dataset.get("samples") or {}).get(split)
         if expected_n is not None and expected_n != layout.n:
             problems.append(f"{split}: {layout.n} rows, attrs say {expected_n}")
-        for name in ("labels", "ids", "done") + (
-            ("checksums",) if store.checksums(split) is not None else ()
-        ):
+        for name in ("labels", "ids", "done", "checksums"):
             rows = store.node(f"{split}/{name}").shape[0]
             expected = layout.n if name in ("labels", "ids") else layout.n_chunks
             if rows != expected:
@@ -163,18 +152,10 @@ def verify_notes(store: FeatureStore) -> list[str]:
 
 def fix_store(path: str | Path) -> list[ChunkFault]:
     """`cache verify --fix`, under the store's lock: unflag every chunk that does not hold up (so the
-    same `tosca extract` recomputes exactly those); a store without checksums gets empty ones and
-    every chunk unflagged (nothing in it can be vouched for). Returns what was unflagged."""
+    same `tosca extract` recomputes exactly those). Returns what was unflagged."""
     with folder_lock(path):
         store = FeatureStore.open(path, mode="r+")
-        faults = []
-        if not store.has_checksums():
-            for split in SPLITS:
-                store.add_checksums(split)
-                done = np.flatnonzero(store.done(split)).tolist()
-                faults += [ChunkFault(split, c, "no checksum to vouch for it") for c in done]
-        else:
-            faults = chunk_faults(store)
+        faults = chunk_faults(store)
         for split in SPLITS:
             store.mark_undone(split, [f.chunk for f in faults if f.split == split])
         return faults
@@ -205,8 +186,7 @@ def check_readable(store: FeatureStore, values: bool = False) -> None:
     if not store.attrs_checked:
         problems = attrs_problems(store)
         if problems:
-            fixable = all(p.startswith("no chunk checksums") for p in problems)  # --fix adds them
-            raise _refuse(store, problems[0], len(problems), chunks=fixable)
+            raise _refuse(store, problems[0], len(problems), chunks=False)
         store.require_complete()
         store.attrs_checked = True
     if values:
@@ -231,7 +211,6 @@ def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray 
         faults = chunk_faults(store, (split,)) or [ChunkFault(split, -1, "cannot be read")]
         raise _refuse(store, str(faults[0]), len(faults)) from None
     sums = store.checksums(split)
-    assert sums is not None  # check_readable refuses stores without checksums
     layout = store.layout(split)
     bad = [
         chunk
@@ -255,7 +234,6 @@ def verify_streaming(store: FeatureStore, split: str) -> None:
     if missing:
         raise _refuse(store, str(missing[0]), len(missing))
     sums = store.checksums(split)
-    assert sums is not None
     arrays = [store.node(f"{split}/{name}") for name in _arrays(store, split)]
     for chunk in chunks:
         sl = layout.chunk_slice(chunk)

@@ -873,10 +873,13 @@ def _flipped_outcomes(root: Path) -> None:
     """A point's kept answers with every answer of one router turned over."""
     from safetensors.numpy import load_file, save_file
 
+    from tosca_heads.records import FORMAT
+
     path = _point_outcomes(root)
     tensors = load_file(path)
     tensors["test/right/entropy"] = ~tensors["test/right/entropy"]
-    save_file(tensors, path, metadata={"format": "4", "tasks": str(tensors["test/right/entropy"].shape[0])})
+    meta = {"format": str(FORMAT), "tasks": str(tensors["test/right/entropy"].shape[0])}
+    save_file(tensors, path, metadata=meta)
 
 
 DAMAGED += [

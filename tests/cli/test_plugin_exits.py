@@ -91,10 +91,11 @@ class _Quitter(_Chatty):
         raise SystemExit(0)
 
 
-def test_a_logger_that_prints_or_exits_mid_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_logger_that_prints_or_exits_mid_fit(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4).path
-    monkeypatch.setitem(LOGGERS, "chatty", _Chatty)
-    monkeypatch.setitem(LOGGERS, "quitter", _Quitter)
+    for logger in (_Chatty, _Quitter):
+        LOGGERS.add(logger.name, logger, module=__name__)
+        request.addfinalizer(lambda name=logger.name: LOGGERS.__delitem__(name))
     result = runner.invoke(
         app, ["fit", "--store", str(store), "--run", str(tmp_path / "a"), *FIT, "--log", "chatty", "--json"]
     )

@@ -16,8 +16,7 @@ import torch
 from featcache.foundation.errors import UserError
 from featcache.store import check_not_replaced
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.method.baseline_names import check_fits, checked, params_of
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES, check_fits, checked, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise

@@ -18,8 +18,7 @@ from tosca_heads.experiments.executor import Executor, Outcome, Work, share_feat
 from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.method.baseline_names import arguments, check_fits, given_params
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES, arguments, check_fits, given_params
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
     DEFAULT_ORDER_SEED,

@@ -39,7 +39,7 @@ from tosca_heads.engine.trainer import GroupTrainer
 from tosca_heads.experiments.baselines import check_baseline_params
 from tosca_heads.experiments.plan import held_out
 from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.protocol import (
     DEFAULT_ORDER_SEED,

@@ -124,7 +124,7 @@ class GroupFit:
         ]
         self.trainer.load_task(task, [m for m, _, _ in loaded], [h for _, h, _ in loaded])
         stats = [{k: s[k] for k in run_record.STAT_KEYS} for _, _, s in loaded]
-        curves = [s.get("curve") for _, _, s in loaded]  # None: trained before curves were kept
+        curves = [s["curve"] for _, _, s in loaded]
         self.queue.submit(task, self.snapshot(task), (task, stats, False, curves))
 
     def train_task(self, task: int) -> None:
@@ -201,7 +201,7 @@ def _statistics_key(plan: FitPlan, source: FeatureSource | None) -> tuple | None
     store, stream, validation = plan.store, plan.stream, plan.validation
     sums = store.checksums("train")
     own = source is None or (isinstance(source, CachedFeatures) and source.store is store)
-    if sums is None or not own:
+    if not own:
         return None
     content = hashlib.sha256("\n".join(map(str, sums)).encode()).hexdigest()
     path = str(store.path.resolve())

@@ -150,7 +150,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
         reference = reference_text(name) if router else ""
         rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
     best, chosen_on = default_router(metrics)
-    answers = (read_run_outcomes(run_dir, metrics) or {}).get(chosen_on)
+    answers = read_run_outcomes(run_dir, metrics).get(chosen_on)
     ties = None
     if answers is not None and best in answers:
         ties = [

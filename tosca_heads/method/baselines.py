@@ -13,8 +13,8 @@ state ends in `_`.
 
 Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them). Each estimator
 takes a `device` (cpu, cuda, ...) and computes there; inputs may be numpy arrays or tensors,
-predictions are numpy arrays. `register_baseline` adds one from outside the package: every
-comparison, `tosca baselines --methods NAME` and suites then run it.
+predictions are numpy arrays. `baseline_names.register_baseline` adds one from outside the
+package: every comparison, `tosca baselines --methods NAME` and suites then run it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# the registry and its decorator are light (`tosca list` reads them without torch); here as before
 from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
-from tosca_heads.method.baseline_names import BASELINES, Param, register_baseline  # noqa: F401
+from tosca_heads.method.baseline_names import Param
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 Array = np.ndarray | torch.Tensor

@@ -12,13 +12,11 @@ one module, so a format changes in one place and every reader sees the change.
 - `outcomes`: which images each router or baseline answered right after each task (what every
   interval and paired test is computed from).
 
-Versions: files written before versions existed (tosca 0.1) are format 1; format 2 added the
-`format` field and the long results.csv; format 3 the validation split; format 4 the outcomes
-files and every figure's interval (metrics.json's "intervals", the results' `_low`/`_high`
-columns), and a run's training loss as its parts and their sum (ce, l1_term, loss: `run`). Every
-file here is format
-`FORMAT` when written; older ones are read (and rewritten when resumed); a newer one is refused in
-one line.
+Format: every file here records `FORMAT`, the format of tosca's first release. No reader of an
+unreleased format is kept: a file that records none, or one of the numbers the builds before the
+release wrote (`PRE_RELEASE`: 2 to 4), is refused in one line as written before tosca's first
+release, one of a higher number as written by a newer tosca (`check_format`). The next format is
+therefore 5, never 2.
 """
 
 from __future__ import annotations
@@ -33,19 +31,29 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.fingerprints import canonical_json
 from tosca_heads.method.metrics import BUILT_IN, figures, metric_named, resampled, with_interval
 
-FORMAT = 4
+FORMAT = 1  # the first release's; no earlier format is read
+# the numbers the builds before the first release wrote (none at all before them): a later format is 5
+PRE_RELEASE = (2, 3, 4)
 # a run's config.json keys that do not decide its numbers
-INFORMATIONAL = ("store", "routing_modes", "format", "protocol")
+INFORMATIONAL = ("store", "format", "protocol")
 
 
 def check_format(path: Path, written: Any, what: str = "") -> int:
-    """The format a file says it has (1 when it says none), refused when this tosca cannot read it."""
+    """The format a file records (`written`; None when it records none), refused in one line unless
+    it is this tosca's: none, or one of `PRE_RELEASE`, is a file written before tosca's first
+    release; a higher number a file of a newer tosca; anything else an edited file."""
     name = f"{what} {path}" if what else str(path)
+    if written is None or (written in PRE_RELEASE and not isinstance(written, bool)):
+        said = "no format" if written is None else f"format {written}"
+        raise UserError(
+            f"{name} was written before tosca's first release ({said}; this tosca reads format {FORMAT} "
+            "only): make it again with this tosca"
+        )
     if isinstance(written, bool) or not isinstance(written, int) or written < 1:
         raise UserError(f"{name} records format {written!r}; the file was edited or damaged")
-    if written > FORMAT:
+    if written != FORMAT:
         raise UserError(
-            f"{name} was written by a newer tosca (format {written}; this one reads up to {FORMAT}): upgrade tosca"
+            f"{name} was written by a newer tosca (format {written}; this one reads format {FORMAT}): upgrade tosca"
         )
     return written
 

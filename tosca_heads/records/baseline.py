@@ -4,8 +4,8 @@ held out, with its intervals; the baseline's own parameters; `reference` when it
 method), its results.csv (A_t per task and split, with A_t_low, A_t_high and images) and its
 outcomes.safetensors (`records.outcomes`), and the comparison files beside TOSCA's routers:
 comparison.csv (every figure with `_low`/`_high` columns and `images`), .md and .png.
-Format `records.FORMAT`; a format-1 file ("modes" for "routers", tosca 0.1) is read as the current,
-a folder before format 4 without intervals.
+Format `records.FORMAT`: a baseline's metrics.json of another one (or none) is refused in one line,
+and so is a baselines folder that holds one (`check_formats`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationC
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import (
     FORMAT,
+    check_format,
     plots,
     store_block,
     valid_metrics_block,
@@ -93,8 +94,19 @@ def _starts_with(path: Path, text: str) -> bool:
         return False
 
 
+def check_formats(folder: Path) -> None:
+    """Refuse, in one line, a baselines folder holding a baseline's metrics.json of another format
+    (written before tosca's first release, or by a newer tosca): it is never written over."""
+    for path in sorted(Path(folder).glob("*/metrics.json")) if Path(folder).is_dir() else []:
+        read_baseline(path)
+
+
 BASELINES_FOLDER = FolderKind(
-    name="baselines", flag="--out", noun="baselines folder", written_before=is_baselines_dir
+    name="baselines",
+    flag="--out",
+    noun="baselines folder",
+    written_before=is_baselines_dir,
+    check_files=check_formats,
 )
 
 
@@ -142,13 +154,11 @@ def write_baseline(
     Table(f"{result.method}: A_t per task", "", header, rows).write(folder / "results.csv", ("csv",))
 
 
-def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes] | None:
-    """A baseline folder's outcomes per split (None for one written before format 4), checked
-    against its metrics (`read_baseline`'s payload): one line when they do not fit."""
+def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes]:
+    """A baseline folder's outcomes per split, checked against its metrics (`read_baseline`'s
+    payload): one line when they are missing or do not fit."""
     hint = "delete the folder to compute the baseline again"
     found = read_outcomes(Path(folder) / OUTCOMES, hint)
-    if found is None:
-        return None
     method = payload["method"]
     blocks = {"test": {method: payload["routers"][NO_ROUTING]}}
     if payload.get("validation"):
@@ -158,15 +168,16 @@ def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, O
 
 
 def read_baseline(path: Path) -> dict[str, Any] | None:
-    """A baseline's metrics.json in this version's form (format 1 said "modes"), or None when the
-    file is not one tosca wrote or was damaged (a scan for baselines passes it over)."""
+    """A baseline's metrics.json, or None when the file is not one tosca wrote or was damaged (a scan
+    for baselines passes it over); one of another format is refused in one line."""
     try:
         payload = read_json(path, "baseline metrics", "")
     except UserError:
         return None
     if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
         return None
-    routers = payload.get("routers", payload.get("modes"))
+    check_format(path, payload.get("format"), "baseline metrics")
+    routers = payload.get("routers")
     block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
     if not valid_metrics_block(block):
         return None
@@ -178,7 +189,7 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
 
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     """A metrics block's intervals as plain columns: `{prefix}{metric}_low`, `_high` and
-    `{prefix}images` (None where the block has none: written before format 4)."""
+    `{prefix}images` (None where the block has none)."""
     intervals = (block or {}).get("intervals", {})
     columns: dict[str, Any] = {f"{prefix}images": (block or {}).get("images")}
     for metric in with_interval():

@@ -13,11 +13,10 @@ metadata       format, tasks (T)
 ```
 
 A run keeps one beside its metrics.json, a baseline in its own folder, a sweep one per point in
-its outcomes/ folder (outcomes/KEY.safetensors, KEY the point's results.csv key). Files before
-format 4 have none: a run gets them from `tosca eval RUN` (which trains nothing), a baseline or a
-sweep point when it is computed again; until then their figures are shown without intervals,
-and said so. The header is checked before a tensor is read, and the answers against the figures
-they must give (`check_against`): a file edited, damaged or of another run is one line.
+its outcomes/ folder (outcomes/KEY.safetensors, KEY the point's results.csv key). The header is
+checked before a tensor is read, its format (`records.check_format`), and the answers against the
+figures they must give (`check_against`): a file edited, damaged, of another format or of another
+run is one line.
 """
 
 from __future__ import annotations
@@ -91,16 +90,19 @@ def _check_header(header: Header) -> None:
         raise TensorFileError("a split lacks its image lists")
 
 
-def read_outcomes(path: Path, hint: str) -> PerSplit | None:
-    """The outcomes in a file (None when there is none: a folder written before format 4), checked:
-    one line naming the file and `hint` (what rewrites it) when it is not what tosca writes."""
+def read_outcomes(path: Path, hint: str) -> PerSplit:
+    """The outcomes in a file, checked: one line naming the file and `hint` (what rewrites it) when
+    it is missing (every run, baseline and sweep point tosca writes keeps one: its figures' intervals
+    come from it) or not what tosca writes."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
-        return None
+        raise UserError(
+            f"{path} is missing (deleted?): the figures beside it have no answers to show; {hint}"
+        )
     try:
         tensors, meta = read_safetensors(path, _check_header)
-        text = meta.get("format", "")
-        check_format(path, int(text) if text.isdigit() else text, "outcomes")
+        text = meta.get("format")
+        check_format(path, int(text) if text and text.isdigit() else text, "outcomes")
         return _unpacked(tensors, int(meta["tasks"]))
     except TensorFileError as exc:
         raise UserError(f"{path}: {exc}; {hint}") from None

@@ -322,8 +322,7 @@ def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path:
             colour = colours[len(seen)]
             seen.append(task)
             axes[0].plot(epochs, curve["ce"], color=colour, label=f"task {task}")
-            if "l1_term" in curve:
-                axes[1].plot(epochs, curve["l1_term"], color=colour)
+            axes[1].plot(epochs, curve["l1_term"], color=colour)
             axes[2].plot(epochs, curve["lr"], color=colour)
             if start:
                 for ax in axes:
@@ -331,10 +330,6 @@ def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path:
             start += len(curve["ce"])
         if not curves:
             axes[0].text(0.5, 0.5, "no task kept its training curve", ha="center", va="center")
-        elif not any("l1_term" in c for c in curves.values()):
-            axes[1].text(
-                0.5, 0.5, "no L1 term kept (tasks trained before tosca kept it)", ha="center", va="center"
-            )
         for ax, (_, label) in zip(axes, rows, strict=False):
             ax.set_ylabel(label, fontsize=8)
         axes[2].set_ylabel("learning rate", fontsize=8)

@@ -34,20 +34,13 @@ runs/<name>/
                          L1 term, loss: ce + l1_term, lr: its learning rate); a task's last row is
                          its figures in metrics.json and results.csv. Each task's curve is also
                          kept in its task file ("curve" metadata), so a resumed run rewrites it
-                         whole; tasks trained before tosca kept curves have no rows
+                         whole
   curves.png             cross-entropy, L1 term and learning rate per epoch, task after task
 ```
 
-Format versions: files written before versions existed (tosca 0.1) count as format 1 and are read
-as they are (their metrics.json says "modes" where format 2 says "routers"); format 3 added the
-validation split (config.json's "validation", metrics.json's "validation", results.csv's "split"
-column) and the protocol record; a format-2 run is a run without validation. Format 4 adds the
-outcomes file and the intervals (a format-3 run is read as it is, its figures shown without
-intervals until `tosca eval` rewrites it), and reports the training loss as its two named parts
-and their sum (ce, l1_term, loss) everywhere: before it, curves.csv's `loss` was the cross-entropy
-alone (read as `ce`, with no L1 term) and results.csv's and metrics.json's `loss` the sum (read as
-`loss`, with no parts). `FORMAT` is what this version writes. A file of a newer format is refused
-in one line.
+Format: `FORMAT` (`tosca_heads.records`), recorded in config.json, metrics.json, results.csv,
+curves.csv and confusion.json; a run whose config.json or metrics.json records another is refused
+in one line (written before tosca's first release, or by a newer tosca).
 
 Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
 is checked before it is used: a config.json with values of the wrong type or out of range, or a
@@ -107,7 +100,6 @@ CURVES_PLOT = "curves.png"
 LOSS_PARTS = ("ce", "l1_term", "loss")  # cross-entropy, the L1 term, their sum: one name each, everywhere
 STAT_KEYS = (*LOSS_PARTS, "train_acc", "seconds")  # a task's training figures (its last epoch's)
 CURVE_COLUMNS = ("format", "task", "epoch", *LOSS_PARTS, "lr")
-CURVE_COLUMNS_3 = ("format", "task", "epoch", "loss", "lr")  # format <= 3: `loss` was the cross-entropy alone
 MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 
 
@@ -136,19 +128,13 @@ def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequen
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:
-    """A run's metrics.json in this version's form (a format-1 file's "modes" are its "routers"),
-    refused in one line when missing, damaged or edited."""
+    """A run's metrics.json, refused in one line when missing, damaged, edited or of another format."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
     hint = f"`tosca eval {run_dir}` rewrites it"
     metrics = read_json(path, "run metrics", hint)
-    if check_format(path, metrics.get("format", 1)) == 1 and "modes" in metrics:
-        metrics = {
-            **{k: v for k, v in metrics.items() if k != "modes"},
-            "routers": metrics["modes"],
-            "format": FORMAT,
-        }
+    check_format(path, metrics.get("format"), "run metrics")
     routers = metrics.get("routers")
     tasks = metrics.get("finished_tasks")
     validation = metrics.get("validation", {})
@@ -274,8 +260,7 @@ def load_task(
     digest: str,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]]:
     """A finished task's module (reference LuCA state dict, checked against the recipe's shapes),
-    classifier snapshot and training stats (`STAT_KEYS`; a file of format 3 or older has only the
-    sum `loss`, its parts None), with its training curve under "curve" where the file keeps one
+    classifier snapshot and training stats (`STAT_KEYS`), with its training curve under "curve"
     (`read_curve`'s form). Everything in the file is checked against the run's
     recipe and split (flow, task, the classes seen by then, the digest of the config the caller
     holds: `config_digest`), finite float32 values included: a file copied from another run or
@@ -287,7 +272,7 @@ def load_task(
     try:  # the header first: the run, names, dtypes and shapes it expects, or no tensor is read
         tensors, meta = read_safetensors(path, _task_header(task, layout, seen_classes, digest))
         stats = parse_json(meta["stats"], "its training stats")
-        curve = parse_json(meta["curve"], "its training curve") if "curve" in meta else None
+        curve = parse_json(meta["curve"], "its training curve")
     except KeyError as exc:
         raise _damaged(run_dir, path.name, f"no {exc} in its metadata", refit) from None
     except _OtherConfig as exc:
@@ -319,17 +304,14 @@ def load_task(
         raise _damaged(run_dir, path.name, why, refit)
     if (
         not isinstance(stats, dict)
-        or not all(_finite(stats.get(k)) for k in ("loss", "train_acc", "seconds"))
-        or not all(stats.get(k) is None or _finite(stats[k]) for k in LOSS_PARTS)
+        or not all(_finite(stats.get(k)) for k in STAT_KEYS)
         or not 0.0 <= stats["train_acc"] <= 1.0
     ):
         raise _damaged(run_dir, path.name, "its training stats are unreadable", refit)
-    stats = {k: stats.get(k) for k in STAT_KEYS}
-    if curve is not None:
-        curve = read_curve(curve)
-        if curve is None:
-            raise _damaged(run_dir, path.name, "its training curve is unreadable", refit)
-        stats["curve"] = curve
+    stats = {k: stats[k] for k in STAT_KEYS}
+    stats["curve"] = read_curve(curve)
+    if stats["curve"] is None:
+        raise _damaged(run_dir, path.name, "its training curve is unreadable", refit)
     return module, head, stats
 
 
@@ -338,13 +320,9 @@ def _finite(value: Any) -> bool:
 
 
 def read_curve(curve: Any) -> dict[str, list[float]] | None:
-    """A training curve as a task file keeps it, in this version's form {"ce": [...], "l1_term":
-    [...], "lr": [...]} (a format-3 curve {"loss": [...], "lr": [...]}, whose loss was the
-    cross-entropy alone, as {"ce": [...], "lr": [...]}: its L1 term was not kept); None when it is
-    not one: as many finite numbers each, at least one epoch and at most MAX_EPOCHS."""
-    if isinstance(curve, dict) and set(curve) == {"loss", "lr"}:
-        curve = {"ce": curve["loss"], "lr": curve["lr"]}
-    if not isinstance(curve, dict) or set(curve) not in ({"ce", "l1_term", "lr"}, {"ce", "lr"}):
+    """A training curve as a task file keeps it, {"ce": [...], "l1_term": [...], "lr": [...]}; None
+    when it is not one: as many finite numbers each, at least one epoch and at most MAX_EPOCHS."""
+    if not isinstance(curve, dict) or set(curve) != {"ce", "l1_term", "lr"}:
         return None
     columns = list(curve.values())
     if not all(isinstance(c, list) and 0 < len(c) == len(columns[0]) <= MAX_EPOCHS for c in columns):
@@ -352,13 +330,12 @@ def read_curve(curve: Any) -> dict[str, list[float]] | None:
     return curve if all(_finite(v) for c in columns for v in c) else None
 
 
-def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float | None]]:
+def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float]]:
     """A curve epoch by epoch, as curves.csv, the trackers and curves.png show it: ce, l1_term,
-    loss (= ce + l1_term; None, as l1_term, for a curve kept before the L1 term was) and lr."""
-    l1_terms = curve.get("l1_term") or [None] * len(curve["ce"])
+    loss (= ce + l1_term) and lr."""
     return [
-        {"ce": ce, "l1_term": l1, "loss": None if l1 is None else ce + l1, "lr": lr}
-        for ce, l1, lr in zip(curve["ce"], l1_terms, curve["lr"], strict=True)
+        {"ce": ce, "l1_term": l1, "loss": ce + l1, "lr": lr}
+        for ce, l1, lr in zip(curve["ce"], curve["l1_term"], curve["lr"], strict=True)
     ]
 
 
@@ -373,11 +350,14 @@ def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str)
 
     def check(header: Header) -> None:
         meta = header.metadata
-        if "config" in meta and meta["config"] != digest:
+        missing = [key for key in ("task", "flow", "config", "stats", "curve") if key not in meta]
+        if missing:
+            raise TensorFileError(f"no {missing[0]!r} in its metadata")
+        if meta["config"] != digest:
             raise _OtherConfig(
                 "it was written under another config.json: the split or recipe there was edited since"
             )
-        if meta.get("task", str(task)) != str(task) or meta.get("flow", layout.flow) != layout.flow:
+        if meta["task"] != str(task) or meta["flow"] != layout.flow:
             raise TensorFileError(
                 f"it was written for task {meta.get('task')} of a {meta.get('flow')} run, not task {task} "
                 f"of this {layout.flow} run"
@@ -597,7 +577,7 @@ def write_results(result: RunResult) -> None:
                             high,
                             images,
                             f"{scores['routing']:.6f}",
-                            *(_number(stage.stats.get(k)) for k in LOSS_PARTS),
+                            *(f"{stage.stats[k]:.6f}" for k in LOSS_PARTS),
                             f"{stage.stats['train_acc']:.6f}",
                             f"{stage.stats['seconds']:.4f}",
                             f"{stage.eval_seconds:.4f}",
@@ -620,24 +600,15 @@ def stage_interval(outcome: Outcomes | None, task: int, a_t: float) -> tuple[str
     return f"{low:.6f}", f"{high:.6f}", str(images)
 
 
-def read_run_outcomes(
-    run_dir: Path, metrics: dict[str, Any] | None = None
-) -> dict[str, dict[str, Outcomes]] | None:
-    """A run's outcomes.safetensors (None for a run evaluated before format 4), checked against its
-    metrics (`metrics`, else read): a file of another run or edited is one line."""
+def read_run_outcomes(run_dir: Path, metrics: dict[str, Any] | None = None) -> dict[str, dict[str, Outcomes]]:
+    """A run's outcomes.safetensors, checked against its metrics (`metrics`, else read): a file
+    missing, of another run or edited is one line."""
     hint = f"`tosca eval {run_dir}` rewrites it"
     found = read_outcomes(Path(run_dir) / OUTCOMES, hint)
-    if found is not None:
-        metrics = metrics or read_metrics(run_dir)
-        blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
-        check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
+    metrics = metrics or read_metrics(run_dir)
+    blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
+    check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
     return found
-
-
-def _number(value: float | None) -> str:
-    """A figure of results.csv: 6 decimals; empty when the run did not keep it (a part of the loss
-    of a task trained before format 4)."""
-    return "" if value is None else f"{value:.6f}"
 
 
 def write_confusion(result: RunResult) -> None:
@@ -665,8 +636,8 @@ def write_confusion(result: RunResult) -> None:
 
 
 def read_confusion(run_dir: Path) -> dict[str, Any] | None:
-    """confusion.json (None for a run written before it existed), each matrix checked: square, of
-    the run's task count, non-negative integer counts; anything else is one line."""
+    """confusion.json (None when the run has none yet), its format and each matrix checked: square,
+    of the run's task count, non-negative integer counts; anything else is one line."""
     path = Path(run_dir) / CONFUSION
     if not path.exists():
         return None
@@ -695,6 +666,7 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
                 raise _damaged(
                     run_dir, CONFUSION, f"{split} {name!r} is not a {tasks} x {tasks} table of counts", fix
                 )
+    check_format(path, payload.get("format"), "routing confusion")
     return payload
 
 
@@ -702,46 +674,39 @@ def read_confusion(run_dir: Path) -> dict[str, Any] | None:
 
 
 def write_curves(run_dir: Path, stages: list[StageResult], title: str) -> None:
-    """curves.csv (one row per task and epoch) and curves.png from the stages' curves; a stage
-    without one (a task trained before curves were kept) has no rows."""
+    """curves.csv (one row per task and epoch) and curves.png from the stages' curves."""
     kept = {s.task: s.curve for s in stages if s.curve is not None}
     with atomic.writing(Path(run_dir) / CURVES_FILE, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(CURVE_COLUMNS)
         for task, curve in kept.items():
             for epoch, values in enumerate(curve_epochs(curve)):
-                shown = ["" if v is None else repr(float(v)) for v in values.values()]
-                writer.writerow([FORMAT, task, epoch, *shown])
+                writer.writerow([FORMAT, task, epoch, *(repr(float(v)) for v in values.values())])
     plots.training_curves(kept, title, Path(run_dir) / CURVES_PLOT)
 
 
 def read_curves(run_dir: Path) -> dict[int, dict[str, list[float]]]:
-    """curves.csv back, task -> the curve as `read_curve` gives it (epochs in order; a format-3
-    file's `loss` as `ce`, and its L1 term as not kept), refused in one line when it is not the file
-    tosca wrote (a header, a number, a task or epoch out of order)."""
+    """curves.csv back, task -> the curve as `read_curve` gives it (epochs in order), refused in one
+    line when it is not the file tosca wrote (a header, a format, a number, a task or epoch out of
+    order)."""
     path = Path(run_dir) / CURVES_FILE
     hint = f"`tosca eval {run_dir}` rewrites it"
     text = read_text(path, "training curves", hint)
     rows = list(csv.reader(text.splitlines()))
     header = tuple(rows[0]) if rows else ()
-    if header not in (CURVE_COLUMNS, CURVE_COLUMNS_3):
+    if header != CURVE_COLUMNS:
         raise UserError(f"{path}: its header is not {','.join(CURVE_COLUMNS)}; {hint}")
-    names = ["ce" if name == "loss" and header == CURVE_COLUMNS_3 else name for name in header[3:]]
     curves: dict[int, dict[str, list[float]]] = {}
     for number, row in enumerate(rows[1:], start=2):
         try:
             if len(row) != len(header):
                 raise ValueError("wrong number of columns")
-            written = check_format(path, int(row[0]))
-            if (header == CURVE_COLUMNS_3) != (written <= 3):
-                raise ValueError(f"a format-{written} row under the other format's header")
+            check_format(path, int(row[0]), "training curves")
             task, epoch = int(row[1]), int(row[2])
-            raw = dict(zip(names, row[3:], strict=True))
-            values = {"ce": float(raw["ce"]), "lr": float(raw["lr"])}
-            if raw.get("l1_term", ""):  # empty: a task trained before the L1 term was kept
-                values["l1_term"] = float(raw["l1_term"])
+            raw = dict(zip(header[3:], row[3:], strict=True))
+            values = {name: float(raw[name]) for name in ("ce", "l1_term", "lr")}
             curve = curves.setdefault(task, {name: [] for name in values})
-            if task < 0 or epoch != len(curve["ce"]) or set(curve) != set(values):
+            if task < 0 or epoch != len(curve["ce"]):
                 raise ValueError("a task, epoch or value out of place")
             if not all(math.isfinite(v) for v in values.values()):
                 raise ValueError("a value that is not a finite number")

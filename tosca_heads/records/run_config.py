@@ -66,13 +66,13 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     for key in ("store", "store_fingerprint"):
         if not isinstance(config[key], str):
             raise UserError(f"{path} records a {key} that is not text; the file was edited or damaged")
-    check_format(path, config.get("format", 1))
+    check_format(path, config.get("format"), "run config")
     return config
 
 
 def config_differences(existing: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Differences that matter: not the store's path (a moved store still matches), the format, nor
-    the routers a format-1 config listed."""
+    the protocol in words."""
     return identity_differences(
         {k: v for k, v in existing.items() if k not in INFORMATIONAL},
         {k: v for k, v in new.items() if k not in INFORMATIONAL},

@@ -3,8 +3,8 @@ configuration, the code that made it, its seconds and the one command that rerun
 cells themselves are run and baselines folders (records.run, records.baseline); the tables are
 the suite's outputs (suite.tables), not records read back.
 
-Format: the manifest carries `format` since format 3; one without it (format 2 and tosca 0.1 wrote
-none) reads as format 2.
+Format: the manifest records `records.FORMAT`; one of another format (or none) is refused in one
+line (`records.check_format`).
 """
 
 from __future__ import annotations
@@ -83,7 +83,14 @@ def read_manifest(out: Path) -> dict[str, Any]:
     """A suite folder's manifest, its format checked; one line for a missing or damaged one."""
     path = Path(out) / MANIFEST
     payload = read_json(path, "suite manifest", "run `tosca suite` on the folder to write it again")
+    check_format(path, payload.get("format"), "suite manifest")
     if not isinstance(payload.get("cells"), list):
         raise UserError(f"suite manifest {path} has no list of cells: it was edited or damaged")
-    check_format(path, payload.get("format", 2), "suite manifest")
     return payload
+
+
+def check_manifest(out: Path) -> None:
+    """Refuse, in one line, a suite folder whose manifest is of another format (written before
+    tosca's first release, or by a newer tosca): none of its cells is read or written over."""
+    if (Path(out) / MANIFEST).exists():
+        read_manifest(out)

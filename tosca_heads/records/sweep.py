@@ -2,20 +2,17 @@
 chosen), results.csv, the append-only table of every finished point, and outcomes/KEY.safetensors,
 each point's per-image answers (`records.outcomes`: its intervals and paired tests come from them).
 
-results.csv (format 4) holds one row per point, split and router: the point's flags (its
-validation split's among them) and timings, then the split ("test", or "validation" where the
-sweep holds one out), the router's name and metrics, each metric's interval (`A_bar_low`,
-`A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last and the routing
-accuracy, a stratified bootstrap over images for A_bar and forgetting) and the `images` they are
-over; its columns do not depend on which routers
-exist, so a sweep made before a router was added still resumes. `format` and `rows` (how many rows
+results.csv (format `records.FORMAT`, in every row) holds one row per point, split and router:
+the point's flags (its validation split's among them) and timings, then the split ("test", or
+"validation" where the sweep holds one out), the router's name and metrics, each metric's
+interval (`A_bar_low`, `A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last
+and the routing accuracy, a stratified bootstrap over images for A_bar and forgetting) and the
+`images` they are over; its columns do not depend on which routers exist, so a sweep made before
+a router was added still resumes. `format` and `rows` (how many rows
 the point has) are columns of every row. A point's rows are appended (and fsynced) in one write
 the moment it finishes, so a killed sweep loses at most the points in flight; a point whose rows a
-kill cut short is dropped when the file is next opened, and a point appears at most once. Older
-files are read and rewritten as format 4 when their sweep resumes: format 3 (no intervals: their
-cells stay empty, and no outcomes), format 2 (one row per point and
-router, a `routers` column, no validation) and format 1 (one wide row per point, a column per
-router and metric: tosca 0.1).
+kill cut short is dropped when the file is next opened, and a point appears at most once. A
+sweep.json or a row of another format is refused in one line (`records.check_format`).
 """
 
 from __future__ import annotations
@@ -88,30 +85,20 @@ def _interval_columns(metrics: Sequence[Metric]) -> list[str]:
     return [f"{m.name}_{end}" for m in metrics if m.interval is not None for end in ("low", "high")]
 
 
-# a summary's short name of a figure ("routing" for the routing accuracy) -> its column here
-METRIC_COLUMNS = {**{("routing" if m.from_routing else m.name): m.name for m in _built_in()}, "A_t": "A_t"}
 # each row's figures with their intervals (empty where the run kept no answers) and the images of
 # the split they are over (after the last task)
 INTERVAL_COLUMNS = _interval_columns(_built_in())
-FORMAT_3 = [*POINT_COLUMNS, "rows", "split", "router", *METRIC_COLUMNS.values()]
-COLUMNS = [*FORMAT_3, *INTERVAL_COLUMNS, "images"]  # then a column per registered metric (`columns`)
+COLUMNS = [
+    *(*POINT_COLUMNS, "rows", "split", "router", *(m.name for m in _built_in()), "A_t"),
+    *(*INTERVAL_COLUMNS, "images"),
+]  # then each registered metric's columns (`columns`)
 OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)
 SPLITS = ("test", "validation")
 TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "split", "router", "A_t"}
-# format 2 (before the validation split): no validation columns, one row per router, `routers`
-FORMAT_2 = [
-    *(c for c in POINT_COLUMNS if c not in VALIDATION_COLUMNS),
-    "routers",
-    "router",
-    *METRIC_COLUMNS.values(),
-]
 OPTIONAL_COLUMNS = {
     *("r", "s", "group_size", "group_seconds", "device", "routing_accuracy", "images"),
     *INTERVAL_COLUMNS,
 }
-# the columns of a format-1 file before its per-router ones (the last three came late in 0.1)
-FORMAT_1_POINT = ["key", *FLAG_COLUMNS, "dataset", "backbone", "tasks"]
-FORMAT_1_ADDED = ["group_size", "group_seconds", "device"]
 
 
 def columns() -> list[str]:
@@ -158,7 +145,7 @@ FRACTION_COLUMNS = {"val_fraction"}
 # counts: whole numbers; those of them at least one
 AT_LEAST_ONE = {
     *("format", "r", "s", "epochs", "batch_size"),
-    *("init_cls", "increment", "tasks", "routers", "rows"),
+    *("init_cls", "increment", "tasks", "rows"),
 }
 WHOLE_COLUMNS = {
     *AT_LEAST_ONE,
@@ -233,8 +220,8 @@ class ResultsTable:
     """results.csv: every finished point's rows, appended as points finish."""
 
     def __init__(self, path: Path, check_only: bool = False):
-        """Read (and check) the rows there; unless `check_only`, drop what a kill cut short and
-        rewrite a format-1 file as format 2."""
+        """Read (and check) the rows there; unless `check_only`, drop what a kill cut short (and
+        give a file written with other metrics registered this tosca's columns)."""
         self.path = Path(path)
         self._points: dict[str, list[dict[str, str]]] = {}
         self._line_of: dict[int, int] = {}  # id(row) -> its line in the file, for messages
@@ -257,23 +244,17 @@ class ResultsTable:
                     f"{self.path} has a column {unknown[0][:40]!r} of a metric not registered here: load the "
                     "plug-in that registers it (TOSCA_PLUGINS), or pass another --out"
                 )
-            rows, converted = [_format_3_row(row) for row in self._rows(header, body)], True
-        elif header == FORMAT_3:
-            rows, converted = [_format_3_row(row) for row in self._rows(header, body)], True
-        elif header == FORMAT_2:
-            rows, converted = [_format_2_row(row) for row in self._rows(header, body)], True
-        elif header[: len(FORMAT_1_POINT)] == FORMAT_1_POINT:
-            rows, converted = self._format_1(header, body), True
+            rows, converted = [_with_columns(row) for row in self._rows(header, body)], True
         else:
             raise UserError(
-                f"{self.path} has other columns than tosca writes; pass another --out for a new sweep"
+                f"{self.path} has other columns than this tosca writes (written before tosca's first "
+                "release, or edited); pass another --out for a new sweep"
             )
         points: dict[str, list[dict[str, str]]] = {}
         for row in rows:
             points.setdefault(row["key"], []).append(row)
         whole = {key: found for key, found in points.items() if _whole(found)}
-        if not converted or header in (FORMAT_2, FORMAT_3):  # a format-1 file's are checked once rewritten
-            self._check_keys(whole)
+        self._check_keys(whole)
         dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
         if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
             self._rewrite([row for found in whole.values() for row in found])
@@ -286,6 +267,7 @@ class ResultsTable:
                 continue  # cut short by a kill
             row = dict(zip(header, line, strict=True))
             self._check(number, row)
+            check_format(self.path, int(float(row["format"])), f"sweep results (line {number})")
             self._line_of[id(row)] = number
             rows.append(row)
         return rows
@@ -298,32 +280,6 @@ class ResultsTable:
                 if point_key(_flags_of(row)) != key:
                     number = self._line_of.get(id(row), "?")
                     raise self._edited(number, f"its flags do not match its key {key[:40]!r}")
-
-    def _format_1(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
-        """Wide format-1 rows (a column per router and metric) as format-2 rows."""
-        names = [c[len("A_last_") :] for c in header if c.startswith("A_last_")]
-        rows = []
-        for number, line in enumerate(body, start=2):
-            if len(line) != len(header):
-                continue
-            wide = dict(zip(header, line, strict=True))
-            self._check(number, {k: v for k, v in wide.items() if not k.startswith("A_t_")})
-            point = {c: wide.get(c, "") for c in POINT_COLUMNS}
-            point.update(format=str(FORMAT), val_fraction="0", val_seed="0")
-            for name in names:
-                rows.append(
-                    {
-                        **point,
-                        "rows": str(len(names)),
-                        "split": "test",
-                        "router": name,
-                        **{
-                            column: wide.get(f"{metric}_{name}", "")
-                            for metric, column in METRIC_COLUMNS.items()
-                        },
-                    }
-                )
-        return rows
 
     def _check(self, number: int, row: dict[str, str]) -> None:
         """A row whose numbers are not numbers was edited: one line naming the cell, not a traceback
@@ -363,21 +319,18 @@ class ResultsTable:
     def keys(self) -> set[str]:
         return set(self._points)
 
-    def answers(self) -> dict[str, PerSplit | None]:
-        """Each recorded point's kept answers (None for a point computed before format 4), checked
-        against the A_t its rows record: answers edited, damaged or of another point are one line."""
-        found: dict[str, PerSplit | None] = {}
+    def answers(self) -> dict[str, PerSplit]:
+        """Each recorded point's kept answers, checked against the A_t its rows record: answers
+        missing, edited, damaged or of another point are one line."""
+        found: dict[str, PerSplit] = {}
         out = self.path.parent
         fix = "delete it and the point's rows in results.csv to compute the point again"
         for key, rows in self._points.items():
             found[key] = answers = read_point_outcomes(out, key)
-            if answers is not None:
-                blocks: dict[str, dict[str, Any]] = {}
-                for row in rows:
-                    blocks.setdefault(row["split"], {})[row["router"]] = {
-                        "A_t": parse_json(row["A_t"], "A_t")
-                    }
-                check_against(answers, blocks, str(outcomes_path(out, key)), fix)
+            blocks: dict[str, dict[str, Any]] = {}
+            for row in rows:
+                blocks.setdefault(row["split"], {})[row["router"]] = {"A_t": parse_json(row["A_t"], "A_t")}
+            check_against(answers, blocks, str(outcomes_path(out, key)), fix)
         return found
 
     def append(self, rows: list[dict[str, Any]]) -> None:
@@ -411,17 +364,10 @@ def _whole(rows: list[dict[str, str]]) -> bool:
     return expected.isdigit() and len(rows) == int(expected) and len(kinds) == len(rows)
 
 
-def _format_3_row(row: dict[str, str]) -> dict[str, str]:
-    """A format-3 row (no intervals) as a format-4 row: its interval cells empty (and those of a
-    metric registered since)."""
-    return {**{c: row.get(c, "") for c in columns()}, "format": str(FORMAT)}
-
-
-def _format_2_row(row: dict[str, str]) -> dict[str, str]:
-    """A format-2 row (no validation split, one row per router) as a format-4 row."""
-    converted = {c: row.get(c, "") for c in columns()}
-    converted.update(format=str(FORMAT), val_fraction="0", val_seed="0", rows=row["routers"], split="test")
-    return converted
+def _with_columns(row: dict[str, str]) -> dict[str, str]:
+    """A row written with other metrics registered in this tosca's columns: the cells of a metric
+    registered since empty, those of one no longer registered gone."""
+    return {c: row.get(c, "") for c in columns()}
 
 
 def outcomes_path(out: Path, key: str) -> Path:
@@ -430,8 +376,8 @@ def outcomes_path(out: Path, key: str) -> Path:
 
 
 def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
-    """A finished point's outcomes, written before its rows (a point in results.csv has them, unless
-    it was computed before format 4); the folder made here, never through a link."""
+    """A finished point's outcomes, written before its rows (a point in results.csv has them); the
+    folder made here, never through a link."""
     folder = Path(out) / OUTCOMES_FOLDER
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise UserError(f"{folder} is not a folder tosca made (a link or a file): remove it")
@@ -439,10 +385,10 @@ def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
     write_outcomes(outcomes_path(out, key), found)
 
 
-def read_point_outcomes(out: Path, key: str) -> PerSplit | None:
-    """A point's outcomes (None for a point computed before format 4), checked in one line."""
+def read_point_outcomes(out: Path, key: str) -> PerSplit:
+    """A point's outcomes, checked in one line (missing ones too)."""
     return read_outcomes(
-        outcomes_path(out, key), "delete it and its rows in results.csv to compute the point again"
+        outcomes_path(out, key), "delete its rows in results.csv (and the file) to compute the point again"
     )
 
 
@@ -487,7 +433,7 @@ def is_sweep_dir(folder: Path) -> bool:
 def read_sweep_file(path: Path) -> dict[str, Any]:
     """A sweep.json, refused in one line when damaged, edited or of a newer format."""
     meta = read_json(path, "sweep file", "it was edited or damaged; pass another --out")
-    check_format(path, meta.get("format", 1), "sweep file")
+    check_format(path, meta.get("format"), "sweep file")
     if not isinstance(meta.get("grids", []), list):
         raise UserError(f"sweep file {path} was edited: its grids are not a list; pass another --out")
     return meta

@@ -204,11 +204,8 @@ def register_router(cls: type[Router]) -> type[Router]:
     True
     >>> del ROUTERS["doc_last_module"]  # (a doctest leaves the registry as it found it)
     """
-    declared = next((vars(c)["honest"] for c in cls.__mro__ if "honest" in vars(c) and c is not Router), None)
-    if declared is not None:  # routers written before `reference`: `honest = False` declared a reference
-        if not isinstance(declared, bool) or (declared and cls.reference):  # both said, and they disagree
-            raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
-        cls.reference = cls.reference or not declared
+    if any("honest" in vars(c) for c in cls.__mro__ if c is not Router):  # it would hide `reference`
+        raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
     ROUTERS.add(cls.name, cls(), cls.summary, cls.reference, cls.__module__, cls.aliases)
     return cls
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import timm
 import torch
-import zarr
 from support.commands import extract_request
 from support.images import TINY_CNN, make_jpeg_tree
 
@@ -131,19 +130,6 @@ def test_decoder_is_part_of_the_identity(tmp_path: Path, image_tree: Path) -> No
     # auto resumes an existing store with the decoder it was made with
     again = run_extraction(plan_extraction(_request(tmp_path, image_tree, "t")))
     assert again.already_done
-
-
-@pytest.mark.heavy
-def test_store_from_before_decoders_counts_as_pil(tmp_path: Path, image_tree: Path) -> None:
-    path = run_extraction(plan_extraction(_request(tmp_path, image_tree, "old", decode="pil"))).store
-    group = zarr.open_group(str(path), mode="r+")
-    identity = dict(group.attrs["identity"])
-    identity["preprocessing"] = {k: v for k, v in identity["preprocessing"].items() if k != "decoder"}
-    group.attrs["identity"] = identity
-    assert run_extraction(plan_extraction(_request(tmp_path, image_tree, "old"))).already_done
-    with pytest.raises(UserError, match=r"decoder: pil -> torch"):
-        plan = plan_extraction(_request(tmp_path, image_tree, "old", decode="torch"))
-        run_extraction(plan)
 
 
 def test_auto_decoder_choice() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def test_archive_is_unpacked_once(tmp_path: Path, image_tree: Path, suffix: str)
     assert marker.stat().st_mtime_ns == stamp
     assert first.splits["train"].ids == second.splits["train"].ids and len(first.splits["train"]) == 12
     assert first.source_sha256 is not None and len(first.source_sha256) == 64
+    marker.write_text(json.dumps({"sha256": first.source_sha256}) + "\n")  # a pre-release mark
+    third = load_dataset("imagefolder", archive, tmp_path / "cache")  # unpacked again, counted again
+    assert marker.stat().st_mtime_ns != stamp and "left_out" in json.loads(marker.read_text())
+    assert third.splits["train"].ids == first.splits["train"].ids
 
 
 def test_limit_per_class_keeps_first_n_of_each_class(image_tree: Path) -> None:

@@ -5,8 +5,8 @@ archive is unpacked once, under a lock, while two extractions wait for each othe
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -91,42 +91,24 @@ def test_images_replaced_in_place_are_found_chunk_by_chunk(tmp_path: Path) -> No
     assert FeatureStore.open(store).identity["dataset"]["files_sha256"] != ""
 
 
-def test_a_store_made_before_sources_opens_for_stage_2_but_is_not_extended(tmp_path: Path) -> None:
+def test_a_store_made_before_the_first_release_is_neither_extended_nor_read(tmp_path: Path) -> None:
+    """tosca 0.1's stores kept no record of the files each chunk came from (no sources arrays):
+    such a store is refused in one line by `extract` and by stage 2 alike."""
     tree = make_image_tree(tmp_path / "imgs", classes=2, train=2, test=1)
     cache = tmp_path / "cache"
     assert _extract(tree, cache)[0] == 0
     store = cache / "imagefolder" / f"{FAST_CNN}.zarr"
-    meta = json.loads((store / "zarr.json").read_text())
-    identity = meta["attributes"]["identity"]
-    for key in ("data_root", "files_sha256"):
-        del identity["dataset"][key]
-    from featcache.foundation.fingerprints import fingerprint
-
-    meta["attributes"]["fingerprint"] = fingerprint(identity)
-    (store / "zarr.json").write_text(json.dumps(meta))
-    code, lines = _extract(tree, cache)
-    assert code == 2 and lines == [
-        f"error: store {store} was made before tosca recorded where its images came from, so it cannot "
-        "tell whether these are the same images; pass --overwrite to rebuild it or --store PATH for a new one"
-    ]
-    result = runner.invoke(
-        app,
-        [
-            *(
-                "fit",
-                "--store",
-                str(store),
-                "--run",
-                str(tmp_path / "run"),
-                "--device",
-                "cpu",
-                "--epochs",
-                "1",
-            ),
-            *("--init-cls", "1", "--increment", "1"),  # 2 classes have no default split
-        ],
+    for split in ("train", "test"):
+        shutil.rmtree(store / split / "sources")
+    said = (
+        f"error: store {store} has no train/sources: it was written before tosca's first release (or edited "
+        "by hand); re-extract it with --overwrite"
     )
-    assert result.exit_code == 0, result.output
+    assert _extract(tree, cache) == (2, [said])
+    fit = ["fit", "--store", str(store), "--run", str(tmp_path / "run"), "--device", "cpu", "--epochs", "1"]
+    result = runner.invoke(app, [*fit, "--init-cls", "1", "--increment", "1"])
+    assert result.exit_code == 2 and result.output.strip() == said, result.output
+    assert not (tmp_path / "run").exists()
 
 
 def _archive(tmp_path: Path) -> Path:

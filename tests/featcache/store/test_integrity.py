@@ -1,6 +1,6 @@
 """Mix-ups refused: a store edited or damaged by hand is found by `tosca cache verify` (per-chunk
 checksums in the done record), a store of a newer schema or with unsafe names is refused in one
-line, stores made before checksums stay readable, and attrs are shown as data, never run."""
+line, stores made before the first release are refused, and attrs are shown as data, never run."""
 
 from __future__ import annotations
 
@@ -169,27 +169,26 @@ def test_an_array_deleted_by_hand_is_refused(tmp_path: Path, array: str) -> None
     assert code == 0 and any("unreadable" in line for line in lines)
 
 
-def test_a_store_without_checksums_opens_but_cannot_be_vouched_for(tmp_path: Path) -> None:
-    """Made before checksums, or with them deleted: `cache info` shows it, `cache verify` fails it,
-    stage 2 refuses it (nothing in it can be checked), and `--fix` unflags every chunk."""
+@pytest.mark.parametrize("array", ["checksums", "sources"])
+def test_a_store_without_checksums_or_sources_is_refused_as_written_before_the_release(
+    tmp_path: Path, array: str
+) -> None:
+    """The builds before the first release made stores without them (or they were deleted by
+    hand): nothing in such a store can be vouched for, so every command refuses it in one line."""
     st = synthetic_store(tmp_path / "s.zarr")
     for split in ("train", "test"):
-        del st.group[f"{split}/checksums"]
-    old = FeatureStore.open(st.path)
-    assert not old.has_checksums() and old.checksums("train") is None
-    code, lines = _invoke("cache", "info", str(st.path))
-    assert code == 0 and any(line.startswith("checksums") and "none" in line for line in lines), lines
-    code, lines = _invoke("cache", "verify", str(st.path))
-    assert code == 1 and lines == ["FAIL no chunk checksums (train, test): its values cannot be checked"]
+        del st.group[f"{split}/{array}"]
+    expected = (
+        f"error: store {st.path} has no train/{array}: it was written before tosca's first release (or "
+        "edited by hand); re-extract it with --overwrite"
+    )
+    for command in (["cache", "info"], ["cache", "verify"], ["cache", "verify", "--fix"]):
+        assert _invoke(*command, str(st.path)) == (2, [expected]), command
     code, lines = _invoke(
         *("fit", "--store", str(st.path), "--device", "cpu", "--run", str(tmp_path / "r")),
         *("--init-cls", "2", "--increment", "2", "--epochs", "1", "--r", "4", "--s", "4"),
     )
-    assert code == 2 and len(lines) == 1 and "no chunk checksums (train, test)" in lines[0], lines
-    assert not (tmp_path / "r").exists()
-    assert _invoke("cache", "verify", str(st.path), "--fix")[0] == 1
-    fixed = FeatureStore.open(st.path)
-    assert fixed.has_checksums() and not fixed.done("train").any() and not fixed.done("test").any()
+    assert (code, lines) == (2, [expected]) and not (tmp_path / "r").exists()
 
 
 def test_attrs_are_data_shown_literally_never_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

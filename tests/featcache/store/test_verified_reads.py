@@ -1,7 +1,7 @@
 """Stage 2 checks what it reads: a store whose values or attrs do not hold up stops fit, eval, sweep,
 baselines and predict with one line naming the fault and `tosca cache verify --fix`, before a number
-is printed or a file of the run is rewritten; `cache verify` fails a store without checksums and
-`--fix` makes the same extract recompute what cannot be vouched for."""
+is printed or a file of the run is rewritten (a store without checksums is one written before the
+first release: refused when opened, `tests/featcache/store/test_integrity.py`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,15 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
-import zarr
-from support.images import FAST_CNN, make_image_tree
+from support.images import make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.fingerprints import fingerprint
-from featcache.store import FeatureStore, StoreDamaged, check_readable, read_split
+from featcache.store import StoreDamaged, check_readable, read_split
 
 runner = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
@@ -55,12 +53,6 @@ def _truncate(store: Path) -> str:
     return "train chunk 1: cannot be read (ValueError)"
 
 
-def _no_checksums(store: Path) -> str:
-    for split in ("train", "test"):
-        shutil.rmtree(store / split / "checksums")
-    return "no chunk checksums (train, test): its values cannot be checked"
-
-
 def _edit_attrs(store: Path) -> str:
     meta = json.loads((store / "zarr.json").read_text())
     meta["attributes"]["identity"]["seed"] = 7  # the fingerprint no longer fits the identity
@@ -81,7 +73,6 @@ DAMAGES: dict[str, Callable[[Path], str]] = {
     "flipped bit": _flip,
     "deleted chunk file": _delete,
     "truncated chunk file": _truncate,
-    "checksums deleted": _no_checksums,
     "attrs edited": _edit_attrs,
     "attrs that do not fit the arrays": _attrs_off_arrays,
 }
@@ -137,7 +128,7 @@ def test_every_stage_2_command_stops_on_a_damaged_store(
         ],
         "baselines": ["baselines", "--store", store, "--no-tosca", "--out", tmp_path / "b", *SPLIT],
     }
-    if damage in ("attrs edited", "attrs that do not fit the arrays", "checksums deleted"):
+    if damage in ("attrs edited", "attrs that do not fit the arrays"):
         commands["predict"] = ["predict", run, images, "--device", "cpu"]  # predict reads attrs, not chunks
     for name, argv in commands.items():
         code, lines = _invoke(*argv)
@@ -160,29 +151,3 @@ def test_reads_are_checked_in_the_library_too(tmp_path: Path) -> None:
     view_chunk.unlink()
     with pytest.raises(StoreDamaged, match="its file train/views/c/1/2/0 is missing"):
         read_split(store, "train")
-
-
-def test_verify_fails_without_checksums_and_fix_makes_extract_recompute_everything(tmp_path: Path) -> None:
-    tree = make_image_tree(tmp_path / "imgs", classes=2, train=2, test=1)
-    store = tmp_path / "s.zarr"
-    extract = [
-        *("extract", "--model", FAST_CNN, "--dataset", "imagefolder", "--data-root", tree),
-        *("--store", store, "--random-init", "--chunk-size", "2", "--workers", "0", "--device", "cpu"),
-    ]
-    assert _invoke(*extract)[0] == 0
-    before = np.asarray(zarr.open_group(str(store))["train/features"][:])
-    for split in ("train", "test"):
-        shutil.rmtree(store / split / "checksums")
-    code, lines = _invoke("cache", "verify", store)
-    assert code == 1 and lines == ["FAIL no chunk checksums (train, test): its values cannot be checked"], (
-        lines
-    )
-    code, lines = _invoke("cache", "verify", store, "--fix")
-    assert code == 1 and lines[0] == "fixed train chunk 0: no checksum to vouch for it: marked not done", (
-        lines
-    )
-    assert not FeatureStore.open(store).done("train").any()
-    code, lines = _invoke(*extract)
-    assert code == 0 and any("3 computed, 0 already done" in line for line in lines), lines
-    np.testing.assert_array_equal(np.asarray(zarr.open_group(str(store))["train/features"][:]), before)
-    assert _invoke("cache", "verify", store) == (0, [f"OK {store}"])

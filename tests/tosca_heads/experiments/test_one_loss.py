@@ -16,6 +16,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
+from featcache.foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.records.run import CURVES_FILE, read_curves, task_file
 
@@ -88,11 +89,9 @@ def test_several_steps_per_epoch_weigh_each_image_once(tmp_path: Path) -> None:
         assert stats["loss"] == pytest.approx(stats["ce"] + stats["l1_term"], rel=1e-12)
 
 
-def _as_format_3(run: Path) -> dict[int, tuple[float, list[float]]]:
-    """Rewrite a run's task files as tosca wrote them before format 4: stats with only the sum
-    `loss`, the curve's `loss` the cross-entropy; and its curves.csv with the old header. Returns
-    each task's (sum, cross-entropy curve)."""
-    old = {}
+def _without_loss_parts(run: Path) -> None:
+    """Rewrite a run's task files as the builds before tosca's first release wrote them: stats with
+    only the sum `loss`, the curve's `loss` the cross-entropy; and its curves.csv with their header."""
     for t in range(2):
         path = task_file(run, t)
         from safetensors import safe_open
@@ -103,27 +102,21 @@ def _as_format_3(run: Path) -> dict[int, tuple[float, list[float]]]:
         meta["stats"] = json.dumps({k: stats[k] for k in ("task", "loss", "train_acc", "seconds")})
         meta["curve"] = json.dumps({"loss": curve["ce"], "lr": curve["lr"]})
         save_file(load_file(path), str(path), meta)
-        old[t] = (stats["loss"], curve["ce"])
-    lines = ["format,task,epoch,loss,lr"]
-    lines += [f"3,{t},{e},{ce!r},0.01" for t, (_, curve) in old.items() for e, ce in enumerate(curve)]
-    (run / CURVES_FILE).write_text("\n".join(lines) + "\n")
-    return old
+    (run / CURVES_FILE).write_text("format,task,epoch,loss,lr\n3,0,0,0.5,0.01\n")
 
 
-def test_a_format_3_run_reads_back_with_its_loss_parts_unknown(tmp_path: Path) -> None:
+def test_task_files_and_curves_without_the_loss_parts_are_refused(tmp_path: Path) -> None:
+    """No reader of the unreleased formats is kept: a task file or curves.csv without the loss's
+    parts is one line naming the file, never a table with parts made up or left empty."""
     run, _ = _fit(tmp_path, batch=64)
-    old = _as_format_3(run)
-    assert {t: c["ce"] for t, c in read_curves(run).items()} == {t: c for t, (_, c) in old.items()}
-    assert all("l1_term" not in c for c in read_curves(run).values())
-    result = evaluate_run(run)
-    for stage in result.stages:
-        total, curve = old[stage.task]
-        assert stage.stats["loss"] == total and stage.stats["ce"] is None and stage.stats["l1_term"] is None
-        assert stage.curve == {"ce": curve, "lr": stage.curve["lr"]}
-    # rewritten in this version's format: the parts it never kept are empty, not made up
-    rows = list(csv.reader((run / CURVES_FILE).read_text().splitlines()))
-    assert rows[0][3:6] == ["ce", "l1_term", "loss"] and all(r[4] == r[5] == "" for r in rows[1:])
-    with (run / "results.csv").open() as fh:
-        assert all(r["ce"] == r["l1_term"] == "" and r["loss"] for r in csv.DictReader(fh))
+    _without_loss_parts(run)
+    with pytest.raises(
+        UserError, match=r"curves\.csv: its header is not format,task,epoch,ce,l1_term,loss,lr"
+    ):
+        read_curves(run)
+    with pytest.raises(
+        UserError, match=r"task_000\.safetensors is damaged \(its training stats are unreadable\)"
+    ):
+        evaluate_run(run)
     shown = RUNNER.invoke(app, ["eval", str(run)])
-    assert shown.exit_code == 0, shown.output
+    assert shown.exit_code == 2 and "task_000.safetensors is damaged" in shown.output, shown.output

@@ -327,14 +327,13 @@ def test_curves_survive_a_resume_and_a_damaged_curves_file_is_refused(tmp_path: 
     assert len(rows) == 1 + 3 * QUICK["epochs"] and (tmp_path / "whole" / "curves.png").is_file()
     old, new = "format,task,epoch,loss,lr\n", "format,task,epoch,ce,l1_term,loss,lr\n"
     damaged = [
-        old + "3,0,0,nan,0.025",
-        old + "3,0,5,0.1,0.025",
-        old + "4,0,0,0.1,0.025",  # a format-4 row under the format-3 header
-        old + "3,0,0,0.1",
-        new + "4,0,0,0.1,0.2,0.3",
-        new + "3,0,0,0.1,0.2,0.3,0.025",  # a format-3 row under the format-4 header
+        old + "1,0,0,0.1,0.025",  # the header of a build before the first release (`loss` alone)
+        new + "1,0,0,nan,0.2,0.3,0.025",
+        new + "1,0,5,0.1,0.2,0.3,0.025",
+        new + "1,0,0,0.1,0.2,0.3",
+        new + "4,0,0,0.1,0.2,0.3,0.025",  # a row of a build before the first release
         new + "5,0,0,0.1,0.2,0.3,0.025",  # newer than this tosca
-        new + "4,0,0,0.1,0.2,0.3,0.025\n4,0,1,0.1,,,0.025",  # the L1 term kept in one epoch, not the next
+        new + "1,0,0,0.1,0.2,0.3,0.025\n1,0,1,0.1,,,0.025",  # the L1 term kept in one epoch, not the next
     ]
     for i, damage in enumerate(damaged):
         broken = tmp_path / f"broken-{i}"

@@ -197,7 +197,7 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
 def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     """The finished cell's metrics: {router or "none": metrics block} on test, the same on the
     validation split (empty without one), its seconds, and its per-image answers ("outcomes":
-    split -> router or "none" -> `uncertainty.Outcomes`; empty for a cell made before format 4)."""
+    split -> router or "none" -> `uncertainty.Outcomes`)."""
     if cell.kind == "tosca":
         metrics = run_record.read_metrics(folder)
         seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
@@ -206,11 +206,11 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
             "validation": metrics.get("validation") or {},
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
-            "outcomes": run_record.read_run_outcomes(folder, metrics) or {},
+            "outcomes": run_record.read_run_outcomes(folder, metrics),
         }
     payload = read_baseline(folder / "metrics.json")
     assert payload is not None
-    found = read_baseline_outcomes(folder, payload) or {}
+    found = read_baseline_outcomes(folder, payload)
     return {
         "routers": payload["routers"],
         "validation": payload.get("validation") or {},

@@ -46,7 +46,7 @@ from tosca_heads.records import claim
 from tosca_heads.records import run as run_record
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baseline import BASELINES_FOLDER, NO_ROUTING, read_baseline
-from tosca_heads.records.suite import MANIFEST
+from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
 
@@ -187,6 +187,7 @@ def run_suite(
             )
         return result
     claim.check(out, SUITE_FOLDER)
+    check_manifest(out)  # a manifest written before the first release: one line, before any store opens
     tracking = open_tracking(log, runs_root) if not tables_only else Tracking()
     stores = open_stores(spec, extract)
     check_room(spec, stores, resolved)

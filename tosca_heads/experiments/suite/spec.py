@@ -44,8 +44,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
-from tosca_heads.method.baseline_names import given_params
-from tosca_heads.method.baselines import BASELINES
+from tosca_heads.method.baseline_names import BASELINES, given_params
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
