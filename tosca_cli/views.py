@@ -69,8 +69,7 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
 
 
 def losses(stats: dict[str, Any]) -> str:
-    """A task's ce, l1 term and loss, 8 wide each ('–' for a part a run trained before format 4
-    did not keep)."""
+    """A task's ce, l1 term and loss, 8 wide each ('–' for a part not kept)."""
     from tosca_heads.records.run import LOSS_PARTS
 
     return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
@@ -130,7 +129,7 @@ def said_intervals(blocks: Any) -> None:
         )
     elif blocks:
         say(
-            "no intervals: these figures were written before tosca kept per-image answers (`tosca eval RUN` adds them)"
+            "no intervals: these figures have no per-image answers kept beside them (`tosca eval RUN` keeps them)"
         )
 
 

@@ -403,8 +403,7 @@ def choice_lines(chosen: dict[str, Any]) -> list[str]:
         ]
     if best.get("A_last_se" if chosen["split"] == "test" else "val_A_last_se") is None:
         lines.append(
-            "No standard errors: these points were computed before tosca kept per-image answers "
-            "(only equal figures are ties)."
+            "No standard errors: these points kept no per-image answers (only equal figures are ties)."
         )
     if len(ties) > 1:
         lines.append(
@@ -421,7 +420,7 @@ def choice_lines(chosen: dict[str, Any]) -> list[str]:
             )
         elif check.get("verdict") == "not tested":
             lines.append(
-                f"Whether test disagrees beyond noise is not known: these points were computed before tosca kept "
+                f"Whether test disagrees beyond noise is not known: these points kept no "
                 f"per-image answers (the highest test A_last, {100 * check['A_last']:.2f}, is another configuration's)."
             )
         else:

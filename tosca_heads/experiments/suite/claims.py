@@ -57,7 +57,7 @@ class Claim:
 @dataclass
 class Evidence:
     """What the verdicts read: per (store, entry) and split, each finished cell's per-image answers
-    (`answers`; None where a cell kept none: made before format 4), and per (store, entry) each
+    (`answers`; None where a cell kept none), and per (store, entry) each
     cell's module similarities by (class order, seed) (`similarities`). An entry is a table row
     ("tosca:entropy", "simplecil") or an ablation point ("tosca_r@l1=0.0005", under the primary
     router)."""
@@ -129,9 +129,7 @@ def order_claim(evidence: Evidence, stores: Sequence[str], tosca: str, reverse: 
         a, b = evidence.runs(store, tosca), evidence.runs(store, reverse)
         if a is None or b is None:
             if (store, tosca) in evidence.answers and (store, reverse) in evidence.answers:
-                figures.append(
-                    f"{store}: not tested: its cells kept no per-image answers (made before format 4)"
-                )
+                figures.append(f"{store}: not tested: its cells kept no per-image answers")
             continue
         diff = uncertainty.paired_difference(a, b, "A_last")
         verdict = uncertainty.beats(diff)

@@ -194,7 +194,7 @@ def _mark_best(table: pd.DataFrame, evidence: Evidence) -> tuple[str, bool]:
     from the column's best (the highest figure) by a paired bootstrap of the difference on the same
     images and seeds: on validation where every honest entry of the suite has a validation figure,
     else on test. Each entry's difference with the best, its interval and the verdict go into
-    table.csv. A column where an entry's cells kept no answers (made before format 4) bolds the
+    table.csv. A column where an entry's cells kept no answers (none does since the first release) bolds the
     best figure alone. Returns the split and whether every bold entry was tested."""
     tested_metrics = [m.name for m in resampled()]  # those with a paired test on per-image answers
     honest = table["honest"] & (table["n"] > 0) & table["metric"].isin(tested_metrics)
@@ -332,7 +332,7 @@ def _protocol_line(spec: SuiteSpec, chosen_on: str = "test", tested: bool = True
         "interval and the verdict)"
     )
     if not tested:
-        bold += "; some cells kept no per-image answers (made before format 4): their columns bold the best figure alone"
+        bold += "; some cells kept no per-image answers: their columns bold the best figure alone"
     return (
         f"{seeds_said(spec.seeds)} (n = seeds finished x class orders), "
         f"class order{'s' if len(spec.order_seeds) > 1 else ''} of seed {orders}; accuracies in %, on the test "
