@@ -208,19 +208,18 @@ def _take(
 
 @contextlib.contextmanager
 def _said(path: Path) -> Iterator[None]:
-    """What is in the way of the lock file, in one line: a link (never followed), a folder, a
-    filesystem without flock. Other OSErrors (a read-only or full disk) pass on as they are."""
+    """What is in the way of the lock file, in one line: a link (never followed), a folder, a hard
+    link (filelock refuses one in a folder others can write), a filesystem without flock. Other
+    OSErrors (a read-only or full disk) pass on as they are."""
     try:
         yield
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UserError(
-                f"{path} is a symbolic link: tosca does not follow one for its lock; remove it"
-            ) from None
-        if exc.errno == errno.EISDIR:
-            raise UserError(
-                f"{path} is not a regular file: tosca needs that name for its lock; move it away"
-            ) from None
+        try:
+            why = _in_the_way(path, os.lstat(path))
+        except OSError:
+            why = None
+        if why is not None:
+            raise UserError(why) from None
         if exc.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
             raise UserError(
                 f"cannot lock {path} ({exc.strerror}): this filesystem does not support file locks; "
@@ -229,13 +228,28 @@ def _said(path: Path) -> Iterator[None]:
         raise
 
 
+def _in_the_way(path: Path, info: os.stat_result) -> str | None:
+    """Why what is at the lock's name (as lstat or fstat found it) cannot be tosca's lock file."""
+    if stat.S_ISLNK(info.st_mode):  # in a shared folder, planted to have tosca write through it
+        return f"{path} is a symbolic link: tosca does not follow one for its lock; remove it"
+    if not stat.S_ISREG(info.st_mode):  # a folder, a fifo, a device
+        return f"{path} is not a regular file: tosca needs that name for its lock; move it away"
+    if info.st_nlink > 1:
+        return (
+            f"{path} has {info.st_nlink} hard links: another name shares this file, and tosca never writes "
+            "its lock record through a name it did not make; move it away"
+        )
+    return None
+
+
 def _claim(fd: int, path: Path, store: str | Path) -> None:
     """Run by filelock with the lock just taken, before `acquire` returns (raising gives it up):
-    the file must be a regular one, empty (just made, or by a holder that died before writing) or
-    a record tosca wrote; then the record of who holds it (advice for people) goes in."""
+    the file must be a regular one of its own, empty (just made, or by a holder that died before
+    writing) or a record tosca wrote; then the record of who holds it (advice for people) goes in."""
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):  # a fifo or a device by the lock's name
-        raise UserError(f"{path} is not a regular file: tosca needs that name for its lock; move it away")
+    why = _in_the_way(path, info)
+    if why is not None:
+        raise UserError(why)
     if info.st_size and "pid" not in _read_record(fd):  # someone's file that happens to have the name
         raise UserError(
             f"{path} is in the way of tosca's lock for {Path(store).name} and was not written by "

@@ -89,18 +89,20 @@ def test_a_folder_reached_through_a_link_has_the_same_lock(tmp_path: Path) -> No
     assert lock_path(tmp_path / "alias") == lock_path(tmp_path / "run")
 
 
-# A tosca writer that takes a lock, forks a helper (as torch forks its loader workers; this one
-# sleeps and never asks to die with its parent), says both pids, and is killed with SIGKILL.
+# A tosca writer that takes a lock and forks a helper (as torch forks its loader workers; this one
+# never asks to die with its parent). The helper, once started (fork handlers run before fork returns
+# in the child), says both pids and kills the writer with SIGKILL, then lives on.
 KILLED_WRITER = """
 import os, signal, sys, time
 from featcache.foundation.locks import acquire
 lock = acquire(sys.argv[1])
-helper = os.fork()
-if helper == 0:
+writer = os.getpid()
+if os.fork() == 0:
+    print(writer, os.getpid(), flush=True)
+    os.kill(writer, signal.SIGKILL)
     time.sleep(60)
     os._exit(0)
-print(os.getpid(), helper, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
 """
 
 
@@ -147,16 +149,23 @@ def test_a_lock_held_for_a_writer_that_ended_is_one_line_saying_so(tmp_path: Pat
 
 
 def test_what_is_in_the_way_of_the_lock_file_is_one_line_and_left_as_it_is(tmp_path: Path) -> None:
-    """A link (to a file or to nothing), a fifo, a folder or someone's file at the lock's name: one
-    line each, nothing followed, written, waited on or deleted, no folder left that was made for it."""
+    """A link (to a file or to nothing), a fifo, a folder, a hard link to someone's file (in a folder
+    of one's own or one others can write) or someone's file at the lock's name: one line each, nothing
+    followed, written, waited on or deleted."""
     victim = tmp_path / "victim.txt"
     victim.write_text("keep\n")
+    empty = tmp_path / "empty.txt"  # someone's empty file: a record written through a link would land in it
+    empty.touch()
+    (tmp_path / "shared").mkdir(mode=0o777)
+    (tmp_path / "shared").chmod(0o777)  # a folder others can write
     in_the_way = {
         "link.zarr": (lambda p: p.symlink_to(victim), "is a symbolic link: tosca does not follow one"),
         "dangling.zarr": (lambda p: p.symlink_to(tmp_path / "nowhere"), "is a symbolic link"),
         "fifo.zarr": (os.mkfifo, "is not a regular file: tosca needs that name for its lock"),
         "folder.zarr": (Path.mkdir, "is not a regular file"),
         "notes.zarr": (lambda p: p.write_text("my notes\n"), "was not written by tosca"),
+        "linked.zarr": (lambda p: os.link(empty, p), "has 2 hard links: another name shares this file"),
+        "shared/linked.zarr": (lambda p: os.link(empty, p), "has 3 hard links"),  # filelock's own refusal
     }
     for name, (plant, said) in in_the_way.items():
         path = lock_path(tmp_path / name)
@@ -171,7 +180,7 @@ def test_what_is_in_the_way_of_the_lock_file_is_one_line_and_left_as_it_is(tmp_p
             before.st_mode,
             before.st_size,
         ), name
-    assert victim.read_text() == "keep\n" and not (tmp_path / "nowhere").exists()
+    assert victim.read_text() == "keep\n" and not (tmp_path / "nowhere").exists() and empty.read_text() == ""
     assert (tmp_path / "notes.zarr.lock").read_text() == "my notes\n"
 
 
