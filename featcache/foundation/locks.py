@@ -1,23 +1,32 @@
 """One writer per folder (a store, a run, a sweep, an archive's unpacking): an advisory lock file
-beside the folder, held with `fcntl.flock`.
+beside the folder, held with `filelock.FileLock` (`fcntl.flock` on POSIX).
 
 Why flock: the kernel drops the lock the moment its holder dies (SIGKILL, OOM, a crash), so a
-dead process never blocks the next extraction and there is no stale-lock guessing. The file
-also records who holds it (pid, host, start time, command) for the refusal message; that
-record is advice for people, never what decides.
+dead process never blocks the next extraction and there is no stale-lock guessing. And filelock
+closes the lock's descriptor in every child forked while it is held (torch's loader workers), so
+a killed writer's helpers never hold its lock: a rerun right after `kill -9` takes it at once.
+
+What filelock does here: it opens the lock file never through a symbolic link (O_NOFOLLOW) and
+never waiting on a fifo (O_NONBLOCK), takes the flock, gives up an inode that a releasing holder
+unlinked meanwhile (st_nlink 0), polls when told to wait, and closes the descriptor in forked
+children. Its soft fallback is off: on a filesystem without flock a marker file would outlive a
+killed holder (a stale lock), so there it is one line. What stays here: where the lock lives,
+the record of who holds it (pid, host, start time, command; advice for people, never what
+decides), refusing a file by the lock's name that tosca did not write (checked with the lock
+held, before a byte is written), removing the lock file on release (filelock leaves it in place),
+and the one-line refusals.
 
 The lock lives beside the store (`<store>.lock`), not inside it: `--overwrite` replaces the
 store folder as a whole, and the lock must outlive that. On a cluster, only the process that
 runs `tosca extract` holds it; the Dask workers it drives write chunks under it.
 
-Import-light (stdlib only).
+Import-light: stdlib at import; filelock when a lock is taken.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -31,7 +40,6 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import parse_json
-from featcache.foundation.text import tell
 
 
 class FolderBusy(UserError):
@@ -70,6 +78,21 @@ def _read_record(fd: int) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def _record_at(path: Path) -> dict[str, Any] | None:
+    """The record in the lock file at `path`, read without taking the lock; None when there is no
+    file there. Never through a link, never waiting on a fifo: what is there may not be tosca's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return {}
+    try:
+        return _read_record(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else {}
+    finally:
+        os.close(fd)
+
+
 def _same_host_and_dead(info: dict[str, Any]) -> bool:
     """The recorded holder ran on this host and its process is gone (its children may live on)."""
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
@@ -83,28 +106,20 @@ def _same_host_and_dead(info: dict[str, Any]) -> bool:
     return False
 
 
-# How long a rerun waits for the helper processes of a writer that was killed (its loader workers,
-# forked with the lock's descriptor, hold the lock until they exit; they are told to die with it,
-# see featcache.foundation.processes, so this is a bound, not what a rerun usually waits).
-HELPERS_EXIT_SECONDS = 30.0
-_POLL_SECONDS = 0.05
-
-
 @dataclass
 class FolderLock:
     """A held lock; `release()` (or leaving `folder_lock`'s block) gives it up."""
 
     path: Path
-    fd: int
+    lock: Any  # the held filelock.FileLock
     made: list[Path] = field(default_factory=list)  # folders made for the lock file, innermost first
 
     def release(self) -> None:
-        if self.fd < 0:
+        if not self.lock.is_locked:
             return
         with contextlib.suppress(OSError):
-            self.path.unlink()  # while still held: a waiter on the old inode retries (see acquire)
-        os.close(self.fd)  # closing drops the flock
-        self.fd = -1
+            self.path.unlink()  # while still held: a waiter on the old inode opens the name again
+        self.lock.release()  # drops the flock and closes the descriptor
         _remove_empty(self.made)  # a refused command leaves no empty folder behind; a used one stays
 
 
@@ -128,27 +143,6 @@ def _make_parents(folder: Path) -> list[Path]:
     return missing
 
 
-def _wait_for_helpers(fd: int, path: Path, store: str | Path, info: dict[str, Any]) -> dict[str, Any] | None:
-    """The lock is held but its recorded holder ended on this host: its helper processes still hold
-    it while they exit. Wait for them, at most HELPERS_EXIT_SECONDS, saying so once. None when the
-    lock was taken; the record of whoever holds it instead (a live writer that took it meanwhile)."""
-    tell(
-        f"waiting: the tosca process that wrote {store} ({_holder_text(info)}) has ended; its helper "
-        f"processes are exiting (at most {HELPERS_EXIT_SECONDS:.0f} s)"
-    )
-    deadline = time.monotonic() + HELPERS_EXIT_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(_POLL_SECONDS)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return None
-        except BlockingIOError:
-            now = _read_record(fd)
-            if now != info and not _same_host_and_dead(now):
-                return now  # a live writer took it: the usual refusal
-    return info
-
-
 def acquire(
     store: str | Path,
     what: str = "store",
@@ -158,122 +152,109 @@ def acquire(
     """Take the lock of a store (or of another folder one process writes at a time: a run, a sweep)
     now, or raise FolderBusy naming the holder. With `on_wait`, wait instead: it is called once
     with the holder's description, then the lock is taken when the holder lets go (or dies).
-    A holder that ended on this host whose helper processes still hold the lock is waited for
-    (at most HELPERS_EXIT_SECONDS, with one line saying so): a rerun right after a kill resumes.
     `what` and `advice` word the refusal. Folders made for the lock file are removed again on
     release when they are still empty."""
     path = lock_path(store)
     made = _make_parents(path.parent)
     try:
-        lock = _acquire(path, store, what, advice, on_wait)
+        lock = _take(path, store, what, advice, on_wait)
     except BaseException:
         _remove_empty(made)
         raise
-    lock.made = made
-    return lock
+    return FolderLock(path, lock, made)
 
 
-def _acquire(
+def _take(
     path: Path,
     store: str | Path,
     what: str,
     advice: str,
     on_wait: Callable[[str], None] | None,
-) -> FolderLock:
-    while True:
-        fd = _open_lock_file(path)
+) -> Any:
+    from filelock import FileLock, Timeout
+
+    # thread_local off: the hold is the FolderLock's, not its thread's (filelock's per-thread holds
+    # would make a release from another thread do nothing)
+    lock = FileLock(
+        path,
+        mode=0o644,
+        thread_local=False,
+        fallback_to_soft=False,
+        on_acquired=lambda fd: _claim(fd, path, store),
+    )
+    info = None
+    while info is None:  # None: its holder released it (and removed the file) as we tried: again
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            info = _read_record(fd)
-            if on_wait is not None:
-                on_wait(_holder_text(info))
-                on_wait = None  # said once
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except OSError:
-                    os.close(fd)
-                    raise
-                if not _still_the_file(fd, path):
-                    os.close(fd)
-                    continue
-                return _record(fd, path)
-            dead = _same_host_and_dead(info)
-            if dead:
-                holder_now = _wait_for_helpers(fd, path, store, info)
-                if holder_now is None:
-                    if not _still_the_file(fd, path):
-                        os.close(fd)
-                        continue
-                    return _record(fd, path)
-                dead = _same_host_and_dead(holder_now)
-                info = holder_now
-            os.close(fd)
-            hint = (
-                f"; that process has ended, but processes it started still hold the lock after "
-                f"{HELPERS_EXIT_SECONDS:.0f} s: end them (`fuser {path}` lists them), then run the same "
-                "command again"
-                if dead
-                else f"; wait for it to finish, or {advice}"
-            )
-            raise FolderBusy(
-                f"{what} {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
-            ) from None
-        except OSError as exc:  # a filesystem without flock
-            os.close(fd)
+            with _said(path):
+                lock.acquire(blocking=False)
+            return lock
+        except Timeout:
+            info = _record_at(path)
+    if on_wait is not None:
+        on_wait(_holder_text(info))
+        with _said(path):
+            lock.acquire()  # polls; a file the holder removes on release is opened again
+        return lock
+    hint = (
+        f"; that process has ended, but a process it started holds the lock: end it (`fuser {path}` "
+        "lists it), then run the same command again"
+        if _same_host_and_dead(info)
+        else f"; wait for it to finish, or {advice}"
+    )
+    raise FolderBusy(
+        f"{what} {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
+    )
+
+
+@contextlib.contextmanager
+def _said(path: Path) -> Iterator[None]:
+    """What is in the way of the lock file, in one line: a link (never followed), a folder, a hard
+    link (filelock refuses one in a folder others can write), a filesystem without flock. Other
+    OSErrors (a read-only or full disk) pass on as they are."""
+    try:
+        yield
+    except OSError as exc:
+        try:
+            why = _in_the_way(path, os.lstat(path))
+        except OSError:
+            why = None
+        if why is not None:
+            raise UserError(why) from None
+        if exc.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
             raise UserError(
                 f"cannot lock {path} ({exc.strerror}): this filesystem does not support file locks; "
                 "put the store on a local disk or an NFSv4 share"
             ) from exc
-        if not _still_the_file(fd, path):  # the previous holder unlinked it as we opened it
-            os.close(fd)
-            continue
-        if not _is_lock_record(fd):  # someone's file that happens to have the lock's name
-            os.close(fd)
-            raise UserError(
-                f"{path} is in the way of tosca's lock for {Path(store).name} and was not written by "
-                "tosca; move it away (tosca never rewrites or deletes a file it did not make)"
-            )
-        return _record(fd, path)
-
-
-def _open_lock_file(path: Path) -> int:
-    """The lock file, made when missing; never through a symbolic link (in a shared folder, a link
-    planted there would have tosca write its record into the link's target) nor onto a fifo."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UserError(
-                f"{path} is a symbolic link: tosca does not follow one for its lock; remove it"
-            ) from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UserError(f"{path} is not a regular file: tosca needs that name for its lock; move it away")
-    return fd
 
 
-def _is_lock_record(fd: int) -> bool:
-    """Empty (just made, here or by a holder that died before writing) or a record tosca wrote."""
-    try:
-        if os.fstat(fd).st_size == 0:
-            return True
-    except OSError:
-        return False
-    return "pid" in _read_record(fd)
+def _in_the_way(path: Path, info: os.stat_result) -> str | None:
+    """Why what is at the lock's name (as lstat or fstat found it) cannot be tosca's lock file."""
+    if stat.S_ISLNK(info.st_mode):  # in a shared folder, planted to have tosca write through it
+        return f"{path} is a symbolic link: tosca does not follow one for its lock; remove it"
+    if not stat.S_ISREG(info.st_mode):  # a folder, a fifo, a device
+        return f"{path} is not a regular file: tosca needs that name for its lock; move it away"
+    if info.st_nlink > 1:
+        return (
+            f"{path} has {info.st_nlink} hard links: another name shares this file, and tosca never writes "
+            "its lock record through a name it did not make; move it away"
+        )
+    return None
 
 
-def _still_the_file(fd: int, path: Path) -> bool:
-    """The locked inode is still the one at `path` (a releasing holder unlinks its file)."""
-    try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _record(fd: int, path: Path) -> FolderLock:
-    """Write who holds the lock (advice for people) and hand the held lock out."""
+def _claim(fd: int, path: Path, store: str | Path) -> None:
+    """Run by filelock with the lock just taken, before `acquire` returns (raising gives it up):
+    the file must be a regular one of its own, empty (just made, or by a holder that died before
+    writing) or a record tosca wrote; then the record of who holds it (advice for people) goes in."""
+    info = os.fstat(fd)
+    why = _in_the_way(path, info)
+    if why is not None:
+        raise UserError(why)
+    if info.st_size and "pid" not in _read_record(fd):  # someone's file that happens to have the name
+        raise UserError(
+            f"{path} is in the way of tosca's lock for {Path(store).name} and was not written by "
+            "tosca; move it away (tosca never rewrites or deletes a file it did not make)"
+        )
     record = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -283,7 +264,6 @@ def _record(fd: int, path: Path) -> FolderLock:
     with contextlib.suppress(OSError):  # the record is advice; a full disk must not stop here
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-    return FolderLock(path, fd)
 
 
 @contextlib.contextmanager
@@ -306,17 +286,7 @@ def holder(store: str | Path) -> str | None:
     Reads the record only (probing the flock could make a starting writer fail): a record whose
     process ended on this host means nobody; one from another host cannot be checked from here.
     """
-    path = lock_path(store)
-    try:  # never through a link, never waiting on a fifo: what is there may not be tosca's
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        info = _read_record(fd)
-    finally:
-        os.close(fd)
+    info = _record_at(lock_path(store))
     if not info or _same_host_and_dead(info):
         return None
     return _holder_text(info)

@@ -137,9 +137,9 @@ def test_sigkill_then_verify_then_rerun_equals_uninterrupted(
 def test_a_rerun_right_after_a_kill_resumes_and_the_killed_run_s_helpers_are_gone(
     tmp_path: Path, uninterrupted: tuple[Path, dict[str, np.ndarray], int]
 ) -> None:
-    """`kill -9` of an extraction with loader workers (forked, they hold the store's lock with it):
-    the workers die with it at once, and the same command, run at once, resumes to the arrays of an
-    uninterrupted run (a rerun that still found them exiting would wait for them, saying so)."""
+    """`kill -9` of an extraction with loader workers (forked; filelock closes their copy of the
+    store lock's descriptor, so they never hold it): the workers die with it at once, and the same
+    command, run at once, resumes to the arrays of an uninterrupted run."""
     tree, reference, _ = uninterrupted
     store = tmp_path / "killed.zarr"
     args = _args(tree, store)
