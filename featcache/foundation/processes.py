@@ -17,13 +17,13 @@ After it starts, a spawned child takes its parent's import path (multiprocessing
 it runs in has that folder on its own path, and runs its code already; its workers inherit it.)
 Loader workers (torch's DataLoader) are forked: they import nothing anew from the working folder.
 
-Die with the parent. A `kill -9` of `tosca extract` must not leave helpers behind that hold the
-store's lock (loader workers are forked with its descriptor) or write into the store (Dask
-workers): on Linux each helper asks the kernel to kill it when its parent dies
+Die with the parent. A `kill -9` of `tosca extract` must not leave helpers behind that write
+into the store (Dask workers) or linger (loader workers; they never hold the store's lock:
+filelock closes its copy in every forked child, featcache.foundation.locks): on Linux each helper asks the kernel to kill it when its parent dies
 (`prctl(PR_SET_PDEATHSIG, SIGKILL)`): loader workers in `loader_worker_start` (the DataLoader's
 `worker_init_fn`), Dask workers of local clusters in the preload (their parent is the cluster's
 helper process, which dies with the process that started it: featcache.foundation.cluster). A
-rerun that still finds them exiting waits for them (featcache.foundation.locks).
+rerun takes the lock at once.
 
 Stdout is the command's. A helper shares the command's standard output, which carries its
 answers (`--json` among them): loader workers and local Dask workers print to stderr
