@@ -5,7 +5,8 @@
 2. fit: TOSCA with the paper preset on EuroSAT B0 Inc2 (5 tasks);
 3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split
    (10% of each class's training images, as `tosca sweep` holds out by default);
-4. baselines: SimpleCIL, RanPAC (M = 10,000) and a joint linear probe on the same store;
+4. baselines: those that run by default (`default_baselines()`: SimpleCIL, RanPAC with M = 10,000
+   and a joint linear probe) on the same store;
 5. the comparison table, and the paths of the plots and tables.
 
 Extraction is stage 1, which stage 2 never imports: the caller hands in the function that makes
@@ -27,14 +28,14 @@ from tosca_heads.experiments.comparison import Comparison, compare
 from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
-from tosca_heads.method.baseline_names import described
+from tosca_heads.method.baseline_names import default_baselines, described
 from tosca_heads.records.baseline import check_baselines_folder
 from tosca_heads.records.run import RunResult, StageResult
+from tosca_heads.routers import HEADLINE
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
-SWEEP_ROUTERS = ("entropy", "lda", "batch", "oracle")
-BASELINES = ("simplecil", "ranpac", "joint_probe")
+SWEEP_ROUTERS = HEADLINE  # the sweep's table shows the headline routers, as `tosca sweep` does
 EUROSAT_DOWNLOAD = "https://madm.dfki.de/files/sentinel/EuroSAT.zip"
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
@@ -121,14 +122,15 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     )
     show.swept(swept)
 
-    show.section(f"4/5 baselines: {', '.join(described(method) for method in BASELINES)}")
+    methods = default_baselines()
+    show.section(f"4/5 baselines: {', '.join(described(method) for method in methods)}")
     title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
     comparison = compare(
         BaselinesRequest(
             store=store,
             run=fitted.run_dir,
             out=folder,
-            methods=BASELINES,
+            methods=methods,
             device=device,
             title=title,
             **split,

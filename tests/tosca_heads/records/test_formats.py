@@ -120,7 +120,7 @@ def test_old_baselines_are_read_and_rewritten_in_the_current_format(old: Path) -
     _run(
         "baselines",
         *("--store", old / "store.zarr", "--run", old / "run", "--out", old / "baselines"),
-        *("--ranpac-m", "64", *SPLIT),
+        *("--ranpac-projection-dim", "64", *SPLIT),
     )
     for name, block in old_blocks.items():
         written = json.loads((old / "baselines" / name / "metrics.json").read_text())
