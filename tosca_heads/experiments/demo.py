@@ -2,7 +2,8 @@
 
 1. extract: the packaged ImageNet EfficientNet-Lite0 on a per-class subset of the real EuroSAT
    archive (no cached views);
-2. fit: TOSCA with the paper preset on EuroSAT B0 Inc2 (5 tasks);
+2. fit: TOSCA with the paper preset on EuroSAT with the split its registration declares (B0 Inc2,
+   5 tasks);
 3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split
    (10% of each class's training images, as `tosca sweep` holds out by default);
 4. baselines: those that run by default (`default_baselines()`: SimpleCIL, RanPAC with M = 10,000
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most
@@ -29,6 +31,7 @@ from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitR
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
 from tosca_heads.method.baseline_names import default_baselines, described
+from tosca_heads.method.protocol import StreamConfig, split_name
 from tosca_heads.records.baseline import check_baselines_folder
 from tosca_heads.records.run import RunResult, StageResult
 from tosca_heads.routers import HEADLINE
@@ -96,16 +99,19 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     path = request.cache_dir / "eurosat" / f"effnet_lite0-demo{request.per_class}.zarr"
     store = extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
     name = f"demo-eurosat-effnet_lite0-{request.per_class}"
-    split = {"init_cls": 2, "increment": 2}
+    declared = DATASETS["eurosat"]  # its registration's split (B0 Inc2: tosca's, not in the paper)
+    split = {"init_cls": declared.split.init_cls, "increment": declared.split.increment}
+    named = split_name(**split)
+    tasks = StreamConfig(**split).task_stream(declared.num_classes).num_tasks
     folder = request.runs_dir / f"{name}-baselines"
     check_baselines_folder(folder)
 
-    show.section("2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
+    show.section(f"2/5 fit: TOSCA, paper preset, EuroSAT {named} ({tasks} tasks)")
     fitted = fit(FitRequest(store=store, run=request.runs_dir / name, device=device, **split), show.stage)
     show.fitted(fitted)
 
     show.section(
-        "3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split"
+        f"3/5 sweep: r in {{16, 48}} x l1 in {{0, 5e-4}}, every point all {tasks} tasks, ranked on a validation split"
     )
     grid = {**{k: ",".join(map(str, v)) for k, v in SWEEP.items()}, **{k: str(v) for k, v in split.items()}}
     swept = sweep(
@@ -124,7 +130,7 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
 
     methods = default_baselines()
     show.section(f"4/5 baselines: {', '.join(described(method) for method in methods)}")
-    title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
+    title = f"eurosat / effnet_lite0, {request.per_class} images/class, {named}"
     comparison = compare(
         BaselinesRequest(
             store=store,

@@ -267,7 +267,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         "vtab": 50,
     }
     spec = parse_suite(preset("paper"), tmp_path)
-    assert [s.name for s in spec.stores] == [name for name, _, _ in PAPER_BENCHMARKS]
+    assert [s.name for s in spec.stores] == [name for name, _ in PAPER_BENCHMARKS]
     assert all(s.model == "vit_b16" and s.weights == "IN-21k" for s in spec.stores)
     assert (
         spec.seeds == (0, 1, 2)
@@ -278,7 +278,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         name: synthetic_store(
             tmp_path / f"{dataset}.zarr", classes=classes[dataset], per_class=2, test_per_class=1, dim=16
         ).path
-        for name, dataset, _ in PAPER_BENCHMARKS
+        for name, dataset in PAPER_BENCHMARKS
     }
     quick = dataclasses.replace(
         with_stores(spec, stand_ins),
