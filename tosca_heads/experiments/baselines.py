@@ -116,7 +116,7 @@ def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, params, dim)
+    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -17,9 +17,10 @@ Everything else about a baseline is declared once, on its class, and worked out 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from featcache.foundation.errors import UserError
@@ -56,7 +57,7 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
     upper bound: it is reported beside the others, never as an honest result. `runs_by_default =
     True` makes it one of `default_baselines()` (run by `tosca baselines`, the API, a suite and the
     demo when no methods are named; without it, it runs where named). `params = (Param(...), ...)`
-    declares its own parameters, each a keyword of `__init__`.
+    declares its own parameters, each a keyword of `__init__` (whose default is the parameter's).
 
     >>> import numpy as np
     >>> @register_baseline("doc_nearest_first")
@@ -81,12 +82,7 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
             raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
-        keywords = inspect.signature(cls).parameters
-        for param in getattr(cls, "params", ()):
-            if not isinstance(param, Param) or param.name not in keywords:
-                raise ValueError(
-                    f"baseline {name!r}: params holds {param!r}, not a Param named after a keyword of __init__"
-                )
+        declared_params(cls)  # each names a keyword of __init__ whose default keeps its rule
         what = (cls.__doc__ or "").strip().partition("\n")[0]
         BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__, aliases)
         return cls
@@ -166,19 +162,20 @@ class Options:
 class Param:
     """One parameter of a baseline, declared once on its class: `name` (the estimator's keyword;
     users write METHOD_NAME, --METHOD-NAME on the command line), `kind` (int, float, str or bool),
-    `default`, `help`, `valid` (a `Constraint`: `Interval`, `Options` or one's own; its words are
-    the refusal's),
-    `said` (how a table or a plan names a value: "M = {:,}"; "" for not named) and `seed` (the
-    suite's seed goes here, one cell per seed, instead of a key of its own). A default that breaks
-    its own rule is refused when the class is declared."""
+    `help`, `valid` (a `Constraint`: `Interval`, `Options` or one's own; its words are the
+    refusal's), `said` (how a table or a plan names a value: "M = {:,}"; "" for not named) and
+    `seed` (the suite's seed goes here, one cell per seed, instead of a key of its own). Its
+    `default` is its keyword's default in the estimator's `__init__`, written there only
+    (`params_of` fills it in); a default that breaks its own rule is refused when a plug-in is
+    registered (tests/tosca_heads/method/test_baseline_declarations.py holds the built-ins to it)."""
 
     name: str
     kind: type
-    default: Any
     help: str
     valid: Constraint | None = None
     said: str = ""
     seed: bool = False
+    default: Any = None  # filled in from the estimator's __init__ by `params_of`
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_SAID:
@@ -188,7 +185,6 @@ class Param:
                 f"parameter {self.name!r}: valid={self.valid!r} is no constraint (an Interval, Options, or "
                 "an object with holds(value) whose str says what is valid)"
             )
-        self.check(self.default, f"parameter {self.name!r}'s default", error=ValueError)
 
     def check(self, value: Any, spelled: str, text: bool = False, error: type[Exception] = UserError) -> Any:
         """`value` of this parameter's kind and within its rule, else one line naming it as `spelled`
@@ -221,8 +217,28 @@ def default_baselines() -> tuple[str, ...]:
 
 
 def params_of(method: str) -> tuple[Param, ...]:
-    """The parameters a registered baseline declares (none for most)."""
-    return tuple(getattr(BASELINES[method], "params", ()))
+    """The parameters a registered baseline declares (none for most), each with its default."""
+    return declared_params(BASELINES[method])
+
+
+@functools.cache
+def declared_params(cls: type) -> tuple[Param, ...]:
+    """A baseline class's `params`, each with its `default` taken from the keyword of `__init__` it
+    names (the one place a default is written); a declaration that names no keyword with a default,
+    or whose default breaks its own rule, is a ValueError (a bug of the class, not of a user)."""
+    keywords = inspect.signature(cls).parameters
+    found = []
+    for param in getattr(cls, "params", ()):
+        keyword = keywords.get(param.name) if isinstance(param, Param) else None
+        if keyword is None or keyword.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"baseline {cls.__name__}: params holds {param!r}, not a Param named after a keyword of "
+                "__init__ with a default"
+            )
+        param = replace(param, default=keyword.default)
+        found.append(param)
+        param.check(param.default, f"baseline {cls.__name__}'s {param.name} default", error=ValueError)
+    return tuple(found)
 
 
 def key_of(method: str, param: Param) -> str:

@@ -101,7 +101,6 @@ class RanPAC:
         Param(
             "projection_dim",
             int,
-            10_000,
             "RanPAC's random projection size M (its paper: 10,000).",
             valid=Interval(1, None),
             said="M = {:,}",
@@ -109,7 +108,6 @@ class RanPAC:
         Param(
             "seed",
             int,
-            0,
             "Seed of RanPAC's random projection.",
             valid=Interval(0, 2**32, closed="left"),
             seed=True,
@@ -117,15 +115,16 @@ class RanPAC:
     )
 
     @staticmethod
-    def check_fits(dim: int, projection_dim: int = 10_000, **_: object) -> None:
+    def check_fits(dim: int, projection_dim: int, **_: object) -> None:
         """The M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
         m = projection_dim
         require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-projection-dim")
 
     @staticmethod
-    def work(shape: object, projection_dim: int = 10_000, **_: object) -> tuple[float, str]:
+    def work(shape: object, projection_dim: int, **_: object) -> tuple[float, str]:
         """Its arithmetic on a stream of `shape` (`experiments.estimate.TaskShape`) and the precision
-        it runs in: what a time estimate divides by this machine's rate."""
+        it runs in: what a time estimate divides by this machine's rate. Its keywords are always
+        given (`baseline_names.arguments`): the defaults are `__init__`'s alone."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
         m, per_class = projection_dim, shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
         flops = 0.0

@@ -59,7 +59,6 @@ class PoweredMeans:
         Param(
             "k",
             int,
-            1,
             "The odd power the features are raised to.",
             valid=OddFromOne(),
             said="k = {}",

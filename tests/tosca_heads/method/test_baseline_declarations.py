@@ -49,14 +49,14 @@ BUILT_IN = ("simplecil", "ranpac", "joint_probe")
 def test_a_rule_and_its_words_come_from_one_declaration(
     rule: object, inside: object, outside: object, words: str
 ) -> None:
-    param = Param("x", type(inside), inside, "a parameter", valid=rule)
+    param = Param("x", type(inside), "a parameter", valid=rule)
     assert param.check(inside, "--plug-x") == inside and str(rule) == words
     with pytest.raises(UserError, match=rf"^--plug-x must be {re.escape(words)}, got {outside!r}$"):
         param.check(outside, "--plug-x")
 
 
 def test_a_value_is_checked_for_its_kind_first_and_the_command_lines_text_converted() -> None:
-    param = Param("projection_dim", int, 10_000, "M", valid=Interval(1, None))
+    param = Param("projection_dim", int, "M", valid=Interval(1, None))
     assert param.check("64", "--ranpac-projection-dim", text=True) == 64
     for given, said in (("10k", "'10k'"), (True, "True"), (2.5, "2.5")):
         with pytest.raises(UserError, match=f"^--ranpac-projection-dim must be an integer, got {said}$"):
@@ -64,10 +64,15 @@ def test_a_value_is_checked_for_its_kind_first_and_the_command_lines_text_conver
 
 
 def test_a_declaration_that_breaks_its_own_rule_is_refused_when_made() -> None:
-    with pytest.raises(ValueError, match="parameter 'k''s default must be at least 1, got 0"):
-        Param("k", int, 0, "k", valid=Interval(1, None))
+    class ZeroDefault(_Plugin):
+        def __init__(self, k: int = 0, device: str = "cpu"):  # its Param asks for at least 1
+            self.k, self.device = k, device
+
+    with pytest.raises(ValueError, match="baseline ZeroDefault's k default must be at least 1, got 0"):
+        register_baseline("zero_default_plugin")(ZeroDefault)
+    assert "zero_default_plugin" not in BASELINES
     with pytest.raises(ValueError, match="is no constraint"):
-        Param("k", int, 1, "k", valid=lambda k: k > 0)  # type: ignore[arg-type]
+        Param("k", int, "k", valid=lambda k: k > 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="closed='both sides'"):
         Interval(0, 1, closed="both sides")
 
@@ -75,17 +80,21 @@ def test_a_declaration_that_breaks_its_own_rule_is_refused_when_made() -> None:
 @pytest.mark.parametrize("method", BUILT_IN)
 def test_every_built_in_parameter_is_a_keyword_of_its_estimator(method: str) -> None:
     """One name for each (RanPAC's projection size is `projection_dim` on the class, in its Param,
-    in METHOD_NAME and --METHOD-NAME): a declaration names its estimator's keyword."""
+    in METHOD_NAME and --METHOD-NAME): a declaration names its estimator's keyword, whose default
+    is the parameter's and keeps its rule."""
     keywords = inspect.signature(BASELINES[method]).parameters
     for param in params_of(method):
         assert param.name in keywords and keywords[param.name].default == param.default, param
+        assert param.check(param.default, param.name) == param.default
+    if method == "ranpac":
+        assert [(p.name, p.default) for p in params_of(method)] == [("projection_dim", 10_000), ("seed", 0)]
 
 
 def test_a_plugin_param_not_named_after_a_keyword_is_refused() -> None:
     class Misnamed(_Plugin):
-        params = (Param("m", int, 4, "size", valid=Interval(1, None)),)
+        params = (Param("m", int, "size", valid=Interval(1, None)),)
 
-    with pytest.raises(ValueError, match="not a Param named after a keyword of __init__"):
+    with pytest.raises(ValueError, match="not a Param named after a keyword of __init__ with a default"):
         register_baseline("misnamed_plugin")(Misnamed)
     assert "misnamed_plugin" not in BASELINES
 
@@ -95,7 +104,7 @@ class _Plugin:
 
     incremental = True
     deterministic = True
-    params = (Param("k", int, 1, "a parameter", valid=Interval(1, None)),)
+    params = (Param("k", int, "a parameter", valid=Interval(1, None)),)
 
     def __init__(self, k: int = 1, device: str = "cpu"):
         self.k, self.device = k, device
