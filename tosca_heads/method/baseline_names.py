@@ -17,10 +17,11 @@ Everything else about a baseline is declared once, on its class, and worked out 
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from featcache.foundation.errors import UserError
@@ -175,7 +176,7 @@ class Param:
     valid: Constraint | None = None
     said: str = ""
     seed: bool = False
-    default: Any = None  # filled in from the estimator's __init__ by `params_of`
+    default: Any = field(default=None, init=False)  # the estimator's __init__'s (`declared_params`)
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_SAID:
@@ -235,7 +236,8 @@ def declared_params(cls: type) -> tuple[Param, ...]:
                 f"baseline {cls.__name__}: params holds {param!r}, not a Param named after a keyword of "
                 "__init__ with a default"
             )
-        param = replace(param, default=keyword.default)
+        param = copy.copy(param)
+        object.__setattr__(param, "default", keyword.default)  # frozen: set once, here
         found.append(param)
         param.check(param.default, f"baseline {cls.__name__}'s {param.name} default", error=ValueError)
     return tuple(found)
