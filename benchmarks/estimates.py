@@ -8,7 +8,7 @@ subprocess, its progress as plain lines on stderr).
 
 - sweep: 12 points (r 8, 16, 32 x l1 0, 5e-4 x seeds 0, 1) on a EuroSAT-shaped store of random
   features (10 classes, `--train` and `--test` images, dimension 1280), B0 Inc2, 2 workers;
-- suite: one seed of TOSCA, SimpleCIL, RanPAC (M = `--ranpac-m`) and the joint probe on that store,
+- suite: one seed of TOSCA, SimpleCIL, RanPAC (M = `--ranpac-projection-dim`) and the joint probe on that store,
   2 workers;
 - extraction: `tosca extract` of EfficientNet-Lite0 on `--per-class` images per class of the
   EuroSAT archive; its estimate is the one a suite's dry run prints for a store not extracted yet
@@ -179,22 +179,22 @@ def measure_sweep(tmp: Path, store: Path) -> Measured:
     return found
 
 
-def suite_file(tmp: Path, name: str, store: str, ranpac_m: int) -> Path:
+def suite_file(tmp: Path, name: str, store: str, ranpac_projection_dim: int) -> Path:
     path = tmp / f"{name}.toml"
     path.write_text(
         f'name = "{name}"\nseeds = [0]\n[tosca]\nflags = {{}}\n[baselines]\n'
-        f'methods = ["simplecil", "ranpac", "joint_probe"]\nranpac_m = {ranpac_m}\n'
+        f'methods = ["simplecil", "ranpac", "joint_probe"]\nranpac_projection_dim = {ranpac_projection_dim}\n'
         f'[[stores]]\nname = "s"\n{store}\ninit_cls = 2\nincrement = 2\n'
     )
     return path
 
 
-def measure_suite(tmp: Path, store: Path, ranpac_m: int) -> Measured:
-    spec = suite_file(tmp, "small", f'path = "{store}"', ranpac_m)
+def measure_suite(tmp: Path, store: Path, ranpac_projection_dim: int) -> Measured:
+    spec = suite_file(tmp, "small", f'path = "{store}"', ranpac_projection_dim)
     args = ["suite", str(spec), "--jobs", "2", "--device", "cpu", "--out", str(tmp / "suite")]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
     _, err, wall, timed = tosca(args, tmp, EVERY)
-    what = f"small suite (TOSCA, SimpleCIL, RanPAC M={ranpac_m:,}, joint probe), 2 workers"
+    what = f"small suite (TOSCA, SimpleCIL, RanPAC M={ranpac_projection_dim:,}, joint probe), 2 workers"
     found = Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("suite",)))
     found.planned, found.spent = plan["parts_seconds"], timeline(timed, "suite", wall)
     return found
@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--only", default="sweep,suite,extraction")
     parser.add_argument("--train", type=int, default=2400, help="training images of the store (10 classes)")
     parser.add_argument("--test", type=int, default=600)
-    parser.add_argument("--ranpac-m", type=int, default=4000)
+    parser.add_argument("--ranpac-projection-dim", type=int, default=4000)
     parser.add_argument(
         "--data", type=Path, default=ROOT.parent / "shared" / "data" / "eurosat" / "EuroSAT-RGB.tar.gz"
     )
@@ -240,7 +240,7 @@ def main() -> None:
             rows.append(measure_sweep(tmp, store))
             print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
         if "suite" in chosen:
-            rows.append(measure_suite(tmp, store, args.ranpac_m))
+            rows.append(measure_suite(tmp, store, args.ranpac_projection_dim))
             print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
         if "extraction" in chosen:
             rows.append(measure_extraction(tmp, args.data.resolve(), args.per_class))

@@ -117,7 +117,7 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--stores", type=store_names, default=list(STORES), help=f"comma-separated: {','.join(STORES)}"
     )
-    parser.add_argument("--ranpac-m", type=int, default=10_000)
+    parser.add_argument("--ranpac-projection-dim", type=int, default=10_000)
     return parser
 
 
@@ -154,7 +154,7 @@ def main() -> None:
             )
         for baseline, params in (
             ("simplecil", {}),
-            ("ranpac", {"projection_dim": args.ranpac_m}),
+            ("ranpac", {"projection_dim": args.ranpac_projection_dim}),
             ("joint_probe", {}),
         ):
             b = run_baseline(baseline, FitPlan.build(store, stream), **params)

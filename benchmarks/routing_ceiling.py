@@ -142,7 +142,7 @@ def fitted_on_test(
 
 @torch.no_grad()
 def measure(
-    name: str, store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path, ranpac_m: int
+    name: str, store: FeatureStore, stream_cfg: StreamConfig, run_dir: Path, ranpac_projection_dim: int
 ) -> Ceiling:
     num_classes = int(store.identity["dataset"]["num_classes"])
     run = RunPredictor(run_dir, num_classes).load()
@@ -162,7 +162,7 @@ def measure(
     predictions = predictions.numpy()
     lda = run.statistics_.model().lda_log_posterior(test_x)
 
-    ranpac = RanPAC(projection_dim=ranpac_m)
+    ranpac = RanPAC(projection_dim=ranpac_projection_dim)
     for task in range(tasks):
         rows = stream.rows_of_task(train_y, task)
         ranpac.partial_fit(train_x[rows], train_y[rows])
@@ -222,7 +222,7 @@ def main() -> None:
         if not (run_dir / "metrics.json").is_file():
             fit_run(store, stream, PRESETS["paper"], None, run_dir, device="cpu")
         start = time.perf_counter()
-        results.append(measure(name, store, stream, run_dir, args.ranpac_m))
+        results.append(measure(name, store, stream, run_dir, args.ranpac_projection_dim))
         print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
     print("\n".join(table(results)))
 

@@ -16,15 +16,17 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec
 from featcache.backbones import register_backbone as _register_backbone
+from featcache.foundation.dataset_names import Split
+from featcache.foundation.dataset_names import register_dataset as _register_dataset
 from featcache.foundation.folders import check_outputs
 from featcache.sources.datasets import DatasetSource
-from featcache.sources.datasets import register_dataset as _register_dataset
 from featcache.store import FeatureStore, check_readable
 
 __all__ = [
     "BackboneSpec",
     "DatasetSource",
     "FeatureStore",
+    "Split",
     "embed",
     "extract",
     "open_store",
@@ -141,18 +143,25 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
 
 
 def register_dataset(
-    name: str, num_classes: int | None, description: str
+    name: str,
+    num_classes: int | None,
+    description: str,
+    split: Split | None = None,
+    test_share: float | None = None,
 ) -> Callable[[Callable[[Path | None, Path], DatasetSource]], Callable[[Path | None, Path], DatasetSource]]:
     """A decorator adding a dataset under `name` (`tosca extract --dataset NAME`): the function
     gets the data root and the cache folder and returns a `DatasetSource` (its splits' samples and
-    class names); `num_classes` is checked against what it returns (None: any).
+    class names); `num_classes` is checked against what it returns (None: any). `split` is its
+    default class split (`Split(init_cls, increment)`; stage 2 uses it where --init-cls and
+    --increment are not given), `test_share` the share of each class it tests on when it makes
+    its own test split.
 
     >>> from featcache.sources.datasets import DATASETS, folder_dataset
-    >>> @register_dataset("doc_folders", None, "train/ and test/ class folders, as a doctest")
+    >>> @register_dataset("doc_folders", 4, "train/ and test/ class folders, as a doctest", Split(2, 2))
     ... def doc_folders(data_root, cache_dir):
     ...     return folder_dataset("doc_folders", data_root, cache_dir)
-    >>> "doc_folders" in DATASETS
-    True
+    >>> DATASETS["doc_folders"].split
+    Split(init_cls=2, increment=2, paper=True)
     >>> del DATASETS["doc_folders"]  # (a doctest leaves the registry as it found it)
     """
-    return _register_dataset(name, num_classes, description)
+    return _register_dataset(name, num_classes, description, split=split, test_share=test_share)

@@ -96,7 +96,7 @@ def test_routing_ceiling_reads_a_run_and_bounds_its_routers(tmp_path: Path) -> N
     stream = StreamConfig(2, 2)
     config = TrainConfig(r=4, s=4, epochs=2, batch_size=8)
     modes = fit_run(store, stream, config, None, tmp_path / "run", device="cpu").metrics()["routers"]
-    result = ceiling.measure("tiny", store, stream, tmp_path / "run", ranpac_m=64)
+    result = ceiling.measure("tiny", store, stream, tmp_path / "run", ranpac_projection_dim=64)
     for name in ("entropy", "oracle", "lda"):  # the same figures as the run's own last evaluation
         assert getattr(result, name).a_last == pytest.approx(modes[name]["A_last"], abs=1e-6)
         assert getattr(result, name).routing == pytest.approx(modes[name]["routing_accuracy"], abs=1e-6)

@@ -297,7 +297,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
 def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> None:
     """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA.
     Each baseline's own parameters are options named after it, --METHOD-NAME VALUE, as its class
-    declares them (RanPAC's: --ranpac-m, --ranpac-seed; docs/commands.md)."""
+    declares them (RanPAC's: --ranpac-projection-dim, --ranpac-seed; docs/commands.md)."""
     from dataclasses import replace
 
     from tosca_heads.experiments.comparison import compare

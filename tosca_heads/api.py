@@ -27,7 +27,14 @@ from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifi
 from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
-from tosca_heads.method.baseline_names import BASELINES, register_baseline
+from tosca_heads.method.baseline_names import (
+    BASELINES,
+    Interval,
+    Options,
+    Param,
+    default_baselines,
+    register_baseline,
+)
 from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
 from tosca_heads.records.run import RunResult
@@ -44,7 +51,10 @@ __all__ = [
     "BASELINES",
     "ROUTERS",
     "BaselineClassifier",
+    "Interval",
     "Logger",
+    "Options",
+    "Param",
     "Predictions",
     "ProtocolWarning",
     "ReferenceView",
@@ -56,6 +66,7 @@ __all__ = [
     "SuiteSpec",
     "TOSCAClassifier",
     "baselines",
+    "default_baselines",
     "evaluate",
     "fit",
     "load_run",
@@ -85,7 +96,7 @@ def _request(kind: type[R], arguments: dict[str, Any]) -> R:
         value, hint = arguments[f.name], hints[f.name]
         if isinstance(value, (str, os.PathLike)) and Path in (hint, *typing.get_args(hint)):
             value = Path(value)
-        elif typing.get_origin(hint) is tuple and value is not None:
+        elif value is not None and tuple in {typing.get_origin(h) for h in (hint, *typing.get_args(hint))}:
             value = tuple(value)
         given[f.name] = value
     request = kind(**given)
@@ -285,7 +296,7 @@ def predict(
 
 def baselines(
     store: FeatureStore | str | Path,
-    methods: Sequence[str] = ("simplecil", "ranpac", "joint_probe"),
+    methods: Sequence[str] | None = None,
     *,
     init_cls: int | None = None,
     increment: int | None = None,
@@ -308,10 +319,12 @@ def baselines(
     row is no honest result: the joint probe sees every task at once, `oracle` is told the task).
     With `run`, the split and validation split not given are the run's (else the dataset's split,
     class order seed 1993, no validation split). Each baseline's own parameters are keywords
-    METHOD_NAME, as its class declares them (`ranpac_m=`, `ranpac_seed=`; the command line's
-    --ranpac-m, a suite's `ranpac_m`): a name no baseline declares is refused in one line.
+    METHOD_NAME, as its class declares them (`ranpac_projection_dim=`, `ranpac_seed=`; the command
+    line's --ranpac-projection-dim, a suite's `ranpac_projection_dim`): a name no baseline declares
+    is refused in one line. `methods` None: those whose class runs by default (`default_baselines()`,
+    as `tosca baselines` and a suite without `methods`).
 
-    >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_m=64, with_tosca=False, out=TMP / "base")
+    >>> frame = baselines(STORE, ["simplecil", "ranpac"], init_cls=2, increment=2, ranpac_projection_dim=64, with_tosca=False, out=TMP / "base")
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
     (['simplecil', 'ranpac'], True)
     """

@@ -1,4 +1,6 @@
-"""Registry of datasets: each turns a data root into labelled sample lists per split.
+"""The datasets' sources: each turns a data root into labelled sample lists per split. Each is
+registered (its name, class count, default class split and test share) in
+`featcache.foundation.dataset_names`, which imports its function from here when first used.
 
 A dataset is only a list of (stable id, label, how to open the image) per split, plus its
 class names, the rule that made the split, where it came from (the resolved data root and a
@@ -19,8 +21,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.errors import UserError
-from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
@@ -131,34 +133,6 @@ class DatasetSource:
             "samples": {split: len(samples) for split, samples in self.splits.items()},
             **self.extra,
         }
-
-
-Resolver = Callable[[Path | None, Path], DatasetSource]
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    name: str
-    resolver: Resolver
-    num_classes: int | None
-    description: str
-
-
-DATASETS: Registry[DatasetSpec] = Registry("dataset", "featcache.sources.datasets:DATASETS")
-
-
-def register_dataset(
-    name: str, num_classes: int | None, description: str, aliases: tuple[str, ...] = ()
-) -> Callable[[Resolver], Resolver]:
-    """A function decorator adding a dataset under `name` (and `aliases`): the function turns a
-    data root (None: the default) and the cache folder into a `DatasetSource`."""
-
-    def decorate(fn: Resolver) -> Resolver:
-        spec = DatasetSpec(name, fn, num_classes, description)
-        DATASETS.add(name, spec, description, module=fn.__module__, aliases=aliases)
-        return fn
-
-    return decorate
 
 
 # ---------------------------------------------------------------- folder helpers
@@ -299,7 +273,6 @@ EUROSAT_CLASSES = [
     "River",
     "SeaLake",
 ]
-EUROSAT_TEST_FRACTION = 0.2
 EUROSAT_SPLIT_SEED = 0
 
 
@@ -329,8 +302,9 @@ def _download_torchvision(dataset: str, cache_dir: Path) -> Path:
     return root
 
 
-@register_dataset("eurosat", 10, "EuroSAT RGB, 27,000 64x64 images; stratified 80/20 split made here")
 def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
+    """EuroSAT's class folders, split here: of each class, its registered `test_share` is test."""
+    share = DATASETS["eurosat"].test_share
     if data_root is None:
         folder = _download_torchvision("eurosat", cache_dir)
         source, sha, left_out = f"torchvision download in {folder.resolve()}", None, LeftOut()
@@ -344,7 +318,7 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     for label, name in enumerate(class_names):
         files = [str(p.relative_to(base / name)) for p in listing.files(base / name, "", name)]
         order = rng.permutation(len(files))
-        n_test = round(EUROSAT_TEST_FRACTION * len(files))
+        n_test = round(share * len(files))
         for split, index in (("test", order[:n_test]), ("train", order[n_test:])):
             parts[split][0].extend(f"{name}/{files[i]}" for i in index)
             parts[split][1].extend([label] * len(index))
@@ -352,9 +326,9 @@ def eurosat(data_root: Path | None, cache_dir: Path) -> DatasetSource:
         s: SplitSamples(ids, np.asarray(lab, dtype=np.int64), root=base) for s, (ids, lab) in parts.items()
     }
     rule = (
-        f"stratified {1 - EUROSAT_TEST_FRACTION:.0%}/{EUROSAT_TEST_FRACTION:.0%}: per class in class-name order, "
+        f"stratified {1 - share:.0%}/{share:.0%}: per class in class-name order, "
         f"file names sorted, permuted by one numpy RandomState({EUROSAT_SPLIT_SEED}); the first "
-        f"round({EUROSAT_TEST_FRACTION}*n) of each class are test; samples kept in that permuted order"
+        f"round({share}*n) of each class are test; samples kept in that permuted order"
     )
     return DatasetSource(
         "eurosat",
@@ -392,35 +366,32 @@ def _cifar(name: str, data_root: Path | None, cache_dir: Path, num_classes: int)
     return folder_dataset(name, data_root, cache_dir, expected_classes=num_classes)
 
 
-@register_dataset("cifar10", 10, "CIFAR-10: torchvision format or train/<class>/ test/<class>/ folders")
 def cifar10(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     return _cifar("cifar10", data_root, cache_dir, 10)
 
 
-@register_dataset("cifar100", 100, "CIFAR-100: torchvision format or train/<class>/ test/<class>/ folders")
 def cifar100(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     return _cifar("cifar100", data_root, cache_dir, 100)
 
 
-@register_dataset(
-    "imagefolder", None, "any train/<class>/ + test/<class>/ (or val/) tree, or an archive of one"
-)
 def imagefolder(data_root: Path | None, cache_dir: Path) -> DatasetSource:
     return folder_dataset("imagefolder", data_root, cache_dir)
 
 
-def _register_paper_folder(name: str, num_classes: int, description: str) -> None:
+def _paper_folders(name: str) -> Callable[[Path | None, Path], DatasetSource]:
+    """One of the paper's benchmarks in train/ + test/ class folders, of its registered class count."""
+
     def resolve(data_root: Path | None, cache_dir: Path) -> DatasetSource:
-        return folder_dataset(name, data_root, cache_dir, expected_classes=num_classes)
+        return folder_dataset(name, data_root, cache_dir, expected_classes=DATASETS[name].num_classes)
 
-    register_dataset(name, num_classes, description)(resolve)
+    return resolve
 
 
-_register_paper_folder("cub200", 200, "CUB-200-2011 in train/ + test/ class folders")
-_register_paper_folder("imagenet_r", 200, "ImageNet-R (200 classes) in train/ + test/ class folders")
-_register_paper_folder("imagenet_a", 200, "ImageNet-A (200 classes) in train/ + test/ class folders")
-_register_paper_folder("omnibenchmark", 300, "OmniBenchmark-300 in train/ + test/ class folders")
-_register_paper_folder("vtab", 50, "VTAB-50 (the paper's 5x10-class subset) in train/ + test/ class folders")
+cub200 = _paper_folders("cub200")
+imagenet_r = _paper_folders("imagenet_r")
+imagenet_a = _paper_folders("imagenet_a")
+omnibenchmark = _paper_folders("omnibenchmark")
+vtab = _paper_folders("vtab")
 
 
 # ---------------------------------------------------------------- entry point
@@ -477,7 +448,7 @@ def load_dataset(
     name = DATASETS.pick(name)
     if limit is not None and limit < 1:
         raise UserError(f"--limit-per-class must be at least 1, got {limit}")
-    source = DATASETS[name].resolver(Path(data_root) if data_root is not None else None, Path(cache_dir))
+    source = DATASETS[name].resolve(Path(data_root) if data_root is not None else None, Path(cache_dir))
     if limit is not None:
         source.splits = {split: limit_per_class(s, limit) for split, s in source.splits.items()}
         source.limit_per_class = limit

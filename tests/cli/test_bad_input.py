@@ -324,26 +324,30 @@ ROWS: list[tuple[str, list[str], str]] = [
     # ------------------------------------------------------------------ baselines
     ("baselines empty methods", [*BASE, "--methods", ""], "unknown --methods"),
     ("baselines unknown method", [*BASE, "--methods", "simplecil,magic"], "unknown --methods 'magic'"),
-    ("baselines ranpac m zero", [*BASE, "--ranpac-m", "0"], "--ranpac-m must be at least 1, got 0"),
+    (
+        "baselines ranpac m zero",
+        [*BASE, "--ranpac-projection-dim", "0"],
+        "--ranpac-projection-dim must be at least 1, got 0",
+    ),
     (
         "baselines ranpac m not a number",
-        [*BASE, "--ranpac-m", "10k"],
-        "--ranpac-m must be an integer, got '10k'",
+        [*BASE, "--ranpac-projection-dim", "10k"],
+        "--ranpac-projection-dim must be an integer, got '10k'",
     ),
     (
         "baselines unknown own option",
-        [*BASE, "--ranpac-mm", "3"],
-        "unknown --ranpac-mm (did you mean '--ranpac-m'?): the baselines' own parameters are --ranpac-m, --ranpac-seed",
+        [*BASE, "--ranpac-projection-dims", "3"],
+        "unknown --ranpac-projection-dims (did you mean '--ranpac-projection-dim'?): the baselines' own parameters are --ranpac-projection-dim, --ranpac-seed",
     ),
     (
         "baselines own option without its value",
-        [*BASE, "--ranpac-m"],
-        "no such option --ranpac-m, or a baseline's own option without its value (--ranpac-m VALUE)",
+        [*BASE, "--ranpac-projection-dim"],
+        "no such option --ranpac-projection-dim, or a baseline's own option without its value (--ranpac-projection-dim VALUE)",
     ),
     (
         "baselines own option twice",
-        [*BASE, "--ranpac-m", "3", "--ranpac-m=4"],
-        "option --ranpac-m is given twice",
+        [*BASE, "--ranpac-projection-dim", "3", "--ranpac-projection-dim=4"],
+        "option --ranpac-projection-dim is given twice",
     ),
     (
         "baselines stray argument",
@@ -511,7 +515,11 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("extract local:10**5", [*EXTRACT, "--scheduler", "local:100000"], "N = 100000 is over the limit of"),
     ("extract views 10**7", [*EXTRACT, "--views", "10000000"], "view(s) each would need"),
     ("extract zip bomb", [*EXTRACT[:6], "{bomb}"], "times its own size (the limit is 100x"),
-    ("baselines ranpac m 10**6", [*BASE, "--ranpac-m", "1000000"], "RanPAC with M = 1,000,000 would need"),
+    (
+        "baselines ranpac m 10**6",
+        [*BASE, "--ranpac-projection-dim", "1000000"],
+        "RanPAC with M = 1,000,000 would need",
+    ),
     (
         "demo jobs 10**5",
         ["demo", "--data-root", "{img}", "--jobs", "100000"],

@@ -18,10 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from featcache.backbones import BACKBONES, BackboneSpec, register_backbone, resolve_backbone
+from featcache.foundation.dataset_names import DATASETS, register_dataset
 from featcache.foundation.errors import UserError
 from featcache.foundation.registry import Registry
 from featcache.images.decoder_names import DECODERS, Decoder, register_decoder
-from featcache.sources.datasets import DATASETS, DatasetSource, SplitSamples, load_dataset, register_dataset
+from featcache.sources.datasets import DatasetSource, SplitSamples, load_dataset
 from tosca_cli.app import app
 from tosca_heads.method.baseline_names import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, register_router, resolve_routers

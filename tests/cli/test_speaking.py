@@ -254,7 +254,7 @@ def test_a_small_suite_dry_run_opens_with_its_summary(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     suite = tmp_path / "SUITE.toml"
     suite.write_text(
-        'seeds = [0]\n[tosca.flags]\nepochs = 1\n[baselines]\nmethods = ["simplecil", "ranpac"]\nranpac_m = 64\n'
+        'seeds = [0]\n[tosca.flags]\nepochs = 1\n[baselines]\nmethods = ["simplecil", "ranpac"]\nranpac_projection_dim = 64\n'
         f'[[stores]]\nname = "tiny"\npath = "{store.path}"\ninit_cls = 2\nincrement = 2\n'
         '[[stores]]\nname = "later"\nmodel = "effnet_lite0"\ndataset = "cifar10"\n'
         f'data_root = "{tmp_path / "nowhere"}"\npath = "{tmp_path / "later.zarr"}"\n'

@@ -66,7 +66,7 @@ PROBE = textwrap.dedent(
 PLUGIN = textwrap.dedent(
     """
     from featcache.backbones import BackboneSpec, register_backbone
-    from featcache.sources.datasets import register_dataset
+    from featcache.foundation.dataset_names import register_dataset
     from tosca_heads.trackers.registry import Logger, register_logger
     from tosca_heads.method.baseline_names import register_baseline
     from tosca_heads.routers import Router, register_router

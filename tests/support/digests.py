@@ -150,7 +150,7 @@ def suite() -> Arrays:
                 "seeds": [0],
                 "val_fraction": 0.2,
                 "tosca": {"flags": {"epochs": 2, "batch_size": 16, "r": 8, "s": 8}},
-                "baselines": {"methods": ["ranpac", "joint_probe"], "ranpac_m": M},
+                "baselines": {"methods": ["ranpac", "joint_probe"], "ranpac_projection_dim": M},
                 "stores": [{"name": "s", "path": str(store.path), "init_cls": 2, "increment": 2}],
             },
             Path(tmp),

@@ -16,7 +16,7 @@ import torch
 from featcache.foundation.errors import UserError
 from featcache.store import check_not_replaced
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.method.baseline_names import BASELINES, check_fits, checked, params_of
+from tosca_heads.method.baseline_names import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
@@ -113,9 +113,9 @@ def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
     """A baseline's own keywords (`baseline_names.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each."""
     for param in params_of(name):
-        if param.keyword in params:
-            checked(params[param.keyword], param, f"baseline {name!r}'s {param.keyword}")
-    check_fits(name, params, dim)
+        if param.name in params:
+            param.check(params[param.name], f"baseline {name!r}'s {param.name}")
+    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -18,7 +18,13 @@ from tosca_heads.experiments.executor import Executor, Outcome, Work, share_feat
 from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.method.baseline_names import BASELINES, arguments, check_fits, given_params
+from tosca_heads.method.baseline_names import (
+    BASELINES,
+    arguments,
+    check_fits,
+    default_baselines,
+    given_params,
+)
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import (
     DEFAULT_ORDER_SEED,
@@ -130,9 +136,11 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
 
 def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The flags alone, before any store is opened: the baselines by their registered names (the
-    registry's `pick`: an alias is its name, an unknown one refused with the closest), and their own
-    parameters as given (`baseline_names.given_params`: of their kind, each checked)."""
-    methods = tuple(BASELINES.pick(m, "--methods") for m in request.methods or ("(none)",))
+    registry's `pick`: an alias is its name, an unknown one refused with the closest; none named:
+    `default_baselines()`), and their own parameters as given (`baseline_names.given_params`: of
+    their kind, each checked)."""
+    named = default_baselines() if request.methods is None else request.methods
+    methods = tuple(BASELINES.pick(m, "--methods") for m in named or ("(none)",))
     given = given_params(methods, request.params, text=True)
     for method in methods:
         check_fits(method, arguments(method, given), 1)

@@ -2,10 +2,12 @@
 
 1. extract: the packaged ImageNet EfficientNet-Lite0 on a per-class subset of the real EuroSAT
    archive (no cached views);
-2. fit: TOSCA with the paper preset on EuroSAT B0 Inc2 (5 tasks);
+2. fit: TOSCA with the paper preset on EuroSAT with the split its registration declares (B0 Inc2,
+   5 tasks);
 3. sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split
    (10% of each class's training images, as `tosca sweep` holds out by default);
-4. baselines: SimpleCIL, RanPAC (M = 10,000) and a joint linear probe on the same store;
+4. baselines: those that run by default (`default_baselines()`: SimpleCIL, RanPAC with M = 10,000
+   and a joint linear probe) on the same store;
 5. the comparison table, and the paths of the plots and tables.
 
 Extraction is stage 1, which stage 2 never imports: the caller hands in the function that makes
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most
@@ -27,15 +30,16 @@ from tosca_heads.experiments.comparison import Comparison, compare
 from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
-from tosca_heads.method.baseline_names import described
+from tosca_heads.method.baseline_names import default_baselines, described
+from tosca_heads.method.protocol import StreamConfig, split_name
 from tosca_heads.records import claim
 from tosca_heads.records.baseline import BASELINES_FOLDER
 from tosca_heads.records.run import RunResult, StageResult
+from tosca_heads.routers import HEADLINE
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}
 ROUTERS = ("entropy", "lda", "ncm", "batch", "batch_shuffled", "oracle")
-SWEEP_ROUTERS = ("entropy", "lda", "batch", "oracle")
-BASELINES = ("simplecil", "ranpac", "joint_probe")
+SWEEP_ROUTERS = HEADLINE  # the sweep's table shows the headline routers, as `tosca sweep` does
 EUROSAT_DOWNLOAD = "https://madm.dfki.de/files/sentinel/EuroSAT.zip"
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
@@ -96,16 +100,19 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     path = request.cache_dir / "eurosat" / f"effnet_lite0-demo{request.per_class}.zarr"
     store = extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
     name = f"demo-eurosat-effnet_lite0-{request.per_class}"
-    split = {"init_cls": 2, "increment": 2}
+    declared = DATASETS["eurosat"]  # its registration's split (B0 Inc2: tosca's, not in the paper)
+    split = {"init_cls": declared.split.init_cls, "increment": declared.split.increment}
+    named = split_name(**split)
+    tasks = StreamConfig(**split).task_stream(declared.num_classes).num_tasks
     folder = request.runs_dir / f"{name}-baselines"
     claim.check(folder, BASELINES_FOLDER)
 
-    show.section("2/5 fit: TOSCA, paper preset, EuroSAT B0 Inc2 (5 tasks)")
+    show.section(f"2/5 fit: TOSCA, paper preset, EuroSAT {named} ({tasks} tasks)")
     fitted = fit(FitRequest(store=store, run=request.runs_dir / name, device=device, **split), show.stage)
     show.fitted(fitted)
 
     show.section(
-        "3/5 sweep: r in {16, 48} x l1 in {0, 5e-4}, every point all 5 tasks, ranked on a validation split"
+        f"3/5 sweep: r in {{16, 48}} x l1 in {{0, 5e-4}}, every point all {tasks} tasks, ranked on a validation split"
     )
     grid = {**{k: ",".join(map(str, v)) for k, v in SWEEP.items()}, **{k: str(v) for k, v in split.items()}}
     swept = sweep(
@@ -122,14 +129,15 @@ def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> 
     )
     show.swept(swept)
 
-    show.section(f"4/5 baselines: {', '.join(described(method) for method in BASELINES)}")
-    title = f"eurosat / effnet_lite0, {request.per_class} images/class, B0 Inc2"
+    methods = default_baselines()
+    show.section(f"4/5 baselines: {', '.join(described(method) for method in methods)}")
+    title = f"eurosat / effnet_lite0, {request.per_class} images/class, {named}"
     comparison = compare(
         BaselinesRequest(
             store=store,
             run=fitted.run_dir,
             out=folder,
-            methods=BASELINES,
+            methods=methods,
             device=device,
             title=title,
             **split,

@@ -16,6 +16,7 @@ from typing import Any
 
 from featcache.foundation.options import ExtraFlag, option
 from tosca_heads.method.recipe import RECIPE_FLAGS
+from tosca_heads.routers import HEADLINE
 
 STORE_HELP = "Store path (else found from --model/--dataset in CACHE_DIR)."
 MODEL_HELP = "Backbone alias of the store to use."
@@ -121,7 +122,7 @@ class SweepRequest:
     )
     val_seed: int = option(0, VAL_SEED_HELP)
     shown: tuple[str, ...] | None = option(
-        None, "Routers of the tables (default: entropy, lda, batch, oracle).", ("--router",), comma=True
+        None, f"Routers of the tables (default: {', '.join(HEADLINE)}).", ("--router",), comma=True
     )
     dry_run: bool = option(
         False,
@@ -151,8 +152,10 @@ class BaselinesRequest:
     order_seed: int | None = option(None, "Seed of the class order (default: 1993; with --run, the run's).")
     val_fraction: float | None = option(None, VAL_HELP + " Default: 0; with --run, the run's split.")
     val_seed: int | None = option(None, VAL_SEED_HELP + " Default: 0; with --run, the run's.")
-    methods: tuple[str, ...] = option(
-        ("simplecil", "ranpac", "joint_probe"), "Comma-separated baselines.", comma=True
+    methods: tuple[str, ...] | None = option(
+        None,
+        "Comma-separated baselines (default: every baseline whose class runs by default; built in: all three).",
+        comma=True,
     )
     run: Path | None = option(
         None, "TOSCA run to put beside them (default: the paper preset's, fitted if missing).", output=True
@@ -168,7 +171,8 @@ class BaselinesRequest:
     runs_root: Path = Path("runs")
     title: str | None = None  # the comparison's title (default: dataset / backbone, split)
     # each baseline's own parameters by their one spelling, METHOD_NAME (`baseline_names.Param`):
-    # `--ranpac-m 64` on the command line, ranpac_m=64 in Python; text from the command line
+    # `--ranpac-projection-dim 64` on the command line, ranpac_projection_dim=64 in Python; text from
+    # the command line
     params: Mapping[str, Any] = field(default_factory=dict)
 
 

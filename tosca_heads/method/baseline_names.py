@@ -3,18 +3,26 @@
 imported when one is first used; each is declared here with the first line of its class's
 docstring and its `reference` (tests/cli/test_startup.py holds them to their classes).
 
-A baseline's own parameters are `Param`s declared on its class (`params = (Param(...), ...)`);
-everything else is worked out from them here: one spelling for each, `METHOD_NAME` (`ranpac_m`)
-as a suite's `[baselines]` key and the API's keyword, `--METHOD-NAME` (`--ranpac-m`) on the command
-line; its type, default and check (`arguments`: the estimator's keywords, each value checked in one
-line); its flags in a cell's command (`flags`); its label in tables (`label`, `described`).
+Everything else about a baseline is declared once, on its class, and worked out here:
+- whether it runs when no methods are named (`runs_by_default = True`): `default_baselines()`, what
+  `tosca baselines`, the API's `baselines()`, a suite without `methods` and the demo run;
+- its own parameters (`params = (Param(...), ...)`), each with its rule (`Interval`, `Options`)
+  whose words are its refusal: one spelling for each, `METHOD_NAME` (`ranpac_projection_dim`) as a
+  suite's `[baselines]` key and the API's keyword, `--METHOD-NAME` (`--ranpac-projection-dim`) on
+  the command line, NAME (`projection_dim`) as the estimator's keyword; its type, default and check
+  (`arguments`: the estimator's keywords, each value checked in one line); its flags in a cell's
+  command (`flags`); its label in tables (`label`, `described`);
+- its cost arithmetic (`work`) and what it needs of the machine (`check_fits`).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
@@ -47,7 +55,10 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
     `partial_fit(x, y)` (one task's data at a time) or `False` with `fit(x, y)` (every seen class
     at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned.
     `reference = True` (or words saying why) marks one that is no continual method, such as a joint
-    upper bound: it is reported beside the others, never as an honest result.
+    upper bound: it is reported beside the others, never as an honest result. `runs_by_default =
+    True` makes it one of `default_baselines()` (run by `tosca baselines`, the API, a suite and the
+    demo when no methods are named; without it, it runs where named). `params = (Param(...), ...)`
+    declares its own parameters, each a keyword of `__init__` (whose default is the parameter's).
 
     >>> import numpy as np
     >>> @register_baseline("doc_nearest_first")
@@ -72,6 +83,7 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
             raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
+        declared_params(cls)  # each names a keyword of __init__ whose default keeps its rule
         what = (cls.__doc__ or "").strip().partition("\n")[0]
         BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__, aliases)
         return cls
@@ -82,35 +94,153 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
 # ------------------------------------------------------------------------------------------ parameters
 
 KIND_SAID = {int: "an integer", float: "a number", str: "a text", bool: "true or false"}
+BOUNDS = {"both": "[]", "left": "[)", "right": "(]", "neither": "()"}
+
+
+def _number(value: float) -> str:
+    """A bound as a person writes it: 10000 -> 10,000; 2**32 stays 2**32 (a power of two from 2**16)."""
+    if isinstance(value, int) and value >= 2**16 and value & (value - 1) == 0:
+        return f"2**{value.bit_length() - 1}"
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+class Constraint(Protocol):
+    """A parameter's rule: `holds(value)`, and in words (`str`) what it asks ("at least 1"), the
+    words a refusal says. `Interval` and `Options` are the usual two; a plug-in may write its own."""
+
+    def holds(self, value: Any) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The range a number must lie in (as scikit-learn's `Interval`): `low` and `high` (None: no
+    bound), `closed` ("both", "left", "right" or "neither") saying which bounds are allowed. The
+    check and its words both come from these fields, so the two never disagree."""
+
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+
+    def __post_init__(self) -> None:
+        if self.closed not in BOUNDS:
+            raise ValueError(f"Interval closed={self.closed!r}: use one of {', '.join(BOUNDS)}")
+
+    def holds(self, value: float) -> bool:
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        above = self.low is None or (value >= self.low if left else value > self.low)
+        below = self.high is None or (value <= self.high if right else value < self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        """What a value must be, in words: "at least 1", "in [0, 2**32)", "more than 0"."""
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        if self.high is None:
+            return (
+                "any number"
+                if self.low is None
+                else f"{'at least' if left else 'more than'} {_number(self.low)}"
+            )
+        if self.low is None:
+            return f"{'at most' if right else 'less than'} {_number(self.high)}"
+        brackets = BOUNDS[self.closed]
+        return f"in {brackets[0]}{_number(self.low)}, {_number(self.high)}{brackets[1]}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """A value that must be one of a few (`choices`), with its words: "one of 'rbf', 'linear'"."""
+
+    choices: tuple[Any, ...]
+
+    def holds(self, value: Any) -> bool:
+        return value in self.choices
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(choice) for choice in self.choices)
 
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter of a baseline, declared on its class: `name` (users write METHOD_NAME, or
-    --METHOD-NAME on the command line), `kind` (int, float, str or bool), `default`, `help`,
-    `valid` (a check of a value of the right kind) with `must` (what `valid` asks, in words: "at
-    least 1"), `argument` (the estimator's keyword; default `name`), `said` (how a table or a plan
-    names a value: "M = {:,}"; "" for not named) and `seed` (the suite's seed goes here, one cell per
-    seed, instead of a key of its own)."""
+    """One parameter of a baseline, declared once on its class: `name` (the estimator's keyword;
+    users write METHOD_NAME, --METHOD-NAME on the command line), `kind` (int, float, str or bool),
+    `help`, `valid` (a `Constraint`: `Interval`, `Options` or one's own; its words are the
+    refusal's), `said` (how a table or a plan names a value: "M = {:,}"; "" for not named) and
+    `seed` (the suite's seed goes here, one cell per seed, instead of a key of its own). Its
+    `default` is its keyword's default in the estimator's `__init__`, written there only
+    (`params_of` fills it in); a default that breaks its own rule is refused when a plug-in is
+    registered (tests/tosca_heads/method/test_baseline_declarations.py holds the built-ins to it)."""
 
     name: str
     kind: type
-    default: Any
     help: str
-    valid: Callable[[Any], bool] | None = None
-    must: str = ""
-    argument: str = ""
+    valid: Constraint | None = None
     said: str = ""
     seed: bool = False
+    default: Any = field(default=None, init=False)  # the estimator's __init__'s (`declared_params`)
 
-    @property
-    def keyword(self) -> str:
-        return self.argument or self.name
+    def __post_init__(self) -> None:
+        if self.kind not in KIND_SAID:
+            raise ValueError(f"parameter {self.name!r}: kind {self.kind!r} is none of int, float, str, bool")
+        if self.valid is not None and not callable(getattr(self.valid, "holds", None)):
+            raise ValueError(
+                f"parameter {self.name!r}: valid={self.valid!r} is no constraint (an Interval, Options, or "
+                "an object with holds(value) whose str says what is valid)"
+            )
+
+    def check(self, value: Any, spelled: str, text: bool = False, error: type[Exception] = UserError) -> Any:
+        """`value` of this parameter's kind and within its rule, else one line naming it as `spelled`
+        (--ranpac-projection-dim, baselines.ranpac_projection_dim, ...) and saying what is valid;
+        `text`: the value is the command line's text, converted first."""
+        if text and isinstance(value, str) and self.kind is not str:
+            try:
+                value = (
+                    {"true": True, "false": False}[value.lower()] if self.kind is bool else self.kind(value)
+                )
+            except (KeyError, ValueError):
+                raise error(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}") from None
+        allowed = (int, float) if self.kind is float else self.kind
+        if (isinstance(value, bool) and self.kind is not bool) or not isinstance(value, allowed):
+            raise error(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}")
+        if self.valid is not None and not self.valid.holds(value):
+            raise error(f"{spelled} must be {self.valid}, got {value!r}")
+        return value
+
+
+def default_baselines() -> tuple[str, ...]:
+    """The baselines that run when none are named, in the registry's order: those whose class says
+    `runs_by_default = True` (the built-ins do; a plug-in runs only where named unless it says so).
+    Imports the built-in classes: ask it where a baseline is about to run, never at import.
+
+    >>> default_baselines()
+    ('simplecil', 'ranpac', 'joint_probe')
+    """
+    return tuple(name for name in BASELINES if getattr(BASELINES[name], "runs_by_default", False))
 
 
 def params_of(method: str) -> tuple[Param, ...]:
-    """The parameters a registered baseline declares (none for most)."""
-    return tuple(getattr(BASELINES[method], "params", ()))
+    """The parameters a registered baseline declares (none for most), each with its default."""
+    return declared_params(BASELINES[method])
+
+
+@functools.cache
+def declared_params(cls: type) -> tuple[Param, ...]:
+    """A baseline class's `params`, each with its `default` taken from the keyword of `__init__` it
+    names (the one place a default is written); a declaration that names no keyword with a default,
+    or whose default breaks its own rule, is a ValueError (a bug of the class, not of a user)."""
+    keywords = inspect.signature(cls).parameters
+    found = []
+    for param in getattr(cls, "params", ()):
+        keyword = keywords.get(param.name) if isinstance(param, Param) else None
+        if keyword is None or keyword.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"baseline {cls.__name__}: params holds {param!r}, not a Param named after a keyword of "
+                "__init__ with a default"
+            )
+        param = copy.copy(param)
+        object.__setattr__(param, "default", keyword.default)  # frozen: set once, here
+        found.append(param)
+        param.check(param.default, f"baseline {cls.__name__}'s {param.name} default", error=ValueError)
+    return tuple(found)
 
 
 def key_of(method: str, param: Param) -> str:
@@ -130,24 +260,8 @@ def label(method: str) -> str:
 def described(method: str, given: Mapping[str, Any] | None = None) -> str:
     """Its label with the parameters that say themselves: "RanPAC (M = 10,000)"."""
     values = arguments(method, given or {})
-    said = [p.said.format(values[p.keyword]) for p in params_of(method) if p.said]
+    said = [p.said.format(values[p.name]) for p in params_of(method) if p.said]
     return label(method) + (f" ({', '.join(said)})" if said else "")
-
-
-def checked(value: Any, param: Param, spelled: str, text: bool = False) -> Any:
-    """A parameter's value of its kind and passing its check, else one line naming `spelled`;
-    `text`: the value is the command line's text, converted first."""
-    if text and isinstance(value, str) and param.kind is not str:
-        try:
-            value = {"true": True, "false": False}[value.lower()] if param.kind is bool else param.kind(value)
-        except (KeyError, ValueError):
-            raise UserError(f"{spelled} must be {KIND_SAID[param.kind]}, got {value!r}") from None
-    allowed = (int, float) if param.kind is float else param.kind
-    if (isinstance(value, bool) and param.kind is not bool) or not isinstance(value, allowed):
-        raise UserError(f"{spelled} must be {KIND_SAID[param.kind]}, got {value!r}")
-    if param.valid is not None and not param.valid(value):
-        raise UserError(f"{spelled} must be {param.must}, got {value!r}")
-    return value
 
 
 def given_params(
@@ -172,7 +286,7 @@ def given_params(
                 f"unknown {spell(key)}{hint}: the baselines' own parameters are "
                 f"{', '.join(offered) if offered else 'none (' + ', '.join(methods) + ' declare none)'}"
             )
-        found[key] = checked(value, known[key], spell(key), text)
+        found[key] = known[key].check(value, spell(key), text)
     return found
 
 
@@ -182,13 +296,13 @@ def arguments(method: str, given: Mapping[str, Any], seed: int | None = None) ->
     values = {}
     for param in params_of(method):
         value = given.get(key_of(method, param), param.default)
-        values[param.keyword] = seed if param.seed and seed is not None else value
+        values[param.name] = seed if param.seed and seed is not None else value
     return values
 
 
 def flags(method: str, values: Mapping[str, Any]) -> list[str]:
     """The command-line flags that give a baseline these keywords (`arguments`' answer)."""
-    return [part for p in params_of(method) for part in (as_flag(key_of(method, p)), str(values[p.keyword]))]
+    return [part for p in params_of(method) for part in (as_flag(key_of(method, p)), str(values[p.name]))]
 
 
 def deterministic(method: str) -> bool:

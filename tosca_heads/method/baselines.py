@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
-from tosca_heads.method.baseline_names import Param
+from tosca_heads.method.baseline_names import Interval, Param
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 Array = np.ndarray | torch.Tensor
@@ -46,6 +46,7 @@ class SimpleCIL:
 
     incremental = True
     deterministic = True
+    runs_by_default = True
     label = "SimpleCIL"
 
     def __init__(self, device: str | torch.device = "cpu"):
@@ -88,43 +89,41 @@ class RanPAC:
     On a CPU its projections, Gram sums, Cholesky factor and solves are `linalg`'s tiled ones, on
     `linalg_threads()` threads: the same bits on any thread count.
 
-    Its parameters (`Param`: --ranpac-m and --ranpac-seed, a suite's `ranpac_m`, the API's
-    `ranpac_m=` and `ranpac_seed=`) are declared here and nowhere else."""
+    Its parameters (`Param`: --ranpac-projection-dim and --ranpac-seed, a suite's
+    `ranpac_projection_dim`, the API's `ranpac_projection_dim=` and `ranpac_seed=`) are declared
+    here and nowhere else; the projection size is M in its paper and in tables."""
 
     incremental = True
+    runs_by_default = True
     label = "RanPAC"
     params = (
         Param(
-            "m",
+            "projection_dim",
             int,
-            10_000,
             "RanPAC's random projection size M (its paper: 10,000).",
-            valid=lambda m: m >= 1,
-            must="at least 1",
-            argument="projection_dim",
+            valid=Interval(1, None),
             said="M = {:,}",
         ),
         Param(
             "seed",
             int,
-            0,
             "Seed of RanPAC's random projection.",
-            valid=lambda seed: 0 <= seed < 2**32,
-            must="in [0, 2**32)",
+            valid=Interval(0, 2**32, closed="left"),
             seed=True,
         ),
     )
 
     @staticmethod
-    def check_fits(dim: int, projection_dim: int = 10_000, **_: object) -> None:
+    def check_fits(dim: int, projection_dim: int, **_: object) -> None:
         """The M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
         m = projection_dim
-        require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-m")
+        require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-projection-dim")
 
     @staticmethod
-    def work(shape: object, projection_dim: int = 10_000, **_: object) -> tuple[float, str]:
+    def work(shape: object, projection_dim: int, **_: object) -> tuple[float, str]:
         """Its arithmetic on a stream of `shape` (`experiments.estimate.TaskShape`) and the precision
-        it runs in: what a time estimate divides by this machine's rate."""
+        it runs in: what a time estimate divides by this machine's rate. Its keywords are always
+        given (`baseline_names.arguments`): the defaults are `__init__`'s alone."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
         m, per_class = projection_dim, shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
         flops = 0.0
@@ -270,6 +269,7 @@ class JointProbe:
 
     incremental = False
     deterministic = True
+    runs_by_default = True
     reference = "sees every task at once"
     label = "joint linear probe"
 

@@ -8,23 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from featcache.foundation.dataset_names import DATASETS, Split
 from featcache.foundation.errors import UserError
 
 DEFAULT_ORDER_SEED = 1993
 MAX_DEFAULT_TASKS = 10  # a dataset without a paper split: at most this many equal tasks by default
 MAX_VAL_FRACTION = 0.5  # a validation split may take at most half of each class's training rows
 HELD_OUT = -1  # the incremental label of a training row held out for validation: in no task
-# (init_cls, increment) of the paper's settings; EuroSAT and CIFAR-10 are not in the paper: B0 Inc2.
-PAPER_SPLITS: dict[str, tuple[int, int]] = {
-    "cifar100": (5, 5),
-    "cub200": (10, 10),
-    "imagenet_r": (20, 20),
-    "imagenet_a": (20, 20),
-    "omnibenchmark": (30, 30),
-    "vtab": (10, 10),
-    "eurosat": (2, 2),
-    "cifar10": (2, 2),
-}
 
 
 def class_order(num_classes: int, seed: int = DEFAULT_ORDER_SEED) -> np.ndarray:
@@ -129,11 +119,20 @@ class StreamConfig:
         return TaskStream.build(num_classes, self.init_cls, self.increment, self.order_seed)
 
 
+def declared_split(dataset: str) -> Split | None:
+    """The default split a dataset's registration declares (`featcache.foundation.dataset_names`:
+    the paper's, or tosca's for one the paper does not use); None for a name with none (an image
+    folder, a store of no registered dataset)."""
+    return DATASETS[dataset].split if dataset in DATASETS else None
+
+
 def default_stream(dataset: str, num_classes: int) -> StreamConfig:
-    """The split a command uses when --init-cls/--increment are not given: the dataset's paper
-    split (`PAPER_SPLITS`), else `generic_split` (refused in one line when there is none)."""
-    if dataset in PAPER_SPLITS:
-        return StreamConfig(*PAPER_SPLITS[dataset])
+    """The split a command uses when --init-cls/--increment are not given: the split the dataset's
+    registration declares (`declared_split`), else `generic_increment`'s (refused in one line when
+    there is none)."""
+    split = declared_split(dataset)
+    if split is not None:
+        return StreamConfig(split.init_cls, split.increment)
     increment = generic_increment(num_classes)
     if increment is None:
         raise UserError(
@@ -206,9 +205,10 @@ def split_origin(dataset: str, init_cls: int | None, increment: int | None) -> s
     """Where a command's split comes from, in words (the protocol line says it)."""
     if init_cls is not None and increment is not None:
         return "as given"
-    if dataset in ("eurosat", "cifar10"):
+    split = declared_split(dataset)
+    if split is not None and not split.paper:
         source = f"tosca's default for {dataset}, not in the paper"
-    elif dataset in PAPER_SPLITS:
+    elif split is not None:
         source = f"the paper's split for {dataset}"
     else:
         source = f"the default without a paper split: at most {MAX_DEFAULT_TASKS} equal tasks, the fewest classes each"

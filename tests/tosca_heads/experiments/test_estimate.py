@@ -59,13 +59,13 @@ def test_the_share_of_a_core_is_a_share() -> None:
 
 def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parameters a suite or `baselines` hands RanPAC (`baseline_names.arguments`) set the M it
-    is planned at: a plan read M = 10,000 whatever --ranpac-m said (5x the time of M = 4,000, measured)."""
+    is planned at: a plan read M = 10,000 whatever --ranpac-projection-dim said (5x the time of M = 4,000, measured)."""
     from tosca_heads.method.baseline_names import arguments
 
     monkeypatch.setattr(costs, "flops_per_second", lambda dtype: 1e10)
     shape = costs.TaskShape((480,) * 5, (120,) * 5, 1280, 10)
     small, paper = (
-        costs.baseline_seconds("ranpac", shape, arguments("ranpac", {"ranpac_m": m}, seed=0))
+        costs.baseline_seconds("ranpac", shape, arguments("ranpac", {"ranpac_projection_dim": m}, seed=0))
         for m in (4000, 10_000)
     )
     assert paper / small > (10_000 / 4000) ** 2  # the M x M Gram matrix and the M^3 solve

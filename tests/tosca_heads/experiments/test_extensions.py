@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,17 @@ SWEPT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8, "jobs": 1,
 QUICK = ["--epochs", "1", "--batch-size", "8", "--device", "cpu"]
 
 
+@dataclass(frozen=True)
+class OddFromOne:
+    """A plug-in's own rule (beside `Interval` and `Options`): its check and its words in one place."""
+
+    def holds(self, k: int) -> bool:
+        return k >= 1 and k % 2 == 1
+
+    def __str__(self) -> str:
+        return "an odd number of at least 1"
+
+
 class PoweredMeans:
     """Nearest class mean of the features raised to an odd power k (a plug-in of the tests)."""
 
@@ -47,10 +59,8 @@ class PoweredMeans:
         Param(
             "k",
             int,
-            1,
             "The odd power the features are raised to.",
-            valid=lambda k: k >= 1 and k % 2 == 1,
-            must="an odd number of at least 1",
+            valid=OddFromOne(),
             said="k = {}",
         ),
     )
@@ -441,7 +451,7 @@ def test_a_plugin_metric_with_an_interval_gets_it_and_its_bold_entries_as_a_buil
     toml = {
         "seeds": [0, 1],
         "tosca": {"routers": ["entropy", "lda"], "flags": {"epochs": 1, "batch_size": 8}},
-        "baselines": {"methods": ["simplecil", "ranpac"], "ranpac_m": 64},
+        "baselines": {"methods": ["simplecil", "ranpac"], "ranpac_projection_dim": 64},
         "stores": [{"name": "A", "path": str(store.path), "init_cls": 2, "increment": 2}],
     }
     done = run_suite(parse_suite(toml, tmp_path), tmp_path / "suite", device="cpu")

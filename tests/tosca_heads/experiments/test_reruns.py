@@ -63,7 +63,7 @@ val_fraction = 0.2
 flags = {{ epochs = 2, batch_size = 16 }}
 [baselines]
 methods = {methods}
-ranpac_m = 4000
+ranpac_projection_dim = 4000
 [[stores]]
 name = "s"
 path = "{store.path}"

@@ -34,7 +34,7 @@ routers = ["entropy", "lda", "batch", "oracle"]
 flags = {{ epochs = 2, batch_size = 8 }}
 [baselines]
 methods = {baselines}
-ranpac_m = 64
+ranpac_projection_dim = 64
 [ablation]
 flows = {flows}
 l1_off = true
@@ -172,20 +172,20 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             "unknown ablation.flows entry 'backwards'",
         ),
         (  # a baseline's own parameter, checked as its class declares it (baseline_names.Param)
-            '[baselines]\nranpac_m = 0\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
-            "baselines.ranpac_m must be at least 1, got 0",
+            '[baselines]\nranpac_projection_dim = 0\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ranpac_projection_dim must be at least 1, got 0",
         ),
         (
-            '[baselines]\nranpac_m = "big"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
-            "baselines.ranpac_m must be an integer, got 'big'",
+            '[baselines]\nranpac_projection_dim = "big"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ranpac_projection_dim must be an integer, got 'big'",
         ),
         (  # its seed is the suite's seeds
             '[baselines]\nranpac_seed = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "baselines.ranpac_seed is not set here: each cell's seed is one of the suite's `seeds`",
         ),
         (
-            '[baselines]\nranpac_mm = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
-            "unknown baselines.ranpac_mm (did you mean 'baselines.ranpac_m'?)",
+            '[baselines]\nranpac_projection_dims = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown baselines.ranpac_projection_dims (did you mean 'baselines.ranpac_projection_dim'?)",
         ),
         ('[tosca]\nflags = { lr = -1.0 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "--lr must be > 0"),
         (
@@ -267,7 +267,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         "vtab": 50,
     }
     spec = parse_suite(preset("paper"), tmp_path)
-    assert [s.name for s in spec.stores] == [name for name, _, _ in PAPER_BENCHMARKS]
+    assert [s.name for s in spec.stores] == [name for name, _ in PAPER_BENCHMARKS]
     assert all(s.model == "vit_b16" and s.weights == "IN-21k" for s in spec.stores)
     assert (
         spec.seeds == (0, 1, 2)
@@ -278,14 +278,14 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         name: synthetic_store(
             tmp_path / f"{dataset}.zarr", classes=classes[dataset], per_class=2, test_per_class=1, dim=16
         ).path
-        for name, dataset, _ in PAPER_BENCHMARKS
+        for name, dataset in PAPER_BENCHMARKS
     }
     quick = dataclasses.replace(
         with_stores(spec, stand_ins),
         seeds=(0,),
         flows=("tosca", "tosca_r"),
         l1_off=(),
-        baseline_params={"ranpac_m": 32},
+        baseline_params={"ranpac_projection_dim": 32},
         flags={"epochs": 1},
     )
     result = run_suite(quick, tmp_path / "out", device="cpu")
@@ -533,7 +533,9 @@ def test_a_dry_run_refuses_what_the_real_run_refuses(tmp_path: Path) -> None:
     """One check of what the cells would allocate for both: a dry run does not pass a RanPAC of
     M = 10^12 that the real run refuses."""
     path = _suite(tmp_path, baselines='["ranpac"]', flows="[]")
-    path.write_text(path.read_text().replace("ranpac_m = 64", "ranpac_m = 1000000000000"))
+    path.write_text(
+        path.read_text().replace("ranpac_projection_dim = 64", "ranpac_projection_dim = 1000000000000")
+    )
     said = []
     for extra in (["--dry-run"], []):
         result = RUNNER.invoke(

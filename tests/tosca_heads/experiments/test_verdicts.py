@@ -289,7 +289,7 @@ def test_every_figure_of_a_run_and_a_baseline_carries_its_interval(store: Path, 
         base,
         "--val-fraction",
         "0.25",
-        "--ranpac-m",
+        "--ranpac-projection-dim",
         "64",
         *SPLIT,
     )

@@ -106,7 +106,7 @@ def test_comparison_cli_puts_tosca_modes_beside_the_baselines(tmp_path: Path) ->
             *stream,
             "--run",
             str(tmp_path / "run"),
-            "--ranpac-m",
+            "--ranpac-projection-dim",
             "200",
             "--device",
             "cpu",

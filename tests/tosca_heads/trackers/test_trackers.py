@@ -250,7 +250,7 @@ def test_a_comparison_and_a_suite_are_a_parent_with_a_child_per_method_and_cell(
         store,
         ["simplecil", "ranpac"],
         run=tmp_path / "run",
-        ranpac_m=64,
+        ranpac_projection_dim=64,
         out=tmp_path / "base",
         log=["recorder"],
         **SPLIT,

@@ -9,12 +9,12 @@ A suite file (paths relative to the file's folder):
     val_seed = 0                 #   none, the paper's protocol; the bold entries are then chosen on test)
 
     [tosca]
-    routers = ["entropy", "lda", "batch", "oracle"]   # TOSCA's rows of the table
+    routers = ["entropy", "lda", "batch", "oracle"]   # TOSCA's rows of the table (default: HEADLINE)
     flags = { epochs = 20 }                            # any fit flag over the paper preset
 
     [baselines]
-    methods = ["simplecil", "ranpac", "joint_probe"]
-    ranpac_m = 10000             # a baseline's own parameter: METHOD_NAME (its class declares it)
+    methods = ["simplecil", "ranpac", "joint_probe"]  # default: those that run by default
+    ranpac_projection_dim = 10000  # a baseline's own parameter: METHOD_NAME (its class declares it)
 
     [ablation]
     flows = ["tosca", "tosca_r", "adapter", "calibrator"]
@@ -44,11 +44,11 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
-from tosca_heads.method.baseline_names import BASELINES, given_params
+from tosca_heads.method.baseline_names import BASELINES, default_baselines, given_params
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
-from tosca_heads.routers import ROUTERS, is_honest, reference_text
+from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
 
 PAPER_L1 = TrainConfig().l1
 MAX_CELLS = 10_000
@@ -79,9 +79,9 @@ class SuiteSpec:
     stores: tuple[StoreSpec, ...]
     seeds: tuple[int, ...] = (0,)
     order_seeds: tuple[int, ...] = (DEFAULT_ORDER_SEED,)
-    routers: tuple[str, ...] = ("entropy", "lda", "batch", "oracle")
+    routers: tuple[str, ...] = HEADLINE
     flags: Mapping[str, Any] = field(default_factory=dict)
-    baselines: tuple[str, ...] = ("simplecil", "ranpac", "joint_probe")
+    baselines: tuple[str, ...] = field(default_factory=default_baselines)
     # the baselines' own parameters given (METHOD_NAME -> value, checked; `baseline_names.Param`;
     # a seed parameter is the cell's seed)
     baseline_params: Mapping[str, Any] = field(default_factory=dict)
@@ -149,16 +149,14 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         raise UserError(f"{where} names no [[stores]]: give at least one (a path, or model + dataset)")
     tosca, baselines, ablation = (_section(data, key, where) for key in ("tosca", "baselines", "ablation"))
     methods = _names(
-        baselines.get("methods", list(BASELINES)), "baselines.methods", BASELINES, where, empty=True
+        baselines.get("methods", list(default_baselines())), "baselines.methods", BASELINES, where, empty=True
     )
     spec = SuiteSpec(
         name=_label(data.get("name", Path(where).stem), "name", where),
         stores=tuple(_store(s, i, base, where) for i, s in enumerate(stores)),
         seeds=_ints(data.get("seeds", [0]), "seeds", where),
         order_seeds=_ints(data.get("order_seeds", [DEFAULT_ORDER_SEED]), "order_seeds", where),
-        routers=_names(
-            tosca.get("routers", ["entropy", "lda", "batch", "oracle"]), "tosca.routers", ROUTERS, where
-        ),
+        routers=_names(tosca.get("routers", list(HEADLINE)), "tosca.routers", ROUTERS, where),
         flags=_flags(tosca.get("flags", {}), where),
         baselines=methods,
         baseline_params=_baseline_params(baselines, methods, where),
