@@ -21,7 +21,7 @@ from featcache.foundation.locks import FolderBusy, lock_path
 from tosca_heads.experiments.suite.run import SUITE_FOLDER
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records import FORMAT, claim
+from tosca_heads.records import FORMAT, PRE_RELEASE, claim
 from tosca_heads.records.baseline import BASELINES_FOLDER
 from tosca_heads.records.run_config import (
     RUN_FOLDER,
@@ -174,7 +174,7 @@ def test_a_damaged_config_file_is_one_line_before_anything_is_written(tmp_path: 
         claim.check(folder, SWEEP_FOLDER, _sweep_config())
     run = tmp_path / "run"
     _claim(run, RUN_FOLDER, _run_config())
-    (run / "config.json").write_text(json.dumps({**_run_config(), "format": FORMAT + 1}))
+    (run / "config.json").write_text(json.dumps({**_run_config(), "format": max(PRE_RELEASE) + 1}))
     with pytest.raises(UserError, match="written by a newer tosca"):
         claim.check(run, RUN_FOLDER, _run_config())
 
