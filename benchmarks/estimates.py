@@ -12,7 +12,7 @@ subprocess, its progress as plain lines on stderr).
   2 workers;
 - extraction: `tosca extract` of EfficientNet-Lite0 on `--per-class` images per class of the
   EuroSAT archive; its estimate is the one a suite's dry run prints for a store not extracted yet
-  (featcache.estimate, asked through `tosca suite --dry-run --json`).
+  (featcache.extraction_estimate, asked through `tosca suite --dry-run --json`).
 
 For each: the dry run's estimate, the real wall time and their ratio; and over the progress lines
 printed while it ran, the worst ratio of "time left" to the time really left, for the lines from

@@ -3,7 +3,7 @@ Cholesky on one thread) and now (`tosca_heads.method.linalg`'s fixed tiles on 1,
 threads): the speedup, the bit-identity check across thread counts, where a task's time goes
 (Gram update, solve, evaluation), and an estimate for more cores from the per-tile times.
 
-    python benchmarks/ranpac_speed.py [--threads 1,2] [--tasks 5] [--m 10000] [--no-before]
+    python benchmarks/ranpac_speed.py [--threads 1,2] [--tasks 5] [--projection-dim 10000] [--no-before]
 
 The features are synthetic (timing does not depend on their values) in the demo store's shapes:
 EuroSAT at 300 images per class and split, EfficientNet-Lite0 (dimension 1,280), 10 classes in 5
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from featcache.foundation.limits import usable_cores
-from tosca_heads.method import baselines, linalg
+from tosca_heads.method import baseline_estimators, linalg
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "d73a8da"
@@ -121,11 +121,11 @@ class Run:
 
 
 def module_before() -> types.ModuleType | None:
-    """main's tosca_heads/method/baselines.py at d73a8da, as a module of its own (None outside a
+    """main's tosca_heads/method/baseline_estimators.py at d73a8da, as a module of its own (None outside a
     git checkout that has that commit)."""
     try:
         source = subprocess.run(
-            ["git", "show", f"{BEFORE}:tosca_heads/method/baselines.py"],
+            ["git", "show", f"{BEFORE}:tosca_heads/method/baseline_estimators.py"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -218,21 +218,21 @@ def main() -> None:
     )
     parser.add_argument("--threads", default=",".join(str(t) for t in sorted({1, 2, usable_cores()})))
     parser.add_argument("--tasks", type=int, default=5)
-    parser.add_argument("--m", type=int, default=10_000)
+    parser.add_argument("--projection-dim", type=int, default=10_000, help="RanPAC's projection size M")
     parser.add_argument("--no-before", action="store_true", help="skip main's single-threaded code")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     data = demo_shaped(args.tasks)
     rows = len(data[0][0][1])
     print(
-        f"RanPAC, M = {args.m:,}, {args.tasks} tasks of {rows} rows (dim 1,280), {usable_cores()} usable cores"
+        f"RanPAC, M = {args.projection_dim:,}, {args.tasks} tasks of {rows} rows (dim 1,280), {usable_cores()} usable cores"
     )
     runs = {}
     before = None if args.no_before else module_before()
     if before is not None:
-        runs["before (1 thread)"] = Run(before, 1, args.m, before=True)
+        runs["before (1 thread)"] = Run(before, 1, args.projection_dim, before=True)
     for count in threads:
-        runs[f"now, {count} thread(s)"] = Run(baselines, count, args.m, before=False)
+        runs[f"now, {count} thread(s)"] = Run(baseline_estimators, count, args.projection_dim, before=False)
     # task by task, every configuration in turn (the order rotated): a machine whose speed drifts
     # slows them alike
     names = list(runs)
@@ -266,7 +266,7 @@ def main() -> None:
     print("\nper tile, one thread (ms): " + ", ".join(f"{k} {1000 * v:.1f}" for k, v in tile.items()))
     print("modelled s/task (Gram update + solve + evaluation; an ESTIMATE from the per-tile times):")
     for workers in (1, 2, 4, 8, 16):
-        print(f"  {workers:2d} thread(s): {modelled_task(tile, args.m, test_rows, workers):.2f}")
+        print(f"  {workers:2d} thread(s): {modelled_task(tile, args.projection_dim, test_rows, workers):.2f}")
     sys.exit(0 if same else 1)
 
 

@@ -26,7 +26,7 @@ import torch
 from featcache.store import FeatureStore
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.predict import RunPredictor

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from featcache.store import FeatureStore
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.method.baselines import RanPAC
+from tosca_heads.method.baseline_estimators import RanPAC
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
 from tosca_heads.routers import task_log_posterior

@@ -28,7 +28,7 @@ import torch
 from fit_speed import make_store
 
 from featcache.foundation.devices import resolve_device
-from tosca_heads.experiments.requests import SweepRequest
+from tosca_heads.experiments.command_requests import SweepRequest
 from tosca_heads.experiments.sweeps import sweep
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.recipe import PRESETS

@@ -21,6 +21,7 @@ import numpy as np
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
 from featcache.distributor import ChunkJob, extract_on_cluster
+from featcache.extract_request import ExtractRequest
 from featcache.foundation.devices import resolve_device, worker_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors
@@ -42,7 +43,6 @@ from featcache.outline import (
 )
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
-from featcache.requests import ExtractRequest
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes
 from featcache.store import (
     SPLITS,

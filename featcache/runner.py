@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from featcache.extract_request import ExtractRequest
 from featcache.foundation.locks import folder_lock
 from featcache.outline import ExtractOutline, outline_extraction, store_path_of
-from featcache.requests import ExtractRequest
 from featcache.sources.archives import waiting_notice
 
 if TYPE_CHECKING:

@@ -19,13 +19,13 @@ from support.stores import synthetic_store
 
 import featcache
 import tosca_heads
-from featcache import api as stage1
+from featcache import stage1_api as stage1
 from featcache.foundation import errors as featcache_errors
-from tosca_heads import api as stage2
+from tosca_heads import stage2_api as stage2
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("module", [stage1, stage2], ids=["featcache.api", "tosca_heads.api"])
+@pytest.mark.parametrize("module", [stage1, stage2], ids=["featcache.stage1_api", "tosca_heads.stage2_api"])
 def test_every_public_function_has_an_example_that_runs(
     module: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,7 +54,7 @@ def test_every_public_function_has_an_example_that_runs(
 def test_the_packages_reexport_the_api_without_loading_it() -> None:
     code = (
         "import sys, featcache, tosca_heads\n"
-        "assert 'featcache.api' not in sys.modules and 'tosca_heads.api' not in sys.modules\n"
+        "assert 'featcache.stage1_api' not in sys.modules and 'tosca_heads.stage2_api' not in sys.modules\n"
         "assert callable(featcache.open_store) and callable(tosca_heads.fit)\n"
         "assert 'timm' not in sys.modules\n"
         "print(sorted(featcache.API), sorted(tosca_heads.API))\n"

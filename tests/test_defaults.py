@@ -20,11 +20,11 @@ import tosca_heads.experiments.comparison
 import tosca_heads.experiments.runs
 import tosca_heads.experiments.sweeps
 from cli import app
-from featcache import api as stage1
-from featcache.requests import ExtractRequest
-from tosca_heads import api as stage2
-from tosca_heads.experiments.requests import FIT_FLAGS, SWEEP_FLAGS, SuiteRequest
-from tosca_heads.experiments.suite import run as suite_run
+from featcache import stage1_api as stage1
+from featcache.extract_request import ExtractRequest
+from tosca_heads import stage2_api as stage2
+from tosca_heads.experiments.command_requests import FIT_FLAGS, SWEEP_FLAGS, SuiteRequest
+from tosca_heads.experiments.suite import suite_runner as suite_run
 from tosca_heads.experiments.sweeps import parse_values
 
 STORE = Path("some/store.zarr")
@@ -109,7 +109,7 @@ FACES = [
             "on_cell": "a callback",
             "on_start": "a callback",
             "runs_root": "where a suite without --out gets its folder (the command: runs/)",
-            "estimate_extraction": "stage 1's extraction estimate for a dry run, handed in (the command's: featcache.estimate)",
+            "estimate_extraction": "stage 1's extraction estimate for a dry run, handed in (the command's: featcache.extraction_estimate)",
         },
     ),
 ]

@@ -54,8 +54,8 @@ def _cli() -> dict[str, set[str]]:
             commands[path] = options | shared | {"--help"}
 
     walk(root, "")
-    # each baseline's own options, --METHOD-NAME, come from its class's declaration (baseline_names)
-    from tosca_heads.method.baseline_names import BASELINES, as_flag, key_of, params_of
+    # each baseline's own options, --METHOD-NAME, come from its class's declaration (baseline_registry)
+    from tosca_heads.method.baseline_registry import BASELINES, as_flag, key_of, params_of
 
     commands["baselines"] |= {as_flag(key_of(m, p)) for m in BASELINES for p in params_of(m)}
     return commands

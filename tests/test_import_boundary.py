@@ -21,14 +21,14 @@ FLOORS = {
     "featcache.images": 3,
     "featcache.backbones": 3,
     "featcache.pipeline": 4,
-    "featcache.requests": 4,
+    "featcache.extract_request": 4,
     "featcache.distributor": 5,
     "featcache.embedding": 5,
     "featcache.outline": 5,
     "featcache.extraction": 6,
-    "featcache.estimate": 6,
+    "featcache.extraction_estimate": 6,
     "featcache.runner": 7,
-    "featcache.api": 8,
+    "featcache.stage1_api": 8,
     "tosca_heads": 10,
     "tosca_heads.method": 10,
     "tosca_heads.routers": 11,
@@ -36,13 +36,13 @@ FLOORS = {
     "tosca_heads.records": 13,  # each file's schema, version, reader and writer (plots too)
     "tosca_heads.trackers": 14,  # MLflow, TensorBoard and plug-in loggers, fed from the records
     "tosca_heads.experiments": 15,
-    "tosca_heads.api": 16,
+    "tosca_heads.stage2_api": 16,
     "tosca_cli": 19,  # the command line: its typer app, views, progress and terminal
     "cli": 20,  # the checkout's entry file: a shim onto tosca_cli
 }
 STAGE_2_MAY_USE = {"featcache.foundation", "featcache.store"}
 # a package's face hands on its API (loaded on first use): the one import allowed up its floors
-FACES = {("featcache", "featcache.api"), ("tosca_heads", "tosca_heads.api")}
+FACES = {("featcache", "featcache.stage1_api"), ("tosca_heads", "tosca_heads.stage2_api")}
 OURS = ("featcache", "tosca_heads", "tosca_cli", "cli")
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import typer
 from rich.text import Text
 
+from featcache.extract_request import ExtractRequest
 from featcache.foundation.limits import human_bytes
 from featcache.foundation.text import printable
-from featcache.requests import ExtractRequest
 from tosca_cli.commands import (
     OneLineUsageErrors,
     answered,
@@ -53,7 +53,7 @@ from tosca_cli.views import (
     sweep_table,
     sweep_with_progress,
 )
-from tosca_heads.experiments.requests import (
+from tosca_heads.experiments.command_requests import (
     FIT_FLAGS,
     SWEEP_FLAGS,
     BaselinesRequest,
@@ -325,7 +325,7 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
 @from_request(SuiteRequest, json_flag("Print the table rows as JSON."))
 def suite(request: SuiteRequest, as_json_: bool) -> None:
     """Stores to the paper's tables: TOSCA, baselines and ablations over seeds, claims checked."""
-    from tosca_heads.experiments.suite.run import suite as run
+    from tosca_heads.experiments.suite.suite_runner import suite as run
 
     with progress() as board:
         on_cell = suite_progress(board)

@@ -70,7 +70,7 @@ def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
 
 def losses(stats: dict[str, Any]) -> str:
     """A task's ce, l1 term and loss, 8 wide each ('–' for a part not kept)."""
-    from tosca_heads.records.run import LOSS_PARTS
+    from tosca_heads.records.run_folder import LOSS_PARTS
 
     return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
 
@@ -347,8 +347,8 @@ def extraction_estimator(device: str) -> Callable[[Any], Any]:
     """A suite's dry run asks stage 1 how long each store not on disk yet takes to extract."""
 
     def estimate(store: Any) -> Any:
-        from featcache.estimate import estimate_extraction
         from featcache.extraction import default_workers
+        from featcache.extraction_estimate import estimate_extraction
         from featcache.foundation.devices import resolve_device
 
         return estimate_extraction(
@@ -375,7 +375,7 @@ def plan_head(what: str, counts: dict[str, int]) -> None:
 
 
 def estimate_lines(estimate: Any) -> None:
-    """The estimate in its words (`featcache.foundation.estimate.Estimate.lines`)."""
+    """The estimate in its words (`featcache.foundation.time_estimates.Estimate.lines`)."""
     for kind, line in estimate.lines():
         if kind == "missing":
             note("missing", line)
@@ -561,10 +561,10 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
     from featcache.images.decoder_names import DECODERS
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
-    from tosca_heads.method.baseline_names import BASELINES
+    from tosca_heads.method.baseline_registry import BASELINES
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
-    from tosca_heads.trackers.registry import LOGGERS
+    from tosca_heads.trackers.logger_registry import LOGGERS
 
     def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:
         return [

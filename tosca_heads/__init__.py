@@ -12,7 +12,7 @@ and `featcache.store`; never the backbone side (backbones, datasets, decoding, t
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.
 
-The Python API is re-exported here, loaded on first use: the names of `tosca_heads.api.__all__`
+The Python API is re-exported here, loaded on first use: the names of `tosca_heads.stage2_api.__all__`
 (`fit`, `evaluate`, `sweep`, `predict`, `baselines`, the suites, the registries, the types they
 return and the scikit-learn estimators; `tosca_heads.API` lists them).
 """
@@ -21,4 +21,4 @@ from __future__ import annotations
 
 from featcache.foundation.lazy import lazy_face
 
-__getattr__, __dir__ = lazy_face(__name__, "api")
+__getattr__, __dir__ = lazy_face(__name__, "stage2_api")

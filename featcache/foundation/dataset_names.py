@@ -10,7 +10,7 @@ of its dataset, declared once here and read by both stages.
 A built-in's source (the function turning a data root into sample lists) lives in
 `featcache.sources.datasets` and is imported when first used (`DatasetSpec.resolve`), so stage 2
 reads a split without the backbone side and `tosca list` starts without it. A plug-in registers
-with `register_dataset` (also `featcache.api.register_dataset`).
+with `register_dataset` (also `featcache.stage1_api.register_dataset`).
 
 Import-light: stdlib and the foundation's registry only.
 """

@@ -2,7 +2,7 @@
 or a light module inside it, does not load what its heavy modules import.
 
     __getattr__, __all__ = lazy_names(__name__, {"format": ("FeatureStore", ...), ...})
-    __getattr__, __dir__ = lazy_face(__name__, "api")  # a package's face: its API module's __all__
+    __getattr__, __dir__ = lazy_face(__name__, "stage2_api")  # a package's face: its API module's __all__
 
 Import-light: stdlib only.
 """

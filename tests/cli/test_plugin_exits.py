@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.foundation import processes
 from tosca_heads.experiments import runs
-from tosca_heads.trackers.registry import LOGGERS, Logger
+from tosca_heads.trackers.logger_registry import LOGGERS, Logger
 
 runner = CliRunner()
 FIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu", "--epochs", "1", "--r", "4", "--s", "4"]

@@ -24,9 +24,9 @@ from featcache.foundation.registry import Registry
 from featcache.images.decoder_names import DECODERS, Decoder, register_decoder
 from featcache.sources.datasets import DatasetSource, SplitSamples, load_dataset
 from tosca_cli.app import app
-from tosca_heads.method.baseline_names import BASELINES, register_baseline
+from tosca_heads.method.baseline_registry import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, register_router, resolve_routers
-from tosca_heads.trackers.registry import LOGGERS, Logger, parse_targets, register_logger
+from tosca_heads.trackers.logger_registry import LOGGERS, Logger, parse_targets, register_logger
 
 PLUGIN = "plugmod"  # the module a plug-in registers from (not one of the package's)
 

@@ -67,8 +67,8 @@ PLUGIN = textwrap.dedent(
     """
     from featcache.backbones import BackboneSpec, register_backbone
     from featcache.foundation.dataset_names import register_dataset
-    from tosca_heads.trackers.registry import Logger, register_logger
-    from tosca_heads.method.baseline_names import register_baseline
+    from tosca_heads.trackers.logger_registry import Logger, register_logger
+    from tosca_heads.method.baseline_registry import register_baseline
     from tosca_heads.routers import Router, register_router
 
     register_backbone(BackboneSpec("plug_net", "test_efficientnet", note="a plug-in's"))

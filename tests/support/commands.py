@@ -10,7 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.requests import ExtractRequest
+from featcache.extract_request import ExtractRequest
 from support.images import TINY_VIT
 
 runner = CliRunner()

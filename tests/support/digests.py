@@ -72,7 +72,7 @@ def statistics() -> Arrays:
 
 
 def ranpac() -> Arrays:
-    from tosca_heads.method.baselines import JointProbe, RanPAC, ridge_solve
+    from tosca_heads.method.baseline_estimators import JointProbe, RanPAC, ridge_solve
 
     # the first task has more rows than M (the ridge path's eigendecomposition) and than one row
     # block (two partial Gram sums); M = 1,100 is three tiles, the last one narrower
@@ -138,8 +138,8 @@ def estimators() -> Arrays:
 
 def suite() -> Arrays:
     from cli import app
-    from tosca_heads.experiments.suite.run import run_suite
     from tosca_heads.experiments.suite.spec import parse_suite
+    from tosca_heads.experiments.suite.suite_runner import run_suite
     from tosca_heads.records.suite import read_manifest
 
     out = {}

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from tosca_heads.engine.cores import evaluation_working
-from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.linalg import pin_this_thread

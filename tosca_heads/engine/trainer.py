@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from featcache.foundation.errors import UserError
-from tosca_heads.engine.errors import NumericalError
 from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.layout import ParamLayout
+from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.engine.steppers import StepTask, make_step

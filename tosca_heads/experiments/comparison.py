@@ -13,12 +13,12 @@ from typing import Any
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.store import check_readable, resolve_store
-from tosca_heads.experiments.baselines import TaskCallback
+from tosca_heads.experiments.baseline_runs import TaskCallback
+from tosca_heads.experiments.command_requests import BaselinesRequest
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features
 from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.requests import BaselinesRequest
-from tosca_heads.method.baseline_names import (
+from tosca_heads.method.baseline_registry import (
     BASELINES,
     arguments,
     check_fits,
@@ -36,8 +36,8 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import PRESETS
 from tosca_heads.records import claim, store_block
-from tosca_heads.records import run as run_record
-from tosca_heads.records.baseline import (
+from tosca_heads.records import run_folder as run_record
+from tosca_heads.records.baselines_folder import (
     BASELINES_FOLDER,
     MethodResult,
     write_comparison,
@@ -137,7 +137,7 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
 def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The flags alone, before any store is opened: the baselines by their registered names (the
     registry's `pick`: an alias is its name, an unknown one refused with the closest; none named:
-    `default_baselines()`), and their own parameters as given (`baseline_names.given_params`: of
+    `default_baselines()`), and their own parameters as given (`baseline_registry.given_params`: of
     their kind, each checked)."""
     named = default_baselines() if request.methods is None else request.methods
     methods = tuple(BASELINES.pick(m, "--methods") for m in named or ("(none)",))

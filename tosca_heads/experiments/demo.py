@@ -25,16 +25,16 @@ from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.limits import max_processes, require_at_most
-from tosca_heads.experiments.baselines import TaskCallback
+from tosca_heads.experiments.baseline_runs import TaskCallback
+from tosca_heads.experiments.command_requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.comparison import Comparison, compare
-from tosca_heads.experiments.requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.experiments.sweeps import PointCallback, SweepOutcome, SweepPlan, sweep
-from tosca_heads.method.baseline_names import default_baselines, described
+from tosca_heads.method.baseline_registry import default_baselines, described
 from tosca_heads.method.protocol import StreamConfig, split_name
 from tosca_heads.records import claim
-from tosca_heads.records.baseline import BASELINES_FOLDER
-from tosca_heads.records.run import RunResult, StageResult
+from tosca_heads.records.baselines_folder import BASELINES_FOLDER
+from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.routers import HEADLINE
 
 SWEEP = {"r": [16, 48], "l1": [0.0, 5e-4]}

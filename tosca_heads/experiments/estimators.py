@@ -36,10 +36,10 @@ from featcache.store import FeatureStore
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
 from tosca_heads.engine.trainer import GroupTrainer
-from tosca_heads.experiments.baselines import check_baseline_params
+from tosca_heads.experiments.baseline_runs import check_baseline_params
 from tosca_heads.experiments.plan import held_out
 from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.protocol import (
     DEFAULT_ORDER_SEED,

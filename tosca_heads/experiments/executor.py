@@ -36,14 +36,14 @@ from featcache.foundation.devices import resolve_device
 from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, open_unchanged
-from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.group import fit_group
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records.baseline import MethodResult, write_baseline
-from tosca_heads.records.run import RunResult
+from tosca_heads.records.baselines_folder import MethodResult, write_baseline
+from tosca_heads.records.run_folder import RunResult
 
 T = TypeVar("T")
 

@@ -35,10 +35,10 @@ from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records import run as run_record
+from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.claim import claim_folders
-from tosca_heads.records.run import RunResult, StageResult
 from tosca_heads.records.run_config import RUN_FOLDER
+from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.memo import shared_statistics
 

@@ -22,11 +22,11 @@ from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.experiments.requests import PredictRequest
+from tosca_heads.experiments.command_requests import PredictRequest
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.records.run import (
+from tosca_heads.records.run_folder import (
     ROUTER_FILE,
     check_task_count,
     config_digest,

@@ -12,8 +12,8 @@ from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import RANKED, figures
-from tosca_heads.records.baseline import NO_ROUTING, bounds, read_baseline
-from tosca_heads.records.run import (
+from tosca_heads.records.baselines_folder import NO_ROUTING, bounds, read_baseline
+from tosca_heads.records.run_folder import (
     read_confusion,
     read_metrics,
     read_run_config,

@@ -16,13 +16,13 @@ from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserError
 from featcache.foundation.settings import check_settings
 from featcache.store import check_readable, resolve_store
+from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.requests import FitRequest
 from tosca_heads.method.protocol import ProtocolReport, ValidationConfig
 from tosca_heads.method.recipe import recipe
 
 if TYPE_CHECKING:
-    from tosca_heads.records.run import RunResult, StageResult
+    from tosca_heads.records.run_folder import RunResult, StageResult
     from tosca_heads.trackers import TrackedRun
 
 

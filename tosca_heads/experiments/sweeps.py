@@ -24,16 +24,16 @@ import torch
 
 from featcache.foundation.devices import parse_device, resolve_device, worker_device
 from featcache.foundation.errors import UserError
-from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.scheduler import check_available, parse_scheduler
+from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
+from tosca_heads.experiments.command_requests import SweepRequest
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.requests import SweepRequest
 from tosca_heads.experiments.results import (
     by_point,
     flag_text,
@@ -51,7 +51,7 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
 from tosca_heads.records import claim
-from tosca_heads.records.run import RunResult, write_validation_ids
+from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
     RESULTS_FILE,
     SWEEP_FOLDER,
@@ -292,9 +292,9 @@ class SweepPlan:
     sweep_json: dict[str, Any] = field(default_factory=dict)
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
-        """What the points (default: all) take here: their training (tosca_heads.experiments.estimate),
-        shared by the workers, plus the workers' start (featcache.foundation.estimate)."""
-        from tosca_heads.experiments import estimate as est
+        """What the points (default: all) take here: their training (tosca_heads.experiments.cost_models),
+        shared by the workers, plus the workers' start (featcache.foundation.time_estimates)."""
+        from tosca_heads.experiments import cost_models as est
 
         chosen = list(self.points if points is None else points)
         workers = 1 if self.remote else self.executor.jobs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.lazy import lazy_names
-from tosca_heads.routers.registry import (
+from tosca_heads.routers.routing_rules import (
     ROUTERS,
     ReferenceView,
     Router,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from featcache.foundation.lazy import lazy_names
 from tosca_heads.trackers import mlflow_logger, tensorboard_logger  # noqa: F401 (registers)
-from tosca_heads.trackers.registry import (
+from tosca_heads.trackers.logger_registry import (
     LOGGERS,
     Logger,
     LogTarget,

@@ -28,9 +28,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tosca_heads.records.run import RunResult, StageResult, curve_epochs
+from tosca_heads.records.run_folder import RunResult, StageResult, curve_epochs
 from tosca_heads.records.sweep import POINT_COLUMNS
-from tosca_heads.trackers.registry import Metric
+from tosca_heads.trackers.logger_registry import Metric
 
 # a record's field -> the shorter name trackers show (a final figure and its series share one)
 SHORT = {"routing_accuracy": "routing", "routing_accuracy_t": "routing", "train_acc": "accuracy"}

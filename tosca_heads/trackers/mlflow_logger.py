@@ -38,8 +38,8 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.locks import folder_lock
 from featcache.foundation.text import printable, tell
+from tosca_heads.trackers.logger_registry import Logger, Metric, register_logger
 from tosca_heads.trackers.places import TrackerFolder, check_file, refuse_link
-from tosca_heads.trackers.registry import Logger, Metric, register_logger
 
 EXPERIMENT = "tosca"
 FOLDER = "mlflow"  # runs/mlflow/: the default store

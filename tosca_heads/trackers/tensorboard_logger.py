@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation import atomic
+from tosca_heads.trackers.logger_registry import Logger, Metric, register_logger
 from tosca_heads.trackers.places import TrackerFolder
-from tosca_heads.trackers.registry import Logger, Metric, register_logger
 
 FOLDER = "tensorboard"  # runs/tensorboard: the default LOGDIR
 TEXT_LIMIT = 100_000  # a markdown file larger than this is listed, not copied in

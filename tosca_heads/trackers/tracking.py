@@ -25,10 +25,10 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.plugins import foreign_code
 from featcache.foundation.text import tell
-from tosca_heads.records.run import RunResult, StageResult
+from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.trackers.events import record_metrics, result_record, run_files, stage_metrics
 from tosca_heads.trackers.ledger import Ledger
-from tosca_heads.trackers.registry import Logger, Metric, failure_text, open_logger, parse_targets
+from tosca_heads.trackers.logger_registry import Logger, Metric, failure_text, open_logger, parse_targets
 
 
 @dataclass

@@ -172,13 +172,13 @@ def test_an_output_folder_nothing_can_be_made_in_is_one_line_before_anything(tmp
 def test_the_python_api_checks_its_output_folders_as_the_command_line_does(
     store: Path, tmp_path: Path
 ) -> None:
-    from tosca_heads import api
+    from tosca_heads import stage2_api
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="--run /proc/run lies in /proc"):
-        api.fit(store, run="/proc/run", init_cls=2, increment=2, device="cpu")
+        stage2_api.fit(store, run="/proc/run", init_cls=2, increment=2, device="cpu")
     with pytest.raises(UserError, match=r"--keep-modules .* lies under .*file, which is a file"):
-        api.sweep(
+        stage2_api.sweep(
             store, {"r": [4]}, keep_modules=tmp_path / "file" / "km", init_cls=2, increment=2, device="cpu"
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "store.zarr"]

@@ -1,4 +1,4 @@
-"""The time left that progress lines print (issue 35 point 6, `featcache.foundation.estimate`), on
+"""The time left that progress lines print (issue 35 point 6, `featcache.foundation.time_estimates`), on
 hand-made timings driven by a fake clock: a long unit last, a slow first unit (its worker's
 start-up and warm-up), a plan that overstates its fixed costs, a machine slower than the plan.
 Every printed "about M:SS left" is held within 2x of the time really left (lines with under 10 s
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from featcache.foundation import estimate as est
-from featcache.foundation.estimate import Estimate, wall_seconds
+from featcache.foundation import time_estimates as est
+from featcache.foundation.time_estimates import Estimate, wall_seconds
 from tosca_cli.progress import Board
 
 LEFT = re.compile(r"about (?P<m>\d+):(?P<s>\d\d) left")

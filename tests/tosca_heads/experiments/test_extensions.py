@@ -24,10 +24,10 @@ import tosca_heads
 from cli import app
 from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
-from tosca_heads.experiments import estimate as est
+from tosca_heads.experiments import cost_models as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import cell_params, command, plan_cells
-from tosca_heads.method.baseline_names import BASELINES, Param, described, label, register_baseline
+from tosca_heads.method.baseline_registry import BASELINES, Param, described, label, register_baseline
 from tosca_heads.method.metrics import METRICS, register_metric
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.trackers import LOGGERS

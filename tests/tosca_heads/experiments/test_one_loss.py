@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from cli import app
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
-from tosca_heads.records.run import CURVES_FILE, read_curves, task_file
+from tosca_heads.records.run_folder import CURVES_FILE, read_curves, task_file
 
 RUNNER = CliRunner()
 L1 = 2e-3

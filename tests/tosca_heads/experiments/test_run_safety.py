@@ -52,7 +52,7 @@ def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
     ends with the files and metrics of a run never killed."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, spread=1.0)
     run = tmp_path / "killed"
-    pause = PauseAt(function="tosca_heads.records.run:save_task", occurrence=3)
+    pause = PauseAt(function="tosca_heads.records.run_folder:save_task", occurrence=3)
     child = start(_fit_cmd(store.path, run), tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
@@ -155,7 +155,7 @@ def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -
 def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_path: Path) -> None:
     """A fit killed after a task file but before router.safetensors leaves them out of step."""
     from tosca_heads.experiments.predict import RunPredictor
-    from tosca_heads.records.run import ROUTER_FILE
+    from tosca_heads.records.run_folder import ROUTER_FILE
 
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
     run, short = tmp_path / "run", tmp_path / "short"

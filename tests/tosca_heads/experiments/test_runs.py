@@ -20,8 +20,8 @@ from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
 from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
+from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.group import evaluate_run, fit_run
-from tosca_heads.experiments.requests import FitRequest
 from tosca_heads.experiments.runs import fit
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import StreamConfig, TaskStream, class_order

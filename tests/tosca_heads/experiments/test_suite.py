@@ -171,7 +171,7 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             '[ablation]\nflows = ["backwards"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "unknown ablation.flows entry 'backwards'",
         ),
-        (  # a baseline's own parameter, checked as its class declares it (baseline_names.Param)
+        (  # a baseline's own parameter, checked as its class declares it (baseline_registry.Param)
             '[baselines]\nranpac_projection_dim = 0\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "baselines.ranpac_projection_dim must be at least 1, got 0",
         ),

@@ -404,7 +404,7 @@ def test_worker_memory_limit_caps_the_in_memory_store() -> None:
 def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: Path) -> None:
     """--scheduler local:2 and one worker process SIGKILLed as the first point lands: the sweep still
     finishes, every point recorded exactly once, with the numbers of an undisturbed sweep."""
-    from tosca_heads.experiments.requests import SweepRequest
+    from tosca_heads.experiments.command_requests import SweepRequest
     from tosca_heads.experiments.sweeps import sweep
 
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=30, spread=1.5)

@@ -32,7 +32,7 @@ from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import FORMAT
 from tosca_heads.records.outcomes import read_outcomes, write_outcomes
-from tosca_heads.records.run import read_run_outcomes
+from tosca_heads.records.run_folder import read_run_outcomes
 
 RUNNER = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]

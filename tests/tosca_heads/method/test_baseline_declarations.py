@@ -15,11 +15,10 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation.errors import UserError
-from tosca_heads.api import _request
+from tosca_heads.experiments.command_requests import BaselinesRequest
 from tosca_heads.experiments.comparison import check_request
-from tosca_heads.experiments.requests import BaselinesRequest
 from tosca_heads.experiments.suite import parse_suite
-from tosca_heads.method.baseline_names import (
+from tosca_heads.method.baseline_registry import (
     BASELINES,
     Interval,
     Options,
@@ -28,6 +27,7 @@ from tosca_heads.method.baseline_names import (
     params_of,
     register_baseline,
 )
+from tosca_heads.stage2_api import _request
 
 RUNNER = CliRunner()
 BUILT_IN = ("simplecil", "ranpac", "joint_probe")

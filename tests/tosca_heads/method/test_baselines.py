@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments.baselines import run_baseline
+from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.method.baselines import RanPAC, SimpleCIL, ridge_path, ridge_solve
+from tosca_heads.method.baseline_estimators import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.routers import ROUTERS

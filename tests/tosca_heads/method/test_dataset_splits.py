@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from featcache.estimate import _classes_and_counts
+from featcache.extraction_estimate import _classes_and_counts
 from featcache.foundation.dataset_names import DATASETS, Split, register_dataset
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.method.protocol import StreamConfig, default_stream, split_origin

@@ -18,11 +18,11 @@ import pytest
 from featcache.foundation.errors import UserError
 from featcache.foundation.folders import MARKER, marked_kind
 from featcache.foundation.locks import FolderBusy, lock_path
-from tosca_heads.experiments.suite.run import SUITE_FOLDER
+from tosca_heads.experiments.suite.suite_runner import SUITE_FOLDER
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import FORMAT, PRE_RELEASE, claim
-from tosca_heads.records.baseline import BASELINES_FOLDER
+from tosca_heads.records.baselines_folder import BASELINES_FOLDER
 from tosca_heads.records.run_config import (
     RUN_FOLDER,
     config_differences,

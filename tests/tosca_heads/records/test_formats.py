@@ -24,7 +24,7 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.tensorfiles import read_safetensors
 from tosca_heads import records
-from tosca_heads.records import run as run_record
+from tosca_heads.records import run_folder as run_record
 from tosca_heads.routers import ROUTERS, Router, StageView
 
 RUNNER = CliRunner()

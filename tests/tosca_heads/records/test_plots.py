@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.records import plots
 from tosca_heads.records.sweep import FLAG_COLUMNS
 from tosca_heads.routers import ROUTERS, is_honest, reference_text

@@ -13,7 +13,7 @@ import torch
 import tosca_heads
 from featcache.foundation.errors import UserError
 from tests.support.stores import synthetic_store
-from tosca_heads.method.baseline_names import BASELINES, register_baseline
+from tosca_heads.method.baseline_registry import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, StageView, register_router
 
 

@@ -21,7 +21,7 @@ from cli import app
 from featcache.foundation.errors import UserError
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.experiments.suite.spec import parse_suite
-from tosca_heads.records.run import CURVES_FILE, read_curves
+from tosca_heads.records.run_folder import CURVES_FILE, read_curves
 from tosca_heads.trackers import LOGGERS, Logger, Metric, register_logger
 
 pytestmark = pytest.mark.heavy  # Dask workers, MLflow's sqlite store, TensorBoard's reader

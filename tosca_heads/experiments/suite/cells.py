@@ -18,12 +18,12 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
-from tosca_heads.method import baseline_names
+from tosca_heads.method import baseline_registry
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records import run as run_record
+from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import validation_record
-from tosca_heads.records.baseline import NO_ROUTING, read_baseline, read_baseline_outcomes
+from tosca_heads.records.baselines_folder import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.records.run_config import CONFIG, config_differences
 
 
@@ -80,7 +80,7 @@ def plan_cells(spec: SuiteSpec) -> list[Cell]:
                     cell = Cell(store.name, "tosca", seed, order, flow, l1)
                     cells.setdefault(cell.key, cell)
             for method in spec.baselines:
-                for seed in spec.seeds[:1] if baseline_names.deterministic(method) else spec.seeds:
+                for seed in spec.seeds[:1] if baseline_registry.deterministic(method) else spec.seeds:
                     cell = Cell(store.name, "baseline", seed, order, method=method)
                     cells.setdefault(cell.key, cell)
     return list(cells.values())
@@ -101,7 +101,7 @@ def cell_train(spec: SuiteSpec, cell: Cell) -> TrainConfig:
 
 def cell_params(spec: SuiteSpec, cell: Cell) -> dict[str, Any]:
     """A baseline cell's keywords: the suite's parameters, the cell's seed for a seed parameter."""
-    return baseline_names.arguments(cell.method, spec.baseline_params, cell.seed)
+    return baseline_registry.arguments(cell.method, spec.baseline_params, cell.seed)
 
 
 def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
@@ -190,7 +190,7 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
         params = cell_params(spec, cell)
         args = ["tosca", "baselines", "--store", str(store), "--no-tosca", "--methods", cell.method]
         args += ["--out", str(folder.parent), *split]
-        args += baseline_names.flags(cell.method, params)
+        args += baseline_registry.flags(cell.method, params)
     return shlex.join(args)
 
 

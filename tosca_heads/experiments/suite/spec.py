@@ -44,7 +44,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
-from tosca_heads.method.baseline_names import BASELINES, default_baselines, given_params
+from tosca_heads.method.baseline_registry import BASELINES, default_baselines, given_params
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
@@ -82,7 +82,7 @@ class SuiteSpec:
     routers: tuple[str, ...] = HEADLINE
     flags: Mapping[str, Any] = field(default_factory=dict)
     baselines: tuple[str, ...] = field(default_factory=default_baselines)
-    # the baselines' own parameters given (METHOD_NAME -> value, checked; `baseline_names.Param`;
+    # the baselines' own parameters given (METHOD_NAME -> value, checked; `baseline_registry.Param`;
     # a seed parameter is the cell's seed)
     baseline_params: Mapping[str, Any] = field(default_factory=dict)
     flows: tuple[str, ...] = ()
@@ -204,7 +204,7 @@ def folder_name(name: str) -> str:
 
 def _baseline_params(block: Mapping[str, Any], methods: tuple[str, ...], where: str) -> dict[str, Any]:
     """The [baselines] keys that are the baselines' own parameters (METHOD_NAME), checked against
-    what their classes declare (`baseline_names.given_params`; a seed parameter is the suite's seeds)."""
+    what their classes declare (`baseline_registry.given_params`; a seed parameter is the suite's seeds)."""
     given = {k: v for k, v in block.items() if k not in SECTIONS["baselines"]}
     try:
         return given_params(methods, given, spell=lambda key: f"baselines.{key}", seeds=False)

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featcache.foundation import atomic
-from tosca_heads.experiments.baselines import baseline_reference
+from tosca_heads.experiments.baseline_runs import baseline_reference
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
 from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.method import uncertainty
-from tosca_heads.method.baseline_names import label as baseline_label
+from tosca_heads.method.baseline_registry import label as baseline_label
 from tosca_heads.method.metrics import METRICS, figures, metric_named, resampled
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import plots
-from tosca_heads.records.run import feature_dim_of, read_run_config
+from tosca_heads.records.run_folder import feature_dim_of, read_run_config
 from tosca_heads.records.table import Table
 from tosca_heads.routers import ROUTERS, reference_text
 

@@ -95,7 +95,7 @@ class Logger(ABC):
         """Remove a run whose logging a kill cut short (it is logged again whole)."""
 
 
-LOGGERS: Registry[type[Logger]] = Registry("tracker", "tosca_heads.trackers.registry:LOGGERS", "--log")
+LOGGERS: Registry[type[Logger]] = Registry("tracker", "tosca_heads.trackers.logger_registry:LOGGERS", "--log")
 
 
 def register_logger(cls: type[Logger]) -> type[Logger]:

@@ -13,7 +13,7 @@ state ends in `_`.
 
 Labels are incremental class ids (0..seen-1, as TaskStream.remap gives them). Each estimator
 takes a `device` (cpu, cuda, ...) and computes there; inputs may be numpy arrays or tensors,
-predictions are numpy arrays. `baseline_names.register_baseline` adds one from outside the
+predictions are numpy arrays. `baseline_registry.register_baseline` adds one from outside the
 package: every comparison, `tosca baselines --methods NAME` and suites then run it.
 """
 
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
-from tosca_heads.method.baseline_names import Interval, Param
+from tosca_heads.method.baseline_registry import Interval, Param
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
 Array = np.ndarray | torch.Tensor
@@ -123,7 +123,7 @@ class RanPAC:
     def work(shape: object, projection_dim: int, **_: object) -> tuple[float, str]:
         """Its arithmetic on a stream of `shape` (`experiments.estimate.TaskShape`) and the precision
         it runs in: what a time estimate divides by this machine's rate. Its keywords are always
-        given (`baseline_names.arguments`): the defaults are `__init__`'s alone."""
+        given (`baseline_registry.arguments`): the defaults are `__init__`'s alone."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
         m, per_class = projection_dim, shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
         flops = 0.0

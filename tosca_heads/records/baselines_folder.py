@@ -20,7 +20,7 @@ from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
-from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.metrics import RANKED, figures, intervals_said, shown, with_interval
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.uncertainty import Outcomes
@@ -34,7 +34,7 @@ from tosca_heads.records import (
 )
 from tosca_heads.records.claim import FolderKind, mark
 from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
-from tosca_heads.records.run import stage_interval
+from tosca_heads.records.run_folder import stage_interval
 from tosca_heads.records.table import Table
 
 if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's first line needs none

@@ -69,7 +69,7 @@ def extract(
     >>> open_store(path).shape.classes
     3
     """
-    from featcache.requests import ExtractRequest
+    from featcache.extract_request import ExtractRequest
     from featcache.runner import extract as run
 
     _check_option_types(ExtractRequest, options)

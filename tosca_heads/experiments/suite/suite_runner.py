@@ -21,21 +21,21 @@ import torch
 
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
-from featcache.foundation.estimate import Estimate, plan_works
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.scheduler import parse_scheduler
+from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
+from tosca_heads.experiments.command_requests import SuiteRequest
 from tosca_heads.experiments.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.requests import SuiteRequest
 from tosca_heads.experiments.suite import cells as cellmod
 from tosca_heads.experiments.suite.cells import Cell, CellState
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.experiments.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.experiments.suite.tables import SuiteTables, build_tables, write_tables
-from tosca_heads.method import baseline_names
+from tosca_heads.method import baseline_registry
 from tosca_heads.method.protocol import (
     ProtocolReport,
     StreamConfig,
@@ -43,9 +43,9 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import group_key
 from tosca_heads.records import claim
-from tosca_heads.records import run as run_record
+from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
-from tosca_heads.records.baseline import BASELINES_FOLDER, NO_ROUTING, read_baseline
+from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, read_baseline
 from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
@@ -56,7 +56,7 @@ Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
 # one's seconds, by key) is the same on every call; `seconds` what the cell took in its worker (its
 # share of its engine run); the first call, before any cell ends, has no cell (and 0 seconds)
 CellCallback = Callable[[Cell | None, int, int, Estimate, float], None]
-# a store's spec -> featcache.estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
+# a store's spec -> featcache.extraction_estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
 
@@ -78,7 +78,7 @@ class SuiteResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
     estimate_seconds: float | None = None
-    estimate: Any = None  # a dry run's featcache.foundation.estimate.Estimate
+    estimate: Any = None  # a dry run's featcache.foundation.time_estimates.Estimate
 
     @property
     def missing(self) -> list[str]:
@@ -252,7 +252,7 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
     dim = max([opened.store.dim for opened in stores.values()] or [1])
     for method in spec.baselines:
-        baseline_names.check_fits(method, baseline_names.arguments(method, spec.baseline_params), dim)
+        baseline_registry.check_fits(method, baseline_registry.arguments(method, spec.baseline_params), dim)
 
 
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:
@@ -422,11 +422,11 @@ def estimate_plan(
     jobs: int,
     estimate_extraction: ExtractionEstimator | None,
 ) -> Estimate:
-    """The wall time of the cells to run here (featcache.foundation.estimate, each cell's cost from
-    tosca_heads.experiments.estimate): extraction of the stores not on disk yet (by
+    """The wall time of the cells to run here (featcache.foundation.time_estimates, each cell's cost from
+    tosca_heads.experiments.cost_models): extraction of the stores not on disk yet (by
     `estimate_extraction`, stage 1's), every missing TOSCA and baseline cell, the workers' start,
     the tables; and one line per thing that is missing."""
-    from tosca_heads.experiments import estimate as est
+    from tosca_heads.experiments import cost_models as est
 
     plan = Estimate()
     shapes: dict[tuple[str, int], est.TaskShape] = {}

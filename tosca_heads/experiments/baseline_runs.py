@@ -16,14 +16,14 @@ import torch
 from featcache.foundation.errors import UserError
 from featcache.store import check_not_replaced
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.method.baseline_names import BASELINES, check_fits, params_of
+from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
-from tosca_heads.records.baseline import NO_ROUTING, MethodResult
+from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 
@@ -110,7 +110,7 @@ def baseline_reference(name: str) -> str:
 
 
 def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
-    """A baseline's own keywords (`baseline_names.arguments`' answer, or a `BaselineClassifier`'s),
+    """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each."""
     for param in params_of(name):
         if param.name in params:

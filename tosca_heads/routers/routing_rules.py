@@ -130,7 +130,7 @@ class Router:
         raise NotImplementedError
 
 
-ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.registry:ROUTERS", "--router")
+ROUTERS: Registry[Router] = Registry("router", "tosca_heads.routers.routing_rules:ROUTERS", "--router")
 
 
 def is_honest(name: str) -> bool:

@@ -1,5 +1,5 @@
 """What stage 2's works cost here, before they run: the cost models a plan
-(`featcache.foundation.estimate.plan_works`, which owns plans, rates and their words) takes its
+(`featcache.foundation.time_estimates.plan_works`, which owns plans, rates and their words) takes its
 works' seconds from. Each is measured on this machine rather than assumed, because the same plan
 takes minutes on one machine and an hour on a busy one:
 - TOSCA: the SGD steps of each run, counted, times one step, plus each task's own cost and its
@@ -9,7 +9,7 @@ takes minutes on one machine and an hour on a busy one:
   matrix and Cholesky solve of M x M; the joint probe's L-BFGS passes and calls), divided by this
   machine's single-thread rate, timed on a matrix product (baselines run on one BLAS thread), plus
   its optimizer's calls at the seconds one call takes here.
-Extraction is stage 1, estimated there (featcache.estimate) and handed in by the caller.
+Extraction is stage 1, estimated there (featcache.extraction_estimate) and handed in by the caller.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation.estimate import cpu_share
+from featcache.foundation.time_estimates import cpu_share
 from featcache.store import FeatureStore
-from tosca_heads.method.baseline_names import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 
 # ------------------------------------------------------------------------------------------ this machine
@@ -203,7 +203,7 @@ def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: boo
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:
     """One baseline cell: the arithmetic its class declares (`work(shape, **params)`: its flops,
     their precision and, where it has them, its optimizer's Python-level calls) over this
-    machine's rates; `params` its keywords (`baseline_names.arguments`). A baseline that declares
+    machine's rates; `params` its keywords (`baseline_registry.arguments`). A baseline that declares
     nothing is planned as class means (next to nothing)."""
     work = getattr(BASELINES[method], "work", None)
     if work is None:

@@ -28,9 +28,9 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
 
-BASELINES: Registry[type] = Registry("baseline", "tosca_heads.method.baseline_names:BASELINES")
+BASELINES: Registry[type] = Registry("baseline", "tosca_heads.method.baseline_registry:BASELINES")
 
-_HOME = "tosca_heads.method.baselines"
+_HOME = "tosca_heads.method.baseline_estimators"
 BASELINES.declare(
     "simplecil", f"{_HOME}:SimpleCIL", "Prototype classifier: cosine similarity to each class's mean feature."
 )

@@ -170,7 +170,7 @@ class BaselinesRequest:
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per method.", ("--log",))
     runs_root: Path = Path("runs")
     title: str | None = None  # the comparison's title (default: dataset / backbone, split)
-    # each baseline's own parameters by their one spelling, METHOD_NAME (`baseline_names.Param`):
+    # each baseline's own parameters by their one spelling, METHOD_NAME (`baseline_registry.Param`):
     # `--ranpac-projection-dim 64` on the command line, ranpac_projection_dim=64 in Python; text from
     # the command line
     params: Mapping[str, Any] = field(default_factory=dict)

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from featcache.foundation.folders import check_outputs
 from featcache.store import FeatureStore
+from tosca_heads.experiments.command_requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
-from tosca_heads.experiments.requests import SWEEP_VAL_FRACTION
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
-from tosca_heads.method.baseline_names import (
+from tosca_heads.method.baseline_registry import (
     BASELINES,
     Interval,
     Options,
@@ -37,15 +37,15 @@ from tosca_heads.method.baseline_names import (
 )
 from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
-from tosca_heads.records.run import RunResult
+from tosca_heads.records.run_folder import RunResult
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
-from tosca_heads.trackers.registry import Logger, register_logger
+from tosca_heads.trackers.logger_registry import Logger, register_logger
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-R = TypeVar("R")  # a request (tosca_heads.experiments.requests)
+R = TypeVar("R")  # a request (tosca_heads.experiments.command_requests)
 
 __all__ = [
     "BASELINES",
@@ -154,7 +154,7 @@ def fit(
     >>> 0.0 <= metrics["routers"]["lda"]["A_last"] <= 1.0
     True
     """
-    from tosca_heads.experiments.requests import FitRequest
+    from tosca_heads.experiments.command_requests import FitRequest
     from tosca_heads.experiments.runs import fit as fit_command
 
     return fit_command(_request(FitRequest, locals()), on_plan=_warn)
@@ -208,7 +208,7 @@ def sweep(
     >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(ROUTERS)
     ([2, 4], ['test', 'validation'], True)
     """
-    from tosca_heads.experiments.requests import SWEEP_FLAGS, SweepRequest
+    from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SweepRequest
     from tosca_heads.experiments.sweeps import sweep as sweep_command
 
     # the command's grid defaults (seed 0, order seed 1993), so both faces name the same grid
@@ -251,7 +251,7 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     >>> predictor.tasks_
     3
     """
-    from tosca_heads.records.run import open_run_store, read_run_config
+    from tosca_heads.records.run_folder import open_run_store, read_run_config
 
     config = read_run_config(Path(run))
     store = open_run_store(config, Path(run))
@@ -285,7 +285,7 @@ def predict(
     ((48,), 'given', True)
     """
     from tosca_heads.experiments.predict import default_router
-    from tosca_heads.records.run import read_metrics
+    from tosca_heads.records.run_folder import read_metrics
 
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
@@ -328,8 +328,8 @@ def baselines(
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
     (['simplecil', 'ranpac'], True)
     """
+    from tosca_heads.experiments.command_requests import BaselinesRequest
     from tosca_heads.experiments.comparison import compare
-    from tosca_heads.experiments.requests import BaselinesRequest
-    from tosca_heads.records.baseline import comparison_frame
+    from tosca_heads.records.baselines_folder import comparison_frame
 
     return comparison_frame(compare(_request(BaselinesRequest, locals()), on_start=_warn).results)
