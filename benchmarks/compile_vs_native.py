@@ -1,23 +1,25 @@
 """The compiled C step against `torch.compile` of the PyTorch step, on this CPU (issue 45, 6a).
 
-    python benchmarks/compile_vs_native.py [--steps 260] [--repeats 5] [--fits 2] [--train 50000]
+    python benchmarks/compile_vs_native.py [--shapes paper,demo] [--fits 2] [--mode MODE] [--dynamic]
 
 Three ways of taking the same SGD step (LuCA + cosine classifier + cross-entropy + L1, momentum
 SGD, `engine/steppers.py`): the compiled C step (`NativeStep`, csrc/luca_step.c), the PyTorch step
 (`TorchStep`, eager) and the PyTorch step under `torch.compile` (inductor, its default mode unless
-`--mode` says otherwise), which would be the CPU path if the C step went.
+`--mode` says otherwise; `--dynamic` for dynamic=True), which would be the CPU path if the C step
+went. The figures and the decision they led to: docs/benchmarks.md.
 
 Prints, in turn:
 1. that the compiled PyTorch step gives the eager step's numbers (and the C step's) to float
    rounding after a few dozen steps, so the timings compare the same arithmetic;
-2. milliseconds per step at the paper's shape (`--dim 768 --r 48 --batch 48 --classes 52`, the
+2. milliseconds per step at the paper's shape (d 768, r = s = 48, batch 48, 52 classes: the
    mean number of seen classes over a CIFAR-100 B0 Inc5 run) and at the demo's (EuroSAT,
    EfficientNet-Lite0: d 1280, r 80, 6 classes), the three kinds interleaved repeat by repeat,
    each after its warm-up (compilation excluded), median and range, one matmul thread (as
    `step_mode` trains);
 3. the wall time of whole 20-task fits (`benchmarks/fit_speed.py`'s CIFAR-100-shaped synthetic
    store, the paper preset, evaluation included), each in a fresh process, the kinds interleaved
-   round by round: the C step as the tool runs it (TOSCA_STEP=auto, its default threads), and the
+   round by round: the C step as the tool runs it (TOSCA_STEP=auto, its default threads) and on
+   one thread (TOSCA_STEP_THREADS=1, as the compiled step runs), and the
    compiled PyTorch step as it would run without the C library (TOSCA_STEP=torch, so evaluation
    takes the PyTorch forward too) with inductor's on-disk cache empty ("cold": every kernel
    generated and built by the C++ compiler) and then filled by that fit ("warm": a user's later
