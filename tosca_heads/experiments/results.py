@@ -271,7 +271,7 @@ def choices(
     def described(row: Any) -> dict[str, Any]:
         entry = {
             "flags": {f: _plain(row[f]) for f in flags},
-            "A_last": float(row[f"A_last_{rank_by}_mean"]),
+            RANKED: float(row[f"{RANKED}_{rank_by}_mean"]),
             "seeds": int(row["seeds"]),
         }
         if f"val_A_last_{rank_by}_mean" in row:

@@ -15,5 +15,8 @@ from featcache.foundation.lazy import lazy_names
 # loaded on first use: `tosca list` names the presets without loading what runs a suite
 __getattr__, __all__ = lazy_names(
     __name__,
-    {"suite_runner": ("SuiteResult", "run_suite"), "spec": ("StoreSpec", "SuiteSpec", "load_suite", "parse_suite")},
+    {
+        "suite_runner": ("SuiteResult", "run_suite"),
+        "spec": ("StoreSpec", "SuiteSpec", "load_suite", "parse_suite"),
+    },
 )

@@ -28,7 +28,7 @@ from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
 from tosca_heads.experiments.suite.spec import SuiteSpec
 from tosca_heads.method import uncertainty
 from tosca_heads.method.baseline_registry import label as baseline_label
-from tosca_heads.method.metrics import METRICS, figures, metric_named, resampled
+from tosca_heads.method.metrics import METRICS, RANKED, figures, metric_named, resampled
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import plots
 from tosca_heads.records.run_folder import feature_dim_of, read_run_config
@@ -169,13 +169,13 @@ def build_tables(spec: SuiteSpec, states: Sequence[CellState]) -> SuiteTables:
             evidence.similarities[(store.name, entry)] = {
                 (s.cell.order_seed, s.cell.seed): s.similarity for s in done if s.similarity is not None
             }
-            figures = {"A_last": [s.result["routers"][spec.primary]["A_last"] for s in done]}
+            figures = {RANKED: [s.result["routers"][spec.primary][RANKED] for s in done]}
             for metric in SIMILARITIES:
                 measured = (getattr(s.similarity, metric.removeprefix("similarity_"), None) for s in done)
                 figures[metric] = [value for value in measured if value is not None]
             for metric, values in figures.items():
-                runs = evidence.runs(store.name, entry) if metric == "A_last" else None
-                figure = (*uncertainty.spread(values), len(cells), *_intervals(runs)["A_last"])
+                runs = evidence.runs(store.name, entry) if metric == RANKED else None
+                figure = (*uncertainty.spread(values), len(cells), *_intervals(runs)[RANKED])
                 ablation.append((flow, l1, store.name, metric, *figure))
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-BOLD_COLUMNS])
     chosen_on, tested = _mark_best(table, evidence)
@@ -355,7 +355,7 @@ def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame) -> tuple[list[str], 
         cells = [FLOW_LABELS.get(flow, flow), f"{l1:g}"]
         for store in spec.stores:
             mine = part[part.store == store.name]
-            cells.append(_entry(mine[mine.metric == "A_last"].iloc[0]))
+            cells.append(_entry(mine[mine.metric == RANKED].iloc[0]))
             sims = []
             for metric in SIMILARITIES:
                 row = mine[mine.metric == metric]
