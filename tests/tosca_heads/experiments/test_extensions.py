@@ -412,7 +412,7 @@ def disguised() -> Iterator[None]:
             del METRICS[name]
 
 
-def test_a_plugin_metric_with_an_interval_gets_it_and_its_bold_entries_as_a_built_in_does(
+def test_a_plugin_metric_with_an_interval_gets_it_as_a_built_in_does(
     disguised: None, store: FeatureStore, tmp_path: Path
 ) -> None:
     fit = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), *SPLIT, *QUICK]
@@ -448,6 +448,11 @@ def test_a_plugin_metric_with_an_interval_gets_it_and_its_bold_entries_as_a_buil
         assert results[f"{mine}_low"].notna().all()
         assert results[f"{mine}_low"].tolist() == results[f"{built_in}_low"].tolist()
 
+
+@pytest.mark.heavy
+def test_a_plugin_metric_with_an_interval_is_bold_in_a_suite_as_a_built_in_is(
+    disguised: None, store: FeatureStore, tmp_path: Path
+) -> None:
     toml = {
         "seeds": [0, 1],
         "tosca": {"routers": ["entropy", "lda"], "flags": {"epochs": 1, "batch_size": 8}},
