@@ -35,6 +35,7 @@ def _run(script: str, *args: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a benchmark run whole (2-5 s)
 def test_fit_speed_prints_its_timing_and_accuracies() -> None:
     out = _run("fit_speed.py", "--train", "1200", "--test", "300", "--dim", "32", "--classes", "10")
     assert "2 tasks" in out and "ms per SGD step" in out
@@ -43,6 +44,7 @@ def test_fit_speed_prints_its_timing_and_accuracies() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a benchmark run whole (2-5 s)
 def test_step_speed_prints_one_row_per_step_kind() -> None:
     out = _run(
         "step_speed.py",
@@ -270,6 +272,7 @@ def test_estimates_reads_the_progress_lines_as_a_user_would() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a benchmark run whole (2-5 s)
 def test_startup_prints_min_median_max_per_command() -> None:
     out = _run("startup.py", "--repeats", "1", "--commands=--version,list,fit --help")
     rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[1:]}

@@ -147,6 +147,7 @@ def test_off_says_nothing() -> None:
     assert stream.getvalue() == ""
 
 
+@pytest.mark.heavy  # 4-5 s: an extraction through the command line
 def test_a_redirected_extraction_prints_progress_while_it_runs(tmp_path: Path) -> None:
     tree = make_image_tree(tmp_path / "imgs", classes=2, train=4, test=2)
     args = [

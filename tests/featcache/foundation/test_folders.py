@@ -108,6 +108,7 @@ def test_tosca_folders_are_not_mixed_up(store: Path, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.heavy  # 4 s: a fit, a sweep and baselines
 def test_folders_written_before_the_marker_are_taken_over(store: Path, tmp_path: Path) -> None:
     """Runs, sweeps and baselines folders that today's tosca wrote carry no marker: they resume."""
     for writer, target, kind in (

@@ -175,7 +175,8 @@ GROUP = [
 ]
 
 
-@pytest.mark.parametrize("step", [pytest.param("torch", marks=pytest.mark.heavy), "auto"])  # torch: 5 s
+@pytest.mark.heavy  # 5-8 s a step kind; a fast grouped check: test_sweeps.py::test_grouped_sweep_equals_one_point_per_engine_run
+@pytest.mark.parametrize("step", ["torch", "auto"])
 def test_a_group_of_four_equals_the_four_points_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:

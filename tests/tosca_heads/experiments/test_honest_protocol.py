@@ -224,6 +224,7 @@ def test_honesty_is_structural_an_honest_router_cannot_read_the_task(tmp_path: P
         del ROUTERS["told_task"]
 
 
+@pytest.mark.heavy  # 5 s: the README's commands on an image folder
 def test_the_readme_image_folder_split_is_never_one_class_per_task(tmp_path: Path) -> None:
     """A store of an image folder without --init-cls/--increment: the same stated default in fit,
     sweep, suite and the API, said in the header (10 classes: B0 Inc2, 5 tasks)."""
