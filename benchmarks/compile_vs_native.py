@@ -51,6 +51,7 @@ from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, Step, StepTask, TorchStep
 from tosca_heads.method.luca import LuCA
+from tosca_heads.method.recipe import TrainConfig  # the paper recipe: momentum, weight decay, L1, batch
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,14 +82,6 @@ class CompiledStep(TorchStep):
         self._body(self.order[:, begin : begin + size], self.neg_lr, size, self.track)
 
 
-@dataclass
-class _Hyper:
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    l1: float = 5e-4
-    batch_size: int = 48
-
-
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -114,7 +107,7 @@ def _state(shape: Shape, seed: int = 0) -> tuple[StepTask, torch.Tensor, torch.T
     features = torch.randn(ROWS, d, generator=gen)
     targets = torch.randint(0, classes, (ROWS,), generator=gen)
     order = torch.randperm(ROWS, generator=gen).unsqueeze(0)
-    task = StepTask(layout, [_Hyper(batch_size=shape.batch)], flat, weight, sigma, targets)
+    task = StepTask(layout, [TrainConfig(batch_size=shape.batch)], flat, weight, sigma, targets)
     return task, features, order
 
 

@@ -19,7 +19,6 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,19 +30,12 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, Step, StepTask, TorchStep
 from tosca_heads.method.classifier import cosine_logits, new_rows
 from tosca_heads.method.luca import LuCA
+from tosca_heads.method.recipe import TrainConfig  # the paper recipe: momentum, weight decay, L1, batch
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-@dataclass
-class _Hyper:
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    l1: float = 5e-4
-    batch_size: int = 48
 
 
 def engine_step_ms(
@@ -59,7 +51,7 @@ def engine_step_ms(
     features = torch.randn(2500, d, device=device)
     targets = torch.randint(0, classes, (2500,), device=device)
     order = torch.stack([torch.randperm(2500) for _ in range(groups)]).to(device)
-    step = kind(StepTask(layout, [_Hyper(batch_size=batch)] * groups, flat, weight, sigma, targets))
+    step = kind(StepTask(layout, [TrainConfig(batch_size=batch)] * groups, flat, weight, sigma, targets))
     step.start_epoch(features, order, [0.025] * groups, track=False)
     if isinstance(step, NativeStep):
         step.threads.choose = lambda: step.threads.most  # every epoch on this many threads

@@ -139,8 +139,6 @@ def point_rows(
     return rows
 
 
-# the columns of each figure's interval: bounded as the figure is (`Metric.holds`)
-BOUNDED_BY = {f"{m.name}_{end}": m.name for m in figures() for end in ("low", "high")}
 FRACTION_COLUMNS = {"val_fraction"}
 # counts: whole numbers; those of them at least one
 AT_LEAST_ONE = {
@@ -174,7 +172,7 @@ def _cell_problem(column: str, value: str) -> str:
         return "a finite number"
     if column in FRACTION_COLUMNS:
         return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
-    metric = METRICS.get(column) or METRICS.get(BOUNDED_BY.get(column) or _interval_of(column))
+    metric = METRICS.get(column) or METRICS.get(_interval_of(column))  # an interval: as its figure
     if metric is not None:
         return "" if metric.holds(number) else f"{metric.label} between {metric.low:g} and {metric.high:g}"
     if column in WHOLE_COLUMNS and not number.is_integer():
