@@ -55,6 +55,7 @@ from tosca_cli.views import (
 )
 from tosca_heads.experiments.command_requests import (
     FIT_FLAGS,
+    ROUTERS_HELP,
     SWEEP_FLAGS,
     BaselinesRequest,
     DemoRequest,
@@ -170,18 +171,14 @@ def _routers(text: str | None) -> list[str]:
     return resolve_routers(text)
 
 
-ROUTERS_SHOWN = "Routers to show, comma-separated (default: all; every one is evaluated and saved)."
-ROUTERS_OPTION = parameter("router", str | None, typer.Option(None, "--router", help=ROUTERS_SHOWN))
-
-
 @app.command()
 @user_errors
-@from_request(FitRequest, ROUTERS_OPTION, json_flag(), flags=FIT_FLAGS, into="recipe")
-def fit(request: FitRequest, router: str | None, as_json_: bool) -> None:
+@from_request(FitRequest, json_flag(), flags=FIT_FLAGS, into="recipe")
+def fit(request: FitRequest, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.experiments.runs import fit as fit_command
 
-    routers = _routers(router)  # a bad name is the only line: before the plan is said
+    routers = _routers(request.router)  # a bad name is the only line: before the plan is said
 
     def started(run: Path) -> None:
         say(f"run {run}", err)
@@ -205,15 +202,16 @@ def eval_run(
     device: str = typer.Option(
         "auto", help="Where it runs: auto (CUDA when available), cpu, cuda or cuda:N."
     ),
-    router: str | None = typer.Option(None, "--router", help=ROUTERS_SHOWN),
+    router: str | None = typer.Option(None, "--router", help=ROUTERS_HELP),
     as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
     from featcache.foundation.devices import resolve_device
     from tosca_heads.experiments.group import evaluate_run
+    from tosca_heads.routers import on_request
 
     routers = _routers(router)
-    result = evaluate_run(run, device=resolve_device(device))
+    result = evaluate_run(run, device=resolve_device(device), routers=on_request(routers))
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
     run_summary(result, routers)

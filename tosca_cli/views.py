@@ -561,7 +561,7 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
     from featcache.images.decoder_names import DECODERS
     from featcache.sources.datasets import DATASETS
     from tosca_heads.experiments.suite.presets import PRESETS as SUITES
-    from tosca_heads.method.baseline_registry import BASELINES
+    from tosca_heads.method.baseline_registry import BASELINES, paper_of
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
     from tosca_heads.trackers.logger_registry import LOGGERS
@@ -581,6 +581,10 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
         said = "honest" if not entry.reference else f"reference ({entry.reference})"
         return said + (f": {entry.description}" if entry.description else "")
 
+    def with_paper(entry: Any) -> str:
+        paper = paper_of(entry.name)
+        return entry.description + (f" [{paper}]" if paper else "")
+
     def preset(name: str, what: str) -> dict[str, str]:
         return {"name": name, "aliases": "", "what": what, "from": "built-in"}
 
@@ -588,7 +592,7 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
         "backbones": rows(BACKBONES),
         "datasets": rows(DATASETS),
         "routers": rows(ROUTERS, honesty),
-        "baselines": rows(BASELINES),
+        "baselines": rows(BASELINES, with_paper),
         "trackers": rows(LOGGERS),
         "decoders": rows(DECODERS),
         "presets": [

@@ -135,6 +135,7 @@ def fit(
     val_seed: int = 0,
     device: str = "auto",
     log: Sequence[str] = (),
+    router: str | None = None,
     **recipe: Any,
 ) -> RunResult:
     """`tosca fit`, through the same request and function, with the same defaults: one LuCA module
@@ -146,6 +147,8 @@ def fit(
     split, scored beside test (0, the default: the paper's protocol). The run folder is `run` (a
     matching one resumed), or the command's default under runs/; `write=False` keeps it in memory.
     `log` sends the run to trackers, as `--log`: ["mlflow", "tensorboard"] (runs/mlflow/, runs/tensorboard/).
+    `router`, as `--router`: an on-request router named there ("fecam", "klda", "randumb", or
+    "all") is computed besides every other.
 
     >>> result = fit(STORE, write=False, init_cls=2, increment=2, epochs=2, batch_size=8)
     >>> metrics = result.metrics()
@@ -160,9 +163,9 @@ def fit(
     return fit_command(_request(FitRequest, locals()), on_plan=_warn)
 
 
-def evaluate(run: str | Path, device: str = "auto") -> RunResult:
-    """`tosca eval`: re-evaluate a run folder from its saved modules (every router), rewriting its
-    metrics.
+def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -> RunResult:
+    """`tosca eval`: re-evaluate a run folder from its saved modules (every router, and the
+    on-request ones `router` names, as `--router`), rewriting its metrics.
 
     >>> first = fit(STORE, run=TMP / "run", init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> again = evaluate(TMP / "run")
@@ -171,8 +174,10 @@ def evaluate(run: str | Path, device: str = "auto") -> RunResult:
     """
     from featcache.foundation.devices import resolve_device
     from tosca_heads.experiments.group import evaluate_run
+    from tosca_heads.routers import on_request, resolve_routers
 
-    return evaluate_run(Path(run), device=resolve_device(device))
+    routers = on_request(resolve_routers(router))
+    return evaluate_run(Path(run), device=resolve_device(device), routers=routers)
 
 
 def sweep(

@@ -246,7 +246,7 @@ class StageEvaluator:
         scores: dict[str, tuple[torch.Tensor, ...]] = {}
         for name in ROUTERS:
             router = ROUTERS[name]
-            if router.needs_statistics and view.frozen is None:
+            if not router.available(view):  # no statistics kept, or an on-request router not asked for
                 continue
             chosen = route(name, view)
             correct = (predict(predictions, chosen) == labels).double()

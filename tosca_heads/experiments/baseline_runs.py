@@ -43,7 +43,7 @@ def run_baseline(
     sums in another order)."""
     name = BASELINES.pick(name, "baseline")  # an alias stands for its name
     store, stream, held, device = plan.store, plan.stream, plan.held, plan.device.resolved
-    check_baseline_params(name, params, store.dim)
+    check_baseline_params(name, params, store.dim, stream.num_classes)
     fingerprint = store.fingerprint  # as opened: checked again after the last read
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = plan.train_labels, plan.test_labels  # HELD_OUT rows never train
@@ -63,6 +63,10 @@ def run_baseline(
             else:
                 rows = stream.rows_seen(train_y, task)
                 estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
+            if task == 0 and "validation" in scored and callable(getattr(estimator, "tune", None)):
+                x, y = scored["validation"]
+                seen = stream.rows_seen(y, task)
+                estimator.tune(x[_index(seen, x)], y[seen])  # its knob, on rows that never train
             for split, (x, y) in scored.items():
                 seen = stream.rows_seen(y, task)
                 pred = checked_predictions(
@@ -82,8 +86,7 @@ def run_baseline(
     }
     found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
     metrics = with_intervals(summarise(*curves["test"]), found["test"])
-    if hasattr(estimator, "ridge_"):
-        metrics["ridge"] = estimator.ridge_
+    metrics.update(chosen_knob(estimator))
     held_out = (
         with_intervals(summarise(*curves["validation"]), found["validation"])
         if "validation" in curves
@@ -102,6 +105,17 @@ def run_baseline(
     )
 
 
+def chosen_knob(estimator: Any) -> dict[str, Any]:
+    """The knob a baseline chose for itself (its class's `tuned`, "ridge": the value in `ridge_`)
+    and how (`tuned_by_`: "validation" when the run's validation split chose it, else the paper's
+    rule in words), for its metrics.json and the comparison's notes; {} for one with no knob."""
+    knob = getattr(estimator, "tuned", None)
+    if not knob or not hasattr(estimator, f"{knob}_"):
+        return {}
+    value = getattr(estimator, f"{knob}_")
+    return {knob: float(value), "chosen_by": str(getattr(estimator, "tuned_by_", "its paper's rule"))}
+
+
 def baseline_reference(name: str) -> str:
     """What makes a registered baseline a reference, in words ("" for an honest continual method):
     its class's `reference` (True, or the words)."""
@@ -109,13 +123,13 @@ def baseline_reference(name: str) -> str:
     return declared if isinstance(declared, str) else ("a reference" if declared else "")
 
 
-def check_baseline_params(name: str, params: dict[str, Any], dim: int) -> None:
+def check_baseline_params(name: str, params: dict[str, Any], dim: int, classes: int = 0) -> None:
     """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each."""
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim)
+    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

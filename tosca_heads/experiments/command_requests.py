@@ -69,6 +69,13 @@ SWEEP_FLAGS = (
 )
 
 
+ROUTERS_HELP = (
+    "Routers to show, comma-separated, or 'all' (default: every router but the on-request ones; each is "
+    "evaluated and saved). An on-request router named here (fecam, klda, randumb: a baseline's cost) is "
+    "computed too."
+)
+
+
 @dataclass(frozen=True)
 class FitRequest:
     """`tosca fit` (None: not given). The recipe's own flags (method.recipe.RECIPE_FLAGS) come in
@@ -88,6 +95,7 @@ class FitRequest:
     val_seed: int = option(0, VAL_SEED_HELP)
     device: str = option("auto", DEVICE_HELP)
     log: tuple[str, ...] = option((), LOG_HELP, ("--log",))
+    router: str | None = option(None, ROUTERS_HELP)
     recipe: dict[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
     write: bool = True  # False (Python only): nothing written, the run kept in memory
@@ -154,7 +162,8 @@ class BaselinesRequest:
     val_seed: int | None = option(None, VAL_SEED_HELP + " Default: 0; with --run, the run's.")
     methods: tuple[str, ...] | None = option(
         None,
-        "Comma-separated baselines (default: every baseline whose class runs by default; built in: all three).",
+        "Comma-separated baselines, or 'all' (default: SimpleCIL, RanPAC and the joint probe, those whose class "
+        "runs by default; `tosca list` names every one).",
         comma=True,
     )
     run: Path | None = option(

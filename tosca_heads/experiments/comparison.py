@@ -19,10 +19,9 @@ from tosca_heads.experiments.executor import Executor, Outcome, Work, share_feat
 from tosca_heads.experiments.group import RunResult, evaluate_run, fit_group
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import (
-    BASELINES,
     arguments,
+    baseline_names,
     check_fits,
-    default_baselines,
     given_params,
 )
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -137,10 +136,9 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
 def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The flags alone, before any store is opened: the baselines by their registered names (the
     registry's `pick`: an alias is its name, an unknown one refused with the closest; none named:
-    `default_baselines()`), and their own parameters as given (`baseline_registry.given_params`: of
+    `baseline_names`: `all`, or `default_baselines()`), and their own parameters as given (`baseline_registry.given_params`: of
     their kind, each checked)."""
-    named = default_baselines() if request.methods is None else request.methods
-    methods = tuple(BASELINES.pick(m, "--methods") for m in named or ("(none)",))
+    methods = baseline_names(request.methods)
     given = given_params(methods, request.params, text=True)
     for method in methods:
         check_fits(method, arguments(method, given), 1)

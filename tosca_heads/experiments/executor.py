@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,6 +63,7 @@ class Work:
     method: str = ""
     params: tuple[tuple[str, Any], ...] = ()
     baseline_folder: str | None = None
+    routers: tuple[str, ...] = ()  # on-request routers the TOSCA runs compute besides the others
 
     @property
     def kind(self) -> str:
@@ -146,7 +147,7 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
         outcome.baseline = result
     else:
         outcome.runs = fit_group(
-            plan.with_trains(work.trains, [Path(f) for f in work.folders]),
+            replace(plan.with_trains(work.trains, [Path(f) for f in work.folders]), routers=work.routers),
             source=source,
             write_outputs=bool(work.folders),
             overlap=None if alone else False,

@@ -40,6 +40,7 @@ from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.routers import ClassStatistics
+from tosca_heads.routers.learned import on_request
 from tosca_heads.routers.memo import shared_statistics
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -85,8 +86,8 @@ class GroupFit:
                 stream, plan.held_labels, source, device, split="train", rows=plan.held
             )
         self.queue = StageQueue(evaluators, self.threads.overlap)
-        self.statistics = ClassStatistics(store.dim)
-        self.memo = None if key is None else shared_statistics(key, store.dim)
+        self.statistics = ClassStatistics(store.dim, routers=plan.routers)
+        self.memo = None if key is None else shared_statistics((*key, plan.routers), store.dim, plan.routers)
         images = {split: evaluator.images() for split, evaluator in evaluators.items()}
         self.results = [
             RunResult(d, c, [], images=images) for d, c in zip(plan.dirs, plan.configs, strict=True)
@@ -259,9 +260,13 @@ def fit_run(
 
 
 def evaluate_run(
-    run_dir: Path, source: FeatureSource | None = None, device: str | torch.device = "cpu"
+    run_dir: Path,
+    source: FeatureSource | None = None,
+    device: str | torch.device = "cpu",
+    routers: tuple[str, ...] = (),
 ) -> RunResult:
-    """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing."""
+    """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing.
+    Every router is evaluated, and the on-request ones among `routers` (`routers.learned`)."""
     config = run_record.read_run_config(run_dir)
     stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
     done = run_record.finished_tasks(run_dir)
@@ -271,4 +276,4 @@ def evaluate_run(
     store = run_record.open_run_store(config, run_dir)
     plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
-    return fit_group(replace(plan, upto=done - 1), source=source)[0]
+    return fit_group(replace(plan, upto=done - 1, routers=on_request(routers)), source=source)[0]

@@ -104,6 +104,7 @@ class FitPlan:
     digests: tuple[str, ...] = ()  # each config's digest, recorded in its task files
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
     upto: int | None = None  # the last task to train (checked where it came in); None: every task
+    routers: tuple[str, ...] = ()  # on-request routers (`routers.learned`) computed besides the others
 
     def __post_init__(self) -> None:
         tasks = self.stream.num_tasks

@@ -10,7 +10,7 @@ and embedded by the store's own backbone through functions the caller hands in (
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments.command_requests import PredictRequest
+from tosca_heads.experiments.plan import FitPlan
+from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import TaskStream
@@ -39,8 +41,10 @@ from tosca_heads.records.run_folder import (
     read_run_config,
     stream_config_of,
     train_config_of,
+    validation_of,
 )
 from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
+from tosca_heads.routers.learned import RouterLearners
 from tosca_heads.routers.scores import predict as predict_classes
 
 
@@ -118,6 +122,9 @@ class RunPredictor:
                 f"ended); rebuild them with `tosca eval {self.run_dir}`"
             )
         self.tasks_ = tasks
+        self.learned_: dict[
+            str, Any
+        ] = {}  # on-request routers' baselines, refitted where asked (`learn_router`)
         return self
 
     def check_router(self, router: str) -> None:
@@ -132,6 +139,31 @@ class RunPredictor:
             raise UserError(
                 f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
             )
+        if ROUTERS[router].on_request and router not in self.learned_:
+            raise UserError(
+                f"router {router!r} learns from the run's store, which this prediction was not given "
+                "(`tosca predict` refits it there): pick another router"
+            )
+
+    def learn_router(self, router: str, store: FeatureStore) -> RunPredictor:
+        """An on-request router's baseline (`routers.learned`), refitted from the run's store as the
+        fit learned it: task by task on the clean training rows of its split, its validation rows
+        left out (a run's router file keeps the statistics, not a baseline's matrices)."""
+        if not ROUTERS[router].on_request or router in self.learned_:
+            return self
+        plan = FitPlan.build(
+            store, stream_config_of(self.config_, self.run_dir), validation_of(self.config_, self.run_dir)
+        )
+        source = CachedFeatures(store)
+        learners = RouterLearners((router,))
+        with single_threaded():
+            for task in range(self.tasks_):
+                rows = plan.stream.rows_of_task(plan.train_labels, task)
+                learners.partial_fit(
+                    source.clean("train", rows).to("cpu", torch.float32), plan.train_labels[rows]
+                )
+        self.learned_ = {**self.learned_, **learners.snapshot()}
+        return self
 
     @torch.no_grad()
     def module_logits(self, features: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -160,10 +192,11 @@ class RunPredictor:
     def _predict(self, scorer: ModuleScorer, x: torch.Tensor, router: str, chosen_on: str) -> Predictions:
         entropy, predictions, energy, top = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
         classes = np.arange(int(self.weight_.shape[1]))
+        frozen = None if self.statistics_ is None else self.statistics_.model().to(self.device)
         view = StageView(
             entropy=entropy,
             energy=energy,
-            frozen=None if self.statistics_ is None else self.statistics_.model().to(self.device),
+            frozen=None if frozen is None else replace(frozen, learned=self.learned_),
             features=x,
             class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
         )
@@ -243,7 +276,7 @@ def predict_images(request: PredictRequest, list_images: ListImages, embed: Embe
     store = open_run_store(config, request.run)
     names = list(store.identity["dataset"].get("class_names") or range(store.shape.classes))
     predictor = RunPredictor(request.run, store.shape.classes, device, [str(n) for n in names]).load()
-    predictor.check_router(chosen)
+    predictor.learn_router(chosen, store).check_router(chosen)
     result = predictor.predict(embed(store, paths, device, request.batch_size), chosen, chosen_on)
     rows = [
         {

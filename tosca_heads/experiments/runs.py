@@ -20,6 +20,7 @@ from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.protocol import ProtocolReport, ValidationConfig
 from tosca_heads.method.recipe import recipe
+from tosca_heads.routers import on_request, resolve_routers
 
 if TYPE_CHECKING:
     from tosca_heads.records.run_folder import RunResult, StageResult
@@ -56,7 +57,7 @@ def plan_fit(request: FitRequest) -> FitPlan:
     tasks = plan.stream.num_tasks
     if request.task is not None and request.task >= tasks:
         raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
-    return replace(plan, upto=request.task)
+    return replace(plan, upto=request.task, routers=on_request(resolve_routers(request.router)))
 
 
 def fit(

@@ -63,7 +63,7 @@ from tosca_heads.records.sweep import (
     sweep_config,
     write_point_outcomes,
 )
-from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
+from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, on_request, reference_text
 from tosca_heads.trackers import Metric, TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import rows_record, run_files
 from tosca_heads.trackers.tracking import rows_file
@@ -128,13 +128,20 @@ class SweepPoint:
         """Identity of the point: every flag, so a grown grid re-uses the points it shares."""
         return point_key(self.flags())
 
-    def work(self, members: Sequence[SweepPoint], store: FeatureStore, keep: Path | None = None) -> Work:
+    def work(
+        self,
+        members: Sequence[SweepPoint],
+        store: FeatureStore,
+        keep: Path | None = None,
+        routers: tuple[str, ...] = (),
+    ) -> Work:
         """The engine run of these compatible points (this one first): nothing written, or with
-        `keep` each point's run folder under it (`module_folder`)."""
+        `keep` each point's run folder under it (`module_folder`); `routers`: the on-request routers
+        the sweep ranks by or shows, computed besides the others."""
         path = str(store.path.resolve())
         folders = () if keep is None else tuple(str(module_folder(keep, p)) for p in members)
         trains = tuple(p.train for p in members)
-        return Work(path, store.fingerprint, self.stream, self.validation, trains, folders)
+        return Work(path, store.fingerprint, self.stream, self.validation, trains, folders, routers=routers)
 
     @property
     def group_key(self) -> tuple:
@@ -503,7 +510,7 @@ def _run_points(
     )
     groups: dict[int, tuple[Work, list[SweepPoint]]] = {}  # the executor hands back each work itself
     for members in make_groups(pending, size):
-        work = members[0].work(members, store, plan.keep_modules)
+        work = members[0].work(members, store, plan.keep_modules, on_request([plan.rank_by, *plan.shown]))
         groups[id(work)] = (work, members)
     finished = 0
 

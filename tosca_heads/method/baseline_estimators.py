@@ -28,6 +28,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_registry import Interval, Param
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
+RANPAC_RULE = "RanPAC's rule (least held-out MSE on a seeded 80/20 split of the first task)"
 Array = np.ndarray | torch.Tensor
 
 
@@ -96,6 +97,7 @@ class RanPAC:
     incremental = True
     runs_by_default = True
     label = "RanPAC"
+    tuned = "ridge"  # chosen by its paper's rule (`ridge_`, `tuned_by_`); the run's validation split plays no part
     params = (
         Param(
             "projection_dim",
@@ -189,6 +191,7 @@ class RanPAC:
                     if self.ridge is not None
                     else self._select_ridge(torch.cat([torch.cat(tiles, 1) for tiles in blocks]), y)
                 )
+                self.tuned_by_ = "given" if self.ridge is not None else RANPAC_RULE
             self.targets_ = F.pad(self.targets_, (0, n_classes - self.targets_.shape[1]))
             linalg.add_gram(self.gram_, blocks, run)
             linalg.add_cross(self.targets_, blocks, linalg.row_blocks(y), run)

@@ -46,7 +46,20 @@ BASELINES.declare(
     reference="sees every task at once",
 )
 
+# each built-in's paper, declared with it (`tosca list`, docs/baselines.md); a plug-in's is its class's `paper`
+PAPERS = {
+    "simplecil": "Zhou et al., Revisiting Class-Incremental Learning with Pre-Trained Models, IJCV 2024",
+    "ranpac": "McDonnell et al., RanPAC: Random Projections and Pre-trained Models for Continual Learning, "
+    "NeurIPS 2023",
+}
+
 ESTIMATOR_METHODS = ("predict", "num_parameters")
+
+
+def paper_of(name: str) -> str:
+    """The paper a baseline follows ("" for none, as the joint probe): a built-in's from `PAPERS`
+    (no import), a plug-in's from its class's `paper`."""
+    return PAPERS.get(name) or str(getattr(BASELINES.get(name), "paper", "") or "")
 
 
 def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
@@ -217,6 +230,27 @@ def default_baselines() -> tuple[str, ...]:
     return tuple(name for name in BASELINES if getattr(BASELINES[name], "runs_by_default", False))
 
 
+ALL = "all"  # a methods list naming every registered baseline
+
+
+def baseline_names(named: Sequence[str] | None, what: str = "--methods") -> tuple[str, ...]:
+    """The baselines a methods list names, by their registered names (an alias is its name; an
+    unknown one refused with the closest, in one line naming `what`): None gives
+    `default_baselines()`, `all` every registered baseline (references included) in the registry's
+    order, plug-ins too.
+
+    >>> baseline_names(["ranpac", "simplecil"])
+    ('ranpac', 'simplecil')
+    >>> baseline_names(["all"])[:3]
+    ('simplecil', 'ranpac', 'joint_probe')
+    """
+    if named is None:
+        return default_baselines()
+    if ALL in named:
+        return tuple(BASELINES)
+    return tuple(dict.fromkeys(BASELINES.pick(m, what) for m in named or ("(none)",)))
+
+
 def params_of(method: str) -> tuple[Param, ...]:
     """The parameters a registered baseline declares (none for most), each with its default."""
     return declared_params(BASELINES[method])
@@ -311,9 +345,10 @@ def deterministic(method: str) -> bool:
     return bool(getattr(BASELINES[method], "deterministic", False))
 
 
-def check_fits(method: str, values: Mapping[str, Any], dim: int) -> None:
-    """What a baseline with these keywords needs on features of `dim` fits this machine (its class's
-    `check_fits(dim, **values)`, when it declares one): one line when it does not."""
+def check_fits(method: str, values: Mapping[str, Any], dim: int, classes: int = 0) -> None:
+    """What a baseline with these keywords needs on features of `dim` and `classes` classes (0:
+    not known yet, as before a store is opened) fits this machine (its class's
+    `check_fits(dim, classes=..., **values)`, when it declares one): one line when it does not."""
     check = getattr(BASELINES[method], "check_fits", None)
     if check is not None:
-        check(dim, **values)
+        check(dim, classes=classes, **values)

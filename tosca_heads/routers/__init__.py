@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.lazy import lazy_names
+from tosca_heads.routers.learned import on_request  # registers fecam, klda, randumb after the others
 from tosca_heads.routers.routing_rules import (
     ROUTERS,
     ReferenceView,
@@ -32,9 +33,12 @@ HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables a
 
 
 def resolve_routers(text: str | None) -> list[str]:
-    """'lda,entropy' -> ['lda', 'entropy'] (None or 'all': every router), unknown names refused."""
+    """'lda,entropy' -> ['lda', 'entropy'] (None: every router but the on-request ones, which cost a
+    baseline's time; 'all': every router), unknown names refused."""
     names_all = tuple(ROUTERS)
-    if text is None or text.strip() == "all":
+    if text is None:
+        return [name for name in names_all if not ROUTERS[name].on_request]
+    if text.strip() == "all":
         return list(names_all)
     names = [ROUTERS.pick(n.strip()) for n in text.split(",") if n.strip()]
     if not names:
@@ -51,6 +55,7 @@ __all__ = [
     "Router",
     "StageView",
     "is_honest",
+    "on_request",
     "reference_text",
     "register_router",
     "resolve_routers",

@@ -23,8 +23,8 @@ MAX_SPLITS = 4  # task splits kept at once per process (each holds one model per
 class StatisticsMemo:
     """Models after tasks 0, 1, ... of one store and task split, extended in task order on demand."""
 
-    def __init__(self, dim: int):
-        self.statistics = ClassStatistics(dim)
+    def __init__(self, dim: int, routers: tuple[str, ...] = ()):
+        self.statistics = ClassStatistics(dim, routers=routers)
         self.models: list[FrozenModel] = []
         self.lock = threading.Lock()
 
@@ -45,11 +45,12 @@ _MEMOS: dict[tuple, StatisticsMemo] = {}
 _MEMOS_LOCK = threading.Lock()
 
 
-def shared_statistics(key: tuple, dim: int) -> StatisticsMemo:
-    """This process's memo for `key` (the store's fingerprint and the task split)."""
+def shared_statistics(key: tuple, dim: int, routers: tuple[str, ...] = ()) -> StatisticsMemo:
+    """This process's memo for `key` (the store's fingerprint, the task split and the on-request
+    routers whose learners it keeps: `routers`)."""
     with _MEMOS_LOCK:
         if key not in _MEMOS:
             if len(_MEMOS) >= MAX_SPLITS:
                 _MEMOS.pop(next(iter(_MEMOS)))
-            _MEMOS[key] = StatisticsMemo(dim)
+            _MEMOS[key] = StatisticsMemo(dim, routers)
         return _MEMOS[key]

@@ -122,9 +122,16 @@ class Router:
     needs_statistics: bool = False
     summary: str = ""
 
+    on_request: bool = False  # computed only where a run names it (`learned`: its cost is a baseline's)
+
     @property
     def honest(self) -> bool:
         return not self.reference
+
+    def available(self, view: StageView) -> bool:
+        """Whether this view holds what the router reads: the frozen-feature statistics where it
+        needs them (a run keeps none when nothing asks for them)."""
+        return view.frozen is not None or not self.needs_statistics
 
     def route(self, view: StageView) -> torch.Tensor:  # [G, n] module index per sample
         raise NotImplementedError

@@ -19,7 +19,9 @@ docs/routers.md compares them with the validated choice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +46,7 @@ class FrozenModel:
     unit_means: torch.Tensor  # [C, d] normalised class means of the raw features (nearest class mean)
     lda_weight: torch.Tensor  # [d, C]: Sigma^-1 mu_c of the transformed features
     lda_bias: torch.Tensor  # [C]: -mu_c' Sigma^-1 mu_c / 2 (+ log prior, equal here)
+    learned: Mapping[str, Any] = field(default_factory=dict)  # on-request router -> its fitted baseline
 
     def ncm_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Cosine similarity of each sample to each class mean: [n, C]."""
@@ -55,7 +58,11 @@ class FrozenModel:
 
     def to(self, device: torch.device) -> FrozenModel:
         return FrozenModel(
-            self.kind, self.unit_means.to(device), self.lda_weight.to(device), self.lda_bias.to(device)
+            self.kind,
+            self.unit_means.to(device),
+            self.lda_weight.to(device),
+            self.lda_bias.to(device),
+            self.learned,  # the baselines score CPU features: `learned.Learned` moves them
         )
 
 
@@ -67,10 +74,11 @@ class ClassStatistics:
     extra number), `kind_`, and `shrinkage_` (one value per task).
     """
 
-    def __init__(self, dim: int, seed: int = 0, shrinkage: str = "validated"):
+    def __init__(self, dim: int, seed: int = 0, shrinkage: str = "validated", routers: Sequence[str] = ()):
         self.dim = dim
         self.seed = seed
         self.shrinkage = shrinkage
+        self.routers = tuple(routers)  # on-request routers (`learned`) whose baselines learn here too
 
     @property
     def classes(self) -> int:
@@ -95,6 +103,12 @@ class ClassStatistics:
         if self.shrinkage not in SHRINKAGES:
             raise ValueError(f"unknown shrinkage {self.shrinkage!r}: use one of {', '.join(SHRINKAGES)}")
         self.fourth_ += _fourth_moment(x, labels, classes, self.kind_)
+        if self.routers:
+            if not hasattr(self, "learners_"):
+                from tosca_heads.routers.learned import RouterLearners
+
+                self.learners_ = RouterLearners(self.routers)
+            self.learners_.partial_fit(x, labels)
         if self.shrinkage != "validated":
             self.counts_, self.sums_, self.tsums_, self.scatter_ = self._grown(
                 _class_moments(x, labels, classes, self.kind_)
@@ -157,7 +171,9 @@ class ClassStatistics:
     def model(self) -> FrozenModel:
         """The classifiers over every class seen so far, with the last task's shrinkage (solved on one
         thread, as in `partial_fit`)."""
-        return _model(self.counts_, self.sums_, self.tsums_, self.scatter_, self.kind_, self.shrinkage_[-1])
+        model = _model(self.counts_, self.sums_, self.tsums_, self.scatter_, self.kind_, self.shrinkage_[-1])
+        learners = getattr(self, "learners_", None)
+        return model if learners is None else replace(model, learned=learners.snapshot())
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {

@@ -25,6 +25,7 @@ from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import validation_record
 from tosca_heads.records.baselines_folder import NO_ROUTING, read_baseline, read_baseline_outcomes
 from tosca_heads.records.run_config import CONFIG, config_differences
+from tosca_heads.routers import on_request
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,8 @@ def command(spec: SuiteSpec, cell: Cell, folder: Path, store: Path, stream: Stre
             if name != "eta_min" and value is not None
         ]
         args = ["tosca", "fit", "--store", str(store), "--run", str(folder), *split, *flags]
+        learned = on_request([*spec.routers, spec.primary])  # computed only where named
+        args += ["--router", ",".join(dict.fromkeys([*spec.routers, spec.primary]))] if learned else []
     else:
         params = cell_params(spec, cell)
         args = ["tosca", "baselines", "--store", str(store), "--no-tosca", "--methods", cell.method]

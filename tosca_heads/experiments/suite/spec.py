@@ -44,7 +44,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
-from tosca_heads.method.baseline_registry import BASELINES, default_baselines, given_params
+from tosca_heads.method.baseline_registry import ALL, BASELINES, default_baselines, given_params
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
@@ -148,8 +148,9 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     if not isinstance(stores, list) or not stores:
         raise UserError(f"{where} names no [[stores]]: give at least one (a path, or model + dataset)")
     tosca, baselines, ablation = (_section(data, key, where) for key in ("tosca", "baselines", "ablation"))
+    named = baselines.get("methods", list(default_baselines()))
     methods = _names(
-        baselines.get("methods", list(default_baselines())), "baselines.methods", BASELINES, where, empty=True
+        list(BASELINES) if named in (ALL, [ALL]) else named, "baselines.methods", BASELINES, where, empty=True
     )
     spec = SuiteSpec(
         name=_label(data.get("name", Path(where).stem), "name", where),

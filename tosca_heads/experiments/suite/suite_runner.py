@@ -47,6 +47,7 @@ from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, read_baseline
 from tosca_heads.records.suite import MANIFEST, check_manifest
+from tosca_heads.routers import on_request
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
 
@@ -251,8 +252,10 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
         for flow in {"tosca", *spec.flows}:
             require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
     dim = max([opened.store.dim for opened in stores.values()] or [1])
+    classes = max([max(p.stream.num_classes for p in o.plans.values()) for o in stores.values()] or [0])
     for method in spec.baselines:
-        baseline_registry.check_fits(method, baseline_registry.arguments(method, spec.baseline_params), dim)
+        values = baseline_registry.arguments(method, spec.baseline_params)
+        baseline_registry.check_fits(method, values, dim, classes)
 
 
 def _states(spec: SuiteSpec, stores: dict[str, OpenStore], out: Path, runs_root: Path) -> list[CellState]:
@@ -337,6 +340,7 @@ def works_of(
                 spec.validation,
                 tuple(trains[i : i + size]),
                 tuple(str(s.folder) for s in part),
+                routers=on_request([*spec.routers, spec.primary]),
             )
             works.append((work, part))
     return works
