@@ -281,3 +281,27 @@ def test_startup_prints_min_median_max_per_command() -> None:
         runs, low, median, high, cpu = int(cells[0]), *map(float, cells[1:5])
         assert runs == 1 and 0 < low == median == high and cpu > 0
         assert " ".join(cells[5:]) == "<= 1.0 to the exit"
+
+
+@pytest.mark.heavy  # every baseline on a small synthetic store (5-10 s)
+def test_baselines_speed_splits_every_method_s_seconds_and_bounds_them_by_ranpac(tmp_path: Path) -> None:
+    from support.stores import synthetic_store
+
+    from tosca_heads.method.baseline_registry import BASELINES
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=30, dim=24)
+    out = _run(
+        "baselines_speed.py",
+        "--store",
+        str(store.path),
+        "--set",
+        "ranpac_projection_dim=600",
+        "--json",
+    )
+    found = json.loads(out.strip().splitlines()[-1])
+    rows = {row["method"]: row for row in found["rows"]}
+    assert list(rows) == list(BASELINES)  # `all`: every registered baseline, in the registry's order
+    for row in rows.values():
+        assert sum(row["parts"].values()) == pytest.approx(row["seconds"], rel=1e-6, abs=1e-9)
+        assert 0.5 < row["A_last"] <= 1.0  # separable clusters: each run is its method's, not a no-op
+    assert rows["ranpac"]["parts"]["solves"] > 0 and rows["ranpac"]["parts"]["Gram sums"] > 0

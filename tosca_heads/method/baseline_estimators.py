@@ -48,6 +48,7 @@ class SimpleCIL:
     incremental = True
     deterministic = True
     runs_by_default = True
+    order_free = True  # its prototypes are class means: the same whatever the order
     label = "SimpleCIL"
 
     def __init__(self, device: str | torch.device = "cpu"):
@@ -75,10 +76,14 @@ class SimpleCIL:
         return self
 
     @linalg.on_one_thread
-    def predict(self, features: Array) -> np.ndarray:
+    def decision_function(self, features: Array) -> np.ndarray:
+        """Cosine similarity of each row to each class's prototype: [n, classes]."""
         x = F.normalize(as_tensor(features, self.device), dim=1)
         w = F.normalize(self.prototypes_, dim=1)
-        return (x @ w.T).argmax(1).cpu().numpy()
+        return (x @ w.T).cpu().numpy()
+
+    def predict(self, features: Array) -> np.ndarray:
+        return self.decision_function(features).argmax(1)
 
     def num_parameters(self) -> int:
         return int(self.prototypes_.numel())
