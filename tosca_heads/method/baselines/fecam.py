@@ -86,6 +86,10 @@ class FeCAM:
             rows = x[torch.from_numpy(labels == c).to(x.device)].double()
             mean = rows.mean(0)
             cov = (rows - mean).T @ (rows - mean) / (len(rows) - 1)
+            if float(cov.diagonal().sum()) == 0:  # theirs: 0 / 0, NaN distances
+                raise UserError(
+                    f"FeCAM: class {c}'s training images all have one feature vector: no covariance"
+                )
             cov.diagonal().add_(cov.diagonal().mean())
             scale = cov.diagonal().rsqrt()
             corr = cov * scale[:, None] * scale[None, :]

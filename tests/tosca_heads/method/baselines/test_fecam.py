@@ -85,6 +85,13 @@ def test_a_class_with_one_image_is_refused_in_one_line() -> None:
     assert "\n" not in str(refused.value)
 
 
+def test_a_class_of_identical_images_is_refused_in_one_line() -> None:
+    x, y = blobs()
+    x[20:40] = x[20]  # class 1: twenty copies of one image
+    with pytest.raises(UserError, match="class 1's training images all have one feature vector"):
+        FeCAM().partial_fit(x, y)
+
+
 def test_too_many_class_matrices_are_refused_before_any_work() -> None:
     FeCAM.check_fits(768, classes=10)
     with pytest.raises(UserError, match="fewer classes"):
