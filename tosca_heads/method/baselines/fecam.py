@@ -66,6 +66,7 @@ class FeCAM:
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = device
 
+    @linalg.on_one_thread  # this thread's reductions too; the classes go to `linalg.workers`
     def partial_fit(self, features: Array, labels: Array) -> FeCAM:
         labels = as_labels(labels)
         x = F.normalize(as_tensor(features, self.device), dim=1)
@@ -108,6 +109,7 @@ class FeCAM:
         self.seen_[classes] = True
         return self
 
+    @linalg.on_one_thread
     def decision_function(self, features: Array) -> np.ndarray:
         """[n, C]: minus each row's Mahalanobis distance to each class (-inf for a class not seen),
         one class per worker thread."""
