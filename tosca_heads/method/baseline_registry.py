@@ -45,6 +45,26 @@ BASELINES.declare(
     "Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage.",
     reference="sees every task at once",
 )
+BASELINES.declare(
+    "fecam",
+    "tosca_heads.method.baselines.fecam:FeCAM",
+    "FeCAM: per-class covariances of L2-normalised features, shrunk and scaled to correlations, Mahalanobis distance.",
+)
+BASELINES.declare(
+    "klda",
+    "tosca_heads.method.baselines.klda:KLDA",
+    "Kernel LDA: random Fourier features of an RBF kernel, class means and one shared scatter matrix, Mahalanobis.",
+)
+BASELINES.declare(
+    "klda_ensemble",
+    "tosca_heads.method.baselines.klda:KLDAEnsemble",
+    "KLDA-E: five KLDA members on their own random features, their softmax probabilities averaged.",
+)
+BASELINES.declare(
+    "randumb",
+    "tosca_heads.method.baselines.randumb:RanDumb",
+    "RanDumb: RBF random Fourier features, then streaming LDA with OAS-shrunk class covariances.",
+)
 
 # each built-in's paper, declared with it (`tosca list`, docs/baselines.md); a plug-in's is its class's `paper`
 PAPERS = {

@@ -1,0 +1,98 @@
+"""FeCAM against the authors' ViT script's formula, task by task == at once, any class order, thread bits, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from featcache.foundation.errors import UserError
+from tosca_heads.method.baselines.fecam import FeCAM
+
+
+def blobs(
+    classes: int = 6, per_class: int = 20, dim: int = 8, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(classes), per_class)
+    x = np.abs(rng.normal(size=(len(y), dim))) + (y[:, None] == np.arange(dim) % classes) * 0.8
+    return x.astype(np.float32), y
+
+
+def authors_distances(x: np.ndarray, y: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """FeCAM_vit_cifar100.py's arithmetic: normalise, np.cov, + mean(diag) I, to correlations, pinv."""
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    tn = test / np.linalg.norm(test, axis=1, keepdims=True)
+    found = []
+    for c in np.unique(y):
+        cov = np.cov(xn[y == c].T)
+        cov = cov + np.mean(np.diagonal(cov)) * np.eye(len(cov))
+        sd = np.sqrt(np.diagonal(cov))
+        corr = cov / np.outer(sd, sd)
+        diff = tn - xn[y == c].mean(0)
+        found.append(np.einsum("ij,jk,ik->i", diff, np.linalg.pinv(corr), diff))
+    return np.stack(found, 1)
+
+
+def test_scores_are_minus_the_authors_mahalanobis_distances() -> None:
+    x, y = blobs()
+    model = FeCAM().partial_fit(x[:40], y[:40]).partial_fit(x[40:], y[40:])
+    expected = authors_distances(x, y, x)
+    np.testing.assert_allclose(-model.decision_function(x), expected, rtol=2e-5)
+    assert model.state_bytes() == 6 * 8 * 8 * 4 + 6 * 8 * 4
+    assert model.precisions_.dtype == torch.float32
+
+
+def test_tasks_in_another_order_and_increment_give_the_same_scores() -> None:
+    x, y = blobs()
+    at_once = FeCAM().partial_fit(x, y).decision_function(x)
+    order = np.array([4, 1, 5, 0, 3, 2])  # incremental id i is original class order[i]
+    ids = np.argsort(order)[y]
+    model = FeCAM()
+    for task in ([0, 1, 2], [3], [4, 5]):
+        rows = np.isin(ids, task)
+        model.partial_fit(x[rows], ids[rows])
+    np.testing.assert_array_equal(model.decision_function(x)[:, np.argsort(order)], at_once)
+
+
+def test_early_scores_cover_only_the_classes_seen() -> None:
+    x, y = blobs()
+    scores = FeCAM().partial_fit(x[:40], y[:40]).decision_function(x)
+    assert scores.shape == (len(x), 2) and np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_same_bits_on_any_thread_count(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = blobs(dim=40, per_class=50)
+    before = torch.get_num_threads()
+
+    def scores(count: int) -> np.ndarray:
+        monkeypatch.setenv("TOSCA_LINALG_THREADS", str(count))
+        torch.set_num_threads(count)
+        try:
+            return FeCAM().partial_fit(x[:100], y[:100]).partial_fit(x[100:], y[100:]).decision_function(x)
+        finally:
+            torch.set_num_threads(before)
+
+    assert np.array_equal(scores(2), scores(threads))
+
+
+def test_a_class_with_one_image_is_refused_in_one_line() -> None:
+    x, y = blobs()
+    keep = np.r_[0, 20 : len(y)]  # class 0 keeps one image
+    with pytest.raises(UserError, match="class 0 has one") as refused:
+        FeCAM().partial_fit(x[keep], y[keep])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_class_of_identical_images_is_refused_in_one_line() -> None:
+    x, y = blobs()
+    x[20:40] = x[20]  # class 1: twenty copies of one image
+    with pytest.raises(UserError, match="class 1's training images all have one feature vector"):
+        FeCAM().partial_fit(x, y)
+
+
+def test_too_many_class_matrices_are_refused_before_any_work() -> None:
+    FeCAM.check_fits(768, classes=10)
+    with pytest.raises(UserError, match="fewer classes"):
+        FeCAM.check_fits(768, classes=10**7)

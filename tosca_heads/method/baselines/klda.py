@@ -1,0 +1,204 @@
+"""KLDA: kernel LDA over random Fourier features (Momeni, Mazumder & Liu, AAAI 2025), and its ensemble."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from featcache.foundation.limits import require_memory
+from tosca_heads.method import linalg
+from tosca_heads.method.baseline_estimators import Array, as_labels
+from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.baselines import random_fourier as rff
+
+
+class KLDA:
+    """Kernel LDA: random Fourier features of an RBF kernel, class means and one shared scatter matrix, Mahalanobis.
+
+    Momeni, Mazumder & Liu, "Continual Learning Using a Kernel-Based Method Over Foundation
+    Models", AAAI 2025, arXiv:2412.15571; the authors' code (github:salehmomeni/klda, `KLDA` and
+    `KLDA_E`) followed. Features phi(x) = sqrt(2/D) cos(x W + b), W ~ N(0, 2 sigma) (so sigma is
+    the gamma of exp(-sigma ||x - y||^2)), b ~ U[0, 2 pi), drawn from `seed` (member i of the
+    ensemble: seed + i, as theirs). Each class's mean mu_c of phi, and one shared scatter
+    S = sum_c sum_{i in c} (phi_i - mu_c)(phi_i - mu_c)' (a sum, not divided by the count, as
+    theirs); a row's score for class c is minus its Mahalanobis distance
+    -(phi - mu_c)'(S + 1e-6 I)^-1 (phi - mu_c), returned without the term phi'(S + 1e-6 I)^-1 phi
+    that is the same for every class (argmax and softmax are unchanged by it). The ensemble's
+    scores are its members' softmax probabilities averaged (the authors sum them).
+
+    State per member: the D x D float64 scatter (200 MB at D = 5,000) and C x D float64 means,
+    plus (S + 1e-6 I)^-1 M' (D x C), refreshed after each task; never samples."""
+
+    incremental = True
+    deterministic = False
+    runs_by_default = False
+    order_free = True
+    label = "KLDA"
+    paper = (
+        "Momeni, Mazumder & Liu, Continual Learning Using a Kernel-Based Method Over Foundation Models, "
+        "AAAI 2025, arXiv:2412.15571"
+    )
+    params = (
+        Param(
+            "dim",
+            int,
+            "KLDA's random Fourier feature dimension D (its paper and code: 5,000).",
+            valid=Interval(1, None),
+            said="D = {:,}",
+        ),
+        Param(
+            "sigma",
+            float,
+            "KLDA's RBF kernel parameter: the kernel is exp(-sigma ||x - y||^2) (its code's default 1e-4, "
+            "the value for BART-base; the paper sets it per backbone).",
+            valid=Interval(0, None, closed="neither"),
+            said="sigma = {:g}",
+        ),
+        Param(
+            "members",
+            int,
+            "KLDA's ensemble size: members with seeds seed, seed + 1, ..., their probabilities averaged.",
+            valid=Interval(1, None),
+        ),
+        Param(
+            "seed", int, "Seed of KLDA's random features.", valid=Interval(0, 2**32, closed="left"), seed=True
+        ),
+    )
+
+    @staticmethod
+    def check_fits(
+        features: int, /, classes: int = 0, dim: int = 5000, members: int = 1, **_: object
+    ) -> None:
+        """Each member's D x D float64 scatter and, at each solve, its tiled Cholesky factor; the
+        random features W (d x D float32, d = `features`) and the means."""
+        d_rff = dim
+        need = members * (8 * d_rff * d_rff + 4 * features * d_rff + 8 * max(classes, 1) * d_rff * 2)
+        need += 8 * d_rff * d_rff
+        require_memory(
+            f"KLDA with D = {d_rff:,} and {members} member(s)",
+            need,
+            "lower --klda-dim (or --klda-members)",
+        )
+
+    @staticmethod
+    def work(shape: object, dim: int = 5000, members: int = 1, **_: object) -> tuple[float, str]:
+        """Per member and task: the features of the task's rows and of every seen test row, the
+        scatter's Gram sum, its Cholesky factor and the solve for the class means; scoring."""
+        train, test, d = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
+        per_class = shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
+        flops = 0.0
+        for t, rows in enumerate(train):
+            seen_test, seen = sum(test[: t + 1]), per_class * (t + 1)
+            flops += 2 * rows * d * dim + rows * dim * dim + dim**3 / 3 + 2 * dim * dim * seen
+            flops += 2 * seen_test * d * dim + 2 * seen_test * dim * seen
+        return members * flops, "float64"
+
+    def __init__(
+        self,
+        dim: int = 5000,
+        sigma: float = 1e-4,
+        members: int = 1,
+        seed: int = 0,
+        ridge: float = 1e-6,
+        device: str | torch.device = "cpu",
+    ):
+        self.dim = dim
+        self.sigma = sigma
+        self.members = members
+        self.seed = seed
+        self.ridge = ridge
+        self.device = device
+
+    def _draw(self, d: int) -> None:
+        self.weights_, self.offsets_ = [], []
+        for member in range(self.members):
+            gen = torch.Generator().manual_seed(self.seed + member)  # as torch.manual_seed(seed + i)
+            weights = torch.normal(0.0, math.sqrt(2 * self.sigma), (d, self.dim), generator=gen)
+            offsets = torch.rand(self.dim, generator=gen) * 2 * math.pi
+            self.weights_.append(weights.to(self.device))
+            self.offsets_.append(offsets.to(self.device))
+        dev = self.weights_[0].device
+        self.scatter_ = [
+            torch.zeros(self.dim, self.dim, dtype=torch.float64, device=dev) for _ in self.weights_
+        ]
+        self.means_ = [torch.zeros(0, self.dim, dtype=torch.float64, device=dev) for _ in self.weights_]
+        self.counts_ = np.zeros(0, dtype=np.int64)
+        self.sigma_, self.tuned_by_ = self.sigma, "the paper's value (its code's default)"
+
+    def partial_fit(self, features: Array, labels: Array) -> KLDA:
+        labels = as_labels(labels)
+        if not hasattr(self, "weights_"):
+            self._draw(features.shape[1])
+        classes, counts = np.unique(labels, return_counts=True)
+        if np.isin(classes, np.flatnonzero(self.counts_)).any():
+            raise ValueError("KLDA learns each class in one task: a class came back")
+        n_classes = max(len(self.counts_), int(classes.max()) + 1)
+        self.counts_ = np.pad(self.counts_, (0, n_classes - len(self.counts_)))
+        self.counts_[classes] = counts
+        dev = self.weights_[0].device
+        self.solved_, self.quadratic_ = [], []
+        with linalg.workers(device=dev) as run:
+            for m in range(self.members):
+                h = rff.cosine_features(features, self.weights_[m], self.offsets_[m], run, self.device)
+                _, _, means = rff.class_means(h, labels)
+                grown = torch.zeros(n_classes, self.dim, dtype=torch.float64, device=dev)
+                grown[: len(self.means_[m])] = self.means_[m]
+                grown[torch.from_numpy(classes).to(dev)] = means
+                self.means_[m] = grown
+                linalg.add_gram(self.scatter_[m], rff.tiled(rff.centred(h, labels, classes, means)), run)
+                solved = rff.spd_solve(self.scatter_[m], grown.T.contiguous(), self.ridge, run)
+                self.solved_.append(solved)  # (S + ridge I)^-1 M'
+                self.quadratic_.append((grown * solved.T).sum(1))  # mu_c'(S + ridge I)^-1 mu_c
+        return self
+
+    def logits(self, features: Array, member: int = 0, run: linalg.Run | None = None) -> torch.Tensor:
+        """One member's -(phi - mu_c)'(S + ridge I)^-1 (phi - mu_c) + phi'(S + ridge I)^-1 phi, [n, C]."""
+        if run is None:
+            with linalg.workers(device=self.weights_[0].device) as own:
+                return self.logits(features, member, own)
+        h = rff.cosine_features(features, self.weights_[member], self.offsets_[member], run, self.device)
+        seen = torch.from_numpy(self.counts_ > 0).to(h.device)
+        scores = 2 * h @ self.solved_[member] - self.quadratic_[member]
+        return scores.masked_fill(~seen, -torch.inf)
+
+    def decision_function(self, features: Array) -> np.ndarray:
+        """[n, C] scores: one member's logits, or the members' softmax probabilities averaged."""
+        with linalg.workers(device=self.weights_[0].device) as run:
+            if self.members == 1:
+                return self.logits(features, 0, run).cpu().numpy()
+            total = sum(torch.softmax(self.logits(features, m, run), 1) for m in range(self.members))
+            return (total / self.members).cpu().numpy()
+
+    def predict(self, features: Array) -> np.ndarray:
+        return self.decision_function(features).argmax(1)
+
+    def num_parameters(self) -> int:
+        return int(sum(m.numel() for m in self.means_) + sum(s.numel() for s in self.scatter_))
+
+    def state_bytes(self) -> int:
+        """The scatter matrices, the means and the solved means (float64), and the random features."""
+        kept = [*self.scatter_, *self.means_, *self.solved_, *self.weights_, *self.offsets_]
+        return int(sum(t.numel() * t.element_size() for t in kept))
+
+
+class KLDAEnsemble(KLDA):
+    """KLDA-E: five KLDA members on their own random features, their softmax probabilities averaged.
+
+    The ensemble of Momeni, Mazumder & Liu (AAAI 2025; `KLDA_E` in github:salehmomeni/klda, five
+    members by default, seeds seed .. seed + 4): see `KLDA`. Its state is five times KLDA's
+    (1 GB at D = 5,000)."""
+
+    label = "KLDA-E"
+
+    def __init__(
+        self,
+        dim: int = 5000,
+        sigma: float = 1e-4,
+        members: int = 5,
+        seed: int = 0,
+        ridge: float = 1e-6,
+        device: str | torch.device = "cpu",
+    ):
+        super().__init__(dim=dim, sigma=sigma, members=members, seed=seed, ridge=ridge, device=device)
