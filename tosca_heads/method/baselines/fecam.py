@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -82,6 +84,7 @@ class FeCAM:
             self.seen_ = np.zeros(0, dtype=bool)
         if self.seen_[classes[classes < len(self.seen_)]].any():
             raise ValueError("FeCAM learns each class in one task: a class came back")
+        self.check_fits(x.shape[1], classes=max(len(self.seen_), int(classes.max()) + 1))  # before the work
 
         def learned(c: int) -> tuple[torch.Tensor, torch.Tensor]:
             rows = x[torch.from_numpy(labels == c).to(x.device)].double()
@@ -129,6 +132,11 @@ class FeCAM:
 
     def predict(self, features: Array) -> np.ndarray:
         return self.decision_function(features).argmax(1)
+
+    def frozen_copy(self) -> FeCAM:
+        """Itself as it is now, sharing its matrices (a later task replaces them with grown copies,
+        never writes into them): what the `fecam` router keeps after each task, at no copy's cost."""
+        return copy.copy(self)
 
     def num_parameters(self) -> int:
         return int(self.precisions_.numel() + self.means_.numel())

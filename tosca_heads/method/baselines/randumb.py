@@ -47,7 +47,8 @@ class RanDumb:
     incremental = True
     deterministic = False
     runs_by_default = False
-    order_free = True  # given gamma, which is the first task's
+    order_free = True  # given gamma, which is the first task's unless given
+    order_free_given = ("gamma",)  # what a test of its order-freedom fixes
     label = "RanDumb"
     paper = (
         "Prabhu, Sinha, Kumaraguru, Torr, Sener & Dokania, RanDumb: A Simple Approach that Questions the "
@@ -92,9 +93,12 @@ class RanDumb:
             flops += 2 * seen_test * d * width * bool(dim) + 2 * seen_test * width * seen
         return flops, "float64"
 
-    def __init__(self, dim: int = 10_000, seed: int = 0, device: str | torch.device = "cpu"):
+    def __init__(
+        self, dim: int = 10_000, seed: int = 0, gamma: float | None = None, device: str | torch.device = "cpu"
+    ):
         self.dim = dim
         self.seed = seed
+        self.gamma = gamma  # None: 'scale' on the first task's features (the Python API may fix it)
         self.device = device
 
     def _draw(self, features: Array) -> None:
@@ -102,7 +106,8 @@ class RanDumb:
         d = x.shape[1]
         if self.dim:
             variance = x.var()  # as RBFSampler's gamma='scale': every entry, in the features' precision
-            self.gamma_ = float(1.0 / (d * variance)) if variance != 0 else 1.0
+            scale = float(1.0 / (d * variance)) if variance != 0 else 1.0
+            self.gamma_ = scale if self.gamma is None else float(self.gamma)
             draws = np.random.RandomState(self.seed)  # RBFSampler(random_state=seed)'s draws, in its order
             weights = np.sqrt(2.0 * self.gamma_) * draws.normal(size=(d, self.dim))
             offsets = draws.uniform(0, 2 * np.pi, size=self.dim)

@@ -1,8 +1,9 @@
 """The methods whose final state is the joint solution (their class says `order_free = True`: ncm
 (SimpleCIL), ridge, SLDA, FeCAM, KLDA, RanDumb, ACIL) end where a one-shot fit on all the training
 data ends, whatever the class order and the increment: the same scores to float tolerance and the
-same A_last. A knob a method chooses on its first task (the ridge by RanPAC's rule) depends on
-that task, so it is fixed here (its class's `tuned` keyword): the order-freedom is the state's.
+same A_last. A knob a method chooses on its first task (the ridge by RanPAC's rule, RanDumb's gamma by
+scikit-learn's 'scale') depends on that task, so it is fixed here (its class's `tuned` keyword and
+its `order_free_given`): the order-freedom is the state's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tosca_heads.method.baseline_registry import BASELINES, arguments
 from tosca_heads.method.protocol import StreamConfig
 
 ORDER_FREE = [name for name in BASELINES if getattr(BASELINES[name], "order_free", False)]
-FIXED_KNOB = 1e-2  # a tuned knob's value where the test fixes it
+FIXED = {"ridge": 1e-2, "gamma": 0.02}  # a tuned knob's or an order-dependent value's, fixed here
 SPLITS = [StreamConfig(2, 2, 1993), StreamConfig(4, 1, 7), StreamConfig(3, 3, 0)]
 
 
@@ -28,11 +29,14 @@ def _keywords(method: str) -> dict:
     """The method's defaults, small where its defaults are costly here, its tuned knob fixed."""
     values = arguments(method, {})
     for name, value in values.items():
-        if name in ("dim", "projection_dim", "buffer_size", "embed_dim", "rff_dim") and isinstance(value, int):
+        if name in ("dim", "projection_dim", "buffer_size", "embed_dim", "rff_dim") and isinstance(
+            value, int
+        ):
             values[name] = min(value, 512)
-    knob = getattr(BASELINES[method], "tuned", None)
-    if knob and knob in inspect.signature(BASELINES[method]).parameters:
-        values[knob] = FIXED_KNOB
+    cls = BASELINES[method]
+    for knob in (getattr(cls, "tuned", None), *getattr(cls, "order_free_given", ())):
+        if knob and knob in inspect.signature(cls).parameters:
+            values[knob] = FIXED[knob]
     return values
 
 
@@ -42,8 +46,12 @@ def test_the_order_free_methods_are_the_seven_the_maths_says() -> None:
 
 
 @pytest.mark.parametrize("method", ORDER_FREE)
-def test_the_final_state_is_the_joint_one_whatever_the_order_and_increment(tmp_path: Path, method: str) -> None:
-    store = synthetic_store(tmp_path / "s.zarr", classes=12, per_class=24, test_per_class=12, dim=20, spread=1.3)
+def test_the_final_state_is_the_joint_one_whatever_the_order_and_increment(
+    tmp_path: Path, method: str
+) -> None:
+    store = synthetic_store(
+        tmp_path / "s.zarr", classes=12, per_class=24, test_per_class=12, dim=20, spread=1.3
+    )
     keywords = _keywords(method)
     lasts = []
     for split in SPLITS:
