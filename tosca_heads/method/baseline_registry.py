@@ -45,6 +45,11 @@ BASELINES.declare(
     "Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage.",
     reference="sees every task at once",
 )
+BASELINES.declare(
+    "loranpac",
+    "tosca_heads.method.baselines.loranpac:LoRanPAC",
+    "Random ReLU features with a continually truncated SVD and the minimum-norm least-squares classifier on it.",
+)
 
 ESTIMATOR_METHODS = ("predict", "num_parameters")
 
