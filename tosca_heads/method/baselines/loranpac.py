@@ -112,11 +112,13 @@ class LoRanPAC:
         truncate_percent: float = 25.0,
         **_: object,
     ) -> None:
-        """U (E x r) with its update's [U, Q_B] and new U (three E x (r + one chunk) float64
-        matrices at the most), Q (E x C) and the d x E float32 random matrix must fit."""
+        """U (E x r, r at most min(rank, round(E (1 - p/100)))) with its update's [U, Q_B] and new
+        U (three E x r float64 matrices, as RanPAC counts three M x M), Q (E x C) and the d x E
+        float32 random matrix must fit. As RanPAC's projections, a task's (chunk's) n rows add about
+        3 x 8 n E bytes while it is folded in, not counted here (n is not known before the run)."""
         e = embedding_dim
         r = kept_rank(10**18, e, rank, truncate_percent)
-        need = 3 * 8 * e * (r + min(CHUNK_ROWS, e)) + 8 * e * max(classes, 1) + 4 * dim * e
+        need = 3 * 8 * e * r + 8 * e * max(classes, 1) + 4 * dim * e
         require_memory(
             f"LoRanPAC with E = {e:,} and rank {r:,}",
             need,
@@ -212,6 +214,7 @@ class LoRanPAC:
         with linalg.workers(device=device) as run:
             blocks = self._projected(features, run)
             h = torch.cat(blocks) if blocks else torch.zeros(0, self.embedding_dim, dtype=torch.float64)
+            del blocks  # h holds them
             n_classes = max(self.cross_.shape[1], int(labels.max()) + 1)
             y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double().to(device)
             self.cross_ = F.pad(self.cross_, (0, n_classes - self.cross_.shape[1]))
