@@ -65,6 +65,11 @@ BASELINES.declare(
     "tosca_heads.method.baselines.randumb:RanDumb",
     "RanDumb: RBF random Fourier features, then streaming LDA with OAS-shrunk class covariances.",
 )
+BASELINES.declare(
+    "loranpac",
+    "tosca_heads.method.baselines.loranpac:LoRanPAC",
+    "Random ReLU features with a continually truncated SVD and the minimum-norm least-squares classifier on it.",
+)
 
 # each built-in's paper, declared with it (`tosca list`, docs/baselines.md); a plug-in's is its class's `paper`
 PAPERS = {
