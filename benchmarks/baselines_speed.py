@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.limits import usable_cores
+from featcache.foundation.limits import human_bytes, usable_cores
 from featcache.store import FeatureStore
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.plan import FitPlan
@@ -125,6 +125,7 @@ def measure(method: str, plan: FitPlan, repeats: int, given: dict[str, Any]) -> 
                 "A_last": result.metrics["A_last"],
                 "A_bar": result.metrics["A_bar"],
                 "parameters": result.parameters,
+                "state_bytes": result.metrics.get("state_bytes"),
                 "reference": result.reference,
             }
     assert best is not None
@@ -162,14 +163,15 @@ def main() -> None:
         return
     print(f"{facts['store']}: {facts['split']}; {facts['machine']}; linalg threads {facts['linalg_threads']}")
     head = f"{'method':<12} {'seconds':>8} {'x RanPAC':>8} {'Gram':>6} {'solves':>7} {'eval':>6} {'rest':>6}"
-    print(head + f" {'A_last':>7} {'A_bar':>7} {'params':>12}")
+    print(head + f" {'A_last':>7} {'A_bar':>7} {'params':>12} {'state':>10}")
     for row in rows:
         share = {part: row["parts"][part] / max(row["seconds"], 1e-12) for part in row["parts"]}
         ratio = f"{row['seconds'] / ranpac:.2f}" if ranpac else "-"
         print(
             f"{row['method']:<12} {row['seconds']:>8.2f} {ratio:>8} {share['Gram sums']:>6.0%} "
             f"{share['solves']:>7.0%} {share['evaluation']:>6.0%} {share['rest']:>6.0%} "
-            f"{100 * row['A_last']:>7.2f} {100 * row['A_bar']:>7.2f} {row['parameters']:>12,}"
+            f"{100 * row['A_last']:>7.2f} {100 * row['A_bar']:>7.2f} {row['parameters']:>12,} "
+            f"{human_bytes(row['state_bytes']) if row['state_bytes'] is not None else '-':>10}"
             + ("  (reference)" if row["reference"] else "")
         )
     if ranpac:

@@ -87,6 +87,8 @@ def run_baseline(
     found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
     metrics = with_intervals(summarise(*curves["test"]), found["test"])
     metrics.update(chosen_knob(estimator))
+    if callable(getattr(estimator, "state_bytes", None)):
+        metrics["state_bytes"] = int(estimator.state_bytes())  # what it keeps after the last task
     held_out = (
         with_intervals(summarise(*curves["validation"]), found["validation"])
         if "validation" in curves

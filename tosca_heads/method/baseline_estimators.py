@@ -88,6 +88,10 @@ class SimpleCIL:
     def num_parameters(self) -> int:
         return int(self.prototypes_.numel())
 
+    def state_bytes(self) -> int:
+        """The C x d prototypes (float32)."""
+        return int(self.prototypes_.numel() * self.prototypes_.element_size())
+
 
 class RanPAC:
     """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.
@@ -229,6 +233,11 @@ class RanPAC:
 
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())
+
+    def state_bytes(self) -> int:
+        """The M x M Gram matrix and the M x C targets (float64): what it carries from task to task
+        (the d x M projection is redrawn from its seed; the weights are solved from the two)."""
+        return int(self.gram_.numel() * 8 + self.targets_.numel() * 8)
 
 
 def ridge_solve(
