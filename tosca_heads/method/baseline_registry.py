@@ -45,6 +45,26 @@ BASELINES.declare(
     "Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage.",
     reference="sees every task at once",
 )
+BASELINES.declare(
+    "ridge",
+    "tosca_heads.method.baselines.ridge:Ridge",
+    "Ridge regression on the raw features onto one-hot targets, with G = X^T X and Q = X^T Y kept across tasks.",
+)
+BASELINES.declare(
+    "slda",
+    "tosca_heads.method.baselines.slda:SLDA",
+    "Streaming LDA: running class means and one shared covariance, updated sample by sample, scored by the shrunk inverse.",
+)
+BASELINES.declare(
+    "acil",
+    "tosca_heads.method.baselines.acil:ACIL",
+    "Analytic class-incremental learning: a random ReLU buffer, then ridge regression onto one-hot targets by recursive least squares.",
+)
+BASELINES.declare(
+    "ds_al",
+    "tosca_heads.method.baselines.ds_al:DSAL",
+    "Dual-stream analytic learning: ACIL's ReLU stream plus a tanh stream fitted to its residuals on the new classes.",
+)
 
 ESTIMATOR_METHODS = ("predict", "num_parameters")
 
