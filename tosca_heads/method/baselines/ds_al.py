@@ -159,18 +159,22 @@ class DSAL:
             return self.main_.scores(main), self.comp_.scores(comp)
 
     def tune(self, features: Array, labels: Array) -> None:
-        """C of the grid most accurate on the validation rows, ties to the smaller C (nearer ACIL)."""
+        """C of the grid most accurate on the validation rows; among equally accurate ones the
+        least mean squared error to the one-hot targets (what both streams regress), then the
+        smaller C (nearer ACIL)."""
         if not self.tune_compensation:
             return
         main, comp = self._both(features)
         labels = as_labels(labels)
-        accuracy = {}
+        targets = F.one_hot(torch.from_numpy(labels).long(), main.shape[1]).double().to(main.device)
+        found = {}
         with linalg.single_threaded(main.device):
             for c in COMPENSATION_GRID:
-                accuracy[c] = float(((main + c * comp).argmax(1).cpu().numpy() == labels).mean())
-        best = max(accuracy.values())
-        self.compensation_ = min(c for c, a in accuracy.items() if a == best)
-        self.compensation_accuracies_, self.tuned_by_ = accuracy, "validation"
+                scores = main + c * comp
+                accuracy = float((scores.argmax(1).cpu().numpy() == labels).mean())
+                found[c] = (accuracy, float(((scores - targets) ** 2).mean()))
+        self.compensation_ = max(found, key=lambda c: (found[c][0], -found[c][1], -c))
+        self.compensation_scores_, self.tuned_by_ = found, "validation"
 
     def decision_function(self, features: Array) -> np.ndarray:
         main, comp = self._both(features)

@@ -33,20 +33,24 @@ def one_hot(labels: np.ndarray, classes: int, device: torch.device) -> torch.Ten
 
 def ridge_by_accuracy(
     gram: torch.Tensor, cross: torch.Tensor, x: torch.Tensor, labels: np.ndarray, ridges: tuple[float, ...]
-) -> tuple[float, dict[float, float]]:
+) -> tuple[float, dict[float, tuple[float, float]]]:
     """The ridge of `ridges` whose solution (G + l I)^-1 Q is most accurate on rows `x` (labels
-    `labels`), ties to the larger ridge; every solution from one eigendecomposition of G, on one
-    thread. Returns it and each ridge's accuracy."""
+    `labels`); among equally accurate ones the least mean squared error to the one-hot targets
+    (RanPAC's criterion: a first task of two classes is often 100% accurate at every ridge), then
+    the larger ridge. Every solution from one eigendecomposition of G, on one thread. Returns it
+    and each ridge's (accuracy, mean squared error)."""
     with linalg.single_threaded(gram.device):
         evals, evecs = torch.linalg.eigh(gram)
         projected = evecs.T @ cross
         scored = x @ evecs
-        accuracy = {}
+        targets = one_hot(labels, cross.shape[1], x.device)
+        found = {}
         for ridge in ridges:
-            predicted = (scored @ (projected / (evals.clamp_min(0) + ridge)[:, None])).argmax(1)
-            accuracy[ridge] = float((predicted.cpu().numpy() == labels).mean())
-    best = max(accuracy.values())
-    return max(r for r, a in accuracy.items() if a == best), accuracy
+            scores = scored @ (projected / (evals.clamp_min(0) + ridge)[:, None])
+            accuracy = float((scores.argmax(1).cpu().numpy() == labels).mean())
+            found[ridge] = (accuracy, float(((scores - targets) ** 2).mean()))
+    best = max(found, key=lambda r: (found[r][0], -found[r][1], r))
+    return best, found
 
 
 class Ridge:
@@ -60,7 +64,8 @@ class Ridge:
     use_RP=True, M=0: the features enter raw, neither centred nor normalised, and the scores are
     X W with no bias). The ridge l is chosen as tosca's RanPAC chooses it: on the first task, fit
     on a random 80% and keep the ridge of least mean squared error on the other 20% (grid 1e-8 ..
-    1e13), then kept; or, with a validation split (`tune`), the most accurate ridge on it.
+    1e13), then kept; or, with a validation split (`tune`), the most accurate ridge on it (ties:
+    the least validation MSE).
     State: G (d x d float64), Q and W (d x C float64); never samples."""
 
     incremental = True
@@ -150,11 +155,11 @@ class Ridge:
 
     def tune(self, features: Array, labels: Array) -> None:
         """The ridge of the grid most accurate on validation rows (of the classes seen), ties to
-        the larger ridge; the weights are solved again with it."""
+        the least validation MSE, then to the larger ridge; the weights are solved again with it."""
         if self.ridge > 0:
             return
         x = as_tensor(features, self.device, torch.float64)
-        self.ridge_, self.ridge_accuracies_ = ridge_by_accuracy(
+        self.ridge_, self.ridge_scores_ = ridge_by_accuracy(
             self.gram_, self.cross_, x, as_labels(labels), self.ridges
         )
         self.tuned_by_ = "validation"

@@ -73,26 +73,31 @@ def test_the_ridge_is_ranpacs_rule_on_the_first_task_and_kept() -> None:
     np.testing.assert_allclose(model.weights_.numpy(), _joint(x, y, chosen, 6), rtol=1e-7, atol=1e-9)
 
 
-def test_tune_picks_the_most_accurate_ridge_on_validation_ties_to_the_larger() -> None:
+def test_tune_picks_the_most_accurate_ridge_on_validation_ties_to_the_least_mse() -> None:
     x, y = _data(2, n=300)
     train, val = np.arange(len(y)) % 5 != 0, np.arange(len(y)) % 5 == 0
     first = y < 3
     model = Ridge().partial_fit(x[train & first], y[train & first])
     model.tune(x[val & first], y[val & first])
     assert model.tuned_by_ == "validation"
-    xt = x[train & first].astype(np.float64)
-    accuracy = {}
+    xt, xv = x[train & first].astype(np.float64), x[val & first].astype(np.float64)
+    found = {}
     for ridge in RANPAC_RIDGES:
         w = np.linalg.solve(xt.T @ xt + ridge * np.eye(16), xt.T @ np.eye(3)[y[train & first]])
-        accuracy[ridge] = ((x[val & first] @ w).argmax(1) == y[val & first]).mean()
-    best = max(accuracy.values())
-    assert model.ridge_ == max(r for r, a in accuracy.items() if a == best)
-    np.testing.assert_allclose(
-        model.weights_.numpy(),
-        _joint(x[train & first], y[train & first], model.ridge_, 3),
-        rtol=1e-6,
-        atol=1e-9,
-    )
+        scores = xv @ w
+        found[ridge] = (
+            (scores.argmax(1) == y[val & first]).mean(),
+            ((scores - np.eye(3)[y[val & first]]) ** 2).mean(),
+        )
+    best = max(a for a, _ in found.values())
+    assert sum(a == best for a, _ in found.values()) > 1  # a tie, broken by the MSE
+    tied = {r: mse for r, (a, mse) in found.items() if a == best}
+    assert model.ridge_ == min(tied, key=tied.__getitem__)
+    for ridge, (accuracy, mse) in found.items():
+        assert model.ridge_scores_[ridge][0] == accuracy
+        assert model.ridge_scores_[ridge][1] == pytest.approx(mse, rel=1e-6)
+    joint = _joint(x[train & first], y[train & first], model.ridge_, 3)
+    np.testing.assert_allclose(model.weights_.numpy(), joint, rtol=1e-6, atol=1e-9)
 
 
 def test_the_same_bits_on_one_and_three_threads(monkeypatch: pytest.MonkeyPatch) -> None:
