@@ -99,7 +99,7 @@ class ACIL:
     solution whatever the order), done here as theirs (Woodbury per chunk of at most 4096 rows,
     their --IL-batch-size), its D x D products tiled. Zhuang, Weng, Wei, Xie, Toh, Lin, "ACIL: Analytic
     Class-Incremental Learning with Absolute Memorization and Privacy Protection", NeurIPS 2022
-    (arXiv 2205.14922); authors' code github:ZHUANGHP/Analytic-continual-learning,
+    (NeurIPS 35, 11602-11614); authors' code github:ZHUANGHP/Analytic-continual-learning,
     analytic/ACIL.py, Buffer.py, AnalyticLinear.py (RecursiveLinear). The backbone's base
     training on the first task is not done: the backbone stays frozen. State: the buffer (d x D),
     R (D x D float64), Q = H^T Y and W (D x C float64); never samples."""

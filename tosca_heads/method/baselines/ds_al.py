@@ -28,9 +28,9 @@ class DSAL:
     the compensation stream is a ridge on tanh(Z) (gamma_comp = 0.1) onto the main stream's
     residuals Y - ReLU(Z) W_main, computed with the main stream just updated on the same rows,
     with the columns of the classes learnt before this task set to 0 ("previous label
-    cleansing"); scores ReLU(Z) W_main + C tanh(Z) W_comp. Zhuang, Liu, He, Chen, Wang, Zeng, Lin,
+    cleansing"); scores ReLU(Z) W_main + C tanh(Z) W_comp. Zhuang, He, Tong, Zeng, Chen, Lin,
     "DS-AL: A Dual-Stream Analytic Learning for Exemplar-Free Class-Incremental Learning", AAAI
-    2024 (arXiv 2403.17503); authors' code github:ZHUANGHP/Analytic-continual-learning,
+    2024 (doi 10.1609/aaai.v38i15.29670); authors' code github:ZHUANGHP/Analytic-continual-learning,
     analytic/DSAL.py. The authors learn a task in mini-batches of --IL-batch-size (4096 in their
     commands) rows, each residual taken after that mini-batch's main update: `batch_size` does
     the same, on the task's rows in their given order (theirs are shuffled). C is chosen on the
