@@ -38,10 +38,6 @@ class FeCAM:
     runs_by_default = False
     order_free = True
     label = "FeCAM"
-    paper = (
-        "Goswami, Liu, Twardowski & van de Weijer, FeCAM: Exploiting the Heterogeneity of Class Distributions "
-        "in Exemplar-Free Continual Learning, NeurIPS 2023, arXiv:2309.14062"
-    )
     params = ()
 
     @staticmethod

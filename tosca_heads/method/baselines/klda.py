@@ -36,10 +36,6 @@ class KLDA:
     runs_by_default = False
     order_free = True
     label = "KLDA"
-    paper = (
-        "Momeni, Mazumder & Liu, Continual Learning Using a Kernel-Based Method Over Foundation Models, "
-        "AAAI 2025, arXiv:2412.15571"
-    )
     params = (
         Param(
             "dim",

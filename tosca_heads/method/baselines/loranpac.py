@@ -62,10 +62,6 @@ class LoRanPAC:
     runs_by_default = False
     order_free = False  # continual truncation: the kept factors depend on the order of the rows
     label = "LoRanPAC"
-    paper = (
-        "Peng, Elenter, Agterberg, Ribeiro & Vidal, LoRanPAC: Low-rank Random Features and Pre-trained "
-        "Models for Bridging Theory and Practice in Continual Learning, ICLR 2025"
-    )
     params = (
         Param(
             "embedding_dim",

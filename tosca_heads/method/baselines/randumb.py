@@ -50,10 +50,6 @@ class RanDumb:
     order_free = True  # given gamma, which is the first task's unless given
     order_free_given = ("gamma",)  # what a test of its order-freedom fixes
     label = "RanDumb"
-    paper = (
-        "Prabhu, Sinha, Kumaraguru, Torr, Sener & Dokania, RanDumb: A Simple Approach that Questions the "
-        "Efficacy of Continual Representation Learning, arXiv:2402.08823, 2024"
-    )
     params = (
         Param(
             "dim",

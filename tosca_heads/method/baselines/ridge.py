@@ -1,0 +1,181 @@
+"""Ridge regression on the raw frozen features onto one-hot targets: RanPAC's "no random
+projection" row (McDonnell et al., NeurIPS 2023, arXiv 2307.02251, Table 1 "No RPs or Phase 1")."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from featcache.foundation.limits import require_memory
+from tosca_heads.method import linalg
+from tosca_heads.method.baseline_estimators import (
+    RANPAC_RIDGES,
+    Array,
+    as_labels,
+    as_tensor,
+    ridge_path,
+    ridge_solve,
+)
+from tosca_heads.method.baseline_registry import Interval, Param
+
+RANPAC_RULE = "RanPAC's rule: 80/20 split of the first task"
+
+
+def tiled(values: torch.Tensor) -> list[list[torch.Tensor]]:
+    """A matrix as `linalg`'s row blocks, each as its column tiles (for add_gram / add_cross)."""
+    return [linalg.column_tiles(block) for block in linalg.row_blocks(values)]
+
+
+def one_hot(labels: np.ndarray, classes: int, device: torch.device) -> torch.Tensor:
+    return F.one_hot(torch.from_numpy(labels).long(), classes).double().to(device)
+
+
+def ridge_by_accuracy(
+    gram: torch.Tensor, cross: torch.Tensor, x: torch.Tensor, labels: np.ndarray, ridges: tuple[float, ...]
+) -> tuple[float, dict[float, tuple[float, float]]]:
+    """The ridge of `ridges` whose solution (G + l I)^-1 Q is most accurate on rows `x` (labels
+    `labels`); among equally accurate ones the least mean squared error to the one-hot targets
+    (RanPAC's criterion: a first task of two classes is often 100% accurate at every ridge), then
+    the larger ridge. Every solution from one eigendecomposition of G, on one thread. Returns it
+    and each ridge's (accuracy, mean squared error)."""
+    with linalg.single_threaded(gram.device):
+        evals, evecs = torch.linalg.eigh(gram)
+        projected = evecs.T @ cross
+        scored = x @ evecs
+        targets = one_hot(labels, cross.shape[1], x.device)
+        found = {}
+        for ridge in ridges:
+            scores = scored @ (projected / (evals.clamp_min(0) + ridge)[:, None])
+            accuracy = float((scores.argmax(1).cpu().numpy() == labels).mean())
+            found[ridge] = (accuracy, float(((scores - targets) ** 2).mean()))
+    best = max(found, key=lambda r: (found[r][0], -found[r][1], r))
+    return best, found
+
+
+class Ridge:
+    """Ridge regression on the raw features onto one-hot targets, with G = X^T X and Q = X^T Y kept across tasks.
+
+    W = (G + l I)^-1 Q, G = sum over tasks of X_t^T X_t and Q = sum of X_t^T Y_t (Y one-hot over
+    the classes seen): the joint ridge solution over every row seen, whatever the order. It is
+    RanPAC with no random projection and no first-session adaptation (McDonnell, Gong, Parvaneh,
+    Abbasnejad, van den Hengel, "RanPAC: Random Projections and Pre-trained Models for Continual
+    Learning", NeurIPS 2023, arXiv 2307.02251; authors' code github:RanPAC/RanPAC, RanPAC.py with
+    use_RP=True, M=0: the features enter raw, neither centred nor normalised, and the scores are
+    X W with no bias). The ridge l is chosen as tosca's RanPAC chooses it: on the first task, fit
+    on a random 80% and keep the ridge of least mean squared error on the other 20% (grid 1e-8 ..
+    1e13), then kept; or, with a validation split (`tune`), the most accurate ridge on it (ties:
+    the least validation MSE).
+    State: G (d x d float64), Q and W (d x C float64); never samples."""
+
+    incremental = True
+    deterministic = True
+    runs_by_default = False
+    order_free = True  # given a fixed ridge: G and Q are sums over rows
+    label = "ridge"
+    tuned = "ridge"
+    params = (
+        Param(
+            "ridge",
+            float,
+            "A fixed ridge l (0: chosen by RanPAC's rule, or on the validation split).",
+            valid=Interval(0, None),
+            said="",
+        ),
+    )
+
+    @staticmethod
+    def check_fits(dim: int, classes: int = 0, **_: object) -> None:
+        """The d x d float64 Gram matrix, its Cholesky factor and its eigendecomposition must fit."""
+        require_memory(
+            f"ridge on {dim:,} features",
+            4 * 8 * dim * dim + 16 * dim * max(classes, 1),
+            "use smaller features",
+        )
+
+    @staticmethod
+    def work(shape: object, **_: object) -> tuple[float, str]:
+        """Gram sums, a Cholesky solve per task, the first task's ridge path, and the scoring."""
+        train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
+        per_class = shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
+        flops = 0.0
+        for t, rows in enumerate(train):
+            seen_test = sum(test[: t + 1])
+            flops += 2 * rows * dim * dim + 2 * dim**3 / 3 + 2 * seen_test * dim * per_class * (t + 1)
+        fit_rows = int(0.8 * train[0])
+        flops += 6 * fit_rows**2 * dim if fit_rows < dim else 10 * dim**3 / 3
+        return flops, "float64"
+
+    def __init__(
+        self,
+        ridge: float = 0.0,
+        ridges: tuple[float, ...] = RANPAC_RIDGES,
+        validation_fraction: float = 0.2,
+        device: str | torch.device = "cpu",
+    ):
+        self.ridge = ridge
+        self.ridges = ridges
+        self.validation_fraction = validation_fraction
+        self.device = device
+
+    def partial_fit(self, features: Array, labels: Array) -> Ridge:
+        labels = as_labels(labels)
+        x = as_tensor(features, self.device, torch.float64)
+        if not hasattr(self, "gram_"):
+            self.gram_ = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
+            self.cross_ = torch.zeros(x.shape[1], 0, dtype=torch.float64, device=x.device)
+        classes = max(self.cross_.shape[1], int(labels.max()) + 1)
+        y = one_hot(labels, classes, x.device)
+        if not hasattr(self, "ridge_"):
+            if self.ridge > 0:
+                self.ridge_, self.ridge_losses_, self.tuned_by_ = self.ridge, {}, "given"
+            else:
+                self.ridge_, self.ridge_losses_ = self._ranpac_rule(x, y)
+                self.tuned_by_ = RANPAC_RULE
+        self.cross_ = F.pad(self.cross_, (0, classes - self.cross_.shape[1]))
+        with linalg.workers(device=x.device) as run:
+            blocks = tiled(x)
+            linalg.add_gram(self.gram_, blocks, run)
+            linalg.add_cross(self.cross_, blocks, linalg.row_blocks(y), run)
+            self.weights_ = ridge_solve(self.gram_, self.cross_, self.ridge_, run)
+        return self
+
+    def _ranpac_rule(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
+        """Fit on a random 80% of the first task (seed 0), keep the ridge with the least held-out
+        mean squared error over all one-hot columns (RanPAC's optimise_ridge_parameter)."""
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0)).to(x.device)
+        n_fit = min(len(x) - 1, int(len(x) * (1 - self.validation_fraction)))
+        fit, val = order[:n_fit], order[n_fit:]
+        losses = {
+            ridge: float(((x[val] @ w - y[val]) ** 2).mean())
+            for ridge, w in ridge_path(x[fit], y[fit], self.ridges).items()
+        }
+        return min(losses, key=losses.__getitem__), losses
+
+    def tune(self, features: Array, labels: Array) -> None:
+        """The ridge of the grid most accurate on validation rows (of the classes seen), ties to
+        the least validation MSE, then to the larger ridge; the weights are solved again with it."""
+        if self.ridge > 0:
+            return
+        x = as_tensor(features, self.device, torch.float64)
+        self.ridge_, self.ridge_scores_ = ridge_by_accuracy(
+            self.gram_, self.cross_, x, as_labels(labels), self.ridges
+        )
+        self.tuned_by_ = "validation"
+        with linalg.workers(device=x.device) as run:
+            self.weights_ = ridge_solve(self.gram_, self.cross_, self.ridge_, run)
+
+    def decision_function(self, features: Array) -> np.ndarray:
+        x = as_tensor(features, self.device, torch.float64)
+        with linalg.single_threaded(x.device):
+            scores = [(block @ self.weights_).cpu().numpy() for block in linalg.row_blocks(x)]
+        return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
+
+    def predict(self, features: Array) -> np.ndarray:
+        return self.decision_function(features).argmax(1)
+
+    def num_parameters(self) -> int:
+        return int(self.weights_.numel())
+
+    def state_bytes(self) -> int:
+        return int(8 * (self.gram_.numel() + self.cross_.numel() + self.weights_.numel()))
