@@ -134,7 +134,12 @@ ESTIMATOR_METHODS = ("predict", "num_parameters")
 def paper_of(name: str) -> str:
     """The paper a baseline follows ("" for none, as the joint probe): a built-in's from `PAPERS`
     (no import), a plug-in's from its class's `paper`."""
-    return PAPERS.get(name) or str(getattr(BASELINES.get(name), "paper", "") or "")
+    if name in PAPERS:
+        return PAPERS[name]
+    entry = next((e for e in BASELINES.entries() if e.name == name), None)
+    if entry is None or entry.built_in:  # a built-in without a paper (the joint probe): nothing imported
+        return ""
+    return str(getattr(BASELINES[name], "paper", "") or "")
 
 
 def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:

@@ -41,7 +41,14 @@ def ncm_learned() -> Iterator[str]:
 
 def _fit(store: Path, run: Path, router: str | None, val: float = 0.0) -> dict:
     request = FitRequest(
-        store=store, run=run, init_cls=2, increment=2, device="cpu", router=router, val_fraction=val, recipe=RECIPE
+        store=store,
+        run=run,
+        init_cls=2,
+        increment=2,
+        device="cpu",
+        router=router,
+        val_fraction=val,
+        recipe=RECIPE,
     )
     return fit(request).metrics()
 
@@ -56,7 +63,9 @@ def test_a_learned_router_is_computed_where_named_and_routes_as_its_baseline(
     ours, ncm = named["routers"][ncm_learned], named["routers"]["ncm"]
     assert ours["A_t"] == ncm["A_t"] and ours["routing_accuracy_t"] == ncm["routing_accuracy_t"]
     assert named["validation"][ncm_learned]["A_last"] == named["validation"]["ncm"]["A_last"]
-    assert 0.0 < ours["routing_accuracy"] < 1.0  # a stream on which the router errs: the equality means something
+    assert (
+        0.0 < ours["routing_accuracy"] < 1.0
+    )  # a stream on which the router errs: the equality means something
     # re-evaluation computes it where asked, and keeps the others' figures
     again = evaluate_run(tmp_path / "plain", routers=(ncm_learned,)).metrics()
     assert again["routers"][ncm_learned]["A_t"] == again["routers"]["ncm"]["A_t"]

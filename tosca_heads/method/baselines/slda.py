@@ -9,7 +9,7 @@ import torch
 from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor, ridge_solve
-from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.baseline_registry import Interval, Options, Param
 from tosca_heads.method.baselines.ridge import tiled
 
 
@@ -49,7 +49,10 @@ class SLDA:
     incremental = True
     deterministic = True
     runs_by_default = False
-    order_free = False  # the weights t/(t+1), the raw x x^T of each class's first sample, the base task's OAS
+    # the authors' update is not (the weights t/(t+1), the raw x x^T of each class's first sample, the
+    # base task's OAS); update="exact" is: the pooled within-class scatter / N, whatever the order
+    order_free = True
+    order_free_given = ("update",)
     label = "SLDA"
     params = (
         Param(
@@ -63,7 +66,14 @@ class SLDA:
             "base_init",
             bool,
             "Initialise on the first task as the authors' experiment (class means, OAS covariance); "
-            "false: stream from the first sample.",
+            "false: stream from the first sample (the authors' update only).",
+        ),
+        Param(
+            "update",
+            str,
+            "The covariance update: 'authors' (theirs, sample by sample, order-dependent) or 'exact' (the "
+            "pooled within-class scatter over the N samples seen: the joint LDA's, whatever the order).",
+            valid=Options(("authors", "exact")),
         ),
     )
 
@@ -88,9 +98,16 @@ class SLDA:
             flops += 2 * rows * dim * dim + 2 * dim**3 / 3 + 2 * dim * dim * seen + 2 * seen_test * dim * seen
         return flops, "float64"
 
-    def __init__(self, shrinkage: float = 1e-4, base_init: bool = True, device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        shrinkage: float = 1e-4,
+        base_init: bool = True,
+        update: str = "authors",
+        device: str | torch.device = "cpu",
+    ):
         self.shrinkage = shrinkage
         self.base_init = base_init
+        self.update = update
         self.device = device
 
     def partial_fit(self, features: Array, labels: Array) -> SLDA:
@@ -111,7 +128,9 @@ class SLDA:
                 [self.counts_, np.zeros(classes - len(self.counts_), dtype=np.int64)]
             )
         with linalg.workers(device=x.device) as run:
-            if first and self.base_init:
+            if self.update == "exact":
+                self._pool(x, labels, run)
+            elif first and self.base_init:
                 self._fit_base(x, labels, run)
             else:
                 self._stream(x, labels, run)
@@ -152,6 +171,29 @@ class SLDA:
         linalg.add_gram(scatter, tiled(weighted), run)
         n0 = self.updates_
         self.covariance_ = (n0 * self.covariance_ + scatter) / (n0 + len(x))
+        self.updates_ = n0 + len(x)
+
+    def _pool(self, x: torch.Tensor, labels: np.ndarray, run: linalg.Run) -> None:
+        """`update="exact"`: Sigma = W / N, W the within-class scatter of every sample seen, each class's
+        rows merged into its earlier ones exactly (their scatter about their own mean, plus
+        c0 n / (c0 + n) (mu0 - m)(mu0 - m)^T): the same state in any order, equal to a one-shot fit."""
+        residual = torch.empty_like(x)
+        gaps = []
+        for k in np.unique(labels):
+            where = torch.from_numpy(np.flatnonzero(labels == k)).to(x.device)
+            rows = x[where]
+            c0, n = int(self.counts_[k]), len(rows)
+            mean = rows.mean(0)
+            residual[where] = rows - mean
+            if c0:
+                gaps.append((self.means_[k] - mean) * (c0 * n / (c0 + n)) ** 0.5)
+            self.means_[k] = (c0 * self.means_[k] + rows.sum(0)) / (c0 + n)
+            self.counts_[k] = c0 + n
+        scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
+        linalg.add_gram(scatter, tiled(torch.cat([residual, *[g[None] for g in gaps]])), run)
+        n0 = self.updates_
+        previous = self.covariance_ * n0 if n0 else torch.zeros_like(scatter)
+        self.covariance_ = (previous + scatter) / (n0 + len(x))
         self.updates_ = n0 + len(x)
 
     def _solve(self, run: linalg.Run) -> None:

@@ -2,7 +2,8 @@
 (SimpleCIL), ridge, SLDA, FeCAM, KLDA, RanDumb, ACIL) end where a one-shot fit on all the training
 data ends, whatever the class order and the increment: the same scores to float tolerance and the
 same A_last. A knob a method chooses on its first task (the ridge by RanPAC's rule, RanDumb's gamma by
-scikit-learn's 'scale') depends on that task, so it is fixed here (its class's `tuned` keyword and
+scikit-learn's 'scale') depends on that task, and SLDA is order-free in its exact update only (the
+authors' weights each sample by the global count before it), so it is fixed here (its class's `tuned` keyword and
 its `order_free_given`): the order-freedom is the state's.
 """
 
@@ -21,7 +22,11 @@ from tosca_heads.method.baseline_registry import BASELINES, arguments
 from tosca_heads.method.protocol import StreamConfig
 
 ORDER_FREE = [name for name in BASELINES if getattr(BASELINES[name], "order_free", False)]
-FIXED = {"ridge": 1e-2, "gamma": 0.02}  # a tuned knob's or an order-dependent value's, fixed here
+FIXED = {
+    "ridge": 1e-2,
+    "gamma": 0.02,
+    "update": "exact",
+}  # a tuned knob's or an order-dependent value's, fixed here
 SPLITS = [StreamConfig(2, 2, 1993), StreamConfig(4, 1, 7), StreamConfig(3, 3, 0)]
 
 
