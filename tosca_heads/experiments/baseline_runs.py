@@ -6,6 +6,7 @@ real one alike. Their files are `records.baseline`; the comparison beside TOSCA 
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +67,11 @@ def run_baseline(
             if task == 0 and "validation" in scored and callable(getattr(estimator, "tune", None)):
                 x, y = scored["validation"]
                 seen = stream.rows_seen(y, task)
-                estimator.tune(x[_index(seen, x)], y[seen])  # its knob, on rows that never train
+                # its knob, on rows that never train; one that reshapes the features (KLDA's sigma)
+                # refits the first task, whose rows it is handed while it is the task at hand
+                first = {"first": (train_x[_index(rows, train_x)], train_y[rows])}
+                takes_first = "first" in inspect.signature(estimator.tune).parameters
+                estimator.tune(x[_index(seen, x)], y[seen], **(first if takes_first else {}))
             for split, (x, y) in scored.items():
                 seen = stream.rows_seen(y, task)
                 pred = checked_predictions(

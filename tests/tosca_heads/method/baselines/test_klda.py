@@ -107,3 +107,40 @@ def test_too_large_a_feature_dimension_is_refused_before_any_work() -> None:
     KLDA.check_fits(768, classes=10, dim=5000)
     with pytest.raises(UserError, match="lower --klda-dim"):
         KLDA.check_fits(768, classes=10, dim=10**7)
+
+
+def test_sigma_is_chosen_on_validation_rows_by_refitting_the_first_task() -> None:
+    """`tune` tries each factor of the given sigma on a one-member refit of the first task and keeps
+    the most accurate on the validation rows; the state is then exactly a KLDA of that sigma."""
+    rng = np.random.default_rng(3)
+    y = np.repeat(np.arange(4), 40)
+    x = (3 * rng.normal(size=(4, 8))[y] + rng.normal(size=(160, 8))).astype(np.float32)
+    first, held = np.r_[0:30, 40:70], np.r_[30:40, 70:80]  # classes 0 and 1: the first task
+    model = KLDA(dim=256, sigma=10.0, seed=2).partial_fit(x[first], y[first])  # far too narrow a kernel
+    assert model.tuned_by_ == "the paper's value (its code's default)"
+    model.tune(x[held], y[held], first=(x[first], y[first]))
+    assert model.tuned_by_ == "validation" and model.sigma_ in {
+        10.0 * f for f in (0.01, 0.1, 1.0, 10.0, 100.0)
+    }
+    accuracies = {s: found["accuracy"] for s, found in model.validation_.items()}
+    assert accuracies[model.sigma_] == max(accuracies.values())
+    assert model.sigma_ == pytest.approx(0.1) and accuracies[model.sigma_] > accuracies[10.0] + 0.3
+    fresh = KLDA(dim=256, sigma=model.sigma_, seed=2).partial_fit(x[first], y[first])
+    assert np.array_equal(model.decision_function(x), fresh.decision_function(x))
+
+
+def test_the_protocol_hands_tune_the_first_task_and_says_how_sigma_was_chosen(tmp_path) -> None:
+    from support.stores import synthetic_store
+
+    from tosca_heads.experiments.baseline_runs import run_baseline
+    from tosca_heads.experiments.plan import FitPlan
+    from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=30, dim=12)
+    plan = FitPlan.build(store, StreamConfig(2, 2), ValidationConfig(0.2, 0))
+    tuned = run_baseline("klda", plan, dim=128, sigma=1e-4, members=1, seed=0)
+    assert tuned.metrics["chosen_by"] == "validation" and tuned.metrics["sigma"] > 0
+    plain = run_baseline(
+        "klda", FitPlan.build(store, StreamConfig(2, 2)), dim=128, sigma=1e-4, members=1, seed=0
+    )
+    assert plain.metrics["chosen_by"].startswith("the paper's value") and plain.metrics["sigma"] == 1e-4
