@@ -355,6 +355,26 @@ ROWS: list[tuple[str, list[str], str]] = [
         "unexpected argument 'stray': options take the form --NAME VALUE",
     ),
     (
+        "baselines randumb features too wide to fit",
+        [*BASE, "--methods", "randumb", "--randumb-dim", "300000"],
+        "RanDumb with D = 300,000 would need",
+    ),
+    (
+        "baselines klda features too wide to fit",
+        [*BASE, "--methods", "klda", "--klda-dim", "400000"],
+        "lower --klda-dim (or --klda-members)",
+    ),
+    (
+        "baselines loranpac embedding too wide to fit",
+        [*BASE, "--methods", "loranpac", "--loranpac-embedding-dim", "10000000"],
+        "lower --loranpac-embedding-dim or --loranpac-rank",
+    ),
+    (
+        "baselines slda unknown update",
+        [*BASE, "--methods", "slda", "--slda-update", "fast"],
+        "--slda-update must be one of 'authors', 'exact', got 'fast'",
+    ),
+    (
         "baselines ranpac seed negative",
         [*BASE, "--ranpac-seed", "-1"],
         "--ranpac-seed must be in [0, 2**32), got -1",

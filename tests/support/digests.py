@@ -6,7 +6,8 @@ arrays} and writes each area's arrays to OUT/<area>.npz, so that a test can also
 two instruction sets' figures lie apart.
 
 Areas: `statistics` (the routers' class statistics under every shrinkage), `ranpac` (RanPAC, its
-ridge choice on both paths, its eigendecomposition fallback, and the joint probe), `engine` (a
+ridge choice on both paths, its eigendecomposition fallback, and the joint probe), `field` (every
+frozen-feature baseline of `method.baselines`, scores after each task), `engine` (a
 whole fit: the compiled step's threads, the evaluation thread, every router's figures and the
 task files), `estimators` (TOSCAClassifier and BaselineClassifier), `suite` (a small suite, then
 each cell rerun alone from the manifest's command).
@@ -97,6 +98,40 @@ def ranpac() -> Arrays:
     out["fallback"] = fallback.numpy()
     probe = JointProbe(max_iter=30).fit(x[tasks[0]], y[tasks[0]])
     out["probe"] = probe.weight_.numpy()
+    return out
+
+
+FIELD_SIZES = {  # each new baseline's widths, small but wider than a tile where it tiles (three tiles)
+    "klda": {"dim": M},
+    "klda_ensemble": {"dim": 600, "members": 2},
+    "randumb": {"dim": M},
+    "acil": {"buffer_size": M},
+    "ds_al": {"buffer_size": M},
+    "loranpac": {"embedding_dim": M, "rank": 900},
+}
+
+
+def field() -> Arrays:
+    """Every baseline of `tosca_heads.method.baselines` (ridge, SLDA both ways, FeCAM, KLDA and its
+    ensemble, RanDumb, ACIL, DS-AL, LoRanPAC), learned over three tasks: each one's scores after
+    each task."""
+    from tosca_heads.method.baseline_registry import BASELINES, arguments
+
+    x, y = _tasks(5, 3, 3, 240, 64)
+    out = {}
+    runs = {
+        name: {}
+        for name in BASELINES
+        if BASELINES[name].__module__.startswith("tosca_heads.method.baselines.")
+    }
+    runs["slda_exact"] = {"update": "exact"}
+    for name, sizes in runs.items():
+        method = "slda" if name == "slda_exact" else name
+        model = BASELINES[method](**{**arguments(method, {}), **FIELD_SIZES.get(name, {}), **sizes})
+        for task in range(3):
+            rows = (y >= 3 * task) & (y < 3 * task + 3)
+            model.partial_fit(x[rows], y[rows])
+            out[f"{name}/{task}/scores"] = np.asarray(model.decision_function(x[::5]), dtype=np.float64)
     return out
 
 
@@ -198,6 +233,7 @@ def _figures(metrics: Path) -> Arrays:
 AREAS: dict[str, Callable[[], Arrays]] = {
     "statistics": statistics,
     "ranpac": ranpac,
+    "field": field,
     "engine": engine,
     "estimators": estimators,
     "suite": suite,

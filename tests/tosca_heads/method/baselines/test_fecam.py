@@ -96,3 +96,24 @@ def test_too_many_class_matrices_are_refused_before_any_work() -> None:
     FeCAM.check_fits(768, classes=10)
     with pytest.raises(UserError, match="fewer classes"):
         FeCAM.check_fits(768, classes=10**7)
+
+
+def test_fecam_at_200_classes_of_768_features_is_refused_where_it_cannot_fit(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case, on a machine with 256 MiB to spare: 200 inverses of 768 x 768 (472 MB) are
+    refused by `tosca baselines` in one line naming what to lower, before any work (no folder)."""
+    from support.stores import synthetic_store
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=200, per_class=2, test_per_class=1, dim=768)
+    monkeypatch.setenv("TOSCA_MEMORY_LIMIT", str(256 << 20))
+    out = tmp_path / "out"
+    args = ["baselines", "--store", str(store.path), "--no-tosca", "--methods", "fecam", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--init-cls", "100", "--increment", "100"])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]  # after the protocol's lines, before any work
+    assert line.startswith("error: FeCAM on 200 classes of 768 features") and "use fewer classes" in line
+    assert not (out / "fecam" / "metrics.json").exists()
