@@ -23,6 +23,7 @@ from featcache.store import FeatureStore
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.plan import FitPlan
+from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 
 FLAGS = {"init_cls": 2, "increment": 2, "epochs": 2, "batch_size": 8}
@@ -123,17 +124,27 @@ def test_validation_split_refuses_no_validation(store: FeatureStore) -> None:
         validation_split(store, 0.0)
 
 
-@pytest.mark.parametrize(
-    ("method", "params"), [("simplecil", {}), ("ranpac", {"projection_dim": 64}), ("joint_probe", {})]
-)
-def test_a_baseline_estimator_scores_as_run_baseline(store: FeatureStore, method: str, params: dict) -> None:
+SMALL = {  # every registered baseline, its costly sizes small
+    "ranpac": {"projection_dim": 64},
+    "klda": {"dim": 256},
+    "klda_ensemble": {"dim": 128, "members": 2},
+    "randumb": {"dim": 256},
+    "acil": {"buffer_size": 256},
+    "ds_al": {"buffer_size": 256},
+    "loranpac": {"embedding_dim": 256, "rank": 200},
+}
+
+
+@pytest.mark.parametrize("method", list(BASELINES))
+def test_a_baseline_estimator_scores_as_run_baseline(store: FeatureStore, method: str) -> None:
+    params = SMALL.get(method, {})
     X, y = _arrays(store, "train")
     X_test, y_test = _arrays(store, "test")
     expected = run_baseline(method, FitPlan.build(store, StreamConfig(2, 2)), **params).metrics["A_last"]
     estimator = BaselineClassifier(method, params, init_cls=2, increment=2).fit(X, y)
     assert estimator.score(X_test, y_test) == expected
     assert hasattr(estimator, "partial_fit") == (method != "joint_probe")  # a joint probe is not continual
-    assert not hasattr(estimator, "predict_proba")  # none of the three has one
+    assert not hasattr(estimator, "predict_proba")  # none has one
 
 
 def test_clone_and_a_pipeline(store: FeatureStore) -> None:

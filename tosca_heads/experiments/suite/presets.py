@@ -2,7 +2,8 @@
 
 - `local`: what runs on the real archives of this project's machines (`$TOSCA_DATA`, else
   ../shared/data): EfficientNet-Lite0 with its packaged ImageNet weights on per-class subsets of
-  EuroSAT, CIFAR-10 (B0 Inc2) and CIFAR-100 (B0 Inc5), three seeds, every method and ablation.
+  EuroSAT, CIFAR-10 (B0 Inc2) and CIFAR-100 (B0 Inc5), three seeds, every method (every
+  registered baseline) and ablation.
   Its stores are the ones `benchmarks/routing.py` and `tosca demo` extract.
 - `paper`: the paper's six benchmarks (method.md §2) on ViT-B/16 IN-21k, three seeds, every method
   and ablation. It needs the data in `train/<class>/` + `test/<class>/` folders under
@@ -20,6 +21,7 @@ from typing import Any
 from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.errors import UserError
 from featcache.foundation.names import did_you_mean
+from tosca_heads.method.baseline_registry import ALL
 from tosca_heads.routers import HEADLINE
 
 ALL_ABLATIONS = {"flows": ["tosca", "tosca_r", "adapter", "calibrator"], "l1_off": True}
@@ -37,13 +39,14 @@ def _split(dataset: str) -> dict[str, int]:
 
 
 def _suite(name: str, stores: list[dict[str, Any]]) -> dict[str, Any]:
-    """A preset: what both presets run (three seeds, TOSCA's headline routers and the baselines that
-    run by default with their defaults, as a SUITE.toml without those keys; every ablation) on its
-    stores."""
+    """A preset: what both presets run (three seeds, TOSCA's headline routers, every registered
+    baseline with its defaults (`methods = "all"`: the frozen-feature methods too); every
+    ablation) on its stores."""
     return {
         "name": name,
         "seeds": [0, 1, 2],
         "tosca": {"routers": list(HEADLINE)},
+        "baselines": {"methods": ALL},
         "ablation": copy.deepcopy(ALL_ABLATIONS),
         "stores": stores,
     }
