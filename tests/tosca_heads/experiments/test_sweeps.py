@@ -24,7 +24,9 @@ from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import FORMAT
 from tosca_heads.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
-from tosca_heads.routers import ROUTERS
+from tosca_heads.routers import resolve_routers
+
+COMPUTED = resolve_routers(None)  # the routers a run computes unless others are named
 
 RUNNER = CliRunner()
 
@@ -83,8 +85,8 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     long = pd.read_csv(out / "results.csv")
-    assert len(long) == 4 * 2 * len(ROUTERS) and set(long["router"]) == set(ROUTERS)
-    assert set(long["rows"]) == {2 * len(ROUTERS)} and set(long["format"]) == {FORMAT}
+    assert len(long) == 4 * 2 * len(COMPUTED) and set(long["router"]) == set(COMPUTED)
+    assert set(long["rows"]) == {2 * len(COMPUTED)} and set(long["format"]) == {FORMAT}
     assert set(long["split"]) == {"test", "validation"} and set(long["val_fraction"]) == {0.1}
     rows = _points(out / "results.csv")
     assert len(rows) == 4 and rows["key"].is_unique
@@ -116,8 +118,8 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
             assert fit.exit_code == 0, fit.output
             metrics = json.loads((run / "metrics.json").read_text())
             row = rows[(rows["r"] == r) & (rows["l1"] == float(l1))].iloc[0]
-            assert set(metrics["routers"]) == set(ROUTERS) == set(metrics["validation"])
-            for router in ROUTERS:
+            assert set(metrics["routers"]) == set(COMPUTED) == set(metrics["validation"])
+            for router in COMPUTED:
                 for prefix, block in (
                     ("", metrics["routers"][router]),
                     ("val_", metrics["validation"][router]),
@@ -164,7 +166,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     child.kill()
     csv_path = out / "results.csv"
     before = pd.read_csv(csv_path)
-    assert len(before) == 2 * 2 * len(ROUTERS) and before["key"].nunique() == 2  # test and validation rows
+    assert len(before) == 2 * 2 * len(COMPUTED) and before["key"].nunique() == 2  # test and validation rows
     cut = before.iloc[0].to_dict() | {"key": "deadbeef"}
     with open(csv_path, "a", newline="") as fh:  # a point whose rows a kill cut short: its first only
         csv.writer(fh).writerow("" if pd.isna(v) else v for v in cut.values())
@@ -172,7 +174,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     assert resumed.exit_code == 0, resumed.output
     assert "2 already done" in resumed.output
     after = pd.read_csv(csv_path)
-    assert len(after) == 6 * 2 * len(ROUTERS) and after["key"].nunique() == 6
+    assert len(after) == 6 * 2 * len(COMPUTED) and after["key"].nunique() == 6
     assert "deadbeef" not in set(after["key"])
     pd.testing.assert_frame_equal(after.head(len(before)), before)  # finished rows kept as they were
     again = RUNNER.invoke(app, _sweep_cmd(store.path, out))
@@ -181,7 +183,7 @@ def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
     assert fresh.exit_code == 0, fresh.output
     by_key = _points(tmp_path / "fresh" / "results.csv").set_index("key")
     resumed_by_key = _points(csv_path).set_index("key").loc[by_key.index]
-    for router in ROUTERS:
+    for router in COMPUTED:
         assert (resumed_by_key[f"A_last_{router}"] == by_key[f"A_last_{router}"]).all()
 
 
@@ -199,7 +201,7 @@ def test_grouped_sweep_equals_one_point_per_engine_run(tmp_path: Path) -> None:
         tables[group] = _points(out / "results.csv").set_index("key").sort_index()
     assert set(tables[1]["group_size"]) == {1} and set(tables[4]["group_size"]) == {4}
     assert len(tables[4]) == 4 and list(tables[4].index) == list(tables[1].index)
-    for router in ROUTERS:
+    for router in COMPUTED:
         for metric in ("A_bar", "A_last", "routing"):
             column = f"{metric}_{router}"
             assert (tables[4][column] - tables[1][column]).abs().max() <= 1e-3, column
@@ -442,7 +444,7 @@ def test_sweep_survives_a_killed_worker(tmp_path: Path, planted_working_folder: 
     assert set(rows["key"]) == {p.key for p in points}
     assert len(set(rows["worker_pid"])) >= 2  # work went on after the kill, in other processes
     a, b = rows.set_index("key").sort_index(), by_point(calm.frame).set_index("key").sort_index()
-    for router in ROUTERS:
+    for router in COMPUTED:
         assert (a[f"A_last_{router}"] == b[f"A_last_{router}"]).all(), router
     assert hit.ran == len(points)
     # the workers imported nothing from the working folder (a planted multiprocessing.py)
