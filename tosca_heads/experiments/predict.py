@@ -122,9 +122,7 @@ class RunPredictor:
                 f"ended); rebuild them with `tosca eval {self.run_dir}`"
             )
         self.tasks_ = tasks
-        self.learned_: dict[
-            str, Any
-        ] = {}  # on-request routers' baselines, refitted where asked (`learn_router`)
+        self.learned_: dict[str, Any] = {}  # on-request routers' baselines, refitted where asked
         return self
 
     def check_router(self, router: str) -> None:
@@ -139,7 +137,7 @@ class RunPredictor:
             raise UserError(
                 f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
             )
-        if ROUTERS[router].on_request and router not in self.learned_:
+        if ROUTERS[router].on_request and router not in getattr(self, "learned_", {}):
             raise UserError(
                 f"router {router!r} learns from the run's store, which this prediction was not given "
                 "(`tosca predict` refits it there): pick another router"
@@ -149,7 +147,7 @@ class RunPredictor:
         """An on-request router's baseline (`routers.learned`), refitted from the run's store as the
         fit learned it: task by task on the clean training rows of its split, its validation rows
         left out (a run's router file keeps the statistics, not a baseline's matrices)."""
-        if not ROUTERS[router].on_request or router in self.learned_:
+        if not ROUTERS[router].on_request or router in getattr(self, "learned_", {}):
             return self
         plan = FitPlan.build(
             store, stream_config_of(self.config_, self.run_dir), validation_of(self.config_, self.run_dir)
@@ -162,7 +160,7 @@ class RunPredictor:
                 learners.partial_fit(
                     source.clean("train", rows).to("cpu", torch.float32), plan.train_labels[rows]
                 )
-        self.learned_ = {**self.learned_, **learners.snapshot()}
+        self.learned_ = {**getattr(self, "learned_", {}), **learners.snapshot()}
         return self
 
     @torch.no_grad()
@@ -196,7 +194,7 @@ class RunPredictor:
         view = StageView(
             entropy=entropy,
             energy=energy,
-            frozen=None if frozen is None else replace(frozen, learned=self.learned_),
+            frozen=None if frozen is None else replace(frozen, learned=getattr(self, "learned_", {})),
             features=x,
             class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
         )

@@ -26,6 +26,7 @@ FIXED = {
     "ridge": 1e-2,
     "gamma": 0.02,
     "update": "exact",
+    "sigma": 0.02,
 }  # a tuned knob's or an order-dependent value's, fixed here
 SPLITS = [StreamConfig(2, 2, 1993), StreamConfig(4, 1, 7), StreamConfig(3, 3, 0)]
 
