@@ -24,6 +24,7 @@ from tosca_heads.experiments.suite import load_suite, parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import plan_cells
 from tosca_heads.experiments.suite.presets import PAPER_BENCHMARKS, preset
 from tosca_heads.experiments.suite.spec import with_stores
+from tosca_heads.method.baseline_registry import BASELINES
 
 RUNNER = CliRunner()
 SUITE = """
@@ -285,9 +286,19 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
         seeds=(0,),
         flows=("tosca", "tosca_r"),
         l1_off=(),
-        baseline_params={"ranpac_projection_dim": 32},
+        baseline_params={  # every registered baseline runs (the preset's `all`), each one small
+            "ranpac_projection_dim": 32,
+            "klda_dim": 64,
+            "klda_ensemble_dim": 32,
+            "randumb_dim": 64,
+            "acil_buffer_size": 64,
+            "ds_al_buffer_size": 64,
+            "loranpac_embedding_dim": 64,
+            "loranpac_rank": 32,
+        },
         flags={"epochs": 1},
     )
+    assert set(quick.baselines) == set(BASELINES)
     result = run_suite(quick, tmp_path / "out", device="cpu")
     assert not result.missing
     table = result.tables.table
