@@ -341,6 +341,10 @@ def comparison_table(comparison: Any) -> None:
     columns = ["method", "routing", *map(header_of, figures), "parameters", "seconds", "reference"]
     table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
     said_intervals([r.metrics for r in comparison.results])
+    for r in comparison.results:  # a knob a baseline chose itself: its value and how
+        knob = r.metrics.get("knob")
+        if knob in r.metrics:
+            say(f"{r.method}: {knob} {r.metrics[knob]:g}, chosen by {r.metrics['chosen_by']}")
 
 
 def extraction_estimator(device: str) -> Callable[[Any], Any]:

@@ -120,7 +120,8 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
     if not knob or not hasattr(estimator, f"{knob}_"):
         return {}
     value = getattr(estimator, f"{knob}_")
-    return {knob: float(value), "chosen_by": str(getattr(estimator, "tuned_by_", "its paper's rule"))}
+    said = str(getattr(estimator, "tuned_by_", "its paper's rule"))
+    return {knob: float(value), "knob": knob, "chosen_by": said}
 
 
 def baseline_reference(name: str) -> str:
