@@ -1,7 +1,9 @@
 """The baselines by name (`BASELINES`), light: `tosca list`, a refused name and a plug-in's
-`register_baseline` need no torch. The built-in estimators live in `method.baselines` and are
-imported when one is first used; each is declared here with the first line of its class's
-docstring and its `reference` (tests/cli/test_startup.py holds them to their classes).
+`register_baseline` need no torch. The built-in estimators live in `method.baseline_estimators`
+(SimpleCIL, RanPAC, the joint probe) and `method.baselines` (the frozen-feature methods, one file
+each) and are imported when one is first used; each is declared here with the first line of its
+class's docstring, its `reference` and its paper (`PAPERS`; tests/cli/test_startup.py holds the
+declarations to their classes).
 
 Everything else about a baseline is declared once, on its class, and worked out here:
 - whether it runs when no methods are named (`runs_by_default = True`): `default_baselines()`, what
