@@ -90,3 +90,24 @@ def test_the_router_list_asks_for_on_request_routers_only_by_name() -> None:
     assert not set(on_request(resolve_routers(None)))  # the default computes none of them
     assert set(on_request(resolve_routers("all"))) == {"fecam", "klda", "randumb"}
     assert on_request(resolve_routers("lda,fecam")) == ("fecam",)
+
+
+@pytest.mark.parametrize(
+    ("method", "params"), [("fecam", {}), ("klda", {"dim": 128}), ("randumb", {"dim": 128})]
+)
+def test_a_router_s_snapshot_scores_as_its_baseline_did_after_that_task(method: str, params: dict) -> None:
+    """What a router keeps after a task (`frozen_copy`, without the matrices the next task grows)
+    scores as the baseline did then, however far the baseline has learned since."""
+    from tosca_heads.method.baseline_registry import BASELINES
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(6), 12)
+    x = (2 * rng.normal(size=(6, 10))[y] + rng.normal(size=(72, 10))).astype(np.float32)
+    model = BASELINES[method](**params)
+    model.partial_fit(x[y < 2], y[y < 2])
+    then = model.decision_function(x)
+    snapshot = model.frozen_copy()
+    model.partial_fit(x[(y >= 2) & (y < 4)], y[(y >= 2) & (y < 4)])
+    model.partial_fit(x[y >= 4], y[y >= 4])
+    assert np.array_equal(snapshot.decision_function(x), then)
+    assert not np.array_equal(model.decision_function(x)[:, :2], then[:, :2]) or method == "fecam"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -196,6 +197,16 @@ class KLDA:
         chosen = KLDA(self.dim, best, self.members, self.seed, self.ridge, self.device).partial_fit(x, y)
         self.__dict__.update({k: v for k, v in vars(chosen).items() if k.endswith("_")})
         self.sigma_, self.tuned_by_ = best, "validation"
+
+    def frozen_copy(self) -> KLDA:
+        """Itself for scoring, as it is now, without the D x D scatters (which the next task adds
+        to in place) or the means: what the `klda` router keeps after each task (a sweep's memo
+        keeps one per task), sharing the random features and the solved means, which a later
+        task replaces, never writes into."""
+        kept = copy.copy(self)
+        kept.__dict__.pop("scatter_", None)
+        kept.__dict__.pop("means_", None)
+        return kept
 
     def num_parameters(self) -> int:
         return int(sum(m.numel() for m in self.means_) + sum(s.numel() for s in self.scatter_))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -166,6 +168,15 @@ class RanDumb:
 
     def predict(self, features: Array) -> np.ndarray:
         return self.decision_function(features).argmax(1)
+
+    def frozen_copy(self) -> RanDumb:
+        """Itself for scoring, as it is now, without the D x D covariance sum (which the next task
+        adds to in place) or the means: what the `randumb` router keeps after each task, sharing
+        the random features and Sigma^-1 M', which a later task replaces, never writes into."""
+        kept = copy.copy(self)
+        kept.__dict__.pop("covariance_sum_", None)
+        kept.__dict__.pop("means_", None)
+        return kept
 
     def num_parameters(self) -> int:
         return int(self.means_.numel() + self.covariance_sum_.numel())
