@@ -308,8 +308,8 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
             lambda given: say("TOSCA: paper preset run" if given is None else f"TOSCA: run {given}", err),
             say_protocol,
         )
-    if as_json_:
-        return as_json([r.__dict__ for r in comparison.results])
+    if as_json_:  # data only: each row's per-image answers are its folder's outcomes.safetensors
+        return as_json([{k: v for k, v in r.__dict__.items() if k != "outcomes"} for r in comparison.results])
     comparison_table(comparison)
     for name, path in comparison.files.items():
         say(f"  {name:<15} {path}")

@@ -198,7 +198,7 @@ def cache_dir() -> Path:
 def _cpu_identity() -> str:
     """What -march=native depends on: the CPU's model and feature flags."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return platform.processor() or platform.machine()
     keep = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
@@ -215,7 +215,13 @@ def library_path(compiler_version: str) -> Path:
     `--version` text) for this CPU lives in the kernel cache."""
     key = hashlib.sha256(
         "\n".join(
-            [SOURCE.read_text(), slots_header(), " ".join(FLAGS), compiler_version, _cpu_identity()]
+            [
+                SOURCE.read_text(encoding="utf-8"),
+                slots_header(),
+                " ".join(FLAGS),
+                compiler_version,
+                _cpu_identity(),
+            ]
         ).encode()
     ).hexdigest()[:16]
     return cache_dir() / f"luca_step-{key}.so"

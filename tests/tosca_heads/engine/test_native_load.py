@@ -218,3 +218,21 @@ def test_a_spec_with_a_slot_the_step_does_not_compute_does_not_build(
     assert lib is None
     assert "failed to build luca_step.c" in why
     assert "the layout spec holds other slots than the step computes" in why
+
+
+def test_an_ascii_locale_finds_the_compiled_step(tmp_path: Path) -> None:
+    """Under LC_ALL=C without UTF-8 mode the step's C source (which holds a non-ASCII character)
+    is still read as UTF-8: the kernel cache's key, which every CPU fit asks for, is computed."""
+    import os
+    import sys
+
+    from support import ROOT
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    env["TOSCA_KERNEL_CACHE"] = str(tmp_path)
+    code = "from tosca_heads.engine import native; print(native.library_path('cc 1').name)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith("luca_step-") and done.stdout.strip().endswith(".so")

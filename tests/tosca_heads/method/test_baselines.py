@@ -220,3 +220,30 @@ def test_baselines_of_a_run_with_a_validation_split_take_its_split(
         and "was fitted on split B0 Inc2, class order seed 1993, the baselines asked" in (other.output)
     )
     assert "{" not in other.output and "'init_cls'" not in other.output
+
+
+def test_baselines_json_is_data_only(tmp_path: Path) -> None:
+    """`tosca baselines --json` carries data or leaves a field out, never a Python repr (each row's
+    per-image answers are its folder's outcomes.safetensors, not a string)."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = ["baselines", "--store", str(store.path), "--no-tosca", "--methods", "simplecil,ridge"]
+    result = RUNNER.invoke(
+        app, [*args, "--init-cls", "2", "--increment", "2", "--out", str(tmp_path / "b"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["method"] for r in rows] == ["simplecil", "ridge"]
+    assert all("outcomes" not in r for r in rows)
+    assert (
+        rows[1]["metrics"]["chosen_by"].startswith("RanPAC's rule") and rows[1]["metrics"]["knob"] == "ridge"
+    )
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    reprs = [s for s in strings(rows) if "(" in s and s.split("(")[0].isidentifier() and s.endswith(")")]
+    assert not reprs, reprs[:3]
