@@ -22,8 +22,26 @@ if TYPE_CHECKING:  # pandas is loaded when a table is written, not to append row
 FORMATS = ("md", "tex", "csv", "parquet")
 
 
+TEX = {  # every character TeX reads as markup, as its text (one pass: what is put in is never read again)
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "†": r"$^\dagger$",
+    "±": r"$\pm$",
+}
+
+
 def _tex_escaped(text: str) -> str:
-    return text.replace("_", r"\_").replace("%", r"\%").replace("†", r"$^\dagger$").replace("±", r"$\pm$")
+    """`text` as TeX prints it: a store name, a weights label or a suite name holding `&`, `\\`,
+    `{` ... is text in the table, never a column, a command or an `\\input`."""
+    return "".join(TEX.get(char, char) for char in str(text))
 
 
 def csv_text(header: Sequence[str] | None, rows: Sequence[Sequence[Any]]) -> str:

@@ -42,3 +42,16 @@ def test_a_table_without_a_frame_writes_its_rows_as_csv_and_no_parquet(tmp_path:
     assert csv_text(None, [[2, "x"]]) == "2,x\r\n"  # rows appended under a header already written
     with pytest.raises(ValueError, match="keeps no frame"):
         table.write(tmp_path / "results.parquet", ("parquet",))
+
+
+def test_tex_prints_every_markup_character_as_text() -> None:
+    """A store name, weights label or suite name holding TeX's markup characters stays text: the
+    header keeps its column count, and no command (`\\input{...}`) reaches the file."""
+    hostile = r"A&B \input{/etc/passwd} 50% $x$ #1 ~y^2 a_b"
+    tex = Table(hostile, "n", [f"{hostile} A_last", "x"], [[hostile, "1.0"]]).tex()
+    header = tex.splitlines()[4]
+    assert header.count("&") - header.count(r"\&") == 1  # two columns, as declared (`lr`)
+    assert r"\input{" not in tex and r"\textbackslash{}input\{/etc/passwd\}" in tex
+    for raw in ("50% ", "$x$", "#1", "~y", "^2", "a_b"):
+        assert raw not in tex.replace(r"\%", "").replace(r"\$", "").replace(r"\#", "").replace(r"\_", "")
+    assert r"A\&B" in tex and r"50\% \$x\$ \#1 \textasciitilde{}y\textasciicircum{}2 a\_b" in tex
