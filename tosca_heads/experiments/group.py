@@ -270,6 +270,7 @@ def evaluate_run(
     config = run_record.read_run_config(run_dir)
     stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
     done = run_record.finished_tasks(run_dir)
+    run_record.check_no_task_lost(run_dir, done)  # a deleted task file: refused, nothing rewritten
     if done == 0:
         raise UserError(f"run {run_dir} has no finished task yet; train one with `tosca fit --run {run_dir}`")
     validation = run_record.validation_of(config, run_dir)

@@ -217,6 +217,29 @@ def finished_tasks(run_dir: Path) -> int:
     return n
 
 
+def check_no_task_lost(run_dir: Path, found: int) -> None:
+    """Before a run is evaluated again: every task file it had is there. A task file past the first
+    missing one, or a metrics.json recording more finished tasks than there are files, means one
+    was deleted; evaluating what is left would rewrite the run's files with tasks dropped without a
+    word. One line naming the file; nothing is rewritten."""
+    later = sorted(Path(run_dir).glob("task_*.safetensors"))
+    beyond = [path.name for path in later if path.name > task_file(run_dir, found).name]
+    recorded = None
+    if (Path(run_dir) / METRICS).is_file():
+        try:
+            recorded = int(read_metrics(run_dir)["finished_tasks"])
+        except (UserError, KeyError, TypeError, ValueError):
+            recorded = None  # a damaged metrics.json is rewritten by the evaluation
+    said = [f"{', '.join(beyond)} remain"] if beyond else []
+    if recorded is not None and recorded > found:
+        said.insert(0, f"metrics.json records {recorded} finished tasks")
+    if said:
+        raise UserError(
+            f"run {run_dir}: {task_file(run_dir, found).name} is missing ({'; '.join(said)}): evaluating "
+            f"it would drop tasks from its files; `tosca fit --run {run_dir}` trains that task again"
+        )
+
+
 def check_task_count(run_dir: Path, found: int, tasks: int) -> None:
     """More task files than the run's split has tasks: one came from elsewhere, or config.json's
     split was edited; nothing of such a run can be scored."""

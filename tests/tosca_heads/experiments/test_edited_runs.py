@@ -268,3 +268,19 @@ def test_routers_of_a_partial_run_leave_out_baselines_measured_on_more_tasks(
         assert done.exit_code == 0, done.output
         kinds[run] = {row["kind"] for row in json.loads(done.stdout)}
     assert kinds == {"part": {"router"}, "whole": {"router", "baseline"}}
+
+
+@pytest.mark.parametrize("gone", ["task_001.safetensors", "task_000.safetensors"])
+def test_eval_refuses_a_run_that_lost_a_task_file_and_rewrites_nothing(
+    runs: dict[str, Path], tmp_path: Path, gone: str
+) -> None:
+    """A deleted task file (the last one, or one before others) is one line naming it: evaluating
+    what is left would rewrite metrics.json, results.csv and the answers with tasks dropped."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["tosca"], run)
+    (run / gone).unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    with pytest.raises(UserError, match=f"{gone} is missing") as refused:
+        evaluate_run(run)
+    assert "\n" not in str(refused.value) and "tosca fit --run" in str(refused.value)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
