@@ -188,11 +188,24 @@ def forward(
 
 
 def cache_dir() -> Path:
+    """Where the compiled step is built and loaded from: TOSCA_KERNEL_CACHE, else
+    $XDG_CACHE_HOME/tosca/kernels (an absolute one: the XDG spec ignores a relative one), else
+    ~/.cache/tosca/kernels. An empty or relative HOME is refused in one line: Python would make
+    it the filesystem's root or the working folder, a place to load code from that is not one's
+    own."""
     chosen = setting("TOSCA_KERNEL_CACHE")
     if chosen is not None:
         return Path(chosen)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "tosca" / "kernels"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "tosca" / "kernels"
+    home = os.environ.get("HOME")
+    if home is not None and not os.path.isabs(home):
+        raise UserError(
+            f"HOME is {home!r}, not an absolute folder: the compiled step's kernel cache would be "
+            "built outside your home; set HOME, XDG_CACHE_HOME or TOSCA_KERNEL_CACHE to a folder of your own"
+        )
+    return Path.home() / ".cache" / "tosca" / "kernels"
 
 
 def _cpu_identity() -> str:

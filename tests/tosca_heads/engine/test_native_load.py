@@ -236,3 +236,21 @@ def test_an_ascii_locale_finds_the_compiled_step(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().startswith("luca_step-") and done.stdout.strip().endswith(".so")
+
+
+@pytest.mark.parametrize("home", ["", "relative/home"])
+def test_an_empty_or_relative_home_is_refused_not_made_the_kernel_cache(
+    home: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME="" would make ~ the filesystem's root (/.cache/tosca/kernels); a relative HOME the
+    working folder: one line naming what to set, never a library built or loaded there."""
+    monkeypatch.delenv("TOSCA_KERNEL_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    with pytest.raises(UserError, match=r"not an absolute folder.*TOSCA_KERNEL_CACHE"):
+        native.cache_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", "also/relative")  # ignored, as the XDG spec says
+    with pytest.raises(UserError, match="HOME is"):
+        native.cache_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", "/tmp/xdg")
+    assert native.cache_dir() == Path("/tmp/xdg/tosca/kernels")
