@@ -186,6 +186,11 @@ def row_blocks(matrix: torch.Tensor, rows: int = ROWS) -> list[torch.Tensor]:
     return [own_tile(matrix[span]) for span in spans(len(matrix), rows)]
 
 
+def tiled(matrix: torch.Tensor) -> list[list[torch.Tensor]]:
+    """A matrix as its row blocks, each as its column tiles: what `add_gram` and `add_cross` take."""
+    return [column_tiles(block) for block in row_blocks(matrix)]
+
+
 def add_gram(gram: torch.Tensor, blocks: list[list[torch.Tensor]], run: Run) -> None:
     """gram += H'H, where H's row blocks are `blocks` (each its column tiles, widths as `spans`):
     each tile (i, j), i >= j, is the sum over the row blocks in their order of H_ri' H_rj, added

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tosca_heads.method.linalg import on_one_thread
+from tosca_heads.method.shrinkage import oas_coefficient
 
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
 SHRINKAGES = ("validated", "ledoit_wolf", "oas")  # how the shrinkage is chosen after each task
@@ -228,11 +229,7 @@ def oas_shrinkage(scatter: np.ndarray, n: float) -> float:
     their scatter and count: its own formula."""
     p = scatter.shape[0]
     emp = scatter / n
-    alpha = float(np.mean(emp**2))
-    mu = float(np.trace(emp)) / p
-    num = alpha + mu**2
-    den = (n + 1) * (alpha - mu**2 / p)
-    return 1.0 if den == 0 else min(num / den, 1.0)
+    return oas_coefficient(float(np.mean(emp**2)), float(np.trace(emp)) / p, n, p)
 
 
 def _class_moments(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> Moments:

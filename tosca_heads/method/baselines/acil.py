@@ -13,7 +13,6 @@ from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
-from tosca_heads.method.baselines.ridge import tiled
 
 
 def draw_buffer(dim: int, size: int, seed: int) -> torch.Tensor:
@@ -59,7 +58,7 @@ class RecursiveStream:
     def _times_inverse(self, right: torch.Tensor, run: linalg.Run) -> torch.Tensor:
         """R right (D x k), R symmetric: R^T right as a cross product over R's row blocks."""
         out = torch.zeros(len(self.inverse), right.shape[1], dtype=torch.float64, device=right.device)
-        linalg.add_cross(out, tiled(self.inverse), linalg.row_blocks(right), run)
+        linalg.add_cross(out, linalg.tiled(self.inverse), linalg.row_blocks(right), run)
         return out
 
     def add(self, h: torch.Tensor, targets: torch.Tensor, run: linalg.Run) -> None:
@@ -74,9 +73,9 @@ class RecursiveStream:
             factor = torch.linalg.cholesky(kernel)
             half = torch.linalg.solve_triangular(factor, projected.T.contiguous(), upper=False)  # L^-1 H R
             self.inverse.neg_()  # R - half^T half, as -(-R + half^T half): add_gram adds, negation is exact
-            linalg.add_gram(self.inverse, tiled(half), run)
+            linalg.add_gram(self.inverse, linalg.tiled(half), run)
             self.inverse.neg_()
-            linalg.add_cross(self.cross, tiled(chunk), linalg.row_blocks(targets[rows]), run)
+            linalg.add_cross(self.cross, linalg.tiled(chunk), linalg.row_blocks(targets[rows]), run)
         self.weights = self._times_inverse(self.cross, run)
 
     def scores(self, h: torch.Tensor) -> torch.Tensor:

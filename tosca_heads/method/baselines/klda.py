@@ -147,7 +147,7 @@ class KLDA:
                 grown[: len(self.means_[m])] = self.means_[m]
                 grown[torch.from_numpy(classes).to(dev)] = means
                 self.means_[m] = grown
-                linalg.add_gram(self.scatter_[m], rff.tiled(rff.centred(h, labels, classes, means)), run)
+                linalg.add_gram(self.scatter_[m], linalg.tiled(rff.centred(h, labels, classes, means)), run)
                 solved = rff.spd_solve(self.scatter_[m], grown.T.contiguous(), self.ridge, run)
                 self.solved_.append(solved)  # (S + ridge I)^-1 M'
                 self.quadratic_.append((grown * solved.T).sum(1))  # mu_c'(S + ridge I)^-1 mu_c

@@ -30,11 +30,6 @@ def cosine_features(
     return torch.cat(rows)
 
 
-def tiled(h: torch.Tensor) -> list[list[torch.Tensor]]:
-    """A float64 [n, D] matrix as `linalg.add_gram`'s row blocks of column tiles."""
-    return [linalg.column_tiles(block) for block in linalg.row_blocks(h)]
-
-
 def class_means(h: torch.Tensor, labels: np.ndarray) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """The classes in `labels` (sorted), their row counts and their means of `h` (float64)."""
     classes, counts = np.unique(labels, return_counts=True)

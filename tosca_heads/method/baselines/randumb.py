@@ -12,6 +12,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
+from tosca_heads.method.shrinkage import oas_coefficient
 
 
 def oas_shrinkage(centred: torch.Tensor) -> tuple[float, float]:
@@ -23,8 +24,7 @@ def oas_shrinkage(centred: torch.Tensor) -> tuple[float, float]:
     gram = centred @ centred.T if n <= p else centred.T @ centred
     alpha = float((gram**2).sum()) / (n * n * p * p)
     mu = float(centred.pow(2).sum()) / (n * p)
-    den = (n + 1) * (alpha - mu * mu / p)
-    return (1.0 if den == 0 else min((alpha + mu * mu) / den, 1.0)), mu
+    return oas_coefficient(alpha, mu, n, p), mu
 
 
 class RanDumb:
@@ -148,7 +148,7 @@ class RanDumb:
             self.shrinkages_[classes] = [s for s, _ in found]
             keep = torch.from_numpy(np.sqrt(1.0 - self.shrinkages_[classes])).to(h.device)
             scaled = centred * keep[torch.from_numpy(np.searchsorted(classes, labels)).to(h.device)][:, None]
-            linalg.add_gram(self.covariance_sum_, rff.tiled(scaled), run)  # sum_c (1 - s_c) X_c'X_c
+            linalg.add_gram(self.covariance_sum_, linalg.tiled(scaled), run)  # sum_c (1 - s_c) X_c'X_c
             extra = sum(float(n) * s * mu for n, (s, mu) in zip(counts, found, strict=True))
             self.covariance_sum_.diagonal().add_(extra)  # + sum_c n_c s_c mu_c I
             total = int(self.counts_.sum())

@@ -22,11 +22,6 @@ from tosca_heads.method.baseline_registry import Interval, Param
 RANPAC_RULE = "RanPAC's rule: 80/20 split of the first task"
 
 
-def tiled(values: torch.Tensor) -> list[list[torch.Tensor]]:
-    """A matrix as `linalg`'s row blocks, each as its column tiles (for add_gram / add_cross)."""
-    return [linalg.column_tiles(block) for block in linalg.row_blocks(values)]
-
-
 def one_hot(labels: np.ndarray, classes: int, device: torch.device) -> torch.Tensor:
     return F.one_hot(torch.from_numpy(labels).long(), classes).double().to(device)
 
@@ -134,7 +129,7 @@ class Ridge:
                 self.tuned_by_ = RANPAC_RULE
         self.cross_ = F.pad(self.cross_, (0, classes - self.cross_.shape[1]))
         with linalg.workers(device=x.device) as run:
-            blocks = tiled(x)
+            blocks = linalg.tiled(x)
             linalg.add_gram(self.gram_, blocks, run)
             linalg.add_cross(self.cross_, blocks, linalg.row_blocks(y), run)
             self.weights_ = ridge_solve(self.gram_, self.cross_, self.ridge_, run)

@@ -10,7 +10,7 @@ from featcache.foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor, ridge_solve
 from tosca_heads.method.baseline_registry import Interval, Options, Param
-from tosca_heads.method.baselines.ridge import tiled
+from tosca_heads.method.shrinkage import oas_coefficient
 
 
 def oas_shrunk(scatter: torch.Tensor, rows: int) -> tuple[torch.Tensor, float]:
@@ -20,9 +20,7 @@ def oas_shrunk(scatter: torch.Tensor, rows: int) -> tuple[torch.Tensor, float]:
     emp = scatter / rows
     p = len(emp)
     mu = float(torch.trace(emp)) / p
-    alpha = float((emp**2).mean())
-    den = (rows + 1) * (alpha - mu**2 / p)
-    shrinkage = 1.0 if den == 0 else min((alpha + mu**2) / den, 1.0)
+    shrinkage = oas_coefficient(float((emp**2).mean()), mu, rows, p)
     shrunk = (1 - shrinkage) * emp
     shrunk.diagonal().add_(shrinkage * mu)
     return shrunk, shrinkage
@@ -146,7 +144,7 @@ class SLDA:
             self.counts_[k] = int(rows.sum())
         residual = x - self.means_[torch.from_numpy(labels).to(x.device)]
         scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
-        linalg.add_gram(scatter, tiled(residual), run)
+        linalg.add_gram(scatter, linalg.tiled(residual), run)
         self.covariance_, self.base_shrinkage_ = oas_shrunk(scatter, len(x))
         self.updates_ = len(x)
 
@@ -168,7 +166,7 @@ class SLDA:
         t = self.updates_ + torch.arange(len(x), dtype=torch.float64, device=x.device)
         weighted = residual * torch.sqrt(t / (t + 1))[:, None]
         scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
-        linalg.add_gram(scatter, tiled(weighted), run)
+        linalg.add_gram(scatter, linalg.tiled(weighted), run)
         n0 = self.updates_
         self.covariance_ = (n0 * self.covariance_ + scatter) / (n0 + len(x))
         self.updates_ = n0 + len(x)
@@ -190,7 +188,7 @@ class SLDA:
             self.means_[k] = (c0 * self.means_[k] + rows.sum(0)) / (c0 + n)
             self.counts_[k] = c0 + n
         scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
-        linalg.add_gram(scatter, tiled(torch.cat([residual, *[g[None] for g in gaps]])), run)
+        linalg.add_gram(scatter, linalg.tiled(torch.cat([residual, *[g[None] for g in gaps]])), run)
         n0 = self.updates_
         previous = self.covariance_ * n0 if n0 else torch.zeros_like(scatter)
         self.covariance_ = (previous + scatter) / (n0 + len(x))
