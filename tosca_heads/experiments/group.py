@@ -40,7 +40,7 @@ from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.routers import ClassStatistics
-from tosca_heads.routers.learned import on_request
+from tosca_heads.routers.learned import RouterLearners, on_request
 from tosca_heads.routers.memo import shared_statistics
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -86,7 +86,9 @@ class GroupFit:
                 stream, plan.held_labels, source, device, split="train", rows=plan.held
             )
         self.queue = StageQueue(evaluators, self.threads.overlap)
-        self.statistics = ClassStatistics(store.dim, routers=plan.routers)
+        self.statistics = ClassStatistics(
+            store.dim, learners=RouterLearners(plan.routers) if plan.routers else None
+        )
         self.memo = None if key is None else shared_statistics((*key, plan.routers), store.dim, plan.routers)
         images = {split: evaluator.images() for split, evaluator in evaluators.items()}
         self.results = [

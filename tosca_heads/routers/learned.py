@@ -8,7 +8,7 @@ fecam`, `tosca eval --router`, a sweep's `--rank-by`, a suite's `tosca.routers`,
 to every class is n x C x d^2 per evaluation (at CIFAR-100's 100 classes and d = 1280, minutes on
 a CPU), which every `tosca fit` would otherwise pay. Their learners never see a module: they
 learn task by task from the clean training features beside the routers' statistics
-(`statistics.ClassStatistics`, `routers=`), with their baseline's defaults (the authors'), and
+(`statistics.ClassStatistics`, `learners=`), with their baseline's defaults (the authors'), and
 keep statistics, never samples. A run's router file keeps the statistics only; `tosca predict`
 refits a learned router from the run's store (seconds; refused in one line when the store is gone).
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from tosca_heads.routers.learned import RouterLearners
 from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
 MAX_SPLITS = 4  # task splits kept at once per process (each holds one model per task)
@@ -24,7 +25,7 @@ class StatisticsMemo:
     """Models after tasks 0, 1, ... of one store and task split, extended in task order on demand."""
 
     def __init__(self, dim: int, routers: tuple[str, ...] = ()):
-        self.statistics = ClassStatistics(dim, routers=routers)
+        self.statistics = ClassStatistics(dim, learners=RouterLearners(routers) if routers else None)
         self.models: list[FrozenModel] = []
         self.lock = threading.Lock()
 

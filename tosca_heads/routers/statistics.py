@@ -19,7 +19,7 @@ docs/routers.md compares them with the validated choice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,11 +75,13 @@ class ClassStatistics:
     extra number), `kind_`, and `shrinkage_` (one value per task).
     """
 
-    def __init__(self, dim: int, seed: int = 0, shrinkage: str = "validated", routers: Sequence[str] = ()):
+    def __init__(self, dim: int, seed: int = 0, shrinkage: str = "validated", learners: Any = None):
         self.dim = dim
         self.seed = seed
         self.shrinkage = shrinkage
-        self.routers = tuple(routers)  # on-request routers (`learned`) whose baselines learn here too
+        # the on-request routers' baselines (`learned.RouterLearners`), learning here too: `partial_fit`
+        # with each task's clean rows, `snapshot()` into each task's model; None: none asked for
+        self.learners = learners
 
     @property
     def classes(self) -> int:
@@ -104,12 +106,8 @@ class ClassStatistics:
         if self.shrinkage not in SHRINKAGES:
             raise ValueError(f"unknown shrinkage {self.shrinkage!r}: use one of {', '.join(SHRINKAGES)}")
         self.fourth_ += _fourth_moment(x, labels, classes, self.kind_)
-        if self.routers:
-            if not hasattr(self, "learners_"):
-                from tosca_heads.routers.learned import RouterLearners
-
-                self.learners_ = RouterLearners(self.routers)
-            self.learners_.partial_fit(x, labels)
+        if self.learners is not None:
+            self.learners.partial_fit(x, labels)
         if self.shrinkage != "validated":
             self.counts_, self.sums_, self.tsums_, self.scatter_ = self._grown(
                 _class_moments(x, labels, classes, self.kind_)
@@ -173,8 +171,7 @@ class ClassStatistics:
         """The classifiers over every class seen so far, with the last task's shrinkage (solved on one
         thread, as in `partial_fit`)."""
         model = _model(self.counts_, self.sums_, self.tsums_, self.scatter_, self.kind_, self.shrinkage_[-1])
-        learners = getattr(self, "learners_", None)
-        return model if learners is None else replace(model, learned=learners.snapshot())
+        return model if self.learners is None else replace(model, learned=self.learners.snapshot())
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {
