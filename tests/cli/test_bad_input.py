@@ -921,7 +921,7 @@ DAMAGED += [
         "sweep outcomes edited",
         _flipped_outcomes,
         [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "its test answers of entropy do not give the A_t recorded for them (task 0)",
+        "A_t after task 0 of entropy (test) is not what its kept answers give",
     ),
 ]
 

@@ -29,7 +29,9 @@ from tosca_heads.method.protocol import TaskStream
 from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
-Scores = dict[str, dict[str, Any]]  # one configuration's {router: {A_t, blocks, routing, confusion, correct}}
+# one configuration's {router: {A_t, blocks, routing, confusion, correct, routed}}: `correct` and
+# `routed` per image of the split, packed (answered right; routed to its own task's module)
+Scores = dict[str, dict[str, Any]]
 CACHE_BYTES_CPU = 1 << 30  # module outputs kept across stages (CIFAR-100, 20 tasks, G = 1: 614 MB)
 CHUNK_BYTES = 64 << 20  # logits computed at once
 FORWARD_BYTES = 256 << 20  # one [G, rows, d] activation of a module forward over test rows
@@ -258,6 +260,7 @@ class StageEvaluator:
                 (chosen == true_task).double().mean(1).cpu(),
                 _routing_confusion(true_task, chosen, task + 1),
                 self._in_split_order(correct.bool().cpu().numpy()),
+                self._in_split_order((chosen == true_task).cpu().numpy()),
             )
         return [
             {
@@ -267,15 +270,17 @@ class StageEvaluator:
                     "routing": float(routing[g]),
                     "confusion": confusion[g],
                     "correct": right[g],
+                    "routed": routed[g],
                 }
-                for router, (a_t, blocks, routing, confusion, right) in scores.items()
+                for router, (a_t, blocks, routing, confusion, right, routed) in scores.items()
             }
             for g in range(view.groups)
         ]
 
     def _in_split_order(self, correct: np.ndarray) -> np.ndarray:
-        """[G, n] right answers of the seen rows in class order -> [G, bytes]: every row of the split
-        in its own order (`images`), a row of a class not seen yet False, packed 8 to a byte."""
+        """[G, n] per-image flags of the seen rows in class order (answered right, or routed right)
+        -> [G, bytes]: every row of the split in its own order (`images`), a row of a class not
+        seen yet False, packed 8 to a byte."""
         full = np.zeros((correct.shape[0], len(self.order)), dtype=bool)
         full[:, self.order[: correct.shape[1]]] = correct
         return np.packbits(full, axis=1)

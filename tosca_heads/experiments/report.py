@@ -12,12 +12,11 @@ from featcache.foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import RANKED, figures
-from tosca_heads.records.baselines_folder import NO_ROUTING, bounds, read_baseline
+from tosca_heads.records.baselines_folder import NO_ROUTING, bounds, read_baseline, read_baseline_outcomes
 from tosca_heads.records.run_folder import (
     read_confusion,
-    read_metrics,
     read_run_config,
-    read_run_outcomes,
+    read_run_figures,
 )
 from tosca_heads.routers import ROUTERS, reference_text
 
@@ -123,6 +122,7 @@ def baseline_rows(
         if differs:
             left_out.append((payload["method"], str(path.parent.parent), differs))
             continue
+        read_baseline_outcomes(path.parent, payload)  # its figures are what its answers give
         block = {**payload["routers"][NO_ROUTING], **{m.name: None for m in figures() if m.from_routing}}
         held = (payload.get("validation") or {}).get(NO_ROUTING)
         reference = payload.get("reference") or ""
@@ -134,7 +134,7 @@ def baseline_rows(
 def routers_report(run_dir: Path) -> RoutersReport:
     """Every router of a finished run, then the baselines of its store and split."""
     config = read_run_config(run_dir)
-    metrics = read_metrics(run_dir)
+    metrics, kept = read_run_figures(run_dir)
     missing = [n for n in ROUTERS if n not in metrics["routers"] and not ROUTERS[n].on_request]
     if missing:
         raise UserError(
@@ -150,7 +150,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
         reference = reference_text(name) if router else ""
         rows.append(_row(name, "router", honest, block, summary, validation.get(name), reference))
     best, chosen_on = default_router(metrics)
-    answers = read_run_outcomes(run_dir, metrics).get(chosen_on)
+    answers = kept.get(chosen_on)
     ties = None
     if answers is not None and best in answers:
         ties = [

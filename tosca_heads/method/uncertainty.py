@@ -83,12 +83,14 @@ class Outcomes:
     """One run's answers on one split: `correct[t, i]` whether image i was answered right after task
     t (False before its class was seen), `classes[i]` its class (the store's label) and `task[i]` the
     task that brought that class (the same for every image of a class); `rows` the store rows of
-    the split they are (for `same_images`)."""
+    the split they are (for `same_images`); `routed[t, i]` whether a router sent image i to its own
+    task's module after task t (None for a method without a router)."""
 
     correct: np.ndarray  # bool [T, N]
     classes: np.ndarray  # int [N]
     task: np.ndarray  # int [N]
     rows: np.ndarray  # int [N]
+    routed: np.ndarray | None = None  # bool [T, N]
 
     @property
     def tasks(self) -> int:

@@ -11,6 +11,8 @@ one module, so a format changes in one place and every reader sees the change.
 - `suite`: a suite's manifest.json (its cells are run and baselines folders);
 - `outcomes`: which images each router or baseline answered right after each task (what every
   interval and paired test is computed from).
+- `derived`: every figure a file keeps that its kept answers give, worked out again on read and
+  compared (a figure edited is one line, never a number).
 
 Format: every file here records `FORMAT`, the format of tosca's first release. No reader of an
 unreleased format is kept: a file that records none, or one of the numbers the builds before the

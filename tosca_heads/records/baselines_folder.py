@@ -33,7 +33,8 @@ from tosca_heads.records import (
     validation_record,
 )
 from tosca_heads.records.claim import FolderKind, mark
-from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.derived import check_figures, recorded_blocks
+from tosca_heads.records.outcomes import OUTCOMES, read_outcomes, write_outcomes
 from tosca_heads.records.run_folder import stage_interval
 from tosca_heads.records.table import Table
 
@@ -155,15 +156,16 @@ def write_baseline(
 
 
 def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes]:
-    """A baseline folder's outcomes per split, checked against its metrics (`read_baseline`'s
-    payload): one line when they are missing or do not fit."""
+    """A baseline folder's outcomes per split, every figure of its metrics (`read_baseline`'s
+    payload) checked against them (`records.derived`): one line when they are missing or do not
+    give its figures."""
     hint = "delete the folder to compute the baseline again"
     found = read_outcomes(Path(folder) / OUTCOMES, hint)
     method = payload["method"]
     blocks = {"test": {method: payload["routers"][NO_ROUTING]}}
     if payload.get("validation"):
         blocks["validation"] = {method: payload["validation"][NO_ROUTING]}
-    check_against(found, blocks, f"{folder}: {OUTCOMES}", hint)
+    check_figures(recorded_blocks(found, blocks, f"{folder}: metrics.json", hint))
     return {split: named[method] for split, named in found.items() if method in named}
 
 
@@ -185,6 +187,15 @@ def read_baseline(path: Path) -> dict[str, Any] | None:
     if held is not None and not (isinstance(held, dict) and valid_metrics_block(held.get(NO_ROUTING))):
         return None
     return {**payload, "routers": {NO_ROUTING: block}}
+
+
+def read_baseline_figures(path: Path) -> dict[str, Any] | None:
+    """A baseline's metrics.json as `read_baseline` reads it, every figure checked against its kept
+    answers (`read_baseline_outcomes`): what a table, a tracker or a ranking shows of it."""
+    payload = read_baseline(path)
+    if payload is not None:
+        read_baseline_outcomes(Path(path).parent, payload)
+    return payload
 
 
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:

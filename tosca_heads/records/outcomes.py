@@ -9,13 +9,15 @@ S/classes      I64 [N]               each image's class (the store's label)
 S/task         I64 [N]               the task that brings that class (the same for a class's images)
 S/right/NAME   U8  [T, ceil(N / 8)]  after each task t, the images NAME answered right: numpy's
                                      packbits of a [T, N] bool array (a class not seen yet: 0)
+S/routed/NAME  U8  [T, ceil(N / 8)]  after each task t, the images router NAME sent to their own
+                                     task's module (a baseline, which has no router: none)
 metadata       format, tasks (T)
 ```
 
 A run keeps one beside its metrics.json, a baseline in its own folder, a sweep one per point in
 its outcomes/ folder (outcomes/KEY.safetensors, KEY the point's results.csv key). The header is
 checked before a tensor is read, its format (`records.check_format`), and the answers against the
-figures they must give (`check_against`): a file edited, damaged, of another format or of another
+figures they must give (`records.derived`): a file edited, damaged, of another format or of another
 run is one line.
 """
 
@@ -57,6 +59,8 @@ def write_outcomes(path: Path, found: Mapping[str, Mapping[str, Outcomes]]) -> N
                         np.ascontiguousarray(getattr(outcome, key), np.int64)
                     )
             tensors[f"{split}/right/{name}"] = torch.from_numpy(np.packbits(outcome.correct, axis=1))
+            if outcome.routed is not None:
+                tensors[f"{split}/routed/{name}"] = torch.from_numpy(np.packbits(outcome.routed, axis=1))
             tasks = outcome.tasks
     atomic.write_safetensors(path, tensors, {"format": str(FORMAT), "tasks": str(tasks)})
 
@@ -82,7 +86,7 @@ def _check_header(header: Header) -> None:
         split, _, key = name.partition("/")
         if key in IMAGE_KEYS:
             continue
-        if not key.startswith("right/") or split not in images:
+        if not key.startswith(("right/", "routed/")) or split not in images:
             raise TensorFileError(f"it holds a tensor {name[:60]!r} that no outcomes file has")
         if info.dtype != "U8" or info.shape != (tasks, math.ceil(images[split] / 8)):
             raise TensorFileError(f"{name[:60]} does not hold {tasks} tasks of {images[split]} images")
@@ -108,6 +112,11 @@ def read_outcomes(path: Path, hint: str) -> PerSplit:
         raise UserError(f"{path}: {exc}; {hint}") from None
 
 
+def _bits(packed: Any, images: int) -> np.ndarray:
+    """A packed [T, ceil(N / 8)] tensor back to [T, N] bools."""
+    return np.unpackbits(packed.numpy(), axis=1, count=images).astype(bool)
+
+
 def _unpacked(tensors: dict[str, Any], tasks: int) -> PerSplit:
     found: PerSplit = {}
     for split in SPLITS:
@@ -121,30 +130,14 @@ def _unpacked(tensors: dict[str, Any], tasks: int) -> PerSplit:
         if (task[order][1:][same_class] != task[order][:-1][same_class]).any():
             raise TensorFileError(f"its {split} images of one class come in different tasks")
         prefix = f"{split}/right/"
-        for name, packed in tensors.items():
-            if name.startswith(prefix):
-                correct = np.unpackbits(packed.numpy(), axis=1, count=len(rows)).astype(bool)
-                found.setdefault(split, {})[name[len(prefix) :]] = Outcomes(correct, classes, task, rows)
+        for key in tensors:
+            if key.startswith(prefix):
+                name = key[len(prefix) :]
+                correct = _bits(tensors[key], len(rows))
+                packed = tensors.get(f"{split}/routed/{name}")
+                routed = None if packed is None else _bits(packed, len(rows))
+                found.setdefault(split, {})[name] = Outcomes(correct, classes, task, rows, routed)
+        routes = {key.split("/", 2)[2] for key in tensors if key.startswith(f"{split}/routed/")}
+        if routes - set(found.get(split, {})):
+            raise TensorFileError(f"its {split} routes are of a name it holds no answers of")
     return found
-
-
-def check_against(found: PerSplit, blocks: Mapping[str, Mapping[str, Any]], where: str, hint: str) -> None:
-    """Each name's outcomes give its recorded A_t (split -> name -> metrics block), to the last
-    digit a file keeps: outcomes of another run, or edited, are one line."""
-    for split, named in found.items():
-        for name, outcome in named.items():
-            block = blocks.get(split, {}).get(name)
-            if block is None:
-                continue
-            recorded = block.get("A_t", [])
-            if len(recorded) != outcome.tasks:
-                raise UserError(
-                    f"{where}: its {split} answers of {name} cover {outcome.tasks} tasks, its metrics {len(recorded)}; {hint}"
-                )
-            for t, a in enumerate(recorded):
-                seen = outcome.task <= t
-                if seen.any() and abs(float(outcome.correct[t][seen].mean()) - float(a)) > 1e-6:
-                    raise UserError(
-                        f"{where}: its {split} answers of {name} do not give the A_t recorded for them "
-                        f"(task {t}); {hint}"
-                    )

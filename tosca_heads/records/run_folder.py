@@ -86,7 +86,8 @@ from tosca_heads.records import (
     valid_metrics_block,
     with_intervals,
 )
-from tosca_heads.records.outcomes import OUTCOMES, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.derived import check_figures, check_routing, recorded_blocks
+from tosca_heads.records.outcomes import OUTCOMES, read_outcomes, write_outcomes
 from tosca_heads.records.run_config import CONFIG, read_run_config
 from tosca_heads.routers import ROUTERS
 
@@ -127,8 +128,13 @@ def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequen
 # ------------------------------------------------------------------------------------------ config.json
 
 
-def read_metrics(run_dir: Path) -> dict[str, Any]:
-    """A run's metrics.json, refused in one line when missing, damaged, edited or of another format."""
+def read_metrics(run_dir: Path, figures_checked: bool = True) -> dict[str, Any]:
+    """A run's metrics.json, refused in one line when missing, damaged, edited or of another format;
+    with `figures_checked` (every reader that shows, ranks or logs a figure) each figure is checked
+    against the run's kept answers (`read_run_figures`). Without it the file's shape only: whether a
+    run is finished, which `tosca eval` then rewrites anyway."""
+    if figures_checked:
+        return read_run_figures(run_dir)[0]
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
@@ -227,7 +233,7 @@ def check_no_task_lost(run_dir: Path, found: int) -> None:
     recorded = None
     if (Path(run_dir) / METRICS).is_file():
         try:
-            recorded = int(read_metrics(run_dir)["finished_tasks"])
+            recorded = int(read_metrics(run_dir, figures_checked=False)["finished_tasks"])
         except (UserError, KeyError, TypeError, ValueError):
             recorded = None  # a damaged metrics.json is rewritten by the evaluation
     said = [f"{', '.join(beyond)} remain"] if beyond else []
@@ -497,11 +503,12 @@ class RunResult:
                 continue
             n = len(images["rows"])
             for name in (r for r in ROUTERS if r in stages[0]):
-                if not all("correct" in s.get(name, {}) for s in stages):
+                if not all("correct" in s.get(name, {}) and "routed" in s[name] for s in stages):
                     continue
                 right = np.stack([np.unpackbits(s[name]["correct"], count=n).astype(bool) for s in stages])
+                routed = np.stack([np.unpackbits(s[name]["routed"], count=n).astype(bool) for s in stages])
                 found.setdefault(split, {})[name] = Outcomes(
-                    right, images["classes"], images["task"], images["rows"]
+                    right, images["classes"], images["task"], images["rows"], routed
                 )
         return found
 
@@ -623,15 +630,24 @@ def stage_interval(outcome: Outcomes | None, task: int, a_t: float) -> tuple[str
     return f"{low:.6f}", f"{high:.6f}", str(images)
 
 
-def read_run_outcomes(run_dir: Path, metrics: dict[str, Any] | None = None) -> dict[str, dict[str, Outcomes]]:
-    """A run's outcomes.safetensors, checked against its metrics (`metrics`, else read): a file
-    missing, of another run or edited is one line."""
-    hint = f"`tosca eval {run_dir}` rewrites it"
+def read_run_figures(run_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Outcomes]]]:
+    """A run's metrics.json and its outcomes.safetensors, every figure of the one checked against
+    the other (`records.derived`: A_t, the matrix, A_bar, A_last, forgetting, a plug-in's, their
+    intervals and standard errors, the images), and each router's routing accuracy against its
+    routing confusion: a file missing, of another run or edited is one line naming it."""
+    metrics = read_metrics(run_dir, figures_checked=False)
+    hint = f"`tosca eval {run_dir}` rewrites them"
     found = read_outcomes(Path(run_dir) / OUTCOMES, hint)
-    metrics = metrics or read_metrics(run_dir)
     blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
-    check_against(found, blocks, f"run {run_dir}: {OUTCOMES}", hint)
-    return found
+    check_figures(recorded_blocks(found, blocks, f"run {run_dir}: {METRICS}", hint))
+    confusion = read_confusion(run_dir)
+    if confusion is not None and confusion["task"] + 1 == metrics["finished_tasks"]:
+        for split, block in blocks.items():
+            for name, matrix in confusion.get(split, {}).items():
+                if name in block:
+                    where = f"run {run_dir}: {METRICS} and {CONFUSION}"
+                    check_routing(block[name].get("routing_accuracy"), matrix, where, name, hint)
+    return metrics, found
 
 
 def write_confusion(result: RunResult) -> None:

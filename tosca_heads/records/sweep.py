@@ -43,7 +43,8 @@ from tosca_heads.records import (
     validation_record,
 )
 from tosca_heads.records.claim import FolderKind
-from tosca_heads.records.outcomes import PerSplit, check_against, read_outcomes, write_outcomes
+from tosca_heads.records.derived import check_figures, recorded_blocks
+from tosca_heads.records.outcomes import PerSplit, read_outcomes, write_outcomes
 from tosca_heads.records.table import Table, csv_text
 
 if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
@@ -318,17 +319,21 @@ class ResultsTable:
         return set(self._points)
 
     def answers(self) -> dict[str, PerSplit]:
-        """Each recorded point's kept answers, checked against the A_t its rows record: answers
-        missing, edited, damaged or of another point are one line."""
+        """Each recorded point's kept answers, every figure its rows record checked against them
+        (`records.derived`, one bootstrap for all the points on the same images): answers missing,
+        edited, damaged or of another point, or a figure edited, are one line."""
         found: dict[str, PerSplit] = {}
         out = self.path.parent
-        fix = "delete it and the point's rows in results.csv to compute the point again"
+        fix = "delete its rows in results.csv and outcomes/KEY.safetensors to compute the point again"
+        recorded = []
         for key, rows in self._points.items():
             found[key] = answers = read_point_outcomes(out, key)
             blocks: dict[str, dict[str, Any]] = {}
             for row in rows:
-                blocks.setdefault(row["split"], {})[row["router"]] = {"A_t": parse_json(row["A_t"], "A_t")}
-            check_against(answers, blocks, str(outcomes_path(out, key)), fix)
+                blocks.setdefault(row["split"], {})[row["router"]] = _row_block(row)
+            where = f"{self.path} (point {key})"
+            recorded += recorded_blocks(answers, blocks, where, fix.replace("KEY", key), row_fields())
+        check_figures(recorded)
         return found
 
     def append(self, rows: list[dict[str, Any]]) -> None:
@@ -353,6 +358,31 @@ class ResultsTable:
             return pd.DataFrame(columns=columns())
         text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
         return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+
+
+def row_fields() -> frozenset[str]:
+    """What a row keeps of a metrics block: A_t, the images, every registered figure and the
+    intervals (no matrix, no routing curve, no standard errors)."""
+    return frozenset({"A_t", "images", "intervals", *(m.name for m in figures())})
+
+
+def _row_block(row: dict[str, str]) -> dict[str, Any]:
+    """A row's metrics block as `records.derived` compares it: A_t, every figure with its interval
+    and the images (None where a cell is empty); a routing curve of its routing accuracy alone (a
+    row keeps no curve of it: what says the row is a router's)."""
+
+    def number(column: str) -> float | None:
+        return float(row[column]) if row.get(column, "") != "" else None
+
+    routing = number("routing_accuracy")
+    images = number("images")
+    return {
+        "A_t": parse_json(row["A_t"], "A_t"),
+        "routing_accuracy_t": None if routing is None else [routing],
+        "images": None if images is None else int(images),
+        **{m.name: number(m.name) for m in figures()},
+        "intervals": {m.name: [number(f"{m.name}_low"), number(f"{m.name}_high")] for m in with_interval()},
+    }
 
 
 def _whole(rows: list[dict[str, str]]) -> bool:

@@ -32,7 +32,7 @@ from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import FORMAT
 from tosca_heads.records.outcomes import read_outcomes, write_outcomes
-from tosca_heads.records.run_folder import read_run_outcomes
+from tosca_heads.records.run_folder import read_run_figures
 
 RUNNER = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
@@ -261,7 +261,7 @@ def test_every_figure_of_a_run_and_a_baseline_carries_its_interval(store: Path, 
     assert "[low, high]: 95% interval over the 60 images of the split" in shown
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["format"] == FORMAT and metrics["uncertainty"]["level"] == 0.95
-    answers = read_run_outcomes(run)
+    answers = read_run_figures(run)[1]
     assert answers is not None and set(answers) == {"test", "validation"}
     for split, blocks in (("test", metrics["routers"]), ("validation", metrics["validation"])):
         for name, block in blocks.items():

@@ -189,7 +189,7 @@ def test_a_store_written_before_the_first_release_is_refused(copy: Path) -> None
 @pytest.mark.parametrize(
     ("file", "read"),
     [
-        ("run/outcomes.safetensors", lambda root: run_record.read_run_outcomes(root / "run")),
+        ("run/outcomes.safetensors", lambda root: run_record.read_run_figures(root / "run")),
         ("run/curves.csv", lambda root: run_record.read_curves(root / "run")),
         ("run/confusion.json", lambda root: run_record.read_confusion(root / "run")),
     ],

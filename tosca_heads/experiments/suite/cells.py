@@ -111,7 +111,7 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     if cell.kind == "tosca":
         try:
             config = run_record.read_run_config(folder)
-            metrics = run_record.read_metrics(folder)
+            metrics = run_record.read_metrics(folder, figures_checked=False)
         except UserError:
             return False
         wanted = plan.run_config(cell_train(spec, cell))
@@ -202,14 +202,14 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     validation split (empty without one), its seconds, and its per-image answers ("outcomes":
     split -> router or "none" -> `uncertainty.Outcomes`)."""
     if cell.kind == "tosca":
-        metrics = run_record.read_metrics(folder)
+        metrics, kept = run_record.read_run_figures(folder)
         seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
         return {
             "routers": metrics["routers"],
             "validation": metrics.get("validation") or {},
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
-            "outcomes": run_record.read_run_outcomes(folder, metrics),
+            "outcomes": kept,
         }
     payload = read_baseline(folder / "metrics.json")
     assert payload is not None

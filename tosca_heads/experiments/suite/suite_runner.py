@@ -45,7 +45,7 @@ from tosca_heads.method.recipe import group_key
 from tosca_heads.records import claim
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
-from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, read_baseline
+from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, read_baseline_figures
 from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.routers import on_request
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
@@ -412,7 +412,9 @@ def _log_cell(parent: TrackedGroup, spec: SuiteSpec, state: CellState) -> None:
         )
         child.finish(run_record.read_metrics(state.folder), files, curves)
     else:
-        child.finish(read_baseline(state.folder / "metrics.json"), files, names={NO_ROUTING: cell.method})
+        child.finish(
+            read_baseline_figures(state.folder / "metrics.json"), files, names={NO_ROUTING: cell.method}
+        )
 
 
 # ------------------------------------------------------------------------------------------ estimate

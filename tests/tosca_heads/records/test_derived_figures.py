@@ -1,0 +1,254 @@
+"""No stored figure is believed that its kept answers give (issue 47, point 1): an edited A_last,
+A_bar, forgetting, interval, standard error or image count in a run's or a baseline's metrics.json,
+or in a sweep's results.csv, is one line naming the file and the figure, and never a number; a
+routing accuracy edited with its interval is caught by the run's routing confusion."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from support.stores import synthetic_store
+
+import tosca_heads
+from featcache import open_store
+from featcache.foundation.errors import UserError
+from tosca_heads.experiments.predict import default_router
+from tosca_heads.experiments.report import routers_report
+from tosca_heads.experiments.suite.cells import Cell, read_result
+from tosca_heads.records.baselines_folder import read_baseline_figures
+from tosca_heads.records.derived import curves_of
+from tosca_heads.records.run_folder import read_metrics, read_run_figures
+from tosca_heads.records.sweep import ResultsTable
+
+SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A store, a finished run with a validation split, its baselines and a sweep (read-only)."""
+    root = tmp_path_factory.mktemp("derived")
+    store = synthetic_store(root / "s.zarr", classes=4, per_class=12, test_per_class=6)
+    tosca_heads.fit(store, run=root / "run", val_fraction=0.25, **SPLIT)
+    tosca_heads.baselines(store, ["simplecil"], out=root / "baselines", init_cls=2, increment=2)
+    tosca_heads.sweep(store, {"r": [2, 4]}, root / "sweep", jobs=1, **SPLIT)
+    return {
+        "run": root / "run",
+        "baselines": root / "baselines",
+        "sweep": root / "sweep",
+        "store": store.path,
+    }
+
+
+def _copy(source: Path, tmp_path: Path) -> Path:
+    target = tmp_path / source.name
+    shutil.copytree(source, target)
+    return target
+
+
+def _no_number(message: str) -> None:
+    """The refusal shows no figure: no decimal number at all (a path or key may hold digits)."""
+    assert not re.search(r"\d\.\d", message), message
+
+
+def _nudged(value: float) -> float:
+    """Another valid fraction, near enough to pass every bounds check."""
+    return value - 0.0625 if value > 0.5 else value + 0.0625
+
+
+def _widened(block: dict, metric: str) -> None:
+    """Another interval of `metric`, still within its bounds and around its figure."""
+    low, high = block["intervals"][metric]
+    block["intervals"][metric] = [low - 0.0625, high] if low >= 0.0625 else [low, min(1.0, high + 0.0625)]
+    assert block["intervals"][metric] != [low, high]
+
+
+EDITS: dict[str, tuple[Callable[[dict], None], str]] = {
+    "A_last": (lambda b: b.update(A_last=_nudged(b["A_last"])), "A_last of entropy"),
+    "A_bar": (lambda b: b.update(A_bar=_nudged(b["A_bar"])), "A_bar of entropy"),
+    "forgetting": (lambda b: b.update(forgetting=b["forgetting"] + 0.0625), "forgetting of entropy"),
+    "A_t": (lambda b: b["A_t"].__setitem__(0, _nudged(b["A_t"][0])), "A_t after task 0 of entropy"),
+    "matrix": (
+        lambda b: b["accuracy_matrix"][1].__setitem__(0, _nudged(b["accuracy_matrix"][1][0])),
+        "the accuracy matrix of entropy",
+    ),
+    "A_last interval": (lambda b: _widened(b, "A_last"), "the interval of A_last of entropy"),
+    "A_bar interval": (lambda b: _widened(b, "A_bar"), "the interval of A_bar of entropy"),
+    "forgetting interval": (lambda b: _widened(b, "forgetting"), "the interval of forgetting of entropy"),
+    "standard error": (
+        lambda b: b["standard_errors"].update(A_bar=b["standard_errors"]["A_bar"] + 0.01),
+        "the standard error of A_bar of entropy",
+    ),
+    "images": (lambda b: b.update(images=b["images"] + 1), "the image count of entropy"),
+    "routing accuracy": (
+        lambda b: b.update(routing_accuracy=_nudged(b["routing_accuracy"])),
+        "routing_accuracy of entropy",  # not the last of its routing curve
+    ),
+    "routing accuracy and curve": (
+        lambda b: b.update(
+            routing_accuracy=_nudged(b["routing_accuracy"]),
+            routing_accuracy_t=[*b["routing_accuracy_t"][:-1], _nudged(b["routing_accuracy"])],
+        ),
+        "the routing curve of entropy",  # worked out from the kept routes
+    ),
+    "routing interval": (
+        lambda b: _widened(b, "routing_accuracy"),
+        "the interval of routing_accuracy of entropy",
+    ),
+}
+
+
+def test_a_run_as_written_reads_and_its_figures_follow_from_its_answers(made: dict[str, Path]) -> None:
+    metrics, kept = read_run_figures(made["run"])
+    block, answers = metrics["validation"]["entropy"], kept["validation"]["entropy"]
+    curve, matrix = curves_of(answers)
+    assert curve == pytest.approx(block["A_t"], abs=1e-9)
+    assert matrix[-1] == pytest.approx(block["accuracy_matrix"][-1], abs=1e-9)
+    assert block["A_last"] == pytest.approx(answers.right() / answers.images, abs=1e-12)
+
+
+@pytest.mark.parametrize("split", ["routers", "validation"])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edited_run_figure_is_one_line_naming_the_file_and_never_a_number(
+    made: dict[str, Path], tmp_path: Path, split: str, edit: str
+) -> None:
+    run = _copy(made["run"], tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    change, said = EDITS[edit]
+    change(metrics[split]["entropy"])
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    expected = f"metrics.json: {re.escape(said)} \\({'test' if split == 'routers' else 'validation'}\\)"
+    features = open_store(made["store"]).features("test")
+
+    def predict(folder: Path) -> object:  # the API's predict picks its router from the figures
+        return tosca_heads.predict(folder, features)
+
+    for reader in (read_metrics, routers_report, predict):  # tables, predict's router, the API
+        with pytest.raises(UserError, match=expected) as caught:
+            reader(run)
+        _no_number(str(caught.value))
+        assert "`tosca eval" in str(caught.value)
+
+
+def test_an_edited_validation_a_last_never_picks_predicts_router(
+    made: dict[str, Path], tmp_path: Path
+) -> None:
+    """The probe: the router `predict` takes by default is the best on validation; an edited figure
+    that would make another best is refused before any choice."""
+    run = _copy(made["run"], tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    chosen, _ = default_router(metrics)
+    other = next(n for n in ("ncm", "lda", "energy") if n != chosen)
+    metrics["validation"][other]["A_last"], metrics["validation"][chosen]["A_last"] = 1.0, 0.0
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    assert default_router(metrics)[0] != chosen  # the edit would change the choice if believed
+    with pytest.raises(UserError, match=f"A_last of ({other}|{chosen}) \\(validation\\)"):
+        read_metrics(run)
+
+
+def test_an_edited_routing_confusion_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
+    """confusion.json (the misrouting table of `tosca routers`) must give the routing accuracy the
+    kept routes give: one image moved off the diagonal is one line."""
+    run = _copy(made["run"], tmp_path)
+    confusion = json.loads((run / "confusion.json").read_text())
+    matrix = confusion["test"]["entropy"]
+    matrix[0][0], matrix[0][1] = matrix[0][0] - 1, matrix[0][1] + 1
+    (run / "confusion.json").write_text(json.dumps(confusion))
+    with pytest.raises(
+        UserError, match="routing accuracy of entropy is not what its routing confusion gives"
+    ):
+        read_metrics(run)
+
+
+def test_routes_dropped_from_the_answers_are_one_line(made: dict[str, Path], tmp_path: Path) -> None:
+    """The routing figures are believed only with their routes: an outcomes file without them (a
+    tensor removed) is one line, not figures taken as written."""
+    run = _copy(made["run"], tmp_path)
+    tensors = load_file(run / "outcomes.safetensors")
+    with safe_open(run / "outcomes.safetensors", "pt") as fh:
+        meta = fh.metadata()
+    del tensors["test/routed/entropy"]
+    save_file(tensors, run / "outcomes.safetensors", meta)
+    with pytest.raises(UserError, match="the routes of entropy \\(test\\) are not kept"):
+        read_metrics(run)
+
+
+def test_an_edited_baseline_figure_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
+    folder = _copy(made["baselines"], tmp_path)
+    path = folder / "simplecil" / "metrics.json"
+    assert read_baseline_figures(path) is not None  # as written: read
+    payload = json.loads(path.read_text())
+    payload["routers"]["none"]["A_last"] = _nudged(payload["routers"]["none"]["A_last"])
+    path.write_text(json.dumps(payload))
+    with pytest.raises(
+        UserError, match=re.escape("simplecil: metrics.json: A_last of simplecil (test)")
+    ) as caught:
+        read_baseline_figures(path)
+    _no_number(str(caught.value))
+
+
+def test_an_edited_suite_cell_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
+    """A suite's table is built from its cells' folders (`cells.read_result`): an edited cell is
+    refused there, never a changed table."""
+    run = _copy(made["run"], tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["routers"]["entropy"]["A_bar"] = _nudged(metrics["routers"]["entropy"]["A_bar"])
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    cell = Cell(store="s", kind="tosca", seed=0, order_seed=0)
+    with pytest.raises(UserError, match="A_bar of entropy \\(test\\)"):
+        read_result(cell, run)
+
+
+def _edited_sweep(source: Path, tmp_path: Path, change: Callable[[list[dict[str, str]]], None]) -> Path:
+    out = _copy(source, tmp_path)
+    path = out / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    change(rows)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("column", "said"),
+    [
+        ("A_last", "A_last of entropy (validation)"),
+        ("A_bar", "A_bar of entropy (validation)"),
+        ("forgetting", "forgetting of entropy (validation)"),
+        ("A_last_low", "the interval of A_last of entropy (validation)"),
+        ("forgetting_high", "the interval of forgetting of entropy (validation)"),
+        ("images", "the image count of entropy (validation)"),
+    ],
+)
+def test_an_edited_sweep_figure_is_one_line_and_never_chooses(
+    made: dict[str, Path], tmp_path: Path, column: str, said: str
+) -> None:
+    def change(rows: list[dict[str, str]]) -> None:
+        row = next(r for r in rows if r["split"] == "validation" and r["router"] == "entropy")
+        value = float(row[column])
+        row[column] = (
+            str(value + 1) if column == "images" else repr(_nudged(value) if value > 0.1 else value + 0.05)
+        )
+
+    out = _edited_sweep(made["sweep"], tmp_path, change)
+    with pytest.raises(UserError, match=re.escape(said)) as caught:
+        ResultsTable(out / "results.csv", check_only=True).answers()
+    assert "results.csv (point " in str(caught.value)
+    _no_number(str(caught.value))
+    store = json.loads((out / "sweep.json").read_text())["store"]
+    with pytest.raises(UserError, match=re.escape(said)):  # a rerun resumes: refused before choosing
+        tosca_heads.sweep(store, {"r": [2, 4]}, out, jobs=1, **SPLIT)
+
+
+def test_a_sweep_as_written_reads(made: dict[str, Path]) -> None:
+    answers = ResultsTable(made["sweep"] / "results.csv", check_only=True).answers()
+    assert len(answers) == 2 and all(set(a) == {"test", "validation"} for a in answers.values())
