@@ -2,12 +2,21 @@
 
 - `pil`, the reference: PIL opens the file and converts it to RGB, PIL resizes and crops; in
   the DataLoader workers.
-- `torch`: torchvision.io decodes 8-bit RGB and grey JPEG and PNG into uint8 tensors (every
-  other file, 16-bit, alpha, palette, CMYK or another format, through PIL and the same colour
-  rules as `pil`: `featcache.sources.pixels`), torchvision's tensor ops resize and crop. On CPU that runs in the DataLoader workers
-  like `pil` (and costs about half as much CPU per image); on CUDA the workers only read the
-  files' bytes and the extraction process decodes whole batches with nvjpeg and resizes them on
-  the GPU (`DeviceImages`), so the host's cores do not bound the throughput.
+- `torch`: torchvision.io decodes 8-bit RGB and grey JPEGs into uint8 tensors; every other file
+  (PNG, 16-bit, alpha, palette, CMYK or another format) goes through PIL and the same colour rules
+  as `pil` (`featcache.sources.pixels`); torchvision's tensor ops resize and crop. On CPU that runs
+  in the DataLoader workers like `pil` (and costs about half as much CPU per image); on CUDA the
+  workers only read the files' bytes and the extraction process decodes whole batches with nvjpeg
+  and resizes them on the GPU (`DeviceImages`), so the host's cores do not bound the throughput.
+
+Why PNGs never reach torchvision: its `decode_png` (0.29) dies of a segmentation fault, taking the
+process and its store lock with it, on any error libpng meets while reading the pixel rows (an
+IDAT chunk whose CRC is broken, a damaged zlib stream, too little image data, a bad filter byte),
+so one damaged PNG in a folder killed an extraction. Checking for all of them first costs most of
+a decode (the zlib stream must be inflated); Pillow's decoder raises instead, gives the same
+pixels (PNG is lossless) and costs about what torchvision's does, so the two decoders also agree on
+which PNGs are unreadable. torchvision's JPEG decoder raises on every damaged JPEG tried
+(`tests/featcache/pipeline/test_hostile_images.py`).
 
 Both draw view crops and flips from the same seeded generator (featcache.images.transforms), so they
 differ only in pixel interpolation. The decoder is part of the preprocessing identity
@@ -17,6 +26,7 @@ differ only in pixel interpolation. The decoder is part of the preprocessing ide
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.io import ImageReadMode, decode_jpeg
 
+from featcache.foundation.text import reason
 from featcache.images.decoder_names import DECODERS, Decoder
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
@@ -62,11 +73,31 @@ def open_picture(samples: SplitSamples, i: int, decoder: str, short_side: int | 
 # ---------------------------------------------------------------- the torch decoder, on CPU
 
 
+class DamagedJpeg(ValueError):
+    """A JPEG that torchvision's decoder gave up on, in its words without its source location."""
+
+
+# torchvision's errors start with where they were raised: "decode_jpeg, /__w/.../decode_jpeg.cpp:171, "
+_WHERE = re.compile(r"^\w+, \S+:\d+, ")
+
+
+def decode_jpeg_here(data: torch.Tensor) -> torch.Tensor:
+    """uint8 [3, H, W] of an 8-bit JPEG's bytes, on the CPU; a damaged one raises `DamagedJpeg`
+    saying what libjpeg found ("Image is incomplete or truncated")."""
+    try:
+        return decode_jpeg(data, mode=ImageReadMode.RGB)
+    except RuntimeError as exc:
+        raise DamagedJpeg(_WHERE.sub("", (str(exc).splitlines() or [""])[0])) from None
+
+
 def read_bytes(path: Path) -> torch.Tensor:
     """A file's bytes as a 1-D uint8 tensor (what torchvision's decoders take); a regular file's only
-    (`featcache.sources.pixels.open_file`)."""
+    (`featcache.sources.pixels.open_file`), and not an empty one."""
     with open_file(path) as fh:
-        return torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8)
+        raw = fh.read()
+    if not raw:
+        raise ValueError("empty file (0 bytes)")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 
 
 def _is_jpeg(data: torch.Tensor) -> bool:
@@ -74,7 +105,9 @@ def _is_jpeg(data: torch.Tensor) -> bool:
 
 
 def _from_pil(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.array(to_rgb8(img), dtype=np.uint8)).permute(2, 0, 1).contiguous()
+    """uint8 [3, H, W] of an image through the colour rules (numpy's transposing copy: half what
+    torch's `permute().contiguous()` takes on uint8, and every PNG goes through here)."""
+    return torch.from_numpy(np.ascontiguousarray(np.asarray(to_rgb8(img), dtype=np.uint8).transpose(2, 0, 1)))
 
 
 def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
@@ -82,27 +115,26 @@ def _array_pixels(samples: SplitSamples, i: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(samples.arrays[i])).permute(2, 0, 1).contiguous()
 
 
-def _plain(data: torch.Tensor, short_side: int | None) -> tuple[bool, Image.Image]:
-    """(whether torchvision may decode these bytes as they are, the lazily opened image); refuses an
-    image over the shared limits from its header, before anything is decoded."""
+def _plain_jpeg(data: torch.Tensor, short_side: int | None) -> tuple[bool, Image.Image]:
+    """(whether torchvision may decode these bytes: an 8-bit RGB or grey JPEG, the lazily opened
+    image); refuses an image over the shared limits from its header, before anything is decoded.
+    Never a PNG: see the module docstring."""
     raw = data.numpy().tobytes()
     img = Image.open(io.BytesIO(raw))
     check_pixels(*img.size, short_side)
-    return not needs_rules(img, raw[:32]), img
+    return _is_jpeg(data) and not needs_rules(img, raw[:32]), img
 
 
 def open_tensor(samples: SplitSamples, i: int, short_side: int | None = None) -> torch.Tensor:
-    """uint8 [3, H, W]: 8-bit RGB or grey JPEG and PNG through torchvision.io, every other file
-    through PIL and the colour rules of `featcache.sources.pixels`."""
+    """uint8 [3, H, W]: 8-bit RGB or grey JPEGs through torchvision.io, every other file through
+    PIL and the colour rules of `featcache.sources.pixels`."""
     if samples.arrays is not None:
         return _array_pixels(samples, i)
     assert samples.root is not None
     data = read_bytes(samples.root / samples.ids[i])
-    plain, img = _plain(data, short_side)
+    jpeg, img = _plain_jpeg(data, short_side)
     with img:
-        if plain:
-            return decode_image(data, mode=ImageReadMode.RGB)
-        return _from_pil(img)
+        return decode_jpeg_here(data) if jpeg else _from_pil(img)
 
 
 PIL = Decoder(
@@ -134,13 +166,9 @@ def read_encoded(samples: SplitSamples, i: int, short_side: int | None = None) -
     if samples.arrays is None:
         assert samples.root is not None
         data = read_bytes(samples.root / samples.ids[i])
-        plain, img = _plain(data, short_side)
+        jpeg, img = _plain_jpeg(data, short_side)
         with img:
-            if plain and _is_jpeg(data):
-                return Encoded("jpeg", data)
-            if plain:
-                return Encoded("pixels", decode_image(data, mode=ImageReadMode.RGB))
-            return Encoded("pixels", _from_pil(img))
+            return Encoded("jpeg", data) if jpeg else Encoded("pixels", _from_pil(img))
     return Encoded("pixels", open_tensor(samples, i))
 
 
@@ -158,9 +186,9 @@ def _decode_jpeg_alone(data: torch.Tensor, device: torch.device, position: int) 
     except RuntimeError:
         pass
     try:
-        return decode_image(data, mode=ImageReadMode.RGB).to(device)
-    except RuntimeError as exc:
-        raise DecodeError(position, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        return decode_jpeg_here(data).to(device)
+    except DamagedJpeg as exc:
+        raise DecodeError(position, reason(exc)) from exc
 
 
 def decode_on_device(items: list[Encoded], device: torch.device) -> list[torch.Tensor]:

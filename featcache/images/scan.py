@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.processes import loader_worker_start
-from featcache.foundation.text import image_name
+from featcache.foundation.text import image_name, reason
 from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.sources.datasets import SplitSamples
@@ -80,8 +80,7 @@ class _Probe(Dataset):
                 return i, "empty file (0 bytes)"
             open_picture(self.samples, i, self.prep.decoder, self.prep.resize_size)
         except Exception as exc:  # whatever the decoder raises is the reason it is bad
-            text = str(exc).splitlines()[0][:120] if str(exc) else ""
-            return i, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            return i, reason(exc, most=120)  # one line, without PIL's object reprs
         return i, None
 
 

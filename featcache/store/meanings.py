@@ -16,7 +16,7 @@ PRECISIONS: dict[str, str] = {
 # name -> meaning; `auto` picks one (featcache.images.decoding.resolve_decoder)
 DECODERS: dict[str, str] = {
     "pil": "PIL decodes, converts to RGB, resizes and crops, in the loader workers (the reference)",
-    "torch": "torchvision.io decodes JPEG/PNG, tensor ops resize and crop; on CUDA batched on the GPU (nvjpeg)",
+    "torch": "torchvision.io decodes JPEG (PIL the rest), tensor ops resize and crop; on CUDA batched on the GPU (nvjpeg)",
 }
 
 

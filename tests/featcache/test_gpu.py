@@ -118,3 +118,33 @@ def test_local_cuda_cluster_equals_one_process(tmp_path: Path, image_tree: Path)
     many = _extract(tmp_path, image_tree, "many", device="cuda", decode="torch", scheduler="local-cuda")
     cos = _cosines(_all_features(many), _all_features(one))
     assert cos.min() >= TOLERANCE["fp32"][1]
+
+
+def test_damaged_jpegs_on_the_gpu_path_are_one_reason_or_the_cpu_pixels(tmp_path: Path) -> None:
+    """nvjpeg meets each damaged JPEG of the hostile table (issue 47, point 2), batched with an
+    intact one: the batch names the damaged file's position with a one-line reason, or (for a JPEG
+    libjpeg reads too) gives the pixels the CPU gives within the nvjpeg tolerance."""
+    from support.hostile_images import READABLE, encoded, hostile_files
+
+    from featcache.images.decoding import DecodeError, decode_on_device, read_encoded
+    from featcache.sources.datasets import SplitSamples
+
+    (tmp_path / "intact.jpg").write_bytes(encoded("JPEG", seed=5))
+    for case, (name, data) in hostile_files().items():
+        if not name.endswith(".jpg") or not data.startswith(b"\xff\xd8\xff"):
+            continue
+        (tmp_path / name).write_bytes(data)
+        samples = SplitSamples(["intact.jpg", name], np.zeros(2, dtype=np.int64), root=tmp_path)
+        try:
+            items = [read_encoded(samples, i) for i in range(2)]
+        except Exception:  # refused from its header on the worker, before nvjpeg
+            assert case not in READABLE
+            continue
+        try:
+            on_gpu = decode_on_device(items, torch.device("cuda"))
+        except DecodeError as exc:
+            assert exc.position == 1 and "\n" not in exc.reason, (case, exc.reason)
+            continue
+        on_cpu = decode_on_device(items, torch.device("cpu"))
+        for gpu, cpu in zip(on_gpu, on_cpu, strict=True):
+            assert (gpu.cpu().float() - cpu.float()).abs().mean() <= 3, case

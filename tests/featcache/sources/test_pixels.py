@@ -198,7 +198,7 @@ def test_a_thin_image_is_refused_from_its_header_by_both_decoders(
         raise AssertionError("decoded before the header was checked")
 
     monkeypatch.setattr(Image.Image, "load", decoded)
-    monkeypatch.setattr(decoding, "decode_image", decoded)
+    monkeypatch.setattr(decoding, "decode_jpeg_here", decoded)
     with pytest.raises(
         pixels.ImageTooLarge, match="1 x 60,000,000 pixels, 60,000,000 times longer than wide"
     ):
