@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation import limits
+from featcache.foundation.errors import UserError
 
 runner = CliRunner()
 EXTRACT = [
@@ -83,6 +84,24 @@ def test_names_that_are_not_utf8_are_refused_naming_them(tmp_path: Path) -> None
         [*EXTRACT, "--data-root", images, "--cache-dir", tmp_path / "c"],
         r"\xe9x has a name that is not valid UTF-8",
     )
+
+
+def test_predict_refuses_a_name_that_is_not_utf8_named_directly_or_through_its_folder(tmp_path: Path) -> None:
+    """`tosca predict` lists its images by `image_paths`: a file named directly used to be accepted
+    and printed lossily, while the same file reached through its folder was refused (issue 47,
+    point 11); both are now the one line `extract` says."""
+    from featcache.embedding import image_paths
+
+    images = make_image_tree(tmp_path / "img", classes=1, train=1, test=1)
+    folder = images / "train" / "class_0"
+    odd = Path(os.fsdecode(os.fsencode(folder) + b"/\xff\xfe.png"))
+    shutil.copy(folder / "img_000.png", odd)
+    said = f"{os.fsencode(odd).decode('ascii', 'backslashreplace')} has a name that is not valid UTF-8: rename it"
+    for given in ([odd], [folder], [folder / "img_000.png", odd]):
+        with pytest.raises(UserError) as refused:
+            image_paths(given)
+        assert str(refused.value).startswith(said), given
+    assert image_paths([folder / "img_000.png"])[0] == [folder / "img_000.png"]
 
 
 def _zip_of(tree: Path, path: Path) -> Path:
