@@ -143,14 +143,15 @@ def test_two_members_of_one_path_refuse_the_archive(tmp_path: Path, kind: str) -
     members = [(f"ds/{p.relative_to(images)}", p.read_bytes()) for p in sorted(images.rglob("*.png"))]
     first, other = members[0][0], members[1][1]  # the second image's bytes under the first's name
     archive = _archive_of(tmp_path / f"twice.{kind}", [*members, (first, other)])
-    code, lines = invoke(*EXTRACT, "--data-root", str(archive), "--cache-dir", str(tmp_path / "c"))
-    assert (code, lines) == (
-        2,
-        [
-            f"error: archive {archive} holds two members that unpack to one path, {first} (twice as "
-            f"{first}): one would silently replace the other; keep one of them and pack the archive again"
-        ],
-    )
+    for skip in ([], ["--skip-bad-images"]):
+        code, lines = invoke(*EXTRACT, "--data-root", str(archive), "--cache-dir", str(tmp_path / "c"), *skip)
+        assert (code, lines) == (
+            2,
+            [
+                f"error: archive {archive} holds two members that unpack to one path, {first} (twice as "
+                f"{first}): one would silently replace the other; keep one of them and pack the archive again"
+            ],
+        )
     assert not (tmp_path / "c" / "_unpacked").exists() or not any((tmp_path / "c" / "_unpacked").iterdir())
     for name in (first.replace("/class_0/", "/./class_0/"), first.replace("/class_0/", "//class_0/")):
         assert name != first
