@@ -25,7 +25,7 @@ from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import SplitSamples
-from featcache.sources.listing import IMAGE_SUFFIXES, image_files
+from featcache.sources.listing import IMAGE_SUFFIXES, checked_name, image_files
 from featcache.store import FeatureStore
 from featcache.store.left_out import LeftOut
 
@@ -64,16 +64,17 @@ def preprocessing_of_store(store: FeatureStore) -> Preprocessing:
 
 
 def image_paths(inputs: list[Path]) -> tuple[list[Path], LeftOut]:
-    """Image files named directly (used whatever their name), and the images under named folders by
-    the rule `tosca extract` follows (`featcache.sources.listing`: hidden and non-image files are left out
-    and counted), in that order; refuses a path that does not exist and inputs without one image."""
+    """Image files named directly (used whatever their name, as long as it is text: one that is not
+    valid UTF-8 is refused as in a folder), and the images under named folders by the rule `tosca
+    extract` follows (`featcache.sources.listing`: hidden and non-image files are left out and
+    counted), in that order; refuses a path that does not exist and inputs without one image."""
     found: list[Path] = []
     left_out = LeftOut()
     for item in inputs:
         if item.is_dir():
             found += image_files(item, left_out)
         elif item.is_file():
-            found.append(item)
+            found.append(checked_name(item))  # one rule with the folders' images: a name is text
         elif item.exists():
             raise UserError(f"{item} is neither an image file nor a folder (a device, a pipe or a socket)")
         else:

@@ -25,7 +25,7 @@ from featcache.foundation.files import os_error_line
 from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
 from featcache.foundation.text import printable
-from tosca_cli.terminal import answers_only, as_json, err, error_line, say, speaking
+from tosca_cli.terminal import answers_only, as_json, err, error_line, plainly, say, speaking
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -82,7 +82,8 @@ def sigterm_unwinds() -> Iterator[None]:
 
 class OneLineUsageErrors(TyperGroup):
     """A malformed command line is one line on stderr and exit 2, instead of click's usage box;
-    SIGTERM ends a command as an interrupt does (`Terminated`): one line, exit 143."""
+    SIGTERM ends a command as an interrupt does (`Terminated`): one line, exit 143; text the
+    terminal cannot encode is shown escaped (`plainly`)."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         flags_as_switches(self)
@@ -92,7 +93,7 @@ class OneLineUsageErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            with sigterm_unwinds(), speaking():
+            with plainly(), sigterm_unwinds(), speaking():
                 code = super().main(*args, standalone_mode=False, **kwargs)
         except Terminated:
             say("terminated (SIGTERM): what was finished is kept; the same command resumes", err)

@@ -2,13 +2,18 @@
 labelled side line on stderr: warning, note, error, ...), `table`, `key_values`, `heading` and
 `as_json`. Lines from below the command line (`featcache.foundation.text.tell`) and Python warnings
 come through `note` too (`speak_here`). Data (paths, class names, store attrs) always as inert text,
-never read as markup, control characters escaped; errors as one line on stderr. Off a terminal
+never read as markup, control characters escaped; errors as one line on stderr. What a stream cannot
+encode (a class name's `é` under an ASCII locale, a byte of a file name that is not UTF-8) is shown
+as its Python escape (`\\xe9`, `\\xff`) on every command's stdout and stderr (`plainly`), and JSON
+is written with `\\u` escapes there, so it stays JSON. Off a terminal
 (pipes, logs, CI) nothing wraps: a table takes its natural width (the routers table with its
 intervals and descriptions is over 200 columns), so paths, tables and their words stay whole."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import io
 import json
 import sys
 from collections.abc import Iterator
@@ -33,6 +38,53 @@ RULE_WIDTH = 100  # a heading's rule off a terminal (the consoles are as wide as
 def heading(title: str) -> None:
     """A step's title on a rule: the terminal's width, or RULE_WIDTH columns in a log."""
     out.print(Rule(f"[bold]{escape(title)}"), width=None if _WIDTH is None else RULE_WIDTH)
+
+
+ESCAPE = "tosca.escape"  # the codec error handler `plainly` sets on stdout and stderr
+
+
+def _escaped(error: UnicodeError) -> tuple[str, int]:
+    """What a stream's encoding lacks, as Python escapes: a character as `\\xe9` or `\\u65e5`, a byte
+    of a name that is not UTF-8 (held as a lone surrogate, PEP 383) as the byte, `\\xff`."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    shown = [
+        f"\\x{ord(c) - 0xDC00:02x}"
+        if 0xDC80 <= ord(c) <= 0xDCFF
+        else c.encode("ascii", "backslashreplace").decode()
+        for c in error.object[error.start : error.end]
+    ]
+    return "".join(shown), error.end
+
+
+codecs.register_error(ESCAPE, _escaped)
+
+
+@contextlib.contextmanager
+def plainly() -> Iterator[None]:
+    """Within the block (a command), stdout and stderr never fail on text they cannot encode (an ASCII
+    locale, `LC_ALL=C`): it is shown escaped (`_escaped`) instead of ending in UnicodeEncodeError."""
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+            stream.reconfigure(errors=ESCAPE)  # type: ignore[union-attr]
+            changed.append((stream, errors))
+    try:
+        yield
+    finally:
+        for stream, errors in changed:
+            with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors=errors)
+
+
+def _encodes(text: str, console: Console) -> bool:
+    """Whether `console`'s stream can write `text` as it is."""
+    try:
+        text.encode(getattr(console.file, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -113,8 +165,10 @@ def key_values(rows: list[tuple[str, Any, bool]]) -> None:
 
 
 def as_json(data: Any) -> None:
-    """`data` as JSON on stdout (a str is JSON text already: a frame's `to_json`)."""
-    out.print_json(data if isinstance(data, str) else json.dumps(data, default=str))
+    """`data` as JSON on stdout (a str is JSON text already: a frame's `to_json`); with `\\u` escapes
+    where stdout cannot write a character of it (an ASCII locale, a name that is not UTF-8)."""
+    text = data if isinstance(data, str) else json.dumps(data, default=str, ensure_ascii=False)
+    out.print_json(text, ensure_ascii=not _encodes(text, out))
 
 
 def pct(value: float | None) -> str:

@@ -102,14 +102,41 @@ def _temporary(target: Path) -> tuple[int, Path]:
 
 
 @contextlib.contextmanager
+def _naming(target: Path) -> Iterator[None]:
+    """Within the block, an OSError that names no file (a write or a sync on a full disk) or only
+    `target`'s temporary file is raised again naming `target`: the line a user sees ("disk full
+    ... in ...") says which file was being written, never "a file" nor a hidden temporary name."""
+    try:
+        yield
+    except OSError as exc:
+        named = None if exc.filename is None else Path(os.fsdecode(exc.filename))
+        temporary = (
+            named is not None
+            and named.parent == target.parent
+            and named.name.startswith(f".{target.name}.")
+            and named.name.endswith(".tmp")
+        )
+        if exc.errno is None or not (named is None or temporary):
+            raise
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+
+
+@contextlib.contextmanager
 def writing(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
     """An open file (`mode` "w" or "wb", `open_args` as for `open`) whose contents replace `path`
     when the block ends without error: synced, then renamed over it (atomic on POSIX). On error, or
-    when the temporary file was swapped for something else meanwhile, `path` is left as it was."""
+    when the temporary file was swapped for something else meanwhile, `path` is left as it was; an
+    OSError of the writing names `path` (`_naming`)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"writing() writes a new file (w or wb), not {mode!r}")
     target = Path(path)
     refuse_unsafe_target(target)
+    with _naming(target), _replacing(target, mode, open_args) as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _replacing(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[IO[Any]]:
     fd, tmp = _temporary(target)
     try:
         made = os.fstat(fd)
@@ -134,10 +161,17 @@ def writing(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[
 @contextlib.contextmanager
 def appending(path: str | Path, mode: str = "a", **open_args: Any) -> Iterator[IO[Any]]:
     """`path` opened for appending (created when missing), never through a link and never a fifo
-    or a device; what the block wrote is synced to disk when it ends."""
+    or a device; what the block wrote is synced to disk when it ends. An OSError of the writing
+    names `path` (`_naming`)."""
     if mode not in ("a", "ab"):
         raise ValueError(f"appending() appends (a or ab), not {mode!r}")
     target = Path(path)
+    with _naming(target), _appended(target, mode, open_args) as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _appended(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[IO[Any]]:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(target, flags, 0o666)

@@ -10,9 +10,9 @@ JSON and TOML are checked for nesting depth before they are parsed (`check_depth
 
 A JSON file that is missing, not JSON, or not an object is the user's to fix (edited, damaged,
 copied half-way): one line naming it and what to do, never a traceback. An `OSError` from a
-full, read-only or otherwise unwritable place, or a name longer than the filesystem allows, is
-one line too (`disk_errors` around a write; the command line does the same for any reachable
-place as a last resort).
+full, read-only or otherwise unwritable place, a name longer than the filesystem allows, or a
+path longer than the system allows (each said as itself), is one line too (`disk_errors` around
+a write; the command line does the same for any reachable place as a last resort).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 TOO_LONG = (errno.ENAMETOOLONG,)
 USER_FIXABLE = (*FULL, *NOT_WRITABLE, *TOO_LONG)
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: a file or folder name's limit, and a whole path's (Linux)
 
 METADATA_LIMIT = 32 << 20  # bytes: a store's attrs with 20,000 skipped images are about 2 MB
 MAX_DEPTH = 64  # nesting levels of JSON or TOML: tosca writes at most 6
@@ -198,10 +199,16 @@ def os_error_line(
             "command again to resume"
         )
     if exc.errno in TOO_LONG:
-        longest = max(Path(str(exc.filename or where or "")).parts or ("",), key=len)
+        path = os.fsencode(str(exc.filename or where or ""))
+        longest = max(path.split(b"/"), key=len)
+        if len(longest) <= NAME_MAX and len(path) >= PATH_MAX:  # every name fits: the whole path does not
+            return (
+                f"a path is too long for this system ({len(path):,} bytes; a path must be shorter than "
+                f"{PATH_MAX:,}){while_}: {place}; choose a shorter path (fewer or shorter folders)"
+            )
         return (
-            f"a file or folder name is too long for this filesystem ({len(longest.encode())} bytes; most "
-            f"allow 255){while_} in {place}; choose a shorter name"
+            f"a file or folder name is too long for this filesystem ({len(longest):,} bytes; most allow "
+            f"{NAME_MAX}){while_} in {place}; choose a shorter name"
         )
     verb = "write" if exc.errno == errno.EROFS else "access"
     return f"cannot {verb} {place} ({exc.strerror}){while_}"

@@ -44,6 +44,19 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder + os.sep)
 
 
+def require_working_folder() -> None:
+    """Refuse to start in a working folder that was deleted under the shell (`cd x; rm -rf ../x`):
+    every relative path would fail later, and loading torch there ends in an MKL fatal error
+    instead of a line. Called once, before any command runs."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UserError(
+            "the working folder was deleted (it no longer exists); cd to an existing folder and run the "
+            "command again"
+        ) from None
+
+
 def _kind(info: os.stat_result) -> str:
     if stat.S_ISREG(info.st_mode):
         return "a file"

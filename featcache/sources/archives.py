@@ -8,8 +8,10 @@ unpack never looks finished and a changed archive never reuses old files.
 
 Bounded: before anything is written, the archive's total unpacked size must fit the free disk and
 at most `MAX_RATIO` times the archive's own size (a zip bomb is refused in one line). Members
-that would land outside the folder refuse the archive; links are kept when they point inside it
-and counted, not followed, when they point outside (`LeftOut`).
+that would land outside the folder refuse the archive, and so do two members that would land on
+one path (`a/x.png` twice, or as `a/./x.png` and `a//x.png`: one would silently replace the
+other); links are kept when they point inside it and counted, not followed, when they point
+outside (`LeftOut`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from featcache.foundation.files import disk_errors, read_json
 from featcache.foundation.fingerprints import file_sha256
 from featcache.foundation.limits import human_bytes, require_disk
 from featcache.foundation.locks import folder_lock
+from featcache.foundation.text import printable
 from featcache.store.left_out import LINK_OUTSIDE, LeftOut
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
@@ -105,18 +108,53 @@ def check_archive(archive: Path, dest: Path) -> None:
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
-                members = [(info.filename, info.file_size) for info in zf.infolist()]
+                members = [(info.filename, info.file_size, info.is_dir()) for info in zf.infolist()]
+            landing = _zip_landing
         else:
             with tarfile.open(archive) as tar:
-                members = [(m.name, m.size if m.isfile() else 0) for m in tar.getmembers()]
+                members = [(m.name, m.size if m.isfile() else 0, m.isdir()) for m in tar.getmembers()]
                 _check_read_to_end(archive, tar)
+            landing = _tar_landing
     except UNREADABLE as exc:
         raise UserError(f"cannot unpack {archive}: {_why(exc)}") from exc
     root = dest.resolve()
-    for name, _ in members:
+    for name, _, _ in members:
         if not _inside(root, name):
             raise UserError(f"archive member {name!r} would land outside {dest}; refusing to unpack")
-    _check_size(archive, sum(size for _, size in members), dest)
+    _refuse_members_of_one_path(archive, [(name, landing(name), folder) for name, _, folder in members])
+    _check_size(archive, sum(size for _, size, _ in members), dest)
+
+
+def _zip_landing(name: str) -> str:
+    """Where zipfile unpacks a member: its name without empty, `.` and `..` parts."""
+    return "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+
+
+def _tar_landing(name: str) -> str:
+    """Where tarfile unpacks a member: its name joined to the folder (leading `/` dropped), normalised."""
+    return os.path.normpath(name.lstrip("/"))
+
+
+def _refuse_members_of_one_path(archive: Path, members: list[tuple[str, str, bool]]) -> None:
+    """Two members (name, where it unpacks, a folder?) that unpack to one path, other than a folder
+    listed twice: the second would silently replace the first (zip and tar both allow it), so which
+    image a class holds would depend on the order of the archive. Refused, naming both."""
+    seen: dict[str, tuple[str, bool]] = {}
+    for name, landing, folder in members:
+        if landing not in seen:
+            seen[landing] = (name, folder)
+            continue
+        first, first_is_folder = seen[landing]
+        if not (folder and first_is_folder):
+            same = (
+                f"twice as {printable(name)}"
+                if first == name
+                else f"as {printable(first)} and {printable(name)}"
+            )
+            raise UserError(
+                f"archive {printable(archive)} holds two members that unpack to one path, {printable(landing)} "
+                f"({same}): one would silently replace the other; keep one of them and pack the archive again"
+            )
 
 
 def _check_read_to_end(archive: Path, tar: tarfile.TarFile) -> None:

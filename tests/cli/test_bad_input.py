@@ -579,6 +579,16 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*EXTRACT, "--store", "{root}/" + "s" * 300 + ".zarr"],
         "a file or folder name is too long for this filesystem",
     ),
+    (  # every name 250 bytes, the whole path over 4,096 (issue 47, point 11)
+        "fit run path too long",
+        [*FIT, "--run", "{root}/" + "/".join(["r" * 250] * 17)],
+        "a path is too long for this system (",
+    ),
+    (
+        "extract store path too long",
+        [*EXTRACT, "--store", "{root}/" + "/".join(["s" * 250] * 17) + "/s.zarr"],
+        "a path is too long for this system (",
+    ),
 ]
 
 

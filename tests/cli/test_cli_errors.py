@@ -191,3 +191,39 @@ def test_demo_without_data_says_where_to_get_it(tmp_path: Path, monkeypatch: pyt
     code, output = _run("demo", "--data-root", str(tmp_path / "nowhere.zip"))
     line = _one_line_error(output)
     assert code == 2 and "no EuroSAT data at" in line and "--data-root" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fit", "--store", "s.zarr", "--task", "1"],
+        ["sweep", "--store", "s.zarr", "--r", "4,8"],
+        ["extract", "--model", TINY_VIT, "--dataset", "imagefolder", "--data-root", "images"],
+    ],
+    ids=["fit", "sweep", "extract"],
+)
+def test_a_deleted_working_folder_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    """A shell whose folder was deleted under it (`cd x; rm -rf ../x`): one line saying so before
+    anything loads, where a fit used to end in an MKL fatal error (issue 47, point 11)."""
+    import os
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    done = subprocess.run(
+        ["bash", "-c", script, "-", str(gone), sys.executable, str(ROOT / "cli.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "error: the working folder was deleted (it no longer exists); cd to an existing folder and run "
+        "the command again"
+    ]

@@ -207,3 +207,63 @@ def test_real_full_tmpfs(tmpfs: Path, reference: tuple[Path, dict[str, np.ndarra
     for key, value in _arrays(store).items():
         np.testing.assert_array_equal(value, ref[key], err_msg=key)
     assert _invoke("cache", "verify", str(store)) == (0, [f"OK {store}"])
+
+
+def _full_at_sync(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Syncing a file whose name holds `name` (tosca syncs every file it writes before it is
+    renamed into place or appended to) raises ENOSPC naming no file, as a full disk does."""
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if name in os.path.basename(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize(("mode", "name"), [("w", "metrics.json"), ("a", "results.csv")])
+def test_a_write_that_fills_the_disk_names_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, name: str
+) -> None:
+    from featcache.foundation import atomic
+    from featcache.foundation.files import os_error_line
+
+    _full_at_sync(monkeypatch, name)
+    target = tmp_path / name
+    opened = atomic.writing if mode == "w" else atomic.appending
+    with pytest.raises(OSError) as raised, opened(target, mode) as fh:
+        fh.write("x")
+    assert os_error_line(raised.value) == (
+        f"disk full (No space left on device) in {target}; free some space, then run the same command "
+        "again to resume"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ([name] if mode == "a" else [])  # no temporary left
+
+
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [
+        (["fit", "--task", "1", "--epochs", "1", "--run", "{out}"], "metrics.json"),
+        pytest.param(
+            ["sweep", "--r", "4,8", "--epochs", "1", "--out", "{out}"], "results.csv", marks=pytest.mark.heavy
+        ),
+    ],
+    ids=["fit", "sweep"],
+)
+def test_a_full_disk_in_fit_or_sweep_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], written: str
+) -> None:
+    """A full disk while fit or sweep writes a file: the line names that file, where it said "in a
+    file" (issue 47, point 11). Every file they and suite write goes through featcache.foundation.atomic."""
+    from support.stores import synthetic_store
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4).path
+    out = tmp_path / "out"
+    args = [part.format(out=out) for part in command]
+    _full_at_sync(monkeypatch, written)
+    code, lines = _invoke(*args, "--store", str(store), "--init-cls", "2", "--increment", "2")
+    assert code == 2 and lines[-1] == (
+        f"error: disk full (No space left on device) in {out / written}; free some space, then run the "
+        "same command again to resume"
+    ), lines

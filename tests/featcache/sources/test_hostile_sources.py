@@ -3,10 +3,12 @@ refused in one line (exit 2) and nothing that tosca did not make is changed or d
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import tarfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.foundation import limits
+from featcache.foundation.errors import UserError
 
 runner = CliRunner()
 EXTRACT = [
@@ -85,11 +88,79 @@ def test_names_that_are_not_utf8_are_refused_naming_them(tmp_path: Path) -> None
     )
 
 
+def test_predict_refuses_a_name_that_is_not_utf8_named_directly_or_through_its_folder(tmp_path: Path) -> None:
+    """`tosca predict` lists its images by `image_paths`: a file named directly used to be accepted
+    and printed lossily, while the same file reached through its folder was refused (issue 47,
+    point 11); both are now the one line `extract` says."""
+    from featcache.embedding import image_paths
+
+    images = make_image_tree(tmp_path / "img", classes=1, train=1, test=1)
+    folder = images / "train" / "class_0"
+    odd = Path(os.fsdecode(os.fsencode(folder) + b"/\xff\xfe.png"))
+    shutil.copy(folder / "img_000.png", odd)
+    said = f"{os.fsencode(odd).decode('ascii', 'backslashreplace')} has a name that is not valid UTF-8: rename it"
+    for given in ([odd], [folder], [folder / "img_000.png", odd]):
+        with pytest.raises(UserError) as refused:
+            image_paths(given)
+        assert str(refused.value).startswith(said), given
+    assert image_paths([folder / "img_000.png"])[0] == [folder / "img_000.png"]
+
+
 def _zip_of(tree: Path, path: Path) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for file in sorted(tree.rglob("*.png")):
             zf.write(file, f"ds/{file.relative_to(tree)}")
     return path
+
+
+def _archive_of(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    """A zip or tar (by `path`'s suffix) of these members in this order, names kept as given
+    (None: a folder); both formats allow one name twice (zipfile with a warning)."""
+    if path.suffix == ".zip":
+        with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as zf:
+            warnings.simplefilter("ignore", UserWarning)  # "Duplicate name"
+            for name, data in members:
+                zf.writestr(name if data is not None else name.rstrip("/") + "/", data or b"")
+        return path
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE if data is None else tarfile.REGTYPE
+            info.size = len(data or b"")
+            tar.addfile(info, io.BytesIO(data or b""))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_two_members_of_one_path_refuse_the_archive(tmp_path: Path, kind: str) -> None:
+    """Two members that unpack to one path (one name twice, or names that differ only by `.` or
+    an empty part): the second silently replaced the first and `cache info` said "left out
+    nothing" (issue 47, point 8). Refused before anything is unpacked, naming the path and both
+    names; a folder listed twice is fine."""
+    from featcache.sources.archives import check_archive
+
+    images = make_image_tree(tmp_path / "img", classes=2, train=1, test=1)
+    members = [(f"ds/{p.relative_to(images)}", p.read_bytes()) for p in sorted(images.rglob("*.png"))]
+    first, other = members[0][0], members[1][1]  # the second image's bytes under the first's name
+    archive = _archive_of(tmp_path / f"twice.{kind}", [*members, (first, other)])
+    for skip in ([], ["--skip-bad-images"]):
+        code, lines = invoke(*EXTRACT, "--data-root", str(archive), "--cache-dir", str(tmp_path / "c"), *skip)
+        assert (code, lines) == (
+            2,
+            [
+                f"error: archive {archive} holds two members that unpack to one path, {first} (twice as "
+                f"{first}): one would silently replace the other; keep one of them and pack the archive again"
+            ],
+        )
+    assert not (tmp_path / "c" / "_unpacked").exists() or not any((tmp_path / "c" / "_unpacked").iterdir())
+    for name in (first.replace("/class_0/", "/./class_0/"), first.replace("/class_0/", "//class_0/")):
+        assert name != first
+        odd = _archive_of(tmp_path / f"odd.{kind}", [*members, (name, other)])
+        with pytest.raises(UserError) as refused:
+            check_archive(odd, tmp_path / "dest")
+        assert f"to one path, {first} (as {first} and {name}):" in str(refused.value)
+    folders = _archive_of(tmp_path / f"folders.{kind}", [("ds", None), ("ds/", None), *members])
+    check_archive(folders, tmp_path / "dest")  # a folder listed twice is one folder
 
 
 def test_archives_that_cannot_be_read_whole_are_refused(tmp_path: Path) -> None:

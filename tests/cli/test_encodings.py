@@ -1,0 +1,77 @@
+"""What the terminal cannot encode never ends a command (issue 47, point 9): under an ASCII locale
+(`LC_ALL=C`, no UTF-8 mode) a store's non-ASCII names are shown as Python escapes, and `--json`
+stays JSON with `\\u` escapes; a byte of a file name that is not UTF-8 is shown as that byte."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from support import ROOT
+
+from featcache.store import FeatureStore
+from tosca_cli.terminal import plainly
+
+CLASSES = ["café", "日本"]
+ROOT_NAME = "/données/日本"
+
+
+def _store_with_non_ascii_names(path: Path) -> Path:
+    labels = {"train": np.repeat(np.arange(2), 4), "test": np.repeat(np.arange(2), 2)}
+    dataset = {
+        "name": "synthetic",
+        "num_classes": 2,
+        "class_names": CLASSES,
+        "data_root": ROOT_NAME,
+        "files_sha256": "ab" * 32,
+        "samples": {split: len(y) for split, y in labels.items()},
+    }
+    identity = {"dataset": dataset, "backbone": {"alias": "none", "feature_dim": 4}, "views": 0, "seed": 0}
+    ids = {split: [f"{split}/é{i}" for i in range(len(y))] for split, y in labels.items()}
+    store = FeatureStore.create(path, identity, {}, ids, labels, 4, 0, 16, "float32")
+    for split, y in labels.items():
+        store.write_chunk(split, 0, np.ones((len(y), 4), np.float32), None)
+    return path
+
+
+def ascii_tosca(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """`tosca ARGS` in a process of an ASCII locale without UTF-8 mode."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), *args], env=env, cwd=cwd, capture_output=True, timeout=120
+    )
+
+
+def test_cache_info_of_non_ascii_names_under_an_ascii_locale_prints_them_escaped(tmp_path: Path) -> None:
+    store = _store_with_non_ascii_names(tmp_path / "s.zarr")
+    shown = ascii_tosca("cache", "info", str(store), cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stderr == b"", shown.stderr.decode("ascii", "replace")
+    root = next(line for line in shown.stdout.decode("ascii").splitlines() if line.startswith("data root"))
+    assert "/donn\\xe9es/\\u65e5\\u672c (files fingerprint abababababab" in root
+
+    as_json = ascii_tosca("cache", "info", str(store), "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr.decode("ascii", "replace")
+    data = json.loads(as_json.stdout.decode("ascii"))  # ASCII bytes, and JSON
+    assert data["identity"]["dataset"]["class_names"] == CLASSES
+    assert data["identity"]["dataset"]["data_root"] == ROOT_NAME
+
+
+def test_what_a_stream_cannot_encode_is_escaped_and_a_byte_that_is_not_utf8_is_that_byte() -> None:
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii", errors="strict")
+    saved = sys.stdout
+    sys.stdout = stream
+    try:
+        with plainly():
+            print("caf\u00e9 \u65e5 " + os.fsdecode(b"\xff.png"), file=stream)
+            stream.flush()
+        assert stream.errors == "strict"  # as it was, after the command
+    finally:
+        sys.stdout = saved
+    assert raw.getvalue() == b"caf\\xe9 \\u65e5 \\xff.png\n"
