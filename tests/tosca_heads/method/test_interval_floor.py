@@ -224,3 +224,25 @@ def test_the_floor_is_the_same_whatever_is_drawn_beside_and_in_which_order() -> 
     assert uncertainty.paired_difference(runs, other, "A_bar") == uncertainty.paired_difference(
         runs, other, "A_bar"
     )
+
+
+def test_a_bar_is_never_surer_than_the_exact_evidence_of_its_a_ts() -> None:
+    """A_bar is the mean of its A_t, each an accuracy with its exact interval; on nested images they
+    are not negatively correlated, so A_bar's half-width is at least their halves combined as if
+    independent, sqrt(sum of squares) / T, on any small sample (random runs of 2 to 5 tasks, 1 to 7
+    images a class, whole classes often all right or all wrong)."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        tasks, per = int(rng.integers(2, 6)), int(rng.integers(1, 8))
+        labels = np.repeat(np.arange(2 * tasks), per)
+        task = labels // 2
+        base = rng.random(len(labels)) < rng.beta(2, 1, size=2 * tasks)[labels]
+        flips = rng.random((tasks, len(labels))) < 0.1 * np.arange(tasks)[:, None]
+        correct = np.where(flips, ~base, base) & (task[None, :] <= np.arange(tasks)[:, None])
+        found = uncertainty.intervals([Outcomes(correct, labels, task, np.arange(len(labels)))])["A_bar"]
+        halves = []
+        for t in range(tasks):
+            seen = task <= t
+            low, high = uncertainty.clopper_pearson(int(correct[t][seen].sum()), int(seen.sum()))
+            halves.append((high - low) / 2)
+        assert width(found) / 2 >= math.sqrt(sum(h * h for h in halves)) / tasks
