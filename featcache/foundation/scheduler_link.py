@@ -8,9 +8,14 @@ surfaces as whatever Dask call ran into it (`FutureCancelledError`, `CommClosedE
 - `check_answers(address, where, seconds)`: nothing listening, a server that is not Dask, or a Dask
   process that is not a scheduler is one line within `seconds` (the caller calls it before it
   makes anything: a sweep's folder, a store);
-- `said_when_lost(client, label)`: a block that runs work on the client turns the loss of its
-  scheduler into one line (what happened, that what was finished is kept, how to resume), and
-  closes the client without Dask's own log of the failed reconnection.
+- `said_when_lost(client, label, resume)`: a block that runs work on the client turns the loss of
+  its scheduler into one line (what happened, that what was finished is kept, how to resume), and
+  closes the client without Dask's own log of the failed reconnection; `lost_scheduler(exc,
+  client)` tells that loss from a task's own error (the extraction's retry of lost scatters asks).
+
+A worker lost mid-run is not said: Dask runs its units again on the others. (Subscribing to the
+scheduler's `all` event topic to say it breaks the client's connection in distributed 2026.8:
+some event on it carries a WorkerState the scheduler cannot serialize.)
 
 The bound is `TOSCA_SCHEDULER_TIMEOUT` seconds (`connect_seconds`), 30 by default.
 """
