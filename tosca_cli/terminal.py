@@ -169,17 +169,19 @@ def table(
         ]
         groups = widths.parts(natural, keys, limit)
     for number, group in enumerate(groups):
-        named = printable(title) if title else None
-        if named and number:
-            named = f"{named} (continued, {number + 1} of {len(groups)})"
-        elif named and len(groups) > 1:
-            named = f"{named} (1 of {len(groups)})"
+        named = printable(title) if title and not number else None
+        if len(groups) > 1:  # the title once, on the first
+            named = (
+                f"{named} ({number + 1} of {len(groups)})"
+                if named
+                else f"(continued, {number + 1} of {len(groups)})"
+            )
         shown = Table(title=Text(named) if named else None)
         for i in group:
             shown.add_column(columns[i], justify="left" if columns[i] in left else "right", overflow="fold")
         for row in texts:
             shown.add_row(*(row[i] for i in group))
-        out.print(shown, width=limit)
+        out.print(shown, width=limit, soft_wrap=limit is None)  # fitted: its title wrapped too
 
 
 def _natural(columns: list[str], texts: list[list[Text]]) -> int:
