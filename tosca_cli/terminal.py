@@ -157,7 +157,8 @@ def table(
 ) -> None:
     """An aligned table of data cells; the `left` columns left-aligned, the rest right. Fitted to the
     terminal's width (`widths`): intervals folded under their figure, then the columns dealt into
-    several tables, each repeating the `keys` first columns (what names a row)."""
+    several tables, each repeating the `keys` first columns (what names a row), a text column (the
+    `left` ones: a description, a path) counted at the width it wraps to."""
     limit = widths.columns_here(out.file)
     texts = [cells(*row) for row in rows]
     if limit is not None and _natural(columns, texts) > limit:
@@ -167,7 +168,8 @@ def table(
         natural = [
             widths.widest([Text(column), *(row[i] for row in texts)]) for i, column in enumerate(columns)
         ]
-        groups = widths.parts(natural, keys, limit)
+        dealt = [widths.wrapped(w, limit) if columns[i] in left else w for i, w in enumerate(natural)]
+        groups = widths.parts(dealt, keys, limit)
     for number, group in enumerate(groups):
         named = printable(title) if title and not number else None
         if len(groups) > 1:  # the title once, on the first

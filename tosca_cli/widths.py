@@ -54,6 +54,12 @@ def widest(cells: Sequence[Text]) -> int:
     return max((cell_len(line) for cell in cells for line in cell.plain.split("\n")), default=0)
 
 
+def wrapped(natural: int, limit: int) -> int:
+    """The width a text column (a description, a path) is dealt at: a third of the terminal at most
+    (20 columns at the least), its words wrapped within it; a figure's column is never wrapped."""
+    return min(natural, max(limit // 3, 20))
+
+
 def table_width(widths: Sequence[int]) -> int:
     """A boxed table's width in columns, its columns' natural widths given."""
     return sum(widths) + _BORDER * len(widths) + 1

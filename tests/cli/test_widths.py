@@ -81,6 +81,15 @@ def commands(f: dict[str, Path]) -> dict[str, list[str]]:
             "--out",
             str(f["sweep"]),
         ],  # every point done
+        "baselines": [
+            "baselines",
+            *common[:8],
+            "--methods",
+            "simplecil",
+            "--no-tosca",
+            "--out",
+            str(f["root"] / "b"),
+        ],
         "suite dry run": ["suite", str(f["suite"]), "--out", str(f["root"] / "suite"), "--dry-run"],
     }
 
@@ -88,7 +97,7 @@ def commands(f: dict[str, Path]) -> dict[str, list[str]]:
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize(
     "name",
-    ["fit", "eval", "routers", "list", "cache ls", "cache info", "sweep", "suite dry run"],
+    ["fit", "eval", "routers", "list", "cache ls", "cache info", "sweep", "baselines", "suite dry run"],
 )
 def test_every_commands_tables_fit_the_terminal(
     name: str, width: int, folder: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -275,3 +284,30 @@ def test_a_finished_suites_tables_fit_the_terminal(
     header = (tmp_path / "suite" / "table.md").read_text().split("\n| ", 1)[1].split("\n")[0]
     for head in (h.strip() for h in header.strip(" |").split(" | ")):
         assert head in result.stdout, head
+
+
+@pytest.mark.heavy  # a tiny backbone's extraction, a fit and a prediction
+def test_predicts_table_fits_the_terminal(
+    tmp_path: Path, image_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Image paths wider than the terminal are wrapped within their cell, whole."""
+    from support.commands import extract_request
+
+    from featcache.runner import extract
+
+    store = extract(extract_request(tmp_path, image_tree, "s")).store
+    run = tmp_path / "run"
+    args = ["fit", "--store", str(store), "--run", str(run), "--init-cls", "1", "--increment", "1"]
+    done = CliRunner().invoke(app, [*args, "--epochs", "1", "--batch-size", "4", "--device", "cpu"])
+    assert done.exit_code == 0, done.output
+    deep = tmp_path / ("a-folder-with-a-long-name-" * 3) / "more"
+    deep.mkdir(parents=True)
+    image = next(p for p in sorted(image_tree.rglob("*")) if p.is_file())
+    (deep / image.name).write_bytes(image.read_bytes())
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(app, ["predict", str(run), str(deep), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    lines = table_lines(result.stdout)
+    assert lines and not [line for line in lines if len(line) > 80], result.stdout
+    first = "".join(line.split("│")[1].strip() for line in lines if line.startswith("│"))
+    assert first == str(deep / image.name)  # the path whole, wrapped within its cell
