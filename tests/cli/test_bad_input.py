@@ -293,6 +293,11 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep r zero", [*SWEEP, "--r", "0,8"], "--r must be at least 1, got 0"),
     ("sweep r negative", [*SWEEP, "--r", "-8"], "--r must be at least 1, got -8"),
     ("sweep lr negative", [*SWEEP, "--lr", "-0.1"], "--lr must be > 0, got -0.1"),
+    (  # every flag at fault, and no other (issue 49, point 5: this named --lr, not given, and not r = 0)
+        "sweep two flags at fault",
+        [*SWEEP, "--r", "16,0", "--l1", "0,-5e-4"],
+        "error: --r must be at least 1, got 0; --l1 must be >= 0, got -0.0005",
+    ),
     ("sweep epochs zero", [*SWEEP, "--epochs", "0"], "--epochs must be at least 1, got 0"),
     ("sweep unknown flow", [*SWEEP, "--flow", "tosca,sideways"], "unknown --flow 'sideways'"),
     ("sweep empty seeds", [*SWEEP, "--seeds", ""], "--seeds is empty"),
