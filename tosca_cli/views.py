@@ -460,11 +460,16 @@ def suite_summary(result: Any) -> None:
 
 def file_table(shown: Any) -> None:
     """A table as its files hold it (`records.table.Table`: title, header, rows, bold cells), then
-    its note: on the terminal as every table is (`terminal.table`)."""
+    its note: on the terminal as every table is (`terminal.table`). A bold cell is bold on a
+    terminal, and marked as markdown marks it (`**56.25**`) where styles are not shown (a log)."""
     from rich.text import Text
 
+    marked = "{}" if out.is_terminal else "**{}**"
     rows = [
-        [Text(printable(cell), style="bold") if (i, j) in shown.bold else cell for j, cell in enumerate(row)]
+        [
+            Text(marked.format(printable(cell)), style="bold") if (i, j) in shown.bold else cell
+            for j, cell in enumerate(row)
+        ]
         for i, row in enumerate(shown.rows)
     ]
     header = list(shown.header)

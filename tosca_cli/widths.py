@@ -23,7 +23,7 @@ from rich.text import Text
 
 NARROWEST = 80
 _BORDER = 3  # a column's share of a boxed table: its rule and one space of padding each side
-_INTERVAL = re.compile(r"^(?P<figure>.*\S) (?P<interval>\[[^\[\]]*\])$")
+_INTERVAL = re.compile(r"^(?P<bold>\*\*)?(?P<figure>.*\S) (?P<interval>\[[^\[\]]*\])(?P=bold)?$")
 
 
 def columns_here(stream: object | None = None) -> int | None:
@@ -42,11 +42,14 @@ def columns_here(stream: object | None = None) -> int | None:
 
 
 def folded(cell: Text) -> Text:
-    """A figure's cell with its interval under it (`62.50` over `[50.3, 74.0]`); any other as it is."""
+    """A figure's cell with its interval under it (`62.50` over `[50.3, 74.0]`; a cell marked bold
+    as markdown marks it, `**62.50 [50.3, 74.0]**`, keeps the mark on its figure); any other as it
+    is."""
     found = _INTERVAL.match(cell.plain)
     if found is None:
         return cell
-    return Text(f"{found['figure']}\n{found['interval']}", style=cell.style)
+    bold = found["bold"] or ""
+    return Text(f"{bold}{found['figure']}{bold}\n{found['interval']}", style=cell.style)
 
 
 def widest(cells: Sequence[Text]) -> int:

@@ -274,7 +274,7 @@ def test_a_finished_suites_tables_fit_the_terminal(
     folder: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A suite's tables, printed from the `records.table.Table`s its files are written from: every
-    column and bold cell on the screen, within 80 columns."""
+    column and bold cell on the screen (off a terminal marked `**56.25**`), within 80 columns."""
     args = ["suite", str(folder["suite"]), "--out", str(tmp_path / "suite"), "--device", "cpu", "--jobs", "1"]
     monkeypatch.setenv("COLUMNS", "80")
     result = CliRunner().invoke(app, args)
@@ -284,6 +284,8 @@ def test_a_finished_suites_tables_fit_the_terminal(
     header = (tmp_path / "suite" / "table.md").read_text().split("\n| ", 1)[1].split("\n")[0]
     for head in (h.strip() for h in header.strip(" |").split(" | ")):
         assert head in result.stdout, head
+    bold = re.findall(r"\*\*([\d.]+)", (tmp_path / "suite" / "table.md").read_text())
+    assert bold and bold == re.findall(r"\*\*([\d.]+)", result.stdout)  # marked as the file marks them
 
 
 @pytest.mark.heavy  # a tiny backbone's extraction, a fit and a prediction
