@@ -48,6 +48,7 @@ from tosca_cli.views import (
     stage_printer,
     suite_plan,
     suite_progress,
+    suite_summary,
     sweep_header,
     sweep_plan,
     sweep_table,
@@ -342,15 +343,7 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
         return suite_plan(result, as_json_)
     if as_json_:
         return as_json(result.tables.table.to_json(orient="records"))
-    for name in ("table.md", "claims.md"):
-        for line in [*(result.out / name).read_text().splitlines(), ""]:
-            say(line)
-    ran = sum(1 for c in result.cells if c.status == "ran")
-    say(
-        f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; missing: {len(result.missing)}"
-    )
-    for name, path in result.files.items():
-        say(f"  {name:<15} {path}")
+    suite_summary(result)
 
 
 def _extract_for_suite(

@@ -119,11 +119,15 @@ class Board:
         """A new piece of work: its bar is shown at once; its first line when it has a plan to say
         (`expected`: its planned seconds; `plan`: the plan of units that differ in cost, each
         update then saying which unit ended and what it took), else after the interval (a job that
-        fails at once stays one line: its error)."""
+        fails at once stays one line: its error). Work of nothing (a total of 0: a sweep resumed
+        with every point done) is never shown: no `0/0` bar, no line; the command says why."""
         if plan is not None and expected is None:
             expected = plan.running() or None
         left = TimeLeft(self.clock, total, expected, plan, self.clock(), completed, completed)
         task = Task(label, total, unit, left)
+        if total == 0:
+            task.finished = True
+            return task
         with self._lock:
             self.tasks.append(task)
             if self._bar is not None:
@@ -145,6 +149,8 @@ class Board:
     ) -> None:
         """Move a piece of work on; a line is written when the interval has passed since its last.
         `ended`: the key of the plan's unit that ended now and the seconds it took in its worker."""
+        if task.finished and not task.total:  # work of nothing: never shown (`task`)
+            return
         with self._lock:
             if ended is not None:
                 task.left.unit_done(*ended)

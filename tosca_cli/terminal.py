@@ -5,9 +5,9 @@ come through `note` too (`speak_here`). Data (paths, class names, store attrs) a
 never read as markup, control characters escaped; errors as one line on stderr. What a stream cannot
 encode (a class name's `é` under an ASCII locale, a byte of a file name that is not UTF-8) is shown
 as its Python escape (`\\xe9`, `\\xff`) on every command's stdout and stderr (`plainly`), and JSON
-is written with `\\u` escapes there, so it stays JSON. Off a terminal
-(pipes, logs, CI) nothing wraps: a table takes its natural width (the routers table with its
-intervals and descriptions is over 200 columns), so paths, tables and their words stay whole."""
+is written with `\\u` escapes there, so it stays JSON. Every table fits the terminal it is printed
+on ($COLUMNS respected, 80 at the least: `widths`); off a terminal with no $COLUMNS (pipes, logs,
+CI) nothing wraps: a table takes its natural width, so paths, tables and their words stay whole."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from featcache.foundation.text import printable
+from tosca_cli import widths
 
 _WIDTH = None if sys.stdout.isatty() else 1_000  # a table is as wide as its cells, never padded to this
 out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
@@ -36,8 +37,9 @@ RULE_WIDTH = 100  # a heading's rule off a terminal (the consoles are as wide as
 
 
 def heading(title: str) -> None:
-    """A step's title on a rule: the terminal's width, or RULE_WIDTH columns in a log."""
-    out.print(Rule(f"[bold]{escape(title)}"), width=None if _WIDTH is None else RULE_WIDTH)
+    """A step's title on a rule: the terminal's width ($COLUMNS), or RULE_WIDTH columns in a log."""
+    width = widths.columns_here(out.file) or (None if _WIDTH is None else RULE_WIDTH)
+    out.print(Rule(f"[bold]{escape(title)}"), width=width)
 
 
 ESCAPE = "tosca.escape"  # the codec error handler `plainly` sets on stdout and stderr
@@ -146,22 +148,59 @@ def cells(*values: Any) -> list[Text]:
     return [v if isinstance(v, Text) else Text(printable(v)) for v in values]
 
 
-def table(title: str | None, columns: list[str], rows: list[list[Any]], left: tuple[str, ...] = ()) -> None:
-    """An aligned table of data cells; the `left` columns left-aligned, the rest right."""
-    shown = Table(title=Text(printable(title)) if title else None)
-    for column in columns:
-        shown.add_column(column, justify="left" if column in left else "right")
-    for row in rows:
-        shown.add_row(*cells(*row))
-    out.print(shown)
+def table(
+    title: str | None,
+    columns: list[str],
+    rows: list[list[Any]],
+    left: tuple[str, ...] = (),
+    keys: int = 1,
+) -> None:
+    """An aligned table of data cells; the `left` columns left-aligned, the rest right. Fitted to the
+    terminal's width (`widths`): intervals folded under their figure, then the columns dealt into
+    several tables, each repeating the `keys` first columns (what names a row), a text column (the
+    `left` ones: a description, a path) counted at the width it wraps to."""
+    limit = widths.columns_here(out.file)
+    texts = [cells(*row) for row in rows]
+    if limit is not None and _natural(columns, texts) > limit:
+        texts = [[widths.folded(cell) for cell in row] for row in texts]
+    groups = [list(range(len(columns)))]
+    if limit is not None and _natural(columns, texts) > limit:
+        natural = [
+            widths.widest([Text(column), *(row[i] for row in texts)]) for i, column in enumerate(columns)
+        ]
+        dealt = [widths.wrapped(w, limit) if columns[i] in left else w for i, w in enumerate(natural)]
+        groups = widths.parts(dealt, keys, limit)
+    for number, group in enumerate(groups):
+        named = printable(title) if title and not number else None
+        if len(groups) > 1:  # the title once, on the first
+            named = (
+                f"{named} ({number + 1} of {len(groups)})"
+                if named
+                else f"(continued, {number + 1} of {len(groups)})"
+            )
+        shown = Table(title=Text(named) if named else None)
+        for i in group:
+            shown.add_column(columns[i], justify="left" if columns[i] in left else "right", overflow="fold")
+        for row in texts:
+            shown.add_row(*(row[i] for i in group))
+        out.print(shown, width=limit, soft_wrap=limit is None)  # fitted: its title wrapped too
+
+
+def _natural(columns: list[str], texts: list[list[Text]]) -> int:
+    """A table's natural width: its widest cell (or head) per column, boxed."""
+    return widths.table_width(
+        [widths.widest([Text(column), *(row[i] for row in texts)]) for i, column in enumerate(columns)]
+    )
 
 
 def key_values(rows: list[tuple[str, Any, bool]]) -> None:
-    """Key and value per line; a `warn` value in yellow."""
+    """Key and value per line; a `warn` value in yellow; a value wider than the terminal wrapped."""
     shown = Table(show_header=False, box=None, pad_edge=False)
+    shown.add_column()
+    shown.add_column(overflow="fold")
     for key, value, warn in rows:
         shown.add_row(f"[bold]{key}[/]", Text(printable(value), style="yellow" if warn else ""))
-    out.print(shown, highlight=False)
+    out.print(shown, highlight=False, width=widths.columns_here(out.file))
 
 
 def as_json(data: Any) -> None:

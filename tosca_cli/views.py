@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from featcache.foundation.limits import human_bytes
+from featcache.foundation.text import printable
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, heading, key_values, note, say, table
+from tosca_cli.terminal import as_json, err, heading, key_values, note, out, say, table
 
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
     "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
-    "train = accuracy on that task's training images; each router = A_t, test accuracy on every class seen so far; route = share of "
-    "test images {router} sends to their own task's module; seconds of training and evaluation"
+    "train = accuracy on that task's training images (%); route = share of test images {router} sends to "
+    "their own task's module (%); train s, eval s = seconds of training and evaluation; then each router "
+    "= A_t, test accuracy on every class seen so far (%)"
 )
 
 
@@ -41,38 +43,56 @@ def extract_summary(summary: Any) -> None:
     key_values(rows)
 
 
+def in_registry_order(routers: list[str]) -> list[str]:
+    """The routers as the registry lists them (`tosca list`), whatever order they were asked in: the
+    columns of every run's tables stand in one order, whichever routers it ran."""
+    from tosca_heads.routers import ROUTERS
+
+    order = {name: i for i, name in enumerate(ROUTERS)}
+    return sorted(dict.fromkeys(routers), key=lambda name: order.get(name, len(order)))
+
+
 def stage_printer(routers: list[str]) -> Callable[[Any, bool], None]:
-    """One aligned row per task as it finishes (ce, l1 term, loss, train acc, A_t per router,
-    seconds); the
-    routing accuracy shown is the first router's. The header comes with the first row, and a line
-    on stderr saying what its columns are."""
+    """One aligned row per task as it finishes (ce, l1 term, loss, train acc, A_t per router in the
+    registry's order, seconds); the routing accuracy shown is the first router's. The header comes
+    with the first row, and a line on stderr saying what its columns are. A row wider than the
+    terminal goes on as many lines as it takes, each column under its head (`widths.Rows`)."""
+    from tosca_cli.widths import Rows, columns_here
     from tosca_heads.routers import router_label
 
-    header = f"{'task':>4} {'':>7} {'ce':>8} {'l1 term':>8} {'loss':>8} {'train':>7} " + " ".join(
-        f"{router_label(m):>10}" for m in routers
-    )
-    started = []
+    routers = in_registry_order(routers)
+    heads = ["task", "", "ce", "l1 term", "loss", "train", "route", "train s", "eval s"]
+    heads += [router_label(m) for m in routers]
+    sizes = [4, 7, 8, 8, 8, 6, 6, 7, 6, *(max(6, len(router_label(m))) for m in routers)]
+    started: list[Rows] = []
 
     def show(stage: Any, trained: bool) -> None:
         if not started:
             say(COLUMNS_SAID.format(router=routers[0]), err)
-            say(header + f" {'route':>7} {'train s':>8} {'eval s':>7}", style="bold")
-            started.append(True)
-        accs = " ".join(f"{100 * stage.routers[m]['A_t']:>9.2f}%" for m in routers)
-        say(
-            f"{stage.task:>4} {'trained' if trained else 'reused':>7} {losses(stage.stats)} "
-            f"{100 * stage.stats['train_acc']:>6.1f}% {accs} {100 * stage.routers[routers[0]]['routing']:>6.1f}% "
-            f"{stage.stats['seconds']:>8.2f} {stage.eval_seconds:>7.2f}"
-        )
+            started.append(Rows(heads, sizes, keys=2, limit=columns_here(out.file)))
+            for line in started[0].header():
+                say(line, style="bold")
+        cells = [
+            str(stage.task),
+            "trained" if trained else "reused",
+            *losses(stage.stats),
+            f"{100 * stage.stats['train_acc']:.1f}",
+            f"{100 * stage.routers[routers[0]]['routing']:.1f}",
+            f"{stage.stats['seconds']:.2f}",
+            f"{stage.eval_seconds:.2f}",
+            *(f"{100 * stage.routers[m]['A_t']:.2f}" for m in routers),
+        ]
+        for line in started[0].lines(cells):
+            say(line)
 
     return show
 
 
-def losses(stats: dict[str, Any]) -> str:
-    """A task's ce, l1 term and loss, 8 wide each ('–' for a part not kept)."""
+def losses(stats: dict[str, Any]) -> list[str]:
+    """A task's ce, l1 term and loss ('–' for a part not kept)."""
     from tosca_heads.records.run_folder import LOSS_PARTS
 
-    return " ".join("–".rjust(8) if stats.get(k) is None else f"{stats[k]:>8.4f}" for k in LOSS_PARTS)
+    return ["–" if stats.get(k) is None else f"{stats[k]:.4f}" for k in LOSS_PARTS]
 
 
 def say_protocol(protocol: Any) -> None:
@@ -90,7 +110,7 @@ def run_summary(result: Any, routers: list[str]) -> None:
     validation = metrics.get("validation") or {}
     figures = columns_of(bool(validation))
     rows = []
-    for name in routers:
+    for name in in_registry_order(routers):
         blocks = {"test": metrics["routers"][name], "validation": validation.get(name)}
         told = reference_text(name)  # what makes it a reference, as the registry says ("" for an honest one)
         rows.append([name, *(_figure_cell(column, blocks) for column in figures), told])
@@ -188,6 +208,8 @@ def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str])
         best: dict[str, Any] = {}
 
         def started(pending: int, plan: Any) -> None:
+            if not pending:  # no `0/0` bar (`Board.task`): why nothing runs, in words
+                say("sweep: every point is in the folder already; nothing to run", err)
             holder.append(board.task("sweep", pending, "points", plan=plan if plan and plan.works else None))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
@@ -311,7 +333,7 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
         "seeds (one seed: [its 95% interval]); SE: standard error of the ranked mean; = tied with the best "
         "(within one SE), * chosen"
     )
-    table(title, columns, rows)
+    table(title, columns, rows, keys=1 + len(flags))  # a point is named by its flags
     more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""
     say(
         f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), {outcome.already_done} already done; {len(outcome.summary)} configurations{more}"
@@ -418,6 +440,44 @@ def suite_plan(result: Any, as_json_: bool) -> None:
     )
 
 
+def suite_summary(result: Any) -> None:
+    """A finished suite: its tables (as its files hold them, fitted to the terminal), its claims,
+    what ran and the files written."""
+    from tosca_heads.experiments.suite.tables import shown_tables
+
+    for shown in shown_tables(result.spec, result.tables).values():
+        file_table(shown)
+    for line in [*(result.out / "claims.md").read_text().splitlines(), ""]:
+        say(line)
+    ran = sum(1 for c in result.cells if c.status == "ran")
+    say(
+        f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; "
+        f"missing: {len(result.missing)}"
+    )
+    for name, path in result.files.items():
+        say(f"  {name:<15} {path}")
+
+
+def file_table(shown: Any) -> None:
+    """A table as its files hold it (`records.table.Table`: title, header, rows, bold cells), then
+    its note: on the terminal as every table is (`terminal.table`). A bold cell is bold on a
+    terminal, and marked as markdown marks it (`**56.25**`) where styles are not shown (a log)."""
+    from rich.text import Text
+
+    marked = "{}" if out.is_terminal else "**{}**"
+    rows = [
+        [
+            Text(marked.format(printable(cell)), style="bold") if (i, j) in shown.bold else cell
+            for j, cell in enumerate(row)
+        ]
+        for i, row in enumerate(shown.rows)
+    ]
+    header = list(shown.header)
+    table(shown.title, header, rows, (header[0],))
+    say(shown.note)
+    say("")
+
+
 class DemoDisplay:
     """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
 
@@ -520,6 +580,8 @@ def routers_table(report: Any) -> None:
     )
     for method, folder, differs in report.left_out:
         say(f"left out: {method} in {folder}: {differs} (another protocol, never set beside the run)")
+    if not any(row["kind"] == "baseline" for row in report.rows):
+        no_baselines(report)
     if report.chosen_on == "validation":
         say(
             f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
@@ -539,6 +601,22 @@ def routers_table(report: Any) -> None:
         say("(ties with it not tested: the run kept no per-image answers; `tosca eval RUN` keeps them)")
     if report.misrouting:
         misrouting_table(report)
+
+
+def no_baselines(report: Any) -> None:
+    """Why `tosca routers` shows no baseline, and the command that makes them: `tosca baselines` with
+    the run (its split and validation split) and a folder beside it, where `tosca routers` looks."""
+    import shlex
+
+    run = Path(report.run)
+    beside = run.parent / f"baselines-{run.name}"
+    command = shlex.join(
+        ["tosca", "baselines", "--store", report.store, "--run", str(run), "--out", str(beside)]
+    )
+    say(
+        f"no baselines beside these routers: none was run on this run's store under its protocol (task split, "
+        f"validation split, {report.tasks} tasks) in {run.parent}; to set them beside it: {command}"
+    )
 
 
 def misrouting_table(report: Any) -> None:

@@ -41,6 +41,7 @@ class RoutersReport:
     # the honest routers not distinguishable from `best` on `chosen_on` (a paired bootstrap of the
     # difference in A_last on the same images); None: not tested (the run kept no answers)
     ties: list[str] | None = None
+    store: str = ""  # the run's store, as its config.json names it (for the `tosca baselines` to run)
 
 
 def misrouting(matrix: list[list[int]], most: int = 3) -> list[dict[str, Any]]:
@@ -176,4 +177,5 @@ def routers_report(run_dir: Path) -> RoutersReport:
         else misrouting(matrix),
         left_out,
         [n for n in ROUTERS if n in ties] if ties is not None else None,
+        str(config.get("store", "")),
     )

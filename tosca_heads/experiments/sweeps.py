@@ -49,7 +49,7 @@ from tosca_heads.method.protocol import (
     split_origin,
     stream_config,
 )
-from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe
+from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault
 from tosca_heads.records import claim
 from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
@@ -104,6 +104,26 @@ def parse_values(flag: str, given: str | Sequence[Any]) -> list[Any]:
     if not values:
         raise UserError(f"{option_name(flag)} is empty; give a comma-separated list such as 8,16,32")
     return values
+
+
+def grid_faults(grid: dict[str, list[Any]], base_stream: StreamConfig) -> list[str]:
+    """Every value of the grid that is wrong on its own, each naming its own flag and value
+    (`--r must be at least 1, got 0; --l1 must be >= 0, got -0.0005`), before any point is made:
+    never a flag that was not given, never only the first fault."""
+    faults: list[str] = []
+    for flag in (name for name in GRID_FLAGS if name in grid):
+        for value in grid[flag]:
+            if flag in TRAIN_FLAGS:
+                fault = value_fault(flag, value, option_name(flag))
+            else:
+                try:
+                    replace(base_stream, **{flag: value}).validate()
+                    fault = ""
+                except UserError as exc:
+                    fault = str(exc)
+            if fault and fault not in faults:
+                faults.append(fault)
+    return faults
 
 
 @dataclass(frozen=True)
@@ -192,13 +212,16 @@ def grid_points(
     if unknown:
         raise ValueError(f"not sweepable: {sorted(unknown)}")
     names = [name for name in GRID_FLAGS if name in grid]
+    faults = grid_faults(grid, base_stream)
+    if faults:
+        raise UserError("; ".join(faults))
     size = math.prod(len(grid[name]) for name in names)
     require_at_most("a grid of", size, MAX_GRID_POINTS, "points", "split the sweep into several")
     points = []
     for values in itertools.product(*(grid[name] for name in names)):
         chosen = dict(zip(names, values, strict=True))
         train = replace(base_train, **{k: v for k, v in chosen.items() if k in TRAIN_FLAGS})
-        train.validate()
+        train.validate(option_name)
         stream = replace(base_stream, **{k: v for k, v in chosen.items() if k in STREAM_FLAGS})
         stream.validate()
         stream.task_stream(num_classes)  # refuses a split that does not divide the classes

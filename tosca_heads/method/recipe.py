@@ -7,11 +7,11 @@ The training itself is `tosca_heads.engine` (G >= 1 recipes at once).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from featcache.foundation.errors import UserError
-from featcache.foundation.limits import require_at_most
 from featcache.foundation.names import did_you_mean
 
 FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
@@ -68,40 +68,65 @@ class TrainConfig:
         default = max(1, dim // 16)
         return TrainConfig(**{**asdict(self), "r": self.r or default, "s": self.s or default})
 
-    def validate(self) -> None:
-        """One line naming the first value out of range (or of the wrong type, from a file)."""
+    def validate(self, spelled: Callable[[str], str] | None = None) -> None:
+        """One line naming every value out of range (or of the wrong type, from a file), each by its
+        flag (`spelled(field)`: `--r`, or a sweep's `--seeds`), and only those: nothing else is
+        named."""
+        faults = self.faults(spelled)
+        if faults:
+            raise UserError("; ".join(faults))
+
+    def faults(self, spelled: Callable[[str], str] | None = None) -> list[str]:
+        """What is wrong with each value on its own, one phrase each ("--r must be at least 1, got
+        0"), in the order of the fields; empty when nothing is."""
+        spelled = spelled or flag_option
+        found = []
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is None and field.name in ("r", "s"):
-                continue
-            kind = FIELD_TYPES[field.name]
-            allowed = (int, float) if kind is float else kind
-            if isinstance(value, bool) or not isinstance(value, allowed):
-                said = {str: "a name", int: "an integer", float: "a number"}[kind]
-                raise UserError(f"--{field.name.replace('_', '-')} must be {said}, got {value!r}")
-        if self.flow not in FLOWS:
-            raise UserError(
-                f"unknown --flow {self.flow!r}{did_you_mean(self.flow, FLOWS)}: use one of {', '.join(FLOWS)}"
-            )
-        for name in ("epochs", "batch_size", "r", "s"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if not all(
-            math.isfinite(v) for v in (self.l1, self.lr, self.momentum, self.weight_decay, self.eta_min)
-        ):
-            raise UserError("--l1, --lr, --momentum and --weight-decay must be finite numbers")
-        if self.lr <= 0 or self.l1 < 0:
-            raise UserError(f"--lr must be > 0 and --l1 >= 0 (got {self.lr}, {self.l1})")
-        if not 0 <= self.momentum < 1:
-            raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay}")
-        if not 0 <= self.seed < 2**32:
-            raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
-        require_at_most(
-            "--epochs", self.epochs, MAX_EPOCHS, "epochs per task", "each epoch is a pass over the task"
-        )
+            fault = value_fault(field.name, value, spelled(field.name))
+            if fault:
+                found.append(fault)
+        return found
+
+
+def flag_option(name: str) -> str:
+    """A recipe field's flag: `batch_size` -> `--batch-size`."""
+    return "--" + name.replace("_", "-")
+
+
+def value_fault(name: str, value: Any, flag: str) -> str:
+    """What is wrong with one recipe value on its own, naming its `flag` ("--r must be at least 1,
+    got 0"); "" when nothing is (None for r and s: d/16)."""
+    if value is None and name in ("r", "s"):
+        return ""
+    kind = FIELD_TYPES[name]
+    allowed = (int, float) if kind is float else kind
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        said = {str: "a name", int: "an integer", float: "a number"}[kind]
+        return f"{flag} must be {said}, got {value!r}"
+    if name == "flow" and value not in FLOWS:
+        return f"unknown {flag} {value!r}{did_you_mean(value, FLOWS)}: use one of {', '.join(FLOWS)}"
+    if name == "epochs" and value > MAX_EPOCHS:
+        return f"{flag} {value} is over the limit of {MAX_EPOCHS:,} epochs per task: each epoch is a pass over the task"
+    wrong = _out_of_range(name, value)
+    return f"{flag} must be {wrong}, got {value}" if wrong else ""
+
+
+def _out_of_range(name: str, value: Any) -> str:
+    """The range a number of the recipe is outside of ("at least 1"); "" when it is within."""
+    if name in ("epochs", "batch_size", "r", "s") and value < 1:
+        return "at least 1"
+    if FIELD_TYPES[name] is float and not math.isfinite(value):
+        return "a finite number"
+    if name == "lr" and value <= 0:
+        return "> 0"
+    if name in ("l1", "weight_decay", "eta_min") and value < 0:
+        return ">= 0"
+    if name == "momentum" and not 0 <= value < 1:
+        return "in [0, 1)"
+    if name == "seed" and not 0 <= value < 2**32:
+        return "in [0, 2**32)"
+    return ""
 
 
 FIELD_TYPES: dict[str, type] = {flag.name: flag.kind for flag in RECIPE_FLAGS} | {"eta_min": float}

@@ -369,34 +369,48 @@ def _ablation_grid(spec: SuiteSpec, ablation: pd.DataFrame) -> tuple[list[str], 
     return header, rows
 
 
-def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, Path]:
-    """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
-    figures a_t.png and a_last.png; each table one `records.table.Table`."""
+def shown_tables(spec: SuiteSpec, tables: SuiteTables) -> dict[str, Table]:
+    """The suite's tables as `records.table.Table`s, as the files and the terminal show them:
+    "table" (methods x stores), "validation" (the figures that decided the bold entries, where they
+    were chosen on validation) and "ablation" (where the suite has one)."""
+    shown = {}
     note = _protocol_line(spec, tables.chosen_on, tables.tested)
-    after = ""
-    if tables.chosen_on == "validation":  # the figures that decided the bold entries, below the table
-        after = Table(
+    shown["table"] = Table(
+        f"Suite {spec.name}: methods x stores", note, frame=tables.table, **_grid(spec, tables.table)
+    )
+    if tables.chosen_on == "validation":
+        shown["validation"] = Table(
             f"Suite {spec.name}: the validation split (what decided the bold entries)",
             "The honest entries on the validation split (held out of the training images, never trained on), "
             "in %: mean ± std over the finished seeds, one cell with its 95% interval over the validation images.",
             **_grid(spec, tables.table, prefix="val_"),
-        ).markdown(level=2)
-    title = f"Suite {spec.name}: methods x stores"
-    files = Table(title, note, frame=tables.table, after=after, **_grid(spec, tables.table)).write(
-        out / "table.md"
-    )
-    if not len(tables.ablation):  # a file of an earlier run of this folder would pass for this one's
-        for name in ("ablation.md", "ablation.tex"):
-            (out / name).unlink(missing_ok=True)
-    else:
+        )
+    if len(tables.ablation):
         note = (  # the primary router is an honest one (spec.parse_suite refuses a reference)
             f"A_last under the `{spec.primary}` router (mean ± std over the finished seeds, one seed with its 95% "
             "interval over the test images; %, test split), and the mean cosine similarity over every pair of task "
             "modules three ways: their weight matrices (no LayerNorm, no biases), all their parameters, and their "
             "outputs on the same test features."
         )
-        ablation = Table(f"Suite {spec.name}: ablation", note, *_ablation_grid(spec, tables.ablation))
-        files |= ablation.write(out / "ablation.md", ("md", "tex"))
+        shown["ablation"] = Table(
+            f"Suite {spec.name}: ablation", note, *_ablation_grid(spec, tables.ablation)
+        )
+    return shown
+
+
+def write_tables(out: Path, spec: SuiteSpec, tables: SuiteTables) -> dict[str, Path]:
+    """table.md/.tex/.csv/.parquet, ablation.md/.tex (when the suite has one), claims.md, and the
+    figures a_t.png and a_last.png; each table one `records.table.Table` (`shown_tables`)."""
+    shown = shown_tables(spec, tables)
+    main = shown["table"]
+    if "validation" in shown:  # the figures that decided the bold entries, below the table
+        main.after = shown["validation"].markdown(level=2)
+    files = main.write(out / "table.md")
+    if "ablation" not in shown:  # a file of an earlier run of this folder would pass for this one's
+        for name in ("ablation.md", "ablation.tex"):
+            (out / name).unlink(missing_ok=True)
+    else:
+        files |= shown["ablation"].write(out / "ablation.md", ("md", "tex"))
     files["claims.md"] = out / "claims.md"
     atomic.write_text(files["claims.md"], claims_markdown(spec, tables.claims))
     files["a_t.png"] = out / "a_t.png"
