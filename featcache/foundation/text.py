@@ -74,3 +74,26 @@ def telling(teller: Teller) -> Iterator[None]:
         yield
     finally:
         _TELLER.remove(teller)
+
+
+_ENDINGS: list[dict[str, Callable[[], str]]] = []  # lines for the end of each command now running
+
+
+def tell_at_end(key: str, line: Callable[[], str]) -> None:
+    """A line for the end of the command, after its answer (where a tracker put its runs, and how to
+    open them): said once per `key` (the last `line` given for it, made when said), by the command
+    line once the command succeeded (`ending_lines`); from Python, nothing (the caller chose it)."""
+    if _ENDINGS:
+        _ENDINGS[-1][key] = line
+
+
+@contextlib.contextmanager
+def ending_lines() -> Iterator[Callable[[], list[str]]]:
+    """Within the block (a command), `tell_at_end` lines are kept; what the block yields gives them,
+    in the order first told, made printable."""
+    kept: dict[str, Callable[[], str]] = {}
+    _ENDINGS.append(kept)
+    try:
+        yield lambda: [printable(line()) for line in kept.values()]
+    finally:
+        _ENDINGS.remove(kept)
