@@ -421,6 +421,9 @@ def suite_plan(result: Any, as_json_: bool) -> None:
 class DemoDisplay:
     """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
 
+    def ahead(self, line: str) -> None:
+        say(line)
+
     def section(self, title: str) -> None:
         self._close()
         heading(title)
