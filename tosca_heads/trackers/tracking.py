@@ -59,17 +59,17 @@ class Tracking:
             )
             return None
 
-    def opened_by(self, i: int) -> str:
-        """Logger i's line for the end of the command (`Logger.opened_by`), marked when it stopped."""
+    def opened_by(self, i: int) -> str | None:
+        """Logger i's line for the end of the command (`Logger.opened_by`); None when it stopped
+        (its warning is its one line, and says what it holds)."""
+        if i in self.stopped:
+            return None
         logger = self.loggers[i]
         try:
             with foreign_code():
-                line = logger.opened_by()
-        except Exception as exc:  # a plug-in's own line failed: its place said instead
-            line = f"--log {logger.name}: the runs went to {logger.place} ({failure_text(exc)})"
-        if i in self.stopped:
-            line += " (it stopped early, see the warning above: run the same command again to log it whole)"
-        return line
+                return logger.opened_by()
+        except Exception as exc:  # a plug-in's own line failed: where it was told to write, instead
+            return f"--log {logger.name}: the runs went to {logger.place} ({failure_text(exc)})"
 
     def said_at_end(self) -> None:
         """Each logger's line (`opened_by`) told for the end of the command, once per tracker: this
