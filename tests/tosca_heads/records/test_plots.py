@@ -107,7 +107,7 @@ def _points() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_heatmap_one_scale_its_split_mean_std_and_the_chosen_point(
+def test_heatmap_each_panel_its_own_scale_its_split_mean_std_and_the_chosen_point(
     tmp_path: Path, captured: list[Any]
 ) -> None:
     points = _points()
