@@ -22,9 +22,11 @@ import torch
 from featcache.backbones import load_backbone, resolve_backbone
 from featcache.foundation.dataset_names import DATASETS
 from featcache.foundation.errors import UserError
+from featcache.foundation.time_estimates import clock_text
 from featcache.images.transforms import make_preprocessing
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.sources.pixels import open_checked
+from featcache.store import FeatureStore, is_tosca_store
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 SAMPLE = 16  # images timed
@@ -192,3 +194,37 @@ def estimate_extraction(
         f"x {train + test:,} images" + (f" + {unpack:.0f} s unpacking" if unpack else "")
     )
     return guess
+
+
+def extraction_ahead(
+    model: str,
+    dataset: str,
+    data_root: Path,
+    store_path: Path,
+    limit_per_class: int | None,
+    device: torch.device,
+    workers: int = 0,
+) -> str:
+    """One line, said before an extraction starts (the demo's first): a complete store at
+    `store_path` (nothing to extract: the extraction then checks it and reuses it), else what the
+    extraction will take on this machine as loaded now (`estimate_extraction`: a sample of the real
+    images timed), else why it cannot be estimated."""
+    if _complete(store_path):
+        return f"extraction: none, {store_path} is extracted already (every chunk done); it is checked and reused"
+    guess = estimate_extraction(model, dataset, data_root, limit_per_class, device, workers)
+    if guess.seconds is None:
+        return f"extraction: no estimate ({'; '.join(guess.missing)})"
+    return (
+        f"extraction: about {clock_text(guess.seconds)} (min:s) on this machine as loaded now, "
+        f"{os.cpu_count()} core(s), {device.type} ({guess.how})"
+    )
+
+
+def _complete(path: Path) -> bool:
+    """A store is at `path` with every chunk of every split done (opened to read, nothing checked)."""
+    if not is_tosca_store(path):
+        return False
+    try:
+        return FeatureStore.open(path).is_complete()
+    except (UserError, OSError, ValueError, KeyError):
+        return False

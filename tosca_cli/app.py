@@ -377,7 +377,15 @@ def demo(request: DemoRequest) -> None:
         extract_summary(summary)
         return summary.store
 
-    run_demo(request, extract_store, DemoDisplay())
+    def foresee(model: str, dataset: str, data: Path, store: Path, per_class: int) -> str:
+        from featcache.extraction import default_workers
+        from featcache.extraction_estimate import extraction_ahead
+        from featcache.foundation.devices import resolve_device
+
+        device = resolve_device(request.device)
+        return extraction_ahead(model, dataset, data, store, per_class, device, default_workers())
+
+    run_demo(request, extract_store, DemoDisplay(), foresee)
 
 
 # ------------------------------------------------------------------------------------------- list

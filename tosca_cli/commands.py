@@ -24,7 +24,7 @@ from featcache.foundation.errors import UserError
 from featcache.foundation.files import os_error_line
 from featcache.foundation.folders import check_outputs
 from featcache.foundation.options import ExtraFlag
-from featcache.foundation.text import printable
+from featcache.foundation.text import ending_lines, printable
 from tosca_cli.terminal import answers_only, as_json, err, error_line, plainly, say, speaking
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -115,13 +115,18 @@ class OneLineUsageErrors(TyperGroup):
 def user_errors(fn: F) -> F:
     """A mistake the user can fix is one line and exit code 2; anything else propagates. Stdout
     carries the command's answers alone (`answers_only`), and an exit raised by code outside tosca
-    (tosca's own commands end with typer.Exit, never SystemExit) is said, never a silent exit."""
+    (tosca's own commands end with typer.Exit, never SystemExit) is said, never a silent exit. A
+    command that succeeded ends with the lines told for its end (`text.tell_at_end`: where each
+    tracker of `--log` put its runs and how to open them), on stderr, after its answer."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            with answers_only():
-                return fn(*args, **kwargs)
+            with answers_only(), ending_lines() as ending:
+                answer = fn(*args, **kwargs)
+                for line in ending():
+                    say(line, err)
+                return answer
         except UserError as exc:
             error_line(str(exc))
         except (SystemExit, GeneratorExit) as exc:

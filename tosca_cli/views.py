@@ -481,6 +481,9 @@ def file_table(shown: Any) -> None:
 class DemoDisplay:
     """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
 
+    def ahead(self, line: str) -> None:
+        say(line)
+
     def section(self, title: str) -> None:
         self._close()
         heading(title)

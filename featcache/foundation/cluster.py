@@ -40,7 +40,14 @@ from featcache.foundation.text import reason
 BOOT = "import json, sys; s = json.loads(sys.stdin.readline()); sys.path[:] = s['path']; " + (
     "from featcache.foundation.cluster import host; host(s)"
 )
-QUIET = {"dashboard_address": None, "silence_logs": logging.ERROR}
+# no dashboard; the scheduler's HTTP server (health, metrics: it starts one even so) on a free port
+# of this machine, not 8787, which a second cluster or any other program holds ("Port 8787 is
+# already in use", a UserWarning leaked to the user's terminal by the helper process)
+QUIET = {
+    "dashboard_address": None,
+    "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
+    "silence_logs": logging.ERROR,
+}
 CLOSE_SECONDS = 60  # a cluster closes within this, or its helper is killed
 CLOSE = "close\n"  # what the caller says to the helper when it is done
 

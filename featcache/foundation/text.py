@@ -74,3 +74,27 @@ def telling(teller: Teller) -> Iterator[None]:
         yield
     finally:
         _TELLER.remove(teller)
+
+
+_ENDINGS: list[dict[str, Callable[[], str | None]]] = []  # lines for the end of each command now running
+
+
+def tell_at_end(key: str, line: Callable[[], str | None]) -> None:
+    """A line for the end of the command, after its answer (where a tracker put its runs, and how to
+    open them): said once per `key` (the last `line` given for it, made when said; None: nothing to
+    say by then), by the command line once the command succeeded (`ending_lines`); from Python,
+    nothing (the caller chose it)."""
+    if _ENDINGS:
+        _ENDINGS[-1][key] = line
+
+
+@contextlib.contextmanager
+def ending_lines() -> Iterator[Callable[[], list[str]]]:
+    """Within the block (a command), `tell_at_end` lines are kept; what the block yields gives them,
+    in the order first told, made printable."""
+    kept: dict[str, Callable[[], str | None]] = {}
+    _ENDINGS.append(kept)
+    try:
+        yield lambda: [printable(said) for line in kept.values() if (said := line()) is not None]
+    finally:
+        _ENDINGS.remove(kept)

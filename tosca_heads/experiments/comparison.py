@@ -12,6 +12,7 @@ from typing import Any
 
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.errors import UserError
+from featcache.foundation.text import tell
 from featcache.store import check_readable, resolve_store
 from tosca_heads.experiments.baseline_runs import TaskCallback
 from tosca_heads.experiments.command_requests import BaselinesRequest
@@ -34,11 +35,12 @@ from tosca_heads.method.protocol import (
     split_name,
 )
 from tosca_heads.method.recipe import PRESETS
-from tosca_heads.records import claim, store_block
+from tosca_heads.records import claim, store_block, validation_record
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.baselines_folder import (
     BASELINES_FOLDER,
     MethodResult,
+    reusable_baseline,
     write_comparison,
 )
 from tosca_heads.routers import reference_text
@@ -234,27 +236,40 @@ def _compare(
         child = tracking.start("tosca", {"run": str(run.run_dir), **flat_params(run.config)}, parent)
         if child is not None:
             child.run_result(run)
-    works = [
-        Work(
-            str(store.path.resolve()),
-            store.fingerprint,
-            stream,
-            validation,
-            method=method,
-            params=tuple(sorted(arguments(method, given).items())),
-            baseline_folder=str(folder / method),
-        )
-        for method in methods
-    ]
     done: dict[str, MethodResult] = {}
 
-    def finished(work: Work, outcome: Outcome) -> None:
-        done[work.method] = outcome.baseline
-        child = tracking.start(work.method, {"method": work.method, **dict(work.params)}, parent)
-        if child is not None and outcome.baseline is not None:
-            method_result(child, outcome.baseline, run_files(Path(work.baseline_folder or folder)))
+    def finished(method: str, params: dict[str, Any], result: MethodResult | None) -> None:
+        if result is not None:
+            done[method] = result
+        child = tracking.start(method, {"method": method, **params}, parent)
+        if child is not None and result is not None:
+            method_result(child, result, run_files(folder / method))
 
-    Executor(1, None, str(plan.device)).run(works, finished, on_task)
+    held = validation_record(validation, plan.held_ids) if validation.enabled else None
+    works = []
+    for method in methods:
+        params = arguments(method, given)
+        kept = reusable_baseline(folder / method, method, store, stream, plan.stream.num_tasks, params, held)
+        if kept is not None:  # made from this store, split and parameters: its checked figures
+            tell(f"{method}: reused from {folder / method} (same store, task split and parameters)")
+            finished(method, params, kept)
+            continue
+        works.append(
+            Work(
+                str(store.path.resolve()),
+                store.fingerprint,
+                stream,
+                validation,
+                method=method,
+                params=tuple(sorted(params.items())),
+                baseline_folder=str(folder / method),
+            )
+        )
+
+    def computed(work: Work, outcome: Outcome) -> None:
+        finished(work.method, dict(work.params), outcome.baseline)
+
+    Executor(1, None, str(plan.device)).run(works, computed, on_task)
     results += [done[method] for method in methods]
     title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, {split}"
     return Comparison(results, title, write_comparison(folder, results, title))

@@ -45,11 +45,15 @@ ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
 # (model, dataset, data root, cache dir, store path, images per class, chunk size) -> the store's path
 ExtractStore = Callable[[str, str, Path, Path, Path, int, int], Path]
+# (model, dataset, data root, store path, images per class) -> one line: what extracting it will take
+# here, or that the store is extracted already (stage 1's `extraction_ahead`, handed in)
+ForeseeExtraction = Callable[[str, str, Path, Path, int], str]
 
 
 class DemoDisplay(Protocol):
     """What the demo shows as it goes (the command line renders it)."""
 
+    def ahead(self, line: str) -> None: ...
     def section(self, title: str) -> None: ...
     def stage(self, stage: StageResult, trained: bool) -> None: ...
     def fitted(self, result: RunResult) -> None: ...
@@ -89,15 +93,20 @@ def check_request(request: DemoRequest) -> None:
         )
 
 
-def run_demo(request: DemoRequest, extract: ExtractStore, show: DemoDisplay) -> None:
+def run_demo(
+    request: DemoRequest, extract: ExtractStore, show: DemoDisplay, foresee: ForeseeExtraction | None = None
+) -> None:
     """Extract, fit, sweep, baselines and the comparison, each step the command's own request (the
     same checks, defaults and files as `tosca fit`, `tosca sweep` and `tosca baselines`), each
-    reusing what a rerun finds."""
+    reusing what a rerun finds. The first line said (`foresee`) is what the extraction will take
+    on this machine, or that the store is extracted already: before the work, not after it."""
     check_request(request)
     device = str(resolve_device(request.device))
     data = data_root(request)
-    show.section("1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     path = request.cache_dir / "eurosat" / f"effnet_lite0-demo{request.per_class}.zarr"
+    if foresee is not None:
+        show.ahead(foresee("effnet_lite0", "eurosat", data, path, request.per_class))
+    show.section("1/5 extract: effnet_lite0 (packaged ImageNet weights) on a EuroSAT subset")
     store = extract("effnet_lite0", "eurosat", data, request.cache_dir, path, request.per_class, 256)
     name = f"demo-eurosat-effnet_lite0-{request.per_class}"
     declared = DATASETS["eurosat"]  # its registration's split (B0 Inc2: tosca's, not in the paper)

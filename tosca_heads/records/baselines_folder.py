@@ -198,6 +198,64 @@ def read_baseline_figures(path: Path) -> dict[str, Any] | None:
     return payload
 
 
+def baseline_differences(
+    payload: dict[str, Any],
+    fingerprint: str,
+    stream_cfg: StreamConfig,
+    params: dict[str, Any],
+    validation_split: dict[str, Any] | None,
+) -> list[tuple[str, Any, Any]]:
+    """What a baseline's metrics.json (`read_baseline`'s payload) was made with that is not what is
+    asked now: (what, made, asked) for its store's fingerprint, task split (class order included),
+    own parameters and validation split (`validation_record`, None without one)."""
+    compared = (
+        ("store_fingerprint", payload.get("store_fingerprint"), fingerprint),
+        ("task split", payload.get("stream"), asdict(stream_cfg)),
+        ("parameters", payload.get("params", {}), json.loads(json.dumps(params))),
+        ("validation split", payload.get("validation_split"), validation_split),
+    )
+    return [(what, made, asked) for what, made, asked in compared if made != asked]
+
+
+def reusable_baseline(
+    folder: Path,
+    method: str,
+    store: FeatureStore,
+    stream_cfg: StreamConfig,
+    tasks: int,
+    params: dict[str, Any],
+    validation_split: dict[str, Any] | None,
+) -> MethodResult | None:
+    """The result `folder` holds of `method` when it was made from this very store (its
+    fingerprint), task split, parameters and validation split, every task finished: read as
+    `read_baseline_figures` reads it (every figure checked against its kept answers, a damaged or
+    edited one refused in one line), so a rerun reuses it where computing it again would give the
+    same numbers. None when the folder holds none, or one made otherwise (computed again then)."""
+    path = Path(folder) / "metrics.json"
+    if not path.is_file():
+        return None
+    payload = read_baseline(path)
+    if (
+        payload is None
+        or payload["method"] != method
+        or payload.get("finished_tasks") != tasks
+        or baseline_differences(payload, store.fingerprint, stream_cfg, params, validation_split)
+    ):
+        return None
+    outcomes = read_baseline_outcomes(folder, payload)  # as `read_baseline_figures`, the answers kept
+    held = payload.get("validation")
+    return MethodResult(
+        method,
+        NO_ROUTING,
+        payload["routers"][NO_ROUTING],
+        int(payload.get("parameters", 0)),
+        float(payload.get("seconds", 0.0)),
+        None if held is None else held[NO_ROUTING],
+        str(payload.get("reference", "")),
+        outcomes,
+    )
+
+
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
     """A metrics block's intervals as plain columns: `{prefix}{metric}_low`, `_high` and
     `{prefix}images` (None where the block has none)."""

@@ -10,9 +10,12 @@ saved whole or not at all (featcache.foundation.atomic), closed after.
 What a reviewer reads off them, held by tests/tosca_heads/records/test_plots.py from the
 figures' objects: every line has its own colour and marker (hollow, so lines that coincide stay
 visible) and a curve equal to one drawn before says "identical to" it in the legend; a reference
-(a router or baseline its registry marks so) is dashed and labelled as one; the heatmap's panels
-share one colour scale, name the split, print each cell's mean ± std over seeds and mark the
-configuration the sweep chose; the confusion matrices print their counts beside a colour bar.
+(a router or baseline its registry marks so) is dashed and labelled as one; a legend stands beside
+the axes (`legend_beside`), never over a line; the configuration a sweep chose is its own wide line
+in best_curves.png, named so in the legend; each heatmap panel has its own colour scale and colour
+bar (a router's A_last differences stay visible beside another router's level), names the split,
+prints each cell's mean ± std over seeds and marks the configuration the sweep chose; the
+confusion matrices print their counts beside a colour bar.
 """
 
 from __future__ import annotations
@@ -67,7 +70,14 @@ def distinct_colours(n: int) -> list[str]:
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "8", "d", "H")
 REFERENCE_STYLE = "--"  # a reference's line; an honest result's is solid
-PANELS = {"nrows": 1, "squeeze": False, "layout": "constrained"}  # panels side by side, one colour bar
+PANELS = {"nrows": 1, "squeeze": False, "layout": "constrained"}  # panels side by side, with colour bars
+LEGEND_ROOM = 2.6  # inches a figure grows by for a legend beside its axes
+CHOSEN_WIDTH = 4.0  # the chosen configuration's line: wide and translucent, under the others
+
+
+def legend_beside(ax: Any, **options: Any) -> None:
+    """The axes' legend to their right, outside the area the data is drawn in: it covers no line."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **options)
 
 
 def router_reference(name: str) -> str:
@@ -78,10 +88,11 @@ def router_reference(name: str) -> str:
     return reference_text(name) if name in ROUTERS else ""
 
 
-def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]]) -> None:
+def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]], chosen: str | None = None) -> None:
     """label -> (A_t fractions, why it is a reference or ""), one line each in %: its own colour and
     hollow marker; a reference dashed and labelled "(reference: why)"; a curve equal to one drawn
-    before says so in its label ("identical to X"), so no line hides another unsaid."""
+    before says so in its label ("identical to X"), so no line hides another unsaid. The `chosen`
+    label's line is wide and translucent, drawn under the others (a band no other line hides in)."""
     colours = distinct_colours(len(lines))
     drawn: list[tuple[str, np.ndarray]] = []
     for i, (label, (curve, reference)) in enumerate(lines.items()):
@@ -91,6 +102,7 @@ def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]]) -> None:
         ]
         shown = label + (f" (reference: {reference})" if reference else "")
         shown += f", identical to {same[0]}" if same else ""
+        picked = label == chosen
         ax.plot(
             range(len(values)),
             values,
@@ -99,7 +111,9 @@ def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]]) -> None:
             marker=MARKERS[i % len(MARKERS)],
             markersize=5 + 2.5 * len(same),  # drawn over an equal curve: a larger hollow marker around it
             markerfacecolor="none",
-            linewidth=1.2,
+            linewidth=CHOSEN_WIDTH if picked else 1.2,
+            alpha=0.55 if picked else 1.0,
+            zorder=1.5 if picked else 2,
             label=shown,
         )
         drawn.append((label, values))
@@ -107,12 +121,12 @@ def draw_lines(ax: Any, lines: dict[str, tuple[Sequence[float], str]]) -> None:
 
 def run_curves(tasks: Sequence[int], curves: dict[str, list[float]], title: str, path: Path) -> None:
     """A_t (fractions) on the test split per router after each task; the reference routers dashed."""
-    with drawing(path, 120, figsize=(7, 4.2)) as (_, ax):
+    with drawing(path, 120, figsize=(7 + LEGEND_ROOM, 4.2)) as (_, ax):
         draw_lines(ax, {router: (curve, router_reference(router)) for router, curve in curves.items()})
         ax.set_xticks(range(len(tasks)), [str(t) for t in tasks])
         _task_axis(ax, "test accuracy on all seen classes (%)")
         ax.set_title(f"{title}\nA_t on the test split; dashed: references, no honest result", fontsize=9)
-        ax.legend(title="routing", fontsize=7, title_fontsize=8)
+        legend_beside(ax, title="routing", fontsize=7, title_fontsize=8)
 
 
 def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
@@ -122,11 +136,11 @@ def comparison(rows: Sequence[dict[str, Any]], title: str, path: Path) -> None:
     for row in rows:
         label = row["method"] if row["routing"] == "none" else f"{row['method']} ({row['routing']})"
         lines[label] = (json.loads(row["A_t"]), row.get("reference") or "")
-    with drawing(path, 120, figsize=(7.5, 4.5)) as (_, ax):
+    with drawing(path, 120, figsize=(7.5 + LEGEND_ROOM, 4.5)) as (_, ax):
         draw_lines(ax, lines)
         _task_axis(ax, "test accuracy on all seen classes (%)")
         ax.set_title(f"{title}\nA_t on the test split; dashed: references, no honest result", fontsize=9)
-        ax.legend(fontsize=6)
+        legend_beside(ax, fontsize=6)
 
 
 def _cell_key(value: Any) -> str:
@@ -145,8 +159,9 @@ def heatmaps(
     pick: str = "",
     chosen: dict[str, Any] | None = None,
 ) -> None:
-    """Test A_last over r x l1, one panel per shown router, every panel on one colour scale; each
-    cell its mean ± std over seeds; the configuration the sweep chose (`chosen`, sweep.json's
+    """Test A_last over r x l1, one panel per shown router, each on its own colour scale (from its
+    lowest cell to its highest, its own colour bar: one router's spread is not flattened by another
+    router's level); each cell its mean ± std over seeds; the configuration the sweep chose (`chosen`, sweep.json's
     record: its split, router and flags) outlined in every panel. With other flags swept, a cell
     shows the chosen configuration where it holds it, else the one best by the `pick` column (the
     ranking router's validation A_last where the sweep has one), never the best by the test figure
@@ -156,15 +171,11 @@ def heatmaps(
     config = [c for c in flag_columns if c != "seed"]
     picked = (chosen or {}).get("chosen", {}).get("flags", {})
     grids = {router: _heat_grid(points, router, config, rs, l1s, pick, picked) for router in shown}
-    means = np.concatenate([g[0].ravel() for g in grids.values()])
-    lo, hi = (float(np.nanmin(means)), float(np.nanmax(means))) if np.isfinite(means).any() else (0.0, 100.0)
-    if hi - lo < 1e-9:
-        lo, hi = lo - 0.5, hi + 0.5
-    size = (3.4 * len(shown) + 1.5, 0.6 * len(rs) + 2.6)
+    size = (4.2 * len(shown) + 1.0, 0.6 * len(rs) + 2.6)
     with drawing(path, 110, ncols=len(shown), figsize=size, **PANELS) as (fig, axes):
-        image = None
         for ax, router in zip(axes[0], shown, strict=True):
             mean, std, at = grids[router]
+            lo, hi = colour_scale(mean)
             image = ax.imshow(mean, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
             for i in range(len(rs)):
                 for j in range(len(l1s)):
@@ -184,10 +195,16 @@ def heatmaps(
             ax.set_ylabel("r")
             why = router_reference(router)
             ax.set_title(f"{router} router" + (f"\nreference ({why})" if why else ""), fontsize=9)
-        fig.colorbar(
-            image, ax=list(axes[0]), fraction=0.03, label="test A_last (%), one scale for every panel"
-        )
+            fig.colorbar(image, ax=ax, fraction=0.05, label=f"test A_last (%), {router}'s own scale")
         fig.suptitle(_heat_title(points, chosen, pick, others), fontsize=8)
+
+
+def colour_scale(values: np.ndarray) -> tuple[float, float]:
+    """A panel's colour limits: its lowest and highest value (one unit wide around a single one)."""
+    if not np.isfinite(values).any():
+        return 0.0, 100.0
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    return (lo - 0.5, hi + 0.5) if hi - lo < 1e-9 else (lo, hi)
 
 
 def _heat_grid(
@@ -220,7 +237,7 @@ def _heat_grid(
 def _heat_title(points: Any, chosen: dict[str, Any] | None, pick: str, others: Sequence[str]) -> str:
     seeds = sorted(points["seed"].unique())
     spread = "one seed: no std" if len(seeds) == 1 else f"mean ± std over {len(seeds)} seeds"
-    lines = [f"A_last on the TEST split (%), {spread}"]
+    lines = [f"A_last on the TEST split (%), {spread}; each panel on its own colour scale"]
     if chosen:
         flags = ", ".join(f"{k}={_cell_key(v)}" for k, v in chosen["chosen"]["flags"].items())
         where = "validation" if chosen["split"] == "validation" else "TEST (tuned on test)"
@@ -244,26 +261,35 @@ def best_curves(
     split: str = "test",
     top: int = 5,
 ) -> None:
-    """Test A_t under `rank_by` (mean over seeds) of the `top` configurations best on `split`."""
+    """Test A_t under `rank_by` (mean over seeds) of the `top` configurations best on `split`, and
+    the configuration the sweep chose (`summary`'s `chosen` row; drawn even when a tie rule chose
+    one below the top): its own wide line, "chosen on SPLIT" in the legend."""
     config = [c for c in flag_columns if c != "seed"]
     curves: dict[tuple, list[float]] = {}
     for key, rows in points.groupby(config, dropna=False):
         stacked = np.array([json.loads(t) for t in rows[f"A_t_{rank_by}"]])
         curves[key if isinstance(key, tuple) else (key,)] = stacked.mean(0).tolist()
-    lines = {}
-    for _, row in summary.head(top).iterrows():
+    lines, chosen = {}, None
+    picked = np.flatnonzero(summary["chosen"].astype(bool)) if "chosen" in summary else []
+    drawn = list(range(min(top, len(summary))))
+    drawn += [int(p) for p in picked[:1] if p not in drawn]  # a chosen one below the top: drawn too
+    for position in drawn:
+        row = summary.iloc[position]
         key = tuple(row[c] for c in config)
         curve = next(v for k, v in curves.items() if _same(k, key))
         label = ", ".join(f"{f}={row[f]:g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in labels)
+        if len(picked) and position == picked[0]:
+            label = chosen = f"{label} (chosen on {split})"
         lines[label] = (curve, router_reference(rank_by))
-    with drawing(path, 120, figsize=(6.5, 4)) as (_, ax):
-        draw_lines(ax, lines)
+    with drawing(path, 120, figsize=(6.5 + LEGEND_ROOM, 4)) as (_, ax):
+        draw_lines(ax, lines, chosen)
         _task_axis(ax, f"test A_t, {rank_by} router (%)")
         ax.set_title(
-            f"best {min(top, len(summary))} of {len(summary)} configurations on {split} (mean over seeds)",
+            f"best {min(top, len(summary))} of {len(summary)} configurations on {split} (mean over seeds)"
+            + ("; wide line: the chosen one" if chosen else ""),
             fontsize=9,
         )
-        ax.legend(fontsize=7)
+        legend_beside(ax, fontsize=7)
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -315,7 +341,7 @@ def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path:
     t's epochs follow task t-1's), a vertical line where each task starts; an empty figure that says
     so when no task kept its curve. `curves`: task -> a run's curve (records.run.read_curve's form)."""
     rows = (("ce", "cross-entropy (mean per image)"), ("l1_term", "L1 term (l1 x |module|_1)"))
-    with drawing(path, 120, nrows=3, ncols=1, figsize=(6.5, 6.5), sharex=True) as (_, axes):
+    with drawing(path, 120, nrows=3, ncols=1, figsize=(6.5 + LEGEND_ROOM / 2, 6.5), sharex=True) as (_, axes):
         start, colours, seen = 0, distinct_colours(len(curves)), []
         for task, curve in sorted(curves.items()):
             epochs = range(start, start + len(curve["ce"]))
@@ -338,14 +364,14 @@ def training_curves(curves: dict[int, dict[str, list[float]]], title: str, path:
             ax.grid(alpha=0.3)
         axes[0].set_title(f"{title}\nloss = cross-entropy + L1 term (curves.csv)", fontsize=9)
         if 1 < len(curves) <= 12:
-            axes[0].legend(fontsize=7, ncol=2)
+            legend_beside(axes[0], fontsize=7)
 
 
 def suite_curves(stores: Sequence[Any], curves: dict[str, dict[str, list[list[float]]]], path: Path) -> None:
     """A suite's A_t per task for every store (`stores`: its StoreSpecs; `curves`: store -> method
     label -> A_t per finished cell): each method's mean over its finished cells, the band min-max."""
     n = len(stores)
-    with drawing(path, 110, ncols=n, figsize=(4.5 * n, 3.8), squeeze=False) as (_, axes):
+    with drawing(path, 110, ncols=n, figsize=(4.5 * n + LEGEND_ROOM, 3.8), squeeze=False) as (_, axes):
         for ax, store in zip(axes[0], stores, strict=True):
             for label, found in curves[store.name].items():
                 if not found:
@@ -357,7 +383,7 @@ def suite_curves(stores: Sequence[Any], curves: dict[str, dict[str, list[list[fl
             ax.set_title(store.label)
             _task_axis(ax, "A_t (%)")
         if axes[0][-1].get_legend_handles_labels()[0]:  # nothing finished: nothing to name
-            axes[0][-1].legend(fontsize=7)
+            legend_beside(axes[0][-1], fontsize=7)
 
 
 def suite_a_last(stores: Sequence[Any], table: Any, path: Path) -> None:
@@ -374,5 +400,5 @@ def suite_a_last(stores: Sequence[Any], table: Any, path: Path) -> None:
         ax.set_xticks(np.arange(len(stores)) + 0.4 - width / 2, [s.name for s in stores])
         ax.set_ylabel("A_last (%)")
         if labels:  # beside the axes, where it cannot cover a bar
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            legend_beside(ax, fontsize=7)
         ax.grid(axis="y", alpha=0.3)

@@ -81,6 +81,12 @@ class Logger(ABC):
         tracker is meant (a logger with defaults says what they resolve to)."""
         return f"{self.name}={self.where or ''}"
 
+    def opened_by(self) -> str:
+        """One line for the end of a command that logged here: where its runs are and how to look
+        at them (the command to run, or the address to open). A plug-in says its own; by default
+        its place."""
+        return f"--log {self.name}: the runs went to {self.where or 'its default place'}"
+
     def handle_id(self, run: Any) -> str | None:
         """Text that finds `run` again in a later command (`reopen`); None: runs cannot be found
         again, so a resumed sweep logs a new parent run."""

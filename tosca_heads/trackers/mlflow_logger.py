@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import time
 import urllib.error
@@ -91,6 +92,18 @@ class MlflowLogger(Logger):
     def place(self) -> str:
         store = self.uri if self.database is None else f"sqlite:///{self.database.absolute()}"
         return f"mlflow={store} experiment={self.experiment_name}"
+
+    def opened_by(self) -> str:
+        """Where the runs are and how to see them: `mlflow ui` on the store, or the server's page."""
+        experiment = f"experiment {self.experiment_name}"
+        if urlparse(self.uri).scheme.lower() in ("http", "https"):
+            return f"MLflow runs ({experiment}) on the tracking server {shown_uri(self.uri)}: open it in a browser"
+        if self.database is not None:
+            store = f"sqlite:///{self.database.absolute()}"
+            where = str(self.database.absolute())
+        else:
+            store = where = shown_uri(self.uri)
+        return f"MLflow runs ({experiment}) in {where}: see them with `mlflow ui --backend-store-uri {shlex.quote(store)}`"
 
     # ------------------------------------------------------------------ checks, before any work
 
@@ -265,6 +278,16 @@ class MlflowLogger(Logger):
         with self._bounded():
             self.client.set_terminated(run, "KILLED")  # never left running, even in the bin
             self.client.delete_run(run)
+
+
+def shown_uri(uri: str) -> str:
+    """A tracking URI as said on a terminal: a password in it as ***."""
+    parsed = urlparse(uri)
+    if parsed.password is None:
+        return uri
+    user = f"{parsed.username}:***@" if parsed.username else "***@"
+    host = parsed.netloc.rpartition("@")[2]
+    return parsed._replace(netloc=f"{user}{host}").geturl()
 
 
 def local_folder(uri: str) -> Path | None:

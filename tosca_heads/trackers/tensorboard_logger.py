@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,6 +82,10 @@ class TensorBoardLogger(Logger):
     @property
     def place(self) -> str:
         return f"tensorboard={self.root.absolute()}"
+
+    def opened_by(self) -> str:
+        root = self.root.absolute()
+        return f"TensorBoard runs in {root}: see them with `tensorboard --logdir {shlex.quote(str(root))}`"
 
     def _base(self, parent: _Run | None) -> Path:
         if parent is not None:

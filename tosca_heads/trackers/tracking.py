@@ -24,7 +24,7 @@ from typing import Any
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.plugins import foreign_code
-from featcache.foundation.text import tell
+from featcache.foundation.text import tell, tell_at_end
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.trackers.events import record_metrics, result_record, run_files, stage_metrics
 from tosca_heads.trackers.ledger import Ledger
@@ -59,6 +59,24 @@ class Tracking:
             )
             return None
 
+    def opened_by(self, i: int) -> str | None:
+        """Logger i's line for the end of the command (`Logger.opened_by`); None when it stopped
+        (its warning is its one line, and says what it holds)."""
+        if i in self.stopped:
+            return None
+        logger = self.loggers[i]
+        try:
+            with foreign_code():
+                return logger.opened_by()
+        except Exception as exc:  # a plug-in's own line failed: where it was told to write, instead
+            return f"--log {logger.name}: the runs went to {logger.place} ({failure_text(exc)})"
+
+    def said_at_end(self) -> None:
+        """Each logger's line (`opened_by`) told for the end of the command, once per tracker: this
+        command logs to it (a run started, or a sweep's or suite's parent continued)."""
+        for i, logger in enumerate(self.loggers):
+            tell_at_end(f"tracker {logger.place}", lambda i=i: self.opened_by(i))
+
     def start(
         self,
         name: str,
@@ -70,6 +88,7 @@ class Tracking:
         params logged; None without loggers."""
         if not self.loggers:
             return None
+        self.said_at_end()
         handles: dict[int, Any] = {}
         for i in range(len(self.loggers)) if only is None else only:
             above = None if parent is None else parent.handles.get(i)
@@ -88,6 +107,7 @@ class Tracking:
         to a logger until a child or the end needs it: a rerun with nothing new logs nothing."""
         if not self.loggers:
             return None
+        self.said_at_end()
         return TrackedGroup(self, Ledger(Path(folder)), name, params)
 
 

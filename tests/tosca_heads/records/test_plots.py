@@ -107,7 +107,7 @@ def _points() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_heatmap_one_scale_its_split_mean_std_and_the_chosen_point(
+def test_heatmap_each_panel_its_own_scale_its_split_mean_std_and_the_chosen_point(
     tmp_path: Path, captured: list[Any]
 ) -> None:
     points = _points()
@@ -128,11 +128,14 @@ def test_heatmap_one_scale_its_split_mean_std_and_the_chosen_point(
     )
     fig = captured[0]
     panels = [ax for ax in fig.axes if ax.get_images()]
-    assert len(panels) == 2 and len(fig.axes) == 3  # one colour bar for both
-    limits = {ax.get_images()[0].get_clim() for ax in panels}
-    assert len(limits) == 1  # one colour scale across routers
-    shown = np.concatenate([np.asarray(ax.get_images()[0].get_array()).ravel() for ax in panels])
-    assert limits.pop() == (shown.min(), shown.max())  # from entropy's lowest cell to oracle's highest
+    assert len(panels) == 2 and len(fig.axes) == 4  # a colour bar per panel
+    for ax in panels:  # each panel its own scale: its lowest cell to its highest (issue 49, point 5)
+        image = ax.get_images()[0]
+        shown = np.asarray(image.get_array())
+        assert image.get_clim() == (shown.min(), shown.max())
+        assert image.colorbar is not None and image.colorbar.ax in fig.axes
+    entropy, oracle = (ax.get_images()[0].get_clim() for ax in panels)
+    assert entropy[1] < oracle[0]  # a shared scale would have flattened both: their ranges do not meet
     for router, ax in zip(("entropy", "oracle"), panels, strict=True):
         texts = {(round(t.get_position()[0]), round(t.get_position()[1])): t.get_text() for t in ax.texts}
         assert len(texts) == 4
@@ -149,7 +152,7 @@ def test_heatmap_one_scale_its_split_mean_std_and_the_chosen_point(
         assert ("reference" in ax.get_title()) == (not is_honest(router))
     title = fig._suptitle.get_text()
     assert "TEST split" in title and "chosen on the validation split" in title and "r=16, l1=0.0005" in title
-    assert "mean ± std over 3 seeds" in title
+    assert "mean ± std over 3 seeds" in title and "each panel on its own colour scale" in title
 
 
 def test_heatmap_of_one_seed_says_there_is_no_std(tmp_path: Path, captured: list[Any]) -> None:
@@ -206,3 +209,47 @@ def test_best_curves_lines_stay_visible(tmp_path: Path, captured: list[Any], n: 
     lines = _lines(captured[0])
     _assert_every_line_visible(lines)
     assert sum("identical to" in label for label in lines) == len(lines) - 1
+
+
+def _beside(fig: Any, ax: Any) -> bool:
+    """The axes' legend lies wholly right of the area its data is drawn in (drawn figure, pixels)."""
+    legend = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    return legend.x0 >= ax.get_window_extent().x1
+
+
+def test_legends_stand_beside_the_axes_never_over_a_line(tmp_path: Path, captured: list[Any]) -> None:
+    curves = {name: [0.9, 0.8, 0.7] for name in COMPUTED}
+    plots.run_curves([0, 1, 2], curves, "t", tmp_path / "accuracy.png")
+    rows = [{"method": "simplecil", "routing": "none", "A_t": "[0.9, 0.8]", "reference": ""}]
+    plots.comparison(rows, "t", tmp_path / "comparison.png")
+    training = {t: {"ce": [1.0, 0.5], "l1_term": [2.0, 2.1], "lr": [0.1, 0.0]} for t in range(3)}
+    plots.training_curves(training, "t", tmp_path / "curves.png")
+    for fig in captured:
+        ax = fig.axes[0]
+        assert _beside(fig, ax), ax.get_title()
+
+
+def test_best_curves_mark_the_chosen_configuration_even_below_the_top(
+    tmp_path: Path, captured: list[Any]
+) -> None:
+    points = _points()
+    config = [c for c in FLAG_COLUMNS if c != "seed"]
+    summary = points.groupby(config).agg(seeds=("seed", "count")).reset_index()
+    summary["chosen"] = False
+    summary.loc[summary.index[-1], "chosen"] = True  # a tie rule may choose one below the top
+    last = summary.iloc[-1]
+    points["A_t_entropy"] = [json.dumps([0.9, 0.5 + 0.01 * i]) for i in range(len(points))]
+    plots.best_curves(
+        points, summary, "entropy", tmp_path / "b.png", FLAG_COLUMNS, ["r", "l1", "lr"], "validation", 3
+    )
+    fig = captured[0]
+    lines = _lines(fig)
+    assert len(lines) == 4  # the top three, and the chosen one
+    chosen = [label for label in lines if label.endswith("(chosen on validation)")]
+    assert chosen == [f"r={last.r}, l1={last.l1:g}, lr={last.lr:g} (chosen on validation)"]
+    line = lines[chosen[0]]
+    others = [other for label, other in lines.items() if label != chosen[0]]
+    assert all(line.get_linewidth() > 2 * o.get_linewidth() for o in others)  # its own wide line
+    assert all(line.get_zorder() < o.get_zorder() for o in others)  # under them: it hides none
+    assert "wide line: the chosen one" in fig.axes[0].get_title()
+    assert _beside(fig, fig.axes[0])

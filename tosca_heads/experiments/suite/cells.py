@@ -23,7 +23,12 @@ from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import validation_record
-from tosca_heads.records.baselines_folder import NO_ROUTING, read_baseline, read_baseline_outcomes
+from tosca_heads.records.baselines_folder import (
+    NO_ROUTING,
+    baseline_differences,
+    read_baseline,
+    read_baseline_outcomes,
+)
 from tosca_heads.records.run_config import CONFIG, config_differences
 from tosca_heads.routers import on_request
 
@@ -135,13 +140,9 @@ def _baseline_differences(
 ) -> list[tuple[str, Any, Any]]:
     """What a baseline cell's metrics.json was made with that this cell would not be: (what, made,
     wanted) for its store, task split, parameters and validation split."""
-    compared = (
-        ("store_fingerprint", payload.get("store_fingerprint"), plan.store.fingerprint),
-        ("task split", payload.get("stream"), asdict(plan.stream_config)),
-        ("parameters", payload.get("params", {}), cell_params(spec, cell)),
-        ("validation split", payload.get("validation_split"), validation_split(plan)),
+    return baseline_differences(
+        payload, plan.store.fingerprint, plan.stream_config, cell_params(spec, cell), validation_split(plan)
     )
-    return [(what, made, wanted) for what, made, wanted in compared if made != wanted]
 
 
 def validation_split(plan: FitPlan) -> dict[str, Any] | None:
