@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserValueError
 from featcache.foundation.names import did_you_mean
 
 T = TypeVar("T")
@@ -131,7 +131,7 @@ class Registry(Mapping[str, T]):
         line."""
         if isinstance(name, str) and (name in self or name in also):
             return self.name_of(name)
-        raise UserError(self.refusal(name, flag, also))
+        raise UserValueError(self.refusal(name, flag, also))
 
     def refusal(self, name: object, flag: str | None = None, also: tuple[str, ...] = ()) -> str:
         """The one line refusing an unknown name: where it was typed (`flag`, default the

@@ -10,9 +10,9 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.limits import require_at_most
-from featcache.foundation.names import did_you_mean
+from featcache.foundation.names import Spell, as_flag, did_you_mean
 
 FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
 MAX_EPOCHS = 10_000
@@ -68,8 +68,10 @@ class TrainConfig:
         default = max(1, dim // 16)
         return TrainConfig(**{**asdict(self), "r": self.r or default, "s": self.s or default})
 
-    def validate(self) -> None:
-        """One line naming the first value out of range (or of the wrong type, from a file)."""
+    def validate(self, spell: Spell = as_flag) -> None:
+        """One line naming the first value out of range (a `UserValueError`) or of the wrong type
+        (a `UserTypeError`, from a file or from Python), each value named by `spell` (the command
+        line's flag, or Python's keyword)."""
         for field in fields(self):
             value = getattr(self, field.name)
             if value is None and field.name in ("r", "s"):
@@ -78,29 +80,31 @@ class TrainConfig:
             allowed = (int, float) if kind is float else kind
             if isinstance(value, bool) or not isinstance(value, allowed):
                 said = {str: "a name", int: "an integer", float: "a number"}[kind]
-                raise UserError(f"--{field.name.replace('_', '-')} must be {said}, got {value!r}")
+                raise UserTypeError(f"{spell(field.name)} must be {said}, got {value!r}")
         if self.flow not in FLOWS:
-            raise UserError(
-                f"unknown --flow {self.flow!r}{did_you_mean(self.flow, FLOWS)}: use one of {', '.join(FLOWS)}"
+            raise UserValueError(
+                f"unknown {spell('flow')} {self.flow!r}{did_you_mean(self.flow, FLOWS)}: use one of {', '.join(FLOWS)}"
             )
         for name in ("epochs", "batch_size", "r", "s"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if not all(
-            math.isfinite(v) for v in (self.l1, self.lr, self.momentum, self.weight_decay, self.eta_min)
-        ):
-            raise UserError("--l1, --lr, --momentum and --weight-decay must be finite numbers")
+                raise UserValueError(f"{spell(name)} must be at least 1, got {value}")
+        finite = ("l1", "lr", "momentum", "weight_decay", "eta_min")
+        if not all(math.isfinite(getattr(self, name)) for name in finite):
+            l1, lr, momentum, decay = (spell(name) for name in finite[:4])
+            raise UserValueError(f"{l1}, {lr}, {momentum} and {decay} must be finite numbers")
         if self.lr <= 0 or self.l1 < 0:
-            raise UserError(f"--lr must be > 0 and --l1 >= 0 (got {self.lr}, {self.l1})")
+            raise UserValueError(
+                f"{spell('lr')} must be > 0 and {spell('l1')} >= 0 (got {self.lr}, {self.l1})"
+            )
         if not 0 <= self.momentum < 1:
-            raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
+            raise UserValueError(f"{spell('momentum')} must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
-            raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+            raise UserValueError(f"{spell('weight_decay')} must be >= 0, got {self.weight_decay}")
         if not 0 <= self.seed < 2**32:
-            raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
+            raise UserValueError(f"{spell('seed')} must be in [0, 2**32), got {self.seed}")
         require_at_most(
-            "--epochs", self.epochs, MAX_EPOCHS, "epochs per task", "each epoch is a pass over the task"
+            spell("epochs"), self.epochs, MAX_EPOCHS, "epochs per task", "each epoch is a pass over the task"
         )
 
 
@@ -108,15 +112,24 @@ FIELD_TYPES: dict[str, type] = {flag.name: flag.kind for flag in RECIPE_FLAGS} |
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
 
 
-def recipe(preset: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """A preset with the flags that were given (None: not given) over it, checked."""
-    if preset not in PRESETS:
-        raise UserError(
-            f"unknown --preset {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"
+def recipe(preset: str, overrides: dict[str, Any] | None = None, spell: Spell = as_flag) -> TrainConfig:
+    """A preset with the flags that were given (None: not given) over it, checked; each value named
+    by `spell` in a refusal (the command line's flag, or Python's keyword). A key that is no recipe
+    flag is refused too (Python's face says first which of its own keywords was meant:
+    `featcache.foundation.names.check_keywords`)."""
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise UserValueError(
+            f"unknown {spell('preset')} {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"
         )
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key in given:
+        if key not in FIELD_TYPES:
+            raise UserTypeError(
+                f"unknown recipe flag {spell(str(key))}{did_you_mean(key, FIELD_TYPES)}: use any of "
+                f"{', '.join(spell(name) for name in FIELD_TYPES)}"
+            )
     config = replace(PRESETS[preset], **given)
-    config.validate()
+    config.validate(spell)
     return config
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 
@@ -129,17 +129,18 @@ class LogTarget:
     where: str | None = None
 
 
-def parse_targets(values: Sequence[str]) -> list[LogTarget]:
+def parse_targets(values: Sequence[str], flag: str = "--log") -> list[LogTarget]:
     """`--log` values (each NAME or NAME=WHERE; comma-separated names are split too) as targets,
-    in order, a target given twice once; an unknown name is one line listing the known ones."""
+    in order, a target given twice once; an unknown name is one line listing the known ones, naming
+    `flag` (Python's face: `log`)."""
     targets: list[LogTarget] = []
     for value in values:
         parts = [value] if "=" in value else [p for p in value.split(",")]
         for part in (p.strip() for p in parts):
             name, _, where = part.partition("=")
-            name = LOGGERS.pick(name.strip(), "--log")
+            name = LOGGERS.pick(name.strip(), flag)
             if "=" in part and not where.strip():
-                raise UserError(f"--log {part!r}: nothing after '='; give NAME or NAME=WHERE")
+                raise UserValueError(f"{flag} {part!r}: nothing after '='; give NAME or NAME=WHERE")
             target = LogTarget(name, where.strip() or None)
             if target not in targets:
                 targets.append(target)
