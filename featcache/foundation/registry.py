@@ -117,7 +117,7 @@ class Registry(Mapping[str, T]):
     def _put(self, found: Entry) -> None:
         for name in (found.name, *found.aliases):
             if not name or name in self:
-                raise ValueError(f"{self.kind} name {name!r} is empty or registered twice")
+                raise UserValueError(f"{self.kind} name {name!r} is empty or registered twice")
         self._entries[found.name] = found
         self._aliases.update(dict.fromkeys(found.aliases, found.name))
 

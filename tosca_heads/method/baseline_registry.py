@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from featcache.foundation.arguments import check_types
 from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
 from featcache.foundation.registry import Registry
@@ -173,11 +174,15 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
     >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
     """
 
+    check_types("register_baseline", register_baseline, {"name": name, "aliases": aliases})
+
     def decorate(cls: type) -> type:
+        if not isinstance(cls, type):
+            raise UserTypeError(f"register_baseline({name!r}) decorates a class, got {cls!r}")
         learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
-            raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
+            raise UserTypeError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
         declared_params(cls)  # each names a keyword of __init__ whose default keeps its rule
         what = (cls.__doc__ or "").strip().partition("\n")[0]
         BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__, aliases)

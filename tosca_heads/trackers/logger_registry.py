@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+from featcache.foundation.arguments import check_types
 from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
@@ -115,9 +116,10 @@ def register_logger(cls: type[Logger]) -> type[Logger]:
     True
     >>> del LOGGERS["doc_printed"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_logger", register_logger, {"cls": cls})  # a Logger subclass
     for name in (cls.name, *cls.aliases):
-        if not name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise UserValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
     return LOGGERS.add(cls.name, cls, cls.summary, module=cls.__module__, aliases=cls.aliases)
 
 
