@@ -16,7 +16,7 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec
 from featcache.backbones import register_backbone as _register_backbone
-from featcache.foundation.arguments import as_path, check_types
+from featcache.foundation.arguments import as_path, check_types, shown
 from featcache.foundation.dataset_names import Split
 from featcache.foundation.dataset_names import register_dataset as _register_dataset
 from featcache.foundation.devices import check_device_name
@@ -118,7 +118,7 @@ def embed(store: str | Path | FeatureStore, images: list[str | Path], device: st
     if isinstance(images, (str, Path)):  # one path, not its letters
         images = [images]
     if not isinstance(images, (list, tuple)) or not all(isinstance(p, (str, Path)) for p in images):
-        raise UserTypeError(f"embed() keyword images={images!r} must be a path or a list of paths")
+        raise UserTypeError(f"embed() keyword images={shown(images)} must be a path or a list of paths")
     if any(str(p) == "" for p in images):
         raise UserValueError(
             "embed() keyword images: an image path is empty (it would mean the current folder): give a file or a folder"

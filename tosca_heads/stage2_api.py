@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from featcache.foundation.arguments import as_path, check_types
+from featcache.foundation.arguments import as_path, check_types, shown
 from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.folders import check_outputs
@@ -326,7 +326,7 @@ def predict(
     from tosca_heads.records.run_folder import read_metrics
 
     if router is not None and not isinstance(router, str):
-        raise UserTypeError(f"predict() keyword router={router!r} must be a router's name or None")
+        raise UserTypeError(f"predict() keyword router={shown(router)} must be a router's name or None")
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
         chosen, chosen_on = default_router(read_metrics(predictor.run_dir))

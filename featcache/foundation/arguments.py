@@ -70,6 +70,19 @@ def said(kind: Any) -> str:
     return SAID.get(kind, f"a {getattr(kind, '__name__', kind)}")
 
 
+def shown(value: Any) -> str:
+    """A value in a refusal, inert and in words (never a Python repr of an object): text quoted, a
+    number or None as written, a path as its quoted text, a class by its name, anything else by
+    its type ("a list", "a FeatureStore")."""
+    if isinstance(value, (str, int, float)) or value is None:
+        return repr(value)
+    if isinstance(value, os.PathLike):
+        return repr(os.fspath(value))
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    return f"a {type(value).__name__}"
+
+
 def check_types(function: str, owner: Any, given: Mapping[str, Any]) -> None:
     """Each of `given` (keyword -> value) of the type `owner` (a request dataclass, or a function)
     declares for it, else one line: "extract() keyword views='1' must be an integer". Names
@@ -77,11 +90,11 @@ def check_types(function: str, owner: Any, given: Mapping[str, Any]) -> None:
     hints = typing.get_type_hints(owner)
     for name, value in given.items():
         if name in hints and not holds(hints[name], value):
-            raise UserTypeError(f"{function}() keyword {name}={value!r} must be {said(hints[name])}")
+            raise UserTypeError(f"{function}() keyword {name}={shown(value)} must be {said(hints[name])}")
 
 
 def as_path(function: str, name: str, value: Any) -> Path:
     """A path argument (text or an os.PathLike, not empty) as a Path, else one line naming it."""
     if not holds(Path, value):
-        raise UserTypeError(f"{function}() keyword {name}={value!r} must be {said(Path)}")
+        raise UserTypeError(f"{function}() keyword {name}={shown(value)} must be {said(Path)}")
     return Path(value)

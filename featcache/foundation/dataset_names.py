@@ -78,7 +78,10 @@ def register_dataset(
     default class split, `test_share` the share of each class it tests on when it has no test
     folder (both declared here once, read by every command)."""
     if split is not None and num_classes is not None and (num_classes - split.init_cls) % split.increment:
-        raise UserValueError(f"dataset {name!r}: {num_classes} classes do not split as {split}")
+        raise UserValueError(
+            f"dataset {name!r}: {num_classes} classes do not split into a first task of {split.init_cls} and "
+            f"tasks of {split.increment}"
+        )
     if test_share is not None and not 0 < test_share < 1:
         raise UserValueError(f"dataset {name!r}: test_share must be in (0, 1), got {test_share!r}")
 

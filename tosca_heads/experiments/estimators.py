@@ -32,7 +32,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from featcache.foundation.arguments import as_path
+from featcache.foundation.arguments import as_path, shown
 from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.names import as_keyword, check_keywords
@@ -326,7 +326,7 @@ class BaselineClassifier(_Incremental):
         BASELINES.pick(self.method, "method")  # an unknown one: one line, with the closest name
         if self.params is not None and not isinstance(self.params, Mapping):
             raise UserTypeError(
-                f"params must be a dict of the baseline's parameters or None, got {self.params!r}"
+                f"params must be a dict of the baseline's parameters or None, got {shown(self.params)}"
             )
         takes = inspect.signature(BASELINES[self.method]).parameters.values()
         if not any(p.kind is p.VAR_KEYWORD for p in takes):  # else its class takes any keyword

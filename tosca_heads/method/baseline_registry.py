@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from featcache.foundation.arguments import check_types
+from featcache.foundation.arguments import check_types, shown
 from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
 from featcache.foundation.registry import Registry
@@ -178,7 +178,7 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
 
     def decorate(cls: type) -> type:
         if not isinstance(cls, type):
-            raise UserTypeError(f"register_baseline({name!r}) decorates a class, got {cls!r}")
+            raise UserTypeError(f"register_baseline({name!r}) decorates a class, got {shown(cls)}")
         learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:

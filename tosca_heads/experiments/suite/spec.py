@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.arguments import as_path
+from featcache.foundation.arguments import as_path, shown
 from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
@@ -147,7 +147,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     """
     if not isinstance(data, Mapping):
         raise UserTypeError(
-            f"parse_suite() keyword data must be a dict (a SUITE.toml's tables), got {data!r}"
+            f"parse_suite() keyword data must be a dict (a SUITE.toml's tables), got {shown(data)}"
         )
     base = as_path("parse_suite", "base", base)
     _keys(data, "", where)
