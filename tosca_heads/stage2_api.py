@@ -41,7 +41,7 @@ from tosca_heads.method.baseline_registry import (
 )
 from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
-from tosca_heads.method.recipe import RECIPE_FLAGS
+from tosca_heads.method.recipe import FIELD_TYPES
 from tosca_heads.records.run_folder import RunResult
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
 from tosca_heads.trackers.logger_registry import Logger, register_logger
@@ -92,7 +92,7 @@ __all__ = [
 
 
 GRID_KEYS = tuple(f.key or f.name for f in SWEEP_FLAGS)  # what a sweep's grid can vary: `seed`, not `seeds`
-RECIPE_KEYS = tuple(f.name for f in RECIPE_FLAGS)  # what `fit(**recipe)` takes
+RECIPE_KEYS = tuple(FIELD_TYPES)  # what `fit(**recipe)` takes: the recipe's flags, and eta_min
 
 
 def _request(kind: type[R], function: str, arguments: dict[str, Any]) -> R:

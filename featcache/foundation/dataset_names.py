@@ -83,7 +83,7 @@ def register_dataset(
             f"tasks of {split.increment}"
         )
     if test_share is not None and not 0 < test_share < 1:
-        raise UserValueError(f"dataset {name!r}: test_share must be in (0, 1), got {test_share!r}")
+        raise UserValueError(f"dataset {name!r}: test_share must be above 0 and below 1, got {test_share!r}")
 
     def decorate(fn: Resolver) -> Resolver:
         spec = DatasetSpec(name, fn, num_classes, description, split, test_share)
