@@ -118,11 +118,12 @@ def parse_values(flag: str, given: str | Sequence[Any]) -> list[Any]:
 
 def _python_value(kind: Callable[[str], Any], value: Any) -> Any:
     """A grid value from Python as the flag's kind where it is a number of it (a float flag takes an
-    integer), else as given."""
+    integer), else as given. A number goes through its text, as the command line's does: numpy's
+    float32 5e-4 is 0.0005, the point `--l1 5e-4` names, not 0.000500000023."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return value
     if kind is float:
-        return float(value)
+        return float(str(value))
     return int(value) if kind is int and isinstance(value, numbers.Integral) else value
 
 
