@@ -22,6 +22,7 @@ from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
 from featcache.foundation.devices import resolve_device
 from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client
+from featcache.foundation.scheduler_link import lost_scheduler
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.chunks import Progress, extract_chunks
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
@@ -144,7 +145,9 @@ def extract_on_cluster(
             for future in as_completed(futures):
                 try:
                     done = future.result()
-                except CancelledError:  # its scattered sample list died with a worker
+                except CancelledError as exc:  # its scattered sample list died with a worker
+                    if lost_scheduler(exc, client):  # or the scheduler went: one line (dask_client)
+                        raise
                     lost.append(futures[future])
                     continue
                 images += done

@@ -20,7 +20,7 @@ from featcache.foundation.devices import check_device_name
 from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.folders import zarr_root
 from featcache.foundation.limits import max_processes, require_at_most
-from featcache.foundation.scheduler import SchedulerChoice, check_available, parse_scheduler
+from featcache.foundation.scheduler import SchedulerChoice, check_scheduler, parse_scheduler
 from featcache.images.decoder_names import DECODERS
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
@@ -67,8 +67,8 @@ def check_request(request: ExtractRequest) -> None:
     DECODERS.pick(request.decode, spell("decode"), also=("auto",))
     check_weights(request.weights, request.random_init)
     choice = scheduler_choice(request)
-    if choice is not None:
-        check_available(choice)
+    if choice is not None:  # a running scheduler answers now, before the store's folder is made
+        check_scheduler(choice)
 
 
 def scheduler_choice(request: ExtractRequest) -> SchedulerChoice | None:

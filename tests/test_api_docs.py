@@ -127,9 +127,8 @@ def test_the_parser_reads_what_a_signature_says() -> None:
         "sweep: left out without '...': group, scheduler, init_cls, increment, val_fraction, val_seed, "
         "device, rank_by, keep_modules, log",
     ]
-    assert disagreements("register_metric", "name, fn, ...") == [
-        "register_metric: no parameter 'fn' (it has name, label, summary, low, high, percent, interval, better)"
-    ]
+    (said,) = disagreements("register_metric", "name, fn, ...")
+    assert said.startswith("register_metric: no parameter 'fn' (it has name, label, summary, ")
     assert disagreements("predict", "run, features, router=None, ...") == [
         "predict: 'router' is keyword-only, shown positional or keyword"
     ]

@@ -6,13 +6,18 @@ can take the same strings:
     local:N      a LocalCluster of N single-threaded worker processes on this machine (N >= 1)
     local-cuda   dask_cuda.LocalCUDACluster: one worker process per visible GPU, each pinned to
                  its GPU through CUDA_VISIBLE_DEVICES (needs `pip install dask-cuda`)
-    ADDRESS      a running scheduler: tcp://host:8786 (any scheme://, or host:port)
+    ADDRESS      a running scheduler: tcp://host:8786, tls://host:8786, or host:8786 (tcp)
     FILE.json    the scheduler file `dask scheduler --scheduler-file FILE.json` wrote (shared FS)
+
+Other schemes (inproc:// lives inside one process, ucx:// needs ucx-py) are refused here, in one
+line. A running scheduler is checked at the caller's edge, before it makes anything
+(`check_scheduler`): one that does not answer as a Dask scheduler within TOSCA_SCHEDULER_TIMEOUT
+seconds is one line, and so is losing it mid-run (featcache.foundation.scheduler_link).
 
 Usage::
 
     choice = parse_scheduler(text)      # UserError with the valid forms if the text is none of them
-    check_available(choice)             # UserError now (not minutes later) if dask-cuda is missing
+    check_scheduler(choice)             # UserError now (not minutes later): dask-cuda missing, no scheduler there
     with dask_client(choice) as client: # a local cluster lives exactly as long as the block
         ...
 
@@ -37,12 +42,16 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.limits import max_processes, require_at_most
+from featcache.foundation.scheduler_link import START_ONE, check_answers, connect_seconds, said_when_lost
+from featcache.foundation.text import reason
 
 SCHEDULER_FORMS = (
     "local:N (N worker processes here), local-cuda (one worker per GPU, needs dask-cuda), "
-    "a scheduler address such as tcp://host:8786, or a scheduler file (.json)"
+    "a scheduler address tcp://host:8786, tls://host:8786 or host:8786, or a scheduler file (.json)"
 )
-_ADDRESS = re.compile(r"^(?:[a-z][a-z0-9+.-]*://\S+|[^\s:/]+:\d+)$")
+SCHEMES = ("tcp", "tls")  # what a command reaches a running scheduler over
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 _LOCAL = re.compile(r"^local:(-?\d+)$")
 
 
@@ -91,12 +100,27 @@ def parse_scheduler(text: str) -> SchedulerChoice:
                 f"--scheduler {text} is not a scheduler file (no address in it): pass the file "
                 "`dask scheduler --scheduler-file FILE` wrote"
             )
+        check_address(written["address"], f"the address in scheduler file {text}")
         return SchedulerChoice("file", target=text)
     if text == "local" or text.startswith(("local:", "local-")):
         raise UserError(f"unknown --scheduler {text!r}: use {SCHEDULER_FORMS}")
-    if _ADDRESS.match(text):
-        return SchedulerChoice("address", target=text)
-    raise UserError(f"unknown --scheduler {text!r}: use {SCHEDULER_FORMS}")
+    return SchedulerChoice("address", target=check_address(text, f"--scheduler {text!r}"))
+
+
+def check_address(text: str, named: str) -> str:
+    """A scheduler address tosca can reach (tcp:// or tls://, or host:port, which Dask reads as
+    tcp), as given; anything else is one line (`named`: how to name it) with the valid forms."""
+    scheme = _SCHEME.match(text)
+    if scheme and scheme.group(1).lower() not in SCHEMES:
+        raise UserError(
+            f"{named}: tosca reaches a scheduler over tcp:// or tls://, not {scheme.group(1)[:20]}://; "
+            f"use {SCHEDULER_FORMS}"
+        )
+    place = _HOST_PORT.match(text[scheme.end() :] if scheme else text)
+    if place is None or not 1 <= int(place.group(1)) <= 65535:
+        unknown = f"unknown {named}" if named.startswith("--scheduler") else f"{named} is no address"
+        raise UserError(f"{unknown}: use {SCHEDULER_FORMS}")
+    return text
 
 
 def check_available(choice: SchedulerChoice) -> None:
@@ -108,40 +132,67 @@ def check_available(choice: SchedulerChoice) -> None:
         )
 
 
+def address_of(choice: SchedulerChoice) -> str | None:
+    """The running scheduler's address (read from its file for a scheduler file), None for a local one."""
+    if choice.kind == "file":
+        assert choice.target is not None
+        address = read_json(Path(choice.target), "scheduler file", f"use {SCHEDULER_FORMS}").get("address")
+        if not isinstance(address, str):
+            raise UserError(f"--scheduler {choice.target} is not a scheduler file (no address in it)")
+        return check_address(address, f"the address in scheduler file {choice.target}")
+    return choice.target if choice.kind == "address" else None
+
+
+def check_scheduler(choice: SchedulerChoice, seconds: float | None = None) -> None:
+    """Fail early, in one line, when the choice cannot run work: a package missing (local-cuda), or
+    no Dask scheduler answering at a running one's address within `seconds` (None: the setting
+    TOSCA_SCHEDULER_TIMEOUT). Call it before anything is made (a sweep's folder, a store)."""
+    check_available(choice)
+    address = address_of(choice)
+    if address is not None:
+        where = address if choice.kind == "address" else f"{address} (from {choice.target})"
+        check_answers(address, where, connect_seconds() if seconds is None else seconds)
+
+
 @contextlib.contextmanager
 def dask_client(
-    choice: SchedulerChoice, connect_timeout: float = 30, **cluster_options: Any
+    choice: SchedulerChoice, connect_timeout: float | None = None, **cluster_options: Any
 ) -> Iterator[Any]:
     """A `distributed.Client` for the choice; a local cluster is started and closed with the block.
 
+    A running scheduler is checked first (`check_scheduler`, within `connect_timeout` seconds; None:
+    TOSCA_SCHEDULER_TIMEOUT); losing the scheduler within the block is one line saying that what
+    was finished is kept and how to resume, whatever Dask call ran into it.
     `cluster_options` go to LocalCluster / LocalCUDACluster (ignored for a running scheduler).
     """
     from distributed import Client
 
     from featcache.foundation.cluster import hosted_cluster, ship_registrations
 
-    check_available(choice)
+    seconds = connect_seconds() if connect_timeout is None else connect_timeout
+    check_scheduler(choice, seconds)
+    label = choice.describe()
     if choice.kind in ("local", "local-cuda"):
         # its workers never run the caller's script, import installed code only and go with this
         # process (featcache.foundation.cluster, featcache.foundation.processes)
         with (
             hosted_cluster(choice.kind, choice.workers, cluster_options) as address,
-            Client(address, timeout=connect_timeout) as client,
+            Client(address, timeout=seconds) as client,
+            said_when_lost(client, label, ""),
         ):
             ship_registrations(client)
             yield client
         return
+    address = address_of(choice)
     try:
-        if choice.kind == "file":
-            client = Client(scheduler_file=choice.target, timeout=connect_timeout)
-        else:
-            client = Client(choice.target, timeout=connect_timeout)
-    except Exception as exc:  # unreachable, timed out, or a scheduler file that is not one
-        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise UserError(
-            f"cannot reach {choice.describe()} within {connect_timeout:.0f} s ({reason}); "
-            "start one with `dask scheduler`, or use --scheduler local:N"
-        ) from exc
-    with client:
+        client = Client(address, timeout=seconds)
+    except Exception as exc:  # it went between the check and now
+        raise UserError(f"cannot reach {label} within {seconds:g} s ({reason(exc)}); {START_ONE}") from None
+    with (
+        client,
+        said_when_lost(
+            client, label, f", once a scheduler answers at {address} (or with another --scheduler)"
+        ),
+    ):
         ship_registrations(client)
         yield client

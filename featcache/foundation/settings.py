@@ -70,6 +70,16 @@ def _seconds(value: str) -> str | None:
     return f"TOSCA_PROGRESS_EVERY={value[:40]!r} is not a number of seconds (0 to 86400)"
 
 
+def _timeout(value: str) -> str | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if 0 < seconds <= 3_600:
+        return None
+    return f"TOSCA_SCHEDULER_TIMEOUT={value[:40]!r} is not a number of seconds (more than 0, at most 3600)"
+
+
 def _threads(value: str) -> str | None:
     if value.isdigit() and 1 <= int(value) <= 1024:
         return None
@@ -125,6 +135,11 @@ SETTINGS: dict[str, Setting] = {
             _seconds,
         ),
         Setting("TOSCA_MEMORY_LIMIT", "the memory tosca plans with, in bytes", _bytes),
+        Setting(
+            "TOSCA_SCHEDULER_TIMEOUT",
+            "seconds a command waits for a --scheduler address to answer as a Dask scheduler (default 30)",
+            _timeout,
+        ),
         Setting("TOSCA_PLUGINS", "modules to import before a command runs, comma-separated", _modules),
         Setting("TOSCA_KERNEL_CACHE", "where the compiled step is built", _any),
         Setting("TOSCA_DATA", "the real data for the demo and the paper suites", _any),

@@ -213,7 +213,9 @@ def test_a_deleted_working_folder_is_one_line(tmp_path: Path, args: list[str]) -
 
     gone = tmp_path / "gone"
     gone.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # no empty entry: Python itself cannot start with one (the working folder) when that is gone
+    paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
     done = subprocess.run(
         ["bash", "-c", script, "-", str(gone), sys.executable, str(ROOT / "cli.py"), *args],

@@ -32,7 +32,9 @@ def test_dask_extraction_equals_local(tmp_path: Path, image_tree: Path) -> None:
     local = FeatureStore.open(
         run_extraction(plan_extraction(ExtractRequest(store=tmp_path / "l.zarr", **common))).store
     )
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=None
+    ) as cluster:
         request = ExtractRequest(store=tmp_path / "d.zarr", scheduler=cluster.scheduler_address, **common)
         summary = run_extraction(plan_extraction(request))
     dist = FeatureStore.open(summary.store)
@@ -134,7 +136,9 @@ def test_jobs_whose_scattered_samples_are_lost_run_again(
             yield client
 
     monkeypatch.setattr(distributor, "dask_client", losing_first_scatter)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=None
+    ) as cluster:
         request = ExtractRequest(store=tmp_path / "d.zarr", scheduler=cluster.scheduler_address, **common)
         summary = run_extraction(plan_extraction(request))
     assert len(scatters) == 3  # train and test, then the lost split again

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dask
+import distributed  # noqa: F401  (its settings loaded now: set first inside the block below, leaving it would drop them all)
 import numpy as np
 import pytest
 import torch

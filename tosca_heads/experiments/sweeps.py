@@ -28,7 +28,7 @@ from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.names import Spell, as_flag
-from featcache.foundation.scheduler import check_available, parse_scheduler
+from featcache.foundation.scheduler import check_scheduler, parse_scheduler
 from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, resolve_store
 from tosca_heads.engine.device import check_settings
@@ -402,7 +402,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     remote = False
     if request.scheduler is not None:
         choice = parse_scheduler(request.scheduler)
-        check_available(choice)  # a malformed address now, not after a timeout
+        check_scheduler(choice)  # dask-cuda missing, no scheduler answering: now, before the folder is made
         remote = choice.kind in ("address", "file")
     if request.keep_modules is not None:
         check_keep_folder(request.keep_modules)

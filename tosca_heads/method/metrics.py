@@ -18,6 +18,13 @@ None (no interval, never bold, no verdict). A metric with an interval is compare
 the paired bootstrap on the same images (a suite's bold entries and claims), in the direction it
 declares (`better`: "higher" or "lower"), exactly as A_last is.
 
+A bootstrap has nothing to resample where each class is all right or all wrong: its interval would
+be a point. A metric may declare its `weights` (what one right answer of a task's block at a stage
+adds to it near the observed answers: the built-ins do), and its interval and its differences are
+then never narrower than the exact intervals of the counts behind it (`uncertainty.floor_of`). A
+plug-in that declares none gets no interval (NaN: never bold, "not distinguishable") wherever its
+bootstrap interval has zero width, never a zero-width one.
+
 >>> @register_metric("doc_first_task", label="A_0", summary="accuracy after the first task")
 ... def first_task(curve, matrix):
 ...     return curve[0]
@@ -46,6 +53,11 @@ BOOTSTRAP = "bootstrap"  # recomputed from each class's images drawn with replac
 INTERVALS = (EXACT, BOOTSTRAP)  # what a metric may declare (or None: no interval)
 BETTER = ("higher", "lower")
 
+# (matrix [T, T] of block accuracies (stage, block), sizes [T] of the blocks' images) -> [T, T]: what
+# one right answer of block j's images at stage t adds to the metric, near the observed answers
+# (where it is that linear sum of right answers: a best stage is taken as observed); None: no floor
+Weights = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -53,7 +65,8 @@ class Metric:
     accuracy, `from_routing`, is the routing curve's last value instead), `label` heads its column,
     `low`/`high` bound a value read back from a file (a fraction by default), `percent` shows it
     in %, `interval` says how sure it is (`EXACT`, `BOOTSTRAP` or None) and `better` which way a
-    comparison ranks it; `replicates` is its vectorised form over bootstrap replicates."""
+    comparison ranks it; `replicates` is its vectorised form over bootstrap replicates, `weights`
+    its linear form over the answers (`Weights`: the floor of its interval, `uncertainty.floor_of`)."""
 
     name: str
     compute: Callable[[Curve, Matrix], float]
@@ -67,6 +80,7 @@ class Metric:
     # the same figure over many bootstrap replicates at once, (a_t [R, T], blocks [R, T, T]) -> [R]
     # (`uncertainty.replicated`); None: `compute` once per replicate
     replicates: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    weights: Weights | None = None
 
     @property
     def resampled(self) -> bool:
@@ -105,12 +119,15 @@ def register_metric(
     percent: bool = True,
     interval: str | None = None,
     better: str = "higher",
+    weights: Weights | None = None,
 ) -> Callable[[Callable[[Curve, Matrix], float]], Callable[[Curve, Matrix], float]]:
     """A decorator registering `fn(curve, matrix) -> float` as the per-router metric `name` (its
     column `label`, default the name), bounded by [low, high] where a file is read back: every
     metrics block has it from then on (results files, tables, console, trackers). With `interval`
     (`BOOTSTRAP`, or `EXACT` for an accuracy over the last task's images) it gets its interval,
     its bold entries and its verdicts as A_last does, ranked by `better` ("higher" or "lower").
+    `weights(matrix, sizes)` (`Weights`) gives its interval an exact floor from the answers' counts;
+    without it, a bootstrap interval of zero width is no interval (NaN), never a point.
 
     >>> @register_metric("doc_worst_task", label="worst task", interval="bootstrap")
     ... def worst_task(curve, matrix):
@@ -136,7 +153,7 @@ def register_metric(
     def decorate(fn: Callable[[Curve, Matrix], float]) -> Callable[[Curve, Matrix], float]:
         if name in CURVES or name in BUILT_IN:
             raise ValueError(f"metric name {name!r} is a built-in figure of every metrics block")
-        metric = Metric(name, fn, label or name, low, high, percent, interval, better)
+        metric = Metric(name, fn, label or name, low, high, percent, interval, better, weights=weights)
         METRICS.add(
             name, metric, summary or (fn.__doc__ or "").strip().partition("\n")[0], module=fn.__module__
         )
@@ -216,10 +233,11 @@ def columns_of(validation: bool) -> list[Metric | tuple[str, Metric]]:
 
 def intervals_said() -> str:
     """How the intervals of a table are computed, per kind, from what each figure declares: 'A_last
-    and routing acc: exact binomial; A_bar and forgetting: a stratified bootstrap over images'."""
+    and routing acc: exact binomial; A_bar and forgetting: a stratified bootstrap over images, never
+    narrower than their counts allow'."""
     words = {
         EXACT: "exact binomial",
-        BOOTSTRAP: "a stratified bootstrap over images",
+        BOOTSTRAP: "a stratified bootstrap over images, never narrower than their counts allow",
     }  # (in the tables' notes)
     parts = []
     for kind, said in words.items():
@@ -259,6 +277,34 @@ def forgetting_of_replicates(a_t: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         return np.zeros(len(blocks))
     drops = [blocks[:, j : tasks - 1, j].max(1) - blocks[:, tasks - 1, j] for j in range(tasks - 1)]
     return np.mean(drops, axis=0)
+
+
+def a_bar_weights(matrix: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """A_bar = mean over t of A_t: a right answer at stage t adds 1 / (T x the images seen at t)."""
+    tasks = len(sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = 1.0 / (tasks * np.cumsum(sizes))
+    return np.tril(np.ones((tasks, tasks))) * np.nan_to_num(per, posinf=0.0)[:, None]
+
+
+def a_last_weights(matrix: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """A_last: a right answer at the last stage adds 1 / the images seen."""
+    weights = np.zeros((len(sizes), len(sizes)))
+    weights[-1] = 1.0 / sizes.sum() if sizes.sum() else 0.0
+    return weights
+
+
+def forgetting_weights(matrix: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """forgetting: old block j's right answer at its best earlier stage (the first, as observed) adds
+    1 / ((T - 1) n_j), one at the last stage takes as much away."""
+    tasks = len(sizes)
+    weights = np.zeros((tasks, tasks))
+    for j in range(tasks - 1):
+        if sizes[j]:
+            best = j + int(np.argmax(matrix[j : tasks - 1, j]))
+            weights[best, j] += 1.0 / ((tasks - 1) * sizes[j])
+            weights[tasks - 1, j] -= 1.0 / ((tasks - 1) * sizes[j])
+    return weights
 
 
 def forgetting(matrix: list[list[float]]) -> float:
@@ -303,6 +349,7 @@ _built_in(
     "average incremental accuracy: the mean over tasks of A_t",
     interval=BOOTSTRAP,
     replicates=lambda a_t, blocks: a_t.mean(1),
+    weights=a_bar_weights,
 )
 _built_in(
     "A_last",
@@ -311,6 +358,7 @@ _built_in(
     "A_t after the last task",
     interval=EXACT,
     replicates=lambda a_t, blocks: a_t[:, -1],
+    weights=a_last_weights,
 )
 _built_in(
     "forgetting",
@@ -321,6 +369,7 @@ _built_in(
     interval=BOOTSTRAP,
     better="lower",
     replicates=forgetting_of_replicates,
+    weights=forgetting_weights,
 )
 _built_in(
     "routing_accuracy",

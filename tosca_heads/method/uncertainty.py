@@ -9,7 +9,8 @@ that brought that class. Every figure is recomputed from them, never by training
   class seen: an exact binomial interval (Clopper-Pearson, `clopper_pearson`).
 - **A_bar and forgetting** are functions of several A_t on nested image sets: a seeded bootstrap
   over images that recomputes them from the resampled images (`intervals`), stratified by class
-  (each class keeps its number of images, as a test set is built), its percentile interval.
+  (each class keeps its number of images, as a test set is built), its percentile interval,
+  widened where needed to hold the floor its counts allow (below).
 - **Over seeds**: mean, standard deviation (n - 1) and n (`spread`); the interval and standard
   error of a mean over seeds (`intervals` of several runs) resample the seeds as well as the
   images, and a mean A_last is never surer than one run's exact interval of its images.
@@ -20,6 +21,21 @@ that brought that class. Every figure is recomputed from them, never by training
   (`beats`, `within`): "holds", "does not hold", or "not distinguishable at this sample size". A
   figure with no images behind it (a similarity of modules) is compared over seeds by a paired t
   interval (`seed_difference`).
+- **The floor** (`floor_of`; issue 47, point 5): a bootstrap has nothing to resample where each
+  class is all right or all wrong, and would call 87.5% of 8 images [87.5, 87.5]. So every
+  bootstrap interval (A_bar, forgetting, a difference) is widened to hold the interval the counts
+  behind the figure allow: the figure as a sum over images of what each one's answers add (the
+  metric's `weights`), a ladder of counts per group of images alike, each count's exact
+  (Clopper-Pearson) interval, combined by MOVER (Zou and Donner 2008; Newcombe 1998 for a paired
+  difference: the images one side got right and the other wrong, b and c of n). For one task
+  A_bar's floor is A_last's exact interval; a run answered all right has A_bar's floor below
+  1 by the exact distance of every block all right; nothing forgotten still has forgetting's
+  floor either side of 0, shrinking as the images grow; identical answers are "not
+  distinguishable", never "does not hold". On a normal test set (10 tasks of 200 images) the
+  floor lies a little outside the bootstrap (+7% to +16% of its width for A_bar and forgetting,
+  about the unstratified binomial interval) and decides there; over three seeds the bootstrap is
+  wider and decides. A plug-in metric that declares no `weights` has no floor: where its
+  bootstrap interval is a point, it has no interval (NaN: never bold, "not distinguishable").
 - **A sweep's ties**: points whose mean is within one standard error of the best's (`ties`); the
   standard error of a mean accuracy is the bootstrap's, never below its images' binomial one by
   Agresti and Coull's "plus four" (`plus_four_se`: a split answered all right still has noise).
@@ -35,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,6 +62,10 @@ from tosca_heads.method.metrics import Metric, metric_named, resampled, with_int
 LEVEL = 0.95  # every interval and test: two-sided 95%
 REPLICATES = 1000  # bootstrap replicates
 SEED = 0  # the bootstrap's generator
+FLOOR_SAID = (
+    "the exact interval its counts allow (Clopper-Pearson intervals of the counts behind it, "
+    "combined by MOVER: floor_of); none where it is still a point"
+)
 
 
 def methods_said() -> dict[str, object]:
@@ -56,14 +77,23 @@ def methods_said() -> dict[str, object]:
             said[metric.name] = "exact binomial (Clopper-Pearson) over the images"
         elif metric.interval == EXACT_KIND:
             said[metric.name] = (
-                "one run: exact binomial (Clopper-Pearson) over its images; a mean over seeds: the bootstrap"
+                "one run: exact binomial (Clopper-Pearson) over its images; a mean over seeds: the bootstrap, "
+                "widened to hold the exact interval of its images"
             )
         else:
             said[metric.name] = (
                 f"stratified bootstrap over images (each class keeps its count), {REPLICATES} replicates, "
-                f"seed {SEED}, percentile interval; a mean over seeds draws the seeds too"
+                f"seed {SEED}, percentile interval; a mean over seeds draws the seeds too; "
+                + (
+                    f"widened to hold {FLOOR_SAID}"
+                    if metric.weights is not None
+                    else "none where it has zero width (no floor declared)"
+                )
             )
-    said["differences"] = "paired bootstrap: the same images (and seeds) drawn for both sides"
+    said["differences"] = (
+        "paired bootstrap: the same images (and seeds) drawn for both sides; "
+        f"its interval widened to hold {FLOOR_SAID} (a metric that declares no floor: none where it has zero width)"
+    )
     return said
 
 
@@ -287,7 +317,8 @@ def intervals_of(
     (`metrics.resampled()`: A_bar, A_last, forgetting and each plug-in's that declares an
     interval) of the mean over its runs (seeds on the same images, every name on the same ones),
     each with its interval: an `EXACT` metric (an accuracy, A_last) of one run by Clopper-Pearson
-    over its images, everything else by the stratified bootstrap over images and runs. The
+    over its images, everything else by the stratified bootstrap over images and runs, widened to
+    hold the floor its counts allow (`floor_of`; none where it is still a point). The
     bootstrap's standard error is kept beside. A mean accuracy over seeds (on the same images,
     whose noise averaging seeds does not remove) is never surer than one run of it: its interval
     holds the exact one of its images, its standard error is at least their "plus four" one
@@ -314,6 +345,9 @@ def intervals_of(
                 se = max(se, plus_four_se(observed, n))
                 exact = clopper_pearson(round(observed * n), n, level)
                 low, high = min(low, exact[0]), max(high, exact[1])
+            else:  # never narrower than the exact intervals of its counts, never past its bounds
+                low, high = _held(observed, low, high, floor_of(metric, runs, level=level))
+                low, high = max(low, metric.low), min(high, metric.high)  # (NaN stays NaN)
             found[name][metric.name] = Interval(observed, low, high, se, n, len(runs), BOOTSTRAP, level)
         column += sum(run.tasks for run in runs)
     return found
@@ -338,6 +372,148 @@ def accuracy_interval(accuracy: float | None, n: int, level: float = LEVEL) -> t
     if accuracy is None or n <= 0 or math.isnan(accuracy):
         return math.nan, math.nan
     return clopper_pearson(round(accuracy * n), n, level)
+
+
+# ------------------------------------------------------------------------------------------ the floor
+
+
+@lru_cache(maxsize=65_536)
+def _exact(right: int, n: int, level: float) -> tuple[float, float]:
+    """`clopper_pearson`, kept: a floor asks the same few counts of the same few sizes again."""
+    return clopper_pearson(right, n, level)
+
+
+@dataclass(frozen=True)
+class _Form:
+    """A figure of the mean over runs as a sum over images: what each image's answers add
+    (`values`), the least and most they could add (`least`, `most`), and the weights its answers
+    carry in every run (`weights` [runs x T, N]: images alike carry the same)."""
+
+    values: np.ndarray
+    least: np.ndarray
+    most: np.ndarray
+    weights: np.ndarray
+
+    def minus(self, other: _Form) -> _Form:
+        """This figure minus `other`'s, on the same images."""
+        return _Form(
+            self.values - other.values,
+            self.least - other.most,
+            self.most - other.least,
+            np.concatenate([self.weights, other.weights]),
+        )
+
+
+def _form(metric: Metric, runs: Sequence[Outcomes]) -> _Form:
+    """`metric` of the mean over `runs` as a sum over images (`Metric.weights`, each run at its own
+    accuracy matrix: its own best stages); an image of a class not seen adds nothing."""
+    values, least, most, weights = [], [], [], []
+    for run in runs:
+        tasks = run.tasks
+        seen = run.task < tasks
+        block = np.where(seen, run.task, 0)
+        sizes = np.bincount(run.task[seen], minlength=tasks).astype(float)
+        answers = run.correct.astype(float) * seen
+        right = np.stack([np.bincount(block, weights=row, minlength=tasks) for row in answers])  # [T, T]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            matrix = np.nan_to_num(right / sizes)
+        per_image = np.asarray(metric.weights(matrix, sizes), dtype=float)[:, block] * seen  # type: ignore[misc]
+        values.append((per_image * answers).sum(0))
+        least.append(np.minimum(per_image, 0.0).sum(0))
+        most.append(np.maximum(per_image, 0.0).sum(0))
+        weights.append(per_image)
+    return _Form(
+        np.mean(values, axis=0), np.mean(least, axis=0), np.mean(most, axis=0), np.concatenate(weights)
+    )
+
+
+def _distances(values: np.ndarray, least: float, most: float, level: float) -> tuple[float, float]:
+    """How far below and above the sum of `values` (one group's images, each between `least` and
+    `most`) its counts allow it to lie. The sum is n x `least` plus, per level the images reach (the
+    values seen, and `most`), the step up to it times how many images reach it: a count, with its
+    exact interval. The steps' distances add as the counts correlate (`_correlated_sum`)."""
+    n = len(values)
+    levels = np.unique(np.append(values[values > least], most))
+    steps = np.diff(levels, prepend=least) * n
+    counts = n - np.searchsorted(np.sort(values), levels, side="left")
+    share = counts / n
+    bounds = np.array([_exact(int(c), n, level) for c in counts], dtype=float).reshape(-1, 2)
+    return (
+        _correlated_sum(steps * (share - bounds[:, 0]), share, bounds[:, 0]),
+        _correlated_sum(steps * (bounds[:, 1] - share), share, bounds[:, 1]),
+    )
+
+
+def _correlated(higher: np.ndarray | float, lower: np.ndarray | float) -> np.ndarray:
+    """The correlation of "reaches a level" with "reaches a lower one", of shares `higher` <=
+    `lower`: sqrt(higher (1 - lower) / (lower (1 - higher)))."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(
+            np.asarray(higher) * (1 - np.asarray(lower)) / (np.asarray(lower) * (1 - np.asarray(higher)))
+        )
+
+
+def _correlated_sum(distances: np.ndarray, share: np.ndarray, reached: np.ndarray) -> float:
+    """sqrt(d' R d) for the distances d of nested counts (reaching a level implies reaching the
+    lower ones) of `share`s falling as the levels rise, R their correlations (`_correlated`). Their
+    product factors into one of the higher level's share and one of the lower's, so the sum takes
+    one pass whatever the number of levels (a group's images, at most). A count of all or none of
+    the images (at most one per side moves: the lowest level's down, the highest's up) shows no
+    correlation: it is taken at the share its exact interval reaches (`reached`), at most 1."""
+    varies = (share > 0) & (share < 1)
+    d, p = distances[varies], share[varies]
+    below = np.concatenate([[0.0], np.cumsum(d * np.sqrt((1 - p) / p))[:-1]])  # sum over the lower levels
+    terms = [*(d * d), *(2 * d * np.sqrt(p / (1 - p)) * below)]
+    for k in np.flatnonzero(~varies & (distances > 0)):
+        rho = np.minimum(_correlated(np.minimum(reached[k], p), np.maximum(reached[k], p)), 1.0)
+        terms += [distances[k] ** 2, *(2 * distances[k] * d * np.nan_to_num(rho, nan=1.0))]
+    return math.sqrt(max(math.fsum(terms), 0.0))  # (fsum: exact, whatever the order)
+
+
+def floor_of(
+    metric: Metric, runs: Sequence[Outcomes], against: Sequence[Outcomes] = (), level: float = LEVEL
+) -> tuple[float, float] | None:
+    """How far below and above the observed mean of `metric` over `runs` (minus its mean over
+    `against`, a difference on the same images) the counts of right answers allow it to lie: the
+    least any interval of it may reach (None where the metric declares no `weights`).
+
+    The figure is a sum over images of what each one's answers add (`Metric.weights`, taken at
+    the observed best stages). Images alike (whose answers carry the same weights in every run)
+    form a group; within a group the sum is a ladder of counts (how many images reach each level
+    an image could add, up to the most it could), each count with its exact interval
+    (Clopper-Pearson), their distances added as the nested counts correlate; groups are other
+    images, drawn apart, whose distances add in quadrature: the method of variance estimates
+    recovery (MOVER, Zou and Donner 2008), as Newcombe (1998) combines two proportions. An
+    accuracy is one count: its exact interval. A paired difference of accuracies is the images one
+    side got right and the other wrong, and the other way round: b and c of n, one step each. A
+    figure seen without spread (all right, nothing forgotten, the same answers) still has the
+    exact distance of a count of all or none of its images: never zero from a finite sample."""
+    if metric.weights is None:
+        return None
+    form = _form(metric, runs)
+    if against:
+        form = form.minus(_form(metric, against))
+    _, group = np.unique(form.weights, axis=1, return_inverse=True)
+    group = group.ravel()
+    below, above = [], []
+    for g in range(int(group.max()) + 1 if len(group) else 0):
+        members = np.flatnonzero(group == g)
+        least, most = float(form.least[members[0]]), float(form.most[members[0]])
+        if most > least:
+            down, up = _distances(form.values[members], least, most, level)
+            below.append(down**2)
+            above.append(up**2)
+    return math.sqrt(math.fsum(below)), math.sqrt(math.fsum(above))
+
+
+def _held(value: float, low: float, high: float, floor: tuple[float, float] | None) -> tuple[float, float]:
+    """The bootstrap's interval widened to hold [value - below, value + above] (`floor_of`); no
+    interval (NaN) where it is still a point: no finite sample measures a figure exactly."""
+    if floor is not None:
+        low, high = min(low, value - floor[0]), max(high, value + floor[1])
+    if not high > low:
+        return math.nan, math.nan
+    return low, high
 
 
 # ------------------------------------------------------------------------------------------ differences
@@ -378,11 +554,14 @@ def paired_difference(
     seed: int = SEED,
 ) -> Difference:
     """mean over A's runs minus mean over B's of a metric, by a paired bootstrap: each replicate
-    draws the same images for both (stratified by class) and the seeds of each side."""
+    draws the same images for both (stratified by class) and the seeds of each side; its interval
+    widened to hold the floor the two sides' counts allow (`floor_of`: a class apart on a few
+    images is never "holds"), none where it is still a point (a metric without a floor)."""
     draws = _draw([*a, *b], replicates, seed)
     values = _per_run(draws, [*a, *b], [metric_named(metric)])[metric]
     diff = _mean_over_runs(values[:, : len(a)], seed) - _mean_over_runs(values[:, len(a) :], seed)
     low, high = _percentiles(diff[1:], level)
+    low, high = _held(float(diff[0]), low, high, floor_of(metric_named(metric), a, b, level))
     return Difference(float(diff[0]), low, high, a[0].images, len(a), len(b), PAIRED, level)
 
 

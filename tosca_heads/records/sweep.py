@@ -6,8 +6,8 @@ results.csv (format `records.FORMAT`, in every row) holds one row per point, spl
 the point's flags (its validation split's among them) and timings, then the split ("test", or
 "validation" where the sweep holds one out), the router's name and metrics, each metric's
 interval (`A_bar_low`, `A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last
-and the routing accuracy, a stratified bootstrap over images for A_bar and forgetting) and the
-`images` they are over; its columns do not depend on which routers exist, so a sweep made before
+and the routing accuracy, a stratified bootstrap over images for A_bar and forgetting, never
+narrower than their counts allow: `method.uncertainty`) and the `images` they are over; its columns do not depend on which routers exist, so a sweep made before
 a router was added still resumes. `format` and `rows` (how many rows
 the point has) are columns of every row. A point's rows are appended (and fsynced) in one write
 the moment it finishes, so a killed sweep loses at most the points in flight; a point whose rows a

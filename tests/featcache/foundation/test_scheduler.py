@@ -27,7 +27,8 @@ from featcache.store import FeatureStore
         ("local:16", SchedulerChoice("local", workers=16)),
         ("local-cuda", SchedulerChoice("local-cuda")),
         ("tcp://head:8786", SchedulerChoice("address", target="tcp://head:8786")),
-        ("inproc://10.0.0.1/123/1", SchedulerChoice("address", target="inproc://10.0.0.1/123/1")),
+        ("tls://10.0.0.1:8786", SchedulerChoice("address", target="tls://10.0.0.1:8786")),
+        ("tcp://[::1]:8786", SchedulerChoice("address", target="tcp://[::1]:8786")),
         ("localhost:8786", SchedulerChoice("address", target="localhost:8786")),
     ],
 )
@@ -104,7 +105,7 @@ def test_local_cuda_starts_dask_cudas_cluster(tmp_path: Path, monkeypatch: pytes
 
 
 def test_unreachable_scheduler_is_a_user_error() -> None:
-    expected = r"cannot reach the scheduler at tcp://127\.0\.0\.1:9 within 2 s"
+    expected = r"cannot reach a Dask scheduler at tcp://127\.0\.0\.1:9 within 2 s \(connection refused\)"
     with pytest.raises(UserError, match=expected), dask_client(parse_scheduler("tcp://127.0.0.1:9"), 2):
         pass
 

@@ -393,19 +393,25 @@ def test_a_registered_metric_reaches_mlflow_tensorboard_and_a_suite_table(
 # two plug-in metrics that declare an interval and are, in disguise, built-in figures: the mean of
 # the curve (A_bar, higher is better) and forgetting (lower is better). Computed once per bootstrap
 # replicate through their plain function, they must get the very intervals, bold entries and
-# verdicts the built-ins get through their vectorised forms.
+# verdicts the built-ins get through their vectorised forms (declaring the built-ins' weights, they
+# get their floors too: issue 47, point 5).
 DISGUISED = {"mean_again": "A_bar", "forgetting_again": "forgetting"}
 
 
 @pytest.fixture
 def disguised() -> Iterator[None]:
-    from tosca_heads.method.metrics import forgetting
+    from tosca_heads.method.metrics import a_bar_weights, forgetting, forgetting_weights
 
-    register_metric("mean_again", label="mean again", interval="bootstrap")(
+    register_metric("mean_again", label="mean again", interval="bootstrap", weights=a_bar_weights)(
         lambda curve, matrix: float(np.mean(curve))
     )
     register_metric(
-        "forgetting_again", label="forgetting again", low=-1.0, interval="bootstrap", better="lower"
+        "forgetting_again",
+        label="forgetting again",
+        low=-1.0,
+        interval="bootstrap",
+        better="lower",
+        weights=forgetting_weights,
     )(lambda curve, matrix: forgetting(matrix))
     try:
         yield

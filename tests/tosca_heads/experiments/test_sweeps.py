@@ -300,11 +300,13 @@ def test_sweep_flag_errors_are_one_line(tmp_path: Path, args: list[str], message
 
 
 def test_sweep_on_a_given_scheduler(tmp_path: Path) -> None:
-    """--scheduler takes any Dask scheduler address (here an in-process cluster's)."""
+    """--scheduler takes any Dask scheduler address (here an in-process cluster's, on loopback)."""
     from distributed import LocalCluster
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=None
+    ) as cluster:
         result = RUNNER.invoke(
             app,
             [
@@ -331,6 +333,8 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 ) -> None:
     """On an address the workers own the GPUs: `auto` reaches them as `auto` (not this head
     node's cpu), and a client's cuda:N as cuda (each worker's own GPU list)."""
+    from distributed import LocalCluster
+
     from tosca_heads.experiments import executor
 
     seen: list[str] = []
@@ -343,7 +347,10 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
     monkeypatch.setattr(executor.Executor, "run", run_here)
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     args = ["sweep", "--store", str(store.path), "--r", "2", *COMMON, "--device", asked]
-    result = RUNNER.invoke(app, [*args, "--scheduler", "tcp://127.0.0.1:8786", "--out", str(tmp_path / "sw")])
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster:
+        result = RUNNER.invoke(
+            app, [*args, "--scheduler", cluster.scheduler_address, "--out", str(tmp_path / "sw")]
+        )
     assert result.exit_code == 0, result.output
     assert seen == [sent]
     assert f"remote worker(s) on --device {asked} (each worker decides)" in result.output

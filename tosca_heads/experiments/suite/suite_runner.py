@@ -24,7 +24,7 @@ from featcache.foundation.devices import check_device_name, resolve_device
 from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
 from featcache.foundation.names import Spell, as_flag, as_keyword
-from featcache.foundation.scheduler import parse_scheduler
+from featcache.foundation.scheduler import check_scheduler, parse_scheduler
 from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
 from tosca_heads.engine.device import check_settings
@@ -196,8 +196,8 @@ def _run_suite(
     require_at_most(
         spell("jobs"), jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
     )
-    if scheduler is not None:
-        parse_scheduler(scheduler)
+    if scheduler is not None:  # a running scheduler answers now, before the suite's folder is made
+        check_scheduler(parse_scheduler(scheduler))
     out = Path(out) if out is not None else default_out(spec, runs_root)
     if dry_run:
         stores = open_stores(spec, None, dry_run=True)
