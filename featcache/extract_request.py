@@ -6,9 +6,10 @@ that only describes a store must not load torch); `featcache.extract` checks and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from featcache.foundation.names import Spell, as_flag
 from featcache.foundation.options import option
 
 DEFAULT_PRECISION = "fp32"
@@ -55,3 +56,6 @@ class ExtractRequest:
     skip_bad_images: bool = option(
         False, "Leave unreadable images out (listed by cache info).", ("--skip-bad-images",)
     )
+    # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword
+    # (val_fraction); not part of what is asked, so two requests asking the same compare equal
+    spell: Spell = field(default=as_flag, compare=False, repr=False)

@@ -17,7 +17,7 @@ from typing import Any
 from featcache.backbones import BackboneSpec, check_weights, resolve_backbone
 from featcache.extract_request import ExtractRequest
 from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.folders import zarr_root
 from featcache.foundation.limits import max_processes, require_at_most
 from featcache.foundation.scheduler import SchedulerChoice, check_scheduler, parse_scheduler
@@ -28,38 +28,43 @@ from featcache.store.meanings import POLICIES, resolve_precision
 
 
 def check_request(request: ExtractRequest) -> None:
-    """The flags alone, before anything is listed or loaded."""
+    """The flags alone, before anything is listed or loaded; each named in a refusal as the
+    request spells it (`request.spell`: the command line's flag, Python's keyword)."""
+    spell = request.spell
     checks = [
-        (request.views >= 0, f"--views must be 0 or more, got {request.views}"),
+        (request.views >= 0, f"{spell('views')} must be 0 or more, got {request.views}"),
         (
             request.batch_size is None or request.batch_size >= 1,
-            f"--batch-size must be at least 1, got {request.batch_size}",
+            f"{spell('batch_size')} must be at least 1, got {request.batch_size}",
         ),
         (
             request.workers is None or request.workers >= 0,
-            f"--workers must be 0 or more, got {request.workers}",
+            f"{spell('workers')} must be 0 or more, got {request.workers}",
         ),
-        (request.chunk_size >= 1, f"--chunk-size must be at least 1, got {request.chunk_size}"),
-        (request.dtype in DTYPES, f"unknown --dtype {request.dtype!r}: use one of {', '.join(DTYPES)}"),
+        (request.chunk_size >= 1, f"{spell('chunk_size')} must be at least 1, got {request.chunk_size}"),
+        (
+            request.dtype in DTYPES,
+            f"unknown {spell('dtype')} {request.dtype!r}: use one of {', '.join(DTYPES)}",
+        ),
         (
             request.policy is None or request.policy in POLICIES,
-            f"unknown --policy {request.policy!r}: use {', '.join(POLICIES)}",
+            f"unknown {spell('policy')} {request.policy!r}: use {', '.join(POLICIES)}",
         ),
     ]
     for ok, message in checks:
         if not ok:
-            raise UserError(message)
+            raise UserValueError(message)
     if request.workers is not None:
         require_at_most(
-            "--workers",
+            spell("workers"),
             request.workers,
             max_processes(),
             "processes",
             "at most 4 per usable core, and 64 anywhere",
         )
     resolve_precision(request.precision)
-    check_device_name(request.device)
-    DECODERS.pick(request.decode, also=("auto",))
+    check_device_name(request.device, spell("device"))
+    DECODERS.pick(request.decode, spell("decode"), also=("auto",))
     check_weights(request.weights, request.random_init)
     choice = scheduler_choice(request)
     if choice is not None:  # a running scheduler answers now, before the store's folder is made

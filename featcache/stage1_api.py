@@ -16,9 +16,13 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec
 from featcache.backbones import register_backbone as _register_backbone
+from featcache.foundation.arguments import as_path, check_types, shown
 from featcache.foundation.dataset_names import Split
 from featcache.foundation.dataset_names import register_dataset as _register_dataset
+from featcache.foundation.devices import check_device_name
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.folders import check_outputs
+from featcache.foundation.names import as_keyword, check_keywords
 from featcache.sources.datasets import DatasetSource
 from featcache.store import FeatureStore, check_readable
 
@@ -27,6 +31,9 @@ __all__ = [
     "DatasetSource",
     "FeatureStore",
     "Split",
+    "UserError",
+    "UserTypeError",
+    "UserValueError",
     "embed",
     "extract",
     "open_store",
@@ -46,7 +53,7 @@ def open_store(path: str | Path) -> FeatureStore:
     >>> store.shape.classes, store.dim
     (6, 32)
     """
-    store = FeatureStore.open(path)
+    store = FeatureStore.open(as_path("open_store", "path", path))
     check_readable(store, values=True)
     return store
 
@@ -72,38 +79,27 @@ def extract(
     from featcache.extract_request import ExtractRequest
     from featcache.runner import extract as run
 
-    _check_option_types(ExtractRequest, options)
+    offered = [f.name for f in fields(ExtractRequest) if f.metadata.get("help")]  # the command's flags
+    check_keywords(extract, options, offered)
+    named = {
+        "model": model,
+        "dataset": dataset,
+        "data_root": data_root,
+        "cache_dir": cache_dir,
+        "store": store,
+    }
+    check_types("extract", ExtractRequest, {**named, **options})  # "false" would count as true
     request = ExtractRequest(
         model=model,
         dataset=dataset,
         data_root=None if data_root is None else Path(data_root),
         cache_dir=Path(cache_dir),
         store=None if store is None else Path(store),
+        spell=as_keyword,
         **options,
     )
     check_outputs(request)  # as the command line checks them: before anything runs
     return run(request).store
-
-
-def _check_option_types(request: type, options: dict[str, Any]) -> None:
-    """Each option of the type its flag has: `overwrite="false"` would count as true and replace a
-    store, `chunk_size=True` would be stored as 1; a wrong type is refused before anything runs."""
-    kinds = {f.name: str(f.type) for f in fields(request)}
-    for name, value in options.items():
-        kind = kinds.get(name)
-        if kind is None:
-            raise TypeError(f"unknown option {name!r}: use any of {', '.join(sorted(kinds))}")
-        if value is None and "None" in kind:
-            continue
-        base = kind.split(" |")[0]
-        ok = {
-            "bool": isinstance(value, bool),
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "str": isinstance(value, str),
-            "Path": isinstance(value, (str, Path)) and str(value) != "",
-        }.get(base, True)
-        if not ok:
-            raise TypeError(f"option {name}={value!r} must be {kind.replace('Path', 'a path')}")
 
 
 def embed(store: str | Path | FeatureStore, images: list[str | Path], device: str = "auto") -> Any:
@@ -121,8 +117,13 @@ def embed(store: str | Path | FeatureStore, images: list[str | Path], device: st
 
     if isinstance(images, (str, Path)):  # one path, not its letters
         images = [images]
+    if not isinstance(images, (list, tuple)) or not all(isinstance(p, (str, Path)) for p in images):
+        raise UserTypeError(f"embed() keyword images={shown(images)} must be a path or a list of paths")
     if any(str(p) == "" for p in images):
-        raise ValueError("an image path is empty (it would mean the current folder): give a file or a folder")
+        raise UserValueError(
+            "embed() keyword images: an image path is empty (it would mean the current folder): give a file or a folder"
+        )
+    check_device_name(device, "device")
     opened = store if isinstance(store, FeatureStore) else open_store(store)
     paths, _ = image_paths([Path(p) for p in images])
     return embed_images(opened, paths, resolve_device(device))
@@ -139,6 +140,7 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
     'test_efficientnet'
     >>> del BACKBONES["doc_tiny_cnn"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_backbone", register_backbone, {"spec": spec})
     return _register_backbone(spec, sys._getframe(1).f_globals.get("__name__"))
 
 
@@ -164,4 +166,5 @@ def register_dataset(
     Split(init_cls=2, increment=2, paper=True)
     >>> del DATASETS["doc_folders"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_dataset", register_dataset, locals())
     return _register_dataset(name, num_classes, description, split=split, test_share=test_share)

@@ -231,12 +231,12 @@ def test_the_api_functions_are_not_hidden_by_modules_of_the_same_name() -> None:
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        ({"overwrite": "false"}, "overwrite='false' must be bool"),
-        ({"random_init": "False"}, "random_init='False' must be bool"),
-        ({"chunk_size": True}, "chunk_size=True must be int"),
-        ({"views": "1"}, "views='1' must be int"),
-        ({"views": 1.0}, "views=1.0 must be int"),
-        ({"colour": 3}, "unknown option 'colour'"),
+        ({"overwrite": "false"}, "overwrite='false' must be True or False"),
+        ({"random_init": "False"}, "random_init='False' must be True or False"),
+        ({"chunk_size": True}, "chunk_size=True must be an integer"),
+        ({"views": "1"}, "views='1' must be an integer"),
+        ({"views": 1.0}, "views=1.0 must be an integer"),
+        ({"colour": 3}, "extract.. got an unknown keyword argument 'colour'"),
     ],
 )
 def test_extract_options_of_the_wrong_type_are_refused(tmp_path: Path, options: dict, said: str) -> None:

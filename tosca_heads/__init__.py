@@ -14,7 +14,8 @@ image embedder handed in by the caller.
 
 The Python API is re-exported here, loaded on first use: the names of `tosca_heads.stage2_api.__all__`
 (`fit`, `evaluate`, `sweep`, `predict`, `baselines`, the suites, the registries, the types they
-return and the scikit-learn estimators; `tosca_heads.API` lists them).
+return, the scikit-learn estimators and the error classes `UserError`, `UserValueError`,
+`UserTypeError`; `tosca_heads.API` lists them).
 """
 
 from __future__ import annotations

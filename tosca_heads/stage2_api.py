@@ -21,9 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from featcache.foundation.arguments import as_path, check_types, shown
+from featcache.foundation.devices import check_device_name
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.folders import check_outputs
+from featcache.foundation.names import as_keyword, check_keywords, did_you_mean
 from featcache.store import FeatureStore
-from tosca_heads.experiments.command_requests import SWEEP_VAL_FRACTION
+from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SWEEP_VAL_FRACTION
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
@@ -37,6 +41,7 @@ from tosca_heads.method.baseline_registry import (
 )
 from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
+from tosca_heads.method.recipe import FIELD_TYPES
 from tosca_heads.records.run_folder import RunResult
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
 from tosca_heads.trackers.logger_registry import Logger, register_logger
@@ -65,6 +70,9 @@ __all__ = [
     "SuiteResult",
     "SuiteSpec",
     "TOSCAClassifier",
+    "UserError",
+    "UserTypeError",
+    "UserValueError",
     "baselines",
     "default_baselines",
     "evaluate",
@@ -83,20 +91,32 @@ __all__ = [
 ]
 
 
-def _request(kind: type[R], arguments: dict[str, Any]) -> R:
+GRID_KEYS = tuple(f.key or f.name for f in SWEEP_FLAGS)  # what a sweep's grid can vary: `seed`, not `seeds`
+RECIPE_KEYS = tuple(FIELD_TYPES)  # what `fit(**recipe)` takes: the recipe's flags, and eta_min
+
+
+def _request(kind: type[R], function: str, arguments: dict[str, Any]) -> R:
     """The request `kind` built from an API function's arguments (its `locals()`: the function's
     parameters are the request's fields, by name, with the command's defaults), as the command
-    line builds it: a path given as text is a Path, a list of values a tuple, a store already
-    opened stays one; every folder it writes is checked before any work (`check_outputs`)."""
+    line builds it: each of its field's type (`check_types`: one line naming the keyword, where the
+    command line's parser refuses a flag's), a path given as text is a Path, a list of values a
+    tuple (one name given as text: a list of that name, not of its letters), a store already opened
+    stays one; refusals name Python's keywords (`spell`); every folder it writes is checked before
+    any work (`check_outputs`)."""
     hints = typing.get_type_hints(kind)
-    given = {}
+    given: dict[str, Any] = {"spell": as_keyword}
     for f in dataclasses.fields(kind):
         if f.name not in arguments:
             continue
         value, hint = arguments[f.name], hints[f.name]
+        listed = tuple in {typing.get_origin(h) for h in (hint, *typing.get_args(hint))}
+        if listed and isinstance(value, str):
+            value = (value,)
+        if not isinstance(value, FeatureStore):
+            check_types(function, kind, {f.name: value})
         if isinstance(value, (str, os.PathLike)) and Path in (hint, *typing.get_args(hint)):
             value = Path(value)
-        elif value is not None and tuple in {typing.get_origin(h) for h in (hint, *typing.get_args(hint))}:
+        elif value is not None and listed:
             value = tuple(value)
         given[f.name] = value
     request = kind(**given)
@@ -160,7 +180,8 @@ def fit(
     from tosca_heads.experiments.command_requests import FitRequest
     from tosca_heads.experiments.runs import fit as fit_command
 
-    return fit_command(_request(FitRequest, locals()), on_plan=_warn)
+    check_keywords(fit, recipe, RECIPE_KEYS)
+    return fit_command(_request(FitRequest, "fit", locals()), on_plan=_warn)
 
 
 def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -> RunResult:
@@ -176,8 +197,10 @@ def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -
     from tosca_heads.experiments.group import evaluate_run
     from tosca_heads.routers import on_request, resolve_routers
 
-    routers = on_request(resolve_routers(router))
-    return evaluate_run(Path(run), device=resolve_device(device), routers=routers)
+    folder = as_path("evaluate", "run", run)
+    check_device_name(device, "device")
+    routers = on_request(resolve_routers(router, "router"))
+    return evaluate_run(folder, device=resolve_device(device), routers=routers)
 
 
 def sweep(
@@ -214,35 +237,43 @@ def sweep(
     >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(computed)
     ([2, 4], ['test', 'validation'], True)
     """
-    from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SweepRequest
+    from tosca_heads.experiments.command_requests import SweepRequest
     from tosca_heads.experiments.sweeps import sweep as sweep_command
 
+    check_keywords(sweep, fixed, GRID_KEYS)
     # the command's grid defaults (seed 0, order seed 1993), so both faces name the same grid
     flags: dict[str, Any] = {f.key or f.name: f.default for f in SWEEP_FLAGS if f.default is not None}
     flags.update({**_grid_lists(grid), **{k: [v] for k, v in fixed.items()}})
     for name, value in (("init_cls", init_cls), ("increment", increment)):
         if value is not None:
             flags[name] = [value]
-    request = _request(SweepRequest, {**locals(), "grid": flags})
+    request = _request(SweepRequest, "sweep", {**locals(), "grid": flags})
     return sweep_command(request, on_start=lambda plan: _warn(plan.fit.protocol)).frame
 
 
 def _grid_lists(grid: Any) -> dict[str, list[Any]]:
-    """A sweep's grid as flag -> list of values; a flag given one value instead of a list of them
-    (`{"r": "48"}` would otherwise be swept as r = 4 and r = 8), or no value, is one line quoting it."""
-    from featcache.foundation.errors import UserError
-
+    """A sweep's grid as key -> list of values, each key one a sweep varies (`GRID_KEYS`, with the
+    closest one where it is not); a key given one value instead of a list of them (`{"r": "48"}`
+    would otherwise be swept as r = 4 and r = 8), or no value, is one line quoting it. The values'
+    types and ranges are checked with every point, as the command's are (`sweeps.grid_points`)."""
     if not isinstance(grid, dict):
-        raise UserError(f"grid must be a dict of flag -> list of values, got {type(grid).__name__}")
+        raise UserTypeError(
+            f"sweep() grid must be a dict of key -> list of values, got {type(grid).__name__}"
+        )
     lists = {}
     for name, values in grid.items():
+        if name not in GRID_KEYS:
+            raise UserValueError(
+                f"sweep() grid key {name!r} is not one a sweep varies{did_you_mean(name, GRID_KEYS)}: "
+                f"valid: {', '.join(GRID_KEYS)}"
+            )
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise UserError(
+            raise UserTypeError(
                 f"grid entry {name!r} must be a list of values, got {values!r}: for one value, give a list "
                 "holding it"
             )
         if not values:
-            raise UserError(
+            raise UserValueError(
                 f"grid entry {name!r} is an empty list: give at least one value, or leave {name!r} out"
             )
         lists[name] = list(values)
@@ -257,15 +288,16 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     >>> predictor.tasks_
     3
     """
+    from featcache.foundation.devices import resolve_device
     from tosca_heads.records.run_folder import open_run_store, read_run_config
 
-    config = read_run_config(Path(run))
-    store = open_run_store(config, Path(run))
-    from featcache.foundation.devices import resolve_device
-
+    folder = as_path("load_run", "run", run)
+    check_device_name(device, "device")
+    config = read_run_config(folder)
+    store = open_run_store(config, folder)
     names = store.identity["dataset"].get("class_names")
     return RunPredictor(
-        Path(run),
+        folder,
         store.shape.classes,
         resolve_device(device),
         None if names is None else [str(n) for n in names],
@@ -293,6 +325,8 @@ def predict(
     from tosca_heads.experiments.predict import default_router
     from tosca_heads.records.run_folder import read_metrics
 
+    if router is not None and not isinstance(router, str):
+        raise UserTypeError(f"predict() keyword router={shown(router)} must be a router's name or None")
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
         chosen, chosen_on = default_router(read_metrics(predictor.run_dir))
@@ -336,6 +370,11 @@ def baselines(
     """
     from tosca_heads.experiments.command_requests import BaselinesRequest
     from tosca_heads.experiments.comparison import compare
+    from tosca_heads.method.baseline_registry import key_of, params_of
     from tosca_heads.records.baselines_folder import comparison_frame
 
-    return comparison_frame(compare(_request(BaselinesRequest, locals()), on_start=_warn).results)
+    declared = [key_of(m, p) for m in BASELINES for p in params_of(m)]  # any registered baseline's
+    check_keywords(baselines, [k for k in params if k not in declared], declared)
+    return comparison_frame(
+        compare(_request(BaselinesRequest, "baselines", locals()), on_start=_warn).results
+    )

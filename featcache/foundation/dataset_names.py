@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from featcache.foundation.errors import UserValueError
 from featcache.foundation.registry import Registry
 
 Resolver = Callable[[Path | None, Path], Any]  # (data root or None, cache folder) -> its DatasetSource
@@ -77,9 +78,12 @@ def register_dataset(
     default class split, `test_share` the share of each class it tests on when it has no test
     folder (both declared here once, read by every command)."""
     if split is not None and num_classes is not None and (num_classes - split.init_cls) % split.increment:
-        raise ValueError(f"dataset {name!r}: {num_classes} classes do not split as {split}")
+        raise UserValueError(
+            f"dataset {name!r}: {num_classes} classes do not split into a first task of {split.init_cls} and "
+            f"tasks of {split.increment}"
+        )
     if test_share is not None and not 0 < test_share < 1:
-        raise ValueError(f"dataset {name!r}: test_share must be in (0, 1), got {test_share!r}")
+        raise UserValueError(f"dataset {name!r}: test_share must be above 0 and below 1, got {test_share!r}")
 
     def decorate(fn: Resolver) -> Resolver:
         spec = DatasetSpec(name, fn, num_classes, description, split, test_share)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserValueError
 
 if TYPE_CHECKING:
     import torch
@@ -18,11 +18,12 @@ DEVICES_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 DEVICE_NAME = re.compile(r"auto|(cpu|cuda)(:[0-9]+)?")
 
 
-def check_device_name(name: str) -> None:
+def check_device_name(name: str, flag: str = "--device") -> None:
     """A `--device` value is one of the names (the flag alone, no torch: `parse_device` and
-    `resolve_device` say whether the device is here)."""
+    `resolve_device` say whether the device is here); `flag` names it in the refusal (Python's
+    face: `device`)."""
     if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
-        raise UserError(f"unknown --device {name!r}: use {DEVICES_HELP}")
+        raise UserValueError(f"unknown {flag} {name!r}: use {DEVICES_HELP}")
 
 
 def parse_device(name: str) -> torch.device | None:

@@ -30,6 +30,7 @@ from typing import Any
 from featcache.foundation import atomic
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import disk_errors, parse_json, read_bytes, require_writable
+from featcache.foundation.names import as_flag
 from featcache.foundation.options import flag_name
 from featcache.foundation.text import printable
 
@@ -99,10 +100,13 @@ def check_outputs(request: Any) -> None:
     """`check_output` for every folder a request asks to write (its fields marked `output`; a
     default one is not required to be writable: the command may not use it), called where a
     request comes in (`tosca_cli.commands.from_request`, the Python API)."""
+    spell = getattr(request, "spell", as_flag)  # the Python API's requests name keywords
     for f in dataclasses.fields(request):
         value = getattr(request, f.name)
         if f.metadata.get("output") and value is not None:
-            check_output(value, flag_name(f), writable=value != f.default)
+            check_output(
+                value, flag_name(f) if spell is as_flag else spell(f.name), writable=value != f.default
+            )
 
 
 def zarr_root(path: Path) -> Path | None:

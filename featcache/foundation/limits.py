@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserValueError
 
 GiB = 1 << 30
 
@@ -95,4 +95,4 @@ def require_disk(what: str, need: int, where: str | Path, hint: str) -> None:
 def require_at_most(flag: str, value: int, limit: int, unit: str, why: str) -> None:
     """A count flag over a fixed limit: one line naming both."""
     if value > limit:
-        raise UserError(f"{flag} {value} is over the limit of {limit:,} {unit}: {why}")
+        raise UserValueError(f"{flag} {value} is over the limit of {limit:,} {unit}: {why}")

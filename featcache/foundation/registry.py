@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserValueError
 from featcache.foundation.names import did_you_mean
 
 T = TypeVar("T")
@@ -117,7 +117,7 @@ class Registry(Mapping[str, T]):
     def _put(self, found: Entry) -> None:
         for name in (found.name, *found.aliases):
             if not name or name in self:
-                raise ValueError(f"{self.kind} name {name!r} is empty or registered twice")
+                raise UserValueError(f"{self.kind} name {name!r} is empty or registered twice")
         self._entries[found.name] = found
         self._aliases.update(dict.fromkeys(found.aliases, found.name))
 
@@ -131,7 +131,7 @@ class Registry(Mapping[str, T]):
         line."""
         if isinstance(name, str) and (name in self or name in also):
             return self.name_of(name)
-        raise UserError(self.refusal(name, flag, also))
+        raise UserValueError(self.refusal(name, flag, also))
 
     def refusal(self, name: object, flag: str | None = None, also: tuple[str, ...] = ()) -> str:
         """The one line refusing an unknown name: where it was typed (`flag`, default the

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from featcache.foundation.names import Spell, as_flag
 from featcache.foundation.options import ExtraFlag, option
 from tosca_heads.method.recipe import RECIPE_FLAGS
 from tosca_heads.routers import HEADLINE
@@ -99,6 +100,9 @@ class FitRequest:
     recipe: dict[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
     write: bool = True  # False (Python only): nothing written, the run kept in memory
+    # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword
+    # (val_fraction); not part of what is asked, so two requests asking the same compare equal
+    spell: Spell = field(default=as_flag, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,9 @@ class SweepRequest:
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per point.", ("--log",))
     grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
     runs_root: Path = Path("runs")
+    # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword
+    # (val_fraction); not part of what is asked, so two requests asking the same compare equal
+    spell: Spell = field(default=as_flag, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,9 @@ class BaselinesRequest:
     # `--ranpac-projection-dim 64` on the command line, ranpac_projection_dim=64 in Python; text from
     # the command line
     params: Mapping[str, Any] = field(default_factory=dict)
+    # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword
+    # (val_fraction); not part of what is asked, so two requests asking the same compare equal
+    spell: Spell = field(default=as_flag, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

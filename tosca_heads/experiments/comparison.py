@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.devices import resolve_device
+from featcache.foundation.devices import check_device_name, resolve_device
 from featcache.foundation.errors import UserError
 from featcache.foundation.text import tell
 from featcache.store import check_readable, resolve_store
@@ -128,7 +128,7 @@ def asked_split(request: BaselinesRequest) -> AskedSplit:
         held.fraction if request.val_fraction is None else request.val_fraction,
         held.seed if request.val_seed is None else request.val_seed,
     )
-    validation.validate()
+    validation.validate(request.spell)
     return AskedSplit(**chosen, validation=validation)  # type: ignore[arg-type]
 
 
@@ -140,8 +140,8 @@ def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str,
     registry's `pick`: an alias is its name, an unknown one refused with the closest; none named:
     `baseline_names`: `all`, or `default_baselines()`), and their own parameters as given (`baseline_registry.given_params`: of
     their kind, each checked)."""
-    methods = baseline_names(request.methods)
-    given = given_params(methods, request.params, text=True)
+    methods = baseline_names(request.methods, request.spell("methods"))
+    given = given_params(methods, request.params, request.spell, text=True)
     for method in methods:
         check_fits(method, arguments(method, given), 1)
     if request.run is not None and request.with_tosca and not (request.run / run_record.CONFIG).is_file():
@@ -169,9 +169,10 @@ def compare(
     """`tosca baselines`: TOSCA's rows (a given run, or the paper preset's, fitted if missing) and each
     baseline's, under the same protocol (said through `on_start`), written into the baselines folder."""
     methods, given = check_request(request)
-    tracking = open_tracking(request.log, request.runs_root)
+    tracking = open_tracking(request.log, request.runs_root, request.spell("log"))
     asked = asked_split(request)
     validation = asked.validation
+    check_device_name(request.device, request.spell("device"))
     device = resolve_device(request.device)  # here: the store is read onto it before anything is said
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)
@@ -184,6 +185,7 @@ def compare(
         validation,
         device=device,
         runs_root=request.runs_root,
+        spell=request.spell,
     )
     stream, protocol = plan.stream_config, plan.protocol
     split = split_name(stream.init_cls, stream.increment)

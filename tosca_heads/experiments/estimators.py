@@ -19,6 +19,7 @@ Labels may be any sortable values; `predict` returns them (the store's label ids
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,10 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.arguments import as_path, shown
+from featcache.foundation.devices import check_device_name
+from featcache.foundation.errors import UserTypeError, UserValueError
+from featcache.foundation.names import as_keyword, check_keywords
 from featcache.store import FeatureStore
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
@@ -79,6 +83,7 @@ def _stored_init(cls: type) -> type:
     signature = inspect.Signature([inspect.Parameter("self", _ARG), *cls.INIT_PARAMS])
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        check_keywords(type(self), kwargs)  # a misspelt one: its class's name, the closest keyword
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         for name, value in list(bound.arguments.items())[1:]:
@@ -116,12 +121,12 @@ def validation_split(
     (1, 24)
     """
     if not isinstance(store, FeatureStore):
-        store = FeatureStore.open(Path(store))
+        store = FeatureStore.open(as_path("validation_split", "store", store))
     validation = ValidationConfig(val_fraction, val_seed)
-    validation.validate()
+    validation.validate(as_keyword)
     held = held_out(store, validation)  # the carve of a fit's plan
     if len(held) == 0:
-        raise UserError(f"val_fraction must be above 0 for a validation split, got {val_fraction!r}")
+        raise UserValueError(f"val_fraction must be above 0 for a validation split, got {val_fraction!r}")
     fold = np.full(len(store.labels("train")), -1, dtype=np.int64)
     fold[held] = 0
     return PredefinedSplit(fold)
@@ -241,12 +246,15 @@ class TOSCAClassifier(_Incremental):
 
     def recipe(self) -> TrainConfig:
         """The recipe these parameters ask for (checked): the preset with the given flags over it."""
-        return recipe(self.preset, {name: getattr(self, name) for name in RECIPE_FIELDS})
+        return recipe(self.preset, {name: getattr(self, name) for name in RECIPE_FIELDS}, as_keyword)
 
     def _start(self) -> None:
-        if self.router not in ROUTERS or not ROUTERS[self.router].honest:
-            honest = [n for n in ROUTERS if ROUTERS[n].honest]
-            raise UserError(f"router must be an honest router ({', '.join(honest)}), got {self.router!r}")
+        honest = [n for n in ROUTERS if ROUTERS[n].honest]
+        if ROUTERS.pick(self.router, "router") not in honest:
+            raise UserValueError(
+                f"router must be an honest router ({', '.join(honest)}), got {self.router!r}"
+            )
+        check_device_name(self.device, "device")
         device = torch.device(self.device)
         self.threads_ = plan_threads(device, False, compiled=native.use_native(device))
         dim = self.n_features_in_
@@ -315,8 +323,16 @@ class BaselineClassifier(_Incremental):
     )
 
     def _start(self) -> None:
-        BASELINES.pick(self.method, "baseline")  # an unknown one: one line, with the closest name
+        BASELINES.pick(self.method, "method")  # an unknown one: one line, with the closest name
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise UserTypeError(
+                f"params must be a dict of the baseline's parameters or None, got {shown(self.params)}"
+            )
+        takes = inspect.signature(BASELINES[self.method]).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in takes):  # else its class takes any keyword
+            check_keywords(BASELINES[self.method], self.params or {})
         check_baseline_params(self.method, dict(self.params or {}), self.n_features_in_)
+        check_device_name(self.device, "device")
         self.estimator_ = BASELINES[self.method](device=self.device, **(self.params or {}))
         self.tasks_: list[int] = []
         self.seen_x_: list[np.ndarray] = []  # a joint (non-incremental) baseline's rows only

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from featcache.foundation.devices import resolve_device
+from featcache.foundation.names import Spell, as_flag
 from featcache.store import FeatureStore
 from tosca_heads.method.protocol import (
     HELD_OUT,
@@ -138,14 +139,15 @@ class FitPlan:
         increment: int | None,
         order_seed: int,
         validation: ValidationConfig = NO_VALIDATION,
+        spell: Spell = as_flag,
         **rest: Any,
     ) -> FitPlan:
         """The plan of the split a command's flags ask for on this store (the dataset's default where
-        not given, refused in one line where none fits; its stream built once, here). The caller
-        checked the store (complete, attrs and labels that fit its arrays: `check_readable`): the
-        plan reads its labels."""
+        not given, refused in one line where none fits, naming the values as `spell` does; its
+        stream built once, here). The caller checked the store (complete, attrs and labels that fit
+        its arrays: `check_readable`): the plan reads its labels."""
         name = store.identity["dataset"]["name"]
-        config, stream = task_split(name, store.shape.classes, init_cls, increment, order_seed)
+        config, stream = task_split(name, store.shape.classes, init_cls, increment, order_seed, spell)
         origin = split_origin(name, init_cls, increment)
         return cls.planned(store, config, stream, validation, origin, **rest)
 

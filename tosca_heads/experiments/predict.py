@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from featcache.foundation.devices import resolve_device
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.store import FeatureStore
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
@@ -125,20 +125,21 @@ class RunPredictor:
         self.learned_: dict[str, Any] = {}  # on-request routers' baselines, refitted where asked
         return self
 
-    def check_router(self, router: str) -> None:
-        """Refuse a router this run cannot serve (before any image is embedded)."""
-        ROUTERS.pick(router)
+    def check_router(self, router: str, flag: str = "--router") -> None:
+        """Refuse a router this run cannot serve (before any image is embedded), naming it `flag`
+        (the command line's; Python's `router` where `predict` is called from Python)."""
+        ROUTERS.pick(router, flag)
         if ROUTERS[router].reference:
-            raise UserError(
-                f"--router {router} is a reference (it needs the task id or a batch of test images); "
+            raise UserValueError(
+                f"{flag} {router} is a reference (it needs the task id or a batch of test images); "
                 "pick an honest router"
             )
         if ROUTERS[router].needs_statistics and self.statistics_ is None:
-            raise UserError(
+            raise UserValueError(
                 f"run {self.run_dir} has no {ROUTER_FILE}: router {router!r} cannot be used; pick entropy"
             )
         if ROUTERS[router].on_request and router not in getattr(self, "learned_", {}):
-            raise UserError(
+            raise UserValueError(
                 f"router {router!r} learns from the run's store, which this prediction was not given "
                 "(`tosca predict` refits it there): pick another router"
             )
@@ -180,8 +181,9 @@ class RunPredictor:
         self, features: np.ndarray | torch.Tensor, router: str, chosen_on: str = "given"
     ) -> Predictions:
         """Route and classify [n, d] frozen features with the named (honest) router: the same
-        computation as the run's evaluation after its last task."""
-        self.check_router(router)
+        computation as the run's evaluation after its last task. (A method called from Python: the
+        command checked its --router before any image was embedded.)"""
+        self.check_router(router, "router")
         x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
         scorer = ModuleScorer(x, self.device, cache_bytes=0)
         with single_threaded(self.device):  # as evaluation computes: one thread, the same numbers
@@ -223,15 +225,15 @@ def _checked_features(features: Any, dim: int, run_dir: Path) -> torch.Tensor:
         not (kind.is_complex or kind == torch.bool) if isinstance(kind, torch.dtype) else kind.kind in "fiu"
     )
     if not real:
-        raise UserError(f"features of dtype {kind} cannot be classified: give real numbers (float32)")
+        raise UserTypeError(f"features of dtype {kind} cannot be classified: give real numbers (float32)")
     x = torch.as_tensor(features).to(torch.float32)
     if x.ndim != 2 or x.shape[1] != dim:
-        raise UserError(
+        raise UserValueError(
             f"features of shape {list(x.shape)} cannot be classified by run {run_dir}: "
             f"it needs [n, {dim}] (the frozen features of its store's backbone)"
         )
     if not bool(torch.isfinite(x).all()):
-        raise UserError("features hold NaN or infinite values: they cannot be classified")
+        raise UserValueError("features hold NaN or infinite values: they cannot be classified")
     return x
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.settings import check_settings
 from featcache.store import check_readable, resolve_store
 from tosca_heads.experiments.command_requests import FitRequest
@@ -31,16 +31,22 @@ def plan_fit(request: FitRequest) -> FitPlan:
     """`tosca fit`'s plan: every value of the request checked here, once (the task, the run folder,
     the recipe, the validation split, the settings, the device's name, the store, the task split),
     then built in one pass (`FitPlan.asked`), with numpy and the store only: the device is resolved
-    by the plan once, where the engine starts and torch is imported anyway."""
+    by the plan once, where the engine starts and torch is imported anyway. Each value is named in
+    a refusal as the request spells it (`request.spell`: the flag, or the Python API's keyword)."""
+    spell = request.spell
+    if request.task is not None and (isinstance(request.task, bool) or not isinstance(request.task, int)):
+        raise UserTypeError(f"{spell('task')} must be an integer, got {request.task!r}")
     if request.task is not None and request.task < 0:
-        raise UserError(f"--task must be 0 or more, got {request.task}")
+        raise UserValueError(f"{spell('task')} must be 0 or more, got {request.task}")
     if request.run is not None and request.run.exists() and not request.run.is_dir():
-        raise UserError(f"--run {request.run} is a file, not a run folder")
-    train = recipe(request.preset, request.recipe)
+        raise UserValueError(f"{spell('run')} {request.run} is a file, not a run folder")
+    train = recipe(request.preset, request.recipe, spell)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
-    validation.validate()
+    validation.validate(spell)
     check_settings()
-    check_device_name(request.device)  # the name; the plan resolves it once, where the engine starts
+    check_device_name(
+        request.device, spell("device")
+    )  # the name; the plan resolves it once, where the engine starts
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store)  # complete, attrs and labels that fit its arrays: the plan reads its labels
     plan = FitPlan.asked(
@@ -53,11 +59,16 @@ def plan_fit(request: FitRequest) -> FitPlan:
         dirs=[request.run if request.write else None],
         device=request.device,
         runs_root=request.runs_root,
+        spell=spell,
     )
     tasks = plan.stream.num_tasks
     if request.task is not None and request.task >= tasks:
-        raise UserError(f"--task {request.task} is past the last task: this stream has tasks 0..{tasks - 1}")
-    return replace(plan, upto=request.task, routers=on_request(resolve_routers(request.router)))
+        raise UserValueError(
+            f"{spell('task')} {request.task} is past the last task: this stream has tasks 0..{tasks - 1}"
+        )
+    return replace(
+        plan, upto=request.task, routers=on_request(resolve_routers(request.router, spell("router")))
+    )
 
 
 def fit(
@@ -75,7 +86,7 @@ def fit(
     if request.log:  # a missing extra: said before any work (the trackers load torch: only when asked)
         from tosca_heads.trackers import open_tracking
 
-        tracking = open_tracking(request.log, request.runs_root)
+        tracking = open_tracking(request.log, request.runs_root, request.spell("log"))
     if on_plan is not None:
         on_plan(plan.protocol)
     # the engine, the trackers and torch load now, the plan said

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import numbers
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -22,10 +23,11 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.devices import parse_device, resolve_device, worker_device
-from featcache.foundation.errors import UserError
+from featcache.foundation.devices import check_device_name, parse_device, resolve_device, worker_device
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.folders import refuse_planted, zarr_root
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
+from featcache.foundation.names import Spell, as_flag
 from featcache.foundation.scheduler import check_scheduler, parse_scheduler
 from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, resolve_store
@@ -45,11 +47,12 @@ from tosca_heads.method.protocol import (
     NO_VALIDATION,
     StreamConfig,
     ValidationConfig,
+    check_split_values,
     split_name,
     split_origin,
     stream_config,
 )
-from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault
+from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault, wrong_type
 from tosca_heads.records import claim
 from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
@@ -83,10 +86,17 @@ def option_name(flag: str) -> str:
 
 def parse_values(flag: str, given: str | Sequence[Any]) -> list[Any]:
     """'8,16,32' (the command line) or [8, 16, 32] (Python) -> [8, 16, 32], in the order given,
-    duplicates dropped, each value of the flag's type."""
+    duplicates dropped. Text is parsed, each value of the flag's type; Python's values are values: a
+    number becomes the flag's kind (numpy's too: 0 for `l1` is 0.0, as '0' is), anything else is
+    kept as given, for the point's checks to refuse naming its keyword (`grid_points`)."""
     parse = GRID_FLAGS[flag]
-    items = given.split(",") if isinstance(given, str) else [str(v) for v in given]
     values: list[Any] = []
+    if not isinstance(given, str):
+        for value in (_python_value(parse, v) for v in given):
+            if value not in values:
+                values.append(value)
+        return values
+    items = given.split(",")
     for item in (part.strip() for part in items):
         if not item:
             continue
@@ -106,18 +116,31 @@ def parse_values(flag: str, given: str | Sequence[Any]) -> list[Any]:
     return values
 
 
-def grid_faults(grid: dict[str, list[Any]], base_stream: StreamConfig) -> list[str]:
-    """Every value of the grid that is wrong on its own, each naming its own flag and value
-    (`--r must be at least 1, got 0; --l1 must be >= 0, got -0.0005`), before any point is made:
-    never a flag that was not given, never only the first fault."""
+def _python_value(kind: Callable[[str], Any], value: Any) -> Any:
+    """A grid value from Python as the flag's kind where it is a number of it (a float flag takes an
+    integer), else as given. A number goes through its text, as the command line's does: numpy's
+    float32 5e-4 is 0.0005, the point `--l1 5e-4` names, not 0.000500000023."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    if kind is float:
+        return float(str(value))
+    return int(value) if kind is int and isinstance(value, numbers.Integral) else value
+
+
+def grid_faults(
+    grid: dict[str, list[Any]], base_stream: StreamConfig, spell: Spell = option_name
+) -> list[str]:
+    """Every value of the grid that is wrong on its own, each naming its own flag and value as
+    `spell` does (`--r must be at least 1, got 0; --l1 must be >= 0, got -0.0005`), before any
+    point is made: never a flag that was not given, never only the first fault."""
     faults: list[str] = []
     for flag in (name for name in GRID_FLAGS if name in grid):
         for value in grid[flag]:
             if flag in TRAIN_FLAGS:
-                fault = value_fault(flag, value, option_name(flag))
+                fault = value_fault(flag, value, spell(flag))
             else:
                 try:
-                    replace(base_stream, **{flag: value}).validate()
+                    replace(base_stream, **{flag: value}).validate(spell)
                     fault = ""
                 except UserError as exc:
                     fault = str(exc)
@@ -206,24 +229,29 @@ def grid_points(
     dim: int,
     num_classes: int,
     validation: ValidationConfig = NO_VALIDATION,
+    spell: Spell = as_flag,
 ) -> list[SweepPoint]:
-    """The Cartesian product in a fixed flag order, each point validated before anything runs."""
+    """The Cartesian product in a fixed flag order, each point validated before anything runs (a
+    refusal names the value as `spell` does). The grid's flags were checked where it came in (the
+    command line offers only these; the Python API checks its grid's keys)."""
     unknown = set(grid) - set(GRID_FLAGS)
     if unknown:
-        raise ValueError(f"not sweepable: {sorted(unknown)}")
+        raise ValueError(f"not sweepable: {sorted(unknown)}")  # a bug: the faces let none in
     names = [name for name in GRID_FLAGS if name in grid]
-    faults = grid_faults(grid, base_stream)
+    named = option_name if spell is as_flag else spell  # the command line gives seeds as --seeds
+    faults = grid_faults(grid, base_stream, named)
     if faults:
-        raise UserError("; ".join(faults))
+        typed = any(wrong_type(f, v) for f in names if f in TRAIN_FLAGS for v in grid[f])
+        raise (UserTypeError if typed else UserValueError)("; ".join(faults))
     size = math.prod(len(grid[name]) for name in names)
     require_at_most("a grid of", size, MAX_GRID_POINTS, "points", "split the sweep into several")
     points = []
     for values in itertools.product(*(grid[name] for name in names)):
         chosen = dict(zip(names, values, strict=True))
         train = replace(base_train, **{k: v for k, v in chosen.items() if k in TRAIN_FLAGS})
-        train.validate(option_name)
+        train.validate(named)
         stream = replace(base_stream, **{k: v for k, v in chosen.items() if k in STREAM_FLAGS})
-        stream.validate()
+        stream.validate(named)
         stream.task_stream(num_classes)  # refuses a split that does not divide the classes
         points.append(SweepPoint(train.resolved(dim), stream, validation))
     return points
@@ -368,27 +396,35 @@ def _new_folder(path: Path) -> Path:
 
 def plan_sweep(request: SweepRequest) -> SweepPlan:
     """Every check of a sweep before anything is written: the flags, the grid, the store (every
-    chunk against its checksum), the folder, the memory of the most demanding point."""
-    base_train = recipe(request.preset)
-    rank_by = ROUTERS.pick(request.rank_by, "--rank-by")
+    chunk against its checksum), the folder, the memory of the most demanding point. Each value is
+    named in a refusal as the request spells it (`request.spell`: the flag, the Python keyword)."""
+    spell = request.spell
+    base_train = recipe(request.preset, spell=spell)
+    rank_by = ROUTERS.pick(request.rank_by, spell("rank_by"))
     honest = [name for name in ROUTERS if is_honest(name)]
     if not is_honest(rank_by):
-        raise UserError(
-            f"--rank-by {rank_by} is a reference router ({reference_text(rank_by)}): a reference never ranks or "
+        raise UserValueError(
+            f"{spell('rank_by')} {rank_by} is a reference router ({reference_text(rank_by)}): a reference never ranks or "
             f"chooses; use an honest router: {', '.join(honest)}"
         )
     for name in request.shown or ():
         ROUTERS.pick(name)
+    for name in ("jobs", "group"):
+        value = getattr(request, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UserTypeError(f"{spell(name)} must be an integer, got {value!r}")
+        if value is not None and value < 1:
+            raise UserValueError(f"{spell(name)} must be at least 1, got {value}")
     if request.jobs is not None:
-        if request.jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {request.jobs}")
         require_at_most(
-            "--jobs", request.jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+            spell("jobs"),
+            request.jobs,
+            max_processes(),
+            "processes",
+            "at most 4 per usable core, and 64 anywhere",
         )
-    if request.group is not None and request.group < 1:
-        raise UserError(f"--group must be at least 1, got {request.group}")
     validation = ValidationConfig(request.val_fraction, request.val_seed)
-    validation.validate()
+    validation.validate(spell)
     check_settings()
     remote = False
     if request.scheduler is not None:
@@ -397,7 +433,8 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         remote = choice.kind in ("address", "file")
     if request.keep_modules is not None:
         check_keep_folder(request.keep_modules)
-    tracking = open_tracking(request.log, request.runs_root)
+    tracking = open_tracking(request.log, request.runs_root, spell("log"))
+    check_device_name(request.device, spell("device"))
     # on a remote cluster the workers decide `auto` and own the GPUs: this machine (perhaps a head
     # node without one) only checks the name, and sizes groups by its own device unless --group
     if remote:
@@ -408,25 +445,26 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
         sizing = resolve_device(request.device)
         sent = str(sizing)
     grid = {flag: parse_values(flag, given) for flag, given in request.grid.items() if given is not None}
-    for flag in ("init_cls", "increment"):
+    for flag in ("init_cls", "increment", "order_seed"):
         for value in grid.get(flag, []):
-            if value < 1:
-                raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+            check_split_values(**{flag: value}, spell=spell)
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store, values=True)  # before the sweep's first line, so the refusal is the only one
     ident = store.identity["dataset"]
     classes = store.shape.classes
     for value in grid.get("init_cls", []):
         if value > classes:
-            raise UserError(f"--init-cls {value} is more than the store's {classes} classes")
+            raise UserValueError(f"{spell('init_cls')} {value} is more than the store's {classes} classes")
     given = {
         flag: grid[flag][0] if len(grid.get(flag, [])) == 1 else None for flag in ("init_cls", "increment")
     }
     if "init_cls" in grid and "increment" in grid:  # every point's split is given
         base_stream = StreamConfig(grid["init_cls"][0], grid["increment"][0])
     else:
-        base_stream = stream_config(ident["name"], classes, given["init_cls"], given["increment"])
-    points = grid_points(grid, base_train, base_stream, store.dim, classes, validation)
+        base_stream = stream_config(
+            ident["name"], classes, given["init_cls"], given["increment"], spell=spell
+        )
+    points = grid_points(grid, base_train, base_stream, store.dim, classes, validation, spell)
     origin = split_origin(ident["name"], given["init_cls"], given["increment"])
     fit = FitPlan.build(store, points[0].stream, validation, origin)
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))

@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
+from featcache.foundation.arguments import check_types, shown
+from featcache.foundation.errors import UserTypeError, UserValueError
+from featcache.foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
 from featcache.foundation.registry import Registry
 
 BASELINES: Registry[type] = Registry("baseline", "tosca_heads.method.baseline_registry:BASELINES")
@@ -173,11 +174,15 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
     >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
     """
 
+    check_types("register_baseline", register_baseline, {"name": name, "aliases": aliases})
+
     def decorate(cls: type) -> type:
+        if not isinstance(cls, type):
+            raise UserTypeError(f"register_baseline({name!r}) decorates a class, got {shown(cls)}")
         learn = "partial_fit" if getattr(cls, "incremental", None) else "fit"
         missing = [m for m in (learn, *ESTIMATOR_METHODS) if not callable(getattr(cls, m, None))]
         if not hasattr(cls, "incremental") or missing:
-            raise ValueError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
+            raise UserTypeError(f"baseline {name!r} lacks {', '.join(missing) or 'incremental'}")
         declared_params(cls)  # each names a keyword of __init__ whose default keeps its rule
         what = (cls.__doc__ or "").strip().partition("\n")[0]
         BASELINES.add(name, cls, what, getattr(cls, "reference", False), cls.__module__, aliases)
@@ -282,22 +287,26 @@ class Param:
                 "an object with holds(value) whose str says what is valid)"
             )
 
-    def check(self, value: Any, spelled: str, text: bool = False, error: type[Exception] = UserError) -> Any:
+    def check(
+        self, value: Any, spelled: str, text: bool = False, error: type[Exception] | None = None
+    ) -> Any:
         """`value` of this parameter's kind and within its rule, else one line naming it as `spelled`
-        (--ranpac-projection-dim, baselines.ranpac_projection_dim, ...) and saying what is valid;
+        (--ranpac-projection-dim, baselines.ranpac_projection_dim, ...) and saying what is valid, as
+        `error` (default: a `UserTypeError` for the kind, a `UserValueError` for the rule);
         `text`: the value is the command line's text, converted first."""
+        wrong_kind, out_of_rule = (error, error) if error is not None else (UserTypeError, UserValueError)
         if text and isinstance(value, str) and self.kind is not str:
             try:
                 value = (
                     {"true": True, "false": False}[value.lower()] if self.kind is bool else self.kind(value)
                 )
             except (KeyError, ValueError):
-                raise error(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}") from None
+                raise wrong_kind(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}") from None
         allowed = (int, float) if self.kind is float else self.kind
         if (isinstance(value, bool) and self.kind is not bool) or not isinstance(value, allowed):
-            raise error(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}")
+            raise wrong_kind(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}")
         if self.valid is not None and not self.valid.holds(value):
-            raise error(f"{spelled} must be {self.valid}, got {value!r}")
+            raise out_of_rule(f"{spelled} must be {self.valid}, got {value!r}")
         return value
 
 
@@ -364,10 +373,6 @@ def key_of(method: str, param: Param) -> str:
     return f"{method}_{param.name}"
 
 
-def as_flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
 def label(method: str) -> str:
     """A baseline's name in tables: its class's `label` ("RanPAC"), else its registered name."""
     return str(getattr(BASELINES[method], "label", method))
@@ -394,11 +399,13 @@ def given_params(
     found = {}
     for key, value in given.items():
         if key in known and known[key].seed and not seeds:
-            raise UserError(f"{spell(key)} is not set here: each cell's seed is one of the suite's `seeds`")
+            raise UserValueError(
+                f"{spell(key)} is not set here: each cell's seed is one of the suite's `seeds`"
+            )
         if key not in known:
             offered = [spell(key_of(m, p)) for m in methods for p in params_of(m) if seeds or not p.seed]
             hint = did_you_mean(spell(key), offered) if offered else ""
-            raise UserError(
+            raise UserTypeError(
                 f"unknown {spell(key)}{hint}: the baselines' own parameters are "
                 f"{', '.join(offered) if offered else 'none (' + ', '.join(methods) + ' declare none)'}"
             )

@@ -40,6 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from featcache.foundation.arguments import check_types
+from featcache.foundation.errors import UserValueError
+from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
 
 Curve = list[float]
@@ -133,14 +136,19 @@ def register_metric(
     0.7
     >>> del METRICS["doc_worst_task"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_metric", register_metric, locals())
     if interval not in (None, *INTERVALS):
-        raise ValueError(
-            f"register_metric: interval {interval!r} is not one of None, {', '.join(map(repr, INTERVALS))}"
+        raise UserValueError(
+            f"register_metric: interval {interval!r}{did_you_mean(interval, INTERVALS)} is not one of None, "
+            f"{', '.join(map(repr, INTERVALS))}"
         )
     if better not in BETTER:
-        raise ValueError(f"register_metric: better {better!r} is not one of {', '.join(map(repr, BETTER))}")
+        raise UserValueError(
+            f"register_metric: better {better!r}{did_you_mean(better, BETTER)} is not one of "
+            f"{', '.join(map(repr, BETTER))}"
+        )
     if not low < high:
-        raise ValueError(f"register_metric: low {low!r} must be below high {high!r}")
+        raise UserValueError(f"register_metric: low {low!r} must be below high {high!r}")
 
     def decorate(fn: Callable[[Curve, Matrix], float]) -> Callable[[Curve, Matrix], float]:
         if name in CURVES or name in BUILT_IN:

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from featcache.foundation.dataset_names import DATASETS, Split
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
+from featcache.foundation.names import Spell, as_flag
 
 DEFAULT_ORDER_SEED = 1993
 MAX_DEFAULT_TASKS = 10  # a dataset without a paper split: at most this many equal tasks by default
@@ -101,17 +102,10 @@ class StreamConfig:
     increment: int
     order_seed: int = DEFAULT_ORDER_SEED
 
-    def validate(self) -> None:
-        """One line naming the first value of the wrong type or out of range."""
-        for name in ("init_cls", "increment", "order_seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise UserError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
-        for name in ("init_cls", "increment"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0 <= self.order_seed < 2**32:
-            raise UserError(f"--order-seed must be in [0, 2**32), got {self.order_seed}")
+    def validate(self, spell: Spell = as_flag) -> None:
+        """One line naming the first value of the wrong type or out of range, as `spell` names it
+        (the command line's flag, Python's keyword)."""
+        check_split_values(self.init_cls, self.increment, self.order_seed, spell)
 
     def task_stream(self, num_classes: int) -> TaskStream:
         """The tasks this split makes of num_classes classes (a clear error if it does not split).
@@ -126,7 +120,7 @@ def declared_split(dataset: str) -> Split | None:
     return DATASETS[dataset].split if dataset in DATASETS else None
 
 
-def default_stream(dataset: str, num_classes: int) -> StreamConfig:
+def default_stream(dataset: str, num_classes: int, spell: Spell = as_flag) -> StreamConfig:
     """The split a command uses when --init-cls/--increment are not given: the split the dataset's
     registration declares (`declared_split`), else `generic_increment`'s (refused in one line when
     there is none)."""
@@ -137,7 +131,7 @@ def default_stream(dataset: str, num_classes: int) -> StreamConfig:
     if increment is None:
         raise UserError(
             f"{num_classes} classes do not split into 2 or more equal tasks of 2 or more classes, and "
-            f"dataset {dataset!r} has no paper split: pass --init-cls and --increment"
+            f"dataset {dataset!r} has no paper split: pass {spell('init_cls')} and {spell('increment')}"
         )
     return StreamConfig(increment, increment)
 
@@ -160,10 +154,32 @@ def stream_config(
     init_cls: int | None,
     increment: int | None,
     order_seed: int = DEFAULT_ORDER_SEED,
+    spell: Spell = as_flag,
 ) -> StreamConfig:
     """The class split a command asks for: the flags where given, else the dataset's default split
-    (`default_stream`); refused in one line when it does not fit the store's classes."""
-    return task_split(dataset, num_classes, init_cls, increment, order_seed)[0]
+    (`default_stream`); refused in one line when it does not fit the store's classes (naming the
+    values as `spell` does)."""
+    return task_split(dataset, num_classes, init_cls, increment, order_seed, spell)[0]
+
+
+def check_split_values(
+    init_cls: int | None = None,
+    increment: int | None = None,
+    order_seed: int | None = None,
+    spell: Spell = as_flag,
+) -> None:
+    """A split's values (None: not given), each an integer in range, else one line naming the
+    first that is not as `spell` names it: of the wrong type a `UserTypeError`, out of range a
+    `UserValueError`."""
+    given = {"init_cls": init_cls, "increment": increment, "order_seed": order_seed}
+    for name, value in given.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UserTypeError(f"{spell(name)} must be an integer, got {value!r}")
+    for name in ("init_cls", "increment"):
+        if given[name] is not None and given[name] < 1:
+            raise UserValueError(f"{spell(name)} must be at least 1, got {given[name]}")
+    if order_seed is not None and not 0 <= order_seed < 2**32:
+        raise UserValueError(f"{spell('order_seed')} must be in [0, 2**32), got {order_seed}")
 
 
 def task_split(
@@ -172,24 +188,23 @@ def task_split(
     init_cls: int | None,
     increment: int | None,
     order_seed: int = DEFAULT_ORDER_SEED,
+    spell: Spell = as_flag,
 ) -> tuple[StreamConfig, TaskStream]:
     """`stream_config`'s split and the task stream it makes of the store's classes, built once: the
-    build is what refuses a split that does not divide them."""
-    for flag, value in (("--init-cls", init_cls), ("--increment", increment)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
+    build is what refuses a split that does not divide them. Values named by `spell` in a refusal."""
+    check_split_values(init_cls, increment, order_seed, spell)
     if init_cls is not None and init_cls > num_classes:
-        raise UserError(f"--init-cls {init_cls} is more than the store's {num_classes} classes")
+        raise UserValueError(f"{spell('init_cls')} {init_cls} is more than the store's {num_classes} classes")
     if init_cls is not None and increment is not None:
         base = StreamConfig(init_cls, increment)
     else:
-        base = default_stream(dataset, num_classes)
+        base = default_stream(dataset, num_classes, spell)
     chosen = StreamConfig(
         init_cls if init_cls is not None else base.init_cls,
         increment if increment is not None else base.increment,
         order_seed,
     )
-    chosen.validate()
+    chosen.validate(spell)
     return chosen, chosen.task_stream(
         num_classes
     )  # the build refuses a split that does not divide the classes
@@ -232,16 +247,20 @@ class ValidationConfig:
     def enabled(self) -> bool:
         return self.fraction > 0
 
-    def validate(self) -> None:
-        """One line naming the first value of the wrong type or out of range."""
+    def validate(self, spell: Spell = as_flag) -> None:
+        """One line naming the first value of the wrong type or out of range, as `spell` names it
+        (the command line's flag, Python's keyword)."""
         if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)):
-            raise UserError(f"--val-fraction must be a number, got {self.fraction!r}")
+            raise UserTypeError(f"{spell('val_fraction')} must be a number, got {self.fraction!r}")
         if not (math.isfinite(self.fraction) and 0 <= self.fraction <= MAX_VAL_FRACTION):
-            raise UserError(
-                f"--val-fraction must be in [0, {MAX_VAL_FRACTION}] (0: no validation split), got {self.fraction!r}"
+            raise UserValueError(
+                f"{spell('val_fraction')} must be in [0, {MAX_VAL_FRACTION}] (0: no validation split), "
+                f"got {self.fraction!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise UserError(f"--val-seed must be an integer in [0, 2**32), got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise UserTypeError(f"{spell('val_seed')} must be an integer in [0, 2**32), got {self.seed!r}")
+        if not 0 <= self.seed < 2**32:
+            raise UserValueError(f"{spell('val_seed')} must be an integer in [0, 2**32), got {self.seed!r}")
 
     def carve(self, labels: np.ndarray, class_names: list[str] | None = None) -> np.ndarray:
         """The held-out train rows (sorted store rows): per class (by its store label, so the carve

@@ -7,12 +7,11 @@ The training itself is `tosca_heads.engine` (G >= 1 recipes at once).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
+from featcache.foundation.errors import UserTypeError, UserValueError
+from featcache.foundation.names import Spell, as_flag, did_you_mean
 
 FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
 MAX_EPOCHS = 10_000
@@ -68,30 +67,32 @@ class TrainConfig:
         default = max(1, dim // 16)
         return TrainConfig(**{**asdict(self), "r": self.r or default, "s": self.s or default})
 
-    def validate(self, spelled: Callable[[str], str] | None = None) -> None:
-        """One line naming every value out of range (or of the wrong type, from a file), each by its
-        flag (`spelled(field)`: `--r`, or a sweep's `--seeds`), and only those: nothing else is
-        named."""
-        faults = self.faults(spelled)
+    def validate(self, spell: Spell = as_flag) -> None:
+        """One line naming every value out of range (a `UserValueError`) or of the wrong type (a
+        `UserTypeError`, from a file or from Python), each by `spell` (the command line's flag, a
+        sweep's `--seeds`, or Python's keyword), and only those: nothing else is named."""
+        faults = self.faults(spell)
         if faults:
-            raise UserError("; ".join(faults))
+            wrong_type = any(wrong_type(f.name, getattr(self, f.name)) for f in fields(self))
+            raise (UserTypeError if wrong_type else UserValueError)("; ".join(faults))
 
-    def faults(self, spelled: Callable[[str], str] | None = None) -> list[str]:
+    def faults(self, spell: Spell = as_flag) -> list[str]:
         """What is wrong with each value on its own, one phrase each ("--r must be at least 1, got
         0"), in the order of the fields; empty when nothing is."""
-        spelled = spelled or flag_option
         found = []
         for field in fields(self):
-            value = getattr(self, field.name)
-            fault = value_fault(field.name, value, spelled(field.name))
+            fault = value_fault(field.name, getattr(self, field.name), spell(field.name))
             if fault:
                 found.append(fault)
         return found
 
 
-def flag_option(name: str) -> str:
-    """A recipe field's flag: `batch_size` -> `--batch-size`."""
-    return "--" + name.replace("_", "-")
+def wrong_type(name: str, value: Any) -> bool:
+    """A recipe value of another type than its field's (None for r and s: d/16)."""
+    if value is None and name in ("r", "s"):
+        return False
+    kind = FIELD_TYPES[name]
+    return isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else kind)
 
 
 def value_fault(name: str, value: Any, flag: str) -> str:
@@ -99,10 +100,8 @@ def value_fault(name: str, value: Any, flag: str) -> str:
     got 0"); "" when nothing is (None for r and s: d/16)."""
     if value is None and name in ("r", "s"):
         return ""
-    kind = FIELD_TYPES[name]
-    allowed = (int, float) if kind is float else kind
-    if isinstance(value, bool) or not isinstance(value, allowed):
-        said = {str: "a name", int: "an integer", float: "a number"}[kind]
+    if wrong_type(name, value):
+        said = {str: "a name", int: "an integer", float: "a number"}[FIELD_TYPES[name]]
         return f"{flag} must be {said}, got {value!r}"
     if name == "flow" and value not in FLOWS:
         return f"unknown {flag} {value!r}{did_you_mean(value, FLOWS)}: use one of {', '.join(FLOWS)}"
@@ -133,15 +132,24 @@ FIELD_TYPES: dict[str, type] = {flag.name: flag.kind for flag in RECIPE_FLAGS} |
 PRESETS: dict[str, TrainConfig] = {"paper": TrainConfig()}
 
 
-def recipe(preset: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """A preset with the flags that were given (None: not given) over it, checked."""
-    if preset not in PRESETS:
-        raise UserError(
-            f"unknown --preset {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"
+def recipe(preset: str, overrides: dict[str, Any] | None = None, spell: Spell = as_flag) -> TrainConfig:
+    """A preset with the flags that were given (None: not given) over it, checked; each value named
+    by `spell` in a refusal (the command line's flag, or Python's keyword). A key that is no recipe
+    flag is refused too (Python's face says first which of its own keywords was meant:
+    `featcache.foundation.names.check_keywords`)."""
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise UserValueError(
+            f"unknown {spell('preset')} {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"
         )
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key in given:
+        if key not in FIELD_TYPES:
+            raise UserTypeError(
+                f"unknown recipe flag {spell(str(key))}{did_you_mean(key, FIELD_TYPES)}: use any of "
+                f"{', '.join(spell(name) for name in FIELD_TYPES)}"
+            )
     config = replace(PRESETS[preset], **given)
-    config.validate()
+    config.validate(spell)
     return config
 
 

@@ -9,7 +9,7 @@ the registry's order (`ROUTERS`), which is also their order in tables and files.
 
 from __future__ import annotations
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserTypeError, UserValueError
 from featcache.foundation.lazy import lazy_names
 from tosca_heads.routers.learned import on_request  # registers fecam, klda, randumb after the others
 from tosca_heads.routers.routing_rules import (
@@ -32,17 +32,19 @@ __getattr__, _ = lazy_names(__name__, {"statistics": ("ClassStatistics", "Frozen
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show
 
 
-def resolve_routers(text: str | None) -> list[str]:
+def resolve_routers(text: str | None, flag: str = "--router") -> list[str]:
     """'lda,entropy' -> ['lda', 'entropy'] (None: every router but the on-request ones, which cost a
-    baseline's time; 'all': every router), unknown names refused."""
+    baseline's time; 'all': every router), unknown names refused, named `flag` (Python's: `router`)."""
     names_all = tuple(ROUTERS)
     if text is None:
         return [name for name in names_all if not ROUTERS[name].on_request]
+    if not isinstance(text, str):
+        raise UserTypeError(f"{flag} must be router names, comma-separated, got {text!r}")
     if text.strip() == "all":
         return list(names_all)
-    names = [ROUTERS.pick(n.strip()) for n in text.split(",") if n.strip()]
+    names = [ROUTERS.pick(n.strip(), flag) for n in text.split(",") if n.strip()]
     if not names:
-        raise UserError(f"--router {text!r} names no router: use any of {', '.join(names_all)}")
+        raise UserValueError(f"{flag} {text!r} names no router: use any of {', '.join(names_all)}")
     return list(dict.fromkeys(names))
 
 

@@ -17,7 +17,8 @@ import functools
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.arguments import check_types
+from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.registry import Registry, reference_words
 from tosca_heads.method.protocol import REFERENCE_BATCH
 
@@ -211,8 +212,9 @@ def register_router(cls: type[Router]) -> type[Router]:
     True
     >>> del ROUTERS["doc_last_module"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_router", register_router, {"cls": cls})  # a Router subclass
     if any("honest" in vars(c) for c in cls.__mro__ if c is not Router):  # it would hide `reference`
-        raise ValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
+        raise UserValueError(f"router {cls.name!r}: set `reference = True` (a reference) or nothing (honest)")
     ROUTERS.add(cls.name, cls(), cls.summary, cls.reference, cls.__module__, cls.aliases)
     return cls
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.arguments import check_types
+from featcache.foundation.errors import UserError, UserValueError
 from featcache.foundation.registry import Registry
 from featcache.foundation.text import printable
 
@@ -121,9 +122,10 @@ def register_logger(cls: type[Logger]) -> type[Logger]:
     True
     >>> del LOGGERS["doc_printed"]  # (a doctest leaves the registry as it found it)
     """
+    check_types("register_logger", register_logger, {"cls": cls})  # a Logger subclass
     for name in (cls.name, *cls.aliases):
-        if not name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise UserValueError(f"logger name {name!r} is empty or not letters, digits, _ and -")
     return LOGGERS.add(cls.name, cls, cls.summary, module=cls.__module__, aliases=cls.aliases)
 
 
@@ -135,17 +137,18 @@ class LogTarget:
     where: str | None = None
 
 
-def parse_targets(values: Sequence[str]) -> list[LogTarget]:
+def parse_targets(values: Sequence[str], flag: str = "--log") -> list[LogTarget]:
     """`--log` values (each NAME or NAME=WHERE; comma-separated names are split too) as targets,
-    in order, a target given twice once; an unknown name is one line listing the known ones."""
+    in order, a target given twice once; an unknown name is one line listing the known ones, naming
+    `flag` (Python's face: `log`)."""
     targets: list[LogTarget] = []
     for value in values:
         parts = [value] if "=" in value else [p for p in value.split(",")]
         for part in (p.strip() for p in parts):
             name, _, where = part.partition("=")
-            name = LOGGERS.pick(name.strip(), "--log")
+            name = LOGGERS.pick(name.strip(), flag)
             if "=" in part and not where.strip():
-                raise UserError(f"--log {part!r}: nothing after '='; give NAME or NAME=WHERE")
+                raise UserValueError(f"{flag} {part!r}: nothing after '='; give NAME or NAME=WHERE")
             target = LogTarget(name, where.strip() or None)
             if target not in targets:
                 targets.append(target)

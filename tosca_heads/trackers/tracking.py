@@ -308,10 +308,11 @@ def rows_file(rows: Sequence[dict[str, Any]], name: str) -> Iterator[Path]:
         yield path
 
 
-def open_tracking(values: Sequence[str], runs_root: Path = Path("runs")) -> Tracking:
+def open_tracking(values: Sequence[str], runs_root: Path = Path("runs"), flag: str = "--log") -> Tracking:
     """The loggers `--log` asks for, each configured now: a missing extra or a WHERE that cannot
-    serve is one line before anything runs, and nothing is written."""
-    return Tracking([open_logger(target, runs_root) for target in parse_targets(values)])
+    serve is one line before anything runs (naming `flag`: Python's face says `log`), and nothing
+    is written."""
+    return Tracking([open_logger(target, runs_root) for target in parse_targets(values, flag)])
 
 
 def end_failed(run: TrackedRun | TrackedGroup | None) -> None:

@@ -176,9 +176,9 @@ def test_the_python_api_checks_its_output_folders_as_the_command_line_does(
     from tosca_heads import stage2_api
 
     (tmp_path / "file").write_text("x")
-    with pytest.raises(UserError, match="--run /proc/run lies in /proc"):
+    with pytest.raises(UserError, match=r"^run /proc/run lies in /proc"):
         stage2_api.fit(store, run="/proc/run", init_cls=2, increment=2, device="cpu")
-    with pytest.raises(UserError, match=r"--keep-modules .* lies under .*file, which is a file"):
+    with pytest.raises(UserError, match=r"^keep_modules .* lies under .*file, which is a file"):
         stage2_api.sweep(
             store, {"r": [4]}, keep_modules=tmp_path / "file" / "km", init_cls=2, increment=2, device="cpu"
         )

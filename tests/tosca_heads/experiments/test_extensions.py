@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import tosca_heads
 from cli import app
-from featcache.foundation.errors import UserError
+from featcache.foundation.errors import UserError, UserValueError
 from featcache.store import FeatureStore
 from tosca_heads.experiments import cost_models as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
@@ -157,7 +157,9 @@ def test_a_bad_value_is_one_line(
     code, output = _baselines(store, tmp_path / "out", *given)
     assert code == 2 and output.strip().startswith(f"error: {said}"), output
     assert len(output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
-    with pytest.raises(UserError, match="--powered-means-k must be an odd number"):
+    with pytest.raises(
+        UserValueError, match=r"^powered_means_k must be an odd number"
+    ):  # in Python, its keyword
         tosca_heads.baselines(store, [powered], init_cls=2, increment=2, powered_means_k=4, with_tosca=False)
 
 

@@ -139,7 +139,7 @@ def test_a_plugin_runs_by_default_everywhere_or_nowhere_as_it_declares(
     assert default_baselines() == expected
     # the command line's request and the API's (`tosca_heads.baselines(store)`: methods=None)
     assert check_request(BaselinesRequest(store=tmp_path))[0] == expected
-    api = _request(BaselinesRequest, {"store": tmp_path, "methods": None, "with_tosca": False})
+    api = _request(BaselinesRequest, "baselines", {"store": tmp_path, "methods": None, "with_tosca": False})
     assert check_request(api)[0] == expected
     # a suite without `methods`: the same list (before issue 45: every registered baseline)
     spec = parse_suite({"stores": [{"name": "A", "path": "a.zarr"}]}, tmp_path)

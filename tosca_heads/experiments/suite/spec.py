@@ -40,7 +40,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
+from featcache.foundation.arguments import as_path, shown
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.files import read_toml
 from featcache.foundation.names import did_you_mean
 from featcache.foundation.registry import Registry
@@ -127,8 +128,9 @@ def load_suite(path: Path) -> SuiteSpec:
     >>> spec.seeds, spec.stores[0].path == TMP.resolve() / "store.zarr"
     ((0, 1), True)
     """
-    data = read_toml(Path(path), "suite file")  # bounded: never a fifo, nothing huge or nested too deep
-    return parse_suite(data, Path(path).resolve().parent, str(path))
+    path = as_path("load_suite", "path", path)
+    data = read_toml(path, "suite file")  # bounded: never a fifo, nothing huge or nested too deep
+    return parse_suite(data, path.resolve().parent, str(path))
 
 
 def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -> SuiteSpec:
@@ -141,8 +143,13 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     >>> parse_suite({"stores": [{"name": "A", "path": "a.zarr"}], "tosca": {"routers": ["psychic"]}}, TMP)
     Traceback (most recent call last):
     ...
-    featcache.foundation.errors.UserError: the suite: unknown tosca.routers entry 'psychic': use any of ...
+    featcache.foundation.errors.UserValueError: the suite: unknown tosca.routers entry 'psychic': use any of ...
     """
+    if not isinstance(data, Mapping):
+        raise UserTypeError(
+            f"parse_suite() keyword data must be a dict (a SUITE.toml's tables), got {shown(data)}"
+        )
+    base = as_path("parse_suite", "base", base)
     _keys(data, "", where)
     stores = data.get("stores")
     if not isinstance(stores, list) or not stores:
@@ -219,8 +226,9 @@ def _keys(block: Mapping[str, Any], section: str, where: str) -> None:
     unknown = sorted(set(block) - SECTIONS[section])
     if unknown:
         prefix = f"[{section}] " if section else ""
-        raise UserError(
-            f"{where}: unknown {prefix}key {unknown[0]!r}: use any of {', '.join(sorted(SECTIONS[section]))}"
+        known = sorted(SECTIONS[section])
+        raise UserValueError(
+            f"{where}: unknown {prefix}key {unknown[0]!r}{did_you_mean(unknown[0], known)}: use any of {', '.join(known)}"
         )
 
 
@@ -277,7 +285,7 @@ def _names(
         raise UserError(f"{where}: {what} must be a {'' if empty else 'non-empty '}list of names")
     for name in value:
         if name not in known:
-            raise UserError(
+            raise UserValueError(
                 f"{where}: unknown {what} entry {name!r}{did_you_mean(name, known)}: use any of {', '.join(known)}"
             )
     if isinstance(known, Registry):  # an alias stands for its name

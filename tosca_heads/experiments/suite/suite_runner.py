@@ -19,9 +19,11 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.errors import UserError
+from featcache.foundation.arguments import check_types
+from featcache.foundation.devices import check_device_name, resolve_device
+from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.foundation.limits import max_processes, require_at_most, usable_cores
+from featcache.foundation.names import Spell, as_flag, as_keyword
 from featcache.foundation.scheduler import check_scheduler, parse_scheduler
 from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
@@ -154,19 +156,45 @@ def run_suite(
     >>> result.missing, sorted(set(result.tables.table["method"]))[:2]
     ([], ['simplecil', 'tosca:batch'])
     """
+    check_types("run_suite", run_suite, {"out": out, "jobs": jobs, "scheduler": scheduler, "device": device})
+    arguments = (spec, out, jobs, scheduler, device, dry_run, extract, on_cell, runs_root, tables_only)
+    return _run_suite(*arguments, on_start, estimate_extraction, log, spell=as_keyword)
+
+
+def _run_suite(
+    spec: SuiteSpec | str | Path,
+    out: Path | None,
+    jobs: int | None,
+    scheduler: str | None,
+    device: str,
+    dry_run: bool,
+    extract: Extractor | None,
+    on_cell: CellCallback | None,
+    runs_root: Path,
+    tables_only: bool,
+    on_start: Callable[[dict[str, ProtocolReport]], None] | None,
+    estimate_extraction: ExtractionEstimator | None,
+    log: Sequence[str],
+    spell: Spell,
+) -> SuiteResult:
+    """`run_suite`, each of its values named in a refusal as `spell` does (the command line's flag
+    for `tosca suite`, the keyword for Python)."""
     start = time.perf_counter()
-    if isinstance(spec, (str, Path)):  # a SUITE.toml
+    if isinstance(spec, (str, os.PathLike)):  # a SUITE.toml
         spec = load_suite(Path(spec))
     if not isinstance(spec, SuiteSpec):
-        raise TypeError(f"run_suite needs a SuiteSpec or the path of a SUITE.toml, not {type(spec).__name__}")
+        raise UserTypeError(
+            f"run_suite() keyword spec must be a SuiteSpec or the path of a SUITE.toml, not {type(spec).__name__}"
+        )
     check_settings()
+    check_device_name(device, spell("device"))
     resolved = resolve_device(device)
     if jobs is None:  # as a sweep: every usable core on the CPU, one process per GPU
         jobs = 1 if resolved.type == "cuda" or scheduler else min(usable_cores(), max_processes())
     if jobs < 1:
-        raise UserError(f"--jobs must be at least 1, got {jobs}")
+        raise UserValueError(f"{spell('jobs')} must be at least 1, got {jobs}")
     require_at_most(
-        "--jobs", jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
+        spell("jobs"), jobs, max_processes(), "processes", "at most 4 per usable core, and 64 anywhere"
     )
     if scheduler is not None:  # a running scheduler answers now, before the suite's folder is made
         check_scheduler(parse_scheduler(scheduler))
@@ -189,7 +217,7 @@ def run_suite(
         return result
     claim.check(out, SUITE_FOLDER)
     check_manifest(out)  # a manifest written before the first release: one line, before any store opens
-    tracking = open_tracking(log, runs_root) if not tables_only else Tracking()
+    tracking = open_tracking(log, runs_root, spell("log")) if not tables_only else Tracking()
     stores = open_stores(spec, extract)
     check_room(spec, stores, resolved)
     with claim.claim_folder(out, SUITE_FOLDER):
@@ -553,7 +581,7 @@ def suite(
     estimate_extraction: ExtractionEstimator | None = None,
 ) -> SuiteResult:
     """`tosca suite`."""
-    return run_suite(
+    return _run_suite(
         spec_of(request),
         request.out,
         request.jobs,
@@ -567,4 +595,5 @@ def suite(
         on_start,
         estimate_extraction,
         request.log,
+        spell=as_flag,
     )
