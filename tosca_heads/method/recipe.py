@@ -73,8 +73,8 @@ class TrainConfig:
         sweep's `--seeds`, or Python's keyword), and only those: nothing else is named."""
         faults = self.faults(spell)
         if faults:
-            wrong_type = any(wrong_type(f.name, getattr(self, f.name)) for f in fields(self))
-            raise (UserTypeError if wrong_type else UserValueError)("; ".join(faults))
+            typed = any(wrong_type(f.name, getattr(self, f.name)) for f in fields(self))
+            raise (UserTypeError if typed else UserValueError)("; ".join(faults))
 
     def faults(self, spell: Spell = as_flag) -> list[str]:
         """What is wrong with each value on its own, one phrase each ("--r must be at least 1, got
