@@ -181,8 +181,8 @@ def table(
         shown = Table(title=Text(named) if named else None)
         for i in group:
             shown.add_column(columns[i], justify="left" if columns[i] in left else "right", overflow="fold")
-        for row in texts:
-            shown.add_row(*(row[i] for i in group))
+        for row in texts:  # a short row (an unreadable store: its name and why) leaves the rest blank
+            shown.add_row(*(row[i] for i in group if i < len(row)))
         out.print(shown, width=limit, soft_wrap=limit is None)  # fitted: its title wrapped too
 
 
