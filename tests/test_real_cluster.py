@@ -59,6 +59,7 @@ def test_a_sweep_on_a_real_cluster_with_a_worker_killed_equals_a_local_one(
     args += ["--batch-size", "8", "--init-cls", "2", "--increment", "2", "--device", "cpu", "--group", "1"]
     hit = RUNNER.invoke(app, [*args, "--scheduler", cluster.address, "--out", str(tmp_path / "hit")])
     assert hit.exit_code == 0, hit.output
+    assert "note: lost the Dask worker tcp://" in hit.output  # said, not silent (issue 49, point 4)
     assert markers["TOSCA_TEST_KILL_WORK_MARKER"].read_text().split()[1:] == [
         "tosca",
         "1",

@@ -42,7 +42,13 @@ from typing import Any
 from featcache.foundation.errors import UserError
 from featcache.foundation.files import read_json
 from featcache.foundation.limits import max_processes, require_at_most
-from featcache.foundation.scheduler_link import START_ONE, check_answers, connect_seconds, said_when_lost
+from featcache.foundation.scheduler_link import (
+    START_ONE,
+    check_answers,
+    connect_seconds,
+    said_when_lost,
+    said_when_workers_lost,
+)
 from featcache.foundation.text import reason
 
 SCHEDULER_FORMS = (
@@ -179,6 +185,7 @@ def dask_client(
             hosted_cluster(choice.kind, choice.workers, cluster_options) as address,
             Client(address, timeout=seconds) as client,
             said_when_lost(client, label, ""),
+            said_when_workers_lost(client, label),
         ):
             ship_registrations(client)
             yield client
@@ -193,6 +200,7 @@ def dask_client(
         said_when_lost(
             client, label, f", once a scheduler answers at {address} (or with another --scheduler)"
         ),
+        said_when_workers_lost(client, label),
     ):
         ship_registrations(client)
         yield client

@@ -13,9 +13,12 @@ surfaces as whatever Dask call ran into it (`FutureCancelledError`, `CommClosedE
   closes the client without Dask's own log of the failed reconnection; `lost_scheduler(exc,
   client)` tells that loss from a task's own error (the extraction's retry of lost scatters asks).
 
-A worker lost mid-run is not said: Dask runs its units again on the others. (Subscribing to the
-scheduler's `all` event topic to say it breaks the client's connection in distributed 2026.8:
-some event on it carries a WorkerState the scheduler cannot serialize.)
+- `said_when_workers_lost(client, label)`: a worker lost mid-run is one line as it is noticed
+  (its address, how many are left, that Dask runs its units again on the others and what was
+  finished is kept): the client asks the scheduler for its workers every `WATCH_SECONDS` on a
+  thread of its own. (Subscribing to the scheduler's `all` event topic instead breaks the client's
+  connection in distributed 2026.8: some event on it carries a WorkerState the scheduler cannot
+  serialize; a scheduler plugin would need tosca installed where the scheduler runs.)
 
 The bound is `TOSCA_SCHEDULER_TIMEOUT` seconds (`connect_seconds`), 30 by default.
 """
@@ -34,9 +37,11 @@ from typing import Any
 
 from featcache.foundation.errors import UserError
 from featcache.foundation.settings import setting
+from featcache.foundation.text import tell
 
 CONNECT_SECONDS = 30.0  # the default bound on reaching a scheduler (TOSCA_SCHEDULER_TIMEOUT)
 LOST = "scheduler-connection-lost"  # the reason Dask cancels every future with when its scheduler goes
+WATCH_SECONDS = 2.0  # how often a running block asks the scheduler which workers it has
 START_ONE = "start one with `dask scheduler`, or use --scheduler local:N"
 
 
@@ -140,6 +145,64 @@ def said_when_lost(client: Any, label: str, resume: str) -> Iterator[None]:
             f"lost {label} mid-run (its connection closed): what was finished is kept; "
             f"run the same command again to resume{resume}"
         ) from None
+
+
+@contextlib.contextmanager
+def said_when_workers_lost(client: Any, label: str, every: float = WATCH_SECONDS) -> Iterator[None]:
+    """Within the block, each worker of `client`'s scheduler that goes away is said in one line
+    (`text.tell`), within about `every` seconds and at the latest when the block ends: Dask runs
+    the units it held again on the other workers, so the results are whole, but the time lost
+    should not be a mystery. A worker that joins (a nanny's restart) is not said; the watch ends
+    with the block, before the workers of a local cluster are closed, and says nothing once the
+    scheduler cannot be asked (its loss is `said_when_lost`'s line)."""
+    watch = _WorkerWatch(client, label)
+    stop = threading.Event()
+
+    def keep_watching() -> None:
+        while not stop.wait(every) and watch.check():
+            pass
+
+    thread = threading.Thread(target=keep_watching, name="tosca-worker-watch", daemon=True)
+    thread.start()
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        stop.set()
+        thread.join(timeout=every + 30)
+        if finished:
+            watch.check()  # a loss the last interval had not seen yet
+
+
+class _WorkerWatch:
+    """The workers a scheduler had when last asked; `check` says those gone since."""
+
+    def __init__(self, client: Any, label: str) -> None:
+        self.client, self.label = client, label
+        self.lock = threading.Lock()
+        self.seen = self._workers() or set()
+
+    def _workers(self) -> set[str] | None:
+        try:
+            return set(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+        except Exception:  # the scheduler went, or the client closed: not this watch's to say
+            return None
+
+    def check(self) -> bool:
+        """Say each worker lost since the last ask; False once the scheduler cannot be asked."""
+        with self.lock:
+            now = self._workers()
+            if now is None:
+                return False
+            for address in sorted(self.seen - now):
+                tell(
+                    f"lost the Dask worker {address} of {self.label} ({len(now)} left): Dask runs the "
+                    "units it held again on the others; what was finished is kept",
+                    "note",
+                )
+            self.seen = now
+            return True
 
 
 @contextlib.contextmanager

@@ -269,3 +269,62 @@ def test_a_scheduler_killed_mid_extraction_is_one_line_and_the_same_command_resu
     np.testing.assert_array_equal(
         np.asarray(hit.group["train/views"][:]), np.asarray(calm.group["train/views"][:])
     )
+
+
+class _Workers:
+    """A client whose scheduler answers each call with the next set of workers, the last one for
+    good; `drained` is set once the last was asked for (the watch has said what came before it)."""
+
+    def __init__(self, *states: set[str]) -> None:
+        self.states = [dict.fromkeys(s) for s in states]
+        self.drained = threading.Event()
+
+    def scheduler_info(self, n_workers: int = -1) -> dict[str, dict[str, None]]:
+        if len(self.states) == 1:
+            self.drained.set()
+            return {"workers": self.states[0]}
+        return {"workers": self.states.pop(0)}
+
+
+def test_a_worker_lost_mid_run_is_one_line_and_one_that_joins_is_not_said() -> None:
+    """Issue 49, point 4: Dask reruns a lost worker's units silently; the watch says each loss once
+    (its address, how many are left), never a worker that joins (a nanny's restart)."""
+    from featcache.foundation.scheduler_link import said_when_workers_lost
+    from featcache.foundation.text import telling
+
+    said: list[tuple[str, str]] = []
+    client = _Workers({"tcp://a:1", "tcp://b:2"}, {"tcp://a:1", "tcp://b:2"}, {"tcp://b:2", "tcp://c:3"})
+    place = "the Dask scheduler at tcp://s:8786"
+    with (
+        telling(lambda line, label: said.append((label, line))),
+        said_when_workers_lost(client, place, every=0.001),
+    ):
+        assert client.drained.wait(10)
+    assert said == [
+        (
+            "note",
+            "lost the Dask worker tcp://a:1 of the Dask scheduler at tcp://s:8786 (2 left): Dask runs "
+            "the units it held again on the others; what was finished is kept",
+        )
+    ]
+
+
+def test_a_scheduler_that_cannot_be_asked_ends_the_watch_without_a_word() -> None:
+    from featcache.foundation.scheduler_link import said_when_workers_lost
+    from featcache.foundation.text import telling
+
+    class Gone:
+        asked = threading.Event()
+        calls = 0
+
+        def scheduler_info(self, n_workers: int = -1) -> dict[str, dict[str, None]]:
+            self.calls += 1
+            if self.calls == 2:  # the watch's own ask, after the block's first
+                self.asked.set()
+            raise OSError("connection closed")
+
+    said: list[str] = []
+    gone = Gone()
+    with telling(lambda line, label: said.append(line)), said_when_workers_lost(gone, "x", every=0.001):
+        assert gone.asked.wait(10)
+    assert said == []
