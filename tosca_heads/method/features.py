@@ -64,15 +64,23 @@ class CachedFeatures:
         return self._arrays[key]
 
     def _load_split(self, split: str) -> None:
-        """A whole split (its views too) as float32 on the device, filled one checked chunk at a time
-        (never the split whole in the store's dtype beside it)."""
-        n, dim = self.store.layout(split).n, self.store.dim
+        """A whole split (its views too) as float32 on the device, filled one checked chunk at a time:
+        never the split whole in the store's dtype beside it, nor on the host for a GPU."""
+        n, dim, host = self.store.layout(split).n, self.store.dim, self.device.type == "cpu"
         keys = [-1] + (list(range(self.views)) if split == "train" else [])
-        arrays = {k: torch.empty(n, dim, dtype=torch.float32, device=self.device) for k in keys}
+        arrays = {
+            k: torch.from_numpy(np.empty((n, dim), dtype=np.float32))
+            if host
+            else torch.empty(n, dim, dtype=torch.float32, device=self.device)
+            for k in keys
+        }
         for rows, features, views in checked_chunks(self.store, split):
-            arrays[-1][rows] = torch.from_numpy(features.astype(np.float32)).to(self.device)
-            for k in keys[1:]:
-                arrays[k][rows] = torch.from_numpy(views[k].astype(np.float32)).to(self.device)
+            for k in keys:
+                block = features if k < 0 else views[k]
+                if host:  # cast to float32 as it is copied
+                    arrays[k].numpy()[rows] = block
+                else:
+                    arrays[k][rows] = torch.from_numpy(block.astype(np.float32)).to(self.device)
         for k, array in arrays.items():
             self._arrays[(split, k)] = array
 
