@@ -130,14 +130,6 @@ def require_room(
         f"training {len(configs)} configuration(s) of r up to {max(c.r for c in configs)}, "
         f"s up to {max(c.s for c in configs)}, batch up to {max(c.batch_size for c in configs)}"
     )
-    if not whole and memory.need(False) > budget:
-        views = f" and their {shape.views} views" if shape.views else ""
-        raise UserError(
-            f"one task of this fit needs {human_bytes(memory.need(False))} of memory (its {task_rows:,} "
-            f"training rows{views}, the {shape.test + held_rows:,} rows evaluated, the engine), over the "
-            f"memory budget of {human_bytes(budget)}: lower --increment (fewer classes, so fewer rows, "
-            "per task) or raise --memory-budget (TOSCA_MEMORY_BUDGET)"
-        )
     hint = "lower --r, --s or --batch-size"
     if free is not None:
         if memory.need(whole) > free:
@@ -147,6 +139,19 @@ def require_room(
             )
     else:
         require_memory(what, memory.need(whole), hint if not whole else f"{hint}, or --memory-budget")
+    if not whole and memory.need(False) > budget:
+        views = f" and their {shape.views} views" if shape.views else ""
+        lower = (  # what most of it is
+            "--increment (fewer classes, so fewer rows, per task)"
+            if memory.task >= memory.engine + memory.evaluation
+            else "--r, --s or --batch-size"
+        )
+        raise UserError(
+            f"one task of this fit needs {human_bytes(memory.need(False))} of memory (its {task_rows:,} "
+            f"training rows{views}, the {shape.test + held_rows:,} rows evaluated, the engine), over the "
+            f"memory budget of {human_bytes(budget)}: lower {lower} or raise --memory-budget "
+            "(TOSCA_MEMORY_BUDGET)"
+        )
     return Room(whole, memory, budget)
 
 

@@ -82,7 +82,7 @@ def test_a_store_over_the_budget_trains_task_by_task_to_the_same_bits(
 def test_a_task_over_the_budget_is_refused_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = synthetic_store(tmp_path / "s.zarr", classes=4, dim=256, views=2)
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=1000, dim=256, views=2)
 
     def no_read(*args: object) -> None:
         raise AssertionError("a chunk was read before the refusal")
@@ -96,7 +96,7 @@ def test_a_task_over_the_budget_is_refused_before_any_work(
     line = refusal(
         result.exit_code, lines, "one task of this fit needs", "over the memory budget of 976.6 KiB"
     )
-    assert "its 40 training rows and their 2 views" in line
+    assert "its 2,000 training rows and their 2 views" in line
     assert "lower --increment" in line and "raise --memory-budget (TOSCA_MEMORY_BUDGET)" in line
     assert not run.exists()
 
@@ -113,6 +113,11 @@ def test_require_room_holds_whole_only_what_fits_the_budget(tmp_path: Path) -> N
     with pytest.raises(UserError, match="one task of this fit needs") as refused:
         require_room(store.shape, train, 3, cpu, 240, budget=memory.need(False) - 1)
     assert "\n" not in str(refused.value)
+    # a task refused for what the recipe holds (a wide bottleneck), not for its rows: the line says so
+    wide = [TrainConfig(epochs=3, batch_size=16, r=2048, s=4).resolved(256)]
+    big = run_memory(store.shape, wide, 3, cpu, 240)
+    with pytest.raises(UserError, match="lower --r, --s or --batch-size or raise --memory-budget"):
+        require_room(store.shape, wide, 3, cpu, 240, budget=big.need(False) - 1)
     # a source already holding the store whole is planned as it holds it: no refusal for one task
     assert require_room(store.shape, train, 3, cpu, 240, whole=True, budget=memory.need(False) - 1).whole
 
