@@ -87,6 +87,7 @@ def test_a_task_over_the_budget_is_refused_before_any_work(
     def no_read(*args: object) -> None:
         raise AssertionError("a chunk was read before the refusal")
 
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # the flag sets it for the command: unset after the test
     monkeypatch.setattr(features, "checked_chunks", no_read)
     monkeypatch.setattr(features, "verify_streaming", no_read)
     run = tmp_path / "run"
@@ -153,7 +154,7 @@ def test_the_budget_is_a_setting_checked_like_a_flag(monkeypatch: pytest.MonkeyP
         ) as refused:
             memory_budget()
         assert "\n" not in str(refused.value) and "(--memory-budget)" in str(refused.value)
-    monkeypatch.delenv("TOSCA_MEMORY_BUDGET")
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # unset, and unset again after the test (the flag sets it)
     code, lines = invoke("--memory-budget", "lots", "cache", "ls", "--cache-dir", ".")
     refusal(code, lines, "TOSCA_MEMORY_BUDGET='lots' (--memory-budget) is not an amount of memory")
     code, _ = invoke("--memory-budget", "2GiB", "cache", "ls", "--cache-dir", ".")
