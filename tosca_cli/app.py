@@ -97,18 +97,28 @@ def plugins(
     every: float | None = typer.Option(
         None, "--progress-every", help="Seconds between two progress lines (sets TOSCA_PROGRESS_EVERY)."
     ),
+    budget: str | None = typer.Option(
+        None,
+        "--memory-budget",
+        help="Memory a fit may hold, e.g. 8GiB (default: half the available memory); a store over it "
+        "is read task by task (sets TOSCA_MEMORY_BUDGET).",
+    ),
 ) -> None:
     """Before any command runs: the working folder exists, every setting is checked (one line for a bad one), the processes a
     command starts leave the working folder off their import path, and plug-ins ($TOSCA_PLUGINS,
-    entry points `tosca.plugins`) register. --progress and --progress-every set their settings
-    (checked as settings are) for this command and the processes it starts."""
+    entry points `tosca.plugins`) register. --progress, --progress-every and --memory-budget set
+    their settings (checked as settings are) for this command and the processes it starts."""
     import logging
     import os
 
     from featcache.foundation.folders import require_working_folder
 
     require_working_folder()  # first: a deleted one otherwise ends in an MKL fatal error
-    for name, value in (("TOSCA_PROGRESS", shown), ("TOSCA_PROGRESS_EVERY", every)):
+    for name, value in (
+        ("TOSCA_PROGRESS", shown),
+        ("TOSCA_PROGRESS_EVERY", every),
+        ("TOSCA_MEMORY_BUDGET", budget),
+    ):
         if value is not None:
             os.environ[name] = str(value)
 

@@ -4,6 +4,7 @@ or a traceback asking for terabytes.
 
 The limits are what this machine has now (available memory, free disk), read once per check;
 `TOSCA_MEMORY_LIMIT` (bytes) caps the memory figure for tests and shared machines.
+`TOSCA_MEMORY_BUDGET` (`memory_budget`) is what one fit may hold: a store larger is read task by task.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def available_memory() -> int:
     if cap is not None:
         found = min(found, int(cap))
     return found
+
+
+BUDGET_SHARE = 0.5  # of the available memory: the default memory budget of a fit
+
+
+def memory_budget() -> int:
+    """Bytes a fit may hold (its features, the engine, evaluation): TOSCA_MEMORY_BUDGET (set by
+    `tosca --memory-budget`) when given, else half the memory available now. A store whose
+    features fit within it with the rest is held whole; a larger one is read task by task."""
+    from featcache.foundation.settings import parse_bytes, setting
+
+    given = setting("TOSCA_MEMORY_BUDGET")
+    if given is not None:
+        return int(parse_bytes(given) or 0)
+    return int(available_memory() * BUDGET_SHARE)
 
 
 def usable_cores() -> int:

@@ -53,6 +53,35 @@ def _bytes(value: str) -> str | None:
     return None
 
 
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS |= {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]*)$")
+
+
+def parse_bytes(value: str) -> int | None:
+    """A number of bytes as a person writes it: 3000000000, 3GB, 2.5GiB, 512 MiB (None when it is
+    none of those)."""
+    found = _AMOUNT.match(value.strip())
+    if not found or found.group(2) not in _UNITS:
+        return None
+    return int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
+def _budget(value: str) -> str | None:
+    amount = parse_bytes(value)
+    if amount is None:
+        return (
+            f"TOSCA_MEMORY_BUDGET={value[:40]!r} (--memory-budget) is not an amount of memory: give bytes (3000000000) or "
+            "a number with a unit (3GB, 2.5GiB, 512MiB)"
+        )
+    if amount < MIN_MEMORY_LIMIT:
+        return (
+            f"TOSCA_MEMORY_BUDGET={value[:40]} (--memory-budget) is under {MIN_MEMORY_LIMIT:,} bytes, "
+            "less than any fit can hold"
+        )
+    return None
+
+
 def _modules(value: str) -> str | None:
     bad = [name.strip() for name in value.split(",") if name.strip() and not _MODULE.match(name.strip())]
     if bad:
@@ -139,6 +168,12 @@ SETTINGS: dict[str, Setting] = {
             "TOSCA_SCHEDULER_TIMEOUT",
             "seconds a command waits for a --scheduler address to answer as a Dask scheduler (default 30)",
             _timeout,
+        ),
+        Setting(
+            "TOSCA_MEMORY_BUDGET",
+            "the memory a fit may hold features in (default: half the available memory): a store "
+            "over it is read task by task",
+            _budget,
         ),
         Setting("TOSCA_PLUGINS", "modules to import before a command runs, comma-separated", _modules),
         Setting("TOSCA_KERNEL_CACHE", "where the compiled step is built", _any),

@@ -34,6 +34,7 @@ __getattr__, __all__ = lazy_names(
             "StoreDamaged",
             "check_not_replaced",
             "check_readable",
+            "checked_chunks",
             "chunk_faults",
             "fix_store",
             "open_unchanged",

@@ -392,6 +392,11 @@ class StoreShape:
     views: int
     classes: int
 
+    @property
+    def float32_bytes(self) -> int:
+        """The features held whole as stage 2 holds them: float32, whatever the store's dtype."""
+        return (self.train * (1 + self.views) + self.test) * self.dim * 4
+
 
 def stored_chunk_size(requested: int, largest_split: int) -> int:
     """The arrays' chunk length: the requested size, never longer than the larger split."""

@@ -11,7 +11,7 @@ otherwise train a run on damaged data and report its accuracy with exit code 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,8 +226,10 @@ def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray 
     return features, views
 
 
-def verify_streaming(store: FeatureStore, split: str) -> None:
-    """`read_split`'s checks one chunk at a time (for stores too large to hold in memory)."""
+def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
+    """`read_split`'s checks one chunk at a time: (rows, features [n, D], views [V, n, D] or None) of
+    each chunk in order, as stored, after its checksum matched (memory of one chunk: what a store
+    too large to hold whole, or loaded into arrays of another dtype, is read through)."""
     layout = store.layout(split)
     chunks = list(range(layout.n_chunks))
     missing = missing_chunk_files(store, split, chunks)
@@ -244,6 +246,13 @@ def verify_streaming(store: FeatureStore, split: str) -> None:
             raise _refuse(store, str(fault)) from None
         if chunk_checksum(*blocks) != str(sums[chunk]):
             raise _refuse(store, str(ChunkFault(split, chunk, MISMATCH)))
+        yield sl, blocks[0], blocks[1] if len(blocks) > 1 else None
+
+
+def verify_streaming(store: FeatureStore, split: str) -> None:
+    """`read_split`'s checks one chunk at a time (for stores too large to hold in memory)."""
+    for _ in checked_chunks(store, split):
+        pass
 
 
 def check_not_replaced(path: Path | str, recorded: str, while_: str) -> None:

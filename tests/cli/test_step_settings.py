@@ -92,6 +92,7 @@ BAD_SETTINGS = {  # a value no setting may take, for each one tosca reads that h
     "TOSCA_PROGRESS_EVERY": "soon",
     "TOSCA_MEMORY_LIMIT": "8G",
     "TOSCA_SCHEDULER_TIMEOUT": "0",
+    "TOSCA_MEMORY_BUDGET": "lots",
     "TOSCA_PLUGINS": "my-plugin.py",
 }
 PLACES = ("TOSCA_KERNEL_CACHE", "TOSCA_DATA", "TOSCA_PAPER_DATA")  # any path: checked where it is used

@@ -196,6 +196,8 @@ class GroupTrainer:
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
             step.start_epoch(features, order, [s[epoch] for s in schedules], track=epoch == epochs - 1)
             step.run_epoch(n, batch)
+            if source.views and epoch + source.views >= epochs:  # no later epoch uses this view
+                del read[view], features
             ce_sum, l1_sum = step.epoch_sums()
             self._check_finite(ce_sum + l1_sum, task, epoch)
             ces.append([float(v) / n for v in ce_sum.tolist()])

@@ -7,8 +7,8 @@ with one worker policy:
 - plug-ins loaded in every process (a worker has not run the command line's start);
 - freed memory kept (Dask's nanny sets a small malloc trim threshold that makes each SGD step
   page-fault its buffers in again: a step about twice as slow, docs/benchmarks.md);
-- the store opened and its arrays loaded once per process, within half a Dask worker's memory
-  limit, and kept for every later work on it;
+- the store opened and its arrays loaded once per process, within the memory budget and half a
+  Dask worker's memory limit (else read task by task), and kept for every later work on it;
 - evaluation overlapped with training only in a process that has the machine to itself (a
   cluster's processes already fill the cores);
 - the device decided where the work runs (`auto` on a remote worker is that worker's choice);
@@ -33,13 +33,14 @@ from typing import Any, TypeVar
 import torch
 
 from featcache.foundation.devices import resolve_device
+from featcache.foundation.limits import memory_budget
 from featcache.foundation.plugins import load_plugins
 from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, open_unchanged
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.group import fit_group
 from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.method.features import MEMORY_BUDGET_BYTES, CachedFeatures
+from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records.baselines_folder import MethodResult, write_baseline
@@ -105,7 +106,7 @@ def features_in_process(
                 "run the same command against the store as it is now",
             )
             _SOURCES.clear()  # a process that moves on to another store frees the previous one's arrays
-            budget = _memory_budget() if device.type == "cpu" else MEMORY_BUDGET_BYTES
+            budget = _memory_budget() if device.type == "cpu" else memory_budget()
             _SOURCES[key] = (store, CachedFeatures(store, budget, device).preload())
             LOADS[key] = LOADS.get(key, 0) + 1
         return (key, *_SOURCES[key])
@@ -179,16 +180,17 @@ def keep_freed_memory() -> None:
 
 
 def _memory_budget() -> int:
-    """Hold the store in memory only within half this Dask worker's memory limit: its nanny kills a
-    worker at 95% of the limit, and many jobs split the machine's memory between them. Above that,
-    features are read task by task (slower, same numbers)."""
+    """The memory budget (`TOSCA_MEMORY_BUDGET`, else half the available memory), within half this
+    Dask worker's memory limit: its nanny kills a worker at 95% of the limit, and many jobs split the
+    machine's memory between them. Above that, features are read task by task (slower, same numbers)."""
+    budget = memory_budget()
     try:
         from distributed import get_worker
 
         limit = get_worker().memory_manager.memory_limit
     except (ImportError, ValueError, AttributeError):  # not on a Dask worker (the serial path)
-        return MEMORY_BUDGET_BYTES
-    return min(MEMORY_BUDGET_BYTES, limit // 2) if limit else MEMORY_BUDGET_BYTES
+        return budget
+    return min(budget, limit // 2) if limit else budget
 
 
 @contextlib.contextmanager

@@ -67,9 +67,14 @@ class GroupFit:
         store, stream, device = plan.store, plan.stream, plan.device.resolved
         # a run that writes nothing (a sweep point) takes the routers' statistics from the process's memo
         key = None if write_outputs else _statistics_key(plan, source)
-        require_room(store.shape, plan.trains, stream.num_tasks, device)
+        # before any work: one task over the memory budget, or the run over this device's memory, is refused
+        given = source.in_memory if isinstance(source, CachedFeatures) else None if source is None else False
+        task_rows = stream.largest_task_rows(plan.train_labels)
+        room = require_room(
+            store.shape, plan.trains, stream.num_tasks, device, task_rows, len(plan.held), given
+        )
         if source is None:
-            source = CachedFeatures(store, device=device)
+            source = CachedFeatures(store, room.features_budget, device)
         elif not isinstance(source, CachedFeatures):
             check_readable(store)  # a cached source checks the store itself, chunk by chunk
         if isinstance(source, CachedFeatures):  # read (every chunk checked) before any run folder is claimed

@@ -305,9 +305,11 @@ PointCallback = Callable[[list[dict[str, Any]], int, int], None]  # (a point's r
 def check_room(store: FeatureStore, points: Sequence[SweepPoint], device: torch.device) -> None:
     """Refuse, before anything runs, a grid whose most demanding point cannot fit one process here
     (each point trains in at least a group of its own)."""
-    classes = store.shape.classes
+    classes, labels = store.shape.classes, store.labels("train")
     for point in points:
-        require_room(store.shape, [point.train], point.stream.task_stream(classes).num_tasks, device)
+        stream = point.stream.task_stream(classes)
+        rows = stream.largest_task_rows(stream.remap(labels))
+        require_room(store.shape, [point.train], stream.num_tasks, device, rows)
 
 
 def fit_command(store: FeatureStore, config: dict[str, Any], seed: int, validation: ValidationConfig) -> str:

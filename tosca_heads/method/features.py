@@ -7,7 +7,7 @@ a cached source can hold its arrays there already, so features cross to a GPU on
 
 A cached source checks the store before it hands out a number: complete, attrs that fit the
 arrays, and every chunk against the checksum recorded when it was written
-(`featcache.store.read_split`); a damaged store stops the command in one line.
+(`featcache.store.checked_chunks`); a damaged store stops the command in one line.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from featcache.store import FeatureStore, check_readable, read_split, verify_streaming
-
-MEMORY_BUDGET_BYTES = 4 << 30  # load whole arrays below this; read task by task above it
+from featcache.foundation.limits import memory_budget as budget_setting
+from featcache.store import FeatureStore, check_readable, checked_chunks, verify_streaming
 
 
 class FeatureSource(Protocol):
@@ -35,22 +34,25 @@ class FeatureSource(Protocol):
 
 
 class CachedFeatures:
-    """A complete store, held in memory (on `device`) when it fits, else read per task and kept for it."""
+    """A complete store, held whole (on `device`) when its features fit the memory budget as
+    float32, else read task by task: then only the clean rows of the task being read are kept
+    (its prototypes and its routers' statistics both read them); a view is handed over, not kept
+    (the trainer keeps a view it will use again). Memory: the store, or one task's rows."""
 
     def __init__(
         self,
         store: FeatureStore,
-        memory_budget: int = MEMORY_BUDGET_BYTES,
+        memory_budget: int | None = None,
         device: torch.device | str = "cpu",
     ):
         check_readable(store)
         self.store, self.views = store, store.views
         self.device = torch.device(device)
-        n_train, n_test = store.layout("train").n, store.layout("test").n
-        held = np.dtype(np.float32).itemsize  # float16 stores too are held as float32
-        self.in_memory = (n_train * (1 + self.views) + n_test) * store.dim * held <= memory_budget
+        memory_budget = budget_setting() if memory_budget is None else memory_budget
+        self.in_memory = store.shape.float32_bytes <= memory_budget
         self._arrays: dict[tuple[str, int], torch.Tensor] = {}
-        self._task_cache: dict[tuple[bytes, int], torch.Tensor] = {}
+        self._task: tuple[str, bytes] | None = None  # the split and rows whose clean features are kept
+        self._clean: torch.Tensor | None = None
         if not self.in_memory:  # read task by task later: every chunk is checked once now
             for split in ("train", "test"):
                 verify_streaming(store, split)
@@ -62,30 +64,46 @@ class CachedFeatures:
         return self._arrays[key]
 
     def _load_split(self, split: str) -> None:
-        """A whole split (its views too), each chunk checked against its checksum as it is read."""
-        features, views = read_split(self.store, split)
-        arrays = {-1: features} | ({} if views is None else dict(enumerate(views)))
+        """A whole split (its views too) as float32 on the device, filled one checked chunk at a time:
+        never the split whole in the store's dtype beside it, nor on the host for a GPU."""
+        n, dim, host = self.store.layout(split).n, self.store.dim, self.device.type == "cpu"
+        keys = [-1] + (list(range(self.views)) if split == "train" else [])
+        arrays = {
+            k: torch.from_numpy(np.empty((n, dim), dtype=np.float32))
+            if host
+            else torch.empty(n, dim, dtype=torch.float32, device=self.device)
+            for k in keys
+        }
+        for rows, features, views in checked_chunks(self.store, split):
+            for k in keys:
+                block = features if k < 0 else views[k]
+                if host:  # cast to float32 as it is copied
+                    arrays[k].numpy()[rows] = block
+                else:
+                    arrays[k][rows] = torch.from_numpy(block.astype(np.float32)).to(self.device)
         for k, array in arrays.items():
-            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-            self._arrays[(split, k)] = host.to(self.device)
+            self._arrays[(split, k)] = array
 
     def _read(self, split: str, k: int, rows: np.ndarray) -> torch.Tensor:
         if self.in_memory:
             whole = self._whole(split, k)
             return whole.index_select(0, torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(self.device))
-        key = (rows.tobytes() + split.encode(), k)
-        if key not in self._task_cache:
-            if len(self._task_cache) > 2 * (1 + self.views):  # a new task: drop the previous one's rows
-                self._task_cache.clear()
+        task = (split, np.asarray(rows, dtype=np.int64).tobytes())
+        if self._task != task:  # another task's rows: the previous one's go
+            self._task, self._clean = task, None
+        if k >= 0 or self._clean is None:
             sel = self.store.features(split, rows) if k < 0 else self.store.view(k, rows)
-            self._task_cache[key] = torch.from_numpy(np.asarray(sel, dtype=np.float32)).to(self.device)
-        return self._task_cache[key]
+            read = torch.from_numpy(np.asarray(sel, dtype=np.float32)).to(self.device)
+            if k >= 0:
+                return read
+            self._clean = read
+        return self._clean
 
     def preload(self) -> CachedFeatures:
         """Read every array now (when they fit in memory), so no later run pays for the first read."""
         if self.in_memory:
-            for split, k in [("train", -1), ("test", -1), *(("train", v) for v in range(self.views))]:
-                self._whole(split, k)
+            for split in ("train", "test"):
+                self._whole(split, -1)
         return self
 
     def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:

@@ -86,6 +86,14 @@ class TaskStream:
         classes = self.task_classes(task)
         return np.flatnonzero((remapped >= classes.start) & (remapped < classes.stop))
 
+    def largest_task_rows(self, remapped: np.ndarray) -> int:
+        """Training rows of the task that has the most (rows marked HELD_OUT are in none)."""
+        counts = np.bincount(remapped[remapped >= 0], minlength=self.num_classes)
+        return max(
+            int(counts[self.task_classes(t).start : self.task_classes(t).stop].sum())
+            for t in range(self.num_tasks)
+        )
+
     def rows_seen(self, remapped: np.ndarray, task: int) -> np.ndarray:
         """Rows of every class seen by `task` (rows marked HELD_OUT are in no task)."""
         return np.flatnonzero((remapped >= 0) & (remapped < self.seen_classes(task)))

@@ -185,20 +185,21 @@ def bracket(low: float | None, high: float | None, scale: float = 100.0, digits:
 
 @dataclass(frozen=True)
 class _Draws:
-    """Per replicate (the first row: the images as observed), per class and column of the stacked
-    outcomes: how many of the drawn images were answered right."""
+    """Per run, per replicate (the first row: the images as observed): how many of the drawn images
+    of each task's classes it answered right after each task (`right` [1 + B, stage, block]), and
+    how many images each block has (`sizes` [block]: a stratified draw keeps them)."""
 
-    classes: np.ndarray  # [C] the classes, sorted
-    sizes: np.ndarray  # [C] their images (a stratified draw keeps them)
-    sums: np.ndarray  # [1 + B, C, K]
+    right: list[np.ndarray]
+    sizes: list[np.ndarray]
 
 
 def _draw(runs: Sequence[Outcomes], replicates: int, seed: int) -> _Draws:
     """Draw each class's images with replacement, `replicates` times, and count the right answers of
-    every run and task among them. The draws depend only on the seed and the classes' sizes, so
-    every method on the same images is scored on the same draws (a paired bootstrap), whichever
-    others it is drawn with. Counts are whole numbers summed in float32 (exact below 2**24), so
-    the order of a sum, and any thread count, give the same bits."""
+    every run after every task among them, summed over the classes of each task block as each class
+    is drawn (memory: [1 + B, T, T] per run, never per class). The draws depend only on the seed and
+    the classes' sizes, so every method on the same images is scored on the same draws (a paired
+    bootstrap), whichever others it is drawn with. Counts are whole numbers (exact in float32 below
+    2**24, in float64 below 2**53), so the order of a sum, and any thread count, give the same bits."""
     first = runs[0]
     for other in runs[1:]:
         if not same_images(first, other):
@@ -206,15 +207,25 @@ def _draw(runs: Sequence[Outcomes], replicates: int, seed: int) -> _Draws:
     rng = np.random.default_rng(seed)
     order = np.argsort(first.classes, kind="stable")
     classes, starts, sizes = np.unique(first.classes[order], return_index=True, return_counts=True)
-    columns = np.concatenate([r.correct for r in runs], axis=0).T[order].astype(np.float32)  # [N, K]
-    sums = np.zeros((1 + replicates, len(classes), columns.shape[1]))
+    blocks = [_class_tasks(run, classes) for run in runs]  # each class's task, per run
+    columns = np.cumsum([0] + [run.tasks for run in runs])  # each run's columns of a class's block
+    right = [np.zeros((1 + replicates, run.tasks, run.tasks)) for run in runs]
+    sized = [np.zeros(run.tasks) for run in runs]
     for c, (start, n) in enumerate(zip(starts, sizes, strict=True)):
         picks = rng.integers(0, n, size=(replicates, n)) + n * np.arange(replicates)[:, None]
         counts = np.bincount(picks.ravel(), minlength=replicates * n).reshape(replicates, n)
-        block = columns[start : start + n]
-        sums[0, c] = block.sum(0)
-        sums[1:, c] = counts.astype(np.float32) @ block
-    return _Draws(classes, sizes.astype(float), sums)
+        members = order[start : start + n]
+        block = np.concatenate([run.correct[:, members] for run in runs]).T.astype(np.float32)  # [n, K]
+        observed, drawn = block.sum(0), counts.astype(np.float32) @ block  # [K], [B, K]
+        for i, run in enumerate(runs):
+            task = int(blocks[i][c])
+            if task >= run.tasks:  # a class of a later task: in no block yet
+                continue
+            lo, hi = columns[i], columns[i + 1]
+            right[i][0, :, task] += observed[lo:hi]
+            right[i][1:, :, task] += drawn[:, lo:hi]
+            sized[i][task] += n
+    return _Draws(right, sized)
 
 
 def _class_tasks(run: Outcomes, classes: np.ndarray) -> np.ndarray:
@@ -223,15 +234,11 @@ def _class_tasks(run: Outcomes, classes: np.ndarray) -> np.ndarray:
     return run.task[first][np.searchsorted(labels, classes)]
 
 
-def _metrics(draws: _Draws, run: Outcomes, column: int, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
-    """Each `wanted` metric of one run (its columns from `column`), per replicate [1 + B], computed
-    from each replicate's accuracy curve and matrix as `method.metrics` computes it from a run's."""
-    tasks = run.tasks
-    sums = draws.sums[:, :, column : column + tasks]  # [R, C, T]
-    task_of = _class_tasks(run, draws.classes)
-    onehot = (task_of[:, None] == np.arange(tasks)[None, :]).astype(float)  # [C, T]; later tasks: none
-    right = np.einsum("rct,cj->rtj", sums, onehot)  # [R, stage, block]
-    sizes = draws.sizes @ onehot  # [block]
+def _metrics(right: np.ndarray, sizes: np.ndarray, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
+    """Each `wanted` metric of one run per replicate [1 + B], computed from each replicate's
+    accuracy curve and matrix (its right answers per stage and block, `_Draws`) as `method.metrics`
+    computes it from a run's."""
+    tasks = right.shape[1]
     seen = np.tril(np.ones((tasks, tasks)))  # stage t sees blocks 0..t
     with np.errstate(invalid="ignore", divide="ignore"):
         a_t = (right * seen).sum(2) / (seen * sizes).sum(1)  # [R, T]
@@ -255,14 +262,9 @@ def replicated(metric: Metric, a_t: np.ndarray, blocks: np.ndarray) -> np.ndarra
     )
 
 
-def _per_run(
-    draws: _Draws, runs: Sequence[Outcomes], wanted: Sequence[Metric], column: int = 0
-) -> dict[str, np.ndarray]:
-    """Per metric, [1 + B, runs]: the metric of each run (stacked from `column` on), per replicate."""
-    found = []
-    for run in runs:
-        found.append(_metrics(draws, run, column, wanted))
-        column += run.tasks
+def _per_run(draws: _Draws, first: int, runs: int, wanted: Sequence[Metric]) -> dict[str, np.ndarray]:
+    """Per metric, [1 + B, runs]: the metric of each of the drawn runs first..first+runs-1, per replicate."""
+    found = [_metrics(draws.right[i], draws.sizes[i], wanted) for i in range(first, first + runs)]
     return {m.name: np.stack([f[m.name] for f in found], 1) for m in wanted}
 
 
@@ -329,9 +331,9 @@ def intervals_of(
     stacked = [run for runs in named.values() for run in runs]
     draws = _draw(stacked, replicates, seed)
     found: dict[str, dict[str, Interval]] = {}
-    column = 0
+    first = 0
     for name, runs in named.items():
-        found[name], per_run = {}, _per_run(draws, runs, wanted, column)
+        found[name], per_run = {}, _per_run(draws, first, len(runs), wanted)
         n = runs[0].images
         for metric in wanted:
             values = _mean_over_runs(per_run[metric.name], seed)
@@ -349,7 +351,7 @@ def intervals_of(
                 low, high = _held(observed, low, high, floor_of(metric, runs, level=level))
                 low, high = max(low, metric.low), min(high, metric.high)  # (NaN stays NaN)
             found[name][metric.name] = Interval(observed, low, high, se, n, len(runs), BOOTSTRAP, level)
-        column += sum(run.tasks for run in runs)
+        first += len(runs)
     return found
 
 
@@ -558,7 +560,7 @@ def paired_difference(
     widened to hold the floor the two sides' counts allow (`floor_of`: a class apart on a few
     images is never "holds"), none where it is still a point (a metric without a floor)."""
     draws = _draw([*a, *b], replicates, seed)
-    values = _per_run(draws, [*a, *b], [metric_named(metric)])[metric]
+    values = _per_run(draws, 0, len(a) + len(b), [metric_named(metric)])[metric]
     diff = _mean_over_runs(values[:, : len(a)], seed) - _mean_over_runs(values[:, len(a) :], seed)
     low, high = _percentiles(diff[1:], level)
     low, high = _held(float(diff[0]), low, high, floor_of(metric_named(metric), a, b, level))

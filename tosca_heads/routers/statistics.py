@@ -196,10 +196,9 @@ class ClassStatistics:
 def _fourth_moment(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> float:
     """The sum over this task's rows of |t - mu_c|^4 (t transformed, mu_c its class's mean): summed
     by numpy in a fixed order (the same bits on any thread count)."""
-    t = transform(x, kind).double().numpy()
     total = 0.0
-    for c in classes:
-        members = t[labels == c]
+    for c in classes:  # one class transformed in float64 at a time, never the task's rows whole
+        members = transform(x[torch.from_numpy(labels == c)], kind).double().numpy()
         if len(members):
             centred = members - members.mean(0)
             total += float(np.sum(np.sum(centred * centred, axis=1) ** 2))
@@ -232,12 +231,11 @@ def oas_shrinkage(scatter: np.ndarray, n: float) -> float:
 def _class_moments(x: torch.Tensor, labels: np.ndarray, classes: range, kind: str) -> Moments:
     """Per class: count, sum of raw and of transformed features; and the within-class scatter of
     the transformed features, all classes together (float64). A class without rows adds zeros."""
-    t = transform(x, kind).double()
     counts, sums, tsums = [], [], []
     scatter = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64)
-    for c in classes:
-        rows = torch.from_numpy(labels == c)
-        members, tmembers = x[rows].double(), t[rows]
+    for c in classes:  # one class in float64 at a time, never the task's rows whole
+        rows = x[torch.from_numpy(labels == c)]
+        members, tmembers = rows.double(), transform(rows, kind).double()
         counts.append(float(len(members)))
         sums.append(members.sum(0))
         tsums.append(tmembers.sum(0))

@@ -4,6 +4,8 @@ whatever rows are scored with it, so scoring a block at a time moves no routing 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -68,3 +70,47 @@ def test_module_outputs_written_into_a_cache_are_the_fresh_outputs() -> None:
     module_outputs(layout, modules, x[100:], True, cache[:, 100:150])
     assert torch.equal(cache[:, :150], module_outputs(layout, modules, x, normalize=True))
     assert torch.isnan(cache[:, 150:]).all()
+
+
+def test_evaluation_grows_as_tasks_times_test_rows_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(issue 48, point 3) After task t, evaluation scores each of the t + 1 modules on the n_t test
+    rows seen once (logits of (t + 1) x n_t rows, each over the classes seen), and a frozen module's
+    outputs are computed once per row (kept across stages): a module forward over the new rows only.
+    Nothing in it grows faster than tasks x test rows seen."""
+    from support.stores import synthetic_store
+
+    from tosca_heads.engine import evaluate
+    from tosca_heads.experiments.group import fit_run
+    from tosca_heads.method.protocol import StreamConfig
+    from tosca_heads.method.recipe import TrainConfig
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=10, test_per_class=7, dim=16)
+    stage, forwarded, scored = [-1], [0] * 4, [0] * 4
+    outputs, logits, evaluate_stage = (
+        evaluate.module_outputs,
+        ModuleScorer._logits,
+        evaluate.StageEvaluator.evaluate,
+    )
+
+    def counted_outputs(layout: ParamLayout, flat: torch.Tensor, rows: torch.Tensor, *args: object) -> object:
+        forwarded[stage[0]] += rows.shape[0]
+        return outputs(layout, flat, rows, *args)
+
+    def counted_logits(self: ModuleScorer, units: torch.Tensor, w_unit: torch.Tensor) -> torch.Tensor:
+        scored[stage[0]] += units.shape[0] * units.shape[1]  # configurations x rows
+        return logits(self, units, w_unit)
+
+    def at_stage(self: evaluate.StageEvaluator, task: int, state: Snapshot) -> object:
+        stage[0] = task
+        return evaluate_stage(self, task, state)
+
+    monkeypatch.setattr(evaluate, "module_outputs", counted_outputs)
+    monkeypatch.setattr(ModuleScorer, "_logits", counted_logits)
+    monkeypatch.setattr(evaluate.StageEvaluator, "evaluate", at_stage)
+    train = TrainConfig(epochs=1, batch_size=8, r=4, s=4)
+    fit_run(store, StreamConfig(2, 2), train, None, tmp_path / "run", device="cpu", overlap=False)
+    seen = [14 * (t + 1) for t in range(4)]  # 7 test rows a class, 2 classes a task
+    assert scored == [(t + 1) * n for t, n in enumerate(seen)]
+    assert forwarded == [n + t * (n - (seen[t - 1] if t else 0)) for t, n in enumerate(seen)]

@@ -395,13 +395,13 @@ def test_same_command_without_out_resumes_its_folder(tmp_path: Path, monkeypatch
     assert len(list((tmp_path / "runs").glob("sweep-*"))) == 2
 
 
-def test_worker_memory_limit_caps_the_in_memory_store() -> None:
+def test_worker_memory_limit_caps_the_in_memory_store(monkeypatch: pytest.MonkeyPatch) -> None:
     from distributed import Client, LocalCluster
 
     from tosca_heads.experiments import executor
-    from tosca_heads.method.features import MEMORY_BUDGET_BYTES
 
-    assert executor._memory_budget() == MEMORY_BUDGET_BYTES  # not on a worker
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "4GiB")
+    assert executor._memory_budget() == 4 << 30  # not on a worker: the budget
     with (
         LocalCluster(n_workers=1, processes=False, memory_limit="200MB", dashboard_address=None) as cluster,
         Client(cluster) as client,

@@ -196,3 +196,25 @@ def test_a_difference_over_seeds_without_images() -> None:
     assert uncertainty.combined([HOLDS, UNCLEAR]) == UNCLEAR
     assert uncertainty.combined([HOLDS, FAILS, UNCLEAR]) == FAILS
     assert uncertainty.combined(["not measured"]) == "not measured"
+
+
+def test_the_bootstrap_keeps_no_array_per_class() -> None:
+    """(issue 48, point 2) The draws are counted into each run's [1 + B, stage, block] right answers
+    as each class is drawn: 2,000 classes x 1,000 replicates x every router's tasks were 600 MB
+    at ImageNet's size, written after the last task of a fit. The observed row is the plain count."""
+    rng = np.random.default_rng(0)
+    classes = np.repeat(np.arange(2000), 3)
+    task = classes * 4 // 2000
+    correct = (rng.random((4, len(classes))) < 0.8) & (task[None] <= np.arange(4)[:, None])
+    runs = [
+        Outcomes(correct, classes, task, np.arange(len(classes))),
+        Outcomes(correct[:2], classes, task, np.arange(len(classes))),
+    ]
+    draws = uncertainty._draw(runs, 1000, 0)
+    assert [r.shape for r in draws.right] == [(1001, 4, 4), (1001, 2, 2)]
+    for run, right, sizes in zip(runs, draws.right, draws.sizes, strict=True):
+        blocks = np.arange(run.tasks)
+        assert np.array_equal(sizes, [(task == j).sum() for j in blocks])
+        assert np.array_equal(
+            right[0], [[run.correct[t][task == j].sum() for j in blocks] for t in range(run.tasks)]
+        )

@@ -277,8 +277,11 @@ def check_room(spec: SuiteSpec, stores: dict[str, OpenStore], device: torch.devi
     for opened in stores.values():
         shape = opened.store.shape
         tasks = max(p.stream.num_tasks for p in opened.plans.values())
+        rows = max(p.stream.largest_task_rows(p.train_labels) for p in opened.plans.values())
+        held = max(len(p.held) for p in opened.plans.values())
         for flow in {"tosca", *spec.flows}:
-            require_room(shape, [spec.train(spec.seeds[0], flow).resolved(shape.dim)], tasks, device)
+            train = spec.train(spec.seeds[0], flow).resolved(shape.dim)
+            require_room(shape, [train], tasks, device, rows, held)
     dim = max([opened.store.dim for opened in stores.values()] or [1])
     classes = max([max(p.stream.num_classes for p in o.plans.values()) for o in stores.values()] or [0])
     for method in spec.baselines:
