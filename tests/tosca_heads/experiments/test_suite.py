@@ -4,12 +4,11 @@ line, and the paper preset runs on stand-in stores."""
 
 from __future__ import annotations
 
-import re
-
 import dataclasses
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 from pathlib import Path
