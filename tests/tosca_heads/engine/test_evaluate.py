@@ -110,7 +110,16 @@ def test_evaluation_grows_as_tasks_times_test_rows_seen(
     monkeypatch.setattr(ModuleScorer, "_logits", counted_logits)
     monkeypatch.setattr(evaluate.StageEvaluator, "evaluate", at_stage)
     train = TrainConfig(epochs=1, batch_size=8, r=4, s=4)
-    fit_run(store, StreamConfig(2, 2), train, None, None, device="cpu", overlap=False)  # no files: no plots
+    fit_run(
+        store,
+        StreamConfig(2, 2),
+        train,
+        None,
+        tmp_path / "run",
+        device="cpu",
+        overlap=False,
+        write_outputs=False,
+    )
     seen = [14 * (t + 1) for t in range(4)]  # 7 test rows a class, 2 classes a task
     assert scored == [(t + 1) * n for t, n in enumerate(seen)]
     assert forwarded == [n + t * (n - (seen[t - 1] if t else 0)) for t, n in enumerate(seen)]
