@@ -33,6 +33,7 @@ import numpy as np
 
 from featcache.foundation.limits import human_bytes, usable_cores
 from featcache.store import FeatureStore, remove_store_tree
+from featcache.store.format import made_up_identity
 
 CHUNK = 512  # rows per chunk, `tosca extract`'s default
 CENTRES = 0.15  # the class centres' spread: about 80% of 1,000 classes apart by their true means at d 768
@@ -53,16 +54,7 @@ def build_store(
     rng = np.random.default_rng(seed)
     centres = CENTRES * rng.standard_normal((classes, dim), dtype=np.float32)
     labels = {"train": class_labels(train, classes), "test": class_labels(test, classes)}
-    identity = {
-        "dataset": {
-            "name": "synthetic",
-            "num_classes": classes,
-            "samples": {split: len(y) for split, y in labels.items()},
-        },
-        "backbone": {"alias": "synthetic", "feature_dim": dim},
-        "views": views,
-        "seed": seed,
-    }
+    identity = made_up_identity("synthetic", "synthetic", classes, labels, dim, views, seed)
     ids = {split: [str(i) for i in range(len(y))] for split, y in labels.items()}
     store = FeatureStore.create(path, identity, {}, ids, labels, dim, views, CHUNK, dtype)
     for split, y in labels.items():

@@ -416,6 +416,32 @@ class SplitLayout:
         return slice(chunk * self.chunk_size, min((chunk + 1) * self.chunk_size, self.n))
 
 
+def made_up_identity(
+    name: str,
+    alias: str,
+    classes: int,
+    labels: dict[str, np.ndarray],
+    dim: int,
+    views: int = 0,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """The identity of a store of made-up features (a test's, a benchmark's, a cost probe's): a
+    dataset `name` of `classes` classes and the labels' split sizes, a backbone `alias` of `dim`
+    features, no real images or weights behind either (`FeatureStore.create` takes it)."""
+    identity: dict[str, Any] = {
+        "dataset": {
+            "name": name,
+            "num_classes": classes,
+            "samples": {split: len(y) for split, y in labels.items()},
+        },
+        "backbone": {"alias": alias, "feature_dim": dim},
+        "views": views,
+    }
+    if seed is not None:
+        identity["seed"] = seed
+    return identity
+
+
 class FeatureStore:
     """Open store: typed access to arrays, flags and the identity attrs."""
 

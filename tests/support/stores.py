@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from featcache.store import FeatureStore
+from featcache.store.format import made_up_identity
 
 
 def synthetic_store(
@@ -26,16 +27,7 @@ def synthetic_store(
         "train": np.repeat(np.arange(classes), per_class),
         "test": np.repeat(np.arange(classes), test_per_class),
     }
-    identity = {
-        "dataset": {
-            "name": "synthetic",
-            "num_classes": classes,
-            "samples": {k: len(v) for k, v in labels.items()},
-        },
-        "backbone": {"alias": "none", "feature_dim": dim},
-        "views": views,
-        "seed": seed,
-    }
+    identity = made_up_identity("synthetic", "none", classes, labels, dim, views, seed)
     ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
     store = FeatureStore.create(path, identity, {}, ids, labels, dim, views, 16, "float32")
     for split, y in labels.items():

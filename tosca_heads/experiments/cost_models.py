@@ -25,6 +25,7 @@ import torch
 
 from featcache.foundation.time_estimates import cpu_share
 from featcache.store import FeatureStore
+from featcache.store.format import made_up_identity
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 
@@ -134,15 +135,7 @@ def call_seconds() -> float:
 def _random_store(path: Path, rows: int, dim: int, classes: int, test: int) -> FeatureStore:
     rng = np.random.default_rng(0)
     labels = {"train": np.arange(rows) % classes, "test": np.arange(test) % classes}
-    identity = {
-        "dataset": {
-            "name": "probe",
-            "num_classes": classes,
-            "samples": {k: len(v) for k, v in labels.items()},
-        },
-        "backbone": {"alias": "probe", "feature_dim": dim},
-        "views": 0,
-    }
+    identity = made_up_identity("probe", "probe", classes, labels, dim)
     ids = {k: [str(i) for i in range(len(v))] for k, v in labels.items()}
     store = FeatureStore.create(path, identity, {}, ids, labels, dim, 0, rows, "float32")
     for split, y in labels.items():
