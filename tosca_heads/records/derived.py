@@ -141,7 +141,8 @@ def check_figures(recorded: Iterable[Recorded]) -> None:
         if (item.block.get("routing_accuracy_t") is None) != (item.outcome.routed is None):
             raise UserError(
                 f"{item.where}: the routes of {item.name} ({item.split}) are not kept beside its routing "
-                f"figures, or kept for a method without a router (the files were edited or damaged): {item.hint}"
+                f"figures, or kept for a method without a router (written before routes were kept, or edited or "
+                f"damaged): {item.hint}"
             )
         wanted = expected_block(item.outcome, found.get(i))
         names = _figure_names()
