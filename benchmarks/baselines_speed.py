@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.limits import human_bytes, usable_cores
 from featcache.store import FeatureStore
+from tosca_foundation.limits import human_bytes, usable_cores
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method import linalg

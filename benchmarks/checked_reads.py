@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from featcache.foundation.limits import usable_cores
 from featcache.store import FeatureStore, check_readable, read_split
+from tosca_foundation.limits import usable_cores
 from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import default_stream

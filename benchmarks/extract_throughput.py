@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from featcache.extraction import ExtractPlan, ExtractRequest, plan_extraction, run_extraction
-from featcache.foundation.devices import resolve_device
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.pipeline.reader import SampleImages, chunk_batches, make_loader
 from featcache.store import SplitLayout
+from tosca_foundation.devices import resolve_device
 
 DATA = Path(os.environ.get("TOSCA_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from featcache.foundation.limits import usable_cores
+from tosca_foundation.limits import usable_cores
 from tosca_heads.method import baseline_estimators, linalg
 
 ROOT = Path(__file__).resolve().parents[1]

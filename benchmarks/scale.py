@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from featcache.foundation.limits import human_bytes, usable_cores
 from featcache.store import FeatureStore, remove_store_tree
 from featcache.store.format import made_up_identity
+from tosca_foundation.limits import human_bytes, usable_cores
 
 CHUNK = 512  # rows per chunk, `tosca extract`'s default
 CENTRES = 0.15  # the class centres' spread: about 80% of 1,000 classes apart by their true means at d 768

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from routing import STORES, argument_parser, store_for  # the routing benchmark's stores
 
+from tosca_heads.method.class_statistics import SHRINKAGES, ClassStatistics
 from tosca_heads.method.protocol import HELD_OUT, StreamConfig, ValidationConfig
 from tosca_heads.routers import task_log_posterior
-from tosca_heads.routers.statistics import SHRINKAGES, ClassStatistics
 
 VALIDATION = ValidationConfig(0.1, 0)
 

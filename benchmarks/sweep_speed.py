@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from fit_speed import make_store
 
-from featcache.foundation.devices import resolve_device
+from tosca_foundation.devices import resolve_device
 from tosca_heads.experiments.command_requests import SweepRequest
 from tosca_heads.experiments.sweeps import sweep
 from tosca_heads.method.protocol import TaskStream

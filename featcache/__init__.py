@@ -8,7 +8,7 @@ stays light: stage 2 reads stores through `featcache.store` without loading torc
 
 from __future__ import annotations
 
-from featcache.foundation.lazy import lazy_face
-from featcache.foundation.version import __version__ as __version__
+from tosca_foundation.lazy import lazy_face
+from tosca_foundation.version import __version__ as __version__
 
 __getattr__, __dir__ = lazy_face(__name__, "stage1_api")

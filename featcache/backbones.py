@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.registry import Registry
+from tosca_foundation.errors import UserError
+from tosca_foundation.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported where weights are read: naming backbones needs none
     import torch
@@ -161,7 +161,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from featcache.foundation.tensorfiles import read_header
+        from tosca_foundation.tensorfiles import read_header
 
         try:  # its header first, bounded and whole; then the tensors, mapped from the file
             read_header(path)

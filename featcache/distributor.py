@@ -19,15 +19,15 @@ from typing import Any
 import torch
 
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.plugins import load_plugins
-from featcache.foundation.scheduler import SchedulerChoice, dask_client
-from featcache.foundation.scheduler_link import lost_scheduler
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.chunks import Progress, extract_chunks
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
+from tosca_foundation.devices import resolve_device
+from tosca_foundation.plugins import load_plugins
+from tosca_foundation.scheduler import SchedulerChoice, dask_client
+from tosca_foundation.scheduler_link import lost_scheduler
 
 # Dask cannot recompute scattered data: when every worker holding a split's sample list dies
 # (a worker killed right after the scatter, before the replicas landed), the jobs that need it

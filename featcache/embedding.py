@@ -19,8 +19,6 @@ import numpy as np
 import torch
 
 from featcache.backbones import LoadedBackbone, load_backbone, resolve_backbone
-from featcache.foundation.errors import UserError
-from featcache.foundation.text import reason
 from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
@@ -28,6 +26,8 @@ from featcache.sources.datasets import SplitSamples
 from featcache.sources.listing import IMAGE_SUFFIXES, checked_name, image_files
 from featcache.store import FeatureStore
 from featcache.store.left_out import LeftOut
+from tosca_foundation.errors import UserError
+from tosca_foundation.text import reason
 
 
 def backbone_of_store(store: FeatureStore) -> LoadedBackbone:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from featcache.foundation.names import Spell, as_flag
-from featcache.foundation.options import option
+from tosca_foundation.names import Spell, as_flag
+from tosca_foundation.options import option
 
 DEFAULT_PRECISION = "fp32"
 

@@ -5,7 +5,7 @@ checked, the store's place, the dataset listed), loads the backbone, resolves th
 policy, the decoder and the precision, and decides the store's identity; `run_extraction` computes only the chunks
 not yet flagged done, locally (DataLoader workers) or on a Dask cluster (`featcache.distributor`).
 
-`run_extraction` holds the store's lock (`featcache.foundation.locks`) from before it opens or creates the
+`run_extraction` holds the store's lock (`tosca_foundation.locks`) from before it opens or creates the
 store until it is done: one writer per store, and a dead writer's lock is gone with it.
 """
 
@@ -22,14 +22,6 @@ import numpy as np
 from featcache.backbones import BackboneSpec, LoadedBackbone, load_backbone
 from featcache.distributor import ChunkJob, extract_on_cluster
 from featcache.extract_request import ExtractRequest
-from featcache.foundation.devices import resolve_device, worker_device
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import disk_errors
-from featcache.foundation.fingerprints import identity_differences
-from featcache.foundation.limits import require_disk, require_memory, usable_cores
-from featcache.foundation.locks import acquire, folder_lock
-from featcache.foundation.scheduler import SchedulerChoice
-from featcache.foundation.version import __version__
 from featcache.images.decoding import resolve_decoder
 from featcache.images.scan import BadImage, drop_ids, find_bad_images, refuse_empty_files, without
 from featcache.images.transforms import Preprocessing, make_preprocessing
@@ -53,6 +45,14 @@ from featcache.store import (
     stored_chunk_size,
 )
 from featcache.store.meanings import resolve_precision
+from tosca_foundation.devices import resolve_device, worker_device
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import disk_errors
+from tosca_foundation.fingerprints import identity_differences
+from tosca_foundation.limits import require_disk, require_memory, usable_cores
+from tosca_foundation.locks import acquire, folder_lock
+from tosca_foundation.scheduler import SchedulerChoice
+from tosca_foundation.version import __version__
 
 
 @dataclass

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 
 from featcache.backbones import load_backbone, resolve_backbone
-from featcache.foundation.dataset_names import DATASETS
-from featcache.foundation.errors import UserError
-from featcache.foundation.time_estimates import clock_text
 from featcache.images.transforms import make_preprocessing
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.sources.pixels import open_checked
 from featcache.store import FeatureStore, is_tosca_store
+from tosca_foundation.dataset_names import DATASETS
+from tosca_foundation.errors import UserError
+from tosca_foundation.time_estimates import clock_text
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 SAMPLE = 16  # images timed

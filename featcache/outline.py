@@ -16,15 +16,15 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec, check_weights, resolve_backbone
 from featcache.extract_request import ExtractRequest
-from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserError, UserValueError
-from featcache.foundation.folders import zarr_root
-from featcache.foundation.limits import max_processes, require_at_most
-from featcache.foundation.scheduler import SchedulerChoice, check_scheduler, parse_scheduler
 from featcache.images.decoder_names import DECODERS
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
 from featcache.store.meanings import POLICIES, resolve_precision
+from tosca_foundation.devices import check_device_name
+from tosca_foundation.errors import UserError, UserValueError
+from tosca_foundation.folders import zarr_root
+from tosca_foundation.limits import max_processes, require_at_most
+from tosca_foundation.scheduler import SchedulerChoice, check_scheduler, parse_scheduler
 
 
 def check_request(request: ExtractRequest) -> None:

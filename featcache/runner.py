@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from featcache.extract_request import ExtractRequest
-from featcache.foundation.locks import folder_lock
 from featcache.outline import ExtractOutline, outline_extraction, store_path_of
 from featcache.sources.archives import waiting_notice
+from tosca_foundation.locks import folder_lock
 
 if TYPE_CHECKING:
     from featcache.extraction import ExtractPlan, ExtractSummary

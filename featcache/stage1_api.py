@@ -16,15 +16,15 @@ from typing import Any
 
 from featcache.backbones import BackboneSpec
 from featcache.backbones import register_backbone as _register_backbone
-from featcache.foundation.arguments import as_path, check_types, shown
-from featcache.foundation.dataset_names import Split
-from featcache.foundation.dataset_names import register_dataset as _register_dataset
-from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.folders import check_outputs
-from featcache.foundation.names import as_keyword, check_keywords
 from featcache.sources.datasets import DatasetSource
 from featcache.store import FeatureStore, check_readable
+from tosca_foundation.arguments import as_path, check_types, shown
+from tosca_foundation.dataset_names import Split
+from tosca_foundation.dataset_names import register_dataset as _register_dataset
+from tosca_foundation.devices import check_device_name
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.folders import check_outputs
+from tosca_foundation.names import as_keyword, check_keywords
 
 __all__ = [
     "BackboneSpec",
@@ -113,7 +113,7 @@ def embed(store: str | Path | FeatureStore, images: list[str | Path], device: st
     (6, 256)
     """
     from featcache.embedding import embed_images, image_paths
-    from featcache.foundation.devices import resolve_device
+    from tosca_foundation.devices import resolve_device
 
     if isinstance(images, (str, Path)):  # one path, not its letters
         images = [images]

@@ -64,7 +64,7 @@ def user_errors_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     that holds a Python repr (support.messages) fails the test that made it."""
     from support.messages import python_repr
 
-    from featcache.foundation.errors import UserError
+    from tosca_foundation.errors import UserError
 
     seen: list[str] = []
     made = UserError.__init__

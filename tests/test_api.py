@@ -20,7 +20,7 @@ from support.stores import synthetic_store
 import featcache
 import tosca_heads
 from featcache import stage1_api as stage1
-from featcache.foundation import errors as featcache_errors
+from tosca_foundation import errors as featcache_errors
 from tosca_heads import stage2_api as stage2
 
 

@@ -18,7 +18,7 @@ from support.stores import synthetic_store
 import featcache
 import tosca_heads
 from featcache import stage1_api as stage1
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_heads import stage2_api as stage2
 
 SPLIT = {"init_cls": 2, "increment": 2}

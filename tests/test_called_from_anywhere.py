@@ -1,7 +1,7 @@
 """Called from anywhere: every Python block of the README and the docs runs to its printed results
 as a plain `python file.py` (no `if __name__ == "__main__":` guard), in a Jupyter kernel (executed
 by nbclient) and under `python -c`, on tiny stand-in stores at the paths it names, and prints the
-same in all three. A sweep's workers never run the caller's script (featcache.foundation.cluster),
+same in all three. A sweep's workers never run the caller's script (tosca_foundation.cluster),
 yet what the script registered reaches them."""
 
 from __future__ import annotations
@@ -181,8 +181,8 @@ def test_a_router_registered_in_a_script_reaches_its_sweeps_workers(tmp_path: Pa
 def test_a_registration_the_workers_cannot_import_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """A router defined in a module only this process has (made in memory) cannot be rebuilt on a
     worker: the cluster's start stops with one line naming it, never a sweep without it."""
-    from featcache.foundation.errors import UserError
-    from featcache.foundation.scheduler import SchedulerChoice, dask_client
+    from tosca_foundation.errors import UserError
+    from tosca_foundation.scheduler import SchedulerChoice, dask_client
     from tosca_heads.routers import ROUTERS, Router, register_router
 
     module = types.ModuleType("tosca_test_nowhere")

@@ -24,7 +24,16 @@ USED_WITHOUT_IMPORT = {
     # the Jupyter kernel nbclient starts for the docs' Python blocks
     "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),
 }
-SOURCES = ("featcache", "tosca_heads", "tosca_cli", "cli.py", "tests", "benchmarks", "examples")
+SOURCES = (
+    "tosca_foundation",
+    "featcache",
+    "tosca_heads",
+    "tosca_cli",
+    "cli.py",
+    "tests",
+    "benchmarks",
+    "examples",
+)
 
 
 def declared() -> list[str]:

@@ -4,7 +4,7 @@ extract --scheduler ...` run against them, one worker SIGKILLed at a point in th
 `support.worker_killer`: as its first work starts, or while it writes a chunk's view). The results
 equal a run on this machine's one process: results.csv's figures, the store's arrays. A scheduler
 that dies, or an address that is no Dask scheduler, is covered by
-tests/featcache/foundation/test_scheduler_link.py."""
+tests/foundation/test_scheduler_link.py."""
 
 from __future__ import annotations
 

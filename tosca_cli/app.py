@@ -13,8 +13,6 @@ import typer
 from rich.text import Text
 
 from featcache.extract_request import ExtractRequest
-from featcache.foundation.limits import human_bytes
-from featcache.foundation.text import printable
 from tosca_cli.commands import (
     OneLineUsageErrors,
     answered,
@@ -54,6 +52,8 @@ from tosca_cli.views import (
     sweep_table,
     sweep_with_progress,
 )
+from tosca_foundation.limits import human_bytes
+from tosca_foundation.text import printable
 from tosca_heads.experiments.command_requests import (
     FIT_FLAGS,
     ROUTERS_HELP,
@@ -79,7 +79,7 @@ app.add_typer(cache_app, name="cache")
 
 def _version(given: bool) -> None:
     if given:
-        from featcache.foundation.version import version_line
+        from tosca_foundation.version import version_line
 
         say(version_line())
         raise typer.Exit(0)
@@ -111,7 +111,7 @@ def plugins(
     import logging
     import os
 
-    from featcache.foundation.folders import require_working_folder
+    from tosca_foundation.folders import require_working_folder
 
     require_working_folder()  # first: a deleted one otherwise ends in an MKL fatal error
     for name, value in (
@@ -122,9 +122,9 @@ def plugins(
         if value is not None:
             os.environ[name] = str(value)
 
-    from featcache.foundation.plugins import load_plugins
-    from featcache.foundation.processes import installed_code_only
-    from featcache.foundation.settings import check_settings
+    from tosca_foundation.plugins import load_plugins
+    from tosca_foundation.processes import installed_code_only
+    from tosca_foundation.settings import check_settings
 
     check_settings()
     installed_code_only()
@@ -220,7 +220,7 @@ def eval_run(
     as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
-    from featcache.foundation.devices import resolve_device
+    from tosca_foundation.devices import resolve_device
     from tosca_heads.experiments.group import evaluate_run
     from tosca_heads.routers import on_request
 
@@ -390,7 +390,7 @@ def demo(request: DemoRequest) -> None:
     def foresee(model: str, dataset: str, data: Path, store: Path, per_class: int) -> str:
         from featcache.extraction import default_workers
         from featcache.extraction_estimate import extraction_ahead
-        from featcache.foundation.devices import resolve_device
+        from tosca_foundation.devices import resolve_device
 
         device = resolve_device(request.device)
         return extraction_ahead(model, dataset, data, store, per_class, device, default_workers())

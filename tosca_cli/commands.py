@@ -1,5 +1,5 @@
 """How a `tosca` command meets its user: options built from a request class's fields (see
-featcache.foundation.options), and every mistake the user can fix as one line on stderr with exit
+tosca_foundation.options), and every mistake the user can fix as one line on stderr with exit
 code 2, whether click finds it (a non-number for a number, an unknown option) or the code does
 (UserError, a full or read-only disk, out of memory). Anything else is a bug and keeps its
 traceback."""
@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import os_error_line
-from featcache.foundation.folders import check_outputs
-from featcache.foundation.options import ExtraFlag
-from featcache.foundation.text import ending_lines, printable
 from tosca_cli.terminal import answers_only, as_json, err, error_line, plainly, say, speaking
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import os_error_line
+from tosca_foundation.folders import check_outputs
+from tosca_foundation.options import ExtraFlag
+from tosca_foundation.text import ending_lines, printable
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors

@@ -8,7 +8,7 @@ default) and when it ends, so a log shows progress while the job runs, not only 
 `TOSCA_PROGRESS` (or `tosca --progress`) chooses: `auto` (the default: bar on a terminal, lines
 elsewhere), `bar` (or `1`), `lines`, `off` (or `0`).
 
-The time left is worked out by `featcache.foundation.time_estimates.TimeLeft` (the one estimate module:
+The time left is worked out by `tosca_foundation.time_estimates.TimeLeft` (the one estimate module:
 plans, rates and their words); this module only shows it. The clock is a parameter: tests drive it
 by hand.
 """
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from featcache.foundation.settings import setting
-from featcache.foundation.time_estimates import Clock, Estimate, TimeLeft
+from tosca_foundation.settings import setting
+from tosca_foundation.time_estimates import Clock, Estimate, TimeLeft
 
 MODES = ("auto", "bar", "lines", "off", "1", "0")
 DEFAULT_EVERY = 10.0

@@ -1,6 +1,6 @@
 """What tosca shows on a terminal, and the one way it is shown: `say` (a line of data), `note` (a
 labelled side line on stderr: warning, note, error, ...), `table`, `key_values`, `heading` and
-`as_json`. Lines from below the command line (`featcache.foundation.text.tell`) and Python warnings
+`as_json`. Lines from below the command line (`tosca_foundation.text.tell`) and Python warnings
 come through `note` too (`speak_here`). Data (paths, class names, store attrs) always as inert text,
 never read as markup, control characters escaped; errors as one line on stderr. What a stream cannot
 encode (a class name's `é` under an ASCII locale, a byte of a file name that is not UTF-8) is shown
@@ -25,8 +25,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from featcache.foundation.text import printable
 from tosca_cli import widths
+from tosca_foundation.text import printable
 
 _WIDTH = None if sys.stdout.isatty() else 1_000  # a table is as wide as its cells, never padded to this
 out = Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":-1:" in a name stays text
@@ -131,7 +131,7 @@ def speaking() -> Iterator[None]:
     as `note`s: one line each, never a warning's file and line number."""
     import warnings
 
-    from featcache.foundation.text import telling
+    from tosca_foundation.text import telling
 
     def shown(message: Any, category: type[Warning], *_: Any, **__: Any) -> None:
         note("warning", " ".join(str(message).split()))

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.limits import human_bytes
-from featcache.foundation.text import printable
 from tosca_cli.progress import Board, Task, progress
 from tosca_cli.terminal import as_json, err, heading, key_values, note, out, say, table
+from tosca_foundation.limits import human_bytes
+from tosca_foundation.text import printable
 
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
@@ -375,7 +375,7 @@ def extraction_estimator(device: str) -> Callable[[Any], Any]:
     def estimate(store: Any) -> Any:
         from featcache.extraction import default_workers
         from featcache.extraction_estimate import estimate_extraction
-        from featcache.foundation.devices import resolve_device
+        from tosca_foundation.devices import resolve_device
 
         return estimate_extraction(
             store.model,
@@ -401,7 +401,7 @@ def plan_head(what: str, counts: dict[str, int]) -> None:
 
 
 def estimate_lines(estimate: Any) -> None:
-    """The estimate in its words (`featcache.foundation.time_estimates.Estimate.lines`)."""
+    """The estimate in its words (`tosca_foundation.time_estimates.Estimate.lines`)."""
     for kind, line in estimate.lines():
         if kind == "missing":
             note("missing", line)

@@ -7,7 +7,7 @@ sources, baselines), `routers` (which module answers a sample), `engine` (how ma
 configurations train as one program, on a CPU or a GPU), `records` (each file a run, sweep or
 suite writes: schema, version, reader, writer, figures), `trackers` (MLflow, TensorBoard and
 plug-in loggers, fed from the records), `experiments` (runs, sweeps, results, comparison, suites,
-predict, demo: what the commands ask for). Beneath them all, `featcache.foundation`
+predict, demo: what the commands ask for). Beneath them all, `tosca_foundation`
 and `featcache.store`; never the backbone side (backbones, datasets, decoding, the extraction
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.
@@ -20,6 +20,6 @@ return, the scikit-learn estimators and the error classes `UserError`, `UserValu
 
 from __future__ import annotations
 
-from featcache.foundation.lazy import lazy_face
+from tosca_foundation.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "stage2_api")

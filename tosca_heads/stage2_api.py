@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from featcache.foundation.arguments import as_path, check_types, shown
-from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.folders import check_outputs
-from featcache.foundation.names import as_keyword, check_keywords, did_you_mean
 from featcache.store import FeatureStore
+from tosca_foundation.arguments import as_path, check_types, shown
+from tosca_foundation.devices import check_device_name
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.folders import check_outputs
+from tosca_foundation.names import as_keyword, check_keywords, did_you_mean
 from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SWEEP_VAL_FRACTION
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
@@ -134,7 +134,7 @@ def _warn(protocol: Any) -> None:
         warnings.warn(line, ProtocolWarning, stacklevel=level)
 
 
-_OURS = ("tosca_heads", "featcache")  # the packages whose frames a warning skips
+_OURS = ("tosca_heads", "featcache", "tosca_foundation")  # the packages whose frames a warning skips
 
 
 class ProtocolWarning(UserWarning):
@@ -193,7 +193,7 @@ def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -
     >>> again.metrics()["routers"]["entropy"]["A_t"] == first.metrics()["routers"]["entropy"]["A_t"]
     True
     """
-    from featcache.foundation.devices import resolve_device
+    from tosca_foundation.devices import resolve_device
     from tosca_heads.experiments.group import evaluate_run
     from tosca_heads.routers import on_request, resolve_routers
 
@@ -288,7 +288,7 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     >>> predictor.tasks_
     3
     """
-    from featcache.foundation.devices import resolve_device
+    from tosca_foundation.devices import resolve_device
     from tosca_heads.records.run_folder import open_run_store, read_run_config
 
     folder = as_path("load_run", "run", run)

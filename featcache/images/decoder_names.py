@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from featcache.foundation.registry import Registry
 from featcache.store.meanings import DECODERS as MEANINGS
+from tosca_foundation.registry import Registry
 
 if TYPE_CHECKING:
     from featcache.images.transforms import Picture

@@ -36,12 +36,12 @@ import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from featcache.foundation.text import reason
 from featcache.images.decoder_names import DECODERS, Decoder
 from featcache.images.transforms import Picture
 from featcache.sources.datasets import SplitSamples
 from featcache.sources.pixels import check_pixels, needs_rules, open_file, to_rgb8
 from featcache.store.meanings import DECODERS as DESCRIPTIONS
+from tosca_foundation.text import reason
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec; they still work, and the
 # warning would otherwise repeat in every worker.

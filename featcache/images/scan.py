@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.processes import loader_worker_start
-from featcache.foundation.text import image_name, reason
 from featcache.images.decoding import open_picture
 from featcache.images.transforms import Preprocessing
 from featcache.sources.datasets import SplitSamples
+from tosca_foundation.errors import UserError
+from tosca_foundation.processes import loader_worker_start
+from tosca_foundation.text import image_name, reason
 
 
 @dataclass(frozen=True)

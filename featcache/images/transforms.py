@@ -29,9 +29,9 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 from torchvision.transforms.v2 import functional as F2
 
-from featcache.foundation.errors import UserError
 from featcache.sources.pixels import check_resized
 from featcache.store.meanings import POLICIES
+from tosca_foundation.errors import UserError
 
 # A decoded image: PIL (the `pil` decoder) or uint8 [3, H, W] / [B, 3, H, W] (the `torch` decoder).
 Picture = Image.Image | torch.Tensor

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from featcache.foundation.errors import UserError
 from featcache.images.transforms import Preprocessing
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.pipeline.prefetch import Prefetcher
@@ -16,6 +15,7 @@ from featcache.pipeline.reader import Batch, DeviceImages, SampleImages, chunk_b
 from featcache.pipeline.writer import ChunkWriter
 from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
+from tosca_foundation.errors import UserError
 
 # progress(split, images_done_now, images_total_for_split)
 Progress = Callable[[str, int, int], None]

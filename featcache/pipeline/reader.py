@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from featcache.foundation.processes import loader_worker_start
-from featcache.foundation.text import reason
 from featcache.images.decoding import DecodeError, Encoded, decode_on_device, open_picture, read_encoded
 from featcache.images.transforms import Preprocessing, view_rng
 from featcache.sources.datasets import SplitSamples
 from featcache.store import SplitLayout
+from tosca_foundation.processes import loader_worker_start
+from tosca_foundation.text import reason
 
 
 @dataclass

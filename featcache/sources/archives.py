@@ -31,14 +31,14 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import disk_errors, read_json
-from featcache.foundation.fingerprints import file_sha256
-from featcache.foundation.limits import human_bytes, require_disk
-from featcache.foundation.locks import folder_lock
-from featcache.foundation.text import printable
 from featcache.store.left_out import LINK_OUTSIDE, LeftOut
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import disk_errors, read_json
+from tosca_foundation.fingerprints import file_sha256
+from tosca_foundation.limits import human_bytes, require_disk
+from tosca_foundation.locks import folder_lock
+from tosca_foundation.text import printable
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
 _DONE_MARK = ".unpacked"

@@ -1,6 +1,6 @@
 """The datasets' sources: each turns a data root into labelled sample lists per split. Each is
 registered (its name, class count, default class split and test share) in
-`featcache.foundation.dataset_names`, which imports its function from here when first used.
+`tosca_foundation.dataset_names`, which imports its function from here when first used.
 
 A dataset is only a list of (stable id, label, how to open the image) per split, plus its
 class names, the rule that made the split, where it came from (the resolved data root and a
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from featcache.foundation.dataset_names import DATASETS
-from featcache.foundation.errors import UserError
-from featcache.foundation.text import printable
 from featcache.sources.archives import is_archive, unpack_once
 from featcache.sources.listing import IMAGE_SUFFIXES, FolderListing, skipped_name, subfolders
 from featcache.sources.pixels import check_pixels, open_file, to_rgb8
 from featcache.store.left_out import LeftOut
+from tosca_foundation.dataset_names import DATASETS
+from tosca_foundation.errors import UserError
+from tosca_foundation.text import printable
 
 SPLITS = ("train", "test")
 

@@ -31,8 +31,6 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.text import printable
 from featcache.store.left_out import (
     HIDDEN,
     LINK_INSIDE,
@@ -42,6 +40,8 @@ from featcache.store.left_out import (
     REACHED_TWICE,
     LeftOut,
 )
+from tosca_foundation.errors import UserError
+from tosca_foundation.text import printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MACOS_FOLDER = "__MACOSX"

@@ -8,7 +8,7 @@ below the store (`left_out`) or a command that never opens one does not load zar
 
 from __future__ import annotations
 
-from featcache.foundation.lazy import lazy_names
+from tosca_foundation.lazy import lazy_names
 
 __getattr__, __all__ = lazy_names(
     __name__,

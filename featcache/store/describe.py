@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.limits import human_bytes
-from featcache.foundation.locks import holder
-from featcache.foundation.text import image_name
 from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
 from featcache.store.meanings import DECODERS, PRECISIONS
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
+from tosca_foundation.errors import UserError
+from tosca_foundation.limits import human_bytes
+from tosca_foundation.locks import holder
+from tosca_foundation.text import image_name
 
 
 def field_of(block: Any, *keys: str) -> Any:

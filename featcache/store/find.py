@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
 from featcache.store.format import FeatureStore, is_tosca_store
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_json
 
 
 def find_stores(cache_dir: str | Path) -> list[Path]:

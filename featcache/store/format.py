@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import zarr
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import check_depth, disk_errors, read_bytes, read_json
-from featcache.foundation.fingerprints import fingerprint
-from featcache.foundation.limits import human_bytes
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import check_depth, disk_errors, read_bytes, read_json
+from tosca_foundation.fingerprints import fingerprint
+from tosca_foundation.limits import human_bytes
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")

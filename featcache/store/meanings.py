@@ -4,7 +4,7 @@ in words: import-light, so that naming and checking them (a store's description,
 
 from __future__ import annotations
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 
 POLICIES = ("pilot", "timm")  # preprocessing: the paper's, or timm's data config for the model
 

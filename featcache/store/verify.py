@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
-from featcache.foundation.fingerprints import fingerprint
-from featcache.foundation.locks import folder_lock
 from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_json
+from tosca_foundation.fingerprints import fingerprint
+from tosca_foundation.locks import folder_lock
 
 
 @dataclass(frozen=True)

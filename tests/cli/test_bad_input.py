@@ -708,7 +708,7 @@ def _garbage(path: Path) -> None:
 
 
 def _identity_without_a_name(root: Path) -> None:
-    from featcache.foundation.fingerprints import fingerprint
+    from tosca_foundation.fingerprints import fingerprint
 
     meta = json.loads((root / "store.zarr" / "zarr.json").read_text())
     meta["attributes"]["identity"]["dataset"]["name"] = ["not", "a", "name"]

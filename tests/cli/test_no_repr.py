@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from support.messages import python_repr
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 
 REPRS = [
     "run r holds out another validation split ({'fraction': 0.1, 'seed': 0}) than the baselines (none)",
@@ -61,7 +61,7 @@ def test_every_user_error_of_a_test_is_checked(user_errors_seen: list[str]) -> N
 
 
 def test_a_foreign_reason_loses_its_object_reprs() -> None:
-    from featcache.foundation.text import reason
+    from tosca_foundation.text import reason
 
     class UnidentifiedImageError(OSError):
         pass
@@ -74,7 +74,7 @@ def test_a_foreign_reason_loses_its_object_reprs() -> None:
 
 def test_an_exception_wrapped_as_its_repr_is_said_as_itself() -> None:
     """Dask hands a worker's error back as `Exception('ModuleNotFoundError("...")')`."""
-    from featcache.foundation.text import reason
+    from tosca_foundation.text import reason
 
     said = reason(Exception("ModuleNotFoundError(\"No module named 'plugmod'\")"))
     assert said == "ModuleNotFoundError: No module named 'plugmod'" and python_repr(said) is None

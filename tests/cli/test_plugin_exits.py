@@ -1,4 +1,4 @@
-"""Plug-ins are held to the command's rules (featcache.foundation.plugins.foreign_code,
+"""Plug-ins are held to the command's rules (tosca_foundation.plugins.foreign_code,
 tosca_cli.terminal.answers_only): an exit or an interrupt a plug-in raises, at import or in the
 middle of a command, is one line and a failed exit code, never a silent exit 0 or a traceback; what
 it prints goes to stderr, so `--json` stays JSON, in the command and in its helper processes."""
@@ -16,7 +16,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation import processes
+from tosca_foundation import processes
 from tosca_heads.experiments import runs
 from tosca_heads.trackers.logger_registry import LOGGERS, Logger
 

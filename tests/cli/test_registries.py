@@ -1,4 +1,4 @@
-"""One registry type for every kind a command takes by name (featcache.foundation.registry):
+"""One registry type for every kind a command takes by name (tosca_foundation.registry):
 backbones, datasets, routers, baselines, trackers and image decoders. For each kind, through the
 function that takes the user's name at the edge: a mistyped name is one line with "did you mean";
 an alias finds the same entry as its name and the edge hands the name down; a plug-in registered
@@ -18,12 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from featcache.backbones import BACKBONES, BackboneSpec, register_backbone, resolve_backbone
-from featcache.foundation.dataset_names import DATASETS, register_dataset
-from featcache.foundation.errors import UserError
-from featcache.foundation.registry import Registry
 from featcache.images.decoder_names import DECODERS, Decoder, register_decoder
 from featcache.sources.datasets import DatasetSource, SplitSamples, load_dataset
 from tosca_cli.app import app
+from tosca_foundation.dataset_names import DATASETS, register_dataset
+from tosca_foundation.errors import UserError
+from tosca_foundation.registry import Registry
 from tosca_heads.method.baseline_registry import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, register_router, resolve_routers
 from tosca_heads.trackers.logger_registry import LOGGERS, Logger, parse_targets, register_logger
@@ -168,7 +168,7 @@ def test_a_plugin_registered_from_outside_is_listed_with_its_alias(kind: Kind) -
 
 
 def test_a_worker_adopts_a_plugin_with_its_alias(kind: Kind) -> None:
-    """What a command's workers receive of a plug-in (featcache.foundation.cluster): the entry, its
+    """What a command's workers receive of a plug-in (tosca_foundation.cluster): the entry, its
     alias included, adopted by a registry that did not have it."""
     kind.register()
     shipped = kind.registry.made_elsewhere()

@@ -117,9 +117,9 @@ def test_cells_of_different_cost_are_planned_not_counted() -> None:
     the joint probe (planned 10 s, took 20) and RanPAC (planned 95 s, takes 190, from 12 s to 202 s);
     the plan's start-up 5 s (it took 12): too short, and three cells of four done is not 3/4 of the
     time. The plan counts down until a tenth of its work is done, then it is redone from what the
-    cells took (featcache.foundation.time_estimates.TimeLeft; hand-made timings of every kind in
-    tests/featcache/foundation/test_time_left.py)."""
-    from featcache.foundation.time_estimates import Estimate
+    cells took (tosca_foundation.time_estimates.TimeLeft; hand-made timings of every kind in
+    tests/foundation/test_time_left.py)."""
+    from tosca_foundation.time_estimates import Estimate
 
     clock, stream = FakeClock(), io.StringIO()
     board = Board("lines", interval=0, stream=stream, clock=clock)

@@ -66,7 +66,7 @@ PROBE = textwrap.dedent(
 PLUGIN = textwrap.dedent(
     """
     from featcache.backbones import BackboneSpec, register_backbone
-    from featcache.foundation.dataset_names import register_dataset
+    from tosca_foundation.dataset_names import register_dataset
     from tosca_heads.trackers.logger_registry import Logger, register_logger
     from tosca_heads.method.baseline_registry import register_baseline
     from tosca_heads.routers import Router, register_router
@@ -254,8 +254,8 @@ def test_extract_of_a_random_init_model_warns_after_its_plan(tmp_path: Path, ima
 def test_declared_built_ins_say_what_their_implementations_say() -> None:
     """A built-in declared by name (listed without loading it) has its class's docstring line and
     reference declaration."""
-    from featcache.foundation.registry import REGISTRIES, reference_words
     from tosca_cli.views import catalogue
+    from tosca_foundation.registry import REGISTRIES, reference_words
 
     catalogue()  # every registry the command line lists, imported
     declared = [(r, e) for r in REGISTRIES for e in r.entries() if e.target]

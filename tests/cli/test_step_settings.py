@@ -1,5 +1,5 @@
 """The settings a user can set (TOSCA_STEP, TOSCA_STEP_THREADS, TOSCA_OVERLAP_EVAL, the kernel cache
-and every other one featcache.foundation.settings knows) are checked like flags, in one place,
+and every other one tosca_foundation.settings knows) are checked like flags, in one place,
 before a command writes anything, and a refusal is one line."""
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ PLACES = ("TOSCA_KERNEL_CACHE", "TOSCA_DATA", "TOSCA_PAPER_DATA")  # any path: c
 def test_every_setting_is_checked_like_a_flag_before_any_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from featcache.foundation.errors import UserError
-    from featcache.foundation.settings import SETTINGS, check_settings
+    from tosca_foundation.errors import UserError
+    from tosca_foundation.settings import SETTINGS, check_settings
 
     assert set(BAD_SETTINGS) | set(PLACES) == set(SETTINGS)
     for name, value in BAD_SETTINGS.items():

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from support.images import TINY_CNN
 
 from featcache.backbones import BACKBONES, load_backbone, read_state_dict, resolve_backbone, state_dict_sha256
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 
 
 @pytest.mark.parametrize("alias", sorted(BACKBONES))

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
-from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
 from featcache.store.meanings import resolve_precision
+from tosca_foundation.errors import UserError
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

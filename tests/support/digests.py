@@ -54,7 +54,7 @@ def _correlated(seed: int, dim: int, per_class: int) -> tuple[np.ndarray, np.nda
 
 
 def statistics() -> Arrays:
-    from tosca_heads.routers.statistics import SHRINKAGES, ClassStatistics
+    from tosca_heads.method.class_statistics import SHRINKAGES, ClassStatistics
 
     x, y = _correlated(1, 96, 200)
     out = {}

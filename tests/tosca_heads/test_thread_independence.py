@@ -178,7 +178,7 @@ def test_one_thread_is_this_thread_only_and_is_restored() -> None:
 
 
 def test_the_worker_count_is_the_setting_else_omp_else_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    from featcache.foundation.limits import usable_cores
+    from tosca_foundation.limits import usable_cores
 
     monkeypatch.delenv("TOSCA_LINALG_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

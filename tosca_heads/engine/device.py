@@ -9,7 +9,7 @@ Settings, checked by `check_settings` before a command writes anything:
   bit (the same BLAS calls, threads only choose who runs which).
 - `TOSCA_OVERLAP_EVAL`: 1 or 0, evaluate task t on a second thread while task t+1 trains
   (default: on a CPU with two or more usable cores).
-Each is read through featcache.foundation.settings, which refuses any other value in one line.
+Each is read through tosca_foundation.settings, which refuses any other value in one line.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from featcache.foundation.limits import usable_cores
-from featcache.foundation.settings import check_settings as check_every_setting
-from featcache.foundation.settings import setting
+from tosca_foundation.limits import usable_cores
+from tosca_foundation.settings import check_settings as check_every_setting
+from tosca_foundation.settings import setting
 from tosca_heads.method.linalg import mkl_thread_setter
 
 STEP_CHOICES = ("auto", "native", "torch")
@@ -40,7 +40,7 @@ def configured_step_threads() -> int | None:
 
 def check_settings() -> None:
     """Refuse a bad setting (TOSCA_STEP, TOSCA_STEP_THREADS, TOSCA_OVERLAP_EVAL and every other one
-    featcache.foundation.settings knows) in one line, before a command writes anything."""
+    tosca_foundation.settings knows) in one line, before a command writes anything."""
     check_every_setting()
 
 

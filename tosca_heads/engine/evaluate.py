@@ -23,10 +23,11 @@ from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.engine.outputs import module_outputs
+from tosca_heads.method.class_statistics import FrozenModel
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.linalg import pin_this_thread
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.routers import ROUTERS, FrozenModel, ReferenceView, route
+from tosca_heads.routers import ROUTERS, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
 # one configuration's {router: {A_t, blocks, routing, confusion, correct, routed}}: `correct` and

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.limits import human_bytes, memory_budget, require_memory
 from featcache.store import StoreShape
+from tosca_foundation.errors import UserError
+from tosca_foundation.limits import human_bytes, memory_budget, require_memory
 from tosca_heads.engine.evaluate import CACHE_BYTES_CPU
 from tosca_heads.engine.layout import ParamLayout
 

@@ -42,9 +42,9 @@ from pathlib import Path
 
 import torch
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.settings import setting
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.settings import setting
 from tosca_heads.engine.device import step_choice
 from tosca_heads.engine.layout import SLOTS, ParamLayout
 from tosca_heads.method.linalg import mkl_thread_setter

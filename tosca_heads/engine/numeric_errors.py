@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 
 
 class NumericalError(UserError):

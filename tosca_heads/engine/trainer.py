@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.numeric_errors import NumericalError

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation.errors import UserError
 from featcache.store import check_not_replaced
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource

@@ -2,7 +2,7 @@
 `predict`, `demo`), its flags as values.
 
 Plain data, import-light: the command line builds each command's options from these fields
-(`featcache.foundation.options`), and must start fast whatever the command. Each request is
+(`tosca_foundation.options`), and must start fast whatever the command. Each request is
 checked and run by its module: `runs.fit`, `sweeps.sweep`, `comparison.compare`,
 `predict.predict_images`, `demo.run_demo`.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.names import Spell, as_flag
-from featcache.foundation.options import ExtraFlag, option
+from tosca_foundation.names import Spell, as_flag
+from tosca_foundation.options import ExtraFlag, option
 from tosca_heads.method.recipe import RECIPE_FLAGS
 from tosca_heads.routers import HEADLINE
 

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.devices import check_device_name, resolve_device
-from featcache.foundation.errors import UserError
-from featcache.foundation.text import tell
 from featcache.store import check_readable, resolve_store
+from tosca_foundation.devices import check_device_name, resolve_device
+from tosca_foundation.errors import UserError
+from tosca_foundation.text import tell
 from tosca_heads.experiments.baseline_runs import TaskCallback
 from tosca_heads.experiments.command_requests import BaselinesRequest
 from tosca_heads.experiments.executor import Executor, Outcome, Work, share_features

@@ -1,5 +1,5 @@
 """What stage 2's works cost here, before they run: the cost models a plan
-(`featcache.foundation.time_estimates.plan_works`, which owns plans, rates and their words) takes its
+(`tosca_foundation.time_estimates.plan_works`, which owns plans, rates and their words) takes its
 works' seconds from. Each is measured on this machine rather than assumed, because the same plan
 takes minutes on one machine and an hour on a busy one:
 - TOSCA: the SGD steps of each run, counted, times one step, plus each task's own cost and its
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation.time_estimates import cpu_share
 from featcache.store import FeatureStore
 from featcache.store.format import made_up_identity
+from tosca_foundation.time_estimates import cpu_share
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.protocol import StreamConfig
 

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from featcache.foundation.dataset_names import DATASETS
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.errors import UserError
-from featcache.foundation.limits import max_processes, require_at_most
+from tosca_foundation.dataset_names import DATASETS
+from tosca_foundation.devices import resolve_device
+from tosca_foundation.errors import UserError
+from tosca_foundation.limits import max_processes, require_at_most
 from tosca_heads.experiments.baseline_runs import TaskCallback
 from tosca_heads.experiments.command_requests import BaselinesRequest, DemoRequest, FitRequest, SweepRequest
 from tosca_heads.experiments.comparison import Comparison, compare

@@ -32,11 +32,11 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from featcache.foundation.arguments import as_path, shown
-from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserTypeError, UserValueError
-from featcache.foundation.names import as_keyword, check_keywords
 from featcache.store import FeatureStore
+from tosca_foundation.arguments import as_path, shown
+from tosca_foundation.devices import check_device_name
+from tosca_foundation.errors import UserTypeError, UserValueError
+from tosca_foundation.names import as_keyword, check_keywords
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
 from tosca_heads.engine.trainer import GroupTrainer
@@ -44,6 +44,7 @@ from tosca_heads.experiments.baseline_runs import check_baseline_params
 from tosca_heads.experiments.plan import held_out
 from tosca_heads.experiments.predict import RunPredictor
 from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.protocol import (
     DEFAULT_ORDER_SEED,
@@ -53,7 +54,7 @@ from tosca_heads.method.protocol import (
     task_split,
 )
 from tosca_heads.method.recipe import TrainConfig, recipe
-from tosca_heads.routers import ROUTERS, ClassStatistics
+from tosca_heads.routers import ROUTERS
 
 RECIPE_FIELDS = tuple(f.name for f in fields(TrainConfig))  # the recipe's numbers, in its order
 

@@ -32,11 +32,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.limits import memory_budget
-from featcache.foundation.plugins import load_plugins
-from featcache.foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from featcache.store import FeatureStore, open_unchanged
+from tosca_foundation.devices import resolve_device
+from tosca_foundation.limits import memory_budget
+from tosca_foundation.plugins import load_plugins
+from tosca_foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.group import fit_group
 from tosca_heads.experiments.plan import FitPlan
@@ -219,7 +219,7 @@ def _local_workers_keep_freed_memory() -> Iterator[None]:
 @dataclass(frozen=True)
 class Executor:
     """Where works run: here, one after another (`jobs` 1, no scheduler), or as Dask tasks on a
-    local cluster of `jobs` processes or on `scheduler` (featcache.foundation.scheduler's forms).
+    local cluster of `jobs` processes or on `scheduler` (tosca_foundation.scheduler's forms).
     `device` is what each process is told (`auto` is decided where the work runs)."""
 
     jobs: int = 1

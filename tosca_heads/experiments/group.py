@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore, check_not_replaced, check_readable
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
 from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
@@ -32,6 +32,7 @@ from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.memory import require_room
 from tosca_heads.engine.trainer import GroupTrainer
 from tosca_heads.experiments.plan import FitPlan
+from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -39,7 +40,6 @@ from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
-from tosca_heads.routers import ClassStatistics
 from tosca_heads.routers.learned import RouterLearners, on_request
 from tosca_heads.routers.memo import shared_statistics
 

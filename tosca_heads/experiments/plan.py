@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.names import Spell, as_flag
 from featcache.store import FeatureStore
+from tosca_foundation.devices import resolve_device
+from tosca_foundation.names import Spell, as_flag
 from tosca_heads.method.protocol import (
     HELD_OUT,
     NO_VALIDATION,

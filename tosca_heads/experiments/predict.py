@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation.devices import resolve_device
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
 from featcache.store import FeatureStore
+from tosca_foundation.devices import resolve_device
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_heads.engine.evaluate import ModuleScorer, Snapshot
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.experiments.command_requests import PredictRequest
 from tosca_heads.experiments.plan import FitPlan
+from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import RANKED
@@ -43,7 +44,7 @@ from tosca_heads.records.run_folder import (
     train_config_of,
     validation_of,
 )
-from tosca_heads.routers import ROUTERS, ClassStatistics, StageView, resolve_routers, route
+from tosca_heads.routers import ROUTERS, StageView, resolve_routers, route
 from tosca_heads.routers.learned import RouterLearners
 from tosca_heads.routers.scores import predict as predict_classes
 

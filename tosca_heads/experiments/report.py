@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import RANKED, figures

@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from featcache.foundation.devices import check_device_name
-from featcache.foundation.errors import UserTypeError, UserValueError
-from featcache.foundation.settings import check_settings
 from featcache.store import check_readable, resolve_store
+from tosca_foundation.devices import check_device_name
+from tosca_foundation.errors import UserTypeError, UserValueError
+from tosca_foundation.settings import check_settings
 from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.protocol import ProtocolReport, ValidationConfig

@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.devices import check_device_name, parse_device, resolve_device, worker_device
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.folders import refuse_planted, zarr_root
-from featcache.foundation.limits import max_processes, require_at_most, usable_cores
-from featcache.foundation.names import Spell, as_flag
-from featcache.foundation.scheduler import check_scheduler, parse_scheduler
-from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, resolve_store
+from tosca_foundation.devices import check_device_name, parse_device, resolve_device, worker_device
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.folders import refuse_planted, zarr_root
+from tosca_foundation.limits import max_processes, require_at_most, usable_cores
+from tosca_foundation.names import Spell, as_flag
+from tosca_foundation.scheduler import check_scheduler, parse_scheduler
+from tosca_foundation.time_estimates import Estimate, plan_works
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.command_requests import SweepRequest
@@ -353,7 +353,7 @@ class SweepPlan:
 
     def estimate(self, points: Sequence[SweepPoint] | None = None) -> Estimate:
         """What the points (default: all) take here: their training (tosca_heads.experiments.cost_models),
-        shared by the workers, plus the workers' start (featcache.foundation.time_estimates)."""
+        shared by the workers, plus the workers' start (tosca_foundation.time_estimates)."""
         from tosca_heads.experiments import cost_models as est
 
         chosen = list(self.points if points is None else points)

@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from featcache.foundation.arguments import check_types, shown
-from featcache.foundation.errors import UserTypeError, UserValueError
-from featcache.foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
-from featcache.foundation.registry import Registry
+from tosca_foundation.arguments import check_types, shown
+from tosca_foundation.errors import UserTypeError, UserValueError
+from tosca_foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
+from tosca_foundation.registry import Registry
 
 BASELINES: Registry[type] = Registry("baseline", "tosca_heads.method.baseline_registry:BASELINES")
 

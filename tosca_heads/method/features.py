@@ -17,8 +17,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from featcache.foundation.limits import memory_budget as budget_setting
 from featcache.store import FeatureStore, check_readable, checked_chunks, verify_streaming
+from tosca_foundation.limits import memory_budget as budget_setting
 
 
 class FeatureSource(Protocol):

@@ -36,8 +36,8 @@ from typing import TypeVar
 
 import torch
 
-from featcache.foundation.limits import usable_cores
-from featcache.foundation.settings import setting
+from tosca_foundation.limits import usable_cores
+from tosca_foundation.settings import setting
 
 TILE = 512  # the side of a square tile, and the width of a column tile
 ROWS = 2048  # the rows of one block of a row-blocked product (a Gram sum, a projection)

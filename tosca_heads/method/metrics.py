@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from featcache.foundation.arguments import check_types
-from featcache.foundation.errors import UserValueError
-from featcache.foundation.names import did_you_mean
-from featcache.foundation.registry import Registry
+from tosca_foundation.arguments import check_types
+from tosca_foundation.errors import UserValueError
+from tosca_foundation.names import did_you_mean
+from tosca_foundation.registry import Registry
 
 Curve = list[float]
 Matrix = list[list[float]]

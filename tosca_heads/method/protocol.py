@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from featcache.foundation.dataset_names import DATASETS, Split
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.names import Spell, as_flag
+from tosca_foundation.dataset_names import DATASETS, Split
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.names import Spell, as_flag
 
 DEFAULT_ORDER_SEED = 1993
 MAX_DEFAULT_TASKS = 10  # a dataset without a paper split: at most this many equal tasks by default
@@ -122,7 +122,7 @@ class StreamConfig:
 
 
 def declared_split(dataset: str) -> Split | None:
-    """The default split a dataset's registration declares (`featcache.foundation.dataset_names`:
+    """The default split a dataset's registration declares (`tosca_foundation.dataset_names`:
     the paper's, or tosca's for one the paper does not use); None for a name with none (an image
     folder, a store of no registered dataset)."""
     return DATASETS[dataset].split if dataset in DATASETS else None

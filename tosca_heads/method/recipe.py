@@ -10,8 +10,8 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from featcache.foundation.errors import UserTypeError, UserValueError
-from featcache.foundation.names import Spell, as_flag, did_you_mean
+from tosca_foundation.errors import UserTypeError, UserValueError
+from tosca_foundation.names import Spell, as_flag, did_you_mean
 
 FLOWS = ("tosca", "tosca_r", "adapter", "calibrator")  # method.md §3: the method, then its ablations
 MAX_EPOCHS = 10_000
@@ -136,7 +136,7 @@ def recipe(preset: str, overrides: dict[str, Any] | None = None, spell: Spell = 
     """A preset with the flags that were given (None: not given) over it, checked; each value named
     by `spell` in a refusal (the command line's flag, or Python's keyword). A key that is no recipe
     flag is refused too (Python's face says first which of its own keywords was meant:
-    `featcache.foundation.names.check_keywords`)."""
+    `tosca_foundation.names.check_keywords`)."""
     if not isinstance(preset, str) or preset not in PRESETS:
         raise UserValueError(
             f"unknown {spell('preset')} {preset!r}{did_you_mean(preset, PRESETS)}: use one of {', '.join(PRESETS)}"

@@ -1,5 +1,5 @@
 """scikit-learn's OAS shrinkage coefficient (`sklearn.covariance.OAS`, assume_centered), written
-once: the routers' covariance (`routers.statistics`), SLDA's base task and RanDumb's class
+once: the routers' covariance (`method.class_statistics`), SLDA's base task and RanDumb's class
 covariances each work out its two moments their own way (from a scatter, or from the smaller Gram
 of the rows) and take the coefficient from here."""
 

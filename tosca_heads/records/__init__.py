@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.fingerprints import canonical_json
+from tosca_foundation.errors import UserError
+from tosca_foundation.fingerprints import canonical_json
 from tosca_heads.method.metrics import BUILT_IN, figures, metric_named, resampled, with_interval
 
 FORMAT = 1  # the first release's; no earlier format is read

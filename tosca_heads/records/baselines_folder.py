@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_bytes, read_json
 from featcache.store import FeatureStore
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_bytes, read_json
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.metrics import RANKED, figures, intervals_said, shown, with_interval
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig

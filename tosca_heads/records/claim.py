@@ -3,10 +3,10 @@
 `with claim_folder(folder, KIND, config) as folder:` does, in this order and in this one place:
 
 1. checks the folder is claimable (`check`): a new or empty folder, or one of this kind already
-   (`featcache.foundation.folders`: never a stranger's files, a folder of another kind, a store,
+   (`tosca_foundation.folders`: never a stranger's files, a folder of another kind, a store,
    a planted link), its files readable, and the config it was made with the one asked for, all
    before anything is written, not even a lock file beside it;
-2. takes its lock (`featcache.foundation.locks.folder_lock`: another writer is refused, naming
+2. takes its lock (`tosca_foundation.locks.folder_lock`: another writer is refused, naming
    who holds it), held for the with-block;
 3. claims it (the `.tosca` marker naming its kind), removes what a killed writer left
    half-written, compares the config again (under the lock now) and writes it when the folder
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation import atomic, folders
-from featcache.foundation.errors import UserError
-from featcache.foundation.fingerprints import identity_differences
-from featcache.foundation.locks import folder_lock
+from tosca_foundation import atomic, folders
+from tosca_foundation.errors import UserError
+from tosca_foundation.fingerprints import identity_differences
+from tosca_foundation.locks import folder_lock
 
 Config = dict[str, Any]
 SHOWN_DIFFERENCES = 3  # a refusal names the first few differences, then how many more

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.metrics import BUILT_IN, figures, summarise
 from tosca_heads.method.uncertainty import Interval, Outcomes, accuracy_interval, intervals_of
 from tosca_heads.records import with_intervals

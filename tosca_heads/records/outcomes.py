@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.tensorfiles import Header, TensorFileError, read_safetensors
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.tensorfiles import Header, TensorFileError, read_safetensors
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import FORMAT, check_format
 

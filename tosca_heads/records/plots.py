@@ -1,5 +1,5 @@
 """Every figure tosca draws, through one set-up: matplotlib's file-only backend, one figure per call,
-saved whole or not at all (featcache.foundation.atomic), closed after.
+saved whole or not at all (tosca_foundation.atomic), closed after.
 
 - `run_curves`: A_t per router of one run (accuracy.png);
 - `comparison`: A_t per method of a comparison (comparison.png);
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from featcache.foundation import atomic
+from tosca_foundation import atomic
 
 
 @contextlib.contextmanager

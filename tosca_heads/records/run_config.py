@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
-from featcache.foundation.fingerprints import identity_differences
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_json
+from tosca_foundation.fingerprints import identity_differences
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import INFORMATIONAL, check_format, store_block, validation_record

@@ -2,7 +2,7 @@
 
 ```
 runs/<name>/
-  .tosca                 {"kind": "run"}: the folder is tosca's (featcache.foundation.folders)
+  .tosca                 {"kind": "run"}: the folder is tosca's (tosca_foundation.folders)
   config.json            the resolved recipe, task split, validation split (when one is held
                          out), store path and fingerprint, the protocol in words (each task's
                          class names, warnings); "format"
@@ -42,7 +42,7 @@ Format: `FORMAT` (`tosca_heads.records`), recorded in config.json, metrics.json,
 curves.csv and confusion.json; a run whose config.json or metrics.json records another is refused
 in one line (written before tosca's first release, or by a newer tosca).
 
-Every file is written whole or not at all (`featcache.foundation.atomic`). Everything read back
+Every file is written whole or not at all (`tosca_foundation.atomic`). Everything read back
 is checked before it is used: a config.json with values of the wrong type or out of range, or a
 task or router file that is not safetensors or does not fit the recorded recipe, stops the
 command with one line naming the file and what to do, never a traceback or a wrong number.
@@ -61,11 +61,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import parse_json, read_json, read_text
-from featcache.foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from featcache.store import FeatureStore, open_unchanged
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import parse_json, read_json, read_text
+from tosca_foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.metrics import summarise
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
-from featcache.foundation.version import __version__
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_json
+from tosca_foundation.version import __version__
 from tosca_heads.records import FORMAT, check_format
 
 MANIFEST = "manifest.json"

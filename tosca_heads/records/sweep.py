@@ -28,11 +28,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import parse_json, read_json, read_text
-from featcache.foundation.fingerprints import canonical_json, identity_differences
 from featcache.store import FeatureStore
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import parse_json, read_json, read_text
+from tosca_foundation.fingerprints import canonical_json, identity_differences
 from tosca_heads.method.metrics import BUILT_IN, METRICS, Metric, figures, with_interval
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig

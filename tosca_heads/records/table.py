@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic
+from tosca_foundation import atomic
 
 if TYPE_CHECKING:  # pandas is loaded when a table is written, not to append rows on a worker
     import pandas as pd

@@ -2,15 +2,15 @@
 
 `registry` holds them (`ROUTERS`, one short class per router, `register_router` for routers that
 live outside the package); `scores` what routed evaluation computes from each module's logits;
-`statistics` the per-class statistics of frozen features that some routers keep, task by task;
-`memo` those statistics shared by the runs of one process. Evaluation reports every router, in
+`memo` the per-class statistics of frozen features that some routers keep
+(`tosca_heads.method.class_statistics`, method code a baseline can use too), shared by the runs of
+one process. Evaluation reports every router, in
 the registry's order (`ROUTERS`), which is also their order in tables and files.
 """
 
 from __future__ import annotations
 
-from featcache.foundation.errors import UserTypeError, UserValueError
-from featcache.foundation.lazy import lazy_names
+from tosca_foundation.errors import UserTypeError, UserValueError
 from tosca_heads.routers.learned import on_request  # registers fecam, klda, randumb after the others
 from tosca_heads.routers.routing_rules import (
     ROUTERS,
@@ -25,9 +25,6 @@ from tosca_heads.routers.routing_rules import (
     router_label,
     task_log_posterior,
 )
-
-# the statistics (torch) load when first asked for: the routers' names list without them
-__getattr__, _ = lazy_names(__name__, {"statistics": ("ClassStatistics", "FrozenModel")})
 
 HEADLINE = ("entropy", "lda", "batch", "oracle")  # the routers compact tables and plots show
 

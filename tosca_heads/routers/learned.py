@@ -21,7 +21,7 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.routers.routing_rules import ROUTERS, FrozenFeature, StageView, register_router
 
 if TYPE_CHECKING:

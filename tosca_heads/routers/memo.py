@@ -15,8 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from tosca_heads.method.class_statistics import ClassStatistics, FrozenModel
 from tosca_heads.routers.learned import RouterLearners
-from tosca_heads.routers.statistics import ClassStatistics, FrozenModel
 
 MAX_SPLITS = 4  # task splits kept at once per process (each holds one model per task)
 

@@ -17,15 +17,15 @@ import functools
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from featcache.foundation.arguments import check_types
-from featcache.foundation.errors import UserError, UserValueError
-from featcache.foundation.registry import Registry, reference_words
+from tosca_foundation.arguments import check_types
+from tosca_foundation.errors import UserError, UserValueError
+from tosca_foundation.registry import Registry, reference_words
 from tosca_heads.method.protocol import REFERENCE_BATCH
 
 if TYPE_CHECKING:  # torch is imported where a router runs: listing them (`tosca list`) needs none
     import torch
 
-    from tosca_heads.routers.statistics import FrozenModel
+    from tosca_heads.method.class_statistics import FrozenModel
 
 REFERENCE_FIELDS = ("true_task", "class_ordered", "shuffled")
 

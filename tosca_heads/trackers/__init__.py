@@ -7,7 +7,7 @@ plug-in and `tosca list` start light); `Tracking` and what feeds it load on firs
 
 from __future__ import annotations
 
-from featcache.foundation.lazy import lazy_names
+from tosca_foundation.lazy import lazy_names
 from tosca_heads.trackers import mlflow_logger, tensorboard_logger  # noqa: F401 (registers)
 from tosca_heads.trackers.logger_registry import (
     LOGGERS,

@@ -4,7 +4,7 @@ rerun of the same folder (after a kill, or to grow the grid) continues the same 
 Per tracker (`Logger.place`): the parent run's id, a digest of the params it was logged with,
 whether it was finished, the children logged whole (point or cell key -> run id) and those started
 but not ended ("open": a kill cut their logging short; the rerun discards and logs them again).
-The file is written whole or not at all (`featcache.foundation.atomic`), only by the process that
+The file is written whole or not at all (`tosca_foundation.atomic`), only by the process that
 holds the folder's lock; a dry run never writes it. It is read bounded and checked: a file that is
 not one tosca wrote is one line, and the rerun logs a new parent, as if there were none.
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import read_json
-from featcache.foundation.text import tell
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_json
+from tosca_foundation.text import tell
 
 LEDGER = ".trackers.json"
 FORMAT = 1

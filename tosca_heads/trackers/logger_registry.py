@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from featcache.foundation.arguments import check_types
-from featcache.foundation.errors import UserError, UserValueError
-from featcache.foundation.registry import Registry
-from featcache.foundation.text import printable
+from tosca_foundation.arguments import check_types
+from tosca_foundation.errors import UserError, UserValueError
+from tosca_foundation.registry import Registry
+from tosca_foundation.text import printable
 
 
 class Metric(NamedTuple):

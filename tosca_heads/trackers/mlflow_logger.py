@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.locks import folder_lock
-from featcache.foundation.text import printable, tell
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.locks import folder_lock
+from tosca_foundation.text import printable, tell
 from tosca_heads.trackers.logger_registry import Logger, Metric, register_logger
 from tosca_heads.trackers.places import TrackerFolder, check_file, refuse_link
 

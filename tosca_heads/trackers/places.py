@@ -1,5 +1,5 @@
 """Where a tracker writes on this machine, checked by the rules every tosca write follows
-(`featcache.foundation`), before any work and without writing:
+(`tosca_foundation`), before any work and without writing:
 
 - never inside a zarr store or a folder tosca claimed (a run, a sweep, a baselines or a suite
   folder): `folders.refuse_inside_owned`, as `--keep-modules` is refused there;
@@ -18,10 +18,10 @@ import os
 import stat
 from pathlib import Path
 
-from featcache.foundation import atomic, folders
-from featcache.foundation.errors import UserError
-from featcache.foundation.files import require_writable
-from featcache.foundation.text import printable
+from tosca_foundation import atomic, folders
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import require_writable
+from tosca_foundation.text import printable
 
 
 class TrackerFolder:

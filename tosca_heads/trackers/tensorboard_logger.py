@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation import atomic
+from tosca_foundation import atomic
 from tosca_heads.trackers.logger_registry import Logger, Metric, register_logger
 from tosca_heads.trackers.places import TrackerFolder
 

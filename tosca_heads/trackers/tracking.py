@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.plugins import foreign_code
-from featcache.foundation.text import tell, tell_at_end
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.plugins import foreign_code
+from tosca_foundation.text import tell, tell_at_end
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.trackers.events import record_metrics, result_record, run_files, stage_metrics
 from tosca_heads.trackers.ledger import Ledger

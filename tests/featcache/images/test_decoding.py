@@ -12,13 +12,13 @@ from support.commands import extract_request
 from support.images import TINY_CNN, make_jpeg_tree
 
 from featcache.extraction import ExtractRequest, open_or_create_store, plan_extraction, run_extraction
-from featcache.foundation.errors import UserError
 from featcache.images.decoding import decode_on_device, open_picture, read_encoded, resolve_decoder
 from featcache.images.transforms import make_preprocessing, view_rng
 from featcache.pipeline.chunks import extract_chunks
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.sources.datasets import load_dataset
 from featcache.store import SPLITS, FeatureStore
+from tosca_foundation.errors import UserError
 
 LEVEL = 1 / 255  # one uint8 grey level, in [0, 1] units
 # torchvision's and PIL's resizes round to uint8 on their own: up to 2 levels apart on noise images,

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.backbones import load_backbone, resolve_backbone
-from featcache.foundation.text import image_name
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
+from tosca_foundation.text import image_name
 
 runner = CliRunner()
 

@@ -17,10 +17,10 @@ from support.hostile_images import KILLED_TORCHVISION, READABLE, encoded, hostil
 from support.images import FAST_CNN, make_image_tree
 from torchvision.io import ImageReadMode, decode_image
 
-from featcache.foundation.locks import lock_path
 from featcache.images.decoding import decode_on_device, open_picture, read_encoded
 from featcache.sources.datasets import SplitSamples
 from featcache.store import FeatureStore
+from tosca_foundation.locks import lock_path
 
 HOSTILE = hostile_files()
 DECODERS = ("pil", "torch")

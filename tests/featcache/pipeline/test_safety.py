@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.backbones import read_state_dict
-from featcache.foundation.errors import UserError
 from featcache.store import check_name
+from tosca_foundation.errors import UserError
 
 runner = CliRunner()
 
@@ -73,6 +73,7 @@ def test_no_code_loads_pickles_or_evaluates_text() -> None:
         ROOT / "cli.py",
         *(ROOT / "tosca_cli").rglob("*.py"),
         *(ROOT / "featcache").rglob("*.py"),
+        *(ROOT / "tosca_foundation").rglob("*.py"),
         *(ROOT / "tosca_heads").rglob("*.py"),
     ]
     unsafe = []

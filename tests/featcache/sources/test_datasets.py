@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from featcache.foundation.errors import UserError
 from featcache.sources.datasets import DATASETS, EUROSAT_CLASSES, load_dataset
+from tosca_foundation.errors import UserError
 
 
 def _fake_eurosat(root: Path, per_class: int = 10) -> Path:

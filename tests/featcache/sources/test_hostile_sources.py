@@ -19,8 +19,8 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation import limits
-from featcache.foundation.errors import UserError
+from tosca_foundation import limits
+from tosca_foundation.errors import UserError
 
 runner = CliRunner()
 EXTRACT = [
@@ -337,8 +337,8 @@ def test_one_dataset_tree_reached_twice_through_a_link_is_one_tree(tmp_path: Pat
 
 
 def test_a_small_array_that_no_longer_decodes_is_one_line(tmp_path: Path) -> None:
-    from featcache.foundation.errors import UserError
     from featcache.store import FeatureStore
+    from tosca_foundation.errors import UserError
 
     store = synthetic_store(tmp_path / "s.zarr").path
     chunk = next((store / "train" / "labels" / "c").iterdir())
@@ -392,7 +392,7 @@ def _deep_attrs(store: Path) -> None:
 def _a_hundred_million_rows(store: Path) -> None:
     """Every array and the attrs claim 10^8 train rows, consistently (re-fingerprinted): only the
     files on disk can tell (8 chunk files of ids for 6,250,000 chunks)."""
-    from featcache.foundation.fingerprints import fingerprint
+    from tosca_foundation.fingerprints import fingerprint
 
     n, chunks = 10**8, 10**8 // 16
     _meta(store, "train/features", lambda m: m.update(shape=[n, 32]))

@@ -18,7 +18,6 @@ from support.images import FAST_CNN, make_image_tree
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
 from featcache.sources.datasets import load_dataset
 from featcache.sources.listing import image_files
 from featcache.store import FeatureStore
@@ -31,6 +30,7 @@ from featcache.store.left_out import (
     REACHED_TWICE,
     LeftOut,
 )
+from tosca_foundation.errors import UserError
 
 runner = CliRunner()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from support.stores import synthetic_store
 
-from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore
 from featcache.store.find import resolve_store
+from tosca_foundation.errors import UserError
 
 
 def test_a_complete_store_is_preferred_over_one_being_extracted(tmp_path: Path) -> None:

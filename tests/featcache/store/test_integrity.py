@@ -16,8 +16,8 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
 from featcache.store import FeatureStore, chunk_checksum
+from tosca_foundation.errors import UserError
 
 runner = CliRunner()
 

@@ -17,8 +17,8 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.fingerprints import fingerprint
 from featcache.store import StoreDamaged, check_readable, read_split
+from tosca_foundation.fingerprints import fingerprint
 
 runner = CliRunner()
 SPLIT = ["--init-cls", "2", "--increment", "2", "--device", "cpu"]

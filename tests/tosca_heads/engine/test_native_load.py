@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.engine import native
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import StepTask, TorchStep, make_step

@@ -13,7 +13,7 @@ import torch
 from support.layouts import padding_mask
 from support.stores import synthetic_store
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.engine import native
 from tosca_heads.engine.device import ThreadPlan, plan_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows

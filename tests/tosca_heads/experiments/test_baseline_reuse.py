@@ -13,7 +13,7 @@ import pytest
 from support.stores import synthetic_store
 
 import tosca_heads
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments import executor
 
 ASKED: dict[str, Any] = {"init_cls": 2, "increment": 2, "val_fraction": 0.2, "with_tosca": False}

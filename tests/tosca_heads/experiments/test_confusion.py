@@ -13,7 +13,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.report import misrouting, routers_report
 from tosca_heads.records.run_folder import CONFUSION, read_confusion
 from tosca_heads.routers import resolve_routers

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from support.stores import synthetic_store
 
 import tosca_heads
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.records.run_folder import read_metrics
 from tosca_heads.records.sweep import ResultsTable

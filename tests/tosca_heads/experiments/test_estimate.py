@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from featcache.foundation import time_estimates as est
+from tosca_foundation import time_estimates as est
 from tosca_heads.experiments import cost_models as costs
 
 

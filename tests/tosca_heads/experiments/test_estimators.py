@@ -118,7 +118,7 @@ def test_grid_search_on_the_validation_split_chooses_the_sweeps_point(
 
 
 def test_validation_split_refuses_no_validation(store: FeatureStore) -> None:
-    from featcache.foundation.errors import UserError
+    from tosca_foundation.errors import UserError
 
     with pytest.raises(UserError, match="val_fraction must be above 0"):
         validation_split(store, 0.0)

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 import tosca_heads
 from cli import app
-from featcache.foundation.errors import UserError, UserValueError
 from featcache.store import FeatureStore
+from tosca_foundation.errors import UserError, UserValueError
 from tosca_heads.experiments import cost_models as est
 from tosca_heads.experiments.suite import parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import cell_params, command, plan_cells

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from featcache.foundation.text import image_name
+from tosca_foundation.text import image_name
 from tosca_heads.experiments.suite import tables
 from tosca_heads.records import plots
 

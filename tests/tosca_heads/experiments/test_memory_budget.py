@@ -21,9 +21,9 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
-from featcache.foundation.limits import available_memory, memory_budget
-from featcache.foundation.settings import parse_bytes
+from tosca_foundation.errors import UserError
+from tosca_foundation.limits import available_memory, memory_budget
+from tosca_foundation.settings import parse_bytes
 from tosca_heads.engine.memory import require_room, run_memory
 from tosca_heads.experiments.group import GroupFit
 from tosca_heads.experiments.plan import FitPlan

@@ -16,7 +16,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.records.run_folder import CURVES_FILE, read_curves, task_file
 

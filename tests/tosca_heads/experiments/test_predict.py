@@ -103,7 +103,7 @@ def test_predict_refuses_weights_it_cannot_have(tmp_path: Path, image_tree: Path
     writable = FeatureStore.open(store.path, mode="r+")
     writable.group.attrs["identity"] = identity
     writable.group.attrs["backbone_weights_file"] = str(tmp_path / "gone.safetensors")
-    from featcache.foundation.fingerprints import fingerprint
+    from tosca_foundation.fingerprints import fingerprint
 
     writable.group.attrs["fingerprint"] = fingerprint(identity)
     config = json.loads((run / "config.json").read_text())

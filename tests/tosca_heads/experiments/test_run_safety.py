@@ -18,9 +18,9 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
 from featcache.store import chunk_checksum
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
 from tosca_heads.method.protocol import TaskStream
 
 RUNNER = CliRunner()
@@ -117,7 +117,7 @@ def test_a_diverging_loss_stops_with_the_task_and_epoch(tmp_path: Path) -> None:
 def test_one_writer_per_run_and_per_sweep_folder(tmp_path: Path) -> None:
     """While a process writes a run or a sweep folder, a second one is refused in one line; once the
     holder is gone (its lock dies with it) the same command runs."""
-    from featcache.foundation.locks import acquire
+    from tosca_foundation.locks import acquire
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     run, sweep = tmp_path / "run", tmp_path / "sweep"
@@ -218,7 +218,7 @@ def test_one_writer_per_baselines_folder(tmp_path: Path) -> None:
     """`tosca baselines` holds its folder's lock while it writes (the one claim, as a run's and a
     sweep's): a second one into the same folder is refused naming the holder, before anything is
     written there; once the holder is gone the same command runs."""
-    from featcache.foundation.locks import acquire
+    from tosca_foundation.locks import acquire
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
     out = tmp_path / "cmp"

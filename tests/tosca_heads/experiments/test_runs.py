@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
-from featcache.foundation.errors import UserError
 from featcache.pipeline.mapper import FeatureMapper
 from featcache.store import FeatureStore
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.group import evaluate_run, fit_run
 from tosca_heads.experiments.runs import fit

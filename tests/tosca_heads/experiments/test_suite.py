@@ -20,7 +20,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.suite import load_suite, parse_suite, run_suite
 from tosca_heads.experiments.suite.cells import plan_cells
 from tosca_heads.experiments.suite.presets import PAPER_BENCHMARKS, preset
@@ -393,7 +393,7 @@ def test_baselines_sharing_a_folder_find_it_claimed_before_any_runs(
     """A seed's baselines write one folder from several workers at once: the suite claims it first,
     so no worker meets another's half-written marker (which read as a stranger's file and stopped
     the suite)."""
-    from featcache.foundation.folders import marked_kind
+    from tosca_foundation.folders import marked_kind
     from tosca_heads.experiments import executor
 
     seen: list[bool] = []
@@ -512,7 +512,7 @@ def test_a_plug_in_router_reaches_the_worker_processes_and_cells_made_before_it(
 ) -> None:
     import sys
 
-    from featcache.foundation.plugins import load_plugins
+    from tosca_foundation.plugins import load_plugins
     from tosca_heads.routers import ROUTERS
 
     path = _suite(tmp_path, baselines="[]", flows="[]")

@@ -17,7 +17,7 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.results import by_point
 from tosca_heads.experiments.sweeps import grid_points, parse_values
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
@@ -358,7 +358,7 @@ def test_a_remote_sweep_lets_each_worker_decide_its_device(
 
 def test_sweep_workers_keep_freed_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dask's default MALLOC_TRIM_THRESHOLD_=65536 doubles the cost of a tiny SGD step (page faults)."""
-    from featcache.foundation.scheduler import SchedulerChoice, dask_client
+    from tosca_foundation.scheduler import SchedulerChoice, dask_client
     from tosca_heads.experiments import executor
 
     with (

@@ -19,9 +19,9 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
 from tosca_cli.views import running_best
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.results import choice_lines, choices, summarise_points, with_noise
 from tosca_heads.experiments.suite.claims import Evidence
 from tosca_heads.experiments.suite.tables import BOLD_COLUMNS, TABLE_COLUMNS, _mark_best

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.command_requests import BaselinesRequest
 from tosca_heads.experiments.comparison import check_request
 from tosca_heads.experiments.suite import parse_suite

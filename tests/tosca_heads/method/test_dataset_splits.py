@@ -1,5 +1,5 @@
 """A dataset's default split and test share are declared once, where it is registered
-(`featcache.foundation.dataset_names`), and the protocol, the presets, the demo and an extraction
+(`tosca_foundation.dataset_names`), and the protocol, the presets, the demo and an extraction
 estimate read them there (issue 45)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from featcache.extraction_estimate import _classes_and_counts
-from featcache.foundation.dataset_names import DATASETS, Split, register_dataset
+from tosca_foundation.dataset_names import DATASETS, Split, register_dataset
 from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.method.protocol import StreamConfig, default_stream, split_origin
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.protocol import (
     HELD_OUT,
     StreamConfig,

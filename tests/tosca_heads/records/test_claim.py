@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.folders import MARKER, marked_kind
-from featcache.foundation.locks import FolderBusy, lock_path
+from tosca_foundation.errors import UserError
+from tosca_foundation.folders import MARKER, marked_kind
+from tosca_foundation.locks import FolderBusy, lock_path
 from tosca_heads.experiments.suite.suite_runner import SUITE_FOLDER
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig

@@ -19,7 +19,7 @@ from support.stores import synthetic_store
 
 import tosca_heads
 from featcache import open_store
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.experiments.report import routers_report
 from tosca_heads.experiments.suite.cells import Cell, read_result

@@ -20,9 +20,9 @@ from support.stores import synthetic_store
 from typer.testing import CliRunner
 
 from cli import app
-from featcache.foundation import atomic
-from featcache.foundation.errors import UserError
-from featcache.foundation.tensorfiles import read_safetensors
+from tosca_foundation import atomic
+from tosca_foundation.errors import UserError
+from tosca_foundation.tensorfiles import read_safetensors
 from tosca_heads import records
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.routers import ROUTERS, Router, StageView, resolve_routers

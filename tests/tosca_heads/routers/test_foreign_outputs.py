@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import tosca_heads
-from featcache.foundation.errors import UserError
 from tests.support.stores import synthetic_store
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baseline_registry import BASELINES, register_baseline
 from tosca_heads.routers import ROUTERS, Router, StageView, register_router
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from support.stores import synthetic_store
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.command_requests import FitRequest
 from tosca_heads.experiments.group import evaluate_run
 from tosca_heads.experiments.predict import RunPredictor

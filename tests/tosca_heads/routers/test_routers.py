@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
+from tosca_heads.method.class_statistics import ClassStatistics, _class_moments, _merge
 from tosca_heads.routers import (
     ROUTERS,
-    ClassStatistics,
     ReferenceView,
     resolve_routers,
     route_batches,
 )
 from tosca_heads.routers.scores import predict
-from tosca_heads.routers.statistics import _class_moments, _merge
 
 
 def _view(entropy: torch.Tensor, true_task: torch.Tensor, seed: int = 0, **extra: object) -> ReferenceView:
@@ -223,10 +222,10 @@ def test_runs_that_write_nothing_share_the_router_statistics(
 
     from tosca_heads.experiments.group import fit_group, fit_run
     from tosca_heads.experiments.plan import FitPlan
+    from tosca_heads.method.class_statistics import ClassStatistics
     from tosca_heads.method.features import CachedFeatures
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
-    from tosca_heads.routers.statistics import ClassStatistics
 
     calls: list[int] = []
     original = ClassStatistics.partial_fit

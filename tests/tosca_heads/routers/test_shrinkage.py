@@ -10,7 +10,7 @@ import pytest
 import torch
 from sklearn.covariance import OAS, ledoit_wolf_shrinkage
 
-from tosca_heads.routers.statistics import ClassStatistics
+from tosca_heads.method.class_statistics import ClassStatistics
 
 
 def _tasks(seed: int = 0, dim: int = 12, per_class: int = 40) -> tuple[torch.Tensor, np.ndarray]:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import tosca_heads
 from cli import app
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.experiments.suite.spec import parse_suite
 from tosca_heads.records.run_folder import CURVES_FILE, read_curves

@@ -10,7 +10,7 @@ paper's claims checked, every cell reproducible by one single command.
 
 from __future__ import annotations
 
-from featcache.foundation.lazy import lazy_names
+from tosca_foundation.lazy import lazy_names
 
 # loaded on first use: `tosca list` names the presets without loading what runs a suite
 __getattr__, __all__ = lazy_names(

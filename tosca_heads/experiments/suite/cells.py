@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method import baseline_registry

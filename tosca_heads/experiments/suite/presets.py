@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.dataset_names import DATASETS
-from featcache.foundation.errors import UserError
-from featcache.foundation.names import did_you_mean
+from tosca_foundation.dataset_names import DATASETS
+from tosca_foundation.errors import UserError
+from tosca_foundation.names import did_you_mean
 from tosca_heads.method.baseline_registry import ALL
 from tosca_heads.routers import HEADLINE
 

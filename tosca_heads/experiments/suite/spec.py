@@ -40,11 +40,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from featcache.foundation.arguments import as_path, shown
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.files import read_toml
-from featcache.foundation.names import did_you_mean
-from featcache.foundation.registry import Registry
+from tosca_foundation.arguments import as_path, shown
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.files import read_toml
+from tosca_foundation.names import did_you_mean
+from tosca_foundation.registry import Registry
 from tosca_heads.method.baseline_registry import ALL, BASELINES, default_baselines, given_params
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
@@ -143,7 +143,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     >>> parse_suite({"stores": [{"name": "A", "path": "a.zarr"}], "tosca": {"routers": ["psychic"]}}, TMP)
     Traceback (most recent call last):
     ...
-    featcache.foundation.errors.UserValueError: the suite: unknown tosca.routers entry 'psychic': use any of ...
+    tosca_foundation.errors.UserValueError: the suite: unknown tosca.routers entry 'psychic': use any of ...
     """
     if not isinstance(data, Mapping):
         raise UserTypeError(

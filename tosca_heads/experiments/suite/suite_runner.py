@@ -4,7 +4,7 @@ The suite's folder holds `cells/` (one run or baselines folder per cell), the ta
 `manifest.json`. Cells are computed in the order stores, class orders, seeds; TOSCA cells of one
 store and recipe family train as one engine run where the device holds them (a GPU), baselines one
 by one. With `jobs` > 1 or a `scheduler`, cells run as Dask tasks (the `--scheduler` forms of
-featcache.foundation.scheduler); each writes only its own folder, so a killed suite loses at most
+tosca_foundation.scheduler); each writes only its own folder, so a killed suite loses at most
 the cells in flight, and the same call continues it.
 """
 
@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from featcache.foundation.arguments import check_types
-from featcache.foundation.devices import check_device_name, resolve_device
-from featcache.foundation.errors import UserError, UserTypeError, UserValueError
-from featcache.foundation.limits import max_processes, require_at_most, usable_cores
-from featcache.foundation.names import Spell, as_flag, as_keyword
-from featcache.foundation.scheduler import check_scheduler, parse_scheduler
-from featcache.foundation.time_estimates import Estimate, plan_works
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
+from tosca_foundation.arguments import check_types
+from tosca_foundation.devices import check_device_name, resolve_device
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
+from tosca_foundation.limits import max_processes, require_at_most, usable_cores
+from tosca_foundation.names import Spell, as_flag, as_keyword
+from tosca_foundation.scheduler import check_scheduler, parse_scheduler
+from tosca_foundation.time_estimates import Estimate, plan_works
 from tosca_heads.engine.device import check_settings
 from tosca_heads.engine.memory import default_group_size, require_room
 from tosca_heads.experiments.command_requests import SuiteRequest
@@ -81,7 +81,7 @@ class SuiteResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
     estimate_seconds: float | None = None
-    estimate: Any = None  # a dry run's featcache.foundation.time_estimates.Estimate
+    estimate: Any = None  # a dry run's tosca_foundation.time_estimates.Estimate
 
     @property
     def missing(self) -> list[str]:
@@ -459,7 +459,7 @@ def estimate_plan(
     jobs: int,
     estimate_extraction: ExtractionEstimator | None,
 ) -> Estimate:
-    """The wall time of the cells to run here (featcache.foundation.time_estimates, each cell's cost from
+    """The wall time of the cells to run here (tosca_foundation.time_estimates, each cell's cost from
     tosca_heads.experiments.cost_models): extraction of the stores not on disk yet (by
     `estimate_extraction`, stage 1's), every missing TOSCA and baseline cell, the workers' start,
     the tables; and one line per thing that is missing."""

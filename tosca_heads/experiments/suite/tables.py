@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from featcache.foundation import atomic
+from tosca_foundation import atomic
 from tosca_heads.experiments.baseline_runs import baseline_reference
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points

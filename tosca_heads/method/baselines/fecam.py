@@ -8,8 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from featcache.foundation.errors import UserError
-from featcache.foundation.limits import human_bytes, require_memory
+from tosca_foundation.errors import UserError
+from tosca_foundation.limits import human_bytes, require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import torch
 
-from featcache.foundation.limits import require_memory
+from tosca_foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param

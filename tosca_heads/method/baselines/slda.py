@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from featcache.foundation.limits import require_memory
+from tosca_foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor, ridge_solve
 from tosca_heads.method.baseline_registry import Interval, Options, Param

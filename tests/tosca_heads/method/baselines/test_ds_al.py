@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baseline_registry import params_of
 from tosca_heads.method.baselines.ds_al import COMPENSATION_GRID, DSAL
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baselines.fecam import FeCAM
 
 

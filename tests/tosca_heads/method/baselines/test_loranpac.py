@@ -9,7 +9,7 @@ import pytest
 import torch
 from support.stores import synthetic_store
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import BASELINES, given_params

@@ -10,7 +10,7 @@ from sklearn.covariance import OAS
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.kernel_approximation import RBFSampler
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baselines.randumb import RanDumb
 
 

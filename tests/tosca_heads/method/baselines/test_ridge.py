@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baseline_estimators import RANPAC_RIDGES
 from tosca_heads.method.baselines.ridge import RANPAC_RULE, Ridge
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.covariance import OAS
 
-from featcache.foundation.errors import UserError
+from tosca_foundation.errors import UserError
 from tosca_heads.method.baselines.slda import SLDA
 
 

@@ -1,0 +1,223 @@
+"""The link to a running Dask scheduler: reached within a bound, lost in one line.
+
+Dask's client waits without limit for the handshake of whatever accepts its connection (an HTTP
+server on the port, a server that accepts and says nothing), and a scheduler that dies mid-run
+surfaces as whatever Dask call ran into it (`FutureCancelledError`, `CommClosedError`, an
+`OSError` of its comms, a `TimeoutError`). So, in this one place:
+
+- `check_answers(address, where, seconds)`: nothing listening, a server that is not Dask, or a Dask
+  process that is not a scheduler is one line within `seconds` (the caller calls it before it
+  makes anything: a sweep's folder, a store);
+- `said_when_lost(client, label, resume)`: a block that runs work on the client turns the loss of
+  its scheduler into one line (what happened, that what was finished is kept, how to resume), and
+  closes the client without Dask's own log of the failed reconnection; `lost_scheduler(exc,
+  client)` tells that loss from a task's own error (the extraction's retry of lost scatters asks).
+
+- `said_when_workers_lost(client, label)`: a worker lost mid-run is one line as it is noticed
+  (its address, how many are left, that Dask runs its units again on the others and what was
+  finished is kept): the client asks the scheduler for its workers every `WATCH_SECONDS` on a
+  thread of its own. (Subscribing to the scheduler's `all` event topic instead breaks the client's
+  connection in distributed 2026.8: some event on it carries a WorkerState the scheduler cannot
+  serialize; a scheduler plugin would need tosca installed where the scheduler runs.)
+
+The bound is `TOSCA_SCHEDULER_TIMEOUT` seconds (`connect_seconds`), 30 by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import CancelledError
+from typing import Any
+
+from tosca_foundation.errors import UserError
+from tosca_foundation.settings import setting
+from tosca_foundation.text import tell
+
+CONNECT_SECONDS = 30.0  # the default bound on reaching a scheduler (TOSCA_SCHEDULER_TIMEOUT)
+LOST = "scheduler-connection-lost"  # the reason Dask cancels every future with when its scheduler goes
+WATCH_SECONDS = 2.0  # how often a running block asks the scheduler which workers it has
+START_ONE = "start one with `dask scheduler`, or use --scheduler local:N"
+
+
+def connect_seconds() -> float:
+    """Seconds a command waits for a scheduler to answer (TOSCA_SCHEDULER_TIMEOUT, checked as a setting)."""
+    value = setting("TOSCA_SCHEDULER_TIMEOUT")
+    return CONNECT_SECONDS if value is None else float(value)
+
+
+def check_answers(address: str, where: str, seconds: float) -> None:
+    """One line within `seconds` unless a Dask scheduler answers at `address` (tcp:// or tls://,
+    checked by the caller; `where`: how to name it): nothing listening, a server that speaks
+    something else (HTTP, or nothing at all), a Dask worker."""
+    deadline = time.monotonic() + seconds
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=seconds).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise UserError(
+            f"cannot reach a Dask scheduler at {where} within {seconds:g} s ({why}); {START_ONE}"
+        ) from None
+    identity = _identity(address, max(deadline - time.monotonic(), 0.1))
+    if identity is None:
+        tls = (
+            "; Dask's TLS settings (distributed.comm.tls) must hold this client's certificate"
+            if address.startswith("tls://")
+            else ""
+        )
+        raise UserError(
+            f"{where} accepts connections but is not a Dask scheduler (no Dask answer within {seconds:g} s): "
+            f"check the address and port (`dask scheduler` prints its own){tls}; on a slow link, raise TOSCA_SCHEDULER_TIMEOUT"
+        )
+    kind = identity.get("type")
+    if kind != "Scheduler":
+        said = f"a Dask {kind}" if isinstance(kind, str) and kind.isidentifier() else "a Dask process"
+        raise UserError(
+            f"{where} is {said}, not a scheduler: pass the scheduler's address (`dask scheduler` prints it)"
+        )
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    place = address.partition("://")[2] or address
+    host, _, port = place.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _identity(address: str, seconds: float) -> dict[str, Any] | None:
+    """What the Dask process at `address` says it is, or None when no Dask answer came within
+    `seconds`. Asked on a thread of its own (with its own event loop: the caller may be running one,
+    a notebook's), which is left behind if it overruns: nothing then waits on it."""
+    answer: list[Any] = []
+
+    def ask() -> None:
+        with contextlib.suppress(BaseException):  # anything but an answer is "no Dask answer"
+            answer.append(asyncio.run(asyncio.wait_for(_ask_identity(address, seconds), seconds)))
+
+    thread = threading.Thread(target=ask, name="tosca-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(seconds + 1)
+    return answer[0] if answer and isinstance(answer[0], dict) else None
+
+
+async def _ask_identity(address: str, seconds: float) -> Any:
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    comm = await connect(address, timeout=seconds, **Security().get_connection_args("client"))
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def lost_scheduler(exc: BaseException, client: Any = None) -> bool:
+    """Whether `exc`, raised by a Dask call, means the scheduler went away: every future is then
+    cancelled for `LOST`; a comm closed, an OSError or a timeout means it only while the client is
+    no longer running (the same types raised by a task on a worker are that task's own)."""
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(exc, CancelledError) and getattr(exc, "reason", None) == LOST:
+        return True
+    gone = client is not None and getattr(client, "status", "running") != "running"
+    return gone and isinstance(exc, (CancelledError, CommClosedError, OSError, TimeoutError))
+
+
+@contextlib.contextmanager
+def said_when_lost(client: Any, label: str, resume: str) -> Iterator[None]:
+    """Run the block's work on `client`; the loss of its scheduler is one line (`resume`: what to do
+    besides running the same command again), and the client is closed quietly (Dask logs its
+    cancelled reconnection as an error, with a traceback)."""
+    try:
+        yield
+    except Exception as exc:
+        if not lost_scheduler(exc, client):
+            raise
+        with _dask_quiet():
+            client.close()
+        raise UserError(
+            f"lost {label} mid-run (its connection closed): what was finished is kept; "
+            f"run the same command again to resume{resume}"
+        ) from None
+
+
+@contextlib.contextmanager
+def said_when_workers_lost(client: Any, label: str, every: float = WATCH_SECONDS) -> Iterator[None]:
+    """Within the block, each worker of `client`'s scheduler that goes away is said in one line
+    (`text.tell`), within about `every` seconds and at the latest when the block ends: Dask runs
+    the units it held again on the other workers, so the results are whole, but the time lost
+    should not be a mystery. A worker that joins (a nanny's restart) is not said; the watch ends
+    with the block, before the workers of a local cluster are closed, and says nothing once the
+    scheduler cannot be asked (its loss is `said_when_lost`'s line)."""
+    watch = _WorkerWatch(client, label)
+    stop = threading.Event()
+
+    def keep_watching() -> None:
+        while not stop.wait(every) and watch.check():
+            pass
+
+    thread = threading.Thread(target=keep_watching, name="tosca-worker-watch", daemon=True)
+    thread.start()
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        stop.set()
+        thread.join(timeout=every + 30)
+        if finished:
+            watch.check()  # a loss the last interval had not seen yet
+
+
+class _WorkerWatch:
+    """The workers a scheduler had when last asked; `check` says those gone since."""
+
+    def __init__(self, client: Any, label: str) -> None:
+        self.client, self.label = client, label
+        self.lock = threading.Lock()
+        self.seen = self._workers() or set()
+
+    def _workers(self) -> set[str] | None:
+        try:
+            return set(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+        except Exception:  # the scheduler went, or the client closed: not this watch's to say
+            return None
+
+    def check(self) -> bool:
+        """Say each worker lost since the last ask; False once the scheduler cannot be asked."""
+        with self.lock:
+            now = self._workers()
+            if now is None:
+                return False
+            for address in sorted(self.seen - now):
+                tell(
+                    f"lost the Dask worker {address} of {self.label} ({len(now)} left): Dask runs the "
+                    "units it held again on the others; what was finished is kept",
+                    "note",
+                )
+            self.seen = now
+            return True
+
+
+@contextlib.contextmanager
+def _dask_quiet() -> Iterator[None]:
+    """Dask's loggers (each of which may have a level of its own) silenced within the block."""
+    loggers = [
+        logging.getLogger(name)
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith("distributed")
+    ]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels, strict=True):
+            log.setLevel(level)
