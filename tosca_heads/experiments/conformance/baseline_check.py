@@ -31,7 +31,7 @@ def check_baseline(cls: type, params: Mapping[str, Any] | None = None) -> Confor
     given = dict(params or {})
     for key, value in given.items():
         if key in declared:
-            declared[key].check(value, f"check_baseline's params[{key!r}]")
+            declared[key].check(value, f"check_baseline's {key}")
     passed, skipped = ["declarations"], {}
     check_learning(cls, given)
     passed.append("partial_fit per task" if cls.incremental else "fit per task")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 
 from tosca_heads.experiments.conformance.shared import refuse
-from tosca_heads.method.baseline_registry import ESTIMATOR_METHODS, declared_params
+from tosca_heads.method.baseline_registry import ESTIMATOR_METHODS, Param, declared_params
 
 FLAGS = ("runs_by_default", "deterministic", "order_free")  # True or False where declared
 
@@ -49,10 +49,19 @@ def check_declarations(cls: type) -> None:
     for flag in FLAGS:
         if not isinstance(getattr(cls, flag, False), bool):
             raise refuse("baseline", name, f"{flag} must be True or False, got {getattr(cls, flag)!r}")
+    for param in getattr(cls, "params", ()):
+        keyword = keywords.get(getattr(param, "name", ""))
+        if not isinstance(param, Param) or keyword is None or keyword.default is inspect.Parameter.empty:
+            said = param.name if isinstance(param, Param) else type(param).__name__
+            raise refuse(
+                "baseline",
+                name,
+                f"params holds {said}, not a Param named after a keyword of __init__ with a default",
+            )
     try:
         params = declared_params(cls)
     except ValueError as exc:
-        raise refuse("baseline", name, str(exc)) from None
+        raise refuse("baseline", name, str(exc).removeprefix(f"baseline {name}'s ")) from None
     for param in params:
         words = str(param.valid) if param.valid is not None else "words"
         if not words.strip() or "\n" in words:

@@ -41,7 +41,7 @@ def learned(cls: type, params: dict[str, Any], toy: ToyStream) -> tuple[Any, lis
         try:
             said.append(checked_predictions(name, pred, len(seen), task, stream))
         except UserError as exc:
-            raise refuse("baseline", name, str(exc).partition(": ")[2] or str(exc)) from None
+            raise refuse("baseline", name, str(exc).removeprefix(f"baseline {name!r}: ")) from None
     return estimator, said
 
 

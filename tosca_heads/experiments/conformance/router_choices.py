@@ -35,7 +35,7 @@ def _routed(router: Router, view: object, task: int) -> torch.Tensor:
     try:
         return routed(router, view)  # type: ignore[arg-type]
     except UserError as exc:
-        raise refuse("router", name, str(exc).partition(": ")[2] or str(exc)) from None
+        raise refuse("router", name, str(exc).removeprefix(f"router {name!r} ")) from None
     except Exception as exc:
         hint = ""
         if getattr(view, "frozen", None) is None and not router.needs_statistics:

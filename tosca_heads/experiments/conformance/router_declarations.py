@@ -27,7 +27,7 @@ def check_declarations(cls: type) -> None:
         raise refuse("router", name, f"summary must be one line saying what it routes by, got {summary!r}")
     aliases = cls.aliases
     if not isinstance(aliases, tuple) or not all(isinstance(a, str) and a and " " not in a for a in aliases):
-        raise refuse("router", name, f"aliases must be a tuple of names, got {aliases!r}")
+        raise refuse("router", name, f"aliases must be a tuple of names, got a {type(aliases).__name__}")
     if not isinstance(cls.label, str):
         raise refuse("router", name, f"label must be a text, got {cls.label!r}")
     if not isinstance(cls.reference, (bool, str)) or cls.reference == "":
