@@ -1,16 +1,17 @@
 """What a conformance check answers: `Conformance` for a class that passes, `NonConforming` (one
-line, a `UserError`) for one that does not."""
+line, a `UserValueError`) for one that does not."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tosca_foundation.errors import UserError
+from tosca_foundation.errors import UserValueError
 
 
-class NonConforming(UserError):
+class NonConforming(UserValueError):
     """A plug-in breaks the contract the built-ins keep: one line naming the class and what is
-    wrong (a `UserError`, so the command line prints the line and exits 2)."""
+    wrong (a `UserValueError`: the class handed in is no valid plug-in; a script catches it as a
+    `ValueError`, the command line prints the line and exits 2)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tosca_foundation.arguments import check_types
 from tosca_heads.experiments.conformance.outcome import Conformance
 from tosca_heads.experiments.conformance.router_choices import check_choices
 from tosca_heads.experiments.conformance.router_declarations import check_declarations
@@ -18,6 +19,7 @@ def check_router(cls: type, learner: Mapping[str, Any] | None = None) -> Conform
     `needs_statistics = True`). `learner`: keywords for the baseline an on-request router learns
     with (its `learner`; smaller sizes than its defaults for a quick check). A `NonConforming` error (one line) at the first check it fails,
     else its `Conformance`."""
+    check_types("check_router", check_router, {"learner": learner})
     check_declarations(cls)
     router = calling("router", cls.name, "__init__", cls)
     check_choices(router, learner)
