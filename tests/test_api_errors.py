@@ -300,6 +300,26 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ("5 classes do not split into a first task of 2 and tasks of 2",),
     ),
     (
+        "check_baseline",
+        lambda p: tosca_heads.check_baseline(tosca_heads.BASELINES["simplecil"], params=[1]),
+        TypeError,
+        ("params",),
+    ),
+    ("check_baseline", lambda p: tosca_heads.check_baseline("simplecil"), TypeError, ("got str",)),
+    (
+        "check_baseline",
+        lambda p: tosca_heads.check_baseline(tosca_heads.BASELINES["ranpac"], {"projection_dim": 0}),
+        ValueError,
+        ("check_baseline's projection_dim must be at least 1, got 0",),
+    ),
+    (
+        "check_router",
+        lambda p: tosca_heads.check_router(type(tosca_heads.ROUTERS["entropy"]), learner=[("dim", 8)]),
+        TypeError,
+        ("learner",),
+    ),
+    ("check_router", lambda p: tosca_heads.check_router(int), ValueError, ("router int: is not a subclass",)),
+    (
         "register_dataset",
         lambda p: featcache.register_dataset(3, 3, "x"),
         TypeError,

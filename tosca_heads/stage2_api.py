@@ -28,6 +28,7 @@ from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_foundation.folders import check_outputs
 from tosca_foundation.names import as_keyword, check_keywords, did_you_mean
 from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SWEEP_VAL_FRACTION
+from tosca_heads.experiments.conformance import Conformance, NonConforming, check_baseline, check_router
 from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
 from tosca_heads.experiments.predict import Predictions, RunPredictor
 from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
@@ -56,8 +57,10 @@ __all__ = [
     "BASELINES",
     "ROUTERS",
     "BaselineClassifier",
+    "Conformance",
     "Interval",
     "Logger",
+    "NonConforming",
     "Options",
     "Param",
     "Predictions",
@@ -74,6 +77,8 @@ __all__ = [
     "UserTypeError",
     "UserValueError",
     "baselines",
+    "check_baseline",
+    "check_router",
     "default_baselines",
     "evaluate",
     "fit",

@@ -253,13 +253,14 @@ def test_extract_of_a_random_init_model_warns_after_its_plan(tmp_path: Path, ima
 
 def test_declared_built_ins_say_what_their_implementations_say() -> None:
     """A built-in declared by name (listed without loading it) has its class's docstring line and
-    reference declaration."""
+    reference declaration. The baselines' declarations are generated from their classes
+    (tests/tosca_heads/method/test_baseline_index.py keeps them current); the others are checked here."""
     from tosca_cli.views import catalogue
     from tosca_foundation.registry import REGISTRIES, reference_words
 
     catalogue()  # every registry the command line lists, imported
-    declared = [(r, e) for r in REGISTRIES for e in r.entries() if e.target]
-    assert {e.name for _, e in declared} >= {"simplecil", "ranpac", "joint_probe", "pil", "torch"}
+    declared = [(r, e) for r in REGISTRIES for e in r.entries() if e.target and r.kind != "baseline"]
+    assert {e.name for _, e in declared} >= {"pil", "torch"}
     for registry, entry in declared:
         cls = registry[entry.name]
         said = getattr(cls, "description", None) or (cls.__doc__ or "").strip().partition("\n")[0]

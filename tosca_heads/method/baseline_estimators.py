@@ -45,6 +45,10 @@ def as_labels(labels: Array) -> np.ndarray:
 class SimpleCIL:
     """Prototype classifier: cosine similarity to each class's mean feature."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Zhou, Cai, Ye & Zhan, Revisiting Class-Incremental Learning with Pre-Trained Models: "
+        "Generalizability and Adaptivity are All You Need, IJCV 2024, arXiv:2303.07338"
+    )
     incremental = True
     deterministic = True
     runs_by_default = True
@@ -103,6 +107,10 @@ class RanPAC:
     `ranpac_projection_dim`, the API's `ranpac_projection_dim=` and `ranpac_seed=`) are declared
     here and nowhere else; the projection size is M in its paper and in tables."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "McDonnell, Gong, Parvaneh, Abbasnejad & van den Hengel, RanPAC: Random Projections and "
+        "Pre-trained Models for Continual Learning, NeurIPS 2023, arXiv:2307.02251"
+    )
     incremental = True
     runs_by_default = True
     label = "RanPAC"

@@ -1,9 +1,10 @@
 """The baselines by name (`BASELINES`), light: `tosca list`, a refused name and a plug-in's
 `register_baseline` need no torch. The built-in estimators live in `method.baseline_estimators`
 (SimpleCIL, RanPAC, the joint probe) and `method.baselines` (the frozen-feature methods, one file
-each) and are imported when one is first used; each is declared here with the first line of its
-class's docstring, its `reference` and its paper (`PAPERS`; tests/cli/test_startup.py holds the
-declarations to their classes).
+each) and are imported when one is first used. Each says what it is once, on its class (the first
+line of its docstring, `reference`, `paper`); they are declared here from `method.baseline_index`,
+generated from the classes (`python -m tosca_heads.method.baseline_index_writer`; a test fails
+when it is stale), so listing them imports no class.
 
 Everything else about a baseline is declared once, on its class, and worked out here:
 - whether it runs when no methods are named (`runs_by_default = True`): `default_baselines()`, what
@@ -30,118 +31,24 @@ from tosca_foundation.arguments import check_types, shown
 from tosca_foundation.errors import UserTypeError, UserValueError
 from tosca_foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
 from tosca_foundation.registry import Registry
+from tosca_heads.method.baseline_index import INDEX
 
 BASELINES: Registry[type] = Registry("baseline", "tosca_heads.method.baseline_registry:BASELINES")
 
-PAPERS: dict[
-    str, str
-] = {}  # each built-in's paper (`tosca list`, docs/baselines.md); a plug-in's: its class's `paper`
-
-
-def _built_in(name: str, target: str, what: str, paper: str = "", reference: bool | str = False) -> None:
-    """A built-in baseline: where its class lives, the first line of its docstring and its paper."""
-    BASELINES.declare(name, target, what, reference=reference)
-    if paper:
-        PAPERS[name] = paper
-
-
-_HOME, _FIELD = "tosca_heads.method.baseline_estimators", "tosca_heads.method.baselines"
-_built_in(
-    "simplecil",
-    f"{_HOME}:SimpleCIL",
-    "Prototype classifier: cosine similarity to each class's mean feature.",
-    "Zhou, Cai, Ye & Zhan, Revisiting Class-Incremental Learning with Pre-Trained Models: Generalizability "
-    "and Adaptivity are All You Need, IJCV 2024, arXiv:2303.07338",
-)
-_built_in(
-    "ranpac",
-    f"{_HOME}:RanPAC",
-    "Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.",
-    "McDonnell, Gong, Parvaneh, Abbasnejad & van den Hengel, RanPAC: Random Projections and Pre-trained "
-    "Models for Continual Learning, NeurIPS 2023, arXiv:2307.02251",
-)
-_built_in(
-    "joint_probe",
-    f"{_HOME}:JointProbe",
-    "Softmax regression on standardised features, full-batch L-BFGS, warm-started stage to stage.",
-    reference="sees every task at once",
-)
-_built_in(
-    "ridge",
-    f"{_FIELD}.ridge:Ridge",
-    "Ridge regression on the raw features onto one-hot targets, with G = X^T X and Q = X^T Y kept across tasks.",
-    "McDonnell et al., RanPAC, NeurIPS 2023: its row without random projection (ridge on the raw features)",
-)
-_built_in(
-    "slda",
-    f"{_FIELD}.slda:SLDA",
-    "Streaming LDA: running class means and one shared covariance, updated sample by sample, scored by the shrunk inverse.",
-    "Hayes & Kanan, Lifelong Machine Learning with Deep Streaming Linear Discriminant Analysis, CVPR-W 2020, "
-    "arXiv:1909.01520",
-)
-_built_in(
-    "fecam",
-    f"{_FIELD}.fecam:FeCAM",
-    "FeCAM: per-class covariances of L2-normalised features, shrunk and scaled to correlations, Mahalanobis distance.",
-    "Goswami, Liu, Twardowski & van de Weijer, FeCAM: Exploiting the Heterogeneity of Class Distributions "
-    "in Exemplar-Free Continual Learning, NeurIPS 2023, arXiv:2309.14062",
-)
-_KLDA_PAPER = (
-    "Momeni, Mazumder & Liu, Continual Learning Using a Kernel-Based Method Over Foundation Models, "
-    "AAAI 2025, arXiv:2412.15571"
-)
-_built_in(
-    "klda",
-    f"{_FIELD}.klda:KLDA",
-    "Kernel LDA: random Fourier features of an RBF kernel, class means and one shared scatter matrix, Mahalanobis.",
-    _KLDA_PAPER,
-)
-_built_in(
-    "klda_ensemble",
-    f"{_FIELD}.klda:KLDAEnsemble",
-    "KLDA-E: five KLDA members on their own random features, their softmax probabilities averaged.",
-    _KLDA_PAPER,
-)
-_built_in(
-    "randumb",
-    f"{_FIELD}.randumb:RanDumb",
-    "RanDumb: RBF random Fourier features, then streaming LDA with OAS-shrunk class covariances.",
-    "Prabhu, Sinha, Kumaraguru, Torr, Sener & Dokania, RanDumb: A Simple Approach that Questions the "
-    "Efficacy of Continual Representation Learning, arXiv:2402.08823, 2024",
-)
-_built_in(
-    "acil",
-    f"{_FIELD}.acil:ACIL",
-    "Analytic class-incremental learning: a random ReLU buffer, then ridge regression onto one-hot targets by recursive least squares.",
-    "Zhuang, Weng, Wei, Xie, Toh & Lin, ACIL: Analytic Class-Incremental Learning with Absolute Memorization "
-    "and Privacy Protection, NeurIPS 2022, arXiv:2205.14922",
-)
-_built_in(
-    "ds_al",
-    f"{_FIELD}.ds_al:DSAL",
-    "Dual-stream analytic learning: ACIL's ReLU stream plus a tanh stream fitted to its residuals on the new classes.",
-    "Zhuang, He, Tong, Zeng, Chen & Lin, DS-AL: A Dual-Stream Analytic Learning for Exemplar-Free "
-    "Class-Incremental Learning, AAAI 2024, arXiv:2403.17503",
-)
-_built_in(
-    "loranpac",
-    f"{_FIELD}.loranpac:LoRanPAC",
-    "Random ReLU features with a continually truncated SVD and the minimum-norm least-squares classifier on it.",
-    "Peng, Elenter, Agterberg, Ribeiro & Vidal, LoRanPAC: Low-rank Random Features and Pre-trained "
-    "Models for Bridging Theory and Practice in Continual Learning, ICLR 2025, arXiv:2410.00645",
-)
+for _row in INDEX:  # the built-ins, declared from the generated index: no class imported here
+    BASELINES.declare(str(_row["name"]), str(_row["target"]), str(_row["description"]), _row["reference"])
 
 ESTIMATOR_METHODS = ("predict", "num_parameters")
 
 
 def paper_of(name: str) -> str:
-    """The paper a baseline follows ("" for none, as the joint probe): a built-in's from `PAPERS`
-    (no import), a plug-in's from its class's `paper`."""
-    if name in PAPERS:
-        return PAPERS[name]
+    """The paper a baseline follows, its class's `paper` ("" for none, as the joint probe): a
+    built-in's read from the generated index (no import), a plug-in's from its class."""
     entry = next((e for e in BASELINES.entries() if e.name == name), None)
-    if entry is None or entry.built_in:  # a built-in without a paper (the joint probe): nothing imported
+    if entry is None:
         return ""
+    if entry.built_in:
+        return next((str(row["paper"]) for row in INDEX if row["name"] == name), "")
     return str(getattr(BASELINES[name], "paper", "") or "")
 
 

@@ -158,15 +158,17 @@ def reference_text(name: str) -> str:
 
 
 def route(name: str, view: StageView) -> torch.Tensor:
-    """The named router's choices, refused in one line unless they are what a router must give: an
-    integer tensor [G, n] of module indices in [0, M). A plug-in's [G, 1] would otherwise be
-    broadcast against the labels into a plausible but meaningless accuracy. An honest router is
-    handed the honest part of the view; one that reads a reference field is refused. A reference
-    router needs a `ReferenceView` (evaluation has one; new images have no true task)."""
-    import torch
+    """The registered router `name`'s choices on `view` (`routed`: checked, in one line)."""
+    return routed(ROUTERS[name], view)
 
-    groups, modules, n = view.entropy.shape
-    router = ROUTERS[name]
+
+def routed(router: Router, view: StageView) -> torch.Tensor:
+    """A router's choices, refused in one line unless they are what a router must give
+    (`checked_choices`). An honest router is handed the honest part of the view; one that reads a
+    reference field is refused. A reference router needs a `ReferenceView` (evaluation has one; new
+    images have no true task). Evaluation and the conformance check
+    (`experiments.conformance.check_router`) both route through here."""
+    name = router.name
     if router.reference and not isinstance(view, ReferenceView):
         raise UserError(
             f"router {name!r} is a reference (it is told the task or lets a class-sorted batch vote): "
@@ -181,6 +183,17 @@ def route(name: str, view: StageView) -> torch.Tensor:
             "the test order carry the labels): an honest router may read entropy, energy, frozen, features "
             "and class_task; register it with `reference = True` to report it as a reference"
         ) from None
+    return checked_choices(name, chosen, view)
+
+
+def checked_choices(name: str, chosen: object, view: StageView) -> torch.Tensor:
+    """A router's answer on `view` as module indices [G, n] (long, on the view's device), refused
+    in one line unless it is an integer tensor of that shape with every index in [0, M). A
+    plug-in's [G, 1] would otherwise be broadcast against the labels into a plausible but
+    meaningless accuracy."""
+    import torch
+
+    groups, modules, n = view.entropy.shape
     if not isinstance(chosen, torch.Tensor):
         raise UserError(f"router {name!r} returned {type(chosen).__name__}, not a tensor of module indices")
     if chosen.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):

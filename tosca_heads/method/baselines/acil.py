@@ -103,6 +103,10 @@ class ACIL:
     training on the first task is not done: the backbone stays frozen. State: the buffer (d x D),
     R (D x D float64), Q = H^T Y and W (D x C float64); never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Zhuang, Weng, Wei, Xie, Toh & Lin, ACIL: Analytic Class-Incremental Learning with "
+        "Absolute Memorization and Privacy Protection, NeurIPS 2022, arXiv:2205.14922"
+    )
     incremental = True
     deterministic = False
     runs_by_default = False

@@ -38,6 +38,10 @@ class DSAL:
     their default 1. State: the buffer (d x D), two D x D float64 inverses R (as ACIL's), their D
     x C cross products and weights; never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Zhuang, He, Tong, Zeng, Chen & Lin, DS-AL: A Dual-Stream Analytic Learning for "
+        "Exemplar-Free Class-Incremental Learning, AAAI 2024, arXiv:2403.17503"
+    )
     incremental = True
     deterministic = False
     runs_by_default = False

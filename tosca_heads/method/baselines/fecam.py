@@ -33,6 +33,10 @@ class FeCAM:
     State: C x d x d float32 inverses (655 MB at 100 classes x 1,280) and C x d float32 means;
     never samples. Each class's statistics are its own, so it is order-free."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Goswami, Liu, Twardowski & van de Weijer, FeCAM: Exploiting the Heterogeneity of Class "
+        "Distributions in Exemplar-Free Continual Learning, NeurIPS 2023, arXiv:2309.14062"
+    )
     incremental = True
     deterministic = True
     runs_by_default = False

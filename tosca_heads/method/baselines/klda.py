@@ -34,6 +34,10 @@ class KLDA:
     State per member: the D x D float64 scatter (200 MB at D = 5,000) and C x D float64 means,
     plus (S + 1e-6 I)^-1 M' (D x C), refreshed after each task; never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Momeni, Mazumder & Liu, Continual Learning Using a Kernel-Based Method Over Foundation "
+        "Models, AAAI 2025, arXiv:2412.15571"
+    )
     incremental = True
     deterministic = False
     runs_by_default = False

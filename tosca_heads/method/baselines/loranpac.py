@@ -57,6 +57,11 @@ class LoRanPAC:
     random matrix (drawn again from its seed): 8 (E r + r + E C) bytes of statistics, r at most
     min(rank, 0.75 E, 0.75 n)."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Peng, Elenter, Agterberg, Ribeiro & Vidal, LoRanPAC: Low-rank Random Features and "
+        "Pre-trained Models for Bridging Theory and Practice in Continual Learning, ICLR 2025, "
+        "arXiv:2410.00645"
+    )
     incremental = True
     deterministic = False
     runs_by_default = False

@@ -46,6 +46,10 @@ class RanDumb:
     State: A = sum_c n_c OAS_c (D x D float64: 800 MB at D = 10,000), the C x D float64 means and
     counts, and Sigma^-1 M' (D x C), refreshed after each task; never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Prabhu, Sinha, Kumaraguru, Torr, Sener & Dokania, RanDumb: A Simple Approach that "
+        "Questions the Efficacy of Continual Representation Learning, arXiv:2402.08823, 2024"
+    )
     incremental = True
     deterministic = False
     runs_by_default = False

@@ -63,6 +63,10 @@ class Ridge:
     the least validation MSE).
     State: G (d x d float64), Q and W (d x C float64); never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "McDonnell et al., RanPAC, NeurIPS 2023: its row without random projection (ridge on the "
+        "raw features)"
+    )
     incremental = True
     deterministic = True
     runs_by_default = False

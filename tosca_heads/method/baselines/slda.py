@@ -44,6 +44,10 @@ class SLDA:
     fit, fit_base, predict) and experiment.py. State: C x d means, C counts and the d x d float64
     covariance; never samples."""
 
+    paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
+        "Hayes & Kanan, Lifelong Machine Learning with Deep Streaming Linear Discriminant "
+        "Analysis, CVPR-W 2020, arXiv:1909.01520"
+    )
     incremental = True
     deterministic = True
     runs_by_default = False
