@@ -88,14 +88,20 @@ def _starts_with(path: Path, text: str) -> bool:
 
 
 def check_formats(folder: Path) -> None:
-    """Refuse, in one line, a baselines folder holding a baseline written before cells (its
-    metrics.json without its asked.json): it is never written over."""
-    for path in sorted(Path(folder).glob("*/metrics.json")) if Path(folder).is_dir() else []:
-        if not cell.is_cell(path.parent):
+    """Refuse, in one line and before anything is said or written, a baselines folder holding a
+    baseline written before cells (its metrics.json without its asked.json), or a finished cell
+    edited or damaged since (`baseline_result`): it is never written over. A cell never finished
+    (no done.json) is left to be computed again."""
+    if not Path(folder).is_dir():
+        return
+    for entry in sorted(Path(folder).iterdir()):
+        if (entry / "metrics.json").is_file() and not cell.is_cell(entry):
             raise UserError(
-                f"{path.parent} was written before baselines were kept as cells (a metrics.json, no "
+                f"{entry} was written before baselines were kept as cells (a metrics.json, no "
                 f"{cell.ASKED}): delete it and run the baselines again"
             )
+        if entry.is_dir() and (entry / cell.DONE).exists():
+            baseline_result(entry)
 
 
 BASELINES_FOLDER = FolderKind(

@@ -151,16 +151,16 @@ def check_whole(folder: Path, hint: str) -> None:
     digests = done.get("sha256")
     if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
         raise UserError(f"{folder / DONE} does not hold the cell's digests (edited or damaged); {hint}")
-    strangers = sorted(set(_kept_files(folder)) - set(digests))
-    if strangers:
-        raise UserError(
-            f"{folder} holds {strangers[0]}, a file its done.json does not name (added since); {hint}"
-        )
     for name in digests:
         if name not in (ASKED, MEASURED, OUTCOMES) and not _in_state(name):
             raise UserError(
                 f"{folder / DONE} names {name[:60]!r}, no file of a cell (edited or damaged); {hint}"
             )
+    strangers = sorted(set(_kept_files(folder)) - set(digests))
+    if strangers:
+        raise UserError(
+            f"{folder} holds {strangers[0]}, a file its done.json does not name (added since); {hint}"
+        )
     for name in (ASKED, MEASURED, OUTCOMES):
         if name not in digests:
             raise UserError(f"{folder / DONE} does not name {name} (edited or damaged); {hint}")
