@@ -111,3 +111,44 @@ def redigest(folder: Path) -> None:
         name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in done["sha256"]
     }
     (folder / "done.json").write_text(json.dumps(done))
+
+
+def test_a_baseline_stopped_by_a_full_disk_is_computed_again_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 54: a baseline that stopped on a full disk was "reused" on the rerun and its
+    comparison never written. Its done.json is written last, so a cell without one is computed
+    again (the disk fills as done.json is synced, as `test_disk_full` injects it)."""
+    import errno
+    import os
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    real_fsync = os.fsync
+
+    def full_at_done(fd: int) -> None:
+        if "done.json" in os.path.basename(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    with monkeypatch.context() as full:
+        full.setattr(os, "fsync", full_at_done)
+        with pytest.raises((OSError, UserError), match="No space left on device"):
+            tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert (out / "simplecil" / "asked.json").is_file() and not (out / "simplecil" / "done.json").exists()
+    assert not (out / "comparison.csv").exists()
+
+    computed: list[str] = []
+    real = executor.run_baseline
+
+    def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        computed.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "run_baseline", counted)
+    table = tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert computed == ["simplecil"]  # computed again, never "reused" half-written
+    assert (out / "simplecil" / "done.json").is_file() and (out / "comparison.csv").is_file()
+    assert 0 < float(table.loc[table["method"] == "simplecil", "A_last"].iloc[0]) <= 1
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert computed == ["simplecil"]  # now finished: reused
