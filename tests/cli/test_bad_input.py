@@ -940,6 +940,113 @@ DAMAGED += [
     ),
 ]
 
+
+# A baseline cell (`records.cell`): its files are checked whole against its done.json before it is
+# reused, so an edit (issue 54: a parameter count of 5 or seconds of -3 were printed on reuse) is one
+# line; a measured value no machine gives is refused even where done.json was made again to match.
+BASE_CELL = "base/simplecil"
+BASE_AGAIN = [*BASE, "--methods", "simplecil", "--out", "{root}/base"]
+
+
+def _redigested(root: Path, **measured: object) -> None:
+    """measured.json edited and done.json made again over it: an edit that hides itself."""
+    import hashlib
+
+    folder = root / BASE_CELL
+    _edit_json(folder / "measured.json", **measured)
+    done = json.loads((folder / "done.json").read_text())
+    done["sha256"]["measured.json"] = hashlib.sha256((folder / "measured.json").read_bytes()).hexdigest()
+    (folder / "done.json").write_text(json.dumps(done))
+
+
+def _flipped_baseline_answers(root: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    path = root / BASE_CELL / "outcomes.safetensors"
+    with safe_open(path, "np") as fh:
+        meta = fh.metadata()
+    tensors = load_file(path)
+    tensors["test/right/simplecil"] = 255 - tensors["test/right/simplecil"]
+    save_file(tensors, path, metadata=meta)
+
+
+def _written_before_cells(root: Path) -> None:
+    for name in ("asked.json", "measured.json", "done.json"):
+        (root / BASE_CELL / name).unlink()
+
+
+NOT_WRITTEN = "is not the file that was written (edited or damaged since"
+DAMAGED += [
+    (
+        "baseline parameters edited",
+        lambda root: _edit_json(root / BASE_CELL / "measured.json", parameters=5),
+        BASE_AGAIN,
+        f"measured.json {NOT_WRITTEN}",
+    ),
+    (
+        "baseline seconds edited",
+        lambda root: _edit_json(root / BASE_CELL / "measured.json", seconds=-3),
+        BASE_AGAIN,
+        f"measured.json {NOT_WRITTEN}",
+    ),
+    (
+        "baseline seconds negative, done.json made again",
+        lambda root: _redigested(root, seconds=-3),
+        BASE_AGAIN,
+        "seconds must not be negative, got -3",
+    ),
+    (
+        "baseline seconds NaN, done.json made again",
+        lambda root: _redigested(root, seconds=float("nan")),
+        BASE_AGAIN,
+        "seconds must be a finite number of seconds, got nan",
+    ),
+    (
+        "baseline parameters not a count, done.json made again",
+        lambda root: _redigested(root, parameters="many"),
+        BASE_AGAIN,
+        "parameters must be a count, got 'many'",
+    ),
+    (
+        "baseline asked.json edited",
+        lambda root: _edit_json(root / BASE_CELL / "asked.json", params={"seed": 5}),
+        BASE_AGAIN,
+        f"asked.json {NOT_WRITTEN}",
+    ),
+    ("baseline answers edited", _flipped_baseline_answers, BASE_AGAIN, f"outcomes.safetensors {NOT_WRITTEN}"),
+    (
+        "baseline answers deleted",
+        lambda root: (root / BASE_CELL / "outcomes.safetensors").unlink(),
+        BASE_AGAIN,
+        "outcomes.safetensors is missing (deleted?)",
+    ),
+    (
+        "baseline done.json not JSON",
+        lambda root: (root / BASE_CELL / "done.json").write_text("{not json"),
+        BASE_AGAIN,
+        "done.json",
+    ),
+    (
+        "baseline done.json naming a file outside the cell",
+        lambda root: _edit_json(root / BASE_CELL / "done.json", sha256={"../../store.zarr/zarr.json": "0"}),
+        BASE_AGAIN,
+        "names '../../store.zarr/zarr.json', no file of a cell",
+    ),
+    (
+        "baseline done.json digests not text",
+        lambda root: _edit_json(root / BASE_CELL / "done.json", sha256=[1, 2]),
+        BASE_AGAIN,
+        "does not hold the cell's digests",
+    ),
+    (
+        "baseline written before cells",
+        _written_before_cells,
+        BASE_AGAIN,
+        "written before baselines were kept as cells (a metrics.json, no asked.json): delete it and run the baselines again",
+    ),
+]
+
 # Links and fifos planted in tosca's folders, one row per file a command writes there (in a shared
 # folder, a link makes tosca write where its planter wants): refused in one line before anything is
 # written; the file it points to is untouched. A dangling link must not create its target either.
@@ -973,6 +1080,10 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("run metrics.json a fifo", "run/metrics.json", "fifo", ["eval", "{run}", "--device", "cpu"]),
     ("baselines metrics.json", "base/simplecil/metrics.json", "link", BASELINES_AGAIN),
     ("baselines results.csv", "base/simplecil/results.csv", "link", BASELINES_AGAIN),
+    ("baselines asked.json", "base/simplecil/asked.json", "link", BASELINES_AGAIN),
+    ("baselines measured.json", "base/simplecil/measured.json", "link", BASELINES_AGAIN),
+    ("baselines done.json", "base/simplecil/done.json", "link", BASELINES_AGAIN),
+    ("baselines done.json a fifo", "base/simplecil/done.json", "fifo", BASELINES_AGAIN),
     ("baselines comparison.csv", "base/comparison.csv", "link", BASELINES_AGAIN),
     ("baselines comparison.png", "base/comparison.png", "link", BASELINES_AGAIN),
 ]

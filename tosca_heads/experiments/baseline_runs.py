@@ -24,7 +24,7 @@ from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
-from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult
+from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
 
@@ -122,13 +122,6 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
     value = getattr(estimator, f"{knob}_")
     said = str(getattr(estimator, "tuned_by_", "its paper's rule"))
     return {knob: float(value), "knob": knob, "chosen_by": said}
-
-
-def baseline_reference(name: str) -> str:
-    """What makes a registered baseline a reference, in words ("" for an honest continual method):
-    its class's `reference` (True, or the words)."""
-    declared = getattr(BASELINES[name], "reference", False)
-    return declared if isinstance(declared, str) else ("a reference" if declared else "")
 
 
 def check_baseline_params(name: str, params: dict[str, Any], dim: int, classes: int = 0) -> None:

@@ -40,6 +40,7 @@ from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.baselines_folder import (
     BASELINES_FOLDER,
     MethodResult,
+    baseline_asked,
     reusable_baseline,
     write_comparison,
 )
@@ -251,7 +252,7 @@ def _compare(
     works = []
     for method in methods:
         params = arguments(method, given)
-        kept = reusable_baseline(folder / method, method, store, stream, plan.stream.num_tasks, params, held)
+        kept = reusable_baseline(folder / method, baseline_asked(method, store, stream, params, held))
         if kept is not None:  # made from this store, split and parameters: its checked figures
             tell(f"{method}: reused from {folder / method} (same store, task split and parameters)")
             finished(method, params, kept)

@@ -43,7 +43,8 @@ from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records.baselines_folder import MethodResult, write_baseline
+from tosca_heads.records import validation_record
+from tosca_heads.records.baselines_folder import MethodResult, baseline_asked, write_baseline
 from tosca_heads.records.run_folder import RunResult
 
 T = TypeVar("T")
@@ -141,10 +142,9 @@ def run_work(work: Work, device: str, alone: bool, progress: Progress | None = N
         params = dict(work.params)
         result = run_baseline(work.method, plan, source, progress, **params)
         if work.baseline_folder is not None:
-            folder = Path(work.baseline_folder)
-            write_baseline(
-                folder, result, store, work.stream, params, work.validation, held_ids=plan.held_ids
-            )
+            held = validation_record(work.validation, plan.held_ids) if work.validation.enabled else None
+            asked = baseline_asked(work.method, store, work.stream, params, held)
+            result = write_baseline(Path(work.baseline_folder), result, asked, str(resolved))
         outcome.baseline = result
     else:
         outcome.runs = fit_group(

@@ -12,7 +12,8 @@ from tosca_foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import RANKED, figures
-from tosca_heads.records.baselines_folder import NO_ROUTING, bounds, read_baseline, read_baseline_outcomes
+from tosca_heads.records import cell
+from tosca_heads.records.baselines_folder import REDO, baseline_result, bounds
 from tosca_heads.records.run_folder import (
     read_confusion,
     read_run_config,
@@ -95,15 +96,16 @@ def _row(
     return {**row, "summary": summary, "images": test["images"], "val_images": validation["val_images"]}
 
 
-def other_protocol(payload: dict[str, Any], config: dict[str, Any], tasks: int) -> str:
-    """What makes a baseline of the run's store another protocol than the run's ('' when none):
-    its task split, its validation split, or its number of tasks."""
-    if payload.get("stream") != config["stream"]:
+def other_protocol(asked: dict[str, Any], finished: int, config: dict[str, Any], tasks: int) -> str:
+    """What makes a baseline cell of the run's store (`asked`, its asked.json; `finished`, the tasks
+    its answers cover) another protocol than the run's ('' when none): its task split, its
+    validation split, or its number of tasks."""
+    if asked.get("stream") != config["stream"]:
         return "another task split than the run's"
-    if payload.get("validation_split") != config.get("validation"):
+    if asked.get("validation_split") != config.get("validation"):
         return "another validation split than the run's"
-    if payload.get("finished_tasks") != tasks:
-        return f"{payload.get('finished_tasks')} tasks where the run has {tasks}"
+    if finished != tasks:
+        return f"{finished} tasks where the run has {tasks}"
     return ""
 
 
@@ -113,22 +115,35 @@ def baseline_rows(
     """The baselines written for the run's store under the runs folder under the run's protocol:
     the same task split, the same validation split (held-out images), as many tasks as the run has
     finished (a run stopped with --task is not set beside baselines measured on more classes). Those of
-    the store under another protocol come back apart, (method, folder, what differs), to be said."""
+    the store under another protocol come back apart, (method, folder, what differs), to be said.
+    Each is a baseline cell, read whole (`records.cell`), its figures computed from its answers."""
     rows, left_out = [], []
-    for path in sorted(Path(run_dir).resolve().parent.glob("*/*/metrics.json")):
-        payload = read_baseline(path)
-        if payload is None or payload.get("store_fingerprint") != config["store_fingerprint"]:
+    for done in sorted(Path(run_dir).resolve().parent.glob(f"*/*/{cell.DONE}")):
+        folder = done.parent
+        asked = cell.asked_of(folder, REDO)
+        if (
+            asked.get("kind") != "baseline"
+            or asked.get("store", {}).get("fingerprint") != config["store_fingerprint"]
+        ):
             continue
-        differs = other_protocol(payload, config, tasks)
+        result = baseline_result(folder)
+        differs = other_protocol(asked, len(result.metrics["A_t"]), config, tasks)
         if differs:
-            left_out.append((payload["method"], str(path.parent.parent), differs))
+            left_out.append((result.method, str(folder.parent), differs))
             continue
-        read_baseline_outcomes(path.parent, payload)  # its figures are what its answers give
-        block = {**payload["routers"][NO_ROUTING], **{m.name: None for m in figures() if m.from_routing}}
-        held = (payload.get("validation") or {}).get(NO_ROUTING)
-        reference = payload.get("reference") or ""
-        where = f"baseline ({path.parent})"
-        rows.append(_row(payload["method"], "baseline", not reference, block, where, held, reference))
+        block = {**result.metrics, **{m.name: None for m in figures() if m.from_routing}}
+        where = f"baseline ({folder})"
+        rows.append(
+            _row(
+                result.method,
+                "baseline",
+                not result.reference,
+                block,
+                where,
+                result.validation,
+                result.reference,
+            )
+        )
     return rows, left_out
 
 

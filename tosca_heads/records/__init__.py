@@ -6,8 +6,10 @@ one module, so a format changes in one place and every reader sees the change.
 - `run_config`: a run's config.json: what a plan writes there, its reader and comparison;
 - `claim`: the one claim of every folder above (checked, locked, marked, its config compared);
 - `sweep`: a sweep folder's sweep.json and its append-only results.csv;
-- `baseline`: a baselines folder (`tosca baselines`): each baseline's metrics.json and results.csv,
-  and the comparison files;
+- `cell`: the cell, one folder format for every unit that runs (asked.json, measured.json, the
+  kept answers, state/, done.json written last with every file's digest) and its one reuse rule;
+- `baselines_folder`: a baselines folder (`tosca baselines`): one cell per baseline, its
+  metrics.json and results.csv as views never read back, and the comparison files;
 - `suite`: a suite's manifest.json (its cells are run and baselines folders);
 - `outcomes`: which images each router or baseline answered right after each task (what every
   interval and paired test is computed from).

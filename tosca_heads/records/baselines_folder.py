@@ -1,17 +1,16 @@
-"""A baselines folder (`tosca baselines`): one folder per baseline holding its metrics.json (the
-metrics block `tosca fit` writes, under the router "none", and under "validation" where a split is
-held out, with its intervals; the baseline's own parameters; `reference` when it is no continual
-method), its results.csv (A_t per task and split, with A_t_low, A_t_high and images) and its
-outcomes.safetensors (`records.outcomes`), and the comparison files beside TOSCA's routers:
-comparison.csv (every figure with `_low`/`_high` columns and `images`), .md and .png.
-Format `records.FORMAT`: a baseline's metrics.json of another one (or none) is refused in one line,
-and so is a baselines folder that holds one (`check_formats`).
+"""A baselines folder (`tosca baselines`): one cell per baseline (`records.cell`: asked.json,
+measured.json, outcomes.safetensors, done.json written last), its figures computed from its kept
+answers when read, and the views drawn from the cells, written and never read back: each
+baseline's metrics.json (the metrics block `tosca fit` writes, under the router "none") and
+results.csv (A_t per task and split, with A_t_low, A_t_high and images), and the comparison beside
+TOSCA's routers: comparison.csv (every figure with `_low`/`_high` columns and `images`), .md and
+.png. A baselines folder written before cells (a baseline's metrics.json without its asked.json)
+is refused in one line (`check_formats`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,19 +21,11 @@ from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_bytes, read_json
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.metrics import RANKED, figures, intervals_said, shown, with_interval
-from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
+from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.uncertainty import Outcomes
-from tosca_heads.records import (
-    FORMAT,
-    check_format,
-    plots,
-    store_block,
-    valid_metrics_block,
-    validation_record,
-)
+from tosca_heads.records import FORMAT, cell, plots
 from tosca_heads.records.claim import FolderKind, mark
-from tosca_heads.records.derived import check_figures, recorded_blocks
-from tosca_heads.records.outcomes import OUTCOMES, read_outcomes, write_outcomes
+from tosca_heads.records.outcomes import OUTCOMES
 from tosca_heads.records.run_folder import stage_interval
 from tosca_heads.records.table import Table
 
@@ -43,7 +34,7 @@ if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's fi
 
 NO_ROUTING = "none"
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
-BASELINE_FILES = ("metrics.json", "results.csv", OUTCOMES)
+BASELINE_FILES = ("metrics.json", "results.csv", OUTCOMES, *cell.CELL_FILES)
 COMPARISON_HEADER = "method,routing,A_bar,A_last,"
 
 
@@ -67,7 +58,8 @@ class MethodResult:
 def is_baselines_dir(folder: Path) -> bool:
     """A baselines folder written before folders carried tosca's marker: nothing but the comparison
     files (comparison.csv with tosca's header) and folders named after baselines, each holding a
-    metrics.json that tosca wrote for that baseline (and its results.csv); at least one of those."""
+    metrics.json that tosca wrote for that baseline; at least one of those (`check_formats` then
+    refuses it as written before cells)."""
     written = 0
     for entry in Path(folder).iterdir():
         if entry.is_file() and entry.name in COMPARISON_FILES:
@@ -96,10 +88,20 @@ def _starts_with(path: Path, text: str) -> bool:
 
 
 def check_formats(folder: Path) -> None:
-    """Refuse, in one line, a baselines folder holding a baseline's metrics.json of another format
-    (written before tosca's first release, or by a newer tosca): it is never written over."""
-    for path in sorted(Path(folder).glob("*/metrics.json")) if Path(folder).is_dir() else []:
-        read_baseline(path)
+    """Refuse, in one line and before anything is said or written, a baselines folder holding a
+    baseline written before cells (its metrics.json without its asked.json), or a finished cell
+    edited or damaged since (`baseline_result`): it is never written over. A cell never finished
+    (no done.json) is left to be computed again."""
+    if not Path(folder).is_dir():
+        return
+    for entry in sorted(Path(folder).iterdir()):
+        if (entry / "metrics.json").is_file() and not cell.is_cell(entry):
+            raise UserError(
+                f"{entry} was written before baselines were kept as cells (a metrics.json, no "
+                f"{cell.ASKED}): delete it and run the baselines again"
+            )
+        if entry.is_dir() and (entry / cell.DONE).exists():
+            baseline_result(entry)
 
 
 BASELINES_FOLDER = FolderKind(
@@ -109,41 +111,109 @@ BASELINES_FOLDER = FolderKind(
     written_before=is_baselines_dir,
     check_files=check_formats,
 )
+REDO = "delete the folder to compute the baseline again"
 
 
-def write_baseline(
-    folder: Path,
-    result: MethodResult,
+def baseline_asked(
+    method: str,
     store: FeatureStore,
     stream_cfg: StreamConfig,
-    params: dict[str, Any] | None = None,
-    validation: ValidationConfig = NO_VALIDATION,
-    *,
-    held_ids: Sequence[str],
-) -> None:
-    """One baseline's folder inside a claimed baselines folder: metrics.json (with the baseline's
-    own parameters, RanPAC's M and seed, and the validation split) and results.csv."""
-    mark(folder.parent, BASELINES_FOLDER)
-    folder.mkdir(exist_ok=True)
-    payload = {
-        **store_block(store, described=False),
-        "method": result.method,
+    params: dict[str, Any],
+    validation_split: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What a baseline cell is asked (its asked.json): the store's identity, the task split, the
+    validation split (`records.validation_record`, None without one), the method and its own
+    parameters, and the versions that change its numbers."""
+    ident = store.identity
+    return {
+        "kind": "baseline",
+        "store": {
+            "fingerprint": store.fingerprint,
+            "dataset": ident["dataset"]["name"],
+            "backbone": ident["backbone"]["alias"],
+        },
         "stream": asdict(stream_cfg),
-        "params": params or {},
+        "validation_split": validation_split,
+        "method": method,
+        "params": json.loads(json.dumps(params)),
+        "versions": cell.versions(),
+    }
+
+
+def write_baseline(folder: Path, result: MethodResult, asked: dict[str, Any], device: str) -> MethodResult:
+    """One baseline's cell inside a claimed baselines folder (its done.json last), then its views;
+    the row as read back from the cell (what a rerun that reuses it shows)."""
+    mark(folder.parent, BASELINES_FOLDER)
+    answers = {split: {result.method: o} for split, o in (result.outcomes or {}).items()}
+    given = cell.figures(answers).get("test", {}).get(result.method, {})
+    measured = {
+        "seconds": result.seconds,
+        "machine": cell.machine(device),
+        "parameters": result.parameters,  # counted off the fitted estimator
+        "beside": {k: v for k, v in result.metrics.items() if k not in given},  # a knob chosen, state bytes
+    }
+    cell.write_cell(folder, asked, measured, answers)
+    kept = baseline_result(folder)
+    write_views(folder, kept, asked)
+    return kept
+
+
+def baseline_reference(name: str) -> str:
+    """What makes a registered baseline a reference, in words ("" for an honest continual method):
+    its class's `reference` (True, or the words)."""
+    declared = getattr(BASELINES[name], "reference", False) if name in BASELINES else False
+    return declared if isinstance(declared, str) else ("a reference" if declared else "")
+
+
+def result_of(found: cell.Cell) -> MethodResult:
+    """A baseline cell's row: its figures computed from its answers, what it measured beside them."""
+    method = found.asked["method"]
+    blocks = cell.figures(found.answers)
+    test = {**blocks["test"][method], **found.measured.get("beside", {})}
+    held = blocks.get("validation", {}).get(method)
+    outcomes = {split: named[method] for split, named in found.answers.items() if method in named}
+    parameters = found.measured.get("parameters")
+    if isinstance(parameters, bool) or not isinstance(parameters, int) or parameters < 0:
+        raise UserError(
+            f"{found.folder / cell.MEASURED}: parameters must be a count, got {parameters!r}; {REDO}"
+        )
+    return MethodResult(
+        method, NO_ROUTING, test, parameters, found.seconds, held, baseline_reference(method), outcomes
+    )
+
+
+def baseline_result(folder: Path) -> MethodResult:
+    """A finished baseline cell's row, every file checked whole: one line otherwise."""
+    return result_of(cell.read_cell(folder, REDO))
+
+
+def reusable_baseline(folder: Path, asked: dict[str, Any]) -> MethodResult | None:
+    """The row `folder` holds when its cell is reusable (`cell.reusable`: finished, whole, asked
+    the same); None when it holds none, one never finished, or one asked otherwise (computed
+    again then). A finished cell edited or damaged since is one line."""
+    if not cell.reusable(folder, asked, REDO):
+        return None
+    kept = baseline_result(folder)
+    write_views(folder, kept, asked)  # a cell stopped after its done.json has them now
+    return kept
+
+
+def write_views(folder: Path, result: MethodResult, asked: dict[str, Any]) -> None:
+    """A baseline's views, drawn from its cell and never read back: metrics.json (what it was asked,
+    its blocks, parameters and seconds) and results.csv (A_t per task and split, with its interval
+    and images)."""
+    payload: dict[str, Any] = {
+        "method": result.method,
+        "params": asked["params"],
+        "stream": asked["stream"],
         "finished_tasks": len(result.metrics["A_t"]),
         "parameters": result.parameters,
         "seconds": result.seconds,
         "reference": result.reference,
         "routers": {NO_ROUTING: result.metrics},
     }
-    if validation.enabled:
-        payload["validation_split"] = validation_record(validation, held_ids)
     if result.validation is not None:
         payload["validation"] = {NO_ROUTING: result.validation}
-    if result.outcomes:
-        write_outcomes(folder / OUTCOMES, {split: {result.method: o} for split, o in result.outcomes.items()})
-    else:
-        (folder / OUTCOMES).unlink(missing_ok=True)  # an earlier run's would pass for this one's
     atomic.write_text(folder / "metrics.json", json.dumps(payload, indent=2) + "\n")
     outcomes, rows = result.outcomes or {}, []
     for split, block in (("test", result.metrics), ("validation", result.validation)):
@@ -153,107 +223,6 @@ def write_baseline(
             )
     header = ["format", "task", "split", "router", "A_t", "A_t_low", "A_t_high", "images"]
     Table(f"{result.method}: A_t per task", "", header, rows).write(folder / "results.csv", ("csv",))
-
-
-def read_baseline_outcomes(folder: Path, payload: dict[str, Any]) -> dict[str, Outcomes]:
-    """A baseline folder's outcomes per split, every figure of its metrics (`read_baseline`'s
-    payload) checked against them (`records.derived`): one line when they are missing or do not
-    give its figures."""
-    hint = "delete the folder to compute the baseline again"
-    found = read_outcomes(Path(folder) / OUTCOMES, hint)
-    method = payload["method"]
-    blocks = {"test": {method: payload["routers"][NO_ROUTING]}}
-    if payload.get("validation"):
-        blocks["validation"] = {method: payload["validation"][NO_ROUTING]}
-    check_figures(recorded_blocks(found, blocks, f"{folder}: metrics.json", hint))
-    return {split: named[method] for split, named in found.items() if method in named}
-
-
-def read_baseline(path: Path) -> dict[str, Any] | None:
-    """A baseline's metrics.json, or None when the file is not one tosca wrote or was damaged (a scan
-    for baselines passes it over); one of another format is refused in one line."""
-    try:
-        payload = read_json(path, "baseline metrics", "")
-    except UserError:
-        return None
-    if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
-        return None
-    check_format(path, payload.get("format"), "baseline metrics")
-    routers = payload.get("routers")
-    block = routers.get(NO_ROUTING) if isinstance(routers, dict) else None
-    if not valid_metrics_block(block):
-        return None
-    held = payload.get("validation")
-    if held is not None and not (isinstance(held, dict) and valid_metrics_block(held.get(NO_ROUTING))):
-        return None
-    return {**payload, "routers": {NO_ROUTING: block}}
-
-
-def read_baseline_figures(path: Path) -> dict[str, Any] | None:
-    """A baseline's metrics.json as `read_baseline` reads it, every figure checked against its kept
-    answers (`read_baseline_outcomes`): what a table, a tracker or a ranking shows of it."""
-    payload = read_baseline(path)
-    if payload is not None:
-        read_baseline_outcomes(Path(path).parent, payload)
-    return payload
-
-
-def baseline_differences(
-    payload: dict[str, Any],
-    fingerprint: str,
-    stream_cfg: StreamConfig,
-    params: dict[str, Any],
-    validation_split: dict[str, Any] | None,
-) -> list[tuple[str, Any, Any]]:
-    """What a baseline's metrics.json (`read_baseline`'s payload) was made with that is not what is
-    asked now: (what, made, asked) for its store's fingerprint, task split (class order included),
-    own parameters and validation split (`validation_record`, None without one)."""
-    compared = (
-        ("store_fingerprint", payload.get("store_fingerprint"), fingerprint),
-        ("task split", payload.get("stream"), asdict(stream_cfg)),
-        ("parameters", payload.get("params", {}), json.loads(json.dumps(params))),
-        ("validation split", payload.get("validation_split"), validation_split),
-    )
-    return [(what, made, asked) for what, made, asked in compared if made != asked]
-
-
-def reusable_baseline(
-    folder: Path,
-    method: str,
-    store: FeatureStore,
-    stream_cfg: StreamConfig,
-    tasks: int,
-    params: dict[str, Any],
-    validation_split: dict[str, Any] | None,
-) -> MethodResult | None:
-    """The result `folder` holds of `method` when it was made from this very store (its
-    fingerprint), task split, parameters and validation split, every task finished: read as
-    `read_baseline_figures` reads it (every figure checked against its kept answers, a damaged or
-    edited one refused in one line), so a rerun reuses it where computing it again would give the
-    same numbers. None when the folder holds none, or one made otherwise (computed again then)."""
-    path = Path(folder) / "metrics.json"
-    if not path.is_file():
-        return None
-    payload = read_baseline(path)
-    if (
-        payload is None
-        or payload["method"] != method
-        or payload.get("finished_tasks") != tasks
-        or baseline_differences(payload, store.fingerprint, stream_cfg, params, validation_split)
-    ):
-        return None
-    outcomes = read_baseline_outcomes(folder, payload)  # as `read_baseline_figures`, the answers kept
-    held = payload.get("validation")
-    return MethodResult(
-        method,
-        NO_ROUTING,
-        payload["routers"][NO_ROUTING],
-        int(payload.get("parameters", 0)),
-        float(payload.get("seconds", 0.0)),
-        None if held is None else held[NO_ROUTING],
-        str(payload.get("reference", "")),
-        outcomes,
-    )
 
 
 def bounds(block: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:

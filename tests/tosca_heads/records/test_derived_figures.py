@@ -23,7 +23,7 @@ from tosca_foundation.errors import UserError
 from tosca_heads.experiments.predict import default_router
 from tosca_heads.experiments.report import routers_report
 from tosca_heads.experiments.suite.cells import Cell, read_result
-from tosca_heads.records.baselines_folder import read_baseline_figures
+from tosca_heads.records.baselines_folder import baseline_result
 from tosca_heads.records.derived import curves_of
 from tosca_heads.records.run_folder import read_metrics, read_run_figures
 from tosca_heads.records.sweep import ResultsTable
@@ -180,17 +180,29 @@ def test_routes_dropped_from_the_answers_are_one_line(made: dict[str, Path], tmp
         read_metrics(run)
 
 
-def test_an_edited_baseline_figure_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
-    folder = _copy(made["baselines"], tmp_path)
-    path = folder / "simplecil" / "metrics.json"
-    assert read_baseline_figures(path) is not None  # as written: read
-    payload = json.loads(path.read_text())
-    payload["routers"]["none"]["A_last"] = _nudged(payload["routers"]["none"]["A_last"])
-    path.write_text(json.dumps(payload))
+def test_a_baseline_cell_holds_no_figure_to_edit(made: dict[str, Path], tmp_path: Path) -> None:
+    """A baseline's figures are computed from its kept answers when read: its metrics.json is a
+    view, never read back, so an A_last edited there changes nothing shown; answers edited are one
+    line, never a number."""
+    folder = _copy(made["baselines"], tmp_path) / "simplecil"
+    kept = baseline_result(folder)
+    right = load_file(folder / "outcomes.safetensors")["test/right/simplecil"]
+    assert kept.metrics["A_t"] == pytest.approx(curves_of(baseline_result(folder).outcomes["test"])[0])
+    assert kept.metrics["A_last"] == kept.metrics["A_t"][-1] and 0 < kept.metrics["A_last"] <= 1
+    assert right.shape[0] == len(kept.metrics["A_t"])  # one row of answers per finished task
+    view = json.loads((folder / "metrics.json").read_text())
+    view["routers"]["none"]["A_last"] = _nudged(view["routers"]["none"]["A_last"])
+    (folder / "metrics.json").write_text(json.dumps(view))
+    assert baseline_result(folder).metrics == kept.metrics  # the view is never read
+    tensors = load_file(folder / "outcomes.safetensors")
+    with safe_open(folder / "outcomes.safetensors", "pt") as fh:
+        meta = fh.metadata()
+    tensors["test/right/simplecil"] = 255 - tensors["test/right/simplecil"]
+    save_file(tensors, folder / "outcomes.safetensors", meta)
     with pytest.raises(
-        UserError, match=re.escape("simplecil: metrics.json: A_last of simplecil (test)")
+        UserError, match=re.escape("outcomes.safetensors is not the file that was written")
     ) as caught:
-        read_baseline_figures(path)
+        baseline_result(folder)
     _no_number(str(caught.value))
 
 

@@ -106,7 +106,9 @@ def test_every_file_tosca_writes_records_the_first_format(made: Path) -> None:
         made / "run" / "metrics.json",
         made / "run" / "confusion.json",
         made / "sweep" / "sweep.json",
-        made / "baselines" / "simplecil" / "metrics.json",
+        made / "baselines" / "simplecil" / "asked.json",
+        made / "baselines" / "simplecil" / "measured.json",
+        made / "baselines" / "simplecil" / "done.json",
         made / "suite" / "manifest.json",
     ]:
         assert json.loads(path.read_text())["format"] == 1, path
@@ -153,16 +155,20 @@ def test_a_sweep_whose_rows_were_written_before_the_first_release_is_refused(cop
     assert BEFORE in line and "line 2" in line and "format 4" in line, line
 
 
-@pytest.mark.parametrize("value", OLD)
-def test_a_baselines_folder_written_before_the_first_release_is_refused(copy: Path, value: object) -> None:
-    _set_format(copy / "baselines" / "simplecil" / "metrics.json", value)
-    before = (copy / "baselines" / "simplecil" / "metrics.json").read_bytes()
+def test_a_baselines_folder_written_before_cells_is_refused(copy: Path) -> None:
+    """A baseline kept as a metrics.json (figures stored, no cell) is refused in one line that says
+    what to do, and never written over."""
+    folder = copy / "baselines" / "simplecil"
+    for name in ("asked.json", "measured.json", "done.json"):
+        (folder / name).unlink()
+    before = (folder / "metrics.json").read_bytes()
     line = _refused(
         *("baselines", "--store", copy / "s.zarr", "--no-tosca", "--methods", "simplecil"),
         *("--out", copy / "baselines", *SPLIT),
     )
-    assert BEFORE in line and "simplecil" in line, line
-    assert (copy / "baselines" / "simplecil" / "metrics.json").read_bytes() == before  # never written over
+    assert "written before baselines were kept as cells" in line and str(folder) in line, line
+    assert "delete it and run the baselines again" in line, line
+    assert (folder / "metrics.json").read_bytes() == before  # never written over
 
 
 @pytest.mark.parametrize("value", OLD)

@@ -21,14 +21,10 @@ from tosca_heads.experiments.suite.spec import SuiteSpec, folder_name
 from tosca_heads.method import baseline_registry
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import cell as kept_cell
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import validation_record
-from tosca_heads.records.baselines_folder import (
-    NO_ROUTING,
-    baseline_differences,
-    read_baseline,
-    read_baseline_outcomes,
-)
+from tosca_heads.records.baselines_folder import NO_ROUTING, REDO, baseline_asked, baseline_result
 from tosca_heads.records.run_config import CONFIG, config_differences
 from tosca_heads.routers import on_request
 
@@ -127,21 +123,14 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
             # a router registered since (a plug-in): the fit evaluates the finished run again
             and all(r in metrics.get("routers", {}) for r in (*spec.routers, spec.primary))
         )
-    payload = read_baseline(folder / "metrics.json")
-    return (
-        payload is not None
-        and not _baseline_differences(spec, cell, payload, plan)
-        and payload.get("finished_tasks") == tasks
-    )
+    return kept_cell.reusable(folder, baseline_cell_asked(spec, cell, plan), REDO)
 
 
-def _baseline_differences(
-    spec: SuiteSpec, cell: Cell, payload: dict[str, Any], plan: FitPlan
-) -> list[tuple[str, Any, Any]]:
-    """What a baseline cell's metrics.json was made with that this cell would not be: (what, made,
-    wanted) for its store, task split, parameters and validation split."""
-    return baseline_differences(
-        payload, plan.store.fingerprint, plan.stream_config, cell_params(spec, cell), validation_split(plan)
+def baseline_cell_asked(spec: SuiteSpec, cell: Cell, plan: FitPlan) -> dict[str, Any]:
+    """What a baseline cell is asked: the suite's store, task split, validation split and the
+    cell's parameters (`baselines_folder.baseline_asked`)."""
+    return baseline_asked(
+        cell.method, plan.store, plan.stream_config, cell_params(spec, cell), validation_split(plan)
     )
 
 
@@ -159,9 +148,12 @@ def made_otherwise(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> 
         wanted = plan.run_config(cell_train(spec, cell))
         differences = config_differences(run_record.read_run_config(folder), wanted)
         return differences[0] if differences else None
-    payload = read_baseline(Path(folder) / "metrics.json")
-    found = [] if payload is None else _baseline_differences(spec, cell, payload, plan)
-    return next((f"{what}: {made} -> {wanted}" for what, made, wanted in found), None)
+    if not kept_cell.is_cell(folder):
+        return None
+    made, wanted = kept_cell.asked_of(folder, REDO), baseline_cell_asked(spec, cell, plan)
+    wanted = json.loads(json.dumps(wanted))
+    found = [(key, made.get(key), wanted[key]) for key in wanted if made.get(key) != wanted[key]]
+    return next((f"{what}: {was} -> {now}" for what, was, now in found), None)
 
 
 def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPlan) -> Path | None:
@@ -212,15 +204,13 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
             "params_per_task": metrics["params_per_task"],
             "outcomes": kept,
         }
-    payload = read_baseline(folder / "metrics.json")
-    assert payload is not None
-    found = read_baseline_outcomes(folder, payload)
+    result = baseline_result(folder)
     return {
-        "routers": payload["routers"],
-        "validation": payload.get("validation") or {},
-        "seconds": float(payload.get("seconds", 0.0)),
-        "parameters": payload.get("parameters"),
-        "outcomes": {split: {NO_ROUTING: outcome} for split, outcome in found.items()},
+        "routers": {NO_ROUTING: result.metrics},
+        "validation": {} if result.validation is None else {NO_ROUTING: result.validation},
+        "seconds": result.seconds,
+        "parameters": result.parameters,
+        "outcomes": {split: {NO_ROUTING: outcome} for split, outcome in (result.outcomes or {}).items()},
     }
 
 

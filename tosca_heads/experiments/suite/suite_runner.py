@@ -47,7 +47,7 @@ from tosca_heads.method.recipe import group_key
 from tosca_heads.records import claim
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
-from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, read_baseline_figures
+from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, baseline_result
 from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.routers import on_request
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
@@ -443,9 +443,12 @@ def _log_cell(parent: TrackedGroup, spec: SuiteSpec, state: CellState) -> None:
         )
         child.finish(run_record.read_metrics(state.folder), files, curves)
     else:
-        child.finish(
-            read_baseline_figures(state.folder / "metrics.json"), files, names={NO_ROUTING: cell.method}
-        )
+        result = baseline_result(state.folder)
+        record = {
+            "routers": {NO_ROUTING: result.metrics},
+            "validation": {} if result.validation is None else {NO_ROUTING: result.validation},
+        }
+        child.finish(record, files, names={NO_ROUTING: cell.method})
 
 
 # ------------------------------------------------------------------------------------------ estimate

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tosca_foundation import atomic
-from tosca_heads.experiments.baseline_runs import baseline_reference
 from tosca_heads.experiments.suite import claims as claimmod
 from tosca_heads.experiments.suite.cells import ablation_points
 from tosca_heads.experiments.suite.claims import SIMILARITIES, Claim, Evidence
@@ -31,6 +30,7 @@ from tosca_heads.method.baseline_registry import label as baseline_label
 from tosca_heads.method.metrics import METRICS, RANKED, figures, metric_named, resampled
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import plots
+from tosca_heads.records.baselines_folder import baseline_reference
 from tosca_heads.records.run_folder import feature_dim_of, read_run_config
 from tosca_heads.records.table import Table
 from tosca_heads.routers import ROUTERS, reference_text
