@@ -38,13 +38,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "f1a7264"
 
 
-def stream_rows(store_path: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, TaskStream]:
+def stream_rows(
+    store_path: str,
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, TaskStream]:
     store = open_store(store_path)
     x, labels = np.asarray(store.features("train"), dtype=np.float32), store.labels("train")
     test_x, test_labels = np.asarray(store.features("test"), dtype=np.float32), store.labels("test")
     stream = TaskStream.build(int(labels.max()) + 1, 2, 2)
     y, test_y = stream.remap(labels), stream.remap(test_labels)
-    tasks = [(x[np.isin(y, stream.task_classes(t))], y[np.isin(y, stream.task_classes(t))]) for t in range(stream.num_tasks)]
+    tasks = [
+        (x[np.isin(y, stream.task_classes(t))], y[np.isin(y, stream.task_classes(t))])
+        for t in range(stream.num_tasks)
+    ]
     return tasks, test_x, test_y, stream
 
 
@@ -53,7 +58,9 @@ def accuracy_after(scores: np.ndarray, test_y: np.ndarray, seen: int) -> float:
     return float((scores[rows].argmax(1) == test_y[rows]).mean() * 100)
 
 
-def run_model(model: object, tasks: list, test_x: np.ndarray, test_y: np.ndarray) -> tuple[list[float], list[float], float]:
+def run_model(
+    model: object, tasks: list, test_x: np.ndarray, test_y: np.ndarray
+) -> tuple[list[float], list[float], float]:
     accuracies, ridges, seconds = [], [], 0.0
     for x, y in tasks:
         start = time.perf_counter()
@@ -64,7 +71,9 @@ def run_model(model: object, tasks: list, test_x: np.ndarray, test_y: np.ndarray
     return accuracies, ridges, seconds
 
 
-def authors(m: int, seed: int, tasks: list, test_x: np.ndarray, test_y: np.ndarray) -> tuple[list[float], list[float], float]:
+def authors(
+    m: int, seed: int, tasks: list, test_x: np.ndarray, test_y: np.ndarray
+) -> tuple[list[float], list[float], float]:
     """RanPAC.py's replace_fc / optimise_ridge_parameter, float32 on the CPU, on tosca's projection
     (ReLU(x W_rand)) and tosca's seeded shuffle of each task's rows (their loader's shuffle)."""
     w_rand = torch.randn(tasks[0][0].shape[1], m, generator=torch.Generator().manual_seed(seed))
@@ -97,7 +106,10 @@ def authors(m: int, seed: int, tasks: list, test_x: np.ndarray, test_y: np.ndarr
 def module_before() -> types.ModuleType:
     source = subprocess.run(
         ["git", "show", f"{BEFORE}:tosca_heads/method/baseline_estimators.py"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     module = types.ModuleType("baselines_before")
     sys.modules[module.__name__] = module
@@ -119,12 +131,18 @@ def main() -> None:
     parser.add_argument("--no-before", action="store_true")
     args = parser.parse_args()
     tasks, test_x, test_y, stream = stream_rows(args.store)
-    print(f"{args.store}: {stream.describe()}, {sum(len(y) for _, y in tasks):,} training rows, "
-          f"{len(test_y):,} test rows; authors' grid {closed_form.AUTHORS_RIDGES[0]:.0e} .. {closed_form.AUTHORS_RIDGES[-1]:.0e}")
+    print(
+        f"{args.store}: {stream.describe()}, {sum(len(y) for _, y in tasks):,} training rows, "
+        f"{len(test_y):,} test rows; authors' grid {closed_form.AUTHORS_RIDGES[0]:.0e} .. {closed_form.AUTHORS_RIDGES[-1]:.0e}"
+    )
     before = None if args.no_before else module_before()
     for m in (int(v) for v in args.projection_dims.split(",")):
         now = RanPAC(projection_dim=m, seed=0)
-        print(said("now", m, run_model(now, tasks, test_x, test_y)), f"state {now.state_bytes() / 2**20:.1f} MiB", flush=True)
+        print(
+            said("now", m, run_model(now, tasks, test_x, test_y)),
+            f"state {now.state_bytes() / 2**20:.1f} MiB",
+            flush=True,
+        )
         if not args.no_authors:
             print(said("authors", m, authors(m, 0, tasks, test_x, test_y)), flush=True)
         if before is not None:

@@ -139,7 +139,9 @@ class RanPAC:
         side = m if rows is None else min(rows, m)
         kept = 2 * 8 * side * m if side < m else 0
         require_memory(
-            f"RanPAC with M = {m:,}", kept + 3 * 8 * side * side + 4 * m * dim, "lower --ranpac-projection-dim"
+            f"RanPAC with M = {m:,}",
+            kept + 3 * 8 * side * side + 4 * m * dim,
+            "lower --ranpac-projection-dim",
         )
 
     @staticmethod

@@ -62,7 +62,9 @@ class RidgeSystem:
         y = torch.nn.functional.pad(y, (0, classes - y.shape[1]))
         if self.rows is not None:
             self.rows = torch.cat([self.rows, h])
-            self.targets = torch.cat([torch.nn.functional.pad(self.targets, (0, classes - self.targets.shape[1])), y])
+            self.targets = torch.cat(
+                [torch.nn.functional.pad(self.targets, (0, classes - self.targets.shape[1])), y]
+            )
             if len(self.rows) >= self.width:
                 self._fold(run)
             return
@@ -162,7 +164,9 @@ def authors_ridge(
     else:  # primal: predictions H_h V diag(1/(e + l)) V' H_f'Y_f
         gram = torch.zeros(h.shape[1], h.shape[1], dtype=h.dtype, device=h.device)
         linalg.add_gram(gram, linalg.tiled(fit), run)
-        evals, evecs = linalg.interruptible(lambda: _eigh(gram), "the eigendecomposition of RanPAC's ridge path")
+        evals, evecs = linalg.interruptible(
+            lambda: _eigh(gram), "the eigendecomposition of RanPAC's ridge path"
+        )
         scored, projected = held @ evecs, evecs.T @ (fit.T @ y_fit)
     evals = evals.clamp_min(0)
     floor = FLOAT32_FLOOR * float(evals.max())

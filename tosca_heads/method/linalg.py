@@ -306,7 +306,7 @@ def interruptible(operation: Callable[[], R], what: str) -> R:
         try:
             with single_threaded():
                 found.append(operation())
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+        except BaseException as error:  # handed to the waiting thread
             failed.append(error)
 
     worker = threading.Thread(target=work, name=f"tosca {what}", daemon=True)

@@ -31,7 +31,9 @@ def _direct(h: torch.Tensor, y: torch.Tensor, ridge: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("rows", [599, 600, 601, 1300])  # M = 600 (two tiles): both sides of n = M
 @pytest.mark.parametrize("ridge", [1e-3, 10.0])
-def test_ridge_system_gives_the_joint_ridge_solution_on_both_sides_of_n_equal_m(rows: int, ridge: float) -> None:
+def test_ridge_system_gives_the_joint_ridge_solution_on_both_sides_of_n_equal_m(
+    rows: int, ridge: float
+) -> None:
     h, y = _rows(rows, 600)
     system = closed_form.RidgeSystem(600)
     with linalg.workers(2) as run:
@@ -54,7 +56,9 @@ def test_the_rows_form_is_the_same_bits_on_one_and_three_threads() -> None:
     assert torch.equal(found[0], found[1])
 
 
-def test_a_failed_cholesky_falls_back_to_lu_never_to_an_eigendecomposition(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_cholesky_falls_back_to_lu_never_to_an_eigendecomposition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     h, _ = _rows(40, 700)
     matrix = h.T @ h - 2e-3 * torch.eye(700, dtype=torch.float64)  # not positive definite with 1e-3
     rhs = torch.ones(700, 2, dtype=torch.float64)
@@ -138,10 +142,10 @@ sys.exit(0)
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_long_lapack_call_stops_within_seconds_on_sigint_and_sigterm(sent: signal.Signals, code: int) -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-c", LONG_SOLVE], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+def test_a_long_lapack_call_stops_within_seconds_on_sigint_and_sigterm(
+    sent: signal.Signals, code: int
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", LONG_SOLVE], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline().strip() == "solving"
     time.sleep(1.0)  # inside a solve (200 of them take minutes)
     child.send_signal(sent)
