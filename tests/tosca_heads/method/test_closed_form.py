@@ -152,3 +152,16 @@ def test_a_long_lapack_call_stops_within_seconds_on_sigint_and_sigterm(
     start = time.monotonic()
     assert child.wait(timeout=20) == code
     assert time.monotonic() - start < 5
+
+
+def test_ranpacs_memory_check_counts_the_smaller_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(
+        "tosca_heads.method.baseline_estimators.require_memory", lambda what, need, advice: asked.append(need)
+    )
+    RanPAC.check_fits(1280, projection_dim=10_000, rows=400)  # a few hundred rows: the n x n form
+    RanPAC.check_fits(1280, projection_dim=10_000)  # rows not known: the M x M form
+    RanPAC.check_fits(1280, projection_dim=10_000, rows=50_000)  # more rows than M: the M x M form
+    rows_form = 2 * 8 * 400 * 10_000 + 3 * 8 * 400**2 + 4 * 10_000 * 1280
+    gram_form = 3 * 8 * 10_000**2 + 4 * 10_000 * 1280
+    assert asked == [rows_form, gram_form, gram_form]
