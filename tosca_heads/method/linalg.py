@@ -10,7 +10,7 @@ two ways, neither of which depends on the number of threads or on how MKL would 
   setting) and torch's own parallel loops (OpenMP's per-thread setting) run on one thread for the
   duration; other threads keep theirs (torch.set_num_threads would change the whole process's).
   For the small solves, where tiles would cost more than they give: the routers' float32
-  Cholesky of the d x d covariance, RanPAC's ridge path on its first task, the joint probe's
+  Cholesky of the d x d covariance, RanPAC's ridge path at each task, the joint probe's
   L-BFGS, predictions.
 - **tiled** (`workers` and the functions below): the work is cut into tiles whose sizes depend on
   the shapes alone (TILE columns, ROWS rows), each tile's operation runs single-threaded BLAS on
