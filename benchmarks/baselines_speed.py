@@ -3,7 +3,7 @@ sums, solves, evaluation and the rest; each new frozen-feature method against Ra
 same run (the issue's bound: at most RanPAC's).
 
     python benchmarks/baselines_speed.py [--store cache/eurosat/effnet_lite0-demo300.zarr]
-        [--methods all] [--init-cls 2] [--increment 2] [--repeats 1] [--json]
+        [--methods all] [--init-cls 2] [--increment 2] [--repeats 1] [--val-fraction 0.1] [--json]
         [--set ranpac_projection_dim=2000 ...]
 
 Each method runs through `experiments.baseline_runs.run_baseline` (the command's code: one
@@ -43,7 +43,7 @@ from tosca_heads.experiments.baseline_runs import run_baseline
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_registry import BASELINES, arguments, baseline_names, given_params
-from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAM = ("add_gram", "add_cross")
@@ -139,13 +139,21 @@ def main() -> None:
     parser.add_argument("--init-cls", type=int, default=2)
     parser.add_argument("--increment", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.0,
+        help="a validation split, as `tosca baselines --val-fraction`",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument(
         "--set", action="append", default=[], help="a baseline's parameter, METHOD_NAME=VALUE (repeatable)"
     )
     args = parser.parse_args()
     store = FeatureStore.open(args.store)
-    plan = FitPlan.build(store, StreamConfig(args.init_cls, args.increment))
+    plan = FitPlan.build(
+        store, StreamConfig(args.init_cls, args.increment), ValidationConfig(args.val_fraction)
+    )
     methods = baseline_names(args.methods.split(","))
     pairs = dict(item.split("=", 1) for item in args.set)
     given = given_params(methods, pairs, spell=lambda key: key, text=True)

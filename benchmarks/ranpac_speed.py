@@ -10,7 +10,7 @@ EuroSAT at 300 images per class and split, EfficientNet-Lite0 (dimension 1,280),
 tasks of 2, 3,000 training rows (600 a task) and 3,000 test rows, M = 10,000. Each task:
 `partial_fit` on its rows, then `decision_function` on the test rows of the classes seen (what
 `tosca baselines` scores). Phases: the Gram update (the projection of the task's rows, H'H and H'Y), the ridge
-choice (the first task only: an SVD of its projection on one thread), the solve (the Cholesky
+choice (before: the first task only, an SVD of its projection; now: the authors' rule at every task), the solve (the Cholesky
 factor of G + ridge I and two triangular solves) and the evaluation. The code before is
 main's own file at d73a8da (read with `git show`), run as `tosca baselines` ran it there: on one
 thread.
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from tosca_foundation.limits import usable_cores
-from tosca_heads.method import baseline_estimators, linalg
+from tosca_heads.method import baseline_estimators, closed_form, linalg
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "d73a8da"
@@ -98,6 +98,16 @@ class Run:
             return self.module.single_threaded(torch.device("cpu"))
         return linalg.single_threaded()
 
+    @property
+    def solve_site(self) -> tuple[object, str]:
+        """Where its solve is looked up: the module's `ridge_solve` before, the ridge system's now."""
+        return (self.module, "ridge_solve") if self.before else (closed_form.RidgeSystem, "solve")
+
+    @property
+    def ridge_site(self) -> tuple[object, str]:
+        """Its ridge choice: the first task's `_select_ridge` before, the authors' rule at every task now."""
+        return (self.module.RanPAC, "_select_ridge") if self.before else (closed_form, "authors_ridge")
+
     def task(self, t: int, data: tuple) -> None:
         tasks, test_x, test_y = data
         x, y = tasks[t]
@@ -105,8 +115,8 @@ class Run:
         with (
             linalg_threads(self.threads),
             self.pinned(),
-            timer.wrap(self.module, "ridge_solve", "solve"),
-            timer.wrap(self.module.RanPAC, "_select_ridge", "ridge"),
+            timer.wrap(*self.solve_site, "solve"),
+            timer.wrap(*self.ridge_site, "ridge"),
         ):
             start = time.perf_counter()
             self.model.partial_fit(x, y)

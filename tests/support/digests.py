@@ -86,12 +86,13 @@ def ranpac() -> Arrays:
         model.partial_fit(x[rows], y[rows])
         out[f"{t}/weights"] = model.weights_.numpy()
         out[f"{t}/scores"] = model.decision_function(x[::7])
-    out["gram"] = model.gram_.numpy()
-    out["ridge"] = np.array([model.ridge_, *model.ridge_losses_.values()])
-    small = RanPAC(projection_dim=M, seed=4).partial_fit(x[tasks[1]], y[tasks[1]])  # the SVD path
-    out["svd/ridge"] = np.array([small.ridge_, *small.ridge_losses_.values()])
+    out["gram"] = model.system_.gram.numpy()
+    out["ridge"] = np.array([*model.ridges_, *model.ridge_losses_.values()])
+    small = RanPAC(projection_dim=M, seed=4).partial_fit(x[tasks[1]], y[tasks[1]])  # the rows form
+    out["rows/ridge"] = np.array([small.ridge_, *small.ridge_losses_.values()])
+    out["rows/weights"] = small.weights_.numpy()
     # a Gram that is not positive definite with its ridge (as one whose ridge drowns in its
-    # rounding): the Cholesky fails and G's eigendecomposition answers
+    # rounding): the Cholesky fails and an LU solve of the same system answers
     h = small.project(x[tasks[1]][:40])
     gram = h.T @ h - 2e-3 * torch.eye(M, dtype=torch.float64)
     fallback = ridge_solve(gram, h.T @ torch.ones(len(h), 2, dtype=torch.float64), 1e-3)

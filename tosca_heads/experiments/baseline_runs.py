@@ -44,7 +44,7 @@ def run_baseline(
     sums in another order)."""
     name = BASELINES.pick(name, "baseline")  # an alias stands for its name
     store, stream, held, device = plan.store, plan.stream, plan.held, plan.device.resolved
-    check_baseline_params(name, params, store.dim, stream.num_classes)
+    check_baseline_params(name, params, store.dim, stream.num_classes, rows=len(plan.train_labels))
     fingerprint = store.fingerprint  # as opened: checked again after the last read
     source = source or CachedFeatures(store, device=device)
     train_y, test_y = plan.train_labels, plan.test_labels  # HELD_OUT rows never train
@@ -124,13 +124,16 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
     return {knob: float(value), "knob": knob, "chosen_by": said}
 
 
-def check_baseline_params(name: str, params: dict[str, Any], dim: int, classes: int = 0) -> None:
+def check_baseline_params(
+    name: str, params: dict[str, Any], dim: int, classes: int = 0, rows: int = 0
+) -> None:
     """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
-    checked once for the dry run and the real one against what its class declares: one line each."""
+    checked once for the dry run and the real one against what its class declares: one line each.
+    `rows`: the training rows at most (0: not known), for a method whose memory depends on them."""
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes)
+    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes, rows)
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -4,9 +4,8 @@ state ends in `_`.
 
 - SimpleCIL: the class means are the cosine classifier; nothing is trained.
 - RanPAC: a fixed random ReLU projection to M dimensions, then ridge regression onto one-hot
-  targets from Gram matrices accumulated task by task (exactly the joint ridge solution over all
-  data seen, whatever the order). The ridge is chosen once, on the first task's data, and then
-  kept. This is RanPAC without its first-session adapter training: the backbone stays frozen.
+  targets, the joint ridge solution over all data seen whatever the order, solved in the smaller
+  of its two forms (`closed_form`). The ridge is chosen again at every task, by its authors' rule. This is RanPAC without its first-session adapter training: the backbone stays frozen.
 - JointProbe: multinomial logistic regression on every seen class at once, retrained at each
   stage: the upper bound that ignores the continual setting (`reference`: never an honest
   result, never bolded).
@@ -24,11 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from tosca_foundation.limits import require_memory
-from tosca_heads.method import linalg
+from tosca_heads.method import closed_form, linalg
 from tosca_heads.method.baseline_registry import Interval, Param
 
-RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # RanPAC's grid: 1e-8 .. 1e13
-RANPAC_RULE = "RanPAC's rule (least held-out MSE on a seeded 80/20 split of the first task)"
+RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # ridge's grid: 1e-8 .. 1e13 (theirs: closed_form's)
+RANPAC_RULE = "RanPAC's rule at every task (least held-out MSE on a seeded 80/20 split of the task's rows)"
 Array = np.ndarray | torch.Tensor
 
 
@@ -98,9 +97,16 @@ class SimpleCIL:
 
 
 class RanPAC:
-    """Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.
+    """Random-projection ridge classifier: H = ReLU(x W_rand), W = (H'H + l I)^-1 H'Y over every row seen.
 
-    On a CPU its projections, Gram sums, Cholesky factor and solves are `linalg`'s tiled ones, on
+    The joint ridge system is a `closed_form.RidgeSystem`: while fewer rows than M have been seen it
+    keeps the projected rows and solves the n x n system, then the M x M Gram matrix (the same
+    weights to rounding, whatever the order). The ridge is chosen again at every task, on that
+    task's rows, by the authors' rule (`closed_form.authors_ridge`: RanPAC.py
+    `optimise_ridge_parameter`), unless one is given; the run's validation split plays no part.
+    This is RanPAC without its first-session adapter training: the backbone stays frozen.
+
+    On a CPU its projections, Gram sums, Cholesky factors and solves are `linalg`'s tiled ones, on
     `linalg_threads()` threads: the same bits on any thread count.
 
     Its parameters (`Param`: --ranpac-projection-dim and --ranpac-seed, a suite's
@@ -114,7 +120,7 @@ class RanPAC:
     incremental = True
     runs_by_default = True
     label = "RanPAC"
-    tuned = "ridge"  # chosen by its paper's rule (`ridge_`, `tuned_by_`); the run's validation split plays no part
+    tuned = "ridge"  # the last task's, by its authors' rule (`ridges_`: every task's; `tuned_by_`)
     params = (
         Param(
             "projection_dim",
@@ -133,10 +139,18 @@ class RanPAC:
     )
 
     @staticmethod
-    def check_fits(dim: int, projection_dim: int, **_: object) -> None:
-        """The M x M float64 Gram matrix (with its regularised copy and Cholesky factor) must fit."""
+    def check_fits(dim: int, projection_dim: int, rows: int | None = None, **_: object) -> None:
+        """The ridge system in its smaller form must fit: with n training rows (`rows`, when known)
+        under M, the n x M float64 rows with their tiled copy and the n x n kernel with its
+        factor; else the M x M float64 Gram matrix with its regularised copy and factor."""
         m = projection_dim
-        require_memory(f"RanPAC with M = {m:,}", 3 * 8 * m * m + 4 * m * dim, "lower --ranpac-projection-dim")
+        side = m if rows is None else min(rows, m)
+        kept = 2 * 8 * side * m if side < m else 0
+        require_memory(
+            f"RanPAC with M = {m:,}",
+            kept + 3 * 8 * side * side + 4 * m * dim,
+            "lower --ranpac-projection-dim",
+        )
 
     @staticmethod
     def work(shape: object, projection_dim: int, **_: object) -> tuple[float, str]:
@@ -145,29 +159,30 @@ class RanPAC:
         given (`baseline_registry.arguments`): the defaults are `__init__`'s alone."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
         m, per_class = projection_dim, shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
-        flops = 0.0
+        flops, seen = 0.0, 0
         for t, rows in enumerate(train):
+            seen += rows
             seen_test = sum(test[: t + 1])
-            flops += 2 * rows * dim * m + 2 * rows * m * m  # projection, Gram matrix
-            flops += 2 * m**3 / 3  # Cholesky (at about half a product's rate) and its solve
+            flops += 2 * rows * dim * m  # projection
+            side = min(seen, m)  # the smaller form: kernel (n x n) or Gram (M x M) sums, its Cholesky
+            flops += 2 * rows * m * m if seen >= m else 2 * seen * seen * m + 2 * seen * m
+            flops += 2 * side**3 / 3
+            fit = int(0.8 * rows)  # the task's ridge path: the fit rows' Gram and its eigendecomposition
+            flops += 2 * fit * fit * m + 10 * min(fit, m) ** 3 if fit < m else 2 * fit * m * m + 10 * m**3
             flops += 2 * seen_test * dim * m + 2 * seen_test * m * per_class * (t + 1)  # scored
-        fit_rows = int(0.8 * train[0])  # the ridge, chosen on the first task
-        flops += 6 * fit_rows**2 * m if fit_rows < m else 10 * m**3 / 3
         return flops, "float64"
 
     def __init__(
         self,
         projection_dim: int = 10_000,
         ridge: float | None = None,
-        ridges: tuple[float, ...] = RANPAC_RIDGES,
-        validation_fraction: float = 0.2,
+        ridges: tuple[float, ...] = closed_form.AUTHORS_RIDGES,
         seed: int = 0,
         device: str | torch.device = "cpu",
     ):
         self.projection_dim = projection_dim
         self.ridge = ridge
         self.ridges = ridges
-        self.validation_fraction = validation_fraction
         self.seed = seed
         self.device = device
 
@@ -194,37 +209,26 @@ class RanPAC:
             gen = torch.Generator().manual_seed(self.seed)  # drawn on the CPU: the same matrix anywhere
             projection = torch.randn(features.shape[1], self.projection_dim, generator=gen)
             self.projection_ = projection.to(self.device)
-            m = self.projection_dim
-            self.gram_ = torch.zeros(m, m, dtype=torch.float64, device=self.projection_.device)
-            self.targets_ = torch.zeros(m, 0, dtype=torch.float64, device=self.projection_.device)
+            self.system_ = closed_form.RidgeSystem(self.projection_dim, self.projection_.device)
+            self.ridges_: list[float] = []
         device = self.projection_.device
         with linalg.workers(device=device) as run:
-            blocks = self._projected(features, run)
-            n_classes = max(self.targets_.shape[1], int(labels.max()) + 1)
+            h = torch.cat([torch.cat(tiles, 1) for tiles in self._projected(features, run)])
+            n_classes = max(self.system_.classes, int(labels.max()) + 1)
             y = F.one_hot(torch.from_numpy(labels).long(), n_classes).double().to(device)
-            if not hasattr(self, "ridge_"):
-                self.ridge_, self.ridge_losses_ = (
-                    (self.ridge, {})
-                    if self.ridge is not None
-                    else self._select_ridge(torch.cat([torch.cat(tiles, 1) for tiles in blocks]), y)
+            if self.ridge is not None:
+                self.ridge_, self.ridge_losses_, self.ridge_floor_ = float(self.ridge), {}, 0.0
+                self.tuned_by_ = "given"
+            else:
+                task_seed = self.seed + len(self.ridges_)  # their loader reshuffles every task
+                self.ridge_, self.ridge_losses_, self.ridge_floor_ = closed_form.authors_ridge(
+                    h, y, task_seed, run, self.ridges
                 )
-                self.tuned_by_ = "given" if self.ridge is not None else RANPAC_RULE
-            self.targets_ = F.pad(self.targets_, (0, n_classes - self.targets_.shape[1]))
-            linalg.add_gram(self.gram_, blocks, run)
-            linalg.add_cross(self.targets_, blocks, linalg.row_blocks(y), run)
-            self.weights_ = ridge_solve(self.gram_, self.targets_, self.ridge_, run)
+                self.tuned_by_ = RANPAC_RULE
+            self.ridges_.append(self.ridge_)
+            self.system_.add(h, y, run)
+            self.weights_ = self.system_.solve(self.ridge_, run)
         return self
-
-    def _select_ridge(self, h: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
-        """RanPAC's rule: fit on 80% of the first task, keep the ridge with the least held-out MSE."""
-        order = torch.randperm(len(h), generator=torch.Generator().manual_seed(self.seed)).to(h.device)
-        n_fit = min(len(h) - 1, int(len(h) * (1 - self.validation_fraction)))
-        fit, val = order[:n_fit], order[n_fit:]
-        losses = {
-            ridge: float(((h[val] @ w - y[val]) ** 2).mean())
-            for ridge, w in ridge_path(h[fit], y[fit], self.ridges).items()
-        }
-        return min(losses, key=losses.__getitem__), losses
 
     def decision_function(self, features: Array) -> np.ndarray:
         """Scores [n, classes]: each row block's projection (its tiles on `linalg`'s threads) times
@@ -243,34 +247,22 @@ class RanPAC:
         return int(self.projection_.numel() + self.weights_.numel())
 
     def state_bytes(self) -> int:
-        """The M x M Gram matrix and the M x C targets (float64): what it carries from task to task
-        (the d x M projection is redrawn from its seed; the weights are solved from the two)."""
-        return int(self.gram_.numel() * 8 + self.targets_.numel() * 8)
+        """What it carries from task to task: the ridge system in its smaller form (the projected
+        rows and targets while fewer than M, then the M x M Gram and M x C targets, float64; the
+        d x M projection is redrawn from its seed, the weights solved from the system)."""
+        return self.system_.nbytes()
 
 
 def ridge_solve(
     gram: torch.Tensor, targets: torch.Tensor, ridge: float, run: linalg.Run | None = None
 ) -> torch.Tensor:
-    """W = (G + ridge I)^-1 Q by Cholesky (on a CPU `linalg`'s tiled one, on `run`'s threads, or on
-    `linalg_threads()` of its own). G + ridge I is positive definite in exact arithmetic, but
-    with fewer rows than M the Gram matrix is singular and a ridge of 1e-8 can drown in its
-    rounding (a factorisation that fails): then by G's eigendecomposition (LAPACK on one thread),
-    its eigenvalues clamped at 0, which is the same solution where both exist."""
-    if gram.device.type != "cpu":
-        regularised = gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
-        factor, info = torch.linalg.cholesky_ex(regularised)
-        if int(info) == 0:
-            return torch.cholesky_solve(targets, factor)
-    elif run is None:
-        with linalg.workers() as own:
-            return ridge_solve(gram, targets, ridge, own)
-    else:
-        tiles = linalg.cholesky(gram, ridge, run)
-        if tiles is not None:
-            return linalg.cholesky_solve(tiles, targets, run)
-    with linalg.single_threaded(gram.device):
-        evals, evecs = torch.linalg.eigh(gram)
-        return evecs @ ((evecs.T @ targets) / (evals.clamp_min(0) + ridge)[:, None])
+    """W = (G + ridge I)^-1 Q: `closed_form.shifted_solve` (a Cholesky, tiled on a CPU on `run`'s
+    threads or `linalg_threads()` of its own; where it fails in floating point, as a ridge of 1e-8
+    drowning in the rounding of a singular G, an LU solve of the same system)."""
+    if run is None:
+        with linalg.workers(device=gram.device) as own:
+            return closed_form.shifted_solve(gram, targets, ridge, own)
+    return closed_form.shifted_solve(gram, targets, ridge, run)
 
 
 def ridge_path(h: torch.Tensor, y: torch.Tensor, ridges: tuple[float, ...]) -> dict[float, torch.Tensor]:

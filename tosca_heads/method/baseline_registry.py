@@ -341,10 +341,11 @@ def deterministic(method: str) -> bool:
     return bool(getattr(BASELINES[method], "deterministic", False))
 
 
-def check_fits(method: str, values: Mapping[str, Any], dim: int, classes: int = 0) -> None:
+def check_fits(method: str, values: Mapping[str, Any], dim: int, classes: int = 0, rows: int = 0) -> None:
     """What a baseline with these keywords needs on features of `dim` and `classes` classes (0:
     not known yet, as before a store is opened) fits this machine (its class's
-    `check_fits(dim, classes=..., **values)`, when it declares one): one line when it does not."""
+    `check_fits(dim, classes=..., **values)`, when it declares one; `rows=`, the training rows at
+    most, when known, for a method that solves the smaller of two forms): one line when it does not."""
     check = getattr(BASELINES[method], "check_fits", None)
     if check is not None:
-        check(dim, classes=classes, **values)
+        check(dim, classes=classes, **({"rows": rows} if rows else {}), **values)

@@ -10,7 +10,7 @@ two ways, neither of which depends on the number of threads or on how MKL would 
   setting) and torch's own parallel loops (OpenMP's per-thread setting) run on one thread for the
   duration; other threads keep theirs (torch.set_num_threads would change the whole process's).
   For the small solves, where tiles would cost more than they give: the routers' float32
-  Cholesky of the d x d covariance, RanPAC's ridge path on its first task, the joint probe's
+  Cholesky of the d x d covariance, RanPAC's ridge path at each task, the joint probe's
   L-BFGS, predictions.
 - **tiled** (`workers` and the functions below): the work is cut into tiles whose sizes depend on
   the shapes alone (TILE columns, ROWS rows), each tile's operation runs single-threaded BLAS on
@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -286,3 +287,32 @@ def cholesky_solve(factor: Tiles, rhs: torch.Tensor, run: Run) -> torch.Tensor:
 
         run(back, range(k))
     return torch.cat(x)
+
+
+# ------------------------------------------------------------------------------ long LAPACK calls
+
+
+def interruptible(operation: Callable[[], R], what: str) -> R:
+    """`operation()` (one long LAPACK call: an LU solve or an eigendecomposition) on a worker
+    thread pinned to one BLAS thread, the calling thread waiting for it in short waits: a LAPACK
+    call holds its thread until it returns, so run on the main thread it would leave SIGINT and
+    SIGTERM unanswered for minutes; here the main thread raises KeyboardInterrupt (or the CLI's
+    `Terminated`) within a second, and the worker, a daemon, is abandoned with the process. Same
+    bits as calling it here: one thread either way. `what` names it in the error it may raise."""
+    found: list[R] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with single_threaded():
+                found.append(operation())
+        except BaseException as error:  # handed to the waiting thread
+            failed.append(error)
+
+    worker = threading.Thread(target=work, name=f"tosca {what}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+    if failed:
+        raise failed[0]
+    return found[0]

@@ -59,7 +59,7 @@ def test_the_share_of_a_core_is_a_share() -> None:
 
 def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parameters a suite or `baselines` hands RanPAC (`baseline_registry.arguments`) set the M it
-    is planned at: a plan read M = 10,000 whatever --ranpac-projection-dim said (5x the time of M = 4,000, measured)."""
+    is planned at: a plan read M = 10,000 whatever --ranpac-projection-dim said (with fewer rows than either M, the smaller form's time grows about as M)."""
     from tosca_heads.method.baseline_registry import arguments
 
     monkeypatch.setattr(costs, "flops_per_second", lambda dtype: 1e10)
@@ -68,5 +68,6 @@ def test_ranpac_is_planned_at_the_m_it_runs_with(monkeypatch: pytest.MonkeyPatch
         costs.baseline_seconds("ranpac", shape, arguments("ranpac", {"ranpac_projection_dim": m}, seed=0))
         for m in (4000, 10_000)
     )
-    assert paper / small > (10_000 / 4000) ** 2  # the M x M Gram matrix and the M^3 solve
+    # 2,400 rows < M: the n x n form, whose products grow with M and whose solve does not
+    assert 10_000 / 4000 * 0.8 < paper / small < (10_000 / 4000) ** 2
     assert small == pytest.approx(costs.baseline_seconds("ranpac", shape, {"projection_dim": 4000}))
