@@ -129,6 +129,12 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         TypeError,
         ("baselines() got an unknown keyword argument 'ranpac_projection_dm'", "'ranpac_projection_dim'?"),
     ),
+    (  # an infinite parameter (issue 57, point 1)
+        "baselines",
+        lambda p: tosca_heads.baselines(p["store"], ["klda"], klda_sigma=float("inf"), out=p["root"] / "b"),
+        ValueError,
+        ("klda_sigma must be a finite number more than 0, got inf",),
+    ),
     (
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["ranpac"], val_fraction=0.9, out=p["root"] / "b"),

@@ -447,7 +447,7 @@ def suite_summary(result: Any) -> None:
 
     for shown in shown_tables(result.spec, result.tables).values():
         file_table(shown)
-    for line in [*(result.out / "claims.md").read_text().splitlines(), ""]:
+    for line in [*(result.out / "claims.md").read_text(encoding="utf-8").splitlines(), ""]:
         say(line)
     ran = sum(1 for c in result.cells if c.status == "ran")
     say(

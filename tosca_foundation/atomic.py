@@ -135,12 +135,19 @@ def writing(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[
         yield fh
 
 
+def _text_args(mode: str, open_args: dict[str, Any]) -> dict[str, Any]:
+    """`open_args` with UTF-8 for a text mode unless the caller named an encoding: every text file
+    tosca writes goes through here, so none depends on the locale (under LC_ALL=C PYTHONUTF8=0 the
+    default is ASCII, and a name or a "±" ended in UnicodeEncodeError with half the files written)."""
+    return open_args if "b" in mode else {"encoding": "utf-8", **open_args}
+
+
 @contextlib.contextmanager
 def _replacing(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[IO[Any]]:
     fd, tmp = _temporary(target)
     try:
         made = os.fstat(fd)
-        with os.fdopen(fd, mode, **open_args) as fh:
+        with os.fdopen(fd, mode, **_text_args(mode, open_args)) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -185,7 +192,7 @@ def _appended(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[IO
     except BaseException:
         os.close(fd)
         raise
-    with os.fdopen(fd, mode, **open_args) as fh:
+    with os.fdopen(fd, mode, **_text_args(mode, open_args)) as fh:
         yield fh
         fh.flush()
         os.fsync(fh.fileno())

@@ -45,17 +45,48 @@ def _arrays(store: FeatureStore, split: str) -> list[str]:
 
 
 def missing_chunk_files(store: FeatureStore, split: str, chunks: list[int]) -> list[ChunkFault]:
-    """Done chunks with a chunk file missing on disk (zarr would silently read its fill value)."""
+    """Done chunks with a chunk file missing on disk (zarr would silently read its fill value),
+    save those whose recorded checksum is that of the fill value: zarr writes no file for a chunk
+    that is all 0.0 (`write_empty_chunks` off), and such a chunk is whole, not damaged."""
     faults = []
     for chunk in chunks:
         for array in _arrays(store, split):
             keys = [(chunk, 0)] if array == "features" else [(k, chunk, 0) for k in range(store.views)]
             gone = [key for key in keys if not store.chunk_file(split, array, key).is_file()]
-            if gone:
+            if gone and not _skipped_fill(store, split, chunk):
                 where = store.chunk_file(split, array, gone[0]).relative_to(store.path)
                 faults.append(ChunkFault(split, chunk, f"its file {where} is missing"))
                 break
     return faults
+
+
+NON_FINITE = "NaN or inf in a chunk marked done"
+
+
+def value_fault(blocks: list[np.ndarray], recorded: str) -> str:
+    """What is wrong with one done chunk's values ("" when nothing): NaN or inf (a store written
+    with the finite check off still has valid checksums), no checksum, or one that does not match.
+    The one check of a chunk's values: `cache verify` and every stage-2 read (fit, baselines,
+    routers, sweeps, suites) call it, so no reader computes on what another refuses."""
+    if not all(np.isfinite(block).all() for block in blocks):
+        return NON_FINITE
+    if not recorded:
+        return "marked done but no checksum recorded"
+    if recorded != chunk_checksum(*blocks):
+        return MISMATCH
+    return ""
+
+
+def _skipped_fill(store: FeatureStore, split: str, chunk: int) -> bool:
+    """Whether a done chunk with a file missing reads (fill values where files are missing) as the
+    values its recorded checksum vouches for: a chunk all of 0.0 that zarr did not write."""
+    recorded = str(store.checksums(split)[chunk])
+    sl = store.layout(split).chunk_slice(chunk)
+    try:
+        blocks = [np.asarray(store.node(f"{split}/{name}")[..., sl, :]) for name in _arrays(store, split)]
+    except Exception:  # a file beside it that cannot be decoded: the missing one is the finding
+        return False
+    return bool(recorded) and recorded == chunk_checksum(*blocks)
 
 
 def chunk_faults(
@@ -83,14 +114,9 @@ def chunk_faults(
             except Exception as exc:  # any decode failure of a damaged chunk file is the finding
                 faults.append(ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})"))
                 continue
-            if not all(np.isfinite(block).all() for block in blocks):
-                faults.append(ChunkFault(split, chunk, "NaN or inf in a chunk marked done"))
-                continue
-            recorded = str(sums[chunk])
-            if not recorded:
-                faults.append(ChunkFault(split, chunk, "marked done but no checksum recorded"))
-            elif recorded != chunk_checksum(*blocks):
-                faults.append(ChunkFault(split, chunk, MISMATCH))
+            reason = value_fault(blocks, str(sums[chunk]))
+            if reason:
+                faults.append(ChunkFault(split, chunk, reason))
     return faults
 
 
@@ -198,8 +224,8 @@ MISMATCH = "values do not match the checksum recorded when it was written"
 
 
 def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """(features [N, D], views [V, N, D] or None) of a split as stored, each chunk checked
-    against its recorded checksum; call `check_readable` first."""
+    """(features [N, D], views [V, N, D] or None) of a split as stored, each chunk's values checked
+    (`value_fault`: finite, matching its recorded checksum); call `check_readable` first."""
     chunks = list(range(store.layout(split).n_chunks))
     missing = missing_chunk_files(store, split, chunks)
     if missing:
@@ -212,23 +238,21 @@ def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray 
         raise _refuse(store, str(faults[0]), len(faults)) from None
     sums = store.checksums(split)
     layout = store.layout(split)
-    bad = [
-        chunk
-        for chunk in chunks
-        if chunk_checksum(
-            features[layout.chunk_slice(chunk)],
-            None if views is None else views[:, layout.chunk_slice(chunk)],
-        )
-        != str(sums[chunk])
-    ]
-    if bad:
-        raise _refuse(store, str(ChunkFault(split, bad[0], MISMATCH)), len(bad))
+    faults = []
+    for chunk in chunks:
+        sl = layout.chunk_slice(chunk)
+        blocks = [features[sl]] + ([] if views is None else [views[:, sl]])
+        reason = value_fault(blocks, str(sums[chunk]))
+        if reason:
+            faults.append(ChunkFault(split, chunk, reason))
+    if faults:
+        raise _refuse(store, str(faults[0]), len(faults))
     return features, views
 
 
 def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
     """`read_split`'s checks one chunk at a time: (rows, features [n, D], views [V, n, D] or None) of
-    each chunk in order, as stored, after its checksum matched (memory of one chunk: what a store
+    each chunk in order, as stored, after its values held (`value_fault`) (memory of one chunk: what a store
     too large to hold whole, or loaded into arrays of another dtype, is read through)."""
     layout = store.layout(split)
     chunks = list(range(layout.n_chunks))
@@ -244,8 +268,9 @@ def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.
         except Exception as exc:
             fault = ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})")
             raise _refuse(store, str(fault)) from None
-        if chunk_checksum(*blocks) != str(sums[chunk]):
-            raise _refuse(store, str(ChunkFault(split, chunk, MISMATCH)))
+        reason = value_fault(blocks, str(sums[chunk]))
+        if reason:
+            raise _refuse(store, str(ChunkFault(split, chunk, reason)))
         yield sl, blocks[0], blocks[1] if len(blocks) > 1 else None
 
 

@@ -379,6 +379,25 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*BASE, "--methods", "slda", "--slda-update", "fast"],
         "--slda-update must be one of 'authors', 'exact', got 'fast'",
     ),
+    # an infinite parameter (issue 57, point 1): an Interval without a high bound took inf, and printed a figure
+    *[
+        (
+            f"baselines {flag} {value}",
+            [*BASE, "--methods", method, flag, value],
+            f"{flag} must be a finite number",
+        )
+        for method, flag in (
+            ("acil", "--acil-gamma"),
+            ("klda", "--klda-sigma"),
+            ("ridge", "--ridge-ridge"),
+            ("loranpac", "--loranpac-ridge"),
+            ("ds_al", "--ds-al-compensation"),
+            ("ds_al", "--ds-al-gamma-main"),
+            ("ds_al", "--ds-al-gamma-comp"),
+        )
+        for value in ("inf", "-inf", "Infinity", "1e400")
+    ],
+    ("baselines acil gamma nan", [*BASE, "--methods", "acil", "--acil-gamma", "nan"], "--acil-gamma must be"),
     (
         "baselines ranpac seed negative",
         [*BASE, "--ranpac-seed", "-1"],

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support import ROOT
+from support.stores import synthetic_store
 
 from featcache.store import FeatureStore
 from tosca_cli.terminal import plainly
@@ -75,3 +77,35 @@ def test_what_a_stream_cannot_encode_is_escaped_and_a_byte_that_is_not_utf8_is_t
     finally:
         sys.stdout = saved
     assert raw.getvalue() == b"caf\\xe9 \\u65e5 \\xff.png\n"
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("command", ["baselines", "sweep"])
+def test_commands_that_write_tables_run_whole_under_an_ascii_locale(tmp_path: Path, command: str) -> None:
+    """Every text file tosca writes is UTF-8 whatever the locale (`atomic._text_args`): `baselines`
+    and `sweep` under LC_ALL=C PYTHONUTF8=0 ended in UnicodeEncodeError writing their tables ("±"),
+    leaving half the files (issue 57, point 5). Their files are whole and read back as UTF-8."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    out = tmp_path / "out"
+    split = [
+        "--store",
+        str(store.path),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--init-cls",
+        "2",
+        "--increment",
+        "2",
+    ]
+    extra = (
+        ["--no-tosca", "--methods", "simplecil"] if command == "baselines" else ["--r", "2", "--epochs", "1"]
+    )
+    result = ascii_tosca(command, *split, *extra, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in result.stderr and b"UnicodeEncodeError" not in result.stdout + result.stderr
+    written = [p for p in out.rglob("*") if p.suffix in (".md", ".csv", ".json")]
+    assert any(p.suffix == ".md" for p in written), sorted(p.name for p in written)
+    texts = [p.read_text(encoding="utf-8") for p in written]  # UTF-8 whatever the locale
+    assert any(not text.isascii() for text in texts)  # what an ASCII default could not have written

@@ -6,9 +6,10 @@ real one alike. Their files are `records.baseline`; the comparison beside TOSCA 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from featcache.store import check_not_replaced
 from tosca_foundation.errors import UserError
+from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -27,6 +29,28 @@ from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
 
 TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
+
+
+LINALG_ERRORS = (np.linalg.LinAlgError, torch.linalg.LinAlgError)
+
+
+@contextlib.contextmanager
+def solvable(name: str, task: int, params: dict[str, Any]) -> Iterator[None]:
+    """A solve that fails (a Cholesky of a matrix no longer positive definite, a singular one) is
+    one line naming the baseline, the task and what sets the matrix's conditioning, not a
+    LinAlgError traceback (issue 57, points 2: features x1e8 in ACIL and DS-AL, or a gamma of
+    1e-300, valid but below what float64 can add to a diagonal). The cure of the solve itself
+    lies with the solver (method/closed_form.py); this is the edge's refusal."""
+    try:
+        yield
+    except LINALG_ERRORS as exc:
+        given = ", ".join(f"{key}={value!r}" for key, value in params.items()) or "its defaults"
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise NumericalError(
+            f"{name} cannot solve its linear system at task {task} ({reason}): with {given}, the "
+            "features' scale or a regularisation that float64 cannot hold leaves the matrix singular; "
+            "raise its regularisation or check the store's feature scale (`tosca cache info`)"
+        ) from None
 
 
 def run_baseline(
@@ -58,12 +82,12 @@ def run_baseline(
     start = time.perf_counter()
     with single_threaded(device):
         for task in range(stream.num_tasks):
-            if estimator.incremental:
-                rows = stream.rows_of_task(train_y, task)
-                estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
-            else:
-                rows = stream.rows_seen(train_y, task)
-                estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
+            rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)
+            with solvable(name, task, params):
+                if estimator.incremental:
+                    estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
+                else:
+                    estimator.fit(train_x[_index(rows, train_x)], train_y[rows])
             if task == 0 and "validation" in scored and callable(getattr(estimator, "tune", None)):
                 x, y = scored["validation"]
                 seen = stream.rows_seen(y, task)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -212,6 +213,9 @@ class Param:
         allowed = (int, float) if self.kind is float else self.kind
         if (isinstance(value, bool) and self.kind is not bool) or not isinstance(value, allowed):
             raise wrong_kind(f"{spelled} must be {KIND_SAID[self.kind]}, got {value!r}")
+        if self.kind is float and not math.isfinite(value):  # inf passes an Interval without a high bound
+            rule = f" {self.valid}" if self.valid is not None else ""
+            raise out_of_rule(f"{spelled} must be a finite number{rule}, got {value!r}")
         if self.valid is not None and not self.valid.holds(value):
             raise out_of_rule(f"{spelled} must be {self.valid}, got {value!r}")
         return value

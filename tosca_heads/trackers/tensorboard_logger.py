@@ -126,7 +126,9 @@ class TensorBoardLogger(Logger):
                     pixels = np.asarray(image.convert("RGB"))
                 run.writer.add_image(f"files/{path.name}", pixels, 0, dataformats="HWC")
             elif path.suffix == ".md" and path.stat().st_size <= TEXT_LIMIT:
-                run.writer.add_text(f"files/{path.name}", path.read_text(errors="replace"), 0)
+                run.writer.add_text(
+                    f"files/{path.name}", path.read_text(encoding="utf-8", errors="replace"), 0
+                )
 
     def end(self, run: Any, ok: bool) -> None:
         from torch.utils.tensorboard.summary import hparams

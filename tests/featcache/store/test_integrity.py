@@ -204,3 +204,45 @@ def test_attrs_are_data_shown_literally_never_run(tmp_path: Path, monkeypatch: p
         "FAIL fingerprint does not match the identity attrs (edited after the store was made)"
     ]
     assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("views", [0, 2])
+def test_a_chunk_of_zeros_that_zarr_did_not_write_is_whole(tmp_path: Path, views: int) -> None:
+    """zarr writes no file for a chunk all of its fill value 0.0; such a chunk, vouched for by its
+    checksum, is whole: `cache verify` passes, `--fix` unflags nothing and `baselines` computes on it
+    (issue 57, point 9: every command called it "train/features/c/0/0 is missing"). A deleted file
+    of a chunk that was not all zeros is still found (test_verify_finds_a_store_edited_by_hand)."""
+    st = synthetic_store(tmp_path / "s.zarr", classes=3, per_class=10, views=views)
+    rows = st.layout("train").chunk_slice(1)
+    zeros = np.zeros((rows.stop - rows.start, st.dim), np.float32)
+    writer = FeatureStore.open(st.path, mode="r+")
+    writer.mark_undone("train", [1])
+    writer.write_chunk("train", 1, zeros, np.zeros((views, *zeros.shape), np.float32) if views else None)
+    assert not _chunk_file(st.path, "train/features", 1).exists()  # zarr skipped it
+    code, lines = _invoke("cache", "verify", str(st.path))
+    assert code == 0, lines
+    code, lines = _invoke("cache", "verify", str(st.path), "--fix")
+    assert code == 0 and not any(line.startswith("fixed") for line in lines), lines
+    assert FeatureStore.open(st.path).done("train").tolist() == [True, True]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "baselines",
+            "--store",
+            str(st.path),
+            "--out",
+            str(out),
+            "--no-tosca",
+            "--methods",
+            "simplecil",
+            "--device",
+            "cpu",
+            "--init-cls",
+            "1",
+            "--increment",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "simplecil" / "metrics.json").is_file()

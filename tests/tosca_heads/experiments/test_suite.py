@@ -177,6 +177,14 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             '[baselines]\nranpac_projection_dim = 0\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "baselines.ranpac_projection_dim must be at least 1, got 0",
         ),
+        (  # inf passes an Interval without a high bound (issue 57, point 1): refused as the command line does
+            '[baselines]\nacil_gamma = inf\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.acil_gamma must be a finite number more than 0, got inf",
+        ),
+        (
+            '[baselines]\nds_al_compensation = -inf\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "baselines.ds_al_compensation must be a finite number at least 0, got -inf",
+        ),
         (
             '[baselines]\nranpac_projection_dim = "big"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "baselines.ranpac_projection_dim must be an integer, got 'big'",
