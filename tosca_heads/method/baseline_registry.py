@@ -117,6 +117,13 @@ _built_in(
     "and Privacy Protection, NeurIPS 2022, arXiv:2205.14922",
 )
 _built_in(
+    "gacl",
+    f"{_FIELD}.gacl:GACL",
+    "Generalized analytic continual learning: a random ReLU buffer, then recursive least squares onto one-hot targets of every class exposed so far.",
+    "Zhuang, Chen, Fang, He, Tong, Wei, Zeng & Chen, GACL: Exemplar-Free Generalized Analytic Continual "
+    "Learning, NeurIPS 2024, arXiv:2403.15706",
+)
+_built_in(
     "ds_al",
     f"{_FIELD}.ds_al:DSAL",
     "Dual-stream analytic learning: ACIL's ReLU stream plus a tanh stream fitted to its residuals on the new classes.",
