@@ -199,3 +199,36 @@ def run_scenario(
             )
         )
     return results
+
+
+def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:
+    """`--set NAME=VALUE` texts as the scenario's values, each of its parameter's type; one line for
+    a text that is no NAME=VALUE or a value not of its type (its rule is checked by the plan)."""
+    kind = scenario(name)
+    types = {p.name: p.kind for p in kind.params}
+    values: dict[str, Any] = {}
+    for text in given:
+        key, sep, raw = text.partition("=")
+        if not sep or not key:
+            raise UserValueError(f"--set takes NAME=VALUE, got {text!r}")
+        if key not in types:
+            raise UserValueError(
+                f"scenario {kind.name} takes no parameter {key!r} (it takes: {', '.join(types) or 'none'})"
+            )
+        try:
+            values[key] = types[key](raw)
+        except ValueError:
+            raise UserValueError(
+                f"--set {key} must be {'an integer' if types[key] is int else 'a number'}, got {raw!r}"
+            ) from None
+    return values
+
+
+def scenario_command(request: Any) -> list[ScenarioResult]:
+    """`tosca scenario`'s one call: the request's values checked, then `run_scenario`."""
+    if not Path(request.store).exists():
+        raise UserValueError(f"--store {request.store} does not exist")
+    values = scenario_values(request.scenario, tuple(request.set_values))
+    return run_scenario(
+        request.store, request.scenario, tuple(request.methods), values, read_as=request.read_as
+    )
