@@ -397,6 +397,7 @@ ROWS: list[tuple[str, list[str], str]] = [
         "cannot be read as cifar100_superclasses",
     ),
     ("scenario store missing", ["scenario", "--store", "{missing}"], "does not exist"),
+    ("scenario incomplete store", ["scenario", "--store", "{half}"], "is not fully extracted"),
     (
         "baselines ranpac m zero",
         [*BASE, "--ranpac-projection-dim", "0"],

@@ -177,6 +177,7 @@ def run_scenario(
     line where it cannot run it."""
     if not isinstance(store, FeatureStore):
         store = FeatureStore.open(Path(store))
+    store.require_complete()  # an extraction still running: one line, never figures of its zeros
     kind = scenario(name)
     plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
     picked = [m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods]
