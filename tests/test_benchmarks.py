@@ -305,3 +305,26 @@ def test_baselines_speed_splits_every_method_s_seconds_and_bounds_them_by_ranpac
         assert sum(row["parts"].values()) == pytest.approx(row["seconds"], rel=1e-6, abs=1e-9)
         assert 0.5 < row["A_last"] <= 1.0  # separable clusters: each run is its method's, not a no-op
     assert rows["ranpac"]["parts"]["solves"] > 0 and rows["ranpac"]["parts"]["Gram sums"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark run whole (a few seconds)
+def test_scenario_cost_prints_each_table_beside_cils(tmp_path: Path) -> None:
+    from support.stores import synthetic_store
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, test_per_class=10)
+    out = _run(
+        "scenario_cost.py",
+        "--store",
+        str(store.path),
+        "--scenarios",
+        "cil,til,blurry",
+        "--methods",
+        "simplecil,gacl",
+        "--set",
+        "gacl_buffer_size=64",
+    )
+    assert all(f"## {name}:" in out for name in ("cil", "til", "blurry"))
+    assert "simplecil  refused: simplecil cannot run blurry" in out
+    ratios = [line.split() for line in out.splitlines() if line.startswith(("cil ", "til ", "blurry "))]
+    assert [r[0] for r in ratios] == ["cil", "til", "blurry"] and float(ratios[0][2]) == 1.0

@@ -43,6 +43,7 @@ from tosca_cli.views import (
     routers_table,
     run_summary,
     say_protocol,
+    scenario_table,
     stage_printer,
     suite_plan,
     suite_progress,
@@ -62,6 +63,7 @@ from tosca_heads.experiments.command_requests import (
     DemoRequest,
     FitRequest,
     PredictRequest,
+    ScenarioRequest,
     SuiteRequest,
     SweepRequest,
 )
@@ -327,6 +329,20 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
     comparison_table(comparison)
     for name, path in comparison.files.items():
         say(f"  {name:<15} {path}")
+
+
+@app.command("scenario")
+@user_errors
+@from_request(ScenarioRequest, json_flag("Print each method's figures as JSON."))
+def scenario_cmd(request: ScenarioRequest, as_json_: bool) -> None:
+    """TOSCA and baselines under one scenario of a store: cil, til, fscil, blurry (Si-Blurry) or dil
+    (docs/scenarios.md); a method that cannot run it refuses in one line."""
+    from tosca_heads.experiments.scenario_runs import scenario_command
+
+    results = scenario_command(request)
+    if as_json_:
+        return as_json([{k: v for k, v in r.__dict__.items() if k != "answers"} for r in results])
+    scenario_table(results)
 
 
 # ------------------------------------------------------------------------------------------- suite

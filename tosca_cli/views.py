@@ -698,3 +698,13 @@ def catalogue_tables(listed: dict[str, list[dict[str, str]]]) -> None:
             ],
             ("name", "what it is", "from"),
         )
+
+
+def scenario_table(results: list[Any]) -> None:
+    """`tosca scenario`: the plan in one line, then each method's figures (in %) and seconds."""
+    if not results:
+        return
+    say(f"scenario {results[0].plan}")
+    figures = list(results[0].figures)
+    rows = [[r.method, *(f"{100 * r.figures[f]:.2f}" for f in figures), f"{r.seconds:.1f}"] for r in results]
+    table(f"{results[0].scenario}: figures in %", ["method", *figures, "seconds"], rows, ("method",))

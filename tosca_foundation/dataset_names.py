@@ -94,9 +94,14 @@ def register_dataset(
 
 
 def _built_in(
-    name: str, num_classes: int | None, description: str, split: Split | None, test_share: float | None = None
+    name: str,
+    num_classes: int | None,
+    description: str,
+    split: Split | None,
+    test_share: float | None = None,
+    home: str = SOURCES,
 ) -> None:
-    spec = DatasetSpec(name, f"{SOURCES}:{name}", num_classes, description, split, test_share)
+    spec = DatasetSpec(name, f"{home}:{name}", num_classes, description, split, test_share)
     DATASETS.add(name, spec, description, module=__name__)
 
 
@@ -130,3 +135,35 @@ _built_in("imagenet_r", 200, f"ImageNet-R (200 classes) {IN_FOLDERS}", Split(20,
 _built_in("imagenet_a", 200, f"ImageNet-A (200 classes) {IN_FOLDERS}", Split(20, 20))
 _built_in("omnibenchmark", 300, f"OmniBenchmark-300 {IN_FOLDERS}", Split(30, 30))
 _built_in("vtab", 50, f"VTAB-50 (the paper's 5x10-class subset) {IN_FOLDERS}", Split(10, 10))
+
+# datasets with domains (`tosca_foundation.dataset_domains`; the `dil` scenario): their sources in
+# featcache.sources.domain_datasets; the class split is the one class-incremental reading tosca gives them
+DOMAIN_SOURCES = "featcache.sources.domain_datasets"
+_built_in(
+    "core50",
+    50,
+    "CORe50 (128x128): 50 objects, 11 sessions (domains)",
+    Split(10, 10, paper=False),
+    home=DOMAIN_SOURCES,
+)
+_built_in(
+    "domainnet",
+    345,
+    "DomainNet: 345 classes, 6 domains, official lists",
+    Split(45, 30, paper=False),
+    home=DOMAIN_SOURCES,
+)
+_built_in(
+    "cddb_hard",
+    2,
+    "CDDB-Hard: real/fake, 5 generator tasks (domains)",
+    Split(1, 1, paper=False),
+    home=DOMAIN_SOURCES,
+)
+_built_in(
+    "cifar100_superclasses",
+    20,
+    "CIFAR-100 labelled by its 20 superclasses; the fine class is the domain",
+    Split(4, 4, paper=False),
+    home=DOMAIN_SOURCES,
+)

@@ -91,6 +91,7 @@ __all__ = [
     "register_metric",
     "register_router",
     "run_suite",
+    "scenario",
     "sweep",
     "validation_split",
 ]
@@ -382,4 +383,31 @@ def baselines(
     check_keywords(baselines, [k for k in params if k not in declared], declared)
     return comparison_frame(
         compare(_request(BaselinesRequest, "baselines", locals()), on_start=_warn).results
+    )
+
+
+def scenario(
+    store: FeatureStore | str | Path,
+    name: str = "cil",
+    methods: Sequence[str] = ("tosca", "simplecil"),
+    *,
+    read_as: str = "",
+    **values: Any,
+) -> pd.DataFrame:
+    """`tosca scenario`: the methods under one scenario of a store (cil, til, fscil, blurry, dil;
+    docs/scenarios.md), the scenario's parameters as keywords (`shots=5`, `blurry=0.1`), each
+    checked against its rule in one line before any learning. One row per method: its figures
+    (fractions), `seconds` and the plan's line.
+
+    >>> frame = scenario(STORE, "til", ["simplecil"], init_cls=2, increment=2)
+    >>> list(frame["method"]), bool(frame["A_last"].between(0, 1).all())
+    (['simplecil'], True)
+    """
+    import pandas as pd
+
+    from tosca_heads.experiments.scenario_runs import run_scenario
+
+    results = run_scenario(store, name, tuple(methods), values, read_as=read_as)
+    return pd.DataFrame(
+        [{"method": r.method, **r.figures, "seconds": r.seconds, "plan": r.plan} for r in results]
     )

@@ -38,6 +38,7 @@ runner = CliRunner()
 EXTRACT = ["extract", "-m", TINY_VIT, "-d", "imagefolder", "--data-root", "{img}", "--random-init"]
 FIT = ["fit", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SWEEP = ["sweep", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
+SCEN = ["scenario", "--store", "{store}"]
 BASE = [
     "baselines",
     "--store",
@@ -329,6 +330,74 @@ ROWS: list[tuple[str, list[str], str]] = [
     # ------------------------------------------------------------------ baselines
     ("baselines empty methods", [*BASE, "--methods", ""], "unknown --methods"),
     ("baselines unknown method", [*BASE, "--methods", "simplecil,magic"], "unknown --methods 'magic'"),
+    # ------------------------------------------------------------------ scenario
+    ("scenario unknown", [*SCEN, "--scenario", "fscl"], "unknown --scenario 'fscl' (did you mean 'fscil'?)"),
+    ("scenario set without value", [*SCEN, "--set", "shots"], "--set takes NAME=VALUE, got 'shots'"),
+    (
+        "scenario set unknown parameter",
+        [*SCEN, "--set", "shots=5"],
+        "scenario cil takes no parameter 'shots'",
+    ),
+    (
+        "scenario set not a number",
+        [*SCEN, "--scenario", "fscil", "--set", "shots=five"],
+        "--set shots must be an integer",
+    ),
+    (
+        "scenario blurry ratio above 1",
+        [*SCEN, "--scenario", "blurry", "--set", "blurry=1.5"],
+        "blurry blurry must be in [0, 1], got 1.5",
+    ),
+    (
+        "scenario blurry ratio negative",
+        [*SCEN, "--scenario", "blurry", "--set", "disjoint=-0.1"],
+        "blurry disjoint must be in [0, 1], got -0.1",
+    ),
+    (
+        "scenario blurry ratio nan",
+        [*SCEN, "--scenario", "blurry", "--set", "blurry=nan"],
+        "blurry blurry must be in [0, 1], got nan",
+    ),
+    (
+        "scenario more shots than images",
+        [
+            *SCEN,
+            "--scenario",
+            "fscil",
+            "--set",
+            "base_classes=2",
+            "--set",
+            "ways=2",
+            "--set",
+            "sessions=1",
+            "--set",
+            "shots=30",
+        ],
+        "fscil: class 2 has 20 training images, fewer than the 30 shots asked",
+    ),
+    (
+        "scenario dil without domains",
+        [*SCEN, "--scenario", "dil"],
+        "dil needs a store with a domain per image",
+    ),
+    (
+        "scenario tosca under blurry",
+        [*SCEN, "--scenario", "blurry", "--methods", "tosca"],
+        "tosca cannot run blurry",
+    ),
+    (
+        "scenario once-per-class baseline under blurry",
+        [*SCEN, "--scenario", "blurry", "--methods", "simplecil"],
+        "simplecil cannot run blurry",
+    ),
+    ("scenario unknown method", [*SCEN, "--methods", "magic"], "unknown --methods 'magic'"),
+    (
+        "scenario read as unknown",
+        [*SCEN, "--read-as", "cifar100_superclasses"],
+        "cannot be read as cifar100_superclasses",
+    ),
+    ("scenario store missing", ["scenario", "--store", "{missing}"], "does not exist"),
+    ("scenario incomplete store", ["scenario", "--store", "{half}"], "is not fully extracted"),
     (
         "baselines ranpac m zero",
         [*BASE, "--ranpac-projection-dim", "0"],

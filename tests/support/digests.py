@@ -107,6 +107,7 @@ FIELD_SIZES = {  # each new baseline's widths, small but wider than a tile where
     "klda_ensemble": {"dim": 600, "members": 2},
     "randumb": {"dim": M},
     "acil": {"buffer_size": M},
+    "gacl": {"buffer_size": M},
     "ds_al": {"buffer_size": M},
     "loranpac": {"embedding_dim": M, "rank": 900},
 }

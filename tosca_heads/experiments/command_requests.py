@@ -248,3 +248,20 @@ class SuiteRequest:
     )
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per cell run now.", ("--log",))
     runs_root: Path = Path("runs")
+
+
+@dataclass(frozen=True)
+class ScenarioRequest:
+    """`tosca scenario`: methods under one scenario of a store (issue 56; docs/scenarios.md)."""
+
+    store: Path = option(..., "Store path.")
+    scenario: str = option("cil", "Scenario: cil, til, fscil, blurry or dil (`tosca list` says each).")
+    methods: tuple[str, ...] = option(
+        ("tosca", "simplecil"), "Comma-separated: tosca and/or baselines (`tosca list`).", comma=True
+    )
+    set_values: tuple[str, ...] = option(
+        (), "A scenario parameter, NAME=VALUE (repeatable; e.g. shots=5, blurry=0.1).", ("--set",)
+    )
+    read_as: str = option(
+        "", "Read the store as another labelling of its images (cifar100 as cifar100_superclasses)."
+    )

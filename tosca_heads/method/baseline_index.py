@@ -16,7 +16,7 @@ INDEX: tuple[dict[str, str | bool], ...] = (
     {
         "name": "ranpac",
         "target": "tosca_heads.method.baseline_estimators:RanPAC",
-        "description": "Random-projection ridge classifier with Gram matrices G = H^T H and Q = H^T Y kept across tasks.",
+        "description": "Random-projection ridge classifier: H = ReLU(x W_rand), W = (H'H + l I)^-1 H'Y over every row seen.",
         "reference": False,
         "paper": "McDonnell, Gong, Parvaneh, Abbasnejad & van den Hengel, RanPAC: Random Projections and Pre-trained Models for Continual Learning, NeurIPS 2023, arXiv:2307.02251",
     },
@@ -75,6 +75,13 @@ INDEX: tuple[dict[str, str | bool], ...] = (
         "description": "Analytic class-incremental learning: a random ReLU buffer, then ridge regression onto one-hot targets by recursive least squares.",
         "reference": False,
         "paper": "Zhuang, Weng, Wei, Xie, Toh & Lin, ACIL: Analytic Class-Incremental Learning with Absolute Memorization and Privacy Protection, NeurIPS 2022, arXiv:2205.14922",
+    },
+    {
+        "name": "gacl",
+        "target": "tosca_heads.method.baselines.gacl:GACL",
+        "description": "Generalized analytic continual learning: a random ReLU buffer, then recursive least squares onto one-hot targets of every class exposed so far.",
+        "reference": False,
+        "paper": "Zhuang, Chen, Fang, He, Tong, Wei, Zeng & Chen, GACL: Exemplar-Free Generalized Analytic Continual Learning, NeurIPS 2024, arXiv:2403.15706",
     },
     {
         "name": "ds_al",

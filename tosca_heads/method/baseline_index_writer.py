@@ -31,6 +31,7 @@ BUILT_INS: tuple[tuple[str, str], ...] = (
     ("klda_ensemble", f"{_FIELD}.klda:KLDAEnsemble"),
     ("randumb", f"{_FIELD}.randumb:RanDumb"),
     ("acil", f"{_FIELD}.acil:ACIL"),
+    ("gacl", f"{_FIELD}.gacl:GACL"),
     ("ds_al", f"{_FIELD}.ds_al:DSAL"),
     ("loranpac", f"{_FIELD}.loranpac:LoRanPAC"),
 )

@@ -130,6 +130,7 @@ SMALL = {  # every registered baseline, its costly sizes small
     "klda_ensemble": {"dim": 128, "members": 2},
     "randumb": {"dim": 256},
     "acil": {"buffer_size": 256},
+    "gacl": {"buffer_size": 256},
     "ds_al": {"buffer_size": 256},
     "loranpac": {"embedding_dim": 256, "rank": 200},
 }

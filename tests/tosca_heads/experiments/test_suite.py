@@ -301,6 +301,7 @@ def test_the_paper_preset_runs_on_stand_in_stores(tmp_path: Path) -> None:
             "klda_ensemble_dim": 32,
             "randumb_dim": 64,
             "acil_buffer_size": 64,
+            "gacl_buffer_size": 64,
             "ds_al_buffer_size": 64,
             "loranpac_embedding_dim": 64,
             "loranpac_rank": 32,

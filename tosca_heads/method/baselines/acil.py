@@ -111,6 +111,7 @@ class ACIL:
     deterministic = False
     runs_by_default = False
     order_free = True  # R and Q are those of the joint ridge solution on the buffer, whatever the order
+    recurring_classes = True  # a class's rows may come in several calls: R and Q sum over rows
     label = "ACIL"
     params = (
         Param(

@@ -71,6 +71,7 @@ class Ridge:
     deterministic = True
     runs_by_default = False
     order_free = True  # given a fixed ridge: G and Q are sums over rows
+    recurring_classes = True  # a class's rows may come in several calls: G and Q sum over rows
     label = "ridge"
     tuned = "ridge"
     params = (

@@ -1,0 +1,127 @@
+"""Each scenario's whole table on one store beside the class-incremental table on the same store
+(issue 56, point 4: within 3x its time), with every method's figures, a 95% bootstrap interval of
+A_last (test images resampled, 1,000 draws, seed 0) and which differences from the best method
+hold by the paired bootstrap (the same draws for both methods).
+
+    python benchmarks/scenario_cost.py --store STORE [--methods tosca,simplecil,...]
+        [--scenarios cil,til,fscil,blurry,dil] [--read-as-for-dil cifar100_superclasses]
+        [--set gacl_buffer_size=2048 ...] [--json]
+
+Everything runs through `tosca_heads.experiments.scenario_runs.run_scenario` (the command's code);
+a method a scenario refuses is listed with its one-line reason and left out of that table's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from featcache.store import FeatureStore
+from tosca_foundation.errors import UserError
+from tosca_heads.experiments.scenario_runs import run_scenario, store_labels
+from tosca_heads.method.scenarios import scenario
+
+DRAWS = 1000
+
+
+def _last_correct(plan: Any, answers: list[np.ndarray]) -> np.ndarray:
+    rows = plan.steps[-1].eval_rows
+    return (answers[-1] == plan.test_ids[rows]).astype(np.float64)
+
+
+def bootstrap(correct: dict[str, np.ndarray]) -> tuple[dict[str, tuple[float, float]], dict[str, bool]]:
+    """Each method's 95% interval of A_last and whether its difference from the best holds (the
+    paired interval of the difference excludes 0), on the same resampled images."""
+    rng = np.random.default_rng(0)
+    n = len(next(iter(correct.values())))
+    draws = rng.integers(0, n, size=(DRAWS, n))
+    means = {m: c[draws].mean(1) for m, c in correct.items()}
+    best = max(correct, key=lambda m: correct[m].mean())
+    intervals = {m: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for m, v in means.items()}
+    holds = {m: bool(np.percentile(means[best] - v, 2.5) > 0) for m, v in means.items() if m != best}
+    return intervals, holds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--methods", default="tosca,simplecil,ridge,slda,fecam,acil,gacl")
+    parser.add_argument("--scenarios", default="cil,til,fscil,blurry,dil")
+    parser.add_argument("--read-as-for-dil", default="cifar100_superclasses")
+    parser.add_argument(
+        "--set", action="append", default=[], help="METHOD_PARAM=VALUE, e.g. gacl_buffer_size=2048"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    methods = tuple(args.methods.split(","))
+    method_params: dict[str, dict[str, Any]] = {}
+    for text in args.set:
+        key, _, value = text.partition("=")
+        method, _, name = key.partition("_")
+        if method == "ds":  # ds_al_...
+            method, _, name = key.partition("_al_")
+            method = "ds_al"
+        method_params.setdefault(method, {})[name] = float(value) if "." in value else int(value)
+    store = FeatureStore.open(args.store)
+    report = []
+    for name in args.scenarios.split(","):
+        read_as = args.read_as_for_dil if name == "dil" else ""
+        start = time.perf_counter()
+        plan = scenario(name).plan(store_labels(store, read_as))
+        results, refused = [], {}
+        for method in methods:
+            try:
+                results += run_scenario(store, name, (method,), None, method_params, read_as)
+            except UserError as exc:
+                refused[method] = str(exc)
+        seconds = time.perf_counter() - start
+        correct = {r.method: _last_correct(plan, r.answers) for r in results}
+        intervals, holds = bootstrap(correct) if correct else ({}, {})
+        report.append(
+            {
+                "scenario": name,
+                "plan": plan.describe(),
+                "table_seconds": seconds,
+                "methods": [
+                    {
+                        "method": r.method,
+                        "figures": r.figures,
+                        "seconds": r.seconds,
+                        "A_last_95": intervals[r.method],
+                        "below_best_holds": holds.get(r.method),
+                    }
+                    for r in results
+                ],
+                "refused": refused,
+            }
+        )
+        if not args.json:
+            print(f"\n## {plan.describe()}  (table: {seconds:.1f} s)")
+            for r in results:
+                low, high = intervals[r.method]
+                figures = "  ".join(f"{k} {100 * v:.2f}" for k, v in r.figures.items())
+                mark = (
+                    ""
+                    if r.method not in holds
+                    else (" (below best: holds)" if holds[r.method] else " (tie with best)")
+                )
+                print(
+                    f"{r.method:<10} {figures}  A_last 95% [{100 * low:.2f}, {100 * high:.2f}]  {r.seconds:.1f} s{mark}"
+                )
+            for method, why in refused.items():
+                print(f"{method:<10} refused: {why}")
+    cil = next((r["table_seconds"] for r in report if r["scenario"] == "cil"), None)
+    if cil and not args.json:
+        print("\nscenario  table seconds  x cil")
+        for r in report:
+            print(f"{r['scenario']:<9} {r['table_seconds']:>13.1f}  {r['table_seconds'] / cil:.2f}")
+    if args.json:
+        print(json.dumps(report, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
