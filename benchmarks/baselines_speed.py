@@ -6,7 +6,7 @@ same run (the issue's bound: at most RanPAC's).
         [--methods all] [--init-cls 2] [--increment 2] [--repeats 1] [--val-fraction 0.1] [--json]
         [--set ranpac_projection_dim=2000 ...]
 
-Each method runs through `experiments.baseline_runs.run_baseline` (the command's code: one
+Each method runs through `running.baseline_runs.run_baseline` (the command's code: one
 CPU thread for BLAS, `linalg`'s tiled products on `linalg_threads()` workers), on the store's
 cached features, task by task, scored on the test rows of the classes seen after every task.
 Its wall time is split by wrapping, for the duration of its run only:
@@ -39,11 +39,11 @@ import torch
 
 from featcache.store import FeatureStore
 from tosca_foundation.limits import human_bytes, usable_cores
-from tosca_heads.experiments.baseline_runs import run_baseline
-from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_registry import BASELINES, arguments, baseline_names, given_params
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+from tosca_heads.requests.plan import FitPlan
+from tosca_heads.running.baseline_runs import run_baseline
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAM = ("add_gram", "add_cross")

@@ -21,10 +21,10 @@ import numpy as np
 
 from featcache.store import FeatureStore, check_readable, read_split
 from tosca_foundation.limits import usable_cores
-from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import default_stream
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.running.group import fit_run
 
 
 def _plain(store: FeatureStore) -> None:

@@ -189,9 +189,9 @@ def one_fit(store_path: str, kind: str, compile_args: dict) -> dict:
     """One 20-task fit in this process (the child of `--one-fit`), as a dict of figures."""
     from featcache.store import FeatureStore
     from tosca_heads.engine import trainer
-    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import PRESETS
+    from tosca_heads.running.group import fit_run
 
     if kind == "compiled":  # the trainer takes this step wherever it would take TorchStep or NativeStep
         trainer.make_step = lambda task, threads=1: CompiledStep(task, **compile_args)

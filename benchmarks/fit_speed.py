@@ -22,9 +22,9 @@ import numpy as np
 from eager_fit import eager_fit
 
 from featcache.store import FeatureStore
-from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.running.group import fit_run
 
 
 def make_store(path: Path, n_train: int, n_test: int, dim: int, classes: int) -> FeatureStore:

@@ -559,9 +559,9 @@ def random_store(path: Path, shape: Shape) -> Any:
 def step_fit(work: Path, shape: Shape, rows: list[Row]) -> None:
     import numpy as np
 
-    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.running.group import fit_run
 
     store = random_store(work / "shaped.zarr", shape)
     stream = StreamConfig(shape.increment, shape.increment)
@@ -606,10 +606,10 @@ def step_sweep(work: Path, shape: Shape, rows: list[Row]) -> None:
     import torch
 
     from tosca_heads.engine.memory import default_group_size
-    from tosca_heads.experiments.executor import run_work
-    from tosca_heads.experiments.sweeps import grid_points, make_groups
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.running.executor import run_work
+    from tosca_heads.studies.sweeps import grid_points, make_groups
 
     device = torch.device("cuda" if _cuda() else "cpu")
     store = random_store(work / "sweep.zarr", shape)

@@ -24,16 +24,16 @@ import numpy as np
 import torch
 
 from featcache.store import FeatureStore
+from tosca_heads.applied.predict import RunPredictor
 from tosca_heads.engine.kernels import normalize_rows
 from tosca_heads.engine.outputs import module_outputs
-from tosca_heads.experiments.baseline_runs import run_baseline
-from tosca_heads.experiments.group import fit_run
-from tosca_heads.experiments.plan import FitPlan
-from tosca_heads.experiments.predict import RunPredictor
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import ROUTERS, task_log_posterior
 from tosca_heads.routers.scores import module_scores
+from tosca_heads.running.baseline_runs import run_baseline
+from tosca_heads.running.group import fit_run
 
 STORES = {  # name: (archive under --data, images per class and split, init_cls, increment)
     "eurosat": ("eurosat/EuroSAT-RGB.tar.gz", 300, 2, 2),

@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 
 from featcache.store import FeatureStore
-from tosca_heads.experiments.group import fit_run
-from tosca_heads.experiments.predict import RunPredictor
+from tosca_heads.applied.predict import RunPredictor
 from tosca_heads.method.baseline_estimators import RanPAC
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import PRESETS
 from tosca_heads.routers import task_log_posterior
 from tosca_heads.routers.scores import module_scores
+from tosca_heads.running.group import fit_run
 
 SIGNALS = ("lda", "ranpac", "entropy", "energy", "own_max", "own_margin", "own_mass")
 RANPAC_TEMPERATURE = (

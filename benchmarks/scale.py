@@ -97,11 +97,11 @@ def fit_figures(store: FeatureStore, increment: int, epochs: int) -> dict[str, A
     import torch
 
     from tosca_heads.engine.memory import require_room
-    from tosca_heads.experiments.group import fit_group
-    from tosca_heads.experiments.plan import FitPlan
     from tosca_heads.method.features import CachedFeatures
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import recipe
+    from tosca_heads.requests.plan import FitPlan
+    from tosca_heads.running.group import fit_group
 
     warm = store.path.parent / "warm"  # a tiny fit first: every library and the compiled step loaded
     tiny = build_store(warm / "store.zarr", 96, 32, store.dim, 2, 0, "float32")

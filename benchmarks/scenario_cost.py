@@ -7,7 +7,7 @@ hold by the paired bootstrap (the same draws for both methods).
         [--scenarios cil,til,fscil,blurry,dil] [--read-as-for-dil cifar100_superclasses]
         [--set gacl_buffer_size=2048 ...] [--json]
 
-Everything runs through `tosca_heads.experiments.scenario_runs.run_scenario` (the command's code);
+Everything runs through `tosca_heads.applied.scenario_runs.run_scenario` (the command's code);
 a method a scenario refuses is listed with its one-line reason and left out of that table's time.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from featcache.store import FeatureStore
 from tosca_foundation.errors import UserError
-from tosca_heads.experiments.scenario_runs import run_scenario, store_labels
+from tosca_heads.applied.scenario_runs import run_scenario, store_labels
 from tosca_heads.method.scenarios import scenario
 
 DRAWS = 1000

@@ -28,10 +28,10 @@ import torch
 from fit_speed import make_store
 
 from tosca_foundation.devices import resolve_device
-from tosca_heads.experiments.command_requests import SweepRequest
-from tosca_heads.experiments.sweeps import sweep
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.recipe import PRESETS
+from tosca_heads.requests.command_requests import SweepRequest
+from tosca_heads.studies.sweeps import sweep
 
 GRIDS = {
     "20": {"r": [8, 16, 32, 48, 96], "l1": [0.0, 1e-4, 5e-4, 1e-3]},

@@ -398,7 +398,7 @@ def test_the_command_line_still_names_its_flags(tmp_path: Path) -> None:
 
 def test_a_numpy_grid_sweeps_the_points_the_command_line_names() -> None:
     """Python's grid values are values: numpy's integers are integers, 0 for a number is 0.0."""
-    from tosca_heads.experiments.sweeps import parse_values
+    from tosca_heads.studies.sweeps import parse_values
 
     assert parse_values("r", np.array([8, 16])) == parse_values("r", "8,16") == [8, 16]
     assert parse_values("l1", [0, np.float32(5e-4)]) == parse_values("l1", "0,5e-4") == [0.0, 0.0005]

@@ -87,9 +87,9 @@ def test_routing_ceiling_reads_a_run_and_bounds_its_routers(tmp_path: Path) -> N
     oracle routes everything right, and the table carries one row per store."""
     from support.stores import synthetic_store
 
-    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.running.group import fit_run
 
     ceiling = _benchmark_module("routing_ceiling")
     store = synthetic_store(

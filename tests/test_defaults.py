@@ -16,16 +16,16 @@ import typer
 from typer.testing import CliRunner
 
 import featcache.runner
-import tosca_heads.experiments.comparison
-import tosca_heads.experiments.runs
-import tosca_heads.experiments.sweeps
+import tosca_heads.running.runs
+import tosca_heads.studies.comparison
+import tosca_heads.studies.sweeps
 from cli import app
 from featcache import stage1_api as stage1
 from featcache.extract_request import ExtractRequest
 from tosca_heads import stage2_api as stage2
-from tosca_heads.experiments.command_requests import FIT_FLAGS, SWEEP_FLAGS, SuiteRequest
-from tosca_heads.experiments.suite import suite_runner as suite_run
-from tosca_heads.experiments.sweeps import parse_values
+from tosca_heads.requests.command_requests import FIT_FLAGS, SWEEP_FLAGS, SuiteRequest
+from tosca_heads.studies.suite import suite_runner as suite_run
+from tosca_heads.studies.sweeps import parse_values
 
 STORE = Path("some/store.zarr")
 
@@ -159,7 +159,7 @@ def test_every_option_is_a_parameter_with_the_same_default(
 
 
 def test_fit_builds_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    capture(monkeypatch, tosca_heads.experiments.runs, "fit")
+    capture(monkeypatch, tosca_heads.running.runs, "fit")
     command = from_command(["fit", "--store", str(STORE)])
     python = from_api(lambda: stage2.fit(STORE))
     assert dataclasses.replace(command, recipe=given(command.recipe)) == python
@@ -169,7 +169,7 @@ def test_fit_builds_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_sweep_builds_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    capture(monkeypatch, tosca_heads.experiments.sweeps, "sweep")
+    capture(monkeypatch, tosca_heads.studies.sweeps, "sweep")
     command = from_command(["sweep", "--store", str(STORE), "--r", "8,16", "--l1", "0.001"])
     python = from_api(lambda: stage2.sweep(STORE, {"r": [8, 16]}, l1=0.001))
 
@@ -181,7 +181,7 @@ def test_sweep_builds_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_baselines_build_the_same_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    capture(monkeypatch, tosca_heads.experiments.comparison, "compare")
+    capture(monkeypatch, tosca_heads.studies.comparison, "compare")
     command = from_command(["baselines", "--store", str(STORE)])
     assert command == from_api(lambda: stage2.baselines(STORE))
 

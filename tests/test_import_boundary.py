@@ -35,10 +35,14 @@ FLOORS = {
     "tosca_heads.engine": 12,
     "tosca_heads.records": 13,  # each file's schema, version, reader and writer (plots too)
     "tosca_heads.trackers": 14,  # MLflow, TensorBoard and plug-in loggers, fed from the records
-    "tosca_heads.experiments": 15,
-    "tosca_heads.stage2_api": 16,
-    "tosca_cli": 19,  # the command line: its typer app, views, progress and terminal
-    "cli": 20,  # the checkout's entry file: a shim onto tosca_cli
+    "tosca_heads.requests": 15,  # what the commands ask for, and a fit's plan checked once
+    "tosca_heads.running": 16,  # units that run: an engine run, a baseline, the executor, costs
+    "tosca_heads.applied": 17,  # predict, the scikit-learn estimators, scenarios
+    "tosca_heads.conformance": 17,  # the built-ins' contract run on a plug-in
+    "tosca_heads.studies": 18,  # lists of units and views over them: sweeps, comparison, suites
+    "tosca_heads.stage2_api": 19,
+    "tosca_cli": 20,  # the command line: its typer app, views, progress and terminal
+    "cli": 21,  # the checkout's entry file: a shim onto tosca_cli
 }
 STAGE_2_MAY_USE = {"tosca_foundation", "featcache.store"}
 # a package's face hands on its API (loaded on first use): the one import allowed up its floors

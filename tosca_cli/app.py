@@ -1,7 +1,8 @@
 """The `tosca` typer app, and nothing else: each command reads its options into one request
 object of a package, makes one call, and hands what comes back to `tosca_cli.views`, which prints it.
-What the commands do is in the packages: `featcache.runner`, `featcache.store.describe`, and
-`tosca_heads.experiments` (runs, sweeps, comparison, predict, report, demo, suite)."""
+What the commands do is in the packages: `featcache.runner`, `featcache.store.describe`,
+`tosca_heads.running` (fit), `tosca_heads.studies` (sweeps, comparison, report, demo, suite) and
+`tosca_heads.applied` (predict, scenarios)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ from tosca_cli.views import (
 )
 from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
-from tosca_heads.experiments.command_requests import (
+from tosca_heads.requests.command_requests import (
     FIT_FLAGS,
     ROUTERS_HELP,
     SWEEP_FLAGS,
@@ -192,7 +193,7 @@ def _routers(text: str | None) -> list[str]:
 @from_request(FitRequest, json_flag(), flags=FIT_FLAGS, into="recipe")
 def fit(request: FitRequest, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
-    from tosca_heads.experiments.runs import fit as fit_command
+    from tosca_heads.running.runs import fit as fit_command
 
     routers = _routers(request.router)  # a bad name is the only line: before the plan is said
 
@@ -223,8 +224,8 @@ def eval_run(
 ) -> None:
     """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
     from tosca_foundation.devices import resolve_device
-    from tosca_heads.experiments.group import evaluate_run
     from tosca_heads.routers import on_request
+    from tosca_heads.running.group import evaluate_run
 
     routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device), routers=on_request(routers))
@@ -238,7 +239,7 @@ def eval_run(
 @answered(routers_table, lambda report: report.rows, "A JSON list, one object per router and baseline.")
 def routers_command(run: Path = typer.Argument(..., help="Run directory made by `tosca fit`.")) -> Any:
     """Every router of a finished run in one table, beside the baselines of the same store."""
-    from tosca_heads.experiments.report import routers_report
+    from tosca_heads.studies.report import routers_report
 
     return routers_report(run)
 
@@ -249,7 +250,7 @@ def routers_command(run: Path = typer.Argument(..., help="Run directory made by 
 def predict(request: PredictRequest, as_json_: bool) -> None:
     """Classify new images with a trained run: the store's backbone, every task module, a router."""
     from featcache.embedding import embed_images, image_paths
-    from tosca_heads.experiments.predict import predict_images
+    from tosca_heads.applied.predict import predict_images
 
     with progress() as board:
         speak = per_split(board, "embed", "img")
@@ -279,8 +280,8 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
 @from_request(SweepRequest, json_flag("Print the summary rows as JSON."), flags=SWEEP_FLAGS, into="grid")
 def sweep(request: SweepRequest, as_json_: bool) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
-    from tosca_heads.experiments.sweeps import dry_run
-    from tosca_heads.experiments.sweeps import sweep as sweep_command
+    from tosca_heads.studies.sweeps import dry_run
+    from tosca_heads.studies.sweeps import sweep as sweep_command
 
     if request.dry_run:
         return sweep_plan(dry_run(request), as_json_)
@@ -314,7 +315,7 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
     declares them (RanPAC's: --ranpac-projection-dim, --ranpac-seed; docs/commands.md)."""
     from dataclasses import replace
 
-    from tosca_heads.experiments.comparison import compare
+    from tosca_heads.studies.comparison import compare
 
     request = replace(request, params=named_values(ctx.args))
     with progress() as board:
@@ -337,7 +338,7 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
 def scenario_cmd(request: ScenarioRequest, as_json_: bool) -> None:
     """TOSCA and baselines under one scenario of a store: cil, til, fscil, blurry (Si-Blurry) or dil
     (docs/scenarios.md); a method that cannot run it refuses in one line."""
-    from tosca_heads.experiments.scenario_runs import scenario_command
+    from tosca_heads.applied.scenario_runs import scenario_command
 
     results = scenario_command(request)
     if as_json_:
@@ -353,7 +354,7 @@ def scenario_cmd(request: ScenarioRequest, as_json_: bool) -> None:
 @from_request(SuiteRequest, json_flag("Print the table rows as JSON."))
 def suite(request: SuiteRequest, as_json_: bool) -> None:
     """Stores to the paper's tables: TOSCA, baselines and ablations over seeds, claims checked."""
-    from tosca_heads.experiments.suite.suite_runner import suite as run
+    from tosca_heads.studies.suite.suite_runner import suite as run
 
     with progress() as board:
         on_cell = suite_progress(board)
@@ -392,7 +393,7 @@ def _extract_for_suite(
 @from_request(DemoRequest)
 def demo(request: DemoRequest) -> None:
     """The main job on the embedded default: extract, fit, sweep and baselines on a real EuroSAT subset."""
-    from tosca_heads.experiments.demo import run_demo
+    from tosca_heads.studies.demo import run_demo
 
     def extract_store(
         model: str, dataset: str, data: Path, cache: Path, store: Path, per_class: int, chunk: int

@@ -230,8 +230,8 @@ def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str,
     """The sweep's progress note after a point's rows: the best single run so far (kept in `best`)
     on the split the sweep ranks on (validation where the points hold one out; else test, and the
     note says it is tuned on test); never the test figure of a sweep that ranks on validation."""
-    from tosca_heads.experiments.results import flag_text
     from tosca_heads.method.metrics import RANKED
+    from tosca_heads.studies.results import flag_text
 
     mine = [r for r in rows if r["router"] == rank_by]
     ranked = next((r for r in mine if r["split"] == "validation"), None) or next(iter(mine), rows[0])
@@ -283,9 +283,9 @@ def sweep_plan(planned: Any, as_json_: bool) -> None:
 
 
 def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> None:
-    from tosca_heads.experiments.results import choice_lines, flag_text, short_name, spread_of
     from tosca_heads.method.metrics import RANKED, figures
     from tosca_heads.routers import router_label
+    from tosca_heads.studies.results import choice_lines, flag_text, short_name, spread_of
 
     if outcome.frame.empty:
         return say(f"sweep {outcome.out}: no results")
@@ -443,7 +443,7 @@ def suite_plan(result: Any, as_json_: bool) -> None:
 def suite_summary(result: Any) -> None:
     """A finished suite: its tables (as its files hold them, fitted to the terminal), its claims,
     what ran and the files written."""
-    from tosca_heads.experiments.suite.tables import shown_tables
+    from tosca_heads.studies.suite.tables import shown_tables
 
     for shown in shown_tables(result.spec, result.tables).values():
         file_table(shown)
@@ -479,7 +479,7 @@ def file_table(shown: Any) -> None:
 
 
 class DemoDisplay:
-    """How `tosca demo` shows each step (tosca_heads.experiments.demo.DemoDisplay)."""
+    """How `tosca demo` shows each step (tosca_heads.studies.demo.DemoDisplay)."""
 
     def ahead(self, line: str) -> None:
         say(line)
@@ -500,14 +500,14 @@ class DemoDisplay:
             self._open = None
 
     def stage(self, stage: Any, trained: bool) -> None:
-        from tosca_heads.experiments.demo import ROUTERS
+        from tosca_heads.studies.demo import ROUTERS
 
         if not hasattr(self, "_stages"):
             self._stages = stage_printer(list(ROUTERS))
         self._stages(stage, trained)
 
     def fitted(self, result: Any) -> None:
-        from tosca_heads.experiments.demo import ROUTERS
+        from tosca_heads.studies.demo import ROUTERS
 
         run_summary(result, list(ROUTERS))
 
@@ -532,7 +532,7 @@ class DemoDisplay:
         holder.append(board.task("sweep", len(pending), "points", plan=plan.estimate(pending)))
 
     def swept(self, outcome: Any) -> None:
-        from tosca_heads.experiments.demo import SWEEP_ROUTERS
+        from tosca_heads.studies.demo import SWEEP_ROUTERS
 
         self._close()
 
@@ -645,10 +645,10 @@ def catalogue() -> dict[str, list[dict[str, str]]]:
     from featcache.backbones import BACKBONES
     from featcache.images.decoder_names import DECODERS
     from featcache.sources.datasets import DATASETS
-    from tosca_heads.experiments.suite.presets import PRESETS as SUITES
     from tosca_heads.method.baseline_registry import BASELINES, paper_of
     from tosca_heads.method.recipe import PRESETS as RECIPES
     from tosca_heads.routers import ROUTERS
+    from tosca_heads.studies.suite.presets import PRESETS as SUITES
     from tosca_heads.trackers.logger_registry import LOGGERS
 
     def rows(registry: Any, what: Callable[[Any], str] = lambda e: e.description) -> list[dict[str, str]]:

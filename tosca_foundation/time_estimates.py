@@ -2,7 +2,7 @@
 for every command that plans: `sweep`, `suite` and their dry runs), the time left while it runs
 (`TimeLeft`, what every progress line says) and the words of both (`Estimate.lines`,
 `TimeLeft.words`). The costs are declared by what owns them and handed in as seconds: TOSCA's SGD
-steps (`tosca_heads.experiments.cost_models`), each baseline's arithmetic (its class's `work`), an
+steps (`tosca_heads.running.cost_models`), each baseline's arithmetic (its class's `work`), an
 extraction's images (`featcache.extraction_estimate`). Import-light: stdlib only.
 
 A plan is the works' own seconds shared by the workers, longest first; plus what is no arithmetic:

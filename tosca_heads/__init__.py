@@ -1,13 +1,16 @@
 """Stage 2: one LuCA module per task, the shared cosine classifier and the routers, trained on a
-store's cached features, and the experiments built on them.
+store's cached features, and the runs and studies built on them.
 
 Floors, each importing only those below it (tests/test_import_boundary.py checks):
 `method` (what TOSCA is: LuCA, the classifier, the protocol, the recipe, metrics, feature
 sources, baselines), `routers` (which module answers a sample), `engine` (how many
 configurations train as one program, on a CPU or a GPU), `records` (each file a run, sweep or
 suite writes: schema, version, reader, writer, figures), `trackers` (MLflow, TensorBoard and
-plug-in loggers, fed from the records), `experiments` (runs, sweeps, results, comparison, suites,
-predict, demo: what the commands ask for). Beneath them all, `tosca_foundation`
+plug-in loggers, fed from the records), `requests` (what the commands ask for, and a fit's plan
+checked once), `running` (units that run: one engine run, one baseline, the executor, what each
+costs here), `applied` (a trained run or the method applied: predict, the scikit-learn
+estimators, scenarios) beside `conformance` (the built-ins' contract run on a plug-in), `studies`
+(lists of units and views over them: sweeps, results, comparison, report, demo, suites). Beneath them all, `tosca_foundation`
 and `featcache.store`; never the backbone side (backbones, datasets, decoding, the extraction
 pipeline), so a machine that only fits heads never loads a backbone. `predict` gets its
 image embedder handed in by the caller.

@@ -27,11 +27,9 @@ from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_foundation.folders import check_outputs
 from tosca_foundation.names import as_keyword, check_keywords, did_you_mean
-from tosca_heads.experiments.command_requests import SWEEP_FLAGS, SWEEP_VAL_FRACTION
-from tosca_heads.experiments.conformance import Conformance, NonConforming, check_baseline, check_router
-from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier, validation_split
-from tosca_heads.experiments.predict import Predictions, RunPredictor
-from tosca_heads.experiments.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
+from tosca_heads.applied.estimators import BaselineClassifier, TOSCAClassifier, validation_split
+from tosca_heads.applied.predict import Predictions, RunPredictor
+from tosca_heads.conformance import Conformance, NonConforming, check_baseline, check_router
 from tosca_heads.method.baseline_registry import (
     BASELINES,
     Interval,
@@ -44,14 +42,16 @@ from tosca_heads.method.metrics import register_metric
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED
 from tosca_heads.method.recipe import FIELD_TYPES
 from tosca_heads.records.run_folder import RunResult
+from tosca_heads.requests.command_requests import SWEEP_FLAGS, SWEEP_VAL_FRACTION
 from tosca_heads.routers import ROUTERS, ReferenceView, Router, StageView, register_router
+from tosca_heads.studies.suite import SuiteResult, SuiteSpec, load_suite, parse_suite, run_suite
 from tosca_heads.trackers.logger_registry import Logger, register_logger
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-R = TypeVar("R")  # a request (tosca_heads.experiments.command_requests)
+R = TypeVar("R")  # a request (tosca_heads.requests.command_requests)
 
 __all__ = [
     "BASELINES",
@@ -183,8 +183,8 @@ def fit(
     >>> 0.0 <= metrics["routers"]["lda"]["A_last"] <= 1.0
     True
     """
-    from tosca_heads.experiments.command_requests import FitRequest
-    from tosca_heads.experiments.runs import fit as fit_command
+    from tosca_heads.requests.command_requests import FitRequest
+    from tosca_heads.running.runs import fit as fit_command
 
     check_keywords(fit, recipe, RECIPE_KEYS)
     return fit_command(_request(FitRequest, "fit", locals()), on_plan=_warn)
@@ -200,8 +200,8 @@ def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -
     True
     """
     from tosca_foundation.devices import resolve_device
-    from tosca_heads.experiments.group import evaluate_run
     from tosca_heads.routers import on_request, resolve_routers
+    from tosca_heads.running.group import evaluate_run
 
     folder = as_path("evaluate", "run", run)
     check_device_name(device, "device")
@@ -243,8 +243,8 @@ def sweep(
     >>> sorted(set(frame["r"])), sorted(set(frame["split"])), len(frame) == 2 * 2 * len(computed)
     ([2, 4], ['test', 'validation'], True)
     """
-    from tosca_heads.experiments.command_requests import SweepRequest
-    from tosca_heads.experiments.sweeps import sweep as sweep_command
+    from tosca_heads.requests.command_requests import SweepRequest
+    from tosca_heads.studies.sweeps import sweep as sweep_command
 
     check_keywords(sweep, fixed, GRID_KEYS)
     # the command's grid defaults (seed 0, order seed 1993), so both faces name the same grid
@@ -328,7 +328,7 @@ def predict(
     >>> found.classes.shape, found.chosen_on, 0.0 <= accuracy <= 1.0
     ((48,), 'given', True)
     """
-    from tosca_heads.experiments.predict import default_router
+    from tosca_heads.applied.predict import default_router
     from tosca_heads.records.run_folder import read_metrics
 
     if router is not None and not isinstance(router, str):
@@ -374,10 +374,10 @@ def baselines(
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
     (['simplecil', 'ranpac'], True)
     """
-    from tosca_heads.experiments.command_requests import BaselinesRequest
-    from tosca_heads.experiments.comparison import compare
     from tosca_heads.method.baseline_registry import key_of, params_of
     from tosca_heads.records.baselines_folder import comparison_frame
+    from tosca_heads.requests.command_requests import BaselinesRequest
+    from tosca_heads.studies.comparison import compare
 
     declared = [key_of(m, p) for m in BASELINES for p in params_of(m)]  # any registered baseline's
     check_keywords(baselines, [k for k in params if k not in declared], declared)
@@ -405,7 +405,7 @@ def scenario(
     """
     import pandas as pd
 
-    from tosca_heads.experiments.scenario_runs import run_scenario
+    from tosca_heads.applied.scenario_runs import run_scenario
 
     results = run_scenario(store, name, tuple(methods), values, read_as=read_as)
     return pd.DataFrame(

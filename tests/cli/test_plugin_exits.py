@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from tosca_foundation import processes
-from tosca_heads.experiments import runs
+from tosca_heads.running import runs
 from tosca_heads.trackers.logger_registry import LOGGERS, Logger
 
 runner = CliRunner()

@@ -179,8 +179,8 @@ def test_a_worker_adopts_a_plugin_with_its_alias(kind: Kind) -> None:
 
 def test_a_suite_file_takes_an_alias_for_its_name() -> None:
     """What a suite's TOML lists is handed down by name, as the command line's flags are."""
-    from tosca_heads.experiments.suite import parse_suite
-    from tosca_heads.experiments.suite.presets import preset
+    from tosca_heads.studies.suite import parse_suite
+    from tosca_heads.studies.suite.presets import preset
 
     spec = preset("local")
     spec["tosca"]["routers"] = ["sample", "lda", "entropy"]

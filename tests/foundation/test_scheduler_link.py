@@ -180,10 +180,10 @@ def test_a_scheduler_killed_mid_sweep_is_one_line_and_the_same_command_resumes(
     """`dask scheduler` SIGKILLed as the first point lands: one line (no traceback, no Dask log),
     the finished point kept in results.csv; the sweep run again (here on this machine) computes
     only the others, and its results equal an undisturbed sweep's."""
-    from tosca_heads.experiments.command_requests import SweepRequest
-    from tosca_heads.experiments.results import by_point
-    from tosca_heads.experiments.sweeps import sweep
+    from tosca_heads.requests.command_requests import SweepRequest
     from tosca_heads.routers import resolve_routers
+    from tosca_heads.studies.results import by_point
+    from tosca_heads.studies.sweeps import sweep
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4)
 

@@ -140,9 +140,9 @@ def field() -> Arrays:
 def engine() -> Arrays:
     from safetensors.numpy import load_file
 
-    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig, ValidationConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.running.group import fit_run
 
     with tempfile.TemporaryDirectory() as tmp:
         store = synthetic_store(Path(tmp) / "s.zarr", classes=6, per_class=40, dim=64, views=2, spread=1.0)
@@ -156,7 +156,7 @@ def engine() -> Arrays:
 
 
 def estimators() -> Arrays:
-    from tosca_heads.experiments.estimators import BaselineClassifier, TOSCAClassifier
+    from tosca_heads.applied.estimators import BaselineClassifier, TOSCAClassifier
 
     x, y = _tasks(5, 3, 2, 60, 48)
     rng = np.random.default_rng(0)
@@ -175,9 +175,9 @@ def estimators() -> Arrays:
 
 def suite() -> Arrays:
     from cli import app
-    from tosca_heads.experiments.suite.spec import parse_suite
-    from tosca_heads.experiments.suite.suite_runner import run_suite
     from tosca_heads.records.suite import read_manifest
+    from tosca_heads.studies.suite.spec import parse_suite
+    from tosca_heads.studies.suite.suite_runner import run_suite
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

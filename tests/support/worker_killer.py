@@ -29,7 +29,7 @@ def _first(marker: str, what: str) -> bool:
 
 def _kill_at_first_work(marker: str) -> None:
     """The pickled task names `executor.run_work` by module and name: it finds this one."""
-    from tosca_heads.experiments import executor
+    from tosca_heads.running import executor
 
     original = executor.run_work
 

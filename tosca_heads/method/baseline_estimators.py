@@ -154,7 +154,7 @@ class RanPAC:
 
     @staticmethod
     def work(shape: object, projection_dim: int, **_: object) -> tuple[float, str]:
-        """Its arithmetic on a stream of `shape` (`experiments.estimate.TaskShape`) and the precision
+        """Its arithmetic on a stream of `shape` (`running.cost_models.TaskShape`) and the precision
         it runs in: what a time estimate divides by this machine's rate. Its keywords are always
         given (`baseline_registry.arguments`): the defaults are `__init__`'s alone."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ tracker iterates: `summarise` puts each into every metrics block (each router's 
 metrics.json), and every table and tracker that shows a block shows it too: a sweep's
 results.csv/.parquet and summary, a suite's table and claims, the console tables of `fit`, `sweep`,
 `baselines` and `tosca routers`, the comparison files, and every tracker's events (MLflow,
-TensorBoard, a plug-in's); tests/tosca_heads/experiments/test_extensions.py registers one from a
+TensorBoard, a plug-in's); tests/tosca_heads/studies/test_extensions.py registers one from a
 plug-in and finds it in each.
 
 A metric declares how sure it is (`interval`): `EXACT`, a plain accuracy over the images of every

@@ -167,7 +167,7 @@ def routed(router: Router, view: StageView) -> torch.Tensor:
     (`checked_choices`). An honest router is handed the honest part of the view; one that reads a
     reference field is refused. A reference router needs a `ReferenceView` (evaluation has one; new
     images have no true task). Evaluation and the conformance check
-    (`experiments.conformance.check_router`) both route through here."""
+    (`conformance.check_router`) both route through here."""
     name = router.name
     if router.reference and not isinstance(view, ReferenceView):
         raise UserError(

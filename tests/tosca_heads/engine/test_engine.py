@@ -17,11 +17,11 @@ from tosca_heads.engine.evaluate import ModuleScorer
 from tosca_heads.engine.kernels import LucaStep, bmm, luca_forward
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.optim import GroupSGD, cosine_lrs
-from tosca_heads.experiments.group import fit_group, fit_run
-from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.luca import FLOWS, LuCA
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.requests.plan import FitPlan
+from tosca_heads.running.group import fit_group, fit_run
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -82,9 +82,9 @@ def test_evaluation_grows_as_tasks_times_test_rows_seen(
     from support.stores import synthetic_store
 
     from tosca_heads.engine import evaluate
-    from tosca_heads.experiments.group import fit_run
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.running.group import fit_run
 
     store = synthetic_store(tmp_path / "s.zarr", classes=8, per_class=10, test_per_class=7, dim=16)
     stage, forwarded, scored = [-1], [0] * 4, [0] * 4

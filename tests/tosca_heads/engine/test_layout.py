@@ -9,8 +9,8 @@ import torch
 
 from tosca_heads.engine import native
 from tosca_heads.engine.layout import FLOW_PARTS, SLOTS, ParamLayout, parameter_count
-from tosca_heads.experiments.suite.claims import luca_parameters
 from tosca_heads.method.luca import FLOWS, LuCA
+from tosca_heads.studies.suite.claims import luca_parameters
 
 SHAPES = [(768, 48, 48), (32, 4, 7), (1280, 80, 3), (5, 1, 1)]
 

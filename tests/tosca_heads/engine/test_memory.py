@@ -9,9 +9,9 @@ import torch
 from support.stores import synthetic_store
 
 from tosca_heads.engine import memory
-from tosca_heads.experiments.sweeps import SweepPoint
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.studies.sweeps import SweepPoint
 
 pytestmark = pytest.mark.cpu_reference
 
@@ -57,6 +57,6 @@ def test_cuda_group_is_bounded_by_free_memory_and_the_most_demanding_point(
     [(1, None, 1), (3, None, 3), (1, "local:4", 4), (2, "local-cuda", 1), (2, "tcp://10.0.0.1:8786", 1)],
 )
 def test_processes_sharing_this_machines_device(jobs: int, scheduler: str | None, processes: int) -> None:
-    from tosca_heads.experiments.executor import Executor
+    from tosca_heads.running.executor import Executor
 
     assert Executor(jobs, scheduler).processes_per_device() == processes

@@ -19,10 +19,10 @@ from tosca_heads.engine.device import ThreadPlan, plan_threads
 from tosca_heads.engine.kernels import LucaStep, luca_forward, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, StepTask, TorchStep, make_step
-from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.running.group import fit_run
 
 pytestmark = pytest.mark.cpu_reference
 

@@ -19,10 +19,10 @@ from tosca_heads.engine import native
 from tosca_heads.engine.device import step_mode
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.steppers import NativeStep, StepTask
-from tosca_heads.experiments.group import fit_run
 from tosca_heads.method.luca import FLOWS, new_module
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.running.group import fit_run
 
 # cpu_reference on each test but the whole fit, which writes a run folder (its plots need
 # matplotlib, which the GPU bundle leaves out: benchmarks/gpu_bundle.py)

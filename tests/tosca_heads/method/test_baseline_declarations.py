@@ -15,9 +15,6 @@ from typer.testing import CliRunner
 
 from cli import app
 from tosca_foundation.errors import UserError
-from tosca_heads.experiments.command_requests import BaselinesRequest
-from tosca_heads.experiments.comparison import check_request
-from tosca_heads.experiments.suite import parse_suite
 from tosca_heads.method.baseline_registry import (
     BASELINES,
     Interval,
@@ -27,7 +24,10 @@ from tosca_heads.method.baseline_registry import (
     params_of,
     register_baseline,
 )
+from tosca_heads.requests.command_requests import BaselinesRequest
 from tosca_heads.stage2_api import _request
+from tosca_heads.studies.comparison import check_request
+from tosca_heads.studies.suite import parse_suite
 
 RUNNER = CliRunner()
 BUILT_IN = ("simplecil", "ranpac", "joint_probe")

@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from tosca_heads.experiments.baseline_runs import run_baseline
-from tosca_heads.experiments.group import fit_run
-from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_estimators import RanPAC, SimpleCIL, ridge_path, ridge_solve
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import ROUTERS
+from tosca_heads.running.baseline_runs import run_baseline
+from tosca_heads.running.group import fit_run
 
 RUNNER = CliRunner()
 

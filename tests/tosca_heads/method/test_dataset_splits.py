@@ -10,8 +10,8 @@ import pytest
 
 from featcache.extraction_estimate import _classes_and_counts
 from tosca_foundation.dataset_names import DATASETS, Split, register_dataset
-from tosca_heads.experiments.suite.presets import preset
 from tosca_heads.method.protocol import StreamConfig, default_stream, split_origin
+from tosca_heads.studies.suite.presets import preset
 
 # method.md §2: the paper's benchmarks and their splits (B0 IncN); EuroSAT and CIFAR-10 are tosca's
 PAPER = {"cifar100": 5, "cub200": 10, "imagenet_r": 20, "imagenet_a": 20, "omnibenchmark": 30, "vtab": 10}

@@ -18,7 +18,6 @@ import pytest
 from tosca_foundation.errors import UserError
 from tosca_foundation.folders import MARKER, marked_kind
 from tosca_foundation.locks import FolderBusy, lock_path
-from tosca_heads.experiments.suite.suite_runner import SUITE_FOLDER
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import FORMAT, PRE_RELEASE, claim
@@ -30,6 +29,7 @@ from tosca_heads.records.run_config import (
     read_run_config,
 )
 from tosca_heads.records.sweep import OUTCOMES_FOLDER, SWEEP_FOLDER, sweep_config
+from tosca_heads.studies.suite.suite_runner import SUITE_FOLDER
 
 STORE = SimpleNamespace(  # what a config reads of a store
     path=Path("/stores/a.zarr"),

@@ -20,13 +20,13 @@ from support.stores import synthetic_store
 import tosca_heads
 from featcache import open_store
 from tosca_foundation.errors import UserError
-from tosca_heads.experiments.predict import default_router
-from tosca_heads.experiments.report import routers_report
-from tosca_heads.experiments.suite.cells import Cell, read_result
+from tosca_heads.applied.predict import default_router
 from tosca_heads.records.baselines_folder import baseline_result
 from tosca_heads.records.derived import curves_of
 from tosca_heads.records.run_folder import read_metrics, read_run_figures
 from tosca_heads.records.sweep import ResultsTable
+from tosca_heads.studies.report import routers_report
+from tosca_heads.studies.suite.cells import Cell, read_result
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
 

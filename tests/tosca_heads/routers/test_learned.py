@@ -16,12 +16,12 @@ import pytest
 from support.stores import synthetic_store
 
 from tosca_foundation.errors import UserError
-from tosca_heads.experiments.command_requests import FitRequest
-from tosca_heads.experiments.group import evaluate_run
-from tosca_heads.experiments.predict import RunPredictor
-from tosca_heads.experiments.runs import fit
+from tosca_heads.applied.predict import RunPredictor
+from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import ROUTERS, on_request, resolve_routers
 from tosca_heads.routers.learned import Learned
+from tosca_heads.running.group import evaluate_run
+from tosca_heads.running.runs import fit
 
 RECIPE = {"epochs": 1, "batch_size": 16, "r": 8, "s": 8}
 

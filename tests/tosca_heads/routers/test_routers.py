@@ -220,12 +220,12 @@ def test_runs_that_write_nothing_share_the_router_statistics(
     their own."""
     from support.stores import synthetic_store
 
-    from tosca_heads.experiments.group import fit_group, fit_run
-    from tosca_heads.experiments.plan import FitPlan
     from tosca_heads.method.class_statistics import ClassStatistics
     from tosca_heads.method.features import CachedFeatures
     from tosca_heads.method.protocol import StreamConfig
     from tosca_heads.method.recipe import TrainConfig
+    from tosca_heads.requests.plan import FitPlan
+    from tosca_heads.running.group import fit_group, fit_run
 
     calls: list[int] = []
     original = ClassStatistics.partial_fit

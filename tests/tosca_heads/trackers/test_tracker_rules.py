@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 import tosca_heads
 from cli import app
-from tosca_heads.experiments.suite.spec import parse_suite
+from tosca_heads.studies.suite.spec import parse_suite
 from tosca_heads.trackers import LOGGERS, Logger, Metric, register_logger
 
 pytestmark = pytest.mark.heavy  # commands in child processes, MLflow's store and UI, TensorBoard's server

@@ -20,8 +20,8 @@ import tosca_heads
 from cli import app
 from tosca_foundation.errors import UserError
 from tosca_heads.engine.optim import cosine_lrs
-from tosca_heads.experiments.suite.spec import parse_suite
 from tosca_heads.records.run_folder import CURVES_FILE, read_curves
+from tosca_heads.studies.suite.spec import parse_suite
 from tosca_heads.trackers import LOGGERS, Logger, Metric, register_logger
 
 pytestmark = pytest.mark.heavy  # Dask workers, MLflow's sqlite store, TensorBoard's reader

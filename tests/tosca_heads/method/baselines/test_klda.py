@@ -132,9 +132,9 @@ def test_sigma_is_chosen_on_validation_rows_by_refitting_the_first_task() -> Non
 def test_the_protocol_hands_tune_the_first_task_and_says_how_sigma_was_chosen(tmp_path) -> None:
     from support.stores import synthetic_store
 
-    from tosca_heads.experiments.baseline_runs import run_baseline
-    from tosca_heads.experiments.plan import FitPlan
     from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+    from tosca_heads.requests.plan import FitPlan
+    from tosca_heads.running.baseline_runs import run_baseline
 
     store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=30, dim=12)
     plan = FitPlan.build(store, StreamConfig(2, 2), ValidationConfig(0.2, 0))

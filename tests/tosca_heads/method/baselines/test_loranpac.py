@@ -10,11 +10,11 @@ import torch
 from support.stores import synthetic_store
 
 from tosca_foundation.errors import UserError
-from tosca_heads.experiments.baseline_runs import run_baseline
-from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import BASELINES, given_params
 from tosca_heads.method.baselines.loranpac import LoRanPAC, kept_rank
 from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.requests.plan import FitPlan
+from tosca_heads.running.baseline_runs import run_baseline
 
 
 def _tasks(seed: int, dim: int, sizes: list[int], per_task: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from support.stores import synthetic_store
 
-from tosca_heads.experiments.baseline_runs import run_baseline
-from tosca_heads.experiments.plan import FitPlan
 from tosca_heads.method.baseline_registry import BASELINES, arguments
 from tosca_heads.method.protocol import StreamConfig
+from tosca_heads.requests.plan import FitPlan
+from tosca_heads.running.baseline_runs import run_baseline
 
 ORDER_FREE = [name for name in BASELINES if getattr(BASELINES[name], "order_free", False)]
 FIXED = {

@@ -1,0 +1,105 @@
+"""TOSCA and the baselines under each scenario on a small store: what each answers, the figures
+the scenario makes of it, and the one-line refusals of a method that cannot run a scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from support.stores import synthetic_store
+
+from tosca_foundation.errors import UserError
+from tosca_heads.applied.scenario_runs import run_plan, run_scenario, store_labels
+from tosca_heads.method.baselines.gacl import GACL
+from tosca_heads.method.scenarios import scenario
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return synthetic_store(
+        tmp_path_factory.mktemp("s") / "s.zarr", classes=6, per_class=20, test_per_class=10, spread=1.6
+    )
+
+
+def test_til_answers_among_the_told_tasks_classes(store) -> None:
+    cil, til = (
+        run_scenario(store, name, ("simplecil",), {"init_cls": 2, "increment": 2})[0]
+        for name in ("cil", "til")
+    )
+    plan = scenario("til").plan(store_labels(store), init_cls=2, increment=2)
+    for answers, step in zip(til.answers, plan.steps, strict=True):
+        told = plan.test_task[step.eval_rows]
+        assert all(a in plan.task_classes[t] for a, t in zip(answers, told, strict=True))
+    assert til.figures["A_last"] >= cil.figures["A_last"] and til.figures["A_last"] > 0.5
+
+
+def test_tosca_runs_cil_til_and_fscil(store) -> None:
+    for name, values in (
+        ("til", {"init_cls": 2, "increment": 2}),
+        ("fscil", {"base_classes": 2, "ways": 2, "shots": 5, "sessions": 2}),
+    ):
+        result = run_scenario(store, name, ("tosca",), values, {"tosca": {"epochs": 2}})[0]
+        assert len(result.curve) == 3 and 0.3 < result.figures["A_last"] <= 1.0
+
+
+def test_gacl_under_blurry_is_its_joint_solution_on_the_rows_seen(store) -> None:
+    result = run_scenario(
+        store, "blurry", ("gacl",), {"tasks": 2, "eval_period": 30}, {"gacl": {"buffer_size": 64}}
+    )[0]
+    plan = scenario("blurry").plan(store_labels(store), tasks=2, eval_period=30)
+    seen = np.concatenate([step.train_rows for step in plan.steps])
+    whole = GACL(buffer_size=64).partial_fit(store.features("train")[seen], plan.train_ids[seen])
+    last = plan.steps[-1].eval_rows
+    assert np.array_equal(result.answers[-1], whole.predict(store.features("test")[last]))
+    assert result.figures["A_last"] == pytest.approx(
+        float((result.answers[-1] == plan.test_ids[last]).mean())
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        ("tosca", r"^tosca cannot run blurry: its modules and classifier rows are per task"),
+        (
+            "simplecil",
+            r"^simplecil cannot run blurry: it learns each class from one task's rows \(those that can: ",
+        ),
+    ],
+)
+def test_a_method_that_cannot_run_blurry_refuses_it_in_one_line(store, method: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        run_scenario(store, "blurry", (method,), {"tasks": 2})
+
+
+def test_dil_on_a_store_without_domains_is_refused_before_any_work(store) -> None:
+    with pytest.raises(UserError, match=r"^dil needs a store with a domain per image"):
+        run_scenario(store, "dil", ("ridge",))
+
+
+def test_the_same_answers_at_any_thread_count(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = scenario("blurry").plan(store_labels(store), tasks=2, eval_period=40)
+    x, t = store.features("train"), store.features("test")
+    first = run_plan("gacl", plan, x, t, params={"buffer_size": 600})
+    monkeypatch.setenv("TOSCA_LINALG_THREADS", "3")
+    again = run_plan("gacl", plan, x, t, params={"buffer_size": 600})
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_store_labels_read_a_cifar100_store_as_superclasses(tmp_path: Path) -> None:
+    from tosca_foundation.dataset_domains import CIFAR100_SUPERCLASSES
+
+    class Made:
+        identity: ClassVar[dict[str, dict[str, str]]] = {"dataset": {"name": "cifar100"}}
+
+        def labels(self, split: str) -> np.ndarray:
+            return np.zeros(2, dtype=np.int64)
+
+        def ids(self, split: str) -> np.ndarray:
+            return np.array([f"{split}/apple/0.jpg", f"{split}/willow_tree/0.jpg"])
+
+    read = store_labels(Made(), "cifar100_superclasses")  # type: ignore[arg-type]
+    coarse = list(CIFAR100_SUPERCLASSES)
+    assert read.train_labels.tolist() == [coarse.index("fruit_and_vegetables"), coarse.index("trees")]
+    assert read.train_domains.tolist() == [0, 4]

@@ -1,0 +1,235 @@
+"""TOSCA and the baselines under a scenario (`tosca_heads.method.scenarios`): one method learns a
+plan's steps on a store's cached features and answers each step's evaluation rows; the scenario
+turns the answers into its figures. Nothing of the backbone runs: a scenario is a reading of the
+store, so its whole table costs what the class-incremental one does (benchmarks/scenario_cost.py).
+
+A method that cannot run a scenario refuses it in one line, naming why, before it learns:
+- a plan whose classes recur across tasks (`blurry`, `dil`) needs a method that learns a class from
+  rows in several calls (a baseline declaring `recurring_classes`: ACIL, GACL, ridge); TOSCA's
+  modules and classifier rows are per task, each class's rows in one task (method.md, "Scenarios");
+- `til` needs scores per class (a baseline's `decision_function`; TOSCA's module logits) to answer
+  among the told task's classes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from featcache.store import FeatureStore
+from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
+from tosca_foundation.errors import UserValueError
+from tosca_heads.applied.estimators import TOSCAClassifier
+from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.linalg import single_threaded
+from tosca_heads.method.scenarios import ScenarioPlan, StoreLabels, scenario
+from tosca_heads.running.baseline_runs import check_baseline_params
+
+TOSCA = "tosca"
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One method under one scenario: its figures, the accuracy after each step, its seconds
+    (learning and answering; the plan's reading of the labels not counted) and the plan's line."""
+
+    scenario: str
+    method: str
+    figures: dict[str, float]
+    curve: list[float]
+    seconds: float
+    plan: str
+    answers: list[np.ndarray] = field(repr=False, default_factory=list)
+
+
+def store_labels(store: FeatureStore, read_as: str = "") -> StoreLabels:
+    """What a scenario reads of a store: labels, and domains where its dataset has them (or where
+    `read_as` names a domain reading of its images: a `cifar100` store read as
+    `cifar100_superclasses`, the same images labelled by superclass)."""
+    dataset = str(store.identity["dataset"]["name"])
+    name = read_as or dataset
+    train, test = store.labels("train"), store.labels("test")
+    if name not in DOMAIN_RULES:
+        return StoreLabels(train, test, dataset=dataset)
+    train_ids, test_ids = store.ids("train"), store.ids("test")
+    if name == "cifar100_superclasses" and dataset == "cifar100":
+        from tosca_foundation.dataset_domains import CIFAR100_SUPERCLASSES, SUPERCLASS_OF
+
+        coarse = list(CIFAR100_SUPERCLASSES)
+        train = np.array([coarse.index(SUPERCLASS_OF[str(i).split("/")[-2]]) for i in train_ids])
+        test = np.array([coarse.index(SUPERCLASS_OF[str(i).split("/")[-2]]) for i in test_ids])
+    elif name != dataset:
+        raise UserValueError(
+            f"a {dataset} store cannot be read as {name} (only cifar100 as cifar100_superclasses)"
+        )
+    return StoreLabels(
+        train,
+        test,
+        np.array(domain_ids(name, train_ids)),
+        np.array(domain_ids(name, test_ids)),
+        dataset=name,
+        domain_names=DOMAIN_RULES[name].domains,
+    )
+
+
+def refusal(method: str, plan: ScenarioPlan, told_task: bool) -> str:
+    """Why `method` cannot run `plan` ("" where it can)."""
+    if method == TOSCA:
+        if plan.recurring:
+            return (
+                f"tosca cannot run {plan.scenario}: its modules and classifier rows are per task, and "
+                f"{plan.scenario}'s classes recur across tasks (run a baseline declaring recurring classes: gacl, acil, ridge)"
+            )
+        return ""
+    cls = BASELINES[method]
+    if plan.recurring and not getattr(cls, "recurring_classes", False):
+        able = ", ".join(n for n in BASELINES if getattr(BASELINES[n], "recurring_classes", False))
+        return f"{method} cannot run {plan.scenario}: it learns each class from one task's rows (those that can: {able})"
+    if told_task and not callable(getattr(cls, "decision_function", None)):
+        return f"{method} cannot run til: it gives no score per class to answer among the told task's classes"
+    return ""
+
+
+def run_plan(
+    method: str,
+    plan: ScenarioPlan,
+    train_x: np.ndarray,
+    test_x: np.ndarray,
+    told_task: bool = False,
+    params: Mapping[str, Any] | None = None,
+) -> list[np.ndarray]:
+    """The class ids `method` answers at each step of `plan` (on one CPU thread: the same numbers
+    at any thread count). `params`: a baseline's own parameters, or TOSCA's estimator keywords
+    (preset, router, recipe fields)."""
+    why = refusal(method, plan, told_task)
+    if why:
+        raise UserValueError(why)
+    params = dict(params or {})
+    if method == TOSCA:
+        return _tosca_answers(plan, train_x, test_x, told_task, params)
+    check_baseline_params(method, params, train_x.shape[1], plan.num_classes)
+    estimator = BASELINES[method](device="cpu", **params)
+    incremental = bool(getattr(BASELINES[method], "incremental", True))
+    answers, seen = [], np.zeros(0, dtype=np.int64)
+    with single_threaded(torch.device("cpu")):
+        for step in plan.steps:
+            if incremental:
+                estimator.partial_fit(train_x[step.train_rows], plan.train_ids[step.train_rows])
+            else:
+                seen = np.concatenate([seen, step.train_rows])
+                estimator.fit(train_x[seen], plan.train_ids[seen])
+            rows = step.eval_rows
+            if told_task:
+                answers.append(_told(np.asarray(estimator.decision_function(test_x[rows])), plan, rows))
+            else:
+                answers.append(np.asarray(estimator.predict(test_x[rows]), dtype=np.int64))
+    return answers
+
+
+def _told(scores: np.ndarray, plan: ScenarioPlan, rows: np.ndarray) -> np.ndarray:
+    """Each row's best class among its told task's classes."""
+    masked = np.full_like(scores, -np.inf, dtype=np.float64)
+    tasks = plan.test_task[rows]
+    for t in np.unique(tasks):
+        here = np.flatnonzero(tasks == t)
+        classes = plan.task_classes[t][plan.task_classes[t] < scores.shape[1]]
+        masked[np.ix_(here, classes)] = scores[np.ix_(here, classes)]
+    return masked.argmax(1)
+
+
+def _tosca_answers(
+    plan: ScenarioPlan, train_x: np.ndarray, test_x: np.ndarray, told_task: bool, params: dict[str, Any]
+) -> list[np.ndarray]:
+    """TOSCA task by task through its estimator (each step a task: `cil`, `til`, `fscil`); told the
+    task, its answer is the told module's argmax among that task's classes (the paper's
+    told-the-task reference, honest here)."""
+    model = TOSCAClassifier(**params)
+    answers = []
+    for step in plan.steps:
+        model.partial_fit(train_x[step.train_rows], plan.train_ids[step.train_rows])
+        rows = step.eval_rows
+        if not told_task:
+            answers.append(np.asarray(model.predict(test_x[rows]), dtype=np.int64))
+            continue
+        with single_threaded(torch.device(model.device)):
+            logits = model.predictor().module_logits(test_x[rows]).cpu().numpy()  # [modules, n, classes]
+        told = logits[plan.test_task[rows], np.arange(len(rows))]
+        answers.append(model.labels_in_order_[_told(told, plan, rows)])
+    return answers
+
+
+def run_scenario(
+    store: FeatureStore | str | Path,
+    name: str,
+    methods: tuple[str, ...] = (TOSCA,),
+    scenario_params: Mapping[str, Any] | None = None,
+    method_params: Mapping[str, Mapping[str, Any]] | None = None,
+    read_as: str = "",
+) -> list[ScenarioResult]:
+    """Every method of `methods` under scenario `name` on one store: the plan read once (its values
+    and what the store can serve checked before any method learns), each method refused in one
+    line where it cannot run it."""
+    if not isinstance(store, FeatureStore):
+        store = FeatureStore.open(Path(store))
+    store.require_complete()  # an extraction still running: one line, never figures of its zeros
+    kind = scenario(name)
+    plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
+    picked = [m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods]
+    for method in picked:
+        why = refusal(method, plan, kind.told_task)
+        if why:
+            raise UserValueError(why)
+    train_x, test_x = store.features("train"), store.features("test")
+    results = []
+    for method in picked:
+        start = time.perf_counter()
+        answers = run_plan(method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method))
+        seconds = time.perf_counter() - start
+        curve = [
+            float((a == plan.test_ids[s.eval_rows]).mean()) for a, s in zip(answers, plan.steps, strict=True)
+        ]
+        results.append(
+            ScenarioResult(
+                kind.name, method, kind.figures_of(plan, answers), curve, seconds, plan.describe(), answers
+            )
+        )
+    return results
+
+
+def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:
+    """`--set NAME=VALUE` texts as the scenario's values, each of its parameter's type; one line for
+    a text that is no NAME=VALUE or a value not of its type (its rule is checked by the plan)."""
+    kind = scenario(name)
+    types = {p.name: p.kind for p in kind.params}
+    values: dict[str, Any] = {}
+    for text in given:
+        key, sep, raw = text.partition("=")
+        if not sep or not key:
+            raise UserValueError(f"--set takes NAME=VALUE, got {text!r}")
+        if key not in types:
+            raise UserValueError(
+                f"scenario {kind.name} takes no parameter {key!r} (it takes: {', '.join(types) or 'none'})"
+            )
+        try:
+            values[key] = types[key](raw)
+        except ValueError:
+            raise UserValueError(
+                f"--set {key} must be {'an integer' if types[key] is int else 'a number'}, got {raw!r}"
+            ) from None
+    return values
+
+
+def scenario_command(request: Any) -> list[ScenarioResult]:
+    """`tosca scenario`'s one call: the request's values checked, then `run_scenario`."""
+    if not Path(request.store).exists():
+        raise UserValueError(f"--store {request.store} does not exist")
+    values = scenario_values(request.scenario, tuple(request.set_values))
+    return run_scenario(
+        request.store, request.scenario, tuple(request.methods), values, read_as=request.read_as
+    )
