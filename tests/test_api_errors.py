@@ -129,6 +129,18 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         TypeError,
         ("baselines() got an unknown keyword argument 'ranpac_projection_dm'", "'ranpac_projection_dim'?"),
     ),
+    (
+        "scenario",
+        lambda p: tosca_heads.scenario(p["store"], "tii", ["simplecil"]),
+        ValueError,
+        ("'tii'", "'til'"),
+    ),
+    (
+        "scenario",
+        lambda p: tosca_heads.scenario(p["store"], "fscil", ["simplecil"], shots=0),
+        ValueError,
+        ("shots",),
+    ),
     (  # an infinite parameter (issue 57, point 1)
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["klda"], klda_sigma=float("inf"), out=p["root"] / "b"),

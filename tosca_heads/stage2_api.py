@@ -407,7 +407,7 @@ def scenario(
 
     from tosca_heads.applied.scenario_runs import run_scenario
 
-    results = run_scenario(store, name, tuple(methods), values, read_as=read_as)
+    results = run_scenario(store, name, tuple(methods), values, read_as=read_as, spelling="scenario name")
     return pd.DataFrame(
         [{"method": r.method, **r.figures, "seconds": r.seconds, "plan": r.plan} for r in results]
     )

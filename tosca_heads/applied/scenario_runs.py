@@ -171,14 +171,16 @@ def run_scenario(
     scenario_params: Mapping[str, Any] | None = None,
     method_params: Mapping[str, Mapping[str, Any]] | None = None,
     read_as: str = "",
+    spelling: str = "--scenario",
 ) -> list[ScenarioResult]:
     """Every method of `methods` under scenario `name` on one store: the plan read once (its values
     and what the store can serve checked before any method learns), each method refused in one
-    line where it cannot run it."""
+    line where it cannot run it. `spelling`: how the caller's user typed the scenario's name (the
+    flag, or the API's parameter), for its refusal."""
     if not isinstance(store, FeatureStore):
         store = FeatureStore.open(Path(store))
     store.require_complete()  # an extraction still running: one line, never figures of its zeros
-    kind = scenario(name)
+    kind = scenario(name, spelling)
     plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
     picked = [m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods]
     for method in picked:

@@ -16,6 +16,8 @@ import importlib
 import json
 from pathlib import Path
 
+from tosca_foundation import atomic
+
 INDEX_FILE = Path(__file__).with_name("baseline_index.py")
 
 _HOME, _FIELD = "tosca_heads.method.baseline_estimators", "tosca_heads.method.baselines"
@@ -88,7 +90,8 @@ def _literal(value: str | bool) -> str:
 
 
 def main() -> None:
-    INDEX_FILE.write_text(render(), encoding="utf-8")
+    with atomic.writing(INDEX_FILE) as out:
+        out.write(render())
     print(f"wrote {INDEX_FILE} ({len(BUILT_INS)} built-in baselines)")
 
 

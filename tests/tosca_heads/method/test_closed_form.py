@@ -114,6 +114,8 @@ def test_ranpac_chooses_its_ridge_again_at_every_task_on_that_tasks_rows() -> No
         with linalg.workers(1) as run:
             expected = closed_form.authors_ridge(h, y, 1 + task, run)[0]
         assert model.ridges_[task] == expected == model.ridge_
+    # the line under a table names every task's ridge, not the last alone as if it held for all
+    assert model.tuned_by_.endswith("the last task's, of " + ", ".join(f"{r:g}" for r in model.ridges_))
     assert model.system_.form == "rows" and model.state_bytes() == 240 * (300 + 6) * 8
     with linalg.workers(1) as run:
         joint = model.system_.solve(model.ridge_, run)

@@ -117,10 +117,11 @@ def register_scenario(cls: type[Scenario]) -> type[Scenario]:
     return cls
 
 
-def scenario(name: object) -> type[Scenario]:
-    """The scenario a user named (one line with the closest name for an unknown one)."""
+def scenario(name: object, spelling: str = "--scenario") -> type[Scenario]:
+    """The scenario a user named (one line with the closest name for an unknown one), refused in
+    the words of where it was typed (`spelling`: the flag, or the API's parameter)."""
     _load_built_ins()
-    return SCENARIOS[SCENARIOS.pick(name, "--scenario")]
+    return SCENARIOS[SCENARIOS.pick(name, spelling)]
 
 
 def _load_built_ins() -> None:
