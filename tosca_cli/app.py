@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from rich.text import Text
 
+from featcache.arrays.requests import ExportRequest, ImportRequest
 from featcache.extract_request import ExtractRequest
 from tosca_cli.commands import (
     OneLineUsageErrors,
@@ -38,8 +39,10 @@ from tosca_cli.views import (
     catalogue,
     catalogue_tables,
     comparison_table,
+    export_summary,
     extract_summary,
     extraction_estimator,
+    import_summary,
     per_split,
     routers_table,
     run_summary,
@@ -177,6 +180,35 @@ def _extract(request: Any) -> Any:
 
     with progress() as board:
         return extract(request, planned, per_split(board, "extract", "img"), waiting, outlined)
+
+
+# ------------------------------------------------------------------------------------------- import, export
+
+
+@app.command("import")
+@user_errors
+@from_request(ImportRequest, json_flag())
+def import_command(request: ImportRequest, as_json_: bool) -> None:
+    """Features computed elsewhere (any encoder, any modality) into a store every stage-2 command reads (resumable)."""
+    from featcache.arrays.importer import import_arrays
+
+    summary = import_arrays(request, lambda outline: say(outline.line(), err))
+    if as_json_:
+        return as_json({**summary.__dict__, "store": str(summary.store)})
+    import_summary(summary)
+
+
+@app.command("export")
+@user_errors
+@from_request(ExportRequest, json_flag())
+def export_command(request: ExportRequest, as_json_: bool) -> None:
+    """A store's features, labels, class names and split to .npz, Parquet or a `datasets` folder."""
+    from featcache.arrays.exporter import export_store
+
+    summary = export_store(request)
+    if as_json_:
+        return as_json({**summary.__dict__, "to": str(summary.to)})
+    export_summary(summary)
 
 
 # ------------------------------------------------------------------------------------------- fit, eval, routers, predict

@@ -43,6 +43,29 @@ def extract_summary(summary: Any) -> None:
     key_values(rows)
 
 
+def import_summary(summary: Any) -> None:
+    """`tosca import`'s answer: the store made (or found whole), its rows and fingerprint."""
+    if summary.already_done:
+        return say(f"nothing to do: {summary.store} is complete ({summary.chunks_kept} chunks done)")
+    key_values(
+        [
+            ("store", summary.store, False),
+            ("samples", ", ".join(f"{k} {v:,}" for k, v in summary.rows.items()), False),
+            ("features", f"dim {summary.dim}, {summary.views} views, {summary.classes} classes", False),
+            ("chunks", f"{summary.chunks_written} written, {summary.chunks_kept} already done", False),
+            ("seconds", f"{summary.seconds:.1f}", False),
+            ("fingerprint", summary.fingerprint, False),
+        ]
+    )
+
+
+def export_summary(summary: Any) -> None:
+    """`tosca export`'s answer: what was written where."""
+    say(
+        f"exported {summary.rows:,} rows of {summary.dim} features ({summary.views} views) as {summary.format} -> {summary.to}"
+    )
+
+
 def in_registry_order(routers: list[str]) -> list[str]:
     """The routers as the registry lists them (`tosca list`), whatever order they were asked in: the
     columns of every run's tables stand in one order, whichever routers it ran."""
@@ -145,7 +168,7 @@ def said_intervals(blocks: Any) -> None:
         from tosca_heads.method.metrics import intervals_said
 
         say(
-            f"[low, high]: 95% interval over the {images:,} images of the split ({intervals_said()}; docs/guarantees.md)"
+            f"[low, high]: 95% interval over the {images:,} samples of the split ({intervals_said()}; docs/guarantees.md)"
         )
     elif blocks:
         say(

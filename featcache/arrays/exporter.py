@@ -80,6 +80,10 @@ def _check_target(request: ExportRequest, kind: str) -> Path:
         raise UserError(f"{spell('to')} {str(request.to)!r} names no file or folder")
     if zarr_root(to.parent) is not None or zarr_root(to) is not None:
         raise UserError(f"{spell('to')} {printable(to)} lies inside a zarr store: pass a place of its own")
+    if not to.absolute().parent.is_dir():
+        raise UserError(
+            f"{spell('to')} {printable(to)}: its folder {printable(to.absolute().parent)} is not there"
+        )
     if to.is_symlink() or (to.exists() and not request.overwrite):
         raise UserError(
             f"{spell('to')} {printable(to)} is there already: pass {spell('overwrite')} to replace it"

@@ -100,8 +100,8 @@ def test_the_protocol_is_said_with_its_warnings() -> None:
     assert report.held_out == 30 and [len(t) for t in report.tasks] == [2] * 5
     assert sorted(n for t in report.tasks for n in t) == sorted(names)
     assert any("fewer than the 48 of a `batch` routing batch" in w for w in report.warnings)
-    assert any("has 4 test image(s)" in w for w in report.warnings)
-    assert any("has 3 validation image(s)" in w for w in report.warnings)
+    assert any("has 4 test sample(s)" in w for w in report.warnings)
+    assert any("has 3 validation sample(s)" in w for w in report.warnings)
     quiet = describe_protocol(
         "cifar100",
         names,

@@ -288,7 +288,7 @@ def test_the_readme_image_folder_split_is_never_one_class_per_task(tmp_path: Pat
         ],
     )
     assert "fewer than the 48 of a `batch` routing batch" in " ".join(warned.output.split())
-    assert "has 3 test image(s)" in warned.output
+    assert "has 3 test sample(s)" in warned.output
 
 
 @pytest.mark.heavy

@@ -258,7 +258,7 @@ def _run(*args: object) -> str:
 def test_every_figure_of_a_run_and_a_baseline_carries_its_interval(store: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shown = _run("fit", "--store", store, "--run", run, "--epochs", "1", "--val-fraction", "0.25", *SPLIT)
-    assert "[low, high]: 95% interval over the 60 images of the split" in shown
+    assert "[low, high]: 95% interval over the 60 samples of the split" in shown
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["format"] == FORMAT and metrics["uncertainty"]["level"] == 0.95
     answers = read_run_figures(run)[1]
