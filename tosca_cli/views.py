@@ -15,9 +15,9 @@ from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
 
 COLUMNS_SAID = (
-    "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
+    "columns: over the task's last epoch, ce = mean cross-entropy per training sample, l1 term = mean "
     "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
-    "train = accuracy on that task's training images (%); route = share of test images {router} sends to "
+    "train = accuracy on that task's training samples (%); route = share of test samples {router} sends to "
     "their own task's module (%); train s, eval s = seconds of training and evaluation; then each router "
     "= A_t, test accuracy on every class seen so far (%)"
 )

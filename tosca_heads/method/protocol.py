@@ -337,7 +337,7 @@ class ProtocolReport:
             f"validation: {self.held_out:,} training images held out ({self.held_per_class}; seed "
             f"{self.validation.seed})"
             if self.validation.enabled
-            else "no validation split (the paper's protocol: every training image trains)"
+            else "no validation split (the paper's protocol: every training sample trains)"
         )
         return f"protocol: {self.dataset}, {self.summary} ({self.origin}), class order of seed {self.order_seed}; {held}"
 

@@ -53,7 +53,7 @@ def test_each_task_has_one_ce_one_l1_term_and_their_sum_everywhere(tmp_path: Pat
     curves = read_curves(run)
     with (run / "results.csv").open() as fh:
         rows = [r for r in csv.DictReader(fh) if r["split"] == "test"]
-    assert "ce = mean cross-entropy per training image" in output
+    assert "ce = mean cross-entropy per training sample" in output
     for stats in tasks:
         t = stats["task"]
         assert stats["loss"] == pytest.approx(stats["ce"] + stats["l1_term"], rel=1e-12)
