@@ -197,7 +197,7 @@ def _check_finite(part: Part, split: str) -> None:
         if bad.any():
             row = int(np.argwhere(bad)[0][-1])
             raise UserError(
-                f"{split} {what} hold NaN or inf (first in row {printable(part.ids[row])!r}, {int(bad.sum())} rows "
+                f"{split} {what} hold NaN or inf (first in row {printable(part.ids[row])!r}, {int(bad.sum())} row(s) "
                 "in all): nothing was imported"
             )
 

@@ -259,6 +259,8 @@ def import_arrays(
     the store (or find this import's own, half-written one) and write its pending chunks."""
     start = time.perf_counter()
     outline, checked, identity, meta = plan_import(request)
+    if not request.overwrite:  # one line before the outline; checked again under the lock
+        _refuse_other_arrays(outline.store, identity, request)
     if on_outlined is not None:
         on_outlined(outline)
     with folder_lock(outline.store):
@@ -288,15 +290,7 @@ def _open_or_create(
     """This import's store: the one there when it holds the same arrays (a rerun resumes it), else a
     new one (with --overwrite in place of another); the caller holds the lock."""
     clear_leftovers(path)
-    existing = None if request.overwrite else stored_identity(path)
-    if existing is not None:
-        diffs = identity_differences(existing, identity)
-        if diffs:
-            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise UserError(
-                f"store {path} holds other features ({shown}); pass {request.spell('overwrite')} to replace "
-                f"it or {request.spell('store')} PATH for a new one"
-            )
+    if not request.overwrite and _refuse_other_arrays(path, identity, request):
         store = FeatureStore.open(path, mode="r+")
         store.prepare_for_writing()
         return store
@@ -316,6 +310,22 @@ def _open_or_create(
         ),
     )
     return FeatureStore.open(path, mode="r+")
+
+
+def _refuse_other_arrays(path: Path, identity: dict[str, Any], request: ImportRequest) -> bool:
+    """Whether a store is at `path` (it holds these arrays: a rerun finishes or finds it whole); one
+    holding others is refused in one line naming what differs."""
+    existing = stored_identity(path)
+    if existing is None:
+        return False
+    diffs = identity_differences(existing, identity)
+    if diffs:
+        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        raise UserError(
+            f"store {path} holds other features ({shown}); pass {request.spell('overwrite')} to replace "
+            f"it or {request.spell('store')} PATH for a new one"
+        )
+    return True
 
 
 def _write_chunks(store: FeatureStore, split: str, chunks: list[int], checked: Checked) -> None:

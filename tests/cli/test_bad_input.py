@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.arrays import hostile_arrays
 from support.images import TINY_VIT, make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
@@ -51,6 +52,14 @@ BASE = [
     "--increment",
     "2",
 ]
+
+
+IMPORT = ["import", "{arr_ok}", "--store", "{root}/new.zarr", "--encoder", "e5", "--modality", "text"]
+EXPORT = ["export", "{store}", "--to"]
+
+
+def _imported(source: str, *extra: str) -> list[str]:
+    return ["import", source, *IMPORT[2:], *extra]
 
 
 def _under(flag: str, file: str, leaf: str) -> str:
@@ -131,6 +140,132 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("extract unknown option", [*EXTRACT, "--view", "2"], "No such option: --view"),
     ("extract missing model", ["extract", "-d", "imagefolder"], "Missing option '--model'"),
+    # ------------------------------------------------------------------ import (nothing read into a store)
+    ("import lengths differ", _imported("{arr_lengths}"), "the features have 12 rows and labels 'labels'"),
+    (
+        "import label outside the classes",
+        _imported("{arr_outside}"),
+        "label 7 of row 8 is outside the 3 class names",
+    ),
+    ("import NaN", _imported("{arr_nan}"), "train features hold NaN or inf (first in row '5'"),
+    ("import inf", _imported("{arr_inf}"), "train features hold NaN or inf (first in row '0'"),
+    ("import integer features", _imported("{arr_int}"), "hold int64 values, not floats"),
+    (
+        "import 1-D features",
+        _imported("{arr_1d}"),
+        "have shape [12]: features are one row per sample, [N, D]",
+    ),
+    ("import class without test rows", _imported("{arr_no_test}"), "class 'c' has no test rows"),
+    ("import duplicate class names", _imported("{arr_dup}"), "name the class 'a' twice"),
+    ("import split word", _imported("{arr_bad_split}"), "says 'val' at row 1: each row is train or test"),
+    ("import no split", _imported("{arr_no_split}"), "the sources have no split column 'split'"),
+    ("import text labels", _imported("{arr_str_labels}"), "hold <U1 values, not integers"),
+    (
+        "import pickled arrays",
+        _imported("{arr_object}"),
+        "as npz (ValueError: Object arrays cannot be loaded",
+    ),
+    ("import npz that is not one", _imported("{arr_fake}"), "fake.npz is not a .npz file"),
+    (
+        "import parquet that is not one",
+        _imported("{arr_fake_parquet}"),
+        "fake.parquet is not a .parquet file",
+    ),
+    ("import unknown suffix", _imported("{arr_suffix}"), "has the suffix '.csv': tosca reads .npz"),
+    ("import a fifo", _imported("{arr_pipe}"), "pipe.npz is not a regular file"),
+    (
+        "import a folder named npz",
+        _imported("{arr_folder}"),
+        "folder.npz is a folder but not a `datasets` folder",
+    ),
+    ("import parquet column missing", _imported("{arr_parquet}"), "no column 'labels' in the sources"),
+    ("import missing source", _imported("{missing}.npz"), "source {missing}.npz is missing"),
+    ("import missing sources", IMPORT[:1] + IMPORT[2:], "Missing argument 'sources'"),
+    (
+        "import test fraction 0",
+        _imported("{arr_no_split}", "--test-fraction", "0"),
+        "--test-fraction must be between 0 and 1",
+    ),
+    ("import test fraction 1.5", _imported("{arr_no_split}", "--test-fraction", "1.5"), "got 1.5"),
+    (
+        "import split and fraction",
+        [*IMPORT, "--test-fraction", "0.5"],
+        "and --test-fraction is given: use one",
+    ),
+    (
+        "import split seed negative",
+        _imported("{arr_no_split}", "--test-fraction", "0.5", "--split-seed", "-1"),
+        "--split-seed must be 0 or more",
+    ),
+    ("import chunk size zero", [*IMPORT, "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
+    ("import unknown dtype", [*IMPORT, "--dtype", "int8"], "unknown --dtype 'int8'"),
+    ("import unsafe name", [*IMPORT, "--name", "../up"], "unsafe dataset name '../up'"),
+    ("import modality word", [*IMPORT, "--modality", "Text!"], "--modality 'Text!' is no modality word"),
+    ("import empty encoder", [*IMPORT, "--encoder", ""], "--encoder '' names no encoder"),
+    (
+        "import no encoder",
+        [*IMPORT[:4], "--modality", "text"],
+        "say which encoder computed the features: --encoder NAME",
+    ),
+    ("import no modality", IMPORT[:6], "say what the features describe: --modality"),
+    (
+        "import unknown column",
+        [*IMPORT, "--features", "nosuch"],
+        "no column 'nosuch' in the sources (they hold: features, labels, split)",
+    ),
+    (
+        "import class names missing",
+        [*IMPORT, "--class-names", "{missing}"],
+        "--class-names file {missing} is missing",
+    ),
+    (
+        "import views not views",
+        [*IMPORT, "--views", "labels"],
+        "views 'labels' (in {arr_ok}) have shape [12], not [12, V, 4]",
+    ),
+    (
+        "import store a file",
+        ["import", "{arr_ok}", "--store", "{file}", *IMPORT[4:]],
+        "--store {file} is a file, not a folder",
+    ),
+    (
+        "import store inside a store",
+        ["import", "{arr_ok}", "--store", "{store}/inner.zarr", *IMPORT[4:]],
+        "lies inside the zarr store {store}",
+    ),
+    (
+        "import store named dot",
+        ["import", "{arr_ok}", "--store", ".", *IMPORT[4:]],
+        "--store '.' names no folder",
+    ),
+    (
+        "import store a plain folder",
+        ["import", "{arr_ok}", "--store", "{img}", *IMPORT[4:]],
+        "--store {img} is a folder that is not a tosca store",
+    ),
+    (
+        "import over another store",
+        ["import", "{arr_ok}", "--store", "{store}", *IMPORT[4:]],
+        "holds other features (backbone.alias: none -> e5",
+    ),
+    # ------------------------------------------------------------------ export
+    ("export to a file there", [*EXPORT, "{file}"], "--to {file} has no .npz or .parquet suffix"),
+    ("export unknown format", [*EXPORT, "{root}/x.npz", "--format", "xml"], "unknown --format 'xml'"),
+    ("export folder missing", [*EXPORT, "{missing}/x.npz"], "its folder {missing} is not there"),
+    ("export incomplete store", ["export", "{half}", "--to", "{root}/x.npz"], "is not fully extracted"),
+    (
+        "export missing store",
+        ["export", "{missing}", "--to", "{root}/x.npz"],
+        "not a feature store: {missing}",
+    ),
+    ("export into a store", [*EXPORT, "{store}/x.npz"], "lies inside a zarr store"),
+    (
+        "export over a folder",
+        [*EXPORT, "{empty}", "--format", "npz", "--overwrite"],
+        "--to {empty} is a folder: not what npz writes",
+    ),
+    ("export over a file", [*EXPORT, "{arr_ok}"], "--to {arr_ok} is there already: pass --overwrite"),
+    ("export to a fifo", [*EXPORT, "{arr_pipe}", "--overwrite"], "{arr_pipe} is a fifo"),
     # ------------------------------------------------------------------ cache
     ("ls missing cache dir", ["cache", "ls", "--cache-dir", "{missing}"], "no folder {missing}"),
     (
@@ -712,7 +847,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "planted" / "mlartifacts").symlink_to(root / "elsewhere")
     (root / "dangling").symlink_to(root / "nowhere")
     (root / "toproc").symlink_to("/proc")
-    return {
+    return hostile_arrays(root / "arrays") | {
         "dangling": root / "dangling",
         "toproc": root / "toproc",
         "root": root,

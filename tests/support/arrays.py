@@ -5,6 +5,7 @@ each format it reads (.npz, .npy files, safetensors, Parquet, Arrow, a `datasets
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,59 @@ def _datasets_folder(table: object, names: list[str], folder: Path) -> Path:
     info = {"features": {"labels": {"names": names, "_type": "ClassLabel"}}}
     (folder / "dataset_info.json").write_text(json.dumps(info))
     return folder
+
+
+def hostile_arrays(folder: Path) -> dict[str, Path]:
+    """Sources `tosca import` must refuse in one line (the bad-input table's placeholders)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 4)).astype(np.float32)
+    y = np.repeat(np.arange(3), 4)
+    split = np.tile(["train", "train", "train", "test"], 3)
+    names = np.asarray(["a", "b", "c"])
+
+    def npz(name: str, **arrays: object) -> Path:
+        given = {"features": x, "labels": y, "split": split, "class_names": names, **arrays}
+        np.savez(folder / f"{name}.npz", **{k: v for k, v in given.items() if v is not None})
+        return folder / f"{name}.npz"
+
+    nan = x.copy()
+    nan[5, 2] = np.nan
+    inf = x.copy()
+    inf[0, 0] = np.inf
+    no_test = split.copy()
+    no_test[y == 2] = "train"
+    places = {
+        "arr_ok": npz("ok"),
+        "arr_lengths": npz("lengths", labels=y[:-1]),
+        "arr_outside": npz("outside", labels=np.where(y == 2, 7, y)),
+        "arr_nan": npz("nan", features=nan),
+        "arr_inf": npz("inf", features=inf),
+        "arr_int": npz("int", features=(x * 10).astype(np.int64)),
+        "arr_1d": npz("flat", features=x[:, 0]),
+        "arr_no_test": npz("notest", split=no_test),
+        "arr_dup": npz("dup", class_names=np.asarray(["a", "b", "a"])),
+        "arr_bad_split": npz("badsplit", split=np.tile(["train", "val", "train", "test"], 3)),
+        "arr_no_split": npz("nosplit", split=None),
+        "arr_str_labels": npz("strlabels", labels=np.asarray(names)[y]),
+        "arr_object": folder / "object.npz",
+        "arr_fake": folder / "fake.npz",
+        "arr_fake_parquet": folder / "fake.parquet",
+        "arr_suffix": folder / "arrays.csv",
+        "arr_pipe": folder / "pipe.npz",
+        "arr_folder": folder / "folder.npz",
+        "arr_parquet": folder / "nolabels.parquet",
+    }
+    np.savez(places["arr_object"], features=np.asarray([x[0], "text"], dtype=object), labels=y)
+    places["arr_fake"].write_text("not a zip\n")
+    places["arr_fake_parquet"].write_bytes(b"PAR1 but not really")
+    places["arr_suffix"].write_text("1,2,3\n")
+    os.mkfifo(places["arr_pipe"])
+    places["arr_folder"].mkdir()
+    pq.write_table(
+        pa.table({"features": pa.array(x.tolist()), "split": pa.array(split.tolist())}), places["arr_parquet"]
+    )
+    return places

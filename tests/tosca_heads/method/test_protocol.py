@@ -67,7 +67,7 @@ def test_the_validation_split_is_carved_per_class_with_its_own_seed() -> None:
     only_three = ValidationConfig(0.25, seed=7).carve(np.where(labels == 3, 3, 9))
     assert np.array_equal(only_three[only_three < 40], held[held < 40])
     assert len(ValidationConfig(0.0).carve(labels)) == 0
-    with pytest.raises(UserError, match="class lonely has 1 training image"):
+    with pytest.raises(UserError, match="class lonely has 1 training sample"):
         ValidationConfig(0.1).carve(np.array([0, 0, 1]), ["full", "lonely"])
     for bad in (0.6, -0.1, float("nan"), "0.1", True):
         with pytest.raises(UserError, match="--val-fraction"):
