@@ -35,6 +35,7 @@ def text_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return import_arrays(request).store
 
 
+@pytest.mark.slow
 def test_fit_baselines_and_a_sweep_run_on_a_text_store(text_store: Path, tmp_path: Path) -> None:
     from tosca_heads import baselines, fit, sweep
 
