@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support import ROOT
 from support.demo_table import printed_table, readme_table
 
 from tosca_cli.views import intervals_line
@@ -98,3 +99,23 @@ def test_the_readme_demo_table_is_what_the_demo_prints(
     assert (quoted.title, quoted.columns) == (printed.title, printed.columns)
     assert quoted.without(UNTIMED) == printed.without(UNTIMED)
     assert quoted.notes == printed.notes
+
+
+def test_the_readme_reading_of_the_demo_table_quotes_its_figures() -> None:
+    """The paragraph under the table quotes A_last figures and the points between them: each as
+    the table has it (oracle, lda and RanPAC rounded to one decimal; the points entropy loses to
+    oracle, and those lda wins back, rounded to whole points)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = " ".join(text[text.index("With this small CNN") :].split("\n\n")[0].split())
+    quoted = readme_table()
+    a_last = {
+        (method, routing): float(cell.split()[0])
+        for method, routing, cell in zip(
+            quoted.column("method"), quoted.column("routing"), quoted.column("A_last"), strict=True
+        )
+    }
+    oracle, entropy = a_last["tosca", "oracle"], a_last["tosca", "entropy"]
+    lda, ranpac = a_last["tosca", "lda"], a_last["ranpac", "none"]
+    assert f"(`oracle` {oracle:.1f}%)" in said
+    assert f"recovers {round(lda - entropy)} of the {round(oracle - entropy)} points ({lda:.1f}%)" in said
+    assert f"level with RanPAC ({ranpac:.1f}%)" in said
