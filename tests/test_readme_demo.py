@@ -1,12 +1,13 @@
 """The README's demo table is what `tosca demo` prints (issue 57, point 13): every cell but the
 seconds (they time a machine, not a method), intervals included, and the lines under it.
 
-Two tests hold it. A fast one reads the README's block alone: it parses, its heads, references and
+Fast tests read the README's block alone: it parses, its heads, references and
 the lines under it are the ones the code writes, every figure lies in its interval, and each exact
 interval (A_last, routing acc) is the exact binomial one of its figure over the split's images. A
 `realdata` one (CI: `make test-realdata`) runs the demo on the real EuroSAT store and compares the
 block with the table printed, cell by cell: any change of a figure, an interval, a head or a row
-fails it until the README is pasted anew."""
+fails it until the README is pasted anew. The paragraph that reads the table quotes its figures
+as the table has them."""
 
 from __future__ import annotations
 
