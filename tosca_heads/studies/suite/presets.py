@@ -27,6 +27,7 @@ from tosca_foundation.dataset_names import DATASETS
 from tosca_foundation.errors import UserError
 from tosca_foundation.names import did_you_mean
 from tosca_heads.method.baseline_registry import ALL, default_baselines
+from tosca_heads.requests.command_requests import DEMO_PER_CLASS
 from tosca_heads.routers import HEADLINE
 
 ALL_ABLATIONS = {"flows": ["tosca", "tosca_r", "adapter", "calibrator"], "l1_off": True}
@@ -58,8 +59,14 @@ def _suite(name: str, stores: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # The local stores: (name, dataset, archive under $TOSCA_DATA, images per class, store file under
-# cache/<dataset>/). EuroSAT's is the store `tosca demo` extracts (`make demo`).
-DEMO_STORE = ("EuroSAT", "eurosat", "eurosat/EuroSAT-RGB.tar.gz", 300, "effnet_lite0-demo300.zarr")
+# cache/<dataset>/). EuroSAT's is the store `tosca demo` extracts (`make demo`), at its size.
+DEMO_STORE = (
+    "EuroSAT",
+    "eurosat",
+    "eurosat/EuroSAT-RGB.tar.gz",
+    DEMO_PER_CLASS,
+    f"effnet_lite0-demo{DEMO_PER_CLASS}.zarr",
+)
 LOCAL_STORES = [
     DEMO_STORE,
     ("CIFAR-10", "cifar10", "cifar10/cifar10-jpeg.tar.gz", 300, "effnet_lite0-300.zarr"),
