@@ -162,18 +162,23 @@ def _figure_cell(column: Any, blocks: dict[str, Any]) -> str:
 def said_intervals(blocks: Any) -> None:
     """Under a table of figures: what their brackets are, or that they have none (files before
     format 4)."""
+    line = intervals_line(blocks)
+    if line is not None:
+        say(line)
+
+
+def intervals_line(blocks: Any) -> str | None:
+    """The line `said_intervals` says under a table of these metrics blocks (None for no blocks):
+    apart, so that a test holds a quoted table (the README's demo table) to the same words."""
     blocks = list(blocks.values()) if isinstance(blocks, dict) else list(blocks)
     if any(b and b.get("intervals") for b in blocks):
         images = next(b["images"] for b in blocks if b and b.get("intervals"))
         from tosca_heads.method.metrics import intervals_said
 
-        say(
-            f"[low, high]: 95% interval over the {images:,} samples of the split ({intervals_said()}; docs/guarantees.md)"
-        )
-    elif blocks:
-        say(
-            "no intervals: these figures have no per-image answers kept beside them (`tosca eval RUN` keeps them)"
-        )
+        return f"[low, high]: 95% interval over the {images:,} samples of the split ({intervals_said()}; docs/guarantees.md)"
+    if blocks:
+        return "no intervals: these figures have no per-image answers kept beside them (`tosca eval RUN` keeps them)"
+    return None
 
 
 def per_split(board: Board, verb: str, unit: str) -> Callable[[str, int, int], None]:
@@ -368,6 +373,33 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
 
 
 def comparison_table(comparison: Any) -> None:
+    """`tosca baselines` and the demo's last step: every method's row, the intervals line, and the
+    knob each baseline chose itself."""
+    columns, rows = comparison_cells(comparison)
+    table(comparison_title(comparison), columns, rows, ("method", "routing", "reference"))
+    for line in comparison_notes(comparison):
+        say(line)
+
+
+def comparison_title(comparison: Any) -> str:
+    return f"{comparison.title}, test split"
+
+
+def comparison_notes(comparison: Any) -> list[str]:
+    """The lines under the comparison table: what its brackets are, then the knob each baseline
+    chose itself (its value and how)."""
+    intervals = intervals_line([r.metrics for r in comparison.results])
+    knobs = [
+        f"{r.method}: {r.metrics['knob']} {r.metrics[r.metrics['knob']]:g}, chosen by {r.metrics['chosen_by']}"
+        for r in comparison.results
+        if r.metrics.get("knob") in r.metrics
+    ]
+    return [*([intervals] if intervals is not None else []), *knobs]
+
+
+def comparison_cells(comparison: Any) -> tuple[list[str], list[list[str]]]:
+    """The comparison table's column heads and cells, as printed: apart from the printing, so that
+    a test holds the README's demo table to what the demo prints, cell by cell."""
     from tosca_heads.method.metrics import columns_of, header_of
 
     validation = any(r.validation is not None for r in comparison.results)
@@ -384,12 +416,7 @@ def comparison_table(comparison: Any) -> None:
         for r in comparison.results
     ]
     columns = ["method", "routing", *map(header_of, figures), "parameters", "seconds", "reference"]
-    table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
-    said_intervals([r.metrics for r in comparison.results])
-    for r in comparison.results:  # a knob a baseline chose itself: its value and how
-        knob = r.metrics.get("knob")
-        if knob in r.metrics:
-            say(f"{r.method}: {knob} {r.metrics[knob]:g}, chosen by {r.metrics['chosen_by']}")
+    return columns, rows
 
 
 def extraction_estimator(device: str) -> Callable[[Any], Any]:

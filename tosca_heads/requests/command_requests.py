@@ -231,7 +231,9 @@ class SuiteRequest:
     """`tosca suite`: a SUITE.toml or a preset."""
 
     suite: Path | None = option(None, "Suite file (SUITE.toml); or --preset.", argument=True)
-    preset: str | None = option(None, "A suite tosca ships: local (the archives here) or paper.")
+    preset: str | None = option(
+        None, "A suite tosca ships: small (the demo's store, minutes), local (the archives here) or paper."
+    )
     out: Path | None = option(
         None, "Suite folder; an existing one continues (default: runs/suite-<name>).", output=True
     )

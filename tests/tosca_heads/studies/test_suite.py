@@ -246,7 +246,7 @@ def test_a_bad_suite_is_one_line(tmp_path: Path, toml: str, message: str) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--preset", "fantasy"], "unknown --preset 'fantasy': use one of local, paper"),
+        (["--preset", "fantasy"], "unknown --preset 'fantasy': use one of small, local, paper"),
         ([], "give a suite file"),
         (["SUITE.toml", "--preset", "local"], "not both or neither"),
         (["missing.toml"], "suite file missing.toml is missing"),
