@@ -1352,7 +1352,7 @@ def test_damaged_files(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = tmp_path / "copy"
-    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
         _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
@@ -1378,7 +1378,7 @@ def test_damaged_files(
 
 def _copy(damaged_template: Path, tmp_path: Path) -> Path:
     root = tmp_path / "copy"
-    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
         _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
