@@ -191,3 +191,25 @@ def test_the_commands_import_and_export(tmp_path: Path, columns: dict[str, np.nd
     )
     out = runner.invoke(app, ["export", str(tmp_path / "s.zarr"), "--to", str(tmp_path / "s.parquet")])
     assert out.exit_code == 0 and "exported 48 rows of 16 features (2 views) as parquet" in out.output
+
+
+def test_a_saved_dataset_dict_s_train_and_test_make_the_split(
+    tmp_path: Path, columns: dict[str, np.ndarray]
+) -> None:
+    import json
+
+    names = class_names(CLASSES)
+    folder = tmp_path / "dict"
+    folder.mkdir()
+    for split in ("train", "test"):
+        rows = columns["split"] == split
+        part = {k: v[rows] for k, v in columns.items() if k != "split"}
+        (saved,) = write_as("datasets", part, names, tmp_path / f"part-{split}")
+        saved.rename(folder / split)
+    (folder / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    store = _import([folder], tmp_path / "dict.zarr")
+    train = columns["split"] == "train"
+    np.testing.assert_array_equal(store.features("train"), columns["features"][train])
+    np.testing.assert_array_equal(store.labels("test"), columns["labels"][~train])
+    np.testing.assert_array_equal(store.view(0), columns["views"][train][:, 0])
+    assert store.identity["dataset"]["class_names"] == names  # from the ClassLabel
