@@ -84,7 +84,11 @@ def _check_target(request: ExportRequest, kind: str) -> Path:
         raise UserError(
             f"{spell('to')} {printable(to)}: its folder {printable(to.absolute().parent)} is not there"
         )
-    if to.is_symlink() or (to.exists() and not request.overwrite):
+    if to.is_symlink():
+        raise UserError(
+            f"{spell('to')} {printable(to)} is a symbolic link: tosca writes through no link, name the file itself"
+        )
+    if to.exists() and not request.overwrite:
         raise UserError(
             f"{spell('to')} {printable(to)} is there already: pass {spell('overwrite')} to replace it"
         )

@@ -265,6 +265,11 @@ ROWS: list[tuple[str, list[str], str]] = [
         "--to {empty} is a folder: not what npz writes",
     ),
     ("export over a file", [*EXPORT, "{arr_ok}"], "--to {arr_ok} is there already: pass --overwrite"),
+    (
+        "export to a link",
+        [*EXPORT, "{dangling}", "--format", "npz", "--overwrite"],
+        "--to {dangling} is a symbolic link",
+    ),
     ("export to a fifo", [*EXPORT, "{arr_pipe}", "--overwrite"], "{arr_pipe} is a fifo"),
     # ------------------------------------------------------------------ cache
     ("ls missing cache dir", ["cache", "ls", "--cache-dir", "{missing}"], "no folder {missing}"),
