@@ -37,6 +37,7 @@ from tosca_foundation.devices import resolve_device
 from tosca_foundation.limits import memory_budget
 from tosca_foundation.plugins import load_plugins
 from tosca_foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
+from tosca_foundation.scheduler_link import each_finished
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -253,15 +254,13 @@ class Executor:
             for work in works:
                 on_done(work, run_work(work, self.device, True, progress))
             return
-        from distributed import as_completed
-
         workers = min(self.jobs, len(works))  # no idle processes for a short remainder
         choice = (
             parse_scheduler(self.scheduler) if self.scheduler else SchedulerChoice("local", workers=workers)
         )
         with _local_workers_keep_freed_memory(), dask_client(choice) as client:
             futures = {client.submit(run_work, work, self.device, False, pure=False): work for work in works}
-            for future in as_completed(futures):
+            for future in each_finished(client, futures):  # bounded: scheduler_link
                 on_done(futures[future], future.result())
 
 
