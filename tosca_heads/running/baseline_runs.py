@@ -28,7 +28,7 @@ from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
 from tosca_heads.requests.plan import FitPlan
 
-TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
+TaskCallback = Callable[[str, int, int], None]  # (baseline, task ended (-1: started), tasks)
 
 
 LINALG_ERRORS = (np.linalg.LinAlgError, torch.linalg.LinAlgError)
@@ -80,6 +80,8 @@ def run_baseline(
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     start = time.perf_counter()
+    if on_task:  # started: a progress line's time counts from here, as the result's seconds do
+        on_task(name, -1, stream.num_tasks)
     with single_threaded(device):
         for task in range(stream.num_tasks):
             rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)

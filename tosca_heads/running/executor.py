@@ -125,7 +125,7 @@ def share_features(store: FeatureStore, source: CachedFeatures, device: torch.de
             LOADS[key] = LOADS.get(key, 0) + 1
 
 
-Progress = Callable[[str, int, int], None]  # (what, done, total): a baseline's tasks, as they end
+Progress = Callable[[str, int, int], None]  # (what, task ended (-1: started), tasks): a baseline's tasks
 
 
 def run_work(work: Work, device: str, alone: bool, progress: Progress | None = None) -> Outcome:

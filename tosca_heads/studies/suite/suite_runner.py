@@ -505,7 +505,6 @@ def estimate_plan(
         )
     tosca: dict[str, float] = {}
     baselines: dict[str, float] = {}
-    kinds: dict[str, str] = {}  # each baseline cell's cost model: its method's
     for state in states:
         if state.status not in ("missing", "to extract"):
             continue
@@ -518,12 +517,11 @@ def estimate_plan(
         else:
             params = cellmod.cell_params(spec, state.cell)
             baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
-            kinds[state.cell.key] = state.cell.method
     said = (
         f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
         f"{sum(baselines.values()) / 60:.1f} min of work"
     )
-    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said, kinds)
+    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said)
     planned.how[:0] = plan.how
     planned.missing[:0] = plan.missing
     return planned
