@@ -27,7 +27,7 @@ from featcache.store import FeatureStore
 from tosca_foundation.devices import resolve_device
 from tosca_foundation.plugins import load_plugins
 from tosca_foundation.scheduler import SchedulerChoice, dask_client
-from tosca_foundation.scheduler_link import each_finished, lost_scheduler
+from tosca_foundation.scheduler_link import each_finished, lost_scheduler, result_in_time
 
 # Dask cannot recompute scattered data: when every worker holding a split's sample list dies
 # (a worker killed right after the scatter, before the replicas landed), the jobs that need it
@@ -142,7 +142,7 @@ def extract_on_cluster(
             lost = []
             for future in each_finished(client, futures):  # bounded: scheduler_link
                 try:
-                    done = future.result()
+                    done = result_in_time(client, future)
                 except CancelledError as exc:  # its scattered sample list died with a worker
                     if lost_scheduler(exc, client):  # or the scheduler went: one line (dask_client)
                         raise

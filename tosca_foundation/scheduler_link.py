@@ -22,11 +22,12 @@ surfaces as whatever Dask call ran into it (`FutureCancelledError`, `CommClosedE
   scheduler's `all` event topic instead breaks the client's connection in distributed 2026.8: some
   event on it carries a WorkerState the scheduler cannot serialize; a scheduler plugin would need
   tosca installed where the scheduler runs.)
-- `each_finished(client, futures)`: the futures as they finish, as `distributed.as_completed`
+- `each_finished(client, futures)` and `result_in_time(client, future)`: the futures as they finish, as `distributed.as_completed`
   gives them, but never a wait without end: a scheduler that stops answering while its connection
   stays open (a frozen process, a network cut that leaves the socket up) or that has had no worker
   for the bound (every worker gone) is one line (`SchedulerStalled`): what happened, that what was
-  finished is kept, how to resume. Dask itself waits on both for ever.
+  finished is kept, how to resume. Dask itself waits on both for ever, and so does fetching a
+  finished task's result through a frozen scheduler.
 
 The bound is `TOSCA_SCHEDULER_TIMEOUT` seconds (`connect_seconds`), 30 by default: on reaching a
 scheduler, on a scheduler's silence, on a cluster without a worker.
@@ -322,3 +323,21 @@ def _dask_quiet() -> Iterator[None]:
     finally:
         for log, level in zip(loggers, levels, strict=True):
             log.setLevel(level)
+
+
+def result_in_time(client: Any, future: Any) -> Any:
+    """`future.result()` within the bound of the watch on `client`: a finished task's result is
+    fetched from its worker through the scheduler, which a frozen scheduler never answers (the wait
+    `each_finished` bounds would only move here). A task's own error is raised as it is."""
+    watch = _WATCHES.get(id(client))
+    if watch is None or future.status == "error":
+        return future.result()
+    while True:
+        try:
+            return future.result(timeout=WATCH_SECONDS)
+        except TimeoutError:
+            if future.status == "error":  # the task's own TimeoutError, not the fetch's
+                return future.result()
+            stalled = watch.stalled()
+            if stalled is not None:
+                raise stalled from None

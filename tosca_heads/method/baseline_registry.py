@@ -345,6 +345,12 @@ def deterministic(method: str) -> bool:
     return bool(getattr(BASELINES[method], "deterministic", False))
 
 
+def least_per_class(method: str) -> int:
+    """The training images of each class a baseline needs at least (its class's `least_per_class`:
+    FeCAM's 2, a covariance of one image being none; 1 for any other)."""
+    return int(getattr(BASELINES[method], "least_per_class", 1))
+
+
 def check_fits(method: str, values: Mapping[str, Any], dim: int, classes: int = 0, rows: int = 0) -> None:
     """What a baseline with these keywords needs on features of `dim` and `classes` classes (0:
     not known yet, as before a store is opened) fits this machine (its class's

@@ -37,7 +37,7 @@ from tosca_foundation.devices import resolve_device
 from tosca_foundation.limits import memory_budget
 from tosca_foundation.plugins import load_plugins
 from tosca_foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
-from tosca_foundation.scheduler_link import each_finished
+from tosca_foundation.scheduler_link import each_finished, result_in_time
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -261,7 +261,7 @@ class Executor:
         with _local_workers_keep_freed_memory(), dask_client(choice) as client:
             futures = {client.submit(run_work, work, self.device, False, pure=False): work for work in works}
             for future in each_finished(client, futures):  # bounded: scheduler_link
-                on_done(futures[future], future.result())
+                on_done(futures[future], result_in_time(client, future))
 
 
 def in_groups(items: Sequence[T], key: Callable[[T], Hashable], size: int) -> list[list[T]]:

@@ -40,7 +40,7 @@ from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.requests.plan import FitPlan
-from tosca_heads.routers.learned import RouterLearners, on_request
+from tosca_heads.routers.learned import RouterLearners, learners_of, on_request
 from tosca_heads.routers.memo import shared_statistics
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -284,4 +284,5 @@ def evaluate_run(
     store = run_record.open_run_store(config, run_dir)
     plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
+    plan.check_learners(learners_of(routers), "leave it out of the routers asked for")
     return fit_group(replace(plan, upto=done - 1, routers=on_request(routers)), source=source)[0]

@@ -193,6 +193,7 @@ def compare(
     held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
     name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"
     folder = request.out or request.runs_root / name
+    plan.check_learners(methods, f"leave it out of {request.spell('methods')}")
     claim.check(folder, BASELINES_FOLDER)
     # read once (every chunk checked), for TOSCA's evaluation and every baseline, before anything is said
     source = CachedFeatures(store, device=device).preload()
