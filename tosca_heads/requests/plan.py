@@ -107,6 +107,7 @@ class FitPlan:
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
     upto: int | None = None  # the last task to train (checked where it came in); None: every task
     routers: tuple[str, ...] = ()  # on-request routers (`routers.learned`) computed besides the others
+    evaluates_only: bool = False  # a run's trained tasks evaluated again (`tosca eval`): its recipe is fixed
 
     def __post_init__(self) -> None:
         tasks = self.stream.num_tasks

@@ -17,6 +17,7 @@ import torch
 
 from featcache.store import check_not_replaced
 from tosca_foundation.errors import UserError
+from tosca_foundation.names import as_flag
 from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -151,7 +152,12 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
 
 
 def check_baseline_params(
-    name: str, params: dict[str, Any], dim: int, classes: int = 0, rows: int = 0
+    name: str,
+    params: dict[str, Any],
+    dim: int,
+    classes: int = 0,
+    rows: int = 0,
+    spell: Callable[[str], str] = as_flag,
 ) -> None:
     """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each.
@@ -159,7 +165,8 @@ def check_baseline_params(
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes, rows)
+    values = {**{p.name: p.default for p in params_of(name)}, **params}
+    check_fits(name, values, dim, classes, rows, spell)  # `spell`: a refusal's words for METHOD_NAME
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -71,7 +71,14 @@ class GroupFit:
         given = source.in_memory if isinstance(source, CachedFeatures) else None if source is None else False
         task_rows = stream.largest_task_rows(plan.train_labels)
         room = require_room(
-            store.shape, plan.trains, stream.num_tasks, device, task_rows, len(plan.held), given
+            store.shape,
+            plan.trains,
+            stream.num_tasks,
+            device,
+            task_rows,
+            len(plan.held),
+            given,
+            fixed=plan.evaluates_only,
         )
         if source is None:
             source = CachedFeatures(store, room.features_budget, device)
@@ -285,4 +292,5 @@ def evaluate_run(
     plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
     plan.check_learners(learners_of(routers), "leave it out of the routers asked for")
-    return fit_group(replace(plan, upto=done - 1, routers=on_request(routers)), source=source)[0]
+    evaluated = replace(plan, upto=done - 1, routers=on_request(routers), evaluates_only=True)
+    return fit_group(evaluated, source=source)[0]
