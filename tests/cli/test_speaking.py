@@ -243,3 +243,26 @@ def test_cache_verify_says_each_chunk_it_checks(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     for split, n in chunks.items():
         assert f"verify {split}: {n}/{n} (100%) chunks" in result.stderr, result.stderr
+
+
+def test_fits_times_each_say_what_they_time_and_sit_within_its_wall(tmp_path: Path) -> None:
+    """Issue 57, point 14: a randumb router's run said "evaluation 4.0 s" after 167 s of wall. Its
+    last line names what each figure times (the SGD steps, the heads' and routers' answers after
+    each task) and the wall from the command's start, which holds them both."""
+    import re
+
+    from support.stores import synthetic_store
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+    args = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), "--device", "cpu"]
+    result = CliRunner().invoke(app, [*args, "--epochs", "1", "--init-cls", "2", "--increment", "2"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stdout.split())
+    found = re.search(
+        r"2 task\(s\) trained in ([\d.]+) s \(SGD steps\), evaluation ([\d.]+) s \(heads and routers on the "
+        r"test split after each task\); ([\d.]+) s wall from the command's start",
+        said,
+    )
+    assert found, said
+    train, evaluation, wall = map(float, found.groups())
+    assert wall > 0 and train + evaluation <= wall + 0.1  # the parts within the whole (each rounded)
