@@ -788,6 +788,7 @@ def test_bad_input(
 ) -> None:
     monkeypatch.chdir(folder["root"])
     monkeypatch.delenv("TOSCA_DATA", raising=False)
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # `--memory-budget` sets it: unset after each row
     places = {k: str(v) for k, v in folder.items()}
     args = [part.format(**places) for part in argv]
     before = _state(folder["root"])
