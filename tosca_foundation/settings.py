@@ -117,7 +117,7 @@ def _seconds(value: str) -> str | None:
 
 def _timeout(value: str) -> str | None:
     try:
-        seconds = float(value)
+        seconds = float(value) if value.isascii() else 0.0  # float() takes any script's digits
     except ValueError:
         seconds = 0.0
     if 0 < seconds <= 3_600:
