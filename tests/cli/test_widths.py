@@ -209,7 +209,7 @@ def test_a_fully_resumed_sweep_draws_no_empty_bar(folder: dict[str, Path]) -> No
     assert "sweep: every point is in the folder already; nothing to run" in result.output
     stream = io.StringIO()
     with Board("lines", interval=0, stream=stream) as board:
-        nothing = board.task("sweep", 0, "points", expected=5.0)
+        nothing = board.task("sweep", 0, "points", at_once=True)
         board.update(nothing, completed=0)
     assert stream.getvalue() == ""
     with Board("bar") as board:
