@@ -294,7 +294,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         def started(plan: Any) -> None:
             swept.extend(plan.swept)
             sweep_header(plan, request.device)
-            on_progress(len(plan.pending), plan.estimate(plan.pending))
+            on_progress(len(plan.pending))  # the total; no plan of its time (said by --dry-run)
 
         return sweep_command(request, started, on_point)
 

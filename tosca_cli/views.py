@@ -192,11 +192,11 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
     return on_task
 
 
-def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
+def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
     """A suite's cells as they end, the total known before the first (`cell` None)."""
     holder: list[Task] = []
 
-    def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
+    def on_cell(cell: Any, finished: int, total: int) -> None:
         if not holder:
             holder.append(board.task("suite", total, "cells", at_once=True))
         board.update(holder[0], completed=finished, total=total, note=f"last: {cell.key}" if cell else "")
@@ -211,7 +211,7 @@ def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str])
         holder: list[Task] = []
         best: dict[str, Any] = {}
 
-        def started(pending: int, plan: Any) -> None:
+        def started(pending: int) -> None:
             if not pending:  # no `0/0` bar (`Board.task`): why nothing runs, in words
                 say("sweep: every point is in the folder already; nothing to run", err)
             holder.append(board.task("sweep", pending, "points", at_once=True))
@@ -219,7 +219,7 @@ def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str])
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
             note = running_best(best, rows, rank_by, swept)
             if not holder:
-                started(total, None)
+                started(total)
             board.update(holder[0], completed=finished, total=total, note=note)
 
         return run(on_point, started)
