@@ -9,7 +9,7 @@ default) and when it ends, so a log shows progress while the job runs, not only 
 elsewhere), `bar` (or `1`), `lines`, `off` (or `0`).
 
 No line guesses the time left (issue 54, point 5: the guesses were 0.02 to 2.2 of the time really
-left, docs/benchmarks.md "What earns its lines"); a plan's estimate is said once, before the work
+left, docs/benchmarks.md "What earns its lines"); a plan's estimate is said by `--dry-run`, before the work
 (`tosca_foundation.time_estimates`). Every time a line prints says what it times: "0:27 elapsed"
 and "done in 0:37" are the wall time of the piece of work the line names, from its start (a
 baseline's from before its first task, as its table's seconds) to now or to its last unit. The
