@@ -183,15 +183,15 @@ def said_when_workers_lost(
     the units it held again on the other workers, so the results are whole, but the time lost
     should not be a mystery. A worker that joins (a nanny's restart) is not said; the watch ends
     with the block, before the workers of a local cluster are closed, and says nothing once the
-    client is closed (a scheduler's loss is `said_when_lost`'s line). The watch also keeps when
-    the scheduler last answered with a worker: `each_finished` on this client stops waiting
-    `bound` seconds (None: TOSCA_SCHEDULER_TIMEOUT) after it. `ask`: how the scheduler is asked
+    client is closed (a scheduler's loss is `said_when_lost`'s line). The watch also keeps since
+    when the scheduler has left an ask unanswered, or answered with no worker: `each_finished` on
+    this client stops waiting `bound` seconds (None: TOSCA_SCHEDULER_TIMEOUT) after it. `ask`: how the scheduler is asked
     for its workers (`workers_of`; a test's stand-in)."""
     watch = _WorkerWatch(client, label, resume, connect_seconds() if bound is None else bound, ask)
     _WATCHES[id(client)] = watch
     stop = threading.Event()
 
-    def keep_watching() -> None:  # asked at least twice within the bound: no false "no worker"
+    def keep_watching() -> None:  # asked at least twice within the bound
         while not stop.wait(min(every, watch.bound / 2)) and watch.check():
             pass
 
@@ -220,8 +220,10 @@ def workers_of(client: Any, seconds: float) -> set[str] | None:
 
 
 class _WorkerWatch:
-    """The workers a scheduler had when last asked; `check` says those gone since and keeps when it
-    last answered with a worker; `stalled` says, once that is `bound` seconds ago, why."""
+    """The workers a scheduler had when last asked; `check` says those gone since and keeps since
+    when an ask has gone unanswered, or every answer listed no worker; `stalled` says, once that is
+    `bound` seconds ago, why. A watch thread starved of the CPU (a loaded machine) sets neither:
+    each verdict needs an ask made and left unanswered, or answers saying so."""
 
     def __init__(
         self,
@@ -234,7 +236,7 @@ class _WorkerWatch:
         self.client, self.label, self.resume, self.bound = client, label, resume, bound
         self.ask = ask or workers_of
         self.lock = threading.Lock()
-        self.alive = time.monotonic()  # when the scheduler last answered with a worker (or the start)
+        self.empty: float | None = None  # since when every answer listed no worker (None: the last had one)
         self.asking: float | None = None  # since when an ask has gone unanswered (None: answered)
         self.seen = self._workers() or set()
 
@@ -244,8 +246,7 @@ class _WorkerWatch:
         now = self.ask(self.client, self.bound)
         if now is not None:
             self.asking = None
-        if now:
-            self.alive = time.monotonic()
+            self.empty = None if now else self.empty or time.monotonic()
         return now
 
     def check(self) -> bool:
@@ -268,7 +269,7 @@ class _WorkerWatch:
         seconds; else None."""
         now = time.monotonic()
         silent = self.asking is not None and now - self.asking > self.bound
-        workerless = self.asking is None and now - self.alive > self.bound  # it answers: no worker
+        workerless = self.empty is not None and now - self.empty > self.bound  # answers: no worker
         if not silent and not workerless:
             return None
         kept = "stopped waiting; what was finished is kept"
