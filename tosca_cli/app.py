@@ -7,6 +7,7 @@ What the commands do is in the packages: `featcache.runner`, `featcache.store.de
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,7 @@ def fit(request: FitRequest, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.running.runs import fit as fit_command
 
+    begun = time.monotonic()  # the wall its summary names (`run_summary`)
     routers = _routers(request.router)  # a bad name is the only line: before the plan is said
 
     def started(run: Path) -> None:
@@ -236,7 +238,7 @@ def fit(request: FitRequest, as_json_: bool) -> None:
     result = fit_command(request, on_stage=stages, on_start=started, on_plan=say_protocol)
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
-    run_summary(result, routers)
+    run_summary(result, routers, time.monotonic() - begun)
     curves = result.run_dir / "curves.png"
     if curves.is_file():
         say(
@@ -259,11 +261,12 @@ def eval_run(
     from tosca_heads.routers import on_request
     from tosca_heads.running.group import evaluate_run
 
+    begun = time.monotonic()
     routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device), routers=on_request(routers))
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
-    run_summary(result, routers)
+    run_summary(result, routers, time.monotonic() - begun)
 
 
 @app.command("routers")
@@ -323,7 +326,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         def started(plan: Any) -> None:
             swept.extend(plan.swept)
             sweep_header(plan, request.device)
-            on_progress(len(plan.pending), plan.estimate(plan.pending))
+            on_progress(len(plan.pending))  # the total; no plan of its time (said by --dry-run)
 
         return sweep_command(request, started, on_point)
 

@@ -578,6 +578,40 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*BASE, "--methods", "klda", "--klda-dim", "400000"],
         "lower --klda-dim (or --klda-members)",
     ),
+    # issue 57, point 10: FeCAM's two images a class, checked before any work (or worker, or folder)
+    (
+        "fit router fecam, a class of one image",
+        [*(p.replace("{store}", "{lonely}") for p in FIT), "--router", "fecam"],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; leave it out of --router",
+    ),
+    (
+        "sweep rank-by fecam, a class of one image",
+        [
+            *(p.replace("{store}", "{lonely}") for p in SWEEP),
+            "--r",
+            "2,4",
+            "--val-fraction",
+            "0",
+            "--rank-by",
+            "fecam",
+        ],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; choose another router",
+    ),
+    (
+        "baselines fecam, a class of one image",
+        [*(p.replace("{store}", "{lonely}") for p in BASE), "--methods", "fecam"],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; leave it out of --methods",
+    ),
+    (
+        "memory budget over the machine's memory",
+        ["--memory-budget", "100TB", *FIT],
+        "TOSCA_MEMORY_BUDGET=100TB (--memory-budget) is more than this machine's",
+    ),
+    (
+        "memory budget of a million terabytes",
+        ["--memory-budget", "1000000TB", *FIT],
+        "is more than this machine's",
+    ),
     (
         "baselines loranpac embedding too wide to fit",
         [*BASE, "--methods", "loranpac", "--loranpac-embedding-dim", "10000000"],
@@ -830,6 +864,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bad-input")
     store = synthetic_store(root / "store.zarr").path
     half = synthetic_store(root / "half.zarr").path
+    lonely = synthetic_store(root / "lonely.zarr", classes=4, per_class=1, test_per_class=1).path
     FeatureStore.open(half, mode="r+").mark_undone("train", [3])
     run = root / "run"
     result = runner.invoke(
@@ -858,6 +893,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "root": root,
         "store": store,
         "half": half,
+        "lonely": lonely,
         "run": run,
         "img": img,
         "bomb": root / "bomb.zip",
@@ -892,6 +928,7 @@ def test_bad_input(
 ) -> None:
     monkeypatch.chdir(folder["root"])
     monkeypatch.delenv("TOSCA_DATA", raising=False)
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # `--memory-budget` sets it: unset after each row
     places = {k: str(v) for k, v in folder.items()}
     args = [part.format(**places) for part in argv]
     before = _state(folder["root"])

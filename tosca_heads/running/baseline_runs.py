@@ -17,6 +17,7 @@ import torch
 
 from featcache.store import check_not_replaced
 from tosca_foundation.errors import UserError
+from tosca_foundation.names import as_flag
 from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
 from tosca_heads.method.features import CachedFeatures, FeatureSource
@@ -28,7 +29,7 @@ from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
 from tosca_heads.requests.plan import FitPlan
 
-TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
+TaskCallback = Callable[[str, int, int], None]  # (baseline, task ended (-1: started), tasks)
 
 
 LINALG_ERRORS = (np.linalg.LinAlgError, torch.linalg.LinAlgError)
@@ -80,6 +81,8 @@ def run_baseline(
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     start = time.perf_counter()
+    if on_task:  # started: a progress line's time counts from here, as the result's seconds do
+        on_task(name, -1, stream.num_tasks)
     with single_threaded(device):
         for task in range(stream.num_tasks):
             rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)
@@ -149,7 +152,12 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
 
 
 def check_baseline_params(
-    name: str, params: dict[str, Any], dim: int, classes: int = 0, rows: int = 0
+    name: str,
+    params: dict[str, Any],
+    dim: int,
+    classes: int = 0,
+    rows: int = 0,
+    spell: Callable[[str], str] = as_flag,
 ) -> None:
     """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each.
@@ -157,7 +165,8 @@ def check_baseline_params(
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes, rows)
+    values = {**{p.name: p.default for p in params_of(name)}, **params}
+    check_fits(name, values, dim, classes, rows, spell)  # `spell`: a refusal's words for METHOD_NAME
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -40,7 +40,7 @@ from tosca_heads.records.claim import claim_folders
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.requests.plan import FitPlan
-from tosca_heads.routers.learned import RouterLearners, on_request
+from tosca_heads.routers.learned import RouterLearners, learners_of, on_request
 from tosca_heads.routers.memo import shared_statistics
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -71,7 +71,14 @@ class GroupFit:
         given = source.in_memory if isinstance(source, CachedFeatures) else None if source is None else False
         task_rows = stream.largest_task_rows(plan.train_labels)
         room = require_room(
-            store.shape, plan.trains, stream.num_tasks, device, task_rows, len(plan.held), given
+            store.shape,
+            plan.trains,
+            stream.num_tasks,
+            device,
+            task_rows,
+            len(plan.held),
+            given,
+            fixed=plan.evaluates_only,
         )
         if source is None:
             source = CachedFeatures(store, room.features_budget, device)
@@ -284,4 +291,6 @@ def evaluate_run(
     store = run_record.open_run_store(config, run_dir)
     plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
-    return fit_group(replace(plan, upto=done - 1, routers=on_request(routers)), source=source)[0]
+    plan.check_learners(learners_of(routers), "leave it out of the routers asked for")
+    evaluated = replace(plan, upto=done - 1, routers=on_request(routers), evaluates_only=True)
+    return fit_group(evaluated, source=source)[0]

@@ -60,6 +60,7 @@ from tosca_heads.records.sweep import (
 from tosca_heads.requests.command_requests import SweepRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, on_request, reference_text
+from tosca_heads.routers.learned import learners_of
 from tosca_heads.running.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.studies.results import (
     by_point,
@@ -469,6 +470,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     points = grid_points(grid, base_train, base_stream, store.dim, classes, validation, spell)
     origin = split_origin(ident["name"], given["init_cls"], given["increment"])
     fit = FitPlan.build(store, points[0].stream, validation, origin)
+    fit.check_learners(learners_of([rank_by, *(request.shown or ())]), "choose another router")
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, [p.key for p in points])
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))

@@ -287,3 +287,37 @@ def test_the_config_a_plan_builds_is_what_the_reader_reads_back(tmp_path: Path) 
     assert config["validation"]["fraction"] == 0.1 and config["validation"]["samples"] == 2
     assert "validation" not in _run_config()
     assert config["store"] == "/stores/a.zarr" and config["feature_dim"] == 32 and config["format"] == FORMAT
+
+
+@pytest.mark.parametrize("was", ["new", "empty"])
+def test_a_command_refused_in_a_folder_it_claimed_for_nothing_leaves_nothing(
+    tmp_path: Path, was: str
+) -> None:
+    """Issue 57, point 10: a refused FeCAM run left its claimed folder (`.tosca`) behind. A
+    command refused (a UserError) inside the claim of a folder it found new or empty, having
+    written nothing but the claim's own files, gives the folder back: a new one is gone, lock and
+    parents with it, an empty one is empty again."""
+    folder = tmp_path / "out" / "baselines"
+    if was == "empty":
+        folder.mkdir(parents=True)
+    with pytest.raises(UserError, match="refused"), claim.claim_folder(folder, BASELINES_FOLDER):
+        assert (folder / MARKER).is_file()
+        raise UserError("refused")
+    if was == "new":
+        assert not (tmp_path / "out").exists()
+    else:
+        assert folder.is_dir() and not any(folder.iterdir())
+    assert not lock_path(folder).exists()
+
+
+def test_a_refused_command_keeps_what_it_wrote_and_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    """What a command wrote before its refusal is work (a resumed run finds it), and a folder of
+    this kind from before is the user's: both stay whole."""
+    written = tmp_path / "written"
+    with pytest.raises(UserError), claim.claim_folder(written, BASELINES_FOLDER):
+        (written / "simplecil").mkdir()
+        raise UserError("refused after a method was written")
+    assert (written / MARKER).is_file() and (written / "simplecil").is_dir()
+    with pytest.raises(UserError), claim.claim_folder(written, BASELINES_FOLDER):  # claimed before
+        raise UserError("refused")
+    assert (written / MARKER).is_file() and (written / "simplecil").is_dir()

@@ -58,7 +58,7 @@ Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
 # (cell, finished, total, plan, seconds): the plan of the cells to run (their wall time and each
 # one's seconds, by key) is the same on every call; `seconds` what the cell took in its worker (its
 # share of its engine run); the first call, before any cell ends, has no cell (and 0 seconds)
-CellCallback = Callable[[Cell | None, int, int, Estimate, float], None]
+CellCallback = Callable[[Cell | None, int, int], None]  # (the cell ended or None, cells ended, cells)
 # a store's spec -> featcache.extraction_estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
@@ -403,10 +403,8 @@ def _run_missing(
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0
-    plan = Estimate()
-    if on_cell and missing:  # the total and the plan, before the first cell ends (no cell yet: None)
-        plan = estimate_plan(spec, stores, missing, device, executor.jobs, None)
-        on_cell(None, 0, len(missing), plan, 0.0)
+    if on_cell and missing:  # the total, before the first cell ends (no cell yet: None)
+        on_cell(None, 0, len(missing))
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -416,7 +414,7 @@ def _run_missing(
             if parent is not None:
                 _log_cell(parent, spec, state)
             if on_cell:
-                on_cell(state.cell, finished, len(missing), plan, outcome.seconds / len(members_of[id(work)]))
+                on_cell(state.cell, finished, len(missing))
 
     executor.run([work for work, _ in planned], record)
 
@@ -505,7 +503,6 @@ def estimate_plan(
         )
     tosca: dict[str, float] = {}
     baselines: dict[str, float] = {}
-    kinds: dict[str, str] = {}  # each baseline cell's cost model: its method's
     for state in states:
         if state.status not in ("missing", "to extract"):
             continue
@@ -518,12 +515,11 @@ def estimate_plan(
         else:
             params = cellmod.cell_params(spec, state.cell)
             baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
-            kinds[state.cell.key] = state.cell.method
     said = (
         f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
         f"{sum(baselines.values()) / 60:.1f} min of work"
     )
-    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said, kinds)
+    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said)
     planned.how[:0] = plan.how
     planned.missing[:0] = plan.missing
     return planned
