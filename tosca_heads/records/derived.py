@@ -115,7 +115,7 @@ def recorded_blocks(
     return paired
 
 
-def _image_key(split: str, outcome: Outcomes) -> tuple[str, str]:
+def image_key(split: str, outcome: Outcomes) -> tuple[str, str]:
     """Blocks on the same images share one bootstrap (`intervals_of` requires the same images)."""
     digest = hashlib.sha256(outcome.rows.tobytes() + b"|" + outcome.classes.tobytes()).hexdigest()
     return split, digest
@@ -127,7 +127,7 @@ def check_figures(recorded: Iterable[Recorded]) -> None:
     items = list(recorded)
     groups: dict[tuple[str, str], dict[int, list[Outcomes]]] = {}
     for i, item in enumerate(items):
-        groups.setdefault(_image_key(item.split, item.outcome), {})[i] = [item.outcome]
+        groups.setdefault(image_key(item.split, item.outcome), {})[i] = [item.outcome]
     found: dict[int, dict[str, Interval]] = {}
     for named in groups.values():
         found.update(intervals_of(named))  # type: ignore[arg-type]  # any hashable names a run
