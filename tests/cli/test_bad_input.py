@@ -1253,10 +1253,10 @@ SWEEP_MORE = [*SWEEP, "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "{r
 FIT_MORE = [*FIT, "--epochs", "1", "--r", "4", "--s", "4", "--run", "{run}"]
 BASELINES_AGAIN = [*BASE, "--methods", "simplecil", "--out", "{root}/base"]
 LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is planted there, command)
-    ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
+    ("sweep results.csv", "sweep/results.csv", "link", SWEEP_MORE),
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
-    ("sweep results.csv, a hard link (appended)", "sweep/results.csv", "hard link", SWEEP_MORE),
+    ("sweep results.csv, a hard link", "sweep/results.csv", "hard link", SWEEP_MORE),
     ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
     ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
