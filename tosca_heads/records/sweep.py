@@ -9,9 +9,9 @@ the point's flags (its validation split's among them) and timings, then the spli
 interval (`A_bar_low`, `A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last
 and the routing accuracy, a stratified bootstrap over images for A_bar and forgetting, never
 narrower than their counts allow: `method.uncertainty`) and the `images` they are over, every
-figure computed from the point's answers when the view is written (`rows_of`). It is rewritten
-(atomically) from the finished points whenever a sweep ends; an edit to it changes nothing the
-sweep says. A sweep.json of another format is refused in one line (`records.check_format`).
+figure computed from the point's answers when the view is drawn (`rows_of`). It is rewritten
+whole (atomically) from the finished points as they finish, at most every `VIEW_SECONDS`, and when
+a sweep ends (`ResultsView`); an edit to it changes nothing the sweep says. A sweep.json of another format is refused in one line (`records.check_format`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -40,7 +42,7 @@ from tosca_heads.records import (
 )
 from tosca_heads.records.claim import FolderKind
 from tosca_heads.records.derived import Block
-from tosca_heads.records.sweep_points import Point, check_points, figures_of_points
+from tosca_heads.records.sweep_points import Point, check_points, figures_of_points, in_order
 from tosca_heads.records.table import Table
 from tosca_heads.routers import ROUTERS
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows 
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.csv"
+VIEW_SECONDS = 5.0  # results.csv is written again at most this often while a sweep runs
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
 VALIDATION_COLUMNS = ["val_fraction", "val_seed"]  # the point's validation split (0: none)
 TIMING_COLUMNS = [
@@ -164,6 +167,44 @@ def write_results(out: Path, rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     table = Table("sweep results", "", columns(), [[_cell(row.get(c)) for c in columns()] for row in rows])
     table.write(Path(out) / RESULTS_FILE, ("csv",))
     return pd.read_csv(io.StringIO(table.csv()), keep_default_na=False, na_values=[""])
+
+
+class ResultsView:
+    """results.csv while a sweep runs: each finished point's rows, drawn once from its answers,
+    written whole over the file at most every `every` seconds as points finish (a killed sweep
+    leaves the view of most of what it finished; its points are the truth either way) and at the
+    end (`final`)."""
+
+    def __init__(self, out: Path, found: Sequence[Point], every: float = VIEW_SECONDS):
+        self.out, self.every = Path(out), every
+        self._points = {p.key: p for p in found}
+        self._rows = results_rows(found)
+        self._written = -math.inf
+
+    def rows(self, key: str) -> list[dict[str, Any]]:
+        return self._rows[key]
+
+    def add(self, points: Sequence[Point]) -> list[list[dict[str, Any]]]:
+        """Points just finished (one bootstrap for their figures); each one's rows. The view is
+        written again when `every` seconds have passed since it last was."""
+        drawn = results_rows(points)
+        self._points.update((p.key, p) for p in points)
+        self._rows.update(drawn)
+        if time.monotonic() - self._written >= self.every:
+            self._write()
+        return [drawn[p.key] for p in points]
+
+    def _write(self) -> pd.DataFrame:
+        self._written = time.monotonic()
+        ordered = in_order(list(self._points.values()))
+        return write_results(self.out, [row for p in ordered for row in self._rows[p.key]])
+
+    def final(self, points: Sequence[Point]) -> pd.DataFrame:
+        """The view of `points` (every finished point, as `read_points` gives them), written, and
+        the frame it holds."""
+        self._points = {p.key: p for p in points}
+        self._rows.update(results_rows([p for p in points if p.key not in self._rows]))
+        return self._write()
 
 
 def _cell(value: Any) -> str:

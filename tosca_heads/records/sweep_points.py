@@ -243,12 +243,17 @@ def read_points(out: Path) -> list[Point]:
             )
         if (entry / cell.DONE).exists() or (entry / cell.DONE).is_symlink():
             points.append(read_point(entry))
-    return sorted(points, key=lambda p: (_order(p.flags), p.key))
+    return in_order(points)
 
 
-def _order(flags: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A point's place in results.csv: by its flags (None first), as a grid lists them."""
-    return tuple((value is not None, value if value is not None else 0) for value in flags.values())
+def in_order(points: Sequence[Point]) -> list[Point]:
+    """Points in their place in results.csv: by their flags (None first), as a grid lists them."""
+
+    def place(point: Point) -> tuple[Any, ...]:
+        flags = point.flags.values()
+        return (*((value is not None, value if value is not None else 0) for value in flags), point.key)
+
+    return sorted(points, key=place)
 
 
 def check_points(out: Path) -> None:

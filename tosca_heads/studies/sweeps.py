@@ -51,15 +51,12 @@ from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
     RESULTS_FILE,
     SWEEP_FOLDER,
+    ResultsView,
     find_sweep_dir,
     record_choice,
-    results_rows,
-    rows_of,
     sweep_config,
-    write_results,
 )
 from tosca_heads.records.sweep_points import (
-    figures_of_points,
     point_asked,
     point_folder,
     point_key,
@@ -579,11 +576,11 @@ def _run_points(
     plan.pending = pending
     waiting = {p.key for p in pending}
     # the finished points kept (this grid's and any other the folder holds), their rows drawn once
-    rows = results_rows([p for p in read_points(out) if p.key not in waiting])
+    view = ResultsView(out, [p for p in read_points(out) if p.key not in waiting])
     if on_start:
         on_start()
     if parent is not None:  # the points found finished: their children too (logged before, or now)
-        _log_earlier(plan, parent, rows, [p for p in plan.points if p.key in rows], varying)
+        _log_earlier(plan, parent, view, [p for p in plan.points if p.key not in waiting], varying)
     start = time.perf_counter()
     size = plan.group or default_group_size(
         store.shape, pending, plan.sizing_device, plan.executor.processes_per_device()
@@ -600,9 +597,9 @@ def _run_points(
         for point, run in zip(members, outcome.runs, strict=True):
             measured = point_measured(run, outcome, len(members))
             write_point(out, point.key, plan.asked(point), measured, run.outcomes())
-            kept = read_point(point_folder(out, point.key))  # what a rerun reuses is what is shown
-            (blocks,) = figures_of_points([kept])
-            rows[point.key] = found = rows_of(kept, blocks)
+        # what a rerun reuses is what is shown: the cells read back, the group's figures on one bootstrap
+        drawn = view.add([read_point(point_folder(out, point.key)) for point in members])
+        for point, run, found in zip(members, outcome.runs, drawn, strict=True):
             finished += 1
             if parent is not None:  # logged here, in the command's process, never from a worker
                 _log_point(plan, parent, point, varying, found, run)
@@ -611,8 +608,7 @@ def _run_points(
 
     plan.executor.run([work for work, _ in groups.values()], record_group)
     points = read_points(out)  # the one reader: every view below is drawn from these points
-    rows.update(results_rows([p for p in points if p.key not in rows]))
-    frame = write_results(out, [row for p in points for row in rows[p.key]])
+    frame = view.final(points)
     seed = min((p.train.seed for p in plan.points), default=0)
     files, chosen, summary = write_sweep_outputs(
         out,
@@ -700,14 +696,14 @@ def _log_point(
 def _log_earlier(
     plan: SweepPlan,
     parent: TrackedGroup,
-    rows: dict[str, list[dict[str, Any]]],
+    view: ResultsView,
     earlier: list[SweepPoint],
     varying: Sequence[str],
 ) -> None:
     """The points the folder held finished before this command, each a child of the parent unless
     its trackers hold it already (a rerun after a kill, or the first with --log)."""
     for point in earlier:
-        _log_point(plan, parent, point, varying, rows[point.key], None)
+        _log_point(plan, parent, point, varying, view.rows(point.key), None)
 
 
 def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | None:
