@@ -1005,6 +1005,16 @@ def _point_redigested(root: Path, name: str, **changes: object) -> None:
     (folder / "done.json").write_text(json.dumps(done))
 
 
+def _point_of_a_recipe_out_of_range(root: Path) -> None:
+    """asked.json given a negative learning rate, done.json made again and the folder renamed to
+    the key its flags now give: every digest agrees, the recipe does not."""
+    from tosca_heads.records.sweep_points import flags_of, point_key
+
+    _point_redigested(root, "asked.json", train__lr=-1.0)
+    folder = _point(root)
+    folder.rename(folder.with_name(point_key(flags_of(json.loads((folder / "asked.json").read_text())))))
+
+
 def _deep_point_asked(root: Path) -> None:
     import hashlib
 
@@ -1091,7 +1101,19 @@ DAMAGED += [
         "sweep point flags not a mapping, done.json made again",
         lambda root: _point_redigested(root, "asked.json", train="r=8"),
         SWEEP_AGAIN,
-        "records no point's flags (edited or damaged)",
+        "records no point's flags (no recipe or task split); the file was edited or damaged",
+    ),
+    (
+        "sweep point store of no feature size, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", store__dim="wide"),
+        SWEEP_AGAIN,
+        "records no point's flags (no store of a feature size)",
+    ),
+    (
+        "sweep point recipe out of range under its own key, done.json made again",
+        _point_of_a_recipe_out_of_range,
+        SWEEP_AGAIN,
+        "records no point's flags (--lr must be > 0, got -1.0)",
     ),
     (
         "sweep point asked.json nested 3,000 deep, done.json made again",

@@ -65,12 +65,13 @@ def machine(device: str) -> dict[str, str]:
     return {"machine": platform.machine(), "system": platform.system(), "device": device}
 
 
-def check_seconds(seconds: Any, where: str) -> float:
-    """Seconds as a cell keeps them: a finite number, not negative; anything else is one line."""
+def check_seconds(seconds: Any, where: str, name: str = "seconds") -> float:
+    """Seconds as a cell keeps them (`name`: which of them): a finite number, not negative;
+    anything else is one line."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise UserError(f"{where}: seconds must be a finite number of seconds, got {seconds!r}")
+        raise UserError(f"{where}: {name} must be a finite number of seconds, got {seconds!r}")
     if seconds < 0:
-        raise UserError(f"{where}: seconds must not be negative, got {seconds!r}")
+        raise UserError(f"{where}: {name} must not be negative, got {seconds!r}")
     return float(seconds)
 
 

@@ -25,6 +25,8 @@ from typing import Any
 from featcache.store import FeatureStore
 from tosca_foundation.errors import UserError
 from tosca_foundation.fingerprints import canonical_json
+from tosca_heads.method.protocol import StreamConfig, ValidationConfig
+from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import cell
 from tosca_heads.records.derived import Block
@@ -133,12 +135,11 @@ def reusable_point(out: Path, key: str, asked: Mapping[str, Any]) -> bool:
 
 def check_measured(measured: Mapping[str, Any], where: str) -> None:
     """A point's measured values as a machine gives them, each refused in one line otherwise."""
-    cell.check_seconds(measured.get("seconds"), where)
-    for name in TIMED:
-        try:
-            cell.check_seconds(measured.get(name), where)
-        except UserError as exc:
-            raise UserError(f"{str(exc).replace('seconds must', f'{name} must', 1)}; {REDO}") from None
+    try:
+        for name in ("seconds", *TIMED):
+            cell.check_seconds(measured.get(name), where, name)
+    except UserError as exc:
+        raise UserError(f"{exc}; {REDO}") from None
     for name, least in COUNTED.items():
         value = measured.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -195,6 +196,36 @@ class Point:
         }
 
 
+def check_asked(asked: Mapping[str, Any], where: str) -> None:
+    """What a point's asked.json holds, checked as the command line's flags are (its recipe and task
+    split validated, the store's names text, its feature size and the validation split's numbers
+    possible): one line otherwise, never a traceback from a table drawn from it."""
+    store, held = asked.get("store"), asked.get("validation_split")
+    try:
+        if not isinstance(asked.get("train"), dict) or not isinstance(asked.get("stream"), dict):
+            raise TypeError("no recipe or task split")
+        TrainConfig(**asked["train"]).validate()
+        StreamConfig(**asked["stream"]).validate()
+        if held is not None:
+            if not isinstance(held, dict):
+                raise TypeError("a validation split that is not an object")
+            ValidationConfig(held.get("fraction"), held.get("seed")).validate()
+        if not (
+            isinstance(store, dict)
+            and all(isinstance(store.get(k), str) for k in ("fingerprint", "dataset", "backbone"))
+            and isinstance(store.get("dim"), int)
+            and not isinstance(store.get("dim"), bool)
+            and store["dim"] >= 1
+        ):
+            raise TypeError("no store of a feature size")
+    except (TypeError, UserError) as exc:
+        raise UserError(
+            f"{where} records no point's flags ({exc}); the file was edited or damaged; {REDO}"
+        ) from None
+    if asked["train"].get("r") is None or asked["train"].get("s") is None:
+        raise UserError(f"{where} records no r or s; the file was edited or damaged; {REDO}")
+
+
 def _entries(folder: Path) -> list[Path]:
     return sorted(folder.iterdir()) if folder.is_dir() else []
 
@@ -211,12 +242,8 @@ def read_point(folder: Path) -> Point:
         )
     if found.asked.get("kind") != KIND:
         raise UserError(f"{folder / cell.ASKED} is not a sweep point's (edited or damaged); {REDO}")
-    try:
-        key = point_key(flags_of(found.asked))
-    except (KeyError, TypeError, AttributeError):
-        raise UserError(
-            f"{folder / cell.ASKED} records no point's flags (edited or damaged); {REDO}"
-        ) from None
+    check_asked(found.asked, str(folder / cell.ASKED))
+    key = point_key(flags_of(found.asked))
     if key != folder.name:
         raise UserError(
             f"{folder} holds the point {key}, not the one its folder names (moved or renamed); {REDO}"

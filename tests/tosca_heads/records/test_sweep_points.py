@@ -171,6 +171,11 @@ def test_a_point_asked_otherwise_is_computed_again(made: dict[str, Path], tmp_pa
             "records no point's flags",
         ),
         (
+            "a store of no feature size",
+            lambda f: _redigested(f, cell.ASKED, store__dim=0),
+            "records no point's flags (no store of a feature size)",
+        ),
+        (
             "another kind of cell",
             lambda f: _redigested(f, cell.ASKED, kind="baseline"),
             "is not a sweep point's",
