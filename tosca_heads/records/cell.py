@@ -22,6 +22,7 @@ out from the answers when read (`figures`, `records.derived`): no file holds a f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -51,6 +52,12 @@ VERSIONED = ("torch", "numpy")  # the libraries whose versions change a cell's n
 def versions() -> dict[str, str]:
     """tosca's version and those of the libraries that change numbers, as asked.json records them:
     a cell made by another is computed again."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    """Looked up once per process (a sweep asks it of every point)."""
     found = {"tosca": __version__}
     for package in VERSIONED:
         try:

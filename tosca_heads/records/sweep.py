@@ -46,7 +46,7 @@ from tosca_heads.records.sweep_points import Point, check_points, figures_of_poi
 from tosca_heads.records.table import Table
 from tosca_heads.routers import ROUTERS
 
-if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
+if TYPE_CHECKING:  # pandas is loaded when a table is built, not to read points on a worker
     import pandas as pd
 
 SWEEP_FILE = "sweep.json"

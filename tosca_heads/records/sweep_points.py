@@ -40,7 +40,7 @@ REDO = "delete the point's folder (points/KEY) to compute it again"
 # times it read the store, the points trained together, and the device
 TIMED = ("train_seconds", "eval_seconds", "group_seconds")
 COUNTED = {"worker_pid": 0, "feature_loads": 0, "group_size": 1}  # each a whole number of at least this
-OLD_FILES = ("results.csv", "outcomes")  # what a sweep folder kept as truth before points were cells
+OLD_RESULTS, OLD_OUTCOMES = "results.csv", "outcomes"  # a sweep's truth before points were cells
 
 
 def point_asked(
@@ -287,7 +287,7 @@ def check_points(out: Path) -> None:
     """Before anything runs: a sweep folder written before points were cells refused in one line,
     then every finished point read and checked (`read_points`)."""
     out = Path(out)
-    old = (out / "outcomes").exists() or ((out / "results.csv").exists() and not points_folder(out).exists())
+    old = (out / OLD_OUTCOMES).exists() or ((out / OLD_RESULTS).exists() and not points_folder(out).exists())
     if old:
         raise UserError(
             f"sweep folder {out} was written before sweep points were kept as cells (results.csv and "

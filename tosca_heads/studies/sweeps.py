@@ -5,8 +5,9 @@ are grouped, up to `group` at a time, each group one engine run (on a GPU hundre
 together), handed to the executor (`running.executor`: here, or Dask processes). What to
 write: each finished point is a cell (`records.sweep_points`: points/KEY/), written once by this
 process as its group comes back, so a killed sweep resumes by reusing the points whose cells are
-finished and whole (`reusable_point`); the views (results.csv, the tables and plots, what the sweep
-chose) are drawn from the points at the end (`records.sweep`, `results`).
+finished and whole (`reusable_point`); the views are drawn from the points: results.csv as they
+finish and at the end (`records.sweep.ResultsView`), the tables, plots and what the sweep chose at
+the end (`results`).
 """
 
 from __future__ import annotations
@@ -373,12 +374,16 @@ class SweepPlan:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
 
+    @functools.cached_property
+    def validation_split(self) -> dict[str, Any] | None:
+        """The validation split every point holds out, as its asked.json records it (None: none)."""
+        validation = self.fit.validation
+        return validation_record(validation, self.fit.held_ids) if validation.enabled else None
+
     def asked(self, point: SweepPoint) -> dict[str, Any]:
         """What the point's cell is asked (`sweep_points.point_asked`): it is reused only when this
         is what its asked.json holds."""
-        validation = self.fit.validation
-        held = validation_record(validation, self.fit.held_ids) if validation.enabled else None
-        return point_asked(self.fit.store, asdict(point.train), asdict(point.stream), held)
+        return point_asked(self.fit.store, asdict(point.train), asdict(point.stream), self.validation_split)
 
     def to_run(self) -> list[SweepPoint]:
         """The points whose cells are not in the folder to reuse (`sweep_points.reusable_point`)."""
