@@ -981,14 +981,6 @@ def _identity_without_a_name(root: Path) -> None:
     (root / "store.zarr" / "zarr.json").write_text(json.dumps(meta))
 
 
-def _sweep_results(root: Path) -> None:
-    results = root / "sweep" / "results.csv"
-    rows = list(csv.reader(io.StringIO(results.read_text())))
-    rows[1][rows[0].index("A_last")] = "banana"
-    with open(results, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
-
-
 def _sparse(path: Path, size: int, head: bytes = b"") -> None:
     """A file of `size` bytes that takes a few KiB on disk (a hole after `head`)."""
     with open(path, "wb") as fh:
@@ -1041,14 +1033,6 @@ def _router_of_a_million_classes(root: Path) -> None:
     text = json.dumps(layout).encode()
     text += b" " * (-len(text) % 8)
     _sparse(path, 8 + len(text) + offset, struct.pack("<Q", len(text)) + text)
-
-
-def _deep_cell(root: Path) -> None:
-    results = root / "sweep" / "results.csv"
-    rows = list(csv.reader(io.StringIO(results.read_text())))
-    rows[1][rows[0].index("A_t")] = DEEP
-    with open(results, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
 
 
 DAMAGED: list[tuple[str, Any, list[str], str]] = [
@@ -1109,12 +1093,6 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "were edited or damaged; `tosca eval {run}` rewrites them",
     ),
     (
-        "sweep results not numbers",
-        _sweep_results,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "results.csv line 2: A_last holds 'banana', not a number",
-    ),
-    (
         "sweep file edited",
         lambda root: (root / "sweep" / "sweep.json").write_text("{oops"),
         [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
@@ -1163,18 +1141,20 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         ["predict", "{run}", "{img}", "--device", "cpu"],
         "router.safetensors is damaged (it covers 1000000 classes in 1 tasks",
     ),
-    (
-        "a results.csv cell nested 3,000 deep",
-        _deep_cell,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "results.csv line 2: A_t holds '[[[[",
-    ),
 ]
 
 
+SWEEP_AGAIN = [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"]
+
+
+def _point(root: Path) -> Path:
+    """The finished sweep's one point: its cell's folder (points/KEY)."""
+    (folder,) = (root / "sweep" / "points").iterdir()
+    return folder
+
+
 def _point_outcomes(root: Path) -> Path:
-    (path,) = (root / "sweep" / "outcomes").glob("*.safetensors")
-    return path
+    return _point(root) / "outcomes.safetensors"
 
 
 def _flipped_outcomes(root: Path) -> None:
@@ -1185,23 +1165,176 @@ def _flipped_outcomes(root: Path) -> None:
 
     path = _point_outcomes(root)
     tensors = load_file(path)
-    tensors["test/right/entropy"] = ~tensors["test/right/entropy"]
+    tensors["test/right/entropy"] = 255 - tensors["test/right/entropy"]
     meta = {"format": str(FORMAT), "tasks": str(tensors["test/right/entropy"].shape[0])}
     save_file(tensors, path, metadata=meta)
 
 
+def _point_redigested(root: Path, name: str, **changes: object) -> None:
+    """A file of the finished point edited and its done.json made again over it: an edit that
+    hides itself from the digests."""
+    import hashlib
+
+    folder = _point(root)
+    _edit_json(folder / name, **changes)
+    done = json.loads((folder / "done.json").read_text())
+    done["sha256"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    (folder / "done.json").write_text(json.dumps(done))
+
+
+def _point_of_a_recipe_out_of_range(root: Path) -> None:
+    """asked.json given a negative learning rate, done.json made again and the folder renamed to
+    the key its flags now give: every digest agrees, the recipe does not."""
+    from tosca_heads.records.sweep_points import flags_of, point_key
+
+    _point_redigested(root, "asked.json", train__lr=-1.0)
+    folder = _point(root)
+    folder.rename(folder.with_name(point_key(flags_of(json.loads((folder / "asked.json").read_text())))))
+
+
+def _deep_point_asked(root: Path) -> None:
+    import hashlib
+
+    folder = _point(root)
+    text = (folder / "asked.json").read_text().replace('"train": {', f'"deep": {DEEP}, "train": {{', 1)
+    (folder / "asked.json").write_text(text)
+    done = json.loads((folder / "done.json").read_text())
+    done["sha256"]["asked.json"] = hashlib.sha256(text.encode()).hexdigest()
+    (folder / "done.json").write_text(json.dumps(done))
+
+
+def _point_a_link(root: Path) -> None:
+    """The point's folder moved out of the sweep and a link left in its place."""
+    folder = _point(root)
+    shutil.move(folder, root / "elsewhere")
+    folder.symlink_to(root / "elsewhere")
+
+
+def _sweep_of_the_old_layout(root: Path) -> None:
+    """results.csv and outcomes/KEY.safetensors as truth, no points/: a sweep written before points
+    were cells."""
+    folder = _point(root)
+    (root / "sweep" / "outcomes").mkdir()
+    shutil.move(folder / "outcomes.safetensors", root / "sweep" / "outcomes" / f"{folder.name}.safetensors")
+    shutil.rmtree(root / "sweep" / "points")
+
+
 DAMAGED += [
     (
-        "sweep outcomes not safetensors",
+        "sweep point answers not safetensors",
         lambda root: _garbage(_point_outcomes(root)),
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        ".safetensors: it is not a safetensors file",
+        SWEEP_AGAIN,
+        "outcomes.safetensors is not the file that was written (edited or damaged since",
     ),
     (
-        "sweep outcomes edited",
+        "sweep point answers edited",
         _flipped_outcomes,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "A_t after task 0 of entropy (test) is not what its kept answers give",
+        SWEEP_AGAIN,
+        "outcomes.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point answers deleted",
+        lambda root: _point_outcomes(root).unlink(),
+        SWEEP_AGAIN,
+        "outcomes.safetensors is missing (deleted?); delete the point's folder (points/KEY)",
+    ),
+    (
+        "sweep point seconds edited",
+        lambda root: _edit_json(_point(root) / "measured.json", seconds=-3),
+        SWEEP_AGAIN,
+        "measured.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point flags edited",
+        lambda root: _edit_json(_point(root) / "asked.json", train__r=8),
+        SWEEP_AGAIN,
+        "asked.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point seconds negative, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", seconds=-3),
+        SWEEP_AGAIN,
+        "seconds must not be negative, got -3",
+    ),
+    (
+        "sweep point train seconds infinite, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", train_seconds=float("inf")),
+        SWEEP_AGAIN,
+        "train_seconds must be a finite number of seconds, got inf",
+    ),
+    (
+        "sweep point group size zero, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", group_size=0),
+        SWEEP_AGAIN,
+        "group_size must be a whole number of at least 1, got 0",
+    ),
+    (
+        "sweep point flags of another point, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", train__r=8),
+        SWEEP_AGAIN,
+        "not the one its folder names (moved or renamed)",
+    ),
+    (
+        "sweep point flags not a mapping, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", train="r=8"),
+        SWEEP_AGAIN,
+        "records no point's flags (no recipe or task split); the file was edited or damaged",
+    ),
+    (
+        "sweep point store of no feature size, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", store__dim="wide"),
+        SWEEP_AGAIN,
+        "records no point's flags (no store of a feature size)",
+    ),
+    (
+        "sweep point recipe out of range under its own key, done.json made again",
+        _point_of_a_recipe_out_of_range,
+        SWEEP_AGAIN,
+        "records no point's flags (--lr must be > 0, got -1.0)",
+    ),
+    (
+        "sweep point asked.json nested 3,000 deep, done.json made again",
+        _deep_point_asked,
+        SWEEP_AGAIN,
+        "asked.json nests more than 64 levels deep",
+    ),
+    (
+        "sweep point done.json not JSON",
+        lambda root: (_point(root) / "done.json").write_text("{not json"),
+        SWEEP_AGAIN,
+        "done.json",
+    ),
+    (
+        "sweep point done.json naming a file outside the cell",
+        lambda root: _edit_json(_point(root) / "done.json", sha256={"../../../store.zarr/zarr.json": "0"}),
+        SWEEP_AGAIN,
+        "names '../../../store.zarr/zarr.json', no file of a cell",
+    ),
+    (
+        "sweep point holding a stray file",
+        lambda root: (_point(root) / "notes.txt").write_text("mine"),
+        SWEEP_AGAIN,
+        "holds 'notes.txt', no file of a sweep point (added since)",
+    ),
+    (
+        "sweep points holding a stray file",
+        lambda root: (root / "sweep" / "points" / "notes.txt").write_text("mine"),
+        SWEEP_AGAIN,
+        "holds 'notes.txt', no sweep point's folder (added since)",
+    ),
+    (
+        "sweep point renamed",
+        lambda root: _point(root).rename(_point(root).with_name("0123456789abcdef")),
+        SWEEP_AGAIN,
+        "holds the point",
+    ),
+    ("sweep point folder a link", _point_a_link, SWEEP_AGAIN, "a symbolic link"),
+    (
+        "sweep written before its points were cells",
+        _sweep_of_the_old_layout,
+        SWEEP_AGAIN,
+        "was written before sweep points were kept as cells (results.csv and outcomes/, no points/): "
+        "pass another --out",
     ),
 ]
 
@@ -1319,10 +1452,10 @@ SWEEP_MORE = [*SWEEP, "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "{r
 FIT_MORE = [*FIT, "--epochs", "1", "--r", "4", "--s", "4", "--run", "{run}"]
 BASELINES_AGAIN = [*BASE, "--methods", "simplecil", "--out", "{root}/base"]
 LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is planted there, command)
-    ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
+    ("sweep results.csv", "sweep/results.csv", "link", SWEEP_MORE),
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
-    ("sweep results.csv, a hard link (appended)", "sweep/results.csv", "hard link", SWEEP_MORE),
+    ("sweep results.csv, a hard link", "sweep/results.csv", "hard link", SWEEP_MORE),
     ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
     ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
@@ -1331,7 +1464,7 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
     ("sweep heatmap", "sweep/heatmap_A_last.png", "link", SWEEP_MORE),
     ("sweep summary.csv", "sweep/summary.csv", "link", SWEEP_MORE),
-    ("sweep outcomes folder", "sweep/outcomes", "link", SWEEP_MORE),
+    ("sweep points folder", "sweep/points", "link", SWEEP_MORE),
     ("run outcomes.safetensors", "run/outcomes.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines outcomes.safetensors", "base/simplecil/outcomes.safetensors", "link", BASELINES_AGAIN),
     ("run config.json, a dangling link", "run/config.json", "dangling", FIT_MORE),
@@ -1418,6 +1551,50 @@ def test_damaged_files(
     assert _state(root) == before, f"{name} changed files"
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "done.json deleted",
+        "done.json deleted and the answers cut short",
+        "the answers deleted with done.json",
+    ],
+)
+def test_a_sweep_point_without_done_json_is_computed_again_never_shown(
+    name: str, damaged_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A point whose done.json is gone looks like one a kill or a full disk stopped: it is never
+    read (its figures, edited or not, are never shown) and is computed again, whole, with the
+    figures it had."""
+    root = _copy(damaged_template, tmp_path)
+    folder = _point(root)
+    figures = (root / "sweep" / "results.csv").read_text()
+    (folder / "measured.json").write_text('{"format": 1, "seconds": -3}')  # never read: not finished
+    (folder / "done.json").unlink()
+    if name == "done.json deleted and the answers cut short":
+        _sparse(folder / "outcomes.safetensors", 4, b"\x00\x00")
+    elif name == "the answers deleted with done.json":
+        (folder / "outcomes.safetensors").unlink()
+    monkeypatch.chdir(root)
+    argv = [part.format(root=root, store=root / "store.zarr") for part in SWEEP_AGAIN]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert "1 run(s)" in result.output and "0 already done" in result.output
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "asked.json",
+        "done.json",
+        "measured.json",
+        "outcomes.safetensors",
+    ]
+    assert json.loads((folder / "measured.json").read_text())["seconds"] >= 0
+    timed = {"train_seconds", "eval_seconds", "run_seconds", "group_seconds", "worker_pid"}
+
+    def untimed(text: str) -> list[list[str]]:
+        header, *rows = csv.reader(io.StringIO(text))
+        return [[c for c, h in zip(row, header, strict=True) if h not in timed] for row in [header, *rows]]
+
+    assert untimed((root / "sweep" / "results.csv").read_text()) == untimed(figures)
+
+
 def _copy(damaged_template: Path, tmp_path: Path) -> Path:
     root = tmp_path / "copy"
     shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
@@ -1440,7 +1617,7 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     root = _copy(damaged_template, tmp_path)
     target, outside = root / file, tmp_path / "outside.txt"
     outside.write_text("the planter's target\n")
-    if target.is_dir() and not target.is_symlink():  # a folder tosca made (a sweep's outcomes/)
+    if target.is_dir() and not target.is_symlink():  # a folder tosca made (a sweep's points/)
         shutil.rmtree(target)
     target.unlink(missing_ok=True)
     if planted == "fifo":

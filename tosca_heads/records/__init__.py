@@ -5,7 +5,8 @@ one module, so a format changes in one place and every reader sees the change.
   the routers' statistics, metrics.json, results.csv;
 - `run_config`: a run's config.json: what a plan writes there, its reader and comparison;
 - `claim`: the one claim of every folder above (checked, locked, marked, its config compared);
-- `sweep`: a sweep folder's sweep.json and its append-only results.csv;
+- `sweep`: a sweep folder: sweep.json (the study) and results.csv, a view of its points;
+- `sweep_points`: a sweep's points, each a cell in points/KEY/, and their one reader;
 - `cell`: the cell, one folder format for every unit that runs (asked.json, measured.json, the
   kept answers, state/, done.json written last with every file's digest) and its one reuse rule;
 - `baselines_folder`: a baselines folder (`tosca baselines`): one cell per baseline, its

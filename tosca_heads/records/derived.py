@@ -1,9 +1,8 @@
 """Every figure a file keeps that its kept answers give, worked out again when the file is read and
 compared with what it says: a stored figure is believed only where it follows from the answers.
 
-A metrics block (a router's or a baseline's, in a run's or a baseline's metrics.json, or a sweep
-point's row of results.csv) keeps figures that are all functions of its per-image answers
-(`records.outcomes`): A_t and the accuracy matrix, every figure of `metrics.figures()` computed
+A metrics block (a router's, in a run's metrics.json) keeps figures that are all functions of its
+per-image answers (`records.outcomes`): A_t and the accuracy matrix, every figure of `metrics.figures()` computed
 from them (A_bar, A_last, forgetting, a plug-in's), their intervals and standard errors
 (`uncertainty.intervals_of`), and the images they rest on. `expected_block` makes each again
 exactly as the writers make it (`metrics.summarise`, then `records.with_intervals`), and
@@ -13,8 +12,8 @@ routes (`routing_of`), and a run's routing confusion checked against it (`check_
 
 The intervals of every block of one split on the same images come from one bootstrap
 (`intervals_of` over them all): its draws depend only on the seed and the classes' sizes, so a
-block's intervals are the same whichever others are checked with it, and a sweep of many points
-pays for one.
+block's intervals are the same whichever others are checked with it (`cell.figures_of_many`
+computes many cells' figures on one bootstrap so).
 """
 
 from __future__ import annotations
@@ -115,7 +114,7 @@ def recorded_blocks(
     return paired
 
 
-def _image_key(split: str, outcome: Outcomes) -> tuple[str, str]:
+def image_key(split: str, outcome: Outcomes) -> tuple[str, str]:
     """Blocks on the same images share one bootstrap (`intervals_of` requires the same images)."""
     digest = hashlib.sha256(outcome.rows.tobytes() + b"|" + outcome.classes.tobytes()).hexdigest()
     return split, digest
@@ -127,7 +126,7 @@ def check_figures(recorded: Iterable[Recorded]) -> None:
     items = list(recorded)
     groups: dict[tuple[str, str], dict[int, list[Outcomes]]] = {}
     for i, item in enumerate(items):
-        groups.setdefault(_image_key(item.split, item.outcome), {})[i] = [item.outcome]
+        groups.setdefault(image_key(item.split, item.outcome), {})[i] = [item.outcome]
     found: dict[int, dict[str, Interval]] = {}
     for named in groups.values():
         found.update(intervals_of(named))  # type: ignore[arg-type]  # any hashable names a run

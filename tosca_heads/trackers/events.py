@@ -34,7 +34,7 @@ from tosca_heads.trackers.logger_registry import Metric
 
 # a record's field -> the shorter name trackers show (a final figure and its series share one)
 SHORT = {"routing_accuracy": "routing", "routing_accuracy_t": "routing", "train_acc": "accuracy"}
-ROW_ONLY = {*POINT_COLUMNS, "rows", "split", "router"}  # a results.csv row's columns that are no figure
+ROW_ONLY = {*POINT_COLUMNS, "split", "router"}  # a results.csv row's columns that are no figure
 PARAM_TEXT = 500  # a parameter's value is cut to this many characters (a tracker's limit is larger)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-./ ]")
 

@@ -6,6 +6,7 @@ written, not even a lock file beside them. A group is checked whole before any l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ from tosca_heads.records.run_config import (
     make_run_config,
     read_run_config,
 )
-from tosca_heads.records.sweep import OUTCOMES_FOLDER, SWEEP_FOLDER, sweep_config
+from tosca_heads.records.sweep import SWEEP_FOLDER, sweep_config
 from tosca_heads.studies.suite.suite_runner import SUITE_FOLDER
 
 STORE = SimpleNamespace(  # what a config reads of a store
@@ -251,17 +252,19 @@ def test_a_group_holds_every_lock_for_its_block(tmp_path: Path) -> None:
 
 
 def test_what_a_killed_writer_left_half_written_is_removed(tmp_path: Path) -> None:
-    """Temporary files of a writer whose process is gone go, in the folder and the kind's
-    subfolders (a sweep's outcomes); a live writer's stay."""
+    """Temporary files of a writer whose process is gone go, in the folder and the subfolders its
+    kind names (`stale_in`); a live writer's stay. (A sweep point's cell left unfinished is
+    removed whole when it is computed again: `sweep_points.write_point`.)"""
     folder = tmp_path / "sweep"
-    with claim.claim_folder(folder, SWEEP_FOLDER, _sweep_config()):
-        (folder / OUTCOMES_FOLDER).mkdir()
+    kind = dataclasses.replace(SWEEP_FOLDER, stale_in=("kept",))
+    with claim.claim_folder(folder, kind, _sweep_config()):
+        (folder / "kept").mkdir()
     dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2^22)
-    stale = [folder / f".results.csv.{dead}.tmp", folder / OUTCOMES_FOLDER / f".k.safetensors.{dead}.tmp"]
+    stale = [folder / f".results.csv.{dead}.tmp", folder / "kept" / f".k.safetensors.{dead}.tmp"]
     live = folder / f".results.csv.{os.getpid()}.tmp"
     for path in [*stale, live]:
         path.write_text("half")
-    with claim.claim_folder(folder, SWEEP_FOLDER, _sweep_config()):
+    with claim.claim_folder(folder, kind, _sweep_config()):
         assert not any(p.exists() for p in stale) and live.exists()
 
 

@@ -145,14 +145,18 @@ def test_a_sweep_written_before_the_first_release_is_refused(copy: Path, value: 
     assert BEFORE in line and "sweep.json" in line, line
 
 
-def test_a_sweep_whose_rows_were_written_before_the_first_release_is_refused(copy: Path) -> None:
-    results = copy / "sweep" / "results.csv"
-    text = results.read_text().splitlines()
-    results.write_text("\n".join([text[0], *("4" + line[1:] for line in text[1:])]) + "\n")
-    line = _refused(
-        "sweep", "--store", copy / "s.zarr", "--out", copy / "sweep", "--jobs", "1", *QUICK, *SPLIT
-    )
-    assert BEFORE in line and "line 2" in line and "format 4" in line, line
+def test_a_sweep_written_before_its_points_were_cells_is_refused(copy: Path) -> None:
+    """results.csv as truth with outcomes/KEY.safetensors, no points/ (issue 54): one line saying
+    what to do, and nothing written over."""
+    sweep = copy / "sweep"
+    (sweep / "outcomes").mkdir()
+    for point in sorted((sweep / "points").iterdir()):
+        shutil.move(point / "outcomes.safetensors", sweep / "outcomes" / f"{point.name}.safetensors")
+    shutil.rmtree(sweep / "points")
+    results = (sweep / "results.csv").read_bytes()
+    line = _refused("sweep", "--store", copy / "s.zarr", "--out", sweep, "--jobs", "1", *QUICK, *SPLIT)
+    assert "was written before sweep points were kept as cells" in line and "pass another --out" in line, line
+    assert (sweep / "results.csv").read_bytes() == results and not (sweep / "points").exists()
 
 
 def test_a_baselines_folder_written_before_cells_is_refused(copy: Path) -> None:
@@ -270,7 +274,7 @@ def test_adding_a_router_does_not_stop_a_sweep_from_resuming(tmp_path: Path) -> 
         per_point[8] == {*resolve_routers(None), FirstModule.name}
         and FirstModule.name not in per_point[2] | per_point[4]
     )
-    assert (long.groupby("key")["router"].count() == long.groupby("key")["rows"].first()).all()
+    assert (long.groupby("key")["split"].count() == 2 * long.groupby("key")["router"].nunique()).all()
     assert "| 8 |" in (tmp_path / "sw" / "summary.md").read_text()  # the tables are rebuilt with it
 
 
@@ -279,9 +283,9 @@ def test_adding_a_router_does_not_stop_a_sweep_from_resuming(tmp_path: Path) -> 
     [
         ("run/outcomes.safetensors", lambda root: ["routers", root / "run"], "`tosca eval"),
         (
-            "sweep/outcomes",
+            "sweep/points",
             lambda root: ["sweep", "--store", root / "s.zarr", "--out", root / "sweep", *QUICK, *SPLIT],
-            "delete its rows in results.csv",
+            "delete the point's folder (points/KEY) to compute it again",
         ),
         (
             "suite/cells",

@@ -1,9 +1,8 @@
-"""A run or sweep whose files were edited, copied between runs or made from a diverged fit never
+"""A run whose files were edited, copied between runs or made from a diverged fit never
 gives a number: every file is checked against the run's recipe and split when it is read."""
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from collections.abc import Callable
@@ -18,7 +17,6 @@ from support.stores import synthetic_store
 import tosca_heads
 from tosca_foundation.errors import UserError
 from tosca_heads.records.run_folder import read_metrics
-from tosca_heads.records.sweep import ResultsTable
 from tosca_heads.running.group import evaluate_run
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
@@ -131,56 +129,6 @@ def test_edited_metrics_are_refused(
     (run / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(UserError, match="were edited or damaged"):
         read_metrics(run)
-
-
-@pytest.fixture(scope="module")
-def sweep(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sweep") / "sw"
-    tosca_heads.sweep(runs["store"], out=out, grid={"r": [2, 4]}, init_cls=2, increment=2, epochs=1)
-    return out / "results.csv"
-
-
-@pytest.mark.parametrize(
-    ("column", "value", "said"),
-    [
-        ("A_last", "nan", "not a finite number"),
-        ("A_last", "inf", "not a finite number"),
-        ("A_last", "5", "not A_last between 0 and 1"),  # each figure's bounds, as its metric declares them
-        ("forgetting", "-1.5", "not forgetting between -1 and 1"),
-        ("A_bar_low", "1.5", "not A_bar between 0 and 1"),
-        ("params_per_task", "nan", "not a finite number"),
-        ("train_seconds", "-1", "not a number of at least 0"),
-        ("r", "-3", "not a number of at least 1"),
-        ("r", "3.5", "not a whole number"),
-        ("r", "8", "its flags do not match its key"),
-        ("l1", "0.5", "its flags do not match its key"),
-        ("A_t", "xyz", "A_t holds 'xyz', not a list of accuracies"),
-    ],
-)
-def test_edited_sweep_results_are_refused(
-    sweep: Path, tmp_path: Path, column: str, value: str, said: str
-) -> None:
-    rows = list(csv.DictReader(sweep.open()))
-    rows[0][column] = value
-    edited = tmp_path / "results.csv"
-    with edited.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    with pytest.raises(UserError, match=f"line 2: .*{said}"):
-        ResultsTable(edited, check_only=True)
-    assert ResultsTable(sweep, check_only=True).keys()  # the file as written reads
-
-
-def test_a_last_line_cut_inside_its_curve_is_dropped_not_refused(sweep: Path, tmp_path: Path) -> None:
-    """A kill mid-append leaves a last line without its newline, cut anywhere (even inside the
-    quoted A_t): that point was not recorded, and the sweep reruns it."""
-    whole = sweep.read_text()
-    cut = tmp_path / "results.csv"
-    cut.write_text(whole[: whole.rstrip("\n").rfind("[") + 5])  # inside the last row's A_t
-    table = ResultsTable(cut)
-    assert len(table.keys()) == len(ResultsTable(sweep, check_only=True).keys()) - 1
-    assert cut.read_text().endswith("\n")
 
 
 def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
