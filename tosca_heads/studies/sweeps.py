@@ -44,7 +44,7 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault, wrong_type
-from tosca_heads.records import claim
+from tosca_heads.records import cell, claim
 from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
     RESULTS_FILE,
@@ -704,7 +704,7 @@ def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | Non
         )
         if same and point.train.seed == seed and plan.keep_modules is not None:
             folder = module_folder(plan.keep_modules, point)
-            return str(folder) if (folder / "metrics.json").is_file() else None
+            return str(folder) if (folder / cell.DONE).is_file() else None
     return None
 
 
