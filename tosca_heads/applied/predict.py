@@ -31,6 +31,7 @@ from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.run_folder import (
     ROUTER_FILE,
     check_task_count,
+    check_whole_if_finished,
     config_digest,
     feature_dim_of,
     finished_tasks,
@@ -87,6 +88,7 @@ class RunPredictor:
     def load(self) -> RunPredictor:
         """Read the modules, the last classifier and the router statistics (nothing is trained)."""
         self.config_ = read_run_config(self.run_dir)
+        check_whole_if_finished(self.run_dir)
         tasks = finished_tasks(self.run_dir)
         if tasks == 0:
             raise UserError(

@@ -80,8 +80,8 @@ from tosca_heads.records import (
     plots,
     with_intervals,
 )
-from tosca_heads.records.cell import DONE, STATE
-from tosca_heads.records.run_config import CONFIG, read_run_config
+from tosca_heads.records.cell import DONE, STATE, check_whole
+from tosca_heads.records.run_config import CONFIG, EDITED, read_run_config
 from tosca_heads.routers import ROUTERS
 
 VALIDATION_FILE = f"{STATE}/validation.json"
@@ -179,6 +179,13 @@ def feature_dim_of(config: dict[str, Any], run_dir: Path) -> int:
 # ------------------------------------------------------------------------------------------ task files
 
 
+def check_whole_if_finished(run_dir: Path) -> None:
+    """A run that finished (its done.json there) is read only whole (`cell.check_whole`): a state
+    file edited, copied in or deleted since is one line before anything is read or rewritten."""
+    if (Path(run_dir) / DONE).exists():
+        check_whole(run_dir, EDITED)
+
+
 def task_file(run_dir: Path, task: int) -> Path:
     return Path(run_dir) / STATE / f"task_{task:03d}.safetensors"
 
@@ -191,31 +198,17 @@ def finished_tasks(run_dir: Path) -> int:
 
 
 def check_no_task_lost(run_dir: Path, found: int) -> None:
-    """Before a run is evaluated again: every task file it had is there. A task file past the first
-    missing one, or a done.json naming a task file that is gone, means one was deleted; evaluating
-    what is left would rewrite the run's files with tasks dropped without a word. One line naming
-    the file; nothing is rewritten."""
+    """Before a run never finished is evaluated again: every task file it had is there (a finished
+    one is checked whole first: `check_whole_if_finished`). A task file past the first missing one
+    means one was deleted; evaluating what is left would rewrite the run's files with tasks dropped
+    without a word. One line naming the file; nothing is rewritten."""
     later = sorted((Path(run_dir) / STATE).glob("task_*.safetensors"))
     beyond = [path.name for path in later if path.name > task_file(run_dir, found).name]
-    recorded = _tasks_done(run_dir)
-    said = [f"{', '.join(beyond)} remain"] if beyond else []
-    if recorded > found:
-        said.insert(0, f"{DONE} records {recorded} finished tasks")
-    if said:
+    if beyond:
         raise UserError(
-            f"run {run_dir}: {task_file(run_dir, found).name} is missing ({'; '.join(said)}): evaluating "
-            f"it would drop tasks from its files; `tosca fit --run {run_dir}` trains that task again"
+            f"run {run_dir}: {task_file(run_dir, found).name} is missing ({', '.join(beyond)} remain): "
+            f"evaluating it would drop tasks from its files; `tosca fit --run {run_dir}` trains that task again"
         )
-
-
-def _tasks_done(run_dir: Path) -> int:
-    """The task files a run's done.json names (0: none, or a done.json that is no record: the
-    claim refuses that one in its own words)."""
-    try:
-        digests = json.loads((Path(run_dir) / DONE).read_text(encoding="utf-8")).get("sha256", {})
-        return sum(1 for name in digests if Path(name).name.startswith("task_"))
-    except (OSError, ValueError, AttributeError):
-        return 0
 
 
 def check_task_count(run_dir: Path, found: int, tasks: int) -> None:

@@ -281,6 +281,7 @@ def evaluate_run(
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing.
     Every router is evaluated, and the on-request ones among `routers` (`routers.learned`)."""
     config = run_record.read_run_config(run_dir)
+    run_record.check_whole_if_finished(run_dir)
     stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
     done = run_record.finished_tasks(run_dir)
     run_record.check_no_task_lost(run_dir, done)  # a deleted task file: refused, nothing rewritten
