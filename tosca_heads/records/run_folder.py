@@ -60,6 +60,7 @@ import torch
 from featcache.store import FeatureStore, open_unchanged
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
+from tosca_foundation.folders import refuse_planted
 from tosca_foundation.files import parse_json
 from tosca_foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from tosca_heads.engine.layout import ParamLayout
@@ -181,8 +182,10 @@ def feature_dim_of(config: dict[str, Any], run_dir: Path) -> int:
 
 def check_whole_if_finished(run_dir: Path) -> None:
     """A run that finished (its done.json there) is read only whole (`cell.check_whole`): a state
-    file edited, copied in or deleted since is one line before anything is read or rewritten."""
+    file edited, copied in or deleted since is one line before anything is read or rewritten; a
+    link or fifo planted in it is named as such first (`folders.refuse_planted`), never read."""
     if (Path(run_dir) / DONE).exists():
+        refuse_planted(Path(run_dir), "--run")
         check_whole(run_dir, EDITED)
 
 
