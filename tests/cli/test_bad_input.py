@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cells import redigest
 from support.images import TINY_VIT, make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
@@ -874,20 +875,10 @@ def _deep_cell(root: Path) -> None:
         csv.writer(fh).writerows(rows)
 
 
-def _redigest(folder: Path) -> None:
-    """done.json made again over a cell's files as they are now: an edit that hides itself, so
-    what the file itself says must be refused."""
-    import hashlib
-
-    done = json.loads((folder / "done.json").read_text())
-    done["sha256"] = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in done["sha256"]}
-    (folder / "done.json").write_text(json.dumps(done))
-
-
 def _asked_edited(root: Path, **changes: object) -> None:
     """The run's asked.json edited and its done.json made again to match."""
     _edit_json(root / "run" / "asked.json", **changes)
-    _redigest(root / "run")
+    redigest(root / "run")
 
 
 def _first_task_seconds(root: Path, seconds: float) -> None:
@@ -896,7 +887,7 @@ def _first_task_seconds(root: Path, seconds: float) -> None:
     measured = json.loads(path.read_text())
     measured["tasks"][0]["seconds"] = seconds
     path.write_text(json.dumps(measured))
-    _redigest(root / "run")
+    redigest(root / "run")
 
 
 def _unfinished(root: Path, damage: Any) -> None:
@@ -1008,7 +999,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "run seconds not finite, done.json made again",
         lambda root: (
             _edit_json(root / "run" / "measured.json", seconds=float("inf")),
-            _redigest(root / "run"),
+            redigest(root / "run"),
         ),
         ["routers", "{run}"],
         "seconds must be a finite number of seconds, got inf",
@@ -1083,7 +1074,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "measured.json nested 3,000 deep, done.json made again",
         lambda root: (
             (root / "run" / "measured.json").write_text('{"x": ' + DEEP + "}"),
-            _redigest(root / "run"),
+            redigest(root / "run"),
         ),
         ["routers", "{run}"],
         "{run}/measured.json nests more than 64 levels deep",
@@ -1366,7 +1357,7 @@ def test_damaged_files(
     shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store (as if written there)
         _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
-        _redigest(root / run)
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     prepare(root)
     monkeypatch.chdir(root)
@@ -1393,7 +1384,7 @@ def _copy(damaged_template: Path, tmp_path: Path) -> Path:
     shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store (as if written there)
         _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
-        _redigest(root / run)
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     return root
 

@@ -60,8 +60,8 @@ import torch
 from featcache.store import FeatureStore, open_unchanged
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
-from tosca_foundation.folders import refuse_planted
 from tosca_foundation.files import parse_json
+from tosca_foundation.folders import refuse_planted
 from tosca_foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.metrics import summarise

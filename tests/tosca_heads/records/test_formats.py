@@ -7,7 +7,6 @@ registry, so adding a router does not stop a sweep from resuming."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from support.cells import redigest
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -89,7 +89,7 @@ def copy(made: Path, tmp_path: Path) -> Path:
     for path in root.rglob("*.json"):
         path.write_text(path.read_text().replace(str(made), str(root)))
     for done in root.rglob("done.json"):  # the paths rewritten: as the cells would have been written there
-        _redigest(done.parent)
+        redigest(done.parent)
     return root
 
 
@@ -217,15 +217,6 @@ def test_a_store_written_before_the_first_release_is_refused(copy: Path) -> None
     assert not (copy / "new").exists()
 
 
-def _redigest(folder: Path) -> None:
-    """A hostile edit that also rewrites done.json's digests: the file's own checks must refuse it."""
-    done = json.loads((folder / "done.json").read_text())
-    done["sha256"] = {
-        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in done["sha256"]
-    }
-    (folder / "done.json").write_text(json.dumps(done))
-
-
 @pytest.mark.parametrize("file", ["run/outcomes.safetensors", "run/measured.json"])
 def test_a_file_inside_a_run_written_before_the_first_release_is_refused(copy: Path, file: str) -> None:
     path = copy / file
@@ -236,7 +227,7 @@ def test_a_file_inside_a_run_written_before_the_first_release_is_refused(copy: P
         atomic.write_safetensors(path, tensors, {**meta, "format": "4"})
     with pytest.raises(UserError, match="is not the file that was written"):
         read_run(copy / "run")  # its digest first
-    _redigest(copy / "run")
+    redigest(copy / "run")
     with pytest.raises(UserError, match=BEFORE):
         read_run(copy / "run")
 
