@@ -114,12 +114,13 @@ def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
     )
 
 
-def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
-    """validation.json: the held-out training images' store ids (the split, recorded)."""
+def write_validation_ids(path: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
+    """The held-out training images' store ids (the split, recorded) at `path`: a run's
+    state/validation.json (`VALIDATION_FILE`), a sweep's validation.json."""
     if validation.enabled:
         payload = {**validation.record(), "ids": list(ids)}
-        (Path(folder) / STATE).mkdir(parents=True, exist_ok=True)
-        atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(Path(path), json.dumps(payload, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ asked.json

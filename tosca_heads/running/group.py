@@ -251,7 +251,9 @@ def fit_group(
             for run_dir in plan.dirs:
                 # first: a run written again is not finished until its done.json is written again
                 (Path(run_dir) / cell.DONE).unlink(missing_ok=True)
-                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
+                run_record.write_validation_ids(
+                    Path(run_dir) / run_record.VALIDATION_FILE, plan.validation, plan.held_ids
+                )
         if on_start:
             on_start(group.results)
         return group.run()

@@ -505,7 +505,7 @@ def run_sweep(
     has one). `on_start` is called once the folder is claimed, before the first point."""
     with claim.claim_folder(plan.out, SWEEP_FOLDER, plan.sweep_json):
         fit = plan.fit
-        write_validation_ids(plan.out, fit.validation, fit.held_ids)
+        write_validation_ids(plan.out / "validation.json", fit.validation, fit.held_ids)
         return _run_locked(plan, on_point, on_start)
 
 
