@@ -111,3 +111,27 @@ def test_a_run_stopped_by_a_full_disk_is_finished_again_never_read_half_written(
     again = tosca_heads.fit(store, run=run, **SPLIT)
     assert again.trained == []  # every task's state was whole: evaluated again, the cell written
     assert read_run(run).metrics["routers"] == json.loads(json.dumps(again.metrics()))["routers"]
+
+
+def test_a_finished_run_edited_since_is_never_written_over_by_a_fit(store: Path, tmp_path: Path) -> None:
+    """A resumed or repeated `tosca fit` on a finished run whose state was edited since (a task
+    file of another run copied in) is one line after the plan, before done.json is removed or any
+    file written: the run is never rewritten from a file it did not make."""
+    from support.messages import after_the_plan
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    tosca_heads.fit(store, run=run, **SPLIT)
+    tosca_heads.fit(store, run=other, r=8, s=8, **SPLIT)
+    (run / "state" / "task_001.safetensors").write_bytes(
+        (other / "state" / "task_001.safetensors").read_bytes()
+    )
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    args = ["fit", "--store", str(store), "--run", str(run), "--init-cls", "2", "--increment", "2"]
+    done = CliRunner().invoke(app, [*args, "--epochs", "1", "--batch-size", "8", "--device", "cpu"])
+    lines = after_the_plan(done.output)
+    assert done.exit_code == 2 and len(lines) == 1, done.output
+    assert "state/task_001.safetensors is not the file that was written" in lines[0]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"} == before
