@@ -111,10 +111,11 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     """The folder holds this cell's finished results (same store, split and recipe)."""
     tasks = plan.stream.num_tasks
     if cell.kind == "tosca":
-        try:  # the one reuse rule: finished (done.json), every file whole, asked the same
-            run = read_run(folder)
-        except UserError:
+        # the one reuse rule: finished (done.json, else computed again), every file whole (else one
+        # line, never written over), asked the same
+        if not (Path(folder) / kept_cell.DONE).exists():
             return False
+        run = read_run(folder)
         wanted = plan.run_config(cell_train(spec, cell))
         return (
             not config_differences(run.config, wanted)
@@ -160,8 +161,11 @@ def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPla
     if cell.kind != "tosca" or not Path(runs_root).is_dir():
         return None
     for config in sorted(Path(runs_root).glob(f"*/{CONFIG}")):
-        if finished(spec, cell, config.parent, plan):
-            return config.parent
+        try:
+            if finished(spec, cell, config.parent, plan):
+                return config.parent
+        except UserError:  # a run of the user's edited or damaged since: never reused, not this suite's
+            continue
     return None
 
 
