@@ -126,7 +126,8 @@ def confusion_of(outcome: Outcomes) -> list[list[int]]:
     """The routing confusion after the last task from the route kept: the images of every class
     seen, row = their task, column = the task picked (scikit-learn's `confusion_matrix`)."""
     tasks = outcome.tasks
-    assert outcome.chosen is not None
+    if outcome.chosen is None:
+        raise ValueError("no route kept: a routing confusion needs the task picked for each image")
     seen = outcome.task < tasks
     cells = outcome.task[seen].astype(np.int64) * tasks + outcome.chosen[seen].astype(np.int64)
     return np.bincount(cells, minlength=tasks * tasks).reshape(tasks, tasks).tolist()
