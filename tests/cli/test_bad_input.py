@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from support.arrays import hostile_arrays
+from support.cells import redigest
 from support.images import TINY_VIT, make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
@@ -402,13 +403,13 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "eval missing run",
         ["eval", "{missing}", "--device", "cpu"],
-        "not a run directory: {missing} (no config.json)",
+        "not a run directory: {missing} (no asked.json)",
     ),
-    ("eval a file", ["eval", "{file}", "--device", "cpu"], "not a run directory: {file} (no config.json)"),
+    ("eval a file", ["eval", "{file}", "--device", "cpu"], "not a run directory: {file} (no asked.json)"),
     (
         "eval not a run",
         ["eval", "{empty}", "--device", "cpu"],
-        "not a run directory: {empty} (no config.json)",
+        "not a run directory: {empty} (no asked.json)",
     ),
     ("eval unknown device", ["eval", "{run}", "--device", "tpu"], "unknown --device 'tpu'"),
     ("eval no argument", ["eval"], "Missing argument 'run'"),
@@ -671,7 +672,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "baselines run missing",
         [*BASE[:5], "--run", "{missing}"],
-        "not a run directory: {missing} (no config.json)",
+        "not a run directory: {missing} (no asked.json)",
     ),
     ("baselines unknown device", [*BASE[:3], "--device", "tpu"], "unknown --device 'tpu'"),
     ("baselines order seed", [*BASE, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
@@ -728,8 +729,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     # (one check for every output flag of every command, before anything runs or is written)
     (
         "fit run under a file",
-        [*FIT, "--run", "{run}/config.json/x"],
-        _under("--run", "{run}/config.json", "x"),
+        [*FIT, "--run", "{run}/asked.json/x"],
+        _under("--run", "{run}/asked.json", "x"),
     ),
     (
         "fit run under /dev/null",
@@ -753,8 +754,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep keep-modules in /proc", [*SWEEP, "--r", "2", "--keep-modules", "/proc/km"], "lies in /proc"),
     (
         "sweep keep-modules under a file",
-        [*SWEEP, "--r", "2", "--keep-modules", "{run}/config.json/km"],
-        _under("--keep-modules", "{run}/config.json", "km"),
+        [*SWEEP, "--r", "2", "--keep-modules", "{run}/asked.json/km"],
+        _under("--keep-modules", "{run}/asked.json", "km"),
     ),
     ("baselines out in /proc", [*BASE, "--out", "/proc/bl"], "--out /proc/bl lies in /proc"),
     ("baselines run under a file", [*BASE, "--run", "{file}/r"], _under("--run", "{file}", "r")),
@@ -1011,7 +1012,7 @@ def _deep_stats(header: dict[str, Any], data: int) -> None:
 
 
 def _router_of_a_million_classes(root: Path) -> None:
-    path = root / "run" / "router.safetensors"
+    path = root / "run" / "state" / "router.safetensors"
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     dim = json.loads(raw[8 : 8 + n])["scatter"]["shape"][0]
@@ -1035,62 +1036,175 @@ def _router_of_a_million_classes(root: Path) -> None:
     _sparse(path, 8 + len(text) + offset, struct.pack("<Q", len(text)) + text)
 
 
+def _asked_edited(root: Path, **changes: object) -> None:
+    """The run's asked.json edited and its done.json made again to match."""
+    _edit_json(root / "run" / "asked.json", **changes)
+    redigest(root / "run")
+
+
+def _first_task_seconds(root: Path, seconds: float) -> None:
+    """Task 0's training seconds in measured.json set, and done.json made again to match."""
+    path = root / "run" / "measured.json"
+    measured = json.loads(path.read_text())
+    measured["tasks"][0]["seconds"] = seconds
+    path.write_text(json.dumps(measured))
+    redigest(root / "run")
+
+
+def _unfinished(root: Path, damage: Any) -> None:
+    """A run never finished (no done.json: a killed fit's), then `damage`: its state files are
+    checked as they are read, since no digest vouches for them."""
+    (root / "run" / "done.json").unlink()
+    damage(root)
+
+
+# A TOSCA run is a cell (`records.cell`, issue 54): a finished run (done.json there) is checked
+# whole against its digests before anything is read or rewritten; a run never finished has each
+# state file checked as it is read. No file holds a figure: an edited finished_tasks or A_last is
+# no longer possible (metrics.json is a view, never read: tests/tosca_heads/running/test_edited_runs.py).
 DAMAGED: list[tuple[str, Any, list[str], str]] = [
     (
         "task file not safetensors",
-        lambda root: _garbage(root / "run" / "task_000.safetensors"),
+        lambda root: _unfinished(root, lambda r: _garbage(r / "run" / "state" / "task_000.safetensors")),
         ["eval", "{run}", "--device", "cpu"],
         "run {run}: task_000.safetensors is damaged (it is not a safetensors file",
     ),
     (
         "task file of another recipe",
-        lambda root: shutil.copy(
-            root / "wide" / "task_001.safetensors", root / "run" / "task_001.safetensors"
+        lambda root: _unfinished(
+            root,
+            lambda r: shutil.copy(
+                r / "wide" / "state" / "task_001.safetensors", r / "run" / "state" / "task_001.safetensors"
+            ),
         ),
         ["eval", "{run}", "--device", "cpu"],
-        "task_001.safetensors is damaged (it was written under another config.json",
+        "task_001.safetensors is damaged (it was written under another asked.json",
+    ),
+    (
+        "finished run's task file edited",
+        lambda root: _garbage(root / "run" / "state" / "task_000.safetensors"),
+        ["eval", "{run}", "--device", "cpu"],
+        "{run}/state/task_000.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "finished run's task file of another recipe",
+        lambda root: shutil.copy(
+            root / "wide" / "state" / "task_001.safetensors", root / "run" / "state" / "task_001.safetensors"
+        ),
+        [
+            "fit",
+            "--store",
+            "{store}",
+            "--device",
+            "cpu",
+            "--run",
+            "{run}",
+            "--epochs",
+            "1",
+            "--r",
+            "4",
+            "--s",
+            "4",
+        ],
+        "{run}/state/task_001.safetensors is not the file that was written (edited or damaged since",
     ),
     (
         "router file not safetensors",
-        lambda root: _garbage(root / "run" / "router.safetensors"),
+        lambda root: _garbage(root / "run" / "state" / "router.safetensors"),
         ["predict", "{run}", "{img}", "--device", "cpu"],
-        "router.safetensors is damaged (it is not a safetensors file",
+        "{run}/state/router.safetensors is not the file that was written (edited or damaged since",
     ),
     (
         "config r not a number",
-        lambda root: _edit_json(root / "run" / "config.json", train__r="forty"),
+        lambda root: _asked_edited(root, train__r="forty"),
         ["eval", "{run}", "--device", "cpu"],
         "records an invalid recipe (--r must be an integer, got 'forty'); the file was edited or damaged",
     ),
     (
+        "config r edited",
+        lambda root: _edit_json(root / "run" / "asked.json", train__r=8),
+        ["routers", "{run}"],
+        "{run}/asked.json is not the file that was written (edited or damaged since",
+    ),
+    (
         "config stream negative",
-        lambda root: _edit_json(root / "run" / "config.json", stream__increment=-2),
+        lambda root: _asked_edited(root, stream__increment=-2),
         ["predict", "{run}", "{img}", "--device", "cpu"],
         "records an invalid task split (--increment must be at least 1, got -2)",
     ),
     (
         "config a list",
-        lambda root: (root / "run" / "config.json").write_text("[1, 2]"),
+        lambda root: (root / "run" / "asked.json").write_text("[1, 2]"),
         ["eval", "{run}", "--device", "cpu"],
         "holds a list, not a JSON object; it was edited or damaged",
     ),
     (
         "config store not text",
-        lambda root: _edit_json(root / "run" / "config.json", store=123),
+        lambda root: _edit_json(root / "run" / "asked.json", store=123),
         ["eval", "{run}", "--device", "cpu"],
         "records a store that is not text; the file was edited or damaged",
+    ),
+    (
+        "run measured.json edited",
+        lambda root: _edit_json(root / "run" / "measured.json", seconds=-3),
+        ["routers", "{run}"],
+        "{run}/measured.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "run seconds negative, done.json made again",
+        lambda root: _first_task_seconds(root, -3),
+        ["routers", "{run}"],
+        "seconds must not be negative, got -3",
+    ),
+    (
+        "run seconds not finite, done.json made again",
+        lambda root: (
+            _edit_json(root / "run" / "measured.json", seconds=float("inf")),
+            redigest(root / "run"),
+        ),
+        ["routers", "{run}"],
+        "seconds must be a finite number of seconds, got inf",
+    ),
+    (
+        "run answers edited",
+        lambda root: _garbage(root / "run" / "outcomes.safetensors"),
+        ["routers", "{run}"],
+        "{run}/outcomes.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "run done.json deleted",
+        lambda root: (root / "run" / "done.json").unlink(),
+        ["routers", "{run}"],
+        "run {run} is not finished (no done.json: it was stopped or is still running); `tosca fit --run {run}` finishes it",
+    ),
+    (
+        "run done.json not JSON",
+        lambda root: (root / "run" / "done.json").write_text("{not json"),
+        ["eval", "{run}", "--device", "cpu"],
+        "{run}/done.json",
+    ),
+    (
+        "run a state file added",
+        lambda root: shutil.copy(
+            root / "run" / "state" / "task_001.safetensors", root / "run" / "state" / "task_009.safetensors"
+        ),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "holds state/task_009.safetensors, a file its done.json does not name (added since)",
+    ),
+    (
+        "run written before cells",
+        lambda root: (
+            (root / "run" / "asked.json").rename(root / "run" / "config.json"),
+            (root / "run" / "done.json").unlink(),
+        ),
+        ["eval", "{run}", "--device", "cpu"],
+        "run {run} was written before runs were kept as cells (a config.json, no asked.json): delete it and fit it again",
     ),
     (
         "store identity edited and re-fingerprinted",
         _identity_without_a_name,
         ["fit", "--store", "{store}", "--device", "cpu", "--run", "{root}/new-run"],
         "records no valid dataset.name in its identity; was it edited by hand?",
-    ),
-    (
-        "metrics not numbers",
-        lambda root: _edit_json(root / "run" / "metrics.json", routers__entropy__A_last="high"),
-        ["routers", "{run}"],
-        "were edited or damaged; `tosca eval {run}` rewrites them",
     ),
     (
         "sweep file edited",
@@ -1100,22 +1214,31 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
     # ------------------------------------------------ crafted files: bounded reads, one line in seconds
     (
-        "config.json a sparse 2 GiB file",
-        lambda root: _sparse(root / "run" / "config.json", 2 << 30, b"{"),
+        "asked.json a sparse 2 GiB file",
+        lambda root: _sparse(root / "run" / "asked.json", 2 << 30, b"{"),
         ["eval", "{run}", "--device", "cpu"],
-        "run config {run}/config.json is larger than such a file can be (2.0 GiB; at most 32.0 MiB)",
+        "run config {run}/asked.json is larger than such a file can be (2.0 GiB; at most 32.0 MiB)",
     ),
     (
-        "config.json nested 3,000 deep",
-        lambda root: (root / "run" / "config.json").write_text('{"x": ' + DEEP + "}"),
+        "asked.json nested 3,000 deep",
+        lambda root: (root / "run" / "asked.json").write_text('{"x": ' + DEEP + "}"),
         ["eval", "{run}", "--device", "cpu"],
-        "run config {run}/config.json nests more than 64 levels deep",
+        "run config {run}/asked.json nests more than 64 levels deep",
     ),
     (
-        "metrics.json nested 3,000 deep",
-        lambda root: (root / "run" / "metrics.json").write_text('{"x": ' + DEEP + "}"),
+        "measured.json nested 3,000 deep, done.json made again",
+        lambda root: (
+            (root / "run" / "measured.json").write_text('{"x": ' + DEEP + "}"),
+            redigest(root / "run"),
+        ),
         ["routers", "{run}"],
-        "run metrics {run}/metrics.json nests more than 64 levels deep",
+        "{run}/measured.json nests more than 64 levels deep",
+    ),
+    (
+        "a finished run's task file grown to a sparse 2 GiB",
+        lambda root: _sparse(root / "run" / "state" / "task_000.safetensors", 2 << 30, b"{"),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_000.safetensors",
     ),
     (
         "sweep.json nested 3,000 deep",
@@ -1125,13 +1248,18 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
     (
         "a task file's metadata nested 3,000 deep",
-        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _deep_stats),
+        lambda root: _unfinished(
+            root, lambda r: _task_file_edit(r / "run" / "state" / "task_000.safetensors", _deep_stats)
+        ),
         ["eval", "{run}", "--device", "cpu"],
         "task_000.safetensors is damaged (its training stats nests more than 64 levels deep",
     ),
     (
         "a task file with an extra 8 GiB tensor",
-        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _extra_tensor, 8 << 30),
+        lambda root: _unfinished(
+            root,
+            lambda r: _task_file_edit(r / "run" / "state" / "task_000.safetensors", _extra_tensor, 8 << 30),
+        ),
         ["eval", "{run}", "--device", "cpu"],
         "task_000.safetensors is damaged (it holds a tensor 'extra' that no task file has)",
     ),
@@ -1139,7 +1267,7 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "a router file claiming a million classes",
         _router_of_a_million_classes,
         ["predict", "{run}", "{img}", "--device", "cpu"],
-        "router.safetensors is damaged (it covers 1000000 classes in 1 tasks",
+        "state/router.safetensors",  # a finished run's file: its digest is refused (too large to be one)
     ),
 ]
 
@@ -1456,7 +1584,15 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
     ("sweep results.csv, a hard link", "sweep/results.csv", "hard link", SWEEP_MORE),
-    ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
+    ("run asked.json, a hard link", "run/asked.json", "hard link", FIT_MORE),
+    (
+        "run measured.json, a hard link",
+        "run/measured.json",
+        "hard link",
+        ["eval", "{run}", "--device", "cpu"],
+    ),
+    ("run done.json", "run/done.json", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run done.json a fifo", "run/done.json", "fifo", FIT_MORE),
     ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
     ("sweep.json", "sweep/sweep.json", "link", SWEEP_MORE),
@@ -1467,14 +1603,15 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep points folder", "sweep/points", "link", SWEEP_MORE),
     ("run outcomes.safetensors", "run/outcomes.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines outcomes.safetensors", "base/simplecil/outcomes.safetensors", "link", BASELINES_AGAIN),
-    ("run config.json, a dangling link", "run/config.json", "dangling", FIT_MORE),
+    ("run asked.json, a dangling link", "run/asked.json", "dangling", FIT_MORE),
     ("run marker .tosca", "run/.tosca", "link", FIT_MORE),
     ("run metrics.json", "run/metrics.json", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run results.csv", "run/results.csv", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run accuracy.png", "run/accuracy.png", "link", ["eval", "{run}", "--device", "cpu"]),
-    ("run router.safetensors", "run/router.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
-    ("run head.safetensors", "run/head.safetensors", "link", FIT_MORE),
-    ("run the next task file, a dangling link", "run/task_002.safetensors", "dangling", FIT_MORE),
+    ("run router.safetensors", "run/state/router.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run head.safetensors", "run/state/head.safetensors", "link", FIT_MORE),
+    ("run the next task file, a dangling link", "run/state/task_002.safetensors", "dangling", FIT_MORE),
+    ("run state folder", "run/state", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run metrics.json a fifo", "run/metrics.json", "fifo", ["eval", "{run}", "--device", "cpu"]),
     ("baselines metrics.json", "base/simplecil/metrics.json", "link", BASELINES_AGAIN),
     ("baselines results.csv", "base/simplecil/results.csv", "link", BASELINES_AGAIN),
@@ -1529,7 +1666,8 @@ def test_damaged_files(
     root = tmp_path / "copy"
     shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
-        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+        _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     prepare(root)
     monkeypatch.chdir(root)
@@ -1599,7 +1737,8 @@ def _copy(damaged_template: Path, tmp_path: Path) -> Path:
     root = tmp_path / "copy"
     shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
-        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+        _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     return root
 

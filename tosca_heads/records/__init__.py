@@ -1,9 +1,13 @@
 """The records of stage 2: every file it writes, each with its schema, version, reader and writer in
 one module, so a format changes in one place and every reader sees the change.
 
-- `run`: a run folder (`tosca fit`): config.json, validation.json, task files, the classifier and
-  the routers' statistics, metrics.json, results.csv;
-- `run_config`: a run's config.json: what a plan writes there, its reader and comparison;
+- `run_folder`: a run folder (`tosca fit`), a cell: its state (task files, the classifier, the
+  routers' statistics, validation.json under state/) read back with checks, and its views
+  (metrics.json, results.csv, confusion.json, curves.csv, the plots), never read back;
+- `run_config`: what a run was asked (its asked.json): what a plan writes there, its reader and
+  comparison, and the refusal of a run written before cells;
+- `run_cell`: a run's measured.json and done.json written last, and the one reader of a finished
+  run (`read_run`): every figure, the confusion and the parameter count computed when read;
 - `claim`: the one claim of every folder above (checked, locked, marked, its config compared);
 - `sweep`: a sweep folder: sweep.json (the study) and results.csv, a view of its points;
 - `sweep_points`: a sweep's points, each a cell in points/KEY/, and their one reader;
@@ -39,7 +43,7 @@ from tosca_heads.method.metrics import BUILT_IN, figures, metric_named, resample
 FORMAT = 1  # the first release's; no earlier format is read
 # the numbers the builds before the first release wrote (none at all before them): a later format is 5
 PRE_RELEASE = (2, 3, 4)
-# a run's config.json keys that do not decide its numbers
+# a run's asked.json keys that do not decide its numbers
 INFORMATIONAL = ("store", "format", "protocol")
 
 

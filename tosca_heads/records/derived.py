@@ -1,14 +1,16 @@
 """Every figure a file keeps that its kept answers give, worked out again when the file is read and
 compared with what it says: a stored figure is believed only where it follows from the answers.
 
-A metrics block (a router's, in a run's metrics.json) keeps figures that are all functions of its
-per-image answers (`records.outcomes`): A_t and the accuracy matrix, every figure of `metrics.figures()` computed
+A metrics block (a sweep point's row of results.csv; a run's or a baseline's metrics.json view)
+keeps figures that are all functions of its per-image answers
+(`records.outcomes`): A_t and the accuracy matrix, every figure of `metrics.figures()` computed
 from them (A_bar, A_last, forgetting, a plug-in's), their intervals and standard errors
 (`uncertainty.intervals_of`), and the images they rest on. `expected_block` makes each again
 exactly as the writers make it (`metrics.summarise`, then `records.with_intervals`), and
 `check_figures` compares field by field: an edited figure, or answers of another run, is one line
 naming the file and the figure, never a number. The routing accuracy is worked out from the kept
-routes (`routing_of`), and a run's routing confusion checked against it (`check_routing`).
+routes (`routing_of`). A run and a baseline are cells (`records.cell`) and store no figure: only a
+sweep's rows are checked here; `expected_block` is also how a cell's figures are computed.
 
 The intervals of every block of one split on the same images come from one bootstrap
 (`intervals_of` over them all): its draws depend only on the seed and the classes' sizes, so a
@@ -226,17 +228,3 @@ def _same_number(recorded: Any, wanted: Any) -> bool:
     if isinstance(recorded, bool) or not isinstance(recorded, (int, float)):
         return False
     return math.isfinite(recorded) and abs(float(recorded) - float(wanted)) <= TOLERANCE
-
-
-def check_routing(routing_accuracy: Any, confusion: Any, where: str, name: str, hint: str) -> None:
-    """A router's recorded routing accuracy after the last task equals the one of its routing
-    confusion (the images routed to their own task, out of all): one line otherwise."""
-    if not isinstance(confusion, list) or routing_accuracy is None:
-        return
-    counts = np.asarray(confusion, dtype=np.int64)
-    total = int(counts.sum())
-    if total and abs(float(np.trace(counts)) / total - float(routing_accuracy)) > TOLERANCE:
-        raise UserError(
-            f"{where}: the routing accuracy of {name} is not what its routing confusion gives (one of "
-            f"them was edited or damaged): {hint}"
-        )

@@ -35,8 +35,10 @@ from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import cell
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.claim import claim_folders
+from tosca_heads.records.run_cell import write_run_cell
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.requests.plan import FitPlan
@@ -196,7 +198,8 @@ class GroupFit:
 
     def finish(self) -> list[RunResult]:
         """Sizes and group size into the results; when writing, the routers' statistics of exactly
-        the finished tasks, metrics.json, results.csv and accuracy.png of every run."""
+        the finished tasks, the views (metrics.json, results.csv, the plots) and, last, the cell of
+        every run (`run_cell.write_run_cell`: measured.json, the answers, done.json)."""
         check_not_replaced(self.store.path, self.fingerprint, "this fit")
         for result, layout in zip(self.results, self.layouts, strict=True):
             result.params_per_task = layout.size
@@ -205,7 +208,8 @@ class GroupFit:
                 atomic.write_safetensors(
                     result.run_dir / run_record.ROUTER_FILE, self.statistics.state_dict()
                 )
-                run_record.write_results(result)
+                run_record.write_results(result)  # the views, never read back
+                write_run_cell(result, str(self.device))  # done.json last
         return self.results
 
 
@@ -252,7 +256,11 @@ def fit_group(
             # each folder checked, then locked (until the group is done), claimed for its config
             locks.enter_context(claim_folders(plan.dirs, RUN_FOLDER, plan.configs))
             for run_dir in plan.dirs:
-                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
+                # first: a run written again is not finished until its done.json is written again
+                (Path(run_dir) / cell.DONE).unlink(missing_ok=True)
+                run_record.write_validation_ids(
+                    Path(run_dir) / run_record.VALIDATION_FILE, plan.validation, plan.held_ids
+                )
         if on_start:
             on_start(group.results)
         return group.run()
@@ -282,6 +290,7 @@ def evaluate_run(
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing.
     Every router is evaluated, and the on-request ones among `routers` (`routers.learned`)."""
     config = run_record.read_run_config(run_dir)
+    run_record.check_whole_if_finished(run_dir)
     stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
     done = run_record.finished_tasks(run_dir)
     run_record.check_no_task_lost(run_dir, done)  # a deleted task file: refused, nothing rewritten

@@ -147,7 +147,7 @@ def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str,
         check_fits(method, arguments(method, given), 1, spell=request.spell)
     if request.run is not None and request.with_tosca and not (request.run / run_record.CONFIG).is_file():
         raise UserError(
-            f"not a run directory: {request.run} (no config.json); pass a folder made by `tosca fit`"
+            f"not a run directory: {request.run} (no {run_record.CONFIG}); pass a folder made by `tosca fit`"
         )
     return methods, given
 

@@ -47,6 +47,7 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault, wrong_type
 from tosca_heads.records import claim, validation_record
+from tosca_heads.records.cell import DONE as CELL_DONE
 from tosca_heads.records.cell import machine as cell_machine
 from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
@@ -525,7 +526,7 @@ def run_sweep(
     has one). `on_start` is called once the folder is claimed, before the first point."""
     with claim.claim_folder(plan.out, SWEEP_FOLDER, plan.sweep_json):
         fit = plan.fit
-        write_validation_ids(plan.out, fit.validation, fit.held_ids)
+        write_validation_ids(plan.out / "validation.json", fit.validation, fit.held_ids)
         return _run_locked(plan, on_point, on_start)
 
 
@@ -725,7 +726,7 @@ def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | Non
         )
         if same and point.train.seed == seed and plan.keep_modules is not None:
             folder = module_folder(plan.keep_modules, point)
-            return str(folder) if (folder / "metrics.json").is_file() else None
+            return str(folder) if (folder / CELL_DONE).is_file() else None
     return None
 
 

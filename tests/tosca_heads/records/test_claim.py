@@ -71,7 +71,7 @@ def _claim_all(dirs: list[Path], kind: claim.FolderKind, configs: list[dict[str,
 
 # each kind with its config file and a config of its own (None: the kind records none)
 KINDS = {
-    "run": (RUN_FOLDER, "config.json", _run_config),
+    "run": (RUN_FOLDER, "asked.json", _run_config),
     "sweep": (SWEEP_FOLDER, "sweep.json", _sweep_config),
     "baselines": (BASELINES_FOLDER, None, lambda: None),
     "suite": (SUITE_FOLDER, None, lambda: None),
@@ -175,7 +175,7 @@ def test_a_damaged_config_file_is_one_line_before_anything_is_written(tmp_path: 
         claim.check(folder, SWEEP_FOLDER, _sweep_config())
     run = tmp_path / "run"
     _claim(run, RUN_FOLDER, _run_config())
-    (run / "config.json").write_text(json.dumps({**_run_config(), "format": max(PRE_RELEASE) + 1}))
+    (run / "asked.json").write_text(json.dumps({**_run_config(), "format": max(PRE_RELEASE) + 1}))
     with pytest.raises(UserError, match="written by a newer tosca"):
         claim.check(run, RUN_FOLDER, _run_config())
 

@@ -37,9 +37,9 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import group_key
 from tosca_heads.records import claim
-from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, baseline_result
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.requests.command_requests import SuiteRequest
 from tosca_heads.requests.plan import FitPlan
@@ -434,12 +434,8 @@ def _log_cell(parent: TrackedGroup, spec: SuiteSpec, state: CellState) -> None:
         return
     files = run_files(state.folder)
     if cell.kind == "tosca":
-        curves = (
-            run_record.read_curves(state.folder)
-            if (state.folder / run_record.CURVES_FILE).is_file()
-            else None
-        )
-        child.finish(run_record.read_metrics(state.folder), files, curves)
+        run = read_run(state.folder)
+        child.finish(run.metrics, files, run.curves)
     else:
         result = baseline_result(state.folder)
         record = {
