@@ -95,6 +95,26 @@ class RidgeSystem:
         linalg.add_cross(weights, linalg.tiled(self.rows), linalg.row_blocks(coefficients), run)
         return weights
 
+    def path_scores(
+        self, x: torch.Tensor, ridges: tuple[float, ...], run: linalg.Run
+    ) -> dict[float, torch.Tensor]:
+        """Scores x W(l) (rows x C) for every ridge l of `ridges`, from one eigendecomposition of the
+        kept form's matrix (a path: one decomposition for many ridges, not a fallback for one solve):
+        the n x n kernel K = H H' = U diag(e) U' in the rows form, x W(l) = (x H') U diag(1/(e + l))
+        U' Y; the M x M Gram G = V diag(e) V' in the Gram form, x W(l) = (x V) diag(1/(e + l)) V' Q.
+        On one thread, interruptible (`linalg.interruptible`)."""
+        if self.rows is not None:
+            evals, evecs = linalg.interruptible(lambda: _eigh(row_gram(self.rows, run)), "a ridge path")
+            scored, projected = cross_rows(x, self.rows, run) @ evecs, evecs.T @ self.targets
+        else:
+            assert self.gram is not None and self.cross is not None
+            gram = self.gram
+            evals, evecs = linalg.interruptible(lambda: _eigh(gram), "a ridge path")
+            scored, projected = x @ evecs, evecs.T @ self.cross
+        evals = evals.clamp_min(0)
+        with linalg.single_threaded(x.device):
+            return {ridge: scored @ (projected / (evals + ridge)[:, None]) for ridge in ridges}
+
     def nbytes(self) -> int:
         """What it carries from task to task: the rows and targets, or G and Q (float64)."""
         kept = (self.rows, self.targets) if self.rows is not None else (self.gram, self.cross)
