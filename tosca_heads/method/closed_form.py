@@ -95,6 +95,25 @@ class RidgeSystem:
         linalg.add_cross(weights, linalg.tiled(self.rows), linalg.row_blocks(coefficients), run)
         return weights
 
+    def solve_for(self, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
+        """X (M x k) with (H'H + shift I) X = rhs for any right-hand side (KLDA's and RanDumb's class
+        means), by the form kept. Rows form, shift > 0: X = (rhs - H'(HH' + shift I)^-1 H rhs) / shift
+        (Woodbury's identity: the n x n system). Gram form: `shifted_solve`. With no shift the
+        matrix H'H is singular while n < M, and no factorisation solves it: the rows are folded
+        into the Gram form and `pseudo_solve` gives the minimum-norm answer."""
+        if self.rows is not None and shift <= 0:
+            self._fold(run)
+        if self.rows is None:
+            assert self.gram is not None
+            if shift > 0:
+                return shifted_solve(self.gram, rhs, shift, run)
+            return pseudo_solve(self.gram, rhs, run)
+        projected = cross_rows(self.rows, rhs.T.contiguous(), run)  # H rhs, n x k
+        coefficients = shifted_solve(row_gram(self.rows, run), projected, shift, run)
+        back = torch.zeros_like(rhs)
+        linalg.add_cross(back, linalg.tiled(self.rows), linalg.row_blocks(coefficients), run)  # H' (...)
+        return (rhs - back) / shift
+
     def path_scores(
         self, x: torch.Tensor, ridges: tuple[float, ...], run: linalg.Run
     ) -> dict[float, torch.Tensor]:
@@ -150,6 +169,27 @@ def shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: li
         return linalg.cholesky_solve(tiles, rhs, run)
     shifted = matrix + shift * torch.eye(len(matrix), dtype=matrix.dtype)
     return linalg.interruptible(lambda: torch.linalg.solve(shifted, rhs), "an LU solve of a ridge system")
+
+
+def pseudo_solve(matrix: torch.Tensor, rhs: torch.Tensor, run: linalg.Run) -> torch.Tensor:
+    """X = matrix^+ rhs for a symmetric positive semi-definite `matrix` with no shift: its Cholesky
+    where it is positive definite in floating point, else the pseudo-inverse (eigenvalues below
+    D * eps * the largest dropped, as numpy's and torch's pinv): a singular matrix has no
+    factorisation that solves it, so this, and only this, eigendecomposes (one thread,
+    interruptible)."""
+    if matrix.device.type != "cpu":
+        factor, info = torch.linalg.cholesky_ex(matrix)
+        if int(info) == 0:
+            return torch.cholesky_solve(rhs, factor)
+    else:
+        tiles = linalg.cholesky(matrix, 0.0, run)
+        if tiles is not None:
+            return linalg.cholesky_solve(tiles, rhs, run)
+    evals, evecs = linalg.interruptible(lambda: _eigh(matrix), "the pseudo-inverse of a singular matrix")
+    keep = evals > len(matrix) * torch.finfo(matrix.dtype).eps * evals.abs().max()
+    inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
+    with linalg.single_threaded(matrix.device):
+        return evecs @ (inverse[:, None] * (evecs.T @ rhs))
 
 
 def authors_ridge(
