@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from tosca_foundation import long_work
 from tosca_heads.method import linalg
 
 AUTHORS_RIDGES = tuple(10.0**k for k in range(-8, 9))  # RanPAC.py: 10.0 ** np.arange(-8, 9)
@@ -70,12 +71,18 @@ class RidgeSystem:
             return
         assert self.gram is not None and self.cross is not None
         self.cross = torch.nn.functional.pad(self.cross, (0, classes - self.cross.shape[1]))
-        blocks = [linalg.column_tiles(block) for block in linalg.row_blocks(h)]
-        linalg.add_gram(self.gram, blocks, run)
-        linalg.add_cross(self.cross, blocks, linalg.row_blocks(y), run)
+        with long_work.during(f"adding {len(h):,} rows to the {self.width:,} x {self.width:,} Gram matrix"):
+            blocks = [linalg.column_tiles(block) for block in linalg.row_blocks(h)]
+            linalg.add_gram(self.gram, blocks, run)
+            linalg.add_cross(self.cross, blocks, linalg.row_blocks(y), run)
 
     def _fold(self, run: linalg.Run) -> None:
         """From rows to the Gram form: G = H'H, Q = H'Y; the rows are dropped."""
+        assert self.rows is not None
+        with long_work.during(f"the {self.width:,} x {self.width:,} Gram matrix of {len(self.rows):,} rows"):
+            self._fold_rows(run)
+
+    def _fold_rows(self, run: linalg.Run) -> None:
         assert self.rows is not None
         self.gram = torch.zeros(self.width, self.width, dtype=torch.float64, device=self.device)
         self.cross = torch.zeros(self.width, self.targets.shape[1], dtype=torch.float64, device=self.device)
@@ -123,12 +130,17 @@ class RidgeSystem:
         U' Y; the M x M Gram G = V diag(e) V' in the Gram form, x W(l) = (x V) diag(1/(e + l)) V' Q.
         On one thread, interruptible (`linalg.interruptible`)."""
         if self.rows is not None:
-            evals, evecs = linalg.interruptible(lambda: _eigh(row_gram(self.rows, run)), "a ridge path")
+            evals, evecs = linalg.interruptible(
+                lambda: _eigh(row_gram(self.rows, run)),
+                f"a ridge path ({len(self.rows):,} x {len(self.rows):,})",
+            )
             scored, projected = cross_rows(x, self.rows, run) @ evecs, evecs.T @ self.targets
         else:
             assert self.gram is not None and self.cross is not None
             gram = self.gram
-            evals, evecs = linalg.interruptible(lambda: _eigh(gram), "a ridge path")
+            evals, evecs = linalg.interruptible(
+                lambda: _eigh(gram), f"a ridge path ({len(gram):,} x {len(gram):,})"
+            )
             scored, projected = x @ evecs, evecs.T @ self.cross
         evals = evals.clamp_min(0)
         with linalg.single_threaded(x.device):
@@ -157,7 +169,13 @@ def cross_rows(left: torch.Tensor, right: torch.Tensor, run: linalg.Run) -> torc
 def shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
     """X with (matrix + shift I) X = rhs for a symmetric positive semi-definite `matrix`: Cholesky
     (tiled on a CPU), else, where that fails in floating point, LU with partial pivoting of the
-    same system (one LAPACK call on one thread, interruptible)."""
+    same system (one LAPACK call on one thread, interruptible). Said in the progress line while
+    it lasts (`tosca_foundation.long_work`)."""
+    with long_work.during(f"a {len(matrix):,} x {len(matrix):,} ridge solve"):
+        return _shifted_solve(matrix, rhs, shift, run)
+
+
+def _shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
     if matrix.device.type != "cpu":
         shifted = matrix + shift * torch.eye(len(matrix), dtype=matrix.dtype, device=matrix.device)
         factor, info = torch.linalg.cholesky_ex(shifted)
@@ -177,6 +195,11 @@ def pseudo_solve(matrix: torch.Tensor, rhs: torch.Tensor, run: linalg.Run) -> to
     D * eps * the largest dropped, as numpy's and torch's pinv): a singular matrix has no
     factorisation that solves it, so this, and only this, eigendecomposes (one thread,
     interruptible)."""
+    with long_work.during(f"a {len(matrix):,} x {len(matrix):,} solve with no ridge"):
+        return _pseudo_solve(matrix, rhs, run)
+
+
+def _pseudo_solve(matrix: torch.Tensor, rhs: torch.Tensor, run: linalg.Run) -> torch.Tensor:
     if matrix.device.type != "cpu":
         factor, info = torch.linalg.cholesky_ex(matrix)
         if int(info) == 0:
@@ -218,14 +241,16 @@ def authors_ridge(
     y_fit, y_held = y[order[:n_fit]], y[order[n_fit:]]
     if n_fit < h.shape[1]:  # dual: predictions K_hf U diag(1/(e + l)) U' Y_f
         evals, evecs = linalg.interruptible(
-            lambda: _eigh(row_gram(fit, run)), "the eigendecomposition of RanPAC's ridge path"
+            lambda: _eigh(row_gram(fit, run)),
+            f"the eigendecomposition of RanPAC's ridge path ({n_fit:,} x {n_fit:,})",
         )
         scored, projected = cross_rows(held, fit, run) @ evecs, evecs.T @ y_fit
     else:  # primal: predictions H_h V diag(1/(e + l)) V' H_f'Y_f
         gram = torch.zeros(h.shape[1], h.shape[1], dtype=h.dtype, device=h.device)
         linalg.add_gram(gram, linalg.tiled(fit), run)
         evals, evecs = linalg.interruptible(
-            lambda: _eigh(gram), "the eigendecomposition of RanPAC's ridge path"
+            lambda: _eigh(gram),
+            f"the eigendecomposition of RanPAC's ridge path ({len(gram):,} x {len(gram):,})",
         )
         scored, projected = held @ evecs, evecs.T @ (fit.T @ y_fit)
     evals = evals.clamp_min(0)
