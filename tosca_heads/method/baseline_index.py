@@ -30,7 +30,7 @@ INDEX: tuple[dict[str, str | bool], ...] = (
     {
         "name": "ridge",
         "target": "tosca_heads.method.baselines.ridge:Ridge",
-        "description": "Ridge regression on the raw features onto one-hot targets, with G = X^T X and Q = X^T Y kept across tasks.",
+        "description": "Ridge regression on the raw features onto one-hot targets, the joint system kept across tasks in its smaller form.",
         "reference": False,
         "paper": "McDonnell et al., RanPAC, NeurIPS 2023: its row without random projection (ridge on the raw features)",
     },

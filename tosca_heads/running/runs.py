@@ -18,6 +18,7 @@ from tosca_foundation.errors import UserTypeError, UserValueError
 from tosca_foundation.settings import check_settings
 from tosca_heads.method.protocol import ProtocolReport, ValidationConfig
 from tosca_heads.method.recipe import recipe
+from tosca_heads.records.run_config import check_run_files, is_run_dir
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import on_request, resolve_routers
@@ -41,6 +42,8 @@ def plan_fit(request: FitRequest) -> FitPlan:
         raise UserValueError(f"{spell('task')} must be 0 or more, got {request.task}")
     if request.run is not None and request.run.exists() and not request.run.is_dir():
         raise UserValueError(f"{spell('run')} {request.run} is a file, not a run folder")
+    if request.write and request.run is not None and request.run.is_dir() and is_run_dir(request.run):
+        check_run_files(request.run)  # a finished run edited since: its one line before the plan is said
     train = recipe(request.preset, request.recipe, spell)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate(spell)

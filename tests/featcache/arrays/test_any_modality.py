@@ -64,5 +64,5 @@ def test_the_commands_say_samples_and_the_encoder(text_store: Path, tmp_path: Pa
     assert shown.exit_code == 0, shown.output
     assert "image" not in shown.output, shown.output  # nothing says images of a text store
     assert "samples of the split" in shown.output
-    config = (tmp_path / "run" / "config.json").read_text()
+    config = (tmp_path / "run" / "asked.json").read_text()
     assert "all-MiniLM-L6-v2" in config or "sentence-transformers-all-MiniLM-L6-v2" in config

@@ -180,8 +180,8 @@ def test_cached_training_equals_online_training(tmp_path: Path, image_tree: Path
     online = fit_run(store, StreamConfig(1, 1), config, None, tmp_path / "online", source=online_source)
     assert online_source.images_forwarded > 3 * 12  # the backbone really ran, every epoch
     for task in range(3):
-        a = load_file(str(tmp_path / "cached" / f"task_{task:03d}.safetensors"))
-        b = load_file(str(tmp_path / "online" / f"task_{task:03d}.safetensors"))
+        a = load_file(str(tmp_path / "cached" / "state" / f"task_{task:03d}.safetensors"))
+        b = load_file(str(tmp_path / "online" / "state" / f"task_{task:03d}.safetensors"))
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
     assert cached.metrics()["routers"]["oracle"]["A_t"] == online.metrics()["routers"]["oracle"]["A_t"]
