@@ -17,12 +17,15 @@ import torch
 
 from featcache.store import check_not_replaced
 from tosca_foundation.errors import UserError
+from tosca_foundation.names import as_flag
 from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
+from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.scale import BeyondPrecision
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
@@ -43,6 +46,8 @@ def solvable(name: str, task: int, params: dict[str, Any]) -> Iterator[None]:
     lies with the solver (method/closed_form.py); this is the edge's refusal."""
     try:
         yield
+    except BeyondPrecision as beyond:  # the keyword, and the command line's flag beside it
+        raise NumericalError(beyond.said(as_flag(f"{name}_{beyond.param}"))) from None
     except LINALG_ERRORS as exc:
         given = ", ".join(f"{key}={value!r}" for key, value in params.items()) or "its defaults"
         reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
@@ -77,13 +82,14 @@ def run_baseline(
     if len(held):
         scored["validation"] = (train_x[_index(held, train_x)], plan.held_labels)
     estimator = BASELINES[name](device=device, **params)
+    names = store.identity["dataset"].get("class_names")
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     start = time.perf_counter()
     with single_threaded(device):
         for task in range(stream.num_tasks):
             rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)
-            with solvable(name, task, params):
+            with solvable(name, task, params), named_classes(stream.order, names):
                 if estimator.incremental:
                     estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
                 else:

@@ -129,8 +129,13 @@ class DSAL:
         if not hasattr(self, "buffer_"):
             self.buffer_ = draw_buffer(dim, self.buffer_size, self.seed).to(self.device)
             self.tiles_ = linalg.column_tiles(self.buffer_)
-            self.main_ = RecursiveStream(self.buffer_size, self.gamma_main, self.buffer_.device)
-            self.comp_ = RecursiveStream(self.buffer_size, self.gamma_comp, self.buffer_.device)
+            device = self.buffer_.device
+            self.main_ = RecursiveStream(
+                self.buffer_size, self.gamma_main, device, ("DS-AL", "gamma_main", self.gamma_main)
+            )
+            self.comp_ = RecursiveStream(
+                self.buffer_size, self.gamma_comp, device, ("DS-AL", "gamma_comp", self.gamma_comp)
+            )
             self.compensation_ = self.compensation
             self.tuned_by_ = "the authors' default"
 

@@ -97,7 +97,12 @@ class GACL:
         if not hasattr(self, "buffer_"):
             self.buffer_ = draw_buffer(dim, self.buffer_size, self.seed).to(self.device)
             self.tiles_ = linalg.column_tiles(self.buffer_)
-            self.main_ = RecursiveStream(self.buffer_size, self.gamma / self.online_iter, self.buffer_.device)
+            self.main_ = RecursiveStream(
+                self.buffer_size,
+                self.gamma / self.online_iter,
+                self.buffer_.device,
+                ("GACL", "gamma", self.gamma),
+            )
 
     def expand(self, features: Array, run: linalg.Run) -> torch.Tensor:
         """ReLU(x W_buf) in float64 (the authors' `expansion`)."""
