@@ -346,6 +346,7 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
 
 def comparison_table(comparison: Any) -> None:
     from tosca_heads.method.metrics import columns_of, header_of
+    from tosca_heads.method.ties import ties_said
 
     validation = any(r.validation is not None for r in comparison.results)
     figures = columns_of(validation)
@@ -367,6 +368,9 @@ def comparison_table(comparison: Any) -> None:
         knob = r.metrics.get("knob")
         if knob in r.metrics:
             say(f"{r.method}: {knob} {r.metrics[knob]:g}, chosen by {r.metrics['chosen_by']}")
+    for r in comparison.results:  # ties counted as wrong: how many, after the last task
+        if r.metrics.get("tied") and r.metrics["tied"][-1]:
+            say(ties_said(r.method, r.metrics["tied"][-1], r.metrics["tied_of"]))
 
 
 def extraction_estimator(device: str) -> Callable[[Any], Any]:

@@ -26,6 +26,7 @@ from tosca_foundation.limits import require_memory
 from tosca_heads.method import closed_form, linalg
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.scale import binary_peak, unit_rows
+from tosca_heads.method.ties import top_class
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # ridge's grid: 1e-8 .. 1e13 (theirs: closed_form's)
 RANPAC_RULE = "RanPAC's rule at every task (least held-out MSE on a seeded 80/20 split of the task's rows)"
@@ -88,7 +89,7 @@ class SimpleCIL:
         return (x @ w.T).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.prototypes_.numel())
@@ -245,7 +246,7 @@ class RanPAC:
         return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())
@@ -349,7 +350,7 @@ class JointProbe:
     def predict(self, features: Array) -> np.ndarray:
         x = (as_tensor(features, self.device, torch.float64) / self.peak_).float()
         x = (x - self.mean_) / self.scale_
-        return (x @ self.weight_.T + self.bias_).argmax(1).cpu().numpy()
+        return top_class(x @ self.weight_.T + self.bias_)  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.weight_.numel() + self.bias_.numel())

@@ -26,6 +26,7 @@ from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.scale import BeyondPrecision
+from tosca_heads.method.ties import TIED
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
@@ -85,6 +86,7 @@ def run_baseline(
     names = store.identity["dataset"].get("class_names")
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
+    tied: dict[str, list[int]] = {split: [] for split in scored}  # per task: rows with no single top
     start = time.perf_counter()
     with single_threaded(device):
         for task in range(stream.num_tasks):
@@ -107,7 +109,8 @@ def run_baseline(
                 pred = checked_predictions(
                     name, estimator.predict(x[_index(seen, x)]), len(seen), task, stream
                 )
-                right[split][task, seen] = pred == y[seen]
+                right[split][task, seen] = pred == y[seen]  # TIED equals no label: a tie is wrong
+                tied[split].append(int((pred == TIED).sum()))
                 curves[split][0].append(accuracy(pred, y[seen]))
                 curves[split][1].append(block_accuracies(pred, y[seen], stream.task_of(y[seen]), task + 1))
             if on_task:
@@ -122,6 +125,8 @@ def run_baseline(
     found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
     metrics = with_intervals(summarise(*curves["test"]), found["test"])
     metrics.update(chosen_knob(estimator))
+    if any(tied["test"]):  # said under the table (`ties_said`); absent where none tied
+        metrics["tied"], metrics["tied_of"] = tied["test"], len(test_y)
     if callable(getattr(estimator, "state_bytes", None)):
         metrics["state_bytes"] = int(estimator.state_bytes())  # what it keeps after the last task
     held_out = (
@@ -182,8 +187,9 @@ def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStr
         )
     if not np.issubdtype(values.dtype, np.integer):
         raise UserError(f"baseline {name!r}: predict returned {values.dtype} values, not integer class ids")
-    if n and (values.min() < 0 or values.max() >= seen):
-        wrong = int(values.min()) if values.min() < 0 else int(values.max())
+    answered = values[values != TIED]  # a tie is an answer: wrong, counted (`ties`)
+    if len(answered) and (answered.min() < 0 or answered.max() >= seen):
+        wrong = int(answered.min()) if answered.min() < 0 else int(answered.max())
         raise UserError(
             f"baseline {name!r}: predicted class {wrong}; the classes seen so far are 0 to {seen - 1}"
         )

@@ -12,6 +12,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines.acil import ACIL, RecursiveStream, draw_buffer, expanded
+from tosca_heads.method.ties import top_class
 
 COMPENSATION_GRID = tuple(round(0.1 * k, 1) for k in range(21))  # the authors' advice: a grid over [0, 2]
 
@@ -190,7 +191,7 @@ class DSAL:
             return (main + self.compensation_ * comp).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.buffer_.numel() + self.main_.weights.numel() + self.comp_.weights.numel())

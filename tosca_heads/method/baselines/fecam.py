@@ -12,6 +12,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.class_names import ClassFault
 from tosca_heads.method.scale import unit_rows
+from tosca_heads.method.ties import top_class
 
 
 class FeCAM:
@@ -134,7 +135,7 @@ class FeCAM:
         return scores
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def frozen_copy(self) -> FeCAM:
         """Itself as it is now, sharing its matrices (a later task replaces them with grown copies,

@@ -13,6 +13,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines.acil import RecursiveStream, draw_buffer, expanded
+from tosca_heads.method.ties import top_class
 
 
 class GACL:
@@ -123,7 +124,7 @@ class GACL:
             return self.main_.scores(self.expand(features, run)).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.buffer_.numel() + self.main_.weights.numel())

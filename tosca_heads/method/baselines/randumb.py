@@ -14,6 +14,7 @@ from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
 from tosca_heads.method.scale import scaled_variance
 from tosca_heads.method.shrinkage import oas_coefficient
+from tosca_heads.method.ties import top_class
 
 
 def oas_shrinkage(centred: torch.Tensor) -> tuple[float, float]:
@@ -174,7 +175,7 @@ class RanDumb:
             return (h @ self.coef_).cpu().numpy() + self.intercept_
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def frozen_copy(self) -> RanDumb:
         """Itself for scoring, as it is now, without the D x D covariance sum (which the next task
