@@ -75,9 +75,10 @@ class SimpleCIL:
         known = getattr(self, "prototypes_", torch.zeros(0, x.shape[1], device=x.device))
         grown = torch.zeros(max(len(known), int(classes.max()) + 1), x.shape[1], device=x.device)
         grown[: len(known)] = known
-        for c in classes:  # only its direction counts: the mean over a power of two cannot overflow
+        for c in classes:  # the mean over a power of two, scaled back: its sum cannot overflow
             rows = x[torch.from_numpy(y == c).to(x.device)]
-            grown[c] = (rows.double() / binary_peak(rows)).float().mean(0)
+            peak = binary_peak(rows)
+            grown[c] = ((rows.double() / peak).float().mean(0).double() * peak).float()
         self.prototypes_ = grown
         return self
 
