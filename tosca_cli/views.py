@@ -368,6 +368,13 @@ def comparison_table(comparison: Any) -> None:
         knob = r.metrics.get("knob")
         if knob in r.metrics:
             say(f"{r.method}: {knob} {r.metrics[knob]:g}, chosen by {r.metrics['chosen_by']}")
+    for r in comparison.results:  # DS-AL: how much its compensation stream had to learn
+        if "largest_residual" in r.metrics:
+            same = "; C = 0: its answers are ACIL's" if r.metrics.get("compensation") == 0 else ""
+            say(
+                f"{r.method}: its compensation stream's targets (the main stream's residuals on each task's "
+                f"new classes) were at most {r.metrics['largest_residual']:.2g}{same}"
+            )
     for r in comparison.results:  # ties counted as wrong: how many, after the last task
         if r.metrics.get("tied") and r.metrics["tied"][-1]:
             say(ties_said(r.method, r.metrics["tied"][-1], r.metrics["tied_of"]))

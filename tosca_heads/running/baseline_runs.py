@@ -125,6 +125,8 @@ def run_baseline(
     found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
     metrics = with_intervals(summarise(*curves["test"]), found["test"])
     metrics.update(chosen_knob(estimator))
+    if hasattr(estimator, "largest_residual_"):  # DS-AL: what its compensation stream was given
+        metrics["largest_residual"] = float(estimator.largest_residual_)
     if any(tied["test"]):  # said under the table (`ties_said`); absent where none tied
         metrics["tied"], metrics["tied_of"] = tied["test"], len(test_y)
     if callable(getattr(estimator, "state_bytes", None)):

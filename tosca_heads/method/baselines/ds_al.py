@@ -139,6 +139,7 @@ class DSAL:
             )
             self.compensation_ = self.compensation
             self.tuned_by_ = "the authors' default"
+            self.largest_residual_ = 0.0
 
     def streams(self, features: Array, run: linalg.Run) -> tuple[torch.Tensor, torch.Tensor]:
         """ReLU(Z) and tanh(Z), Z = x W_buf in float64."""
@@ -159,6 +160,9 @@ class DSAL:
                 self.main_.add(main, y, run)
                 residual = y - self.main_.scores(main)
                 residual[:, :previous] = 0  # previous label cleansing
+                # what the compensation stream is given to learn, said beside the figures: where
+                # the main stream interpolates a task's rows (fewer than D), next to nothing
+                self.largest_residual_ = max(self.largest_residual_, float(residual.abs().max()))
                 self.comp_.add(comp, residual, run)
         return self
 
