@@ -76,7 +76,7 @@ class BeyondPrecision(UserError):
         """The line; `flag`: the command line's spelling of the parameter, said beside it."""
         spelled = f"{self.param} ({flag})" if flag else self.param
         return (
-            f"{self.method}'s {spelled} = {self.value:g} is too small beside the features' scale for "
+            f"{self.method}'s {spelled} = {self.value!r} is too small beside the features' scale for "
             f"float64: the rows' squared norm is {self.ratio:.2g} times it, past the {PRECISION_REACH:.0e} "
             f"its D x D inverse can hold (1 / {self.param} and 1 / |H|^2 at once); raise {self.param} to "
             f"at least {self.least:.2g}, or rescale the features (`tosca cache info` shows their scale)"

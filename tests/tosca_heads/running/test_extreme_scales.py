@@ -100,6 +100,17 @@ def scaled_store(path: Path, scale: float) -> Path:
             ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-main", "1e-300"],
             "DS-AL's gamma_main (--ds-al-gamma-main) = 1e-300",
         ),
+        (
+            1.0,
+            ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-comp", "5e-324"],
+            "DS-AL's gamma_comp (--ds-al-gamma-comp) = 5e-324",  # the least float64 above 0
+        ),
+        (1e30, ["--methods", "gacl", "--gacl-buffer-size", "64"], "GACL's gamma (--gacl-gamma) = 100.0"),
+        (
+            1.0,
+            ["--methods", "acil", "--acil-buffer-size", "64", "--acil-gamma", "1e-300"],
+            "ACIL's gamma (--acil-gamma) = 1e-300",
+        ),
     ],
 )
 def test_a_regularisation_float64_cannot_solve_with_is_one_line(
