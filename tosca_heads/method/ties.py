@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-TIED = -1  # the answer of a row with no single top class: never a class id, so never right
+# the answer of a row with no single top class: never a class id, so never right; the least int64,
+# not -1, so that a plug-in's -1 is still refused as the bogus class it is (`checked_predictions`)
+TIED = int(np.iinfo(np.int64).min)
 
 
 def top_class(scores: np.ndarray | torch.Tensor) -> np.ndarray:
