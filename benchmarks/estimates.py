@@ -1,5 +1,4 @@
-"""Time estimates against the real time: `--dry-run`'s plan and the mid-run "about M:SS left" lines,
-for a sweep, a small suite and an extraction, each run as a user runs it (the `tosca` command in a
+"""Time estimates against the real time: `--dry-run`'s plan, for a sweep, a small suite and an extraction, each run as a user runs it (the `tosca` command in a
 subprocess, its progress as plain lines on stderr).
 
     python benchmarks/estimates.py                       # all three (about 3 minutes on 2 quiet cores)
@@ -14,11 +13,9 @@ subprocess, its progress as plain lines on stderr).
   EuroSAT archive; its estimate is the one a suite's dry run prints for a store not extracted yet
   (featcache.extraction_estimate, asked through `tosca suite --dry-run --json`).
 
-For each: the dry run's estimate, the real wall time and their ratio; and over the progress lines
-printed while it ran, the worst ratio of "time left" to the time really left, for the lines from
-the plan ("(planned)") and for those from the measured rate (left out: lines with less than 10 s
-really left, where a second of rounding is a large ratio). A ratio within [0.5, 2] holds.
-Under the table, where the real time of the sweep and the suite went, beside the plan's parts (the
+For each: the dry run's estimate, the real wall time and their ratio (within [0.5, 2] holds; the
+mid-run "time left" lines this also weighed did not and are gone: docs/benchmarks.md "What earns
+its lines"). Under the table, where the real time of the sweep and the suite went, beside the plan's parts (the
 fixed costs measured, not assumed): `command` (the launch to the plan's first progress line),
 `start-up` (to the first unit's end: the workers' start and their first work), `units` (the first
 unit's end to the last's), `finish` (the tables, figures and the cluster's close, to the exit).
@@ -40,11 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-LINE = re.compile(
-    r"^(?P<label>[\w ]+): .*?(?P<elapsed>[\d:]+) elapsed, about (?P<left>[\d:]+) left(?P<plan> \(planned\))?"
-)
 DONE = re.compile(r"^(?P<label>[\w ]+): .*done in (?P<done>[\d:]+)")
-MIN_LEFT = 10.0
 EVERY = "0.5"  # seconds between progress lines: each unit's end is seen within half a second
 
 
@@ -61,19 +54,12 @@ class Measured:
     what: str
     estimate: float
     real: float
-    planned_worst: float | None  # worst ratio of a "(planned)" line's time left to the time really left
-    rate_worst: float | None  # the same for the lines from the measured rate
-    lines: int
     planned: dict[str, float] = field(default_factory=dict)  # the dry run's parts (seconds)
     spent: dict[str, float] = field(default_factory=dict)  # where the real time went (`timeline`)
 
     def row(self) -> str:
-        def worst(value: float | None) -> str:
-            return "–" if value is None else f"{value:.2f}"
-
         return (
-            f"| {self.what} | {self.estimate:.0f} s | {self.real:.0f} s | {self.estimate / self.real:.2f} | "
-            f"{worst(self.planned_worst)} | {worst(self.rate_worst)} | {self.lines} |"
+            f"| {self.what} | {self.estimate:.0f} s | {self.real:.0f} s | {self.estimate / self.real:.2f} |"
         )
 
     def pieces(self) -> str:
@@ -131,32 +117,6 @@ def timeline(timed: list[tuple[float, str]], label: str, wall: float) -> dict[st
     return {"command": planned, "start-up": first - planned, "units": last - first, "finish": wall - last}
 
 
-def worst_ratios(stderr: str, labels: tuple[str, ...]) -> tuple[float | None, float | None, int]:
-    """The worst (farthest from 1, as a factor) ratio of time left to time really left, over the
-    progress lines of the pieces of work named `labels`: (planned lines, rate lines, lines read)."""
-    ends = {m["label"]: seconds(m["done"]) for m in map(DONE.match, stderr.splitlines()) if m}
-    worst: dict[bool, float] = {}
-    read = 0
-    for match in map(LINE.match, stderr.splitlines()):
-        if not match or match["label"] not in labels or match["label"] not in ends:
-            continue
-        really = ends[match["label"]] - seconds(match["elapsed"])
-        if really < MIN_LEFT:
-            continue
-        read += 1
-        ratio = max(seconds(match["left"]), 1.0) / really
-        planned = bool(match["plan"])
-        if abs(_log(ratio)) > abs(_log(worst.get(planned, 1.0))):
-            worst[planned] = ratio
-    return worst.get(True), worst.get(False), read
-
-
-def _log(x: float) -> float:
-    import math
-
-    return math.log(max(x, 1e-9))
-
-
 def measure_sweep(tmp: Path, store: Path) -> Measured:
     grid = ["--r", "8,16,32", "--l1", "0,5e-4", "--seeds", "0,1", "--init-cls", "2", "--increment", "2"]
     args = [
@@ -172,9 +132,9 @@ def measure_sweep(tmp: Path, store: Path) -> Measured:
         str(tmp / "sweep"),
     ]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
-    _, err, wall, timed = tosca(args, tmp, EVERY)
+    _, _, wall, timed = tosca(args, tmp, EVERY)
     what = "sweep, 12 points, 2 workers"
-    found = Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("sweep",)))
+    found = Measured(what, plan["estimate_seconds"], wall)
     found.planned, found.spent = plan["parts_seconds"], timeline(timed, "sweep", wall)
     return found
 
@@ -193,9 +153,9 @@ def measure_suite(tmp: Path, store: Path, ranpac_projection_dim: int) -> Measure
     spec = suite_file(tmp, "small", f'path = "{store}"', ranpac_projection_dim)
     args = ["suite", str(spec), "--jobs", "2", "--device", "cpu", "--out", str(tmp / "suite")]
     plan = json.loads(tosca([*args, "--dry-run", "--json"], tmp)[0])
-    _, err, wall, timed = tosca(args, tmp, EVERY)
+    _, _, wall, timed = tosca(args, tmp, EVERY)
     what = f"small suite (TOSCA, SimpleCIL, RanPAC M={ranpac_projection_dim:,}, joint probe), 2 workers"
-    found = Measured(what, plan["estimate_seconds"], wall, *worst_ratios(err, ("suite",)))
+    found = Measured(what, plan["estimate_seconds"], wall)
     found.planned, found.spent = plan["parts_seconds"], timeline(timed, "suite", wall)
     return found
 
@@ -209,9 +169,9 @@ def measure_extraction(tmp: Path, data: Path, per_class: int) -> Measured:
     estimate = plan["parts_seconds"]["extract"]
     args = ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--data-root", str(data)]
     args += ["--limit-per-class", str(per_class), "--cache-dir", str(tmp / "cache"), "--device", "cpu"]
-    _, err, wall, _ = tosca(args, tmp, EVERY)
+    _, _, wall, _ = tosca(args, tmp, EVERY)
     what = f"extraction, EfficientNet-Lite0, EuroSAT {per_class}/class from the archive"
-    return Measured(what, estimate, wall, *worst_ratios(err, ("extract train", "extract test")))
+    return Measured(what, estimate, wall)
 
 
 def main() -> None:
@@ -246,10 +206,8 @@ def main() -> None:
             rows.append(measure_extraction(tmp, args.data.resolve(), args.per_class))
             print(rows[-1].row(), rows[-1].pieces(), sep="\n", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print(
-        "| plan | dry-run estimate | real | ratio | worst planned 'left' / real left | worst measured | lines |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print("| plan | dry-run estimate | real | ratio |")
+    print("|---|---|---|---|")
     for row in rows:
         print(row.row())
     for row in rows:

@@ -27,7 +27,7 @@ from featcache.store import FeatureStore
 from tosca_foundation.devices import resolve_device
 from tosca_foundation.plugins import load_plugins
 from tosca_foundation.scheduler import SchedulerChoice, dask_client
-from tosca_foundation.scheduler_link import lost_scheduler
+from tosca_foundation.scheduler_link import each_finished, lost_scheduler, result_in_time
 
 # Dask cannot recompute scattered data: when every worker holding a split's sample list dies
 # (a worker killed right after the scatter, before the replicas landed), the jobs that need it
@@ -117,8 +117,6 @@ def extract_on_cluster(
     sources: dict[str, list[str]] | None = None,
 ) -> int:
     """Every pending chunk as one task on the cluster; returns the number of images forwarded."""
-    from distributed import as_completed
-
     jobs = [
         replace(
             template,
@@ -142,9 +140,9 @@ def extract_on_cluster(
                 for job in jobs
             }
             lost = []
-            for future in as_completed(futures):
+            for future in each_finished(client, futures):  # bounded: scheduler_link
                 try:
-                    done = future.result()
+                    done = result_in_time(client, future)
                 except CancelledError as exc:  # its scattered sample list died with a worker
                     if lost_scheduler(exc, client):  # or the scheduler went: one line (dask_client)
                         raise

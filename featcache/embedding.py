@@ -33,6 +33,11 @@ from tosca_foundation.text import reason
 def backbone_of_store(store: FeatureStore) -> LoadedBackbone:
     """The frozen backbone that made `store`, from the same weights source, checked by hash."""
     ident = store.identity["backbone"]
+    if ident.get("imported"):
+        raise UserError(
+            f"store {store.path} was imported (features of {ident.get('encoder')!r}, computed outside tosca): "
+            "tosca has no backbone to embed new inputs with; compute their features with that encoder"
+        )
     spec = resolve_backbone(ident["alias"])
     source = ident["weights_source"]
     if source == "random-init":

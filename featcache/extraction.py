@@ -36,18 +36,11 @@ from featcache.outline import (
 from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stage
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes
-from featcache.store import (
-    SPLITS,
-    FeatureStore,
-    ids_sha256,
-    looks_like_store_remains,
-    remove_store_tree,
-    stored_chunk_size,
-)
+from featcache.store import SPLITS, FeatureStore, ids_sha256, stored_chunk_size
 from featcache.store.meanings import resolve_precision
+from featcache.store.staging import clear_leftovers, create_in_place
 from tosca_foundation.devices import resolve_device, worker_device
 from tosca_foundation.errors import UserError
-from tosca_foundation.files import disk_errors
 from tosca_foundation.fingerprints import identity_differences
 from tosca_foundation.limits import require_disk, require_memory, usable_cores
 from tosca_foundation.locks import acquire, folder_lock
@@ -269,10 +262,7 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
     store's path there is always a whole store or none.
     """
     path = plan.store_path
-    staging = path.with_name(path.name + ".creating")
-    replaced = path.with_name(path.name + ".replaced")
-    for leftover in (staging, replaced):  # from a writer killed while creating or replacing
-        _remove_leftover(leftover)
+    clear_leftovers(path)
     existing = None if plan.request.overwrite else stored_identity(path)
     if existing is not None:
         store = FeatureStore.open(path, mode="r+")
@@ -289,41 +279,21 @@ def open_or_create_store(plan: ExtractPlan) -> tuple[FeatureStore, bool]:
         store.prepare_for_writing()
         return store, False
     refuse_replacing_other_things(path)
-    try:
-        with disk_errors(staging, "creating the store"):
-            FeatureStore.create(
-                staging,
-                plan.identity,
-                plan.meta,
-                ids={s: plan.dataset.splits[s].ids for s in SPLITS},
-                labels={s: plan.dataset.splits[s].labels for s in SPLITS},
-                dim=plan.backbone.feature_dim,
-                views=plan.request.views,
-                chunk_size=plan.request.chunk_size,
-                dtype=plan.request.dtype,
-            )
-    except BaseException:
-        remove_store_tree(staging)
-        raise
-    if path.exists():
-        path.rename(replaced)
-    staging.rename(path)  # a store appears whole or not at all
-    remove_store_tree(replaced)
+    create_in_place(
+        path,
+        lambda staging: FeatureStore.create(
+            staging,
+            plan.identity,
+            plan.meta,
+            ids={s: plan.dataset.splits[s].ids for s in SPLITS},
+            labels={s: plan.dataset.splits[s].labels for s in SPLITS},
+            dim=plan.backbone.feature_dim,
+            views=plan.request.views,
+            chunk_size=plan.request.chunk_size,
+            dtype=plan.request.dtype,
+        ),
+    )
     return FeatureStore.open(path, mode="r+"), True
-
-
-def _remove_leftover(folder: Path) -> None:
-    """A half-made or set-aside store of a killed writer goes; anything else by that name is someone
-    else's and stops the extraction (a zarr group's zarr.json is written before anything in it, and
-    `remove_store_tree` deletes it last)."""
-    if not folder.exists() and not folder.is_symlink():
-        return
-    if not looks_like_store_remains(folder):
-        raise UserError(
-            f"{folder} is in the way of the store's creation and is not a store tosca left behind; "
-            "move it away (tosca never deletes what it did not make)"
-        )
-    remove_store_tree(folder)
 
 
 def _only_files_changed(existing: dict[str, Any], new: dict[str, Any]) -> bool:

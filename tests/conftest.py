@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.images import make_image_tree, make_jpeg_tree
-from support.real_data import real_store
+from support.real_data import demo_store_cache, real_store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on hub retries in tests
 
@@ -33,6 +33,12 @@ def eurosat_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cifar10_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return real_store(tmp_path_factory, "cifar10")
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding `tosca demo`'s store (support.real_data.demo_store_cache)."""
+    return demo_store_cache(tmp_path_factory)
 
 
 @pytest.fixture

@@ -147,6 +147,12 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ValueError,
         ("klda_sigma must be a finite number more than 0, got inf",),
     ),
+    (  # issue 57, point 10: a class's hint in flags ("lower --klda-dim"), said in the API's words
+        "baselines",
+        lambda p: tosca_heads.baselines(p["store"], ["klda"], klda_dim=400_000, out=p["root"] / "b"),
+        ValueError,
+        ("KLDA with D = 400,000", "lower klda_dim (or klda_members)"),
+    ),
     (
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["ranpac"], val_fraction=0.9, out=p["root"] / "b"),
@@ -261,6 +267,14 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ),
         ValueError,
         ("unknown router 'ldaa'", "did you mean 'lda'?"),
+    ),
+    (  # the class's hint said in the estimator's words: its `params` keys
+        "BaselineClassifier",
+        lambda p: tosca_heads.BaselineClassifier("klda", {"dim": 400_000}).fit(
+            p["x"], np.repeat(np.arange(4), 4)
+        ),
+        ValueError,
+        ("KLDA with D = 400,000", "lower params key dim (or params key members)"),
     ),
     (
         "BaselineClassifier",

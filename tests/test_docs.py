@@ -86,3 +86,13 @@ def test_every_command_and_flag_the_docs_name_exists() -> None:
                 if flag not in everything:
                     wrong.append(f"{path.name}:{number}: no command has {flag}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_readme_stays_a_five_minute_read() -> None:
+    """Issue 57, point 17: the README is what a newcomer reads first, at most 250 lines; the
+    detail goes to docs/ (the demo's steps and times: docs/demo.md), which it links."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)(?:#[\w-]+)?\)", text))
+    assert "docs/demo.md" in linked
+    assert all((ROOT / page).is_file() for page in linked), linked

@@ -25,6 +25,7 @@ FLOORS = {
     "featcache.distributor": 5,
     "featcache.embedding": 5,
     "featcache.outline": 5,
+    "featcache.arrays": 6,  # import and export: arrays in and out of a store, through its writer
     "featcache.extraction": 6,
     "featcache.extraction_estimate": 6,
     "featcache.runner": 7,

@@ -7,12 +7,14 @@ What the commands do is in the packages: `featcache.runner`, `featcache.store.de
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.text import Text
 
+from featcache.arrays.requests import ExportRequest, ImportRequest
 from featcache.extract_request import ExtractRequest
 from tosca_cli.commands import (
     OneLineUsageErrors,
@@ -38,8 +40,10 @@ from tosca_cli.views import (
     catalogue,
     catalogue_tables,
     comparison_table,
+    export_summary,
     extract_summary,
     extraction_estimator,
+    import_summary,
     per_split,
     routers_table,
     run_summary,
@@ -179,6 +183,35 @@ def _extract(request: Any) -> Any:
         return extract(request, planned, per_split(board, "extract", "img"), waiting, outlined)
 
 
+# ------------------------------------------------------------------------------------------- import, export
+
+
+@app.command("import")
+@user_errors
+@from_request(ImportRequest, json_flag())
+def import_command(request: ImportRequest, as_json_: bool) -> None:
+    """Features computed elsewhere (any encoder, any modality) into a store every stage-2 command reads (resumable)."""
+    from featcache.arrays.importer import import_arrays
+
+    summary = import_arrays(request, lambda outline: say(outline.line(), err))
+    if as_json_:
+        return as_json({**summary.__dict__, "store": str(summary.store)})
+    import_summary(summary)
+
+
+@app.command("export")
+@user_errors
+@from_request(ExportRequest, json_flag())
+def export_command(request: ExportRequest, as_json_: bool) -> None:
+    """A store's features, labels, class names and split to .npz, Parquet or a `datasets` folder."""
+    from featcache.arrays.exporter import export_store
+
+    summary = export_store(request)
+    if as_json_:
+        return as_json({**summary.__dict__, "to": str(summary.to)})
+    export_summary(summary)
+
+
 # ------------------------------------------------------------------------------------------- fit, eval, routers, predict
 
 
@@ -195,6 +228,7 @@ def fit(request: FitRequest, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.running.runs import fit as fit_command
 
+    begun = time.monotonic()  # the wall its summary names (`run_summary`)
     routers = _routers(request.router)  # a bad name is the only line: before the plan is said
 
     def started(run: Path) -> None:
@@ -204,7 +238,7 @@ def fit(request: FitRequest, as_json_: bool) -> None:
     result = fit_command(request, on_stage=stages, on_start=started, on_plan=say_protocol)
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
-    run_summary(result, routers)
+    run_summary(result, routers, time.monotonic() - begun)
     curves = result.run_dir / "curves.png"
     if curves.is_file():
         say(
@@ -227,11 +261,12 @@ def eval_run(
     from tosca_heads.routers import on_request
     from tosca_heads.running.group import evaluate_run
 
+    begun = time.monotonic()
     routers = _routers(router)
     result = evaluate_run(run, device=resolve_device(device), routers=on_request(routers))
     if as_json_:
         return as_json({"run": str(result.run_dir), **result.metrics()})
-    run_summary(result, routers)
+    run_summary(result, routers, time.monotonic() - begun)
 
 
 @app.command("routers")
@@ -291,7 +326,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         def started(plan: Any) -> None:
             swept.extend(plan.swept)
             sweep_header(plan, request.device)
-            on_progress(len(plan.pending), plan.estimate(plan.pending))
+            on_progress(len(plan.pending))  # the total; no plan of its time (said by --dry-run)
 
         return sweep_command(request, started, on_point)
 

@@ -21,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from tosca_cli.terminal import answers_only, as_json, err, error_line, plainly, say, speaking
+from tosca_foundation import long_work
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import os_error_line
 from tosca_foundation.folders import check_outputs
@@ -97,7 +98,7 @@ class OneLineUsageErrors(TyperGroup):
                 code = super().main(*args, standalone_mode=False, **kwargs)
         except Terminated:
             say("terminated (SIGTERM): what was finished is kept; the same command resumes", err)
-            sys.exit(128 + signal.SIGTERM)
+            long_work.leave(128 + signal.SIGTERM)
         except click_errors.NoArgsIsHelpError as exc:  # `tosca` alone: the help
             exc.show()
             sys.exit(exc.exit_code)
@@ -109,6 +110,9 @@ class OneLineUsageErrors(TyperGroup):
         except typer.Abort:
             say("aborted", err)
             sys.exit(1)
+        if code == 128 + signal.SIGINT:  # typer turns KeyboardInterrupt into a silent Exit(130)
+            say("interrupted (SIGINT): what was finished is kept; the same command resumes", err)
+            long_work.leave(code)
         sys.exit(code if isinstance(code, int) else 0)
 
 

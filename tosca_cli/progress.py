@@ -1,4 +1,4 @@
-"""Where a long job stands, for every command: done/total, rate and an estimate of the time left.
+"""Where a long job stands, for every command: done/total, the rate and the time it has taken.
 
 One module for all of them (extract, fit, sweep, baselines, suite, demo, predict, cache verify),
 because the silent case is the one users meet in logs: with stderr on a terminal each piece of
@@ -8,9 +8,12 @@ default) and when it ends, so a log shows progress while the job runs, not only 
 `TOSCA_PROGRESS` (or `tosca --progress`) chooses: `auto` (the default: bar on a terminal, lines
 elsewhere), `bar` (or `1`), `lines`, `off` (or `0`).
 
-The time left is worked out by `tosca_foundation.time_estimates.TimeLeft` (the one estimate module:
-plans, rates and their words); this module only shows it. The clock is a parameter: tests drive it
-by hand.
+No line guesses the time left (issue 54, point 5: the guesses were 0.02 to 2.2 of the time really
+left, docs/benchmarks.md "What earns its lines"); a plan's estimate is said by `--dry-run`, before the work
+(`tosca_foundation.time_estimates`). Every time a line prints says what it times: "0:27 elapsed"
+and "done in 0:37" are the wall time of the piece of work the line names, from its start (a
+baseline's from before its first task, as its table's seconds) to now or to its last unit. The
+clock is a parameter: tests drive it by hand.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tosca_foundation import long_work
 from tosca_foundation.settings import setting
-from tosca_foundation.time_estimates import Clock, Estimate, TimeLeft
+from tosca_foundation.time_estimates import clock_text
+
+Clock = Callable[[], float]
 
 MODES = ("auto", "bar", "lines", "off", "1", "0")
 DEFAULT_EVERY = 10.0
@@ -46,32 +52,50 @@ def every() -> float:
 
 
 @dataclass
+class Stopwatch:
+    """How much of one piece of work is done and since when: its rate and the time it has taken.
+    `base`: done before this process started (a resumed job), not counted in the rate."""
+
+    clock: Clock
+    started: float
+    completed: int = 0
+    base: int = 0
+
+    def rate(self) -> float | None:
+        """Units per second done by this process since the work started; None before any."""
+        done, spent = self.completed - self.base, self.clock() - self.started
+        return done / spent if done > 0 and spent > 0 else None
+
+    def words(self, finished: bool) -> str:
+        """'0:27 elapsed' while it runs, 'done in 0:37' once it ended: the wall time since its start."""
+        elapsed = clock_text(self.clock() - self.started)
+        return f"done in {elapsed}" if finished else f"{elapsed} elapsed"
+
+
+@dataclass
 class Task:
-    """One piece of work: how much is done of how much, what it says beside, and its time left."""
+    """One piece of work: how much is done of how much, what it says beside, and its stopwatch."""
 
     label: str
     total: int | None
     unit: str
-    left: TimeLeft
+    watch: Stopwatch
     note: str = ""
     finished: bool = False
 
     @property
     def completed(self) -> int:
-        return self.left.completed
+        return self.watch.completed
 
     @property
     def started(self) -> float:
-        return self.left.started
+        return self.watch.started
 
     def rate(self) -> float | None:
-        return self.left.rate()
-
-    def remaining(self) -> tuple[float | None, bool]:
-        return self.left.remaining()
+        return self.watch.rate()
 
     def line(self) -> str:
-        """'extract train: 1,200/27,000 (4%), 45.1 img/s, 0:27 elapsed, about 9:30 left'."""
+        """'extract train: 1,200/27,000 (4%), 45.1 img/s, 0:27 elapsed'."""
         done = f"{self.completed:,}" + (f"/{self.total:,}" if self.total is not None else "")
         if self.total:
             done += f" ({100 * self.completed / self.total:.0f}%)"
@@ -79,8 +103,14 @@ class Task:
         rate = self.rate()
         if rate:
             parts.append(f"{rate:.1f} {self.unit or 'units'}/s" if rate >= 1 else f"{1 / rate:.1f} s each")
-        parts.append(self.left.words(self.finished))
-        return ", ".join(parts) + (f"; {self.note}" if self.note else "")
+        parts.append(self.watch.words(self.finished))
+        return ", ".join(parts) + "".join(f"; {said}" for said in (self.note, self.under_way()) if said)
+
+    def under_way(self) -> str:
+        """A long computation of this process under way while the work runs ("in a 10,000 x 10,000
+        ridge solve for 0:42", `tosca_foundation.long_work`): between two moves of a baseline's
+        tasks a single call may take minutes."""
+        return "" if self.finished else long_work.said()
 
 
 class Board:
@@ -112,29 +142,23 @@ class Board:
         label: str,
         total: int | None = None,
         unit: str = "",
-        expected: float | None = None,
         completed: int = 0,
-        plan: Estimate | None = None,
+        at_once: bool = False,
     ) -> Task:
-        """A new piece of work: its bar is shown at once; its first line when it has a plan to say
-        (`expected`: its planned seconds; `plan`: the plan of units that differ in cost, each
-        update then saying which unit ended and what it took), else after the interval (a job that
-        fails at once stays one line: its error). Work of nothing (a total of 0: a sweep resumed
-        with every point done) is never shown: no `0/0` bar, no line; the command says why."""
-        if plan is not None and expected is None:
-            expected = plan.running() or None
-        left = TimeLeft(self.clock, total, expected, plan, self.clock(), completed, completed)
-        task = Task(label, total, unit, left)
+        """A new piece of work: its bar is shown at once; its first line at once where `at_once`
+        (a sweep's or a suite's units, said as they start: a log shows them before the first
+        ends), else after the interval (a job that fails at once stays one line: its error). Work
+        of nothing (a total of 0: a sweep resumed with every point done) is never shown: no `0/0`
+        bar, no line; the command says why."""
+        task = Task(label, total, unit, Stopwatch(self.clock, self.clock(), completed, completed))
         if total == 0:
             task.finished = True
             return task
         with self._lock:
             self.tasks.append(task)
             if self._bar is not None:
-                self._ids[id(task)] = self._bar.add_task(
-                    label, total=total, completed=completed, rate="", eta=""
-                )
-        self._show(task, force=expected is not None)
+                self._ids[id(task)] = self._bar.add_task(label, total=total, completed=completed, rate="")
+        self._show(task, force=at_once)
         return task
 
     def update(
@@ -145,18 +169,14 @@ class Board:
         total: int | None = None,
         note: str | None = None,
         label: str | None = None,
-        ended: tuple[str, float] | None = None,
     ) -> None:
-        """Move a piece of work on; a line is written when the interval has passed since its last.
-        `ended`: the key of the plan's unit that ended now and the seconds it took in its worker."""
+        """Move a piece of work on; a line is written when the interval has passed since its last."""
         if task.finished and not task.total:  # work of nothing: never shown (`task`)
             return
         with self._lock:
-            if ended is not None:
-                task.left.unit_done(*ended)
-            task.left.moved(task.completed + advance if completed is None else completed)
+            task.watch.completed = task.completed + advance if completed is None else completed
             if total is not None:
-                task.total = task.left.total = total
+                task.total = total
             if note is not None:
                 task.note = note
             if label is not None:
@@ -200,9 +220,10 @@ class Board:
             total=task.total,
             completed=task.completed,
             rate=" ".join(
-                x for x in (f"{rate:.1f} {task.unit or 'units'}/s" if rate else "", task.note) if x
+                x
+                for x in (f"{rate:.1f} {task.unit or 'units'}/s" if rate else "", task.note, task.under_way())
+                if x
             ),
-            eta=task.left.eta(),
         )
 
     def _tick(self) -> None:
@@ -248,7 +269,6 @@ def _rich_progress() -> Any:
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[eta]}"),
         console=err,
         transient=False,
     )

@@ -112,6 +112,22 @@ def say(line: Any, console: Console = out, style: str = "") -> None:
     console.print(printable(line), markup=False, highlight=False, style=style)
 
 
+def footnote(line: Any, console: Console = out) -> None:
+    """A line of words under a table (what its brackets are, a knob a method chose): wrapped, at
+    spaces only, to the width the table fits ($COLUMNS, or the terminal's: `widths.columns_here`),
+    its later lines indented two spaces; whole where nothing sets a width (pipes, logs)."""
+    import textwrap
+
+    text = printable(line)
+    limit = widths.columns_here(console.file)
+    if limit is None or len(text) <= limit:
+        return say(text, console)
+    for part in textwrap.wrap(
+        text, limit, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    ):
+        say(part, console)
+
+
 STYLES = {"error": "bold red", "FAIL": "red"}  # every other label: yellow
 WORDS = ("warning", "note", "error")  # said as "warning: ..."; a report's marks as "FAIL train: ..."
 

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from tosca_cli.progress import Board, Task, progress
-from tosca_cli.terminal import as_json, err, heading, key_values, note, out, say, table
+from tosca_cli.terminal import as_json, err, footnote, heading, key_values, note, out, say, table
 from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
 
 COLUMNS_SAID = (
-    "columns: over the task's last epoch, ce = mean cross-entropy per training image, l1 term = mean "
+    "columns: over the task's last epoch, ce = mean cross-entropy per training sample, l1 term = mean "
     "L1 penalty (l1 x |module|_1), loss = ce + l1 term (curves.csv and metrics.json say the same); "
-    "train = accuracy on that task's training images (%); route = share of test images {router} sends to "
+    "train = accuracy on that task's training samples (%); route = share of test samples {router} sends to "
     "their own task's module (%); train s, eval s = seconds of training and evaluation; then each router "
     "= A_t, test accuracy on every class seen so far (%)"
 )
@@ -41,6 +41,29 @@ def extract_summary(summary: Any) -> None:
     if summary.extra.get("skipped_images"):
         rows.append(("skipped images", f"{summary.extra['skipped_images']} (see `tosca cache info`)", False))
     key_values(rows)
+
+
+def import_summary(summary: Any) -> None:
+    """`tosca import`'s answer: the store made (or found whole), its rows and fingerprint."""
+    if summary.already_done:
+        return say(f"nothing to do: {summary.store} is complete ({summary.chunks_kept} chunks done)")
+    key_values(
+        [
+            ("store", summary.store, False),
+            ("samples", ", ".join(f"{k} {v:,}" for k, v in summary.rows.items()), False),
+            ("features", f"dim {summary.dim}, {summary.views} views, {summary.classes} classes", False),
+            ("chunks", f"{summary.chunks_written} written, {summary.chunks_kept} already done", False),
+            ("seconds", f"{summary.seconds:.1f}", False),
+            ("fingerprint", summary.fingerprint, False),
+        ]
+    )
+
+
+def export_summary(summary: Any) -> None:
+    """`tosca export`'s answer: what was written where."""
+    say(
+        f"exported {summary.rows:,} rows of {summary.dim} features ({summary.views} views) as {summary.format} -> {summary.to}"
+    )
 
 
 def in_registry_order(routers: list[str]) -> list[str]:
@@ -102,7 +125,11 @@ def say_protocol(protocol: Any) -> None:
         note("warning", warning)
 
 
-def run_summary(result: Any, routers: list[str]) -> None:
+def run_summary(result: Any, routers: list[str], wall: float | None = None) -> None:
+    """A run's table, then its times, each saying what it times: training (the SGD steps of the
+    tasks trained now), evaluation (the heads' and routers' answers on the test split after each
+    task) and, where the command timed itself (`wall`), all of it from the command's start: the
+    store's checks, the class statistics routers fit, the files and tables, which neither counts."""
     from tosca_heads.method.metrics import columns_of, header_of
     from tosca_heads.routers import reference_text
 
@@ -119,8 +146,14 @@ def run_summary(result: Any, routers: list[str]) -> None:
     said_intervals(metrics["routers"])
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
-    say(
-        f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s, evaluation {eval_s:.1f} s, "
+    whole = (
+        f"; {wall:.1f} s wall from the command's start (store checks, class statistics, files)"
+        if wall
+        else ""
+    )
+    footnote(
+        f"run {result.run_dir}: {len(result.trained)} task(s) trained in {train_s:.1f} s (SGD steps), "
+        f"evaluation {eval_s:.1f} s (heads and routers on the test split after each task){whole}; "
         f"{metrics['params_per_task']:,} parameters per task"
     )
     plot = Path(result.run_dir) / "accuracy.png"
@@ -139,18 +172,23 @@ def _figure_cell(column: Any, blocks: dict[str, Any]) -> str:
 def said_intervals(blocks: Any) -> None:
     """Under a table of figures: what their brackets are, or that they have none (files before
     format 4)."""
+    line = intervals_line(blocks)
+    if line is not None:
+        footnote(line)
+
+
+def intervals_line(blocks: Any) -> str | None:
+    """The line `said_intervals` says under a table of these metrics blocks (None for no blocks):
+    apart, so that a test holds a quoted table (the README's demo table) to the same words."""
     blocks = list(blocks.values()) if isinstance(blocks, dict) else list(blocks)
     if any(b and b.get("intervals") for b in blocks):
         images = next(b["images"] for b in blocks if b and b.get("intervals"))
         from tosca_heads.method.metrics import intervals_said
 
-        say(
-            f"[low, high]: 95% interval over the {images:,} images of the split ({intervals_said()}; docs/guarantees.md)"
-        )
-    elif blocks:
-        say(
-            "no intervals: these figures have no per-image answers kept beside them (`tosca eval RUN` keeps them)"
-        )
+        return f"[low, high]: 95% interval over the {images:,} samples of the split ({intervals_said()}; docs/guarantees.md)"
+    if blocks:
+        return "no intervals: these figures have no per-image answers kept beside them (`tosca eval RUN` keeps them)"
+    return None
 
 
 def per_split(board: Board, verb: str, unit: str) -> Callable[[str, int, int], None]:
@@ -169,7 +207,9 @@ def per_split(board: Board, verb: str, unit: str) -> Callable[[str, int, int], N
 
 
 def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
-    """A baseline's tasks as they end (`on_task(method, task, tasks)`), one piece of work per method."""
+    """A baseline's tasks as they end (`on_task(method, task, tasks)`), one piece of work per
+    method, started when the baseline starts (`task` -1): its "done in" is the wall time its
+    table's seconds count, not the time after its first task."""
     tasks: dict[str, Task] = {}
 
     def on_task(name: str, task: int, total: int) -> None:
@@ -180,50 +220,37 @@ def baseline_progress(board: Board) -> Callable[[str, int, int], None]:
     return on_task
 
 
-def suite_progress(board: Board) -> Callable[[Any, int, int, Any, float], None]:
-    """A suite's cells as they end, the total and the plan known before the first (cells differ in
-    cost: each is told with the seconds it took, the time left is the plan redone from them)."""
+def suite_progress(board: Board) -> Callable[[Any, int, int], None]:
+    """A suite's cells as they end, the total known before the first (`cell` None)."""
     holder: list[Task] = []
 
-    def on_cell(cell: Any, finished: int, total: int, plan: Any, seconds: float) -> None:
+    def on_cell(cell: Any, finished: int, total: int) -> None:
         if not holder:
-            holder.append(board.task("suite", total, "cells", plan=plan if plan.works else None))
-        board.update(
-            holder[0],
-            completed=finished,
-            total=total,
-            note=f"last: {cell.key}" if cell else "",
-            ended=(cell.key, seconds) if cell else None,
-        )
+            holder.append(board.task("suite", total, "cells", at_once=True))
+        board.update(holder[0], completed=finished, total=total, note=f"last: {cell.key}" if cell else "")
 
     return on_cell
 
 
 def sweep_with_progress(run: Callable[..., Any], rank_by: str, swept: list[str]) -> Any:
     """A sweep's points as they end, with the running best single run on the split the sweep ranks
-    on (`running_best`), by its swept flags. The total and the plan are known when the sweep
-    starts; each point is told with the seconds it took in its worker."""
+    on (`running_best`), by its swept flags. The total is known when the sweep starts, and said then."""
     with progress() as board:
         holder: list[Task] = []
         best: dict[str, Any] = {}
 
-        def started(pending: int, plan: Any) -> None:
+        def started(pending: int) -> None:
             if not pending:  # no `0/0` bar (`Board.task`): why nothing runs, in words
                 say("sweep: every point is in the folder already; nothing to run", err)
-            holder.append(board.task("sweep", pending, "points", plan=plan if plan and plan.works else None))
+            holder.append(board.task("sweep", pending, "points", at_once=True))
 
         def on_point(rows: list[dict[str, Any]], finished: int, total: int) -> None:
             note = running_best(best, rows, rank_by, swept)
             if not holder:
-                started(total, None)
-            board.update(holder[0], completed=finished, total=total, note=note, ended=point_ended(rows))
+                started(total)
+            board.update(holder[0], completed=finished, total=total, note=note)
 
         return run(on_point, started)
-
-
-def point_ended(rows: list[dict[str, Any]]) -> tuple[str, float] | None:
-    """A sweep point's key and the seconds it took in its worker, from its results rows."""
-    return (rows[0]["key"], rows[0]["run_seconds"]) if rows and "run_seconds" in rows[0] else None
 
 
 def running_best(best: dict[str, Any], rows: list[dict[str, Any]], rank_by: str, swept: list[str]) -> str:
@@ -335,18 +362,60 @@ def sweep_table(outcome: Any, rank_by: str, shown: list[str], top: int = 10) -> 
     )
     table(title, columns, rows, keys=1 + len(flags))  # a point is named by its flags
     more = f" (top {top} shown; all in {outcome.out / 'summary.md'})" if len(outcome.summary) > top else ""
-    say(
+    footnote(
         f"{outcome.ran} run(s) in {outcome.seconds:.1f} s (up to {outcome.group} per engine run), {outcome.already_done} already done; {len(outcome.summary)} configurations{more}"
     )
     for line in choice_lines(outcome.chosen):
-        say(line)
+        footnote(line)
     for name, path in outcome.files.items():
         say(f"  {name:<18} {path}")
 
 
 def comparison_table(comparison: Any) -> None:
-    from tosca_heads.method.metrics import columns_of, header_of
+    """`tosca baselines` and the demo's last step: every method's row, the intervals line, and the
+    knob each baseline chose itself."""
+    columns, rows = comparison_cells(comparison)
+    # split to fit the terminal, each part repeats what names a row: a method and its routing (TOSCA
+    # has a row per router)
+    table(comparison_title(comparison), columns, rows, ("method", "routing", "reference"), keys=2)
+    for line in comparison_notes(comparison):
+        footnote(line)
+
+
+def comparison_title(comparison: Any) -> str:
+    return f"{comparison.title}, test split"
+
+
+def comparison_notes(comparison: Any) -> list[str]:
+    """The lines under the comparison table: what its brackets are, then the knob each baseline
+    chose itself (its value and how)."""
+    intervals = intervals_line([r.metrics for r in comparison.results])
+    knobs = [
+        f"{r.method}: {r.metrics['knob']} {r.metrics[r.metrics['knob']]:g}, chosen by {r.metrics['chosen_by']}"
+        for r in comparison.results
+        if r.metrics.get("knob") in r.metrics
+    ]
     from tosca_heads.method.ties import ties_said
+
+    residuals = [  # DS-AL: how much its compensation stream had to learn
+        f"{r.method}: its compensation stream's targets (the main stream's residuals on each task's new "
+        f"classes) were at most {r.metrics['largest_residual']:.2g}"
+        + ("; C = 0: its answers are ACIL's" if r.metrics.get("compensation") == 0 else "")
+        for r in comparison.results
+        if "largest_residual" in r.metrics
+    ]
+    ties = [  # ties counted as wrong: how many, after the last task
+        ties_said(r.method, r.metrics["tied"][-1], r.metrics["tied_of"])
+        for r in comparison.results
+        if r.metrics.get("tied") and r.metrics["tied"][-1]
+    ]
+    return [*([intervals] if intervals is not None else []), *knobs, *residuals, *ties]
+
+
+def comparison_cells(comparison: Any) -> tuple[list[str], list[list[str]]]:
+    """The comparison table's column heads and cells, as printed: apart from the printing, so that
+    a test holds the README's demo table to what the demo prints, cell by cell."""
+    from tosca_heads.method.metrics import columns_of, header_of
 
     validation = any(r.validation is not None for r in comparison.results)
     figures = columns_of(validation)
@@ -362,22 +431,7 @@ def comparison_table(comparison: Any) -> None:
         for r in comparison.results
     ]
     columns = ["method", "routing", *map(header_of, figures), "parameters", "seconds", "reference"]
-    table(f"{comparison.title}, test split", columns, rows, ("method", "routing", "reference"))
-    said_intervals([r.metrics for r in comparison.results])
-    for r in comparison.results:  # a knob a baseline chose itself: its value and how
-        knob = r.metrics.get("knob")
-        if knob in r.metrics:
-            say(f"{r.method}: {knob} {r.metrics[knob]:g}, chosen by {r.metrics['chosen_by']}")
-    for r in comparison.results:  # DS-AL: how much its compensation stream had to learn
-        if "largest_residual" in r.metrics:
-            same = "; C = 0: its answers are ACIL's" if r.metrics.get("compensation") == 0 else ""
-            say(
-                f"{r.method}: its compensation stream's targets (the main stream's residuals on each task's "
-                f"new classes) were at most {r.metrics['largest_residual']:.2g}{same}"
-            )
-    for r in comparison.results:  # ties counted as wrong: how many, after the last task
-        if r.metrics.get("tied") and r.metrics["tied"][-1]:
-            say(ties_said(r.method, r.metrics["tied"][-1], r.metrics["tied_of"]))
+    return columns, rows
 
 
 def extraction_estimator(device: str) -> Callable[[Any], Any]:
@@ -461,7 +515,7 @@ def suite_summary(result: Any) -> None:
     for line in [*(result.out / "claims.md").read_text(encoding="utf-8").splitlines(), ""]:
         say(line)
     ran = sum(1 for c in result.cells if c.status == "ran")
-    say(
+    footnote(
         f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; "
         f"missing: {len(result.missing)}"
     )
@@ -485,7 +539,7 @@ def file_table(shown: Any) -> None:
     ]
     header = list(shown.header)
     table(shown.title, header, rows, (header[0],))
-    say(shown.note)
+    footnote(shown.note)
     say("")
 
 
@@ -529,18 +583,18 @@ class DemoDisplay:
         def on_point(rows: Any, finished: int, total: int) -> None:
             if not holder:
                 holder.append(board.task("sweep", total, "points"))
-            board.update(holder[0], completed=finished, total=total, ended=point_ended(rows))
+            board.update(holder[0], completed=finished, total=total)
 
         return on_point
 
     def sweep_started(self, plan: Any) -> None:
-        """The sweep's points and planned time, said as it starts (a redirected log shows them at
-        once, not when the first point ends)."""
+        """The sweep's points, said as it starts (a redirected log shows them at once, not when the
+        first point ends)."""
         board, holder = self._sweep
         pending = plan.pending or []
         if not pending:  # a rerun: every point is in the folder already
             return
-        holder.append(board.task("sweep", len(pending), "points", plan=plan.estimate(pending)))
+        holder.append(board.task("sweep", len(pending), "points", at_once=True))
 
     def swept(self, outcome: Any) -> None:
         from tosca_heads.studies.demo import SWEEP_ROUTERS
@@ -593,26 +647,26 @@ def routers_table(report: Any) -> None:
         [{"intervals": True, "images": r["images"]} if r.get("images") else {} for r in report.rows[:1]]
     )
     for method, folder, differs in report.left_out:
-        say(f"left out: {method} in {folder}: {differs} (another protocol, never set beside the run)")
+        footnote(f"left out: {method} in {folder}: {differs} (another protocol, never set beside the run)")
     if not any(row["kind"] == "baseline" for row in report.rows):
         no_baselines(report)
     if report.chosen_on == "validation":
-        say(
+        footnote(
             f"* the best honest router of this run on its validation split: {report.best} (the default of `tosca predict`)"
         )
     else:
-        say(
+        footnote(
             f"* the best honest router of this run on the TEST split: {report.best} (the default of `tosca predict`; "
             "the run holds out no validation split, so this choice is tuned on test)"
         )
     where = "validation" if report.chosen_on == "validation" else "test"
     if report.ties:
-        say(
+        footnote(
             f"= not distinguishable from {report.best} on {where} (A_last, 95% paired bootstrap over the same images): "
             + ", ".join(report.ties)
         )
     elif report.ties is None:
-        say("(ties with it not tested: the run kept no per-image answers; `tosca eval RUN` keeps them)")
+        footnote("(ties with it not tested: the run kept no per-image answers; `tosca eval RUN` keeps them)")
     if report.misrouting:
         misrouting_table(report)
 
@@ -627,7 +681,7 @@ def no_baselines(report: Any) -> None:
     command = shlex.join(
         ["tosca", "baselines", "--store", report.store, "--run", str(run), "--out", str(beside)]
     )
-    say(
+    say(  # one line: the command in it stays whole to copy
         f"no baselines beside these routers: none was run on this run's store under its protocol (task split, "
         f"validation split, {report.tasks} tasks) in {run.parent}; to set them beside it: {command}"
     )

@@ -34,6 +34,7 @@ from distributed import WorkerPlugin
 from tosca_foundation.errors import UserError
 from tosca_foundation.processes import SAFE_PATH, die_with_parent, local_cluster_config
 from tosca_foundation.registry import REGISTRIES, Entry, Registry
+from tosca_foundation.scheduler_link import SchedulerStalled
 from tosca_foundation.text import reason
 
 # the helper's whole program: its first line of stdin says what to start
@@ -86,6 +87,9 @@ def hosted_cluster(kind: str, workers: int | None, options: dict[str, Any]) -> I
             said = address.partition(" ")[2] or f"its helper process ended with exit code {helper.wait()}"
             raise RuntimeError(f"the local Dask cluster did not start: {said}")
         yield address.partition(" ")[2]
+    except SchedulerStalled:  # its scheduler is frozen: it would not hear "close"
+        helper.kill()
+        raise
     finally:
         with contextlib.suppress(OSError):  # (said, not only closed: a child forked here holds it open)
             helper.stdin.write(CLOSE)  # type: ignore[union-attr]

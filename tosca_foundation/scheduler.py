@@ -168,7 +168,9 @@ def dask_client(
 
     A running scheduler is checked first (`check_scheduler`, within `connect_timeout` seconds; None:
     TOSCA_SCHEDULER_TIMEOUT); losing the scheduler within the block is one line saying that what
-    was finished is kept and how to resume, whatever Dask call ran into it.
+    was finished is kept and how to resume, whatever Dask call ran into it, and so is a scheduler
+    silent, or without a worker, for as long, where the block waits through
+    `scheduler_link.each_finished`.
     `cluster_options` go to LocalCluster / LocalCUDACluster (ignored for a running scheduler).
     """
     from distributed import Client
@@ -185,7 +187,7 @@ def dask_client(
             hosted_cluster(choice.kind, choice.workers, cluster_options) as address,
             Client(address, timeout=seconds) as client,
             said_when_lost(client, label, ""),
-            said_when_workers_lost(client, label),
+            said_when_workers_lost(client, label, bound=seconds),
         ):
             ship_registrations(client)
             yield client
@@ -195,12 +197,11 @@ def dask_client(
         client = Client(address, timeout=seconds)
     except Exception as exc:  # it went between the check and now
         raise UserError(f"cannot reach {label} within {seconds:g} s ({reason(exc)}); {START_ONE}") from None
+    resume = f", once a scheduler answers at {address} (or with another --scheduler)"
     with (
         client,
-        said_when_lost(
-            client, label, f", once a scheduler answers at {address} (or with another --scheduler)"
-        ),
-        said_when_workers_lost(client, label),
+        said_when_lost(client, label, resume),
+        said_when_workers_lost(client, label, resume, bound=seconds),
     ):
         ship_registrations(client)
         yield client

@@ -79,7 +79,23 @@ def _budget(value: str) -> str | None:
             f"TOSCA_MEMORY_BUDGET={value[:40]} (--memory-budget) is under {MIN_MEMORY_LIMIT:,} bytes, "
             "less than any fit can hold"
         )
+    machine = physical_memory()
+    if amount > machine:  # refused, not warned: a fit held to it would swap, or be killed, mid-run
+        from tosca_foundation.limits import human_bytes
+
+        return (
+            f"TOSCA_MEMORY_BUDGET={value[:40]} (--memory-budget) is more than this machine's "
+            f"{human_bytes(machine)} of memory: give at most that (omit it for half the available memory)"
+        )
     return None
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (its physical pages); unbounded where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 def _modules(value: str) -> str | None:
@@ -101,7 +117,7 @@ def _seconds(value: str) -> str | None:
 
 def _timeout(value: str) -> str | None:
     try:
-        seconds = float(value)
+        seconds = float(value) if value.isascii() else 0.0  # float() takes any script's digits
     except ValueError:
         seconds = 0.0
     if 0 < seconds <= 3_600:

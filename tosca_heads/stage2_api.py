@@ -329,13 +329,13 @@ def predict(
     ((48,), 'given', True)
     """
     from tosca_heads.applied.predict import default_router
-    from tosca_heads.records.run_folder import read_metrics
+    from tosca_heads.records.run_cell import read_run
 
     if router is not None and not isinstance(router, str):
         raise UserTypeError(f"predict() keyword router={shown(router)} must be a router's name or None")
     predictor = run if isinstance(run, RunPredictor) else load_run(run, device)
     if router is None:
-        chosen, chosen_on = default_router(read_metrics(predictor.run_dir))
+        chosen, chosen_on = default_router(read_run(predictor.run_dir).metrics)
         return predictor.predict(features, chosen, chosen_on)
     return predictor.predict(features, router)
 

@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from featcache.store.left_out import LINK_OUTSIDE, LeftOut
+from featcache.store.left_out import LINK_OUTSIDE, NOT_A_FILE, LeftOut
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import disk_errors, read_json
@@ -209,7 +209,8 @@ def _unpack_tar(archive: Path, tmp: Path, left_out: LeftOut) -> None:
 
         def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
             if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-                return None  # devices, fifos: nothing an image dataset holds
+                left_out.add(NOT_A_FILE, Path(member.name))  # a device, a fifo: counted, never made
+                return None
             try:
                 return tarfile.data_filter(member, path)
             except tarfile.FilterError:

@@ -20,7 +20,7 @@ from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_s
 from tosca_foundation.errors import UserError
 from tosca_foundation.limits import human_bytes
 from tosca_foundation.locks import holder
-from tosca_foundation.text import image_name
+from tosca_foundation.text import image_name, printable
 
 
 def field_of(block: Any, *keys: str) -> Any:
@@ -54,7 +54,9 @@ def _row(path: Path) -> dict[str, Any]:
         "store": str(path),
         "dataset": str(field_of(ident, "dataset", "name")),
         "backbone": str(field_of(ident, "backbone", "alias")),
-        "weights": str(field_of(ident, "backbone", "weights_source")),
+        "weights": "imported"
+        if isinstance(ident.get("imported"), dict)
+        else str(field_of(ident, "backbone", "weights_source")),
         "policy": str(field_of(ident, "preprocessing", "policy")),
         "train": store.layout("train").n,
         "test": store.layout("test").n,
@@ -87,6 +89,8 @@ def describe(path: Path) -> Description:
     samples = field_of(ds, "samples")
     precision = str(field_of(ident, "precision"))
     decoder = str(field_of(prep, "decoder"))
+    if isinstance(field_of(ident, "imported"), dict):
+        return Description(_imported_rows(path, store, attrs, progress, writer), data)
     rows: list[tuple[str, str, bool]] = [
         ("store", str(path), False),
         (
@@ -146,6 +150,53 @@ def describe(path: Path) -> Description:
             for item in skipped
         ]
     return Description(rows, data)
+
+
+def _imported_rows(
+    path: Path, store: FeatureStore, attrs: dict[str, Any], progress: dict[str, str], writer: str | None
+) -> list[tuple[str, str, bool]]:
+    """`cache info` of a store made by `tosca import`: the encoder as its user named it (never run
+    here), the modality, and where the arrays came from (each file and its sha256)."""
+    ident = attrs.get("identity", {})
+    bb, ds = field_of(ident, "backbone"), field_of(ident, "dataset")
+    samples = field_of(ds, "samples")
+    provenance = attrs.get("provenance") if isinstance(attrs.get("provenance"), dict) else {}
+    files = [f for f in provenance.get("files") or [] if isinstance(f, dict)]
+    rows: list[tuple[str, str, bool]] = [
+        ("store", str(path), False),
+        (
+            "encoder",
+            f"{printable(field_of(bb, 'encoder'))} (dim {field_of(bb, 'feature_dim')}; imported: computed "
+            "outside tosca, never run here)",
+            False,
+        ),
+        ("modality", printable(field_of(ident, "modality")), False),
+        ("imported from", ", ".join(map(str, provenance.get("formats") or ["?"])), False),
+        *[
+            (" ", f"{printable(f.get('file', '?'))} (sha256 {str(f.get('sha256', '?'))[:12]})", False)
+            for f in files
+        ],
+        ("dataset", f"{printable(field_of(ds, 'name'))} ({field_of(ds, 'num_classes')} classes)", False),
+        ("split rule", printable(field_of(ds, "split_rule")), False),
+        (
+            "samples",
+            ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in samples.items())
+            if isinstance(samples, dict)
+            else "?",
+            False,
+        ),
+        ("views", str(field_of(ident, "views")), False),
+        ("dtype", str(field_of(ident, "dtype")), False),
+        ("progress", ", ".join(f"{k} {v}" for k, v in progress.items()), False),
+        ("checksums", "per chunk, checked by `tosca cache verify` and before stage 2 reads", False),
+        ("size", human_bytes(store.size_bytes()), False),
+        ("fingerprint", f"{attrs.get('fingerprint')} (of what the store holds, not of its files)", False),
+        ("created / updated", f"{attrs.get('created')} / {attrs.get('updated')}", False),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (attrs.get("versions") or {}).items()), False),
+    ]
+    if writer is not None:
+        rows.append(("being written", f"by tosca import, {writer}", False))
+    return rows
 
 
 def _source(dataset: Any, attrs: dict[str, Any]) -> str:

@@ -750,9 +750,12 @@ class FeatureStore:
             missing = int((~self.done(split)).sum())
             if missing:
                 total = self.layout(split).n_chunks
+                made, by = (
+                    ("imported", "import") if self.identity.get("imported") else ("extracted", "extract")
+                )
                 raise UserError(
-                    f"store {self.path} is not fully extracted: {missing}/{total} {split} chunks missing; "
-                    "re-run the same `tosca extract` to finish it"
+                    f"store {self.path} is not fully {made}: {missing}/{total} {split} chunks missing; "
+                    f"re-run the same `tosca {by}` to finish it"
                 )
 
 

@@ -23,8 +23,8 @@ PHRASES = {
     NOT_AN_IMAGE: ("file that is not an image", "files that are not images"),
     OUTSIDE_CLASSES: ("file outside the class folders", "files outside the class folders"),
     NOT_A_FILE: (
-        "entry that is not a regular file (a broken link, a pipe)",
-        "entries that are not regular files (broken links, pipes)",
+        "entry that is not a regular file (a broken link, a pipe, a device)",
+        "entries that are not regular files (broken links, pipes, devices)",
     ),
     LINK_OUTSIDE: ("link pointing outside the archive", "links pointing outside the archive"),
     LINK_INSIDE: (

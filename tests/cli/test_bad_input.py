@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.arrays import hostile_arrays
+from support.cells import redigest
 from support.images import TINY_VIT, make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
@@ -51,6 +53,14 @@ BASE = [
     "--increment",
     "2",
 ]
+
+
+IMPORT = ["import", "{arr_ok}", "--store", "{root}/new.zarr", "--encoder", "e5", "--modality", "text"]
+EXPORT = ["export", "{store}", "--to"]
+
+
+def _imported(source: str, *extra: str) -> list[str]:
+    return ["import", source, *IMPORT[2:], *extra]
 
 
 def _under(flag: str, file: str, leaf: str) -> str:
@@ -131,6 +141,137 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("extract unknown option", [*EXTRACT, "--view", "2"], "No such option: --view"),
     ("extract missing model", ["extract", "-d", "imagefolder"], "Missing option '--model'"),
+    # ------------------------------------------------------------------ import (nothing read into a store)
+    ("import lengths differ", _imported("{arr_lengths}"), "the features have 12 rows and labels 'labels'"),
+    (
+        "import label outside the classes",
+        _imported("{arr_outside}"),
+        "label 7 of row 8 is outside the 3 class names",
+    ),
+    ("import NaN", _imported("{arr_nan}"), "train features hold NaN or inf (first in row '5'"),
+    ("import inf", _imported("{arr_inf}"), "train features hold NaN or inf (first in row '0'"),
+    ("import integer features", _imported("{arr_int}"), "hold int64 values, not floats"),
+    (
+        "import 1-D features",
+        _imported("{arr_1d}"),
+        "have shape [12]: features are one row per sample, [N, D]",
+    ),
+    ("import class without test rows", _imported("{arr_no_test}"), "class 'c' has no test rows"),
+    ("import duplicate class names", _imported("{arr_dup}"), "name the class 'a' twice"),
+    ("import split word", _imported("{arr_bad_split}"), "says 'val' at row 1: each row is train or test"),
+    ("import no split", _imported("{arr_no_split}"), "the sources have no split column 'split'"),
+    ("import text labels", _imported("{arr_str_labels}"), "hold <U1 values, not integers"),
+    (
+        "import pickled arrays",
+        _imported("{arr_object}"),
+        "as npz (ValueError: Object arrays cannot be loaded",
+    ),
+    ("import npz that is not one", _imported("{arr_fake}"), "fake.npz is not a .npz file"),
+    (
+        "import parquet that is not one",
+        _imported("{arr_fake_parquet}"),
+        "fake.parquet is not a .parquet file",
+    ),
+    ("import unknown suffix", _imported("{arr_suffix}"), "has the suffix '.csv': tosca reads .npz"),
+    ("import a fifo", _imported("{arr_pipe}"), "pipe.npz is not a regular file"),
+    (
+        "import a folder named npz",
+        _imported("{arr_folder}"),
+        "folder.npz is a folder but not a `datasets` folder",
+    ),
+    ("import parquet column missing", _imported("{arr_parquet}"), "no column 'labels' in the sources"),
+    ("import missing source", _imported("{missing}.npz"), "source {missing}.npz is missing"),
+    ("import missing sources", IMPORT[:1] + IMPORT[2:], "Missing argument 'sources'"),
+    (
+        "import test fraction 0",
+        _imported("{arr_no_split}", "--test-fraction", "0"),
+        "--test-fraction must be between 0 and 1",
+    ),
+    ("import test fraction 1.5", _imported("{arr_no_split}", "--test-fraction", "1.5"), "got 1.5"),
+    (
+        "import split and fraction",
+        [*IMPORT, "--test-fraction", "0.5"],
+        "and --test-fraction is given: use one",
+    ),
+    (
+        "import split seed negative",
+        _imported("{arr_no_split}", "--test-fraction", "0.5", "--split-seed", "-1"),
+        "--split-seed must be 0 or more",
+    ),
+    ("import chunk size zero", [*IMPORT, "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
+    ("import unknown dtype", [*IMPORT, "--dtype", "int8"], "unknown --dtype 'int8'"),
+    ("import unsafe name", [*IMPORT, "--name", "../up"], "unsafe dataset name '../up'"),
+    ("import modality word", [*IMPORT, "--modality", "Text!"], "--modality 'Text!' is no modality word"),
+    ("import empty encoder", [*IMPORT, "--encoder", ""], "--encoder '' names no encoder"),
+    (
+        "import no encoder",
+        [*IMPORT[:4], "--modality", "text"],
+        "say which encoder computed the features: --encoder NAME",
+    ),
+    ("import no modality", IMPORT[:6], "say what the features describe: --modality"),
+    (
+        "import unknown column",
+        [*IMPORT, "--features", "nosuch"],
+        "no column 'nosuch' in the sources (they hold: features, labels, split)",
+    ),
+    (
+        "import class names missing",
+        [*IMPORT, "--class-names", "{missing}"],
+        "--class-names file {missing} is missing",
+    ),
+    (
+        "import views not views",
+        [*IMPORT, "--views", "labels"],
+        "views 'labels' (in {arr_ok}) have shape [12], not [12, V, 4]",
+    ),
+    (
+        "import store a file",
+        ["import", "{arr_ok}", "--store", "{file}", *IMPORT[4:]],
+        "--store {file} is a file, not a folder",
+    ),
+    (
+        "import store inside a store",
+        ["import", "{arr_ok}", "--store", "{store}/inner.zarr", *IMPORT[4:]],
+        "lies inside the zarr store {store}",
+    ),
+    (
+        "import store named dot",
+        ["import", "{arr_ok}", "--store", ".", *IMPORT[4:]],
+        "--store '.' names no folder",
+    ),
+    (
+        "import store a plain folder",
+        ["import", "{arr_ok}", "--store", "{img}", *IMPORT[4:]],
+        "--store {img} is a folder that is not a tosca store",
+    ),
+    (
+        "import over another store",
+        ["import", "{arr_ok}", "--store", "{store}", *IMPORT[4:]],
+        "holds other features (backbone.alias: none -> e5",
+    ),
+    # ------------------------------------------------------------------ export
+    ("export to a file there", [*EXPORT, "{file}"], "--to {file} has no .npz or .parquet suffix"),
+    ("export unknown format", [*EXPORT, "{root}/x.npz", "--format", "xml"], "unknown --format 'xml'"),
+    ("export folder missing", [*EXPORT, "{missing}/x.npz"], "its folder {missing} is not there"),
+    ("export incomplete store", ["export", "{half}", "--to", "{root}/x.npz"], "is not fully extracted"),
+    (
+        "export missing store",
+        ["export", "{missing}", "--to", "{root}/x.npz"],
+        "not a feature store: {missing}",
+    ),
+    ("export into a store", [*EXPORT, "{store}/x.npz"], "lies inside a zarr store"),
+    (
+        "export over a folder",
+        [*EXPORT, "{empty}", "--format", "npz", "--overwrite"],
+        "--to {empty} is a folder: not what npz writes",
+    ),
+    ("export over a file", [*EXPORT, "{arr_ok}"], "--to {arr_ok} is there already: pass --overwrite"),
+    (
+        "export to a link",
+        [*EXPORT, "{dangling}", "--format", "npz", "--overwrite"],
+        "--to {dangling} is a symbolic link",
+    ),
+    ("export to a fifo", [*EXPORT, "{arr_pipe}", "--overwrite"], "{arr_pipe} is a fifo"),
     # ------------------------------------------------------------------ cache
     ("ls missing cache dir", ["cache", "ls", "--cache-dir", "{missing}"], "no folder {missing}"),
     (
@@ -262,13 +403,13 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "eval missing run",
         ["eval", "{missing}", "--device", "cpu"],
-        "not a run directory: {missing} (no config.json)",
+        "not a run directory: {missing} (no asked.json)",
     ),
-    ("eval a file", ["eval", "{file}", "--device", "cpu"], "not a run directory: {file} (no config.json)"),
+    ("eval a file", ["eval", "{file}", "--device", "cpu"], "not a run directory: {file} (no asked.json)"),
     (
         "eval not a run",
         ["eval", "{empty}", "--device", "cpu"],
-        "not a run directory: {empty} (no config.json)",
+        "not a run directory: {empty} (no asked.json)",
     ),
     ("eval unknown device", ["eval", "{run}", "--device", "tpu"], "unknown --device 'tpu'"),
     ("eval no argument", ["eval"], "Missing argument 'run'"),
@@ -438,6 +579,40 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*BASE, "--methods", "klda", "--klda-dim", "400000"],
         "lower --klda-dim (or --klda-members)",
     ),
+    # issue 57, point 10: FeCAM's two images a class, checked before any work (or worker, or folder)
+    (
+        "fit router fecam, a class of one image",
+        [*(p.replace("{store}", "{lonely}") for p in FIT), "--router", "fecam"],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; leave it out of --router",
+    ),
+    (
+        "sweep rank-by fecam, a class of one image",
+        [
+            *(p.replace("{store}", "{lonely}") for p in SWEEP),
+            "--r",
+            "2,4",
+            "--val-fraction",
+            "0",
+            "--rank-by",
+            "fecam",
+        ],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; choose another router",
+    ),
+    (
+        "baselines fecam, a class of one image",
+        [*(p.replace("{store}", "{lonely}") for p in BASE), "--methods", "fecam"],
+        "FeCAM needs 2 or more training images of each class: class 0 has 1 (and 3 other class(es)) in this split's training rows; leave it out of --methods",
+    ),
+    (
+        "memory budget over the machine's memory",
+        ["--memory-budget", "100TB", *FIT],
+        "TOSCA_MEMORY_BUDGET=100TB (--memory-budget) is more than this machine's",
+    ),
+    (
+        "memory budget of a million terabytes",
+        ["--memory-budget", "1000000TB", *FIT],
+        "is more than this machine's",
+    ),
     (
         "baselines loranpac embedding too wide to fit",
         [*BASE, "--methods", "loranpac", "--loranpac-embedding-dim", "10000000"],
@@ -497,7 +672,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "baselines run missing",
         [*BASE[:5], "--run", "{missing}"],
-        "not a run directory: {missing} (no config.json)",
+        "not a run directory: {missing} (no asked.json)",
     ),
     ("baselines unknown device", [*BASE[:3], "--device", "tpu"], "unknown --device 'tpu'"),
     ("baselines order seed", [*BASE, "--order-seed", "-1"], "--order-seed must be in [0, 2**32), got -1"),
@@ -554,8 +729,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     # (one check for every output flag of every command, before anything runs or is written)
     (
         "fit run under a file",
-        [*FIT, "--run", "{run}/config.json/x"],
-        _under("--run", "{run}/config.json", "x"),
+        [*FIT, "--run", "{run}/asked.json/x"],
+        _under("--run", "{run}/asked.json", "x"),
     ),
     (
         "fit run under /dev/null",
@@ -579,8 +754,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("sweep keep-modules in /proc", [*SWEEP, "--r", "2", "--keep-modules", "/proc/km"], "lies in /proc"),
     (
         "sweep keep-modules under a file",
-        [*SWEEP, "--r", "2", "--keep-modules", "{run}/config.json/km"],
-        _under("--keep-modules", "{run}/config.json", "km"),
+        [*SWEEP, "--r", "2", "--keep-modules", "{run}/asked.json/km"],
+        _under("--keep-modules", "{run}/asked.json", "km"),
     ),
     ("baselines out in /proc", [*BASE, "--out", "/proc/bl"], "--out /proc/bl lies in /proc"),
     ("baselines run under a file", [*BASE, "--run", "{file}/r"], _under("--run", "{file}", "r")),
@@ -690,6 +865,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bad-input")
     store = synthetic_store(root / "store.zarr").path
     half = synthetic_store(root / "half.zarr").path
+    lonely = synthetic_store(root / "lonely.zarr", classes=4, per_class=1, test_per_class=1).path
     FeatureStore.open(half, mode="r+").mark_undone("train", [3])
     run = root / "run"
     result = runner.invoke(
@@ -712,12 +888,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "planted" / "mlartifacts").symlink_to(root / "elsewhere")
     (root / "dangling").symlink_to(root / "nowhere")
     (root / "toproc").symlink_to("/proc")
-    return {
+    return hostile_arrays(root / "arrays") | {
         "dangling": root / "dangling",
         "toproc": root / "toproc",
         "root": root,
         "store": store,
         "half": half,
+        "lonely": lonely,
         "run": run,
         "img": img,
         "bomb": root / "bomb.zip",
@@ -752,6 +929,7 @@ def test_bad_input(
 ) -> None:
     monkeypatch.chdir(folder["root"])
     monkeypatch.delenv("TOSCA_DATA", raising=False)
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # `--memory-budget` sets it: unset after each row
     places = {k: str(v) for k, v in folder.items()}
     args = [part.format(**places) for part in argv]
     before = _state(folder["root"])
@@ -804,14 +982,6 @@ def _identity_without_a_name(root: Path) -> None:
     (root / "store.zarr" / "zarr.json").write_text(json.dumps(meta))
 
 
-def _sweep_results(root: Path) -> None:
-    results = root / "sweep" / "results.csv"
-    rows = list(csv.reader(io.StringIO(results.read_text())))
-    rows[1][rows[0].index("A_last")] = "banana"
-    with open(results, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
-
-
 def _sparse(path: Path, size: int, head: bytes = b"") -> None:
     """A file of `size` bytes that takes a few KiB on disk (a hole after `head`)."""
     with open(path, "wb") as fh:
@@ -842,7 +1012,7 @@ def _deep_stats(header: dict[str, Any], data: int) -> None:
 
 
 def _router_of_a_million_classes(root: Path) -> None:
-    path = root / "run" / "router.safetensors"
+    path = root / "run" / "state" / "router.safetensors"
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     dim = json.loads(raw[8 : 8 + n])["scatter"]["shape"][0]
@@ -866,76 +1036,175 @@ def _router_of_a_million_classes(root: Path) -> None:
     _sparse(path, 8 + len(text) + offset, struct.pack("<Q", len(text)) + text)
 
 
-def _deep_cell(root: Path) -> None:
-    results = root / "sweep" / "results.csv"
-    rows = list(csv.reader(io.StringIO(results.read_text())))
-    rows[1][rows[0].index("A_t")] = DEEP
-    with open(results, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
+def _asked_edited(root: Path, **changes: object) -> None:
+    """The run's asked.json edited and its done.json made again to match."""
+    _edit_json(root / "run" / "asked.json", **changes)
+    redigest(root / "run")
 
 
+def _first_task_seconds(root: Path, seconds: float) -> None:
+    """Task 0's training seconds in measured.json set, and done.json made again to match."""
+    path = root / "run" / "measured.json"
+    measured = json.loads(path.read_text())
+    measured["tasks"][0]["seconds"] = seconds
+    path.write_text(json.dumps(measured))
+    redigest(root / "run")
+
+
+def _unfinished(root: Path, damage: Any) -> None:
+    """A run never finished (no done.json: a killed fit's), then `damage`: its state files are
+    checked as they are read, since no digest vouches for them."""
+    (root / "run" / "done.json").unlink()
+    damage(root)
+
+
+# A TOSCA run is a cell (`records.cell`, issue 54): a finished run (done.json there) is checked
+# whole against its digests before anything is read or rewritten; a run never finished has each
+# state file checked as it is read. No file holds a figure: an edited finished_tasks or A_last is
+# no longer possible (metrics.json is a view, never read: tests/tosca_heads/running/test_edited_runs.py).
 DAMAGED: list[tuple[str, Any, list[str], str]] = [
     (
         "task file not safetensors",
-        lambda root: _garbage(root / "run" / "task_000.safetensors"),
+        lambda root: _unfinished(root, lambda r: _garbage(r / "run" / "state" / "task_000.safetensors")),
         ["eval", "{run}", "--device", "cpu"],
         "run {run}: task_000.safetensors is damaged (it is not a safetensors file",
     ),
     (
         "task file of another recipe",
-        lambda root: shutil.copy(
-            root / "wide" / "task_001.safetensors", root / "run" / "task_001.safetensors"
+        lambda root: _unfinished(
+            root,
+            lambda r: shutil.copy(
+                r / "wide" / "state" / "task_001.safetensors", r / "run" / "state" / "task_001.safetensors"
+            ),
         ),
         ["eval", "{run}", "--device", "cpu"],
-        "task_001.safetensors is damaged (it was written under another config.json",
+        "task_001.safetensors is damaged (it was written under another asked.json",
+    ),
+    (
+        "finished run's task file edited",
+        lambda root: _garbage(root / "run" / "state" / "task_000.safetensors"),
+        ["eval", "{run}", "--device", "cpu"],
+        "{run}/state/task_000.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "finished run's task file of another recipe",
+        lambda root: shutil.copy(
+            root / "wide" / "state" / "task_001.safetensors", root / "run" / "state" / "task_001.safetensors"
+        ),
+        [
+            "fit",
+            "--store",
+            "{store}",
+            "--device",
+            "cpu",
+            "--run",
+            "{run}",
+            "--epochs",
+            "1",
+            "--r",
+            "4",
+            "--s",
+            "4",
+        ],
+        "{run}/state/task_001.safetensors is not the file that was written (edited or damaged since",
     ),
     (
         "router file not safetensors",
-        lambda root: _garbage(root / "run" / "router.safetensors"),
+        lambda root: _garbage(root / "run" / "state" / "router.safetensors"),
         ["predict", "{run}", "{img}", "--device", "cpu"],
-        "router.safetensors is damaged (it is not a safetensors file",
+        "{run}/state/router.safetensors is not the file that was written (edited or damaged since",
     ),
     (
         "config r not a number",
-        lambda root: _edit_json(root / "run" / "config.json", train__r="forty"),
+        lambda root: _asked_edited(root, train__r="forty"),
         ["eval", "{run}", "--device", "cpu"],
         "records an invalid recipe (--r must be an integer, got 'forty'); the file was edited or damaged",
     ),
     (
+        "config r edited",
+        lambda root: _edit_json(root / "run" / "asked.json", train__r=8),
+        ["routers", "{run}"],
+        "{run}/asked.json is not the file that was written (edited or damaged since",
+    ),
+    (
         "config stream negative",
-        lambda root: _edit_json(root / "run" / "config.json", stream__increment=-2),
+        lambda root: _asked_edited(root, stream__increment=-2),
         ["predict", "{run}", "{img}", "--device", "cpu"],
         "records an invalid task split (--increment must be at least 1, got -2)",
     ),
     (
         "config a list",
-        lambda root: (root / "run" / "config.json").write_text("[1, 2]"),
+        lambda root: (root / "run" / "asked.json").write_text("[1, 2]"),
         ["eval", "{run}", "--device", "cpu"],
         "holds a list, not a JSON object; it was edited or damaged",
     ),
     (
         "config store not text",
-        lambda root: _edit_json(root / "run" / "config.json", store=123),
+        lambda root: _edit_json(root / "run" / "asked.json", store=123),
         ["eval", "{run}", "--device", "cpu"],
         "records a store that is not text; the file was edited or damaged",
+    ),
+    (
+        "run measured.json edited",
+        lambda root: _edit_json(root / "run" / "measured.json", seconds=-3),
+        ["routers", "{run}"],
+        "{run}/measured.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "run seconds negative, done.json made again",
+        lambda root: _first_task_seconds(root, -3),
+        ["routers", "{run}"],
+        "seconds must not be negative, got -3",
+    ),
+    (
+        "run seconds not finite, done.json made again",
+        lambda root: (
+            _edit_json(root / "run" / "measured.json", seconds=float("inf")),
+            redigest(root / "run"),
+        ),
+        ["routers", "{run}"],
+        "seconds must be a finite number of seconds, got inf",
+    ),
+    (
+        "run answers edited",
+        lambda root: _garbage(root / "run" / "outcomes.safetensors"),
+        ["routers", "{run}"],
+        "{run}/outcomes.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "run done.json deleted",
+        lambda root: (root / "run" / "done.json").unlink(),
+        ["routers", "{run}"],
+        "run {run} is not finished (no done.json: it was stopped or is still running); `tosca fit --run {run}` finishes it",
+    ),
+    (
+        "run done.json not JSON",
+        lambda root: (root / "run" / "done.json").write_text("{not json"),
+        ["eval", "{run}", "--device", "cpu"],
+        "{run}/done.json",
+    ),
+    (
+        "run a state file added",
+        lambda root: shutil.copy(
+            root / "run" / "state" / "task_001.safetensors", root / "run" / "state" / "task_009.safetensors"
+        ),
+        ["predict", "{run}", "{img}", "--device", "cpu"],
+        "holds state/task_009.safetensors, a file its done.json does not name (added since)",
+    ),
+    (
+        "run written before cells",
+        lambda root: (
+            (root / "run" / "asked.json").rename(root / "run" / "config.json"),
+            (root / "run" / "done.json").unlink(),
+        ),
+        ["eval", "{run}", "--device", "cpu"],
+        "run {run} was written before runs were kept as cells (a config.json, no asked.json): delete it and fit it again",
     ),
     (
         "store identity edited and re-fingerprinted",
         _identity_without_a_name,
         ["fit", "--store", "{store}", "--device", "cpu", "--run", "{root}/new-run"],
         "records no valid dataset.name in its identity; was it edited by hand?",
-    ),
-    (
-        "metrics not numbers",
-        lambda root: _edit_json(root / "run" / "metrics.json", routers__entropy__A_last="high"),
-        ["routers", "{run}"],
-        "were edited or damaged; `tosca eval {run}` rewrites them",
-    ),
-    (
-        "sweep results not numbers",
-        _sweep_results,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "results.csv line 2: A_last holds 'banana', not a number",
     ),
     (
         "sweep file edited",
@@ -945,22 +1214,31 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
     # ------------------------------------------------ crafted files: bounded reads, one line in seconds
     (
-        "config.json a sparse 2 GiB file",
-        lambda root: _sparse(root / "run" / "config.json", 2 << 30, b"{"),
+        "asked.json a sparse 2 GiB file",
+        lambda root: _sparse(root / "run" / "asked.json", 2 << 30, b"{"),
         ["eval", "{run}", "--device", "cpu"],
-        "run config {run}/config.json is larger than such a file can be (2.0 GiB; at most 32.0 MiB)",
+        "run config {run}/asked.json is larger than such a file can be (2.0 GiB; at most 32.0 MiB)",
     ),
     (
-        "config.json nested 3,000 deep",
-        lambda root: (root / "run" / "config.json").write_text('{"x": ' + DEEP + "}"),
+        "asked.json nested 3,000 deep",
+        lambda root: (root / "run" / "asked.json").write_text('{"x": ' + DEEP + "}"),
         ["eval", "{run}", "--device", "cpu"],
-        "run config {run}/config.json nests more than 64 levels deep",
+        "run config {run}/asked.json nests more than 64 levels deep",
     ),
     (
-        "metrics.json nested 3,000 deep",
-        lambda root: (root / "run" / "metrics.json").write_text('{"x": ' + DEEP + "}"),
+        "measured.json nested 3,000 deep, done.json made again",
+        lambda root: (
+            (root / "run" / "measured.json").write_text('{"x": ' + DEEP + "}"),
+            redigest(root / "run"),
+        ),
         ["routers", "{run}"],
-        "run metrics {run}/metrics.json nests more than 64 levels deep",
+        "{run}/measured.json nests more than 64 levels deep",
+    ),
+    (
+        "a finished run's task file grown to a sparse 2 GiB",
+        lambda root: _sparse(root / "run" / "state" / "task_000.safetensors", 2 << 30, b"{"),
+        ["eval", "{run}", "--device", "cpu"],
+        "task_000.safetensors",
     ),
     (
         "sweep.json nested 3,000 deep",
@@ -970,13 +1248,18 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
     ),
     (
         "a task file's metadata nested 3,000 deep",
-        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _deep_stats),
+        lambda root: _unfinished(
+            root, lambda r: _task_file_edit(r / "run" / "state" / "task_000.safetensors", _deep_stats)
+        ),
         ["eval", "{run}", "--device", "cpu"],
         "task_000.safetensors is damaged (its training stats nests more than 64 levels deep",
     ),
     (
         "a task file with an extra 8 GiB tensor",
-        lambda root: _task_file_edit(root / "run" / "task_000.safetensors", _extra_tensor, 8 << 30),
+        lambda root: _unfinished(
+            root,
+            lambda r: _task_file_edit(r / "run" / "state" / "task_000.safetensors", _extra_tensor, 8 << 30),
+        ),
         ["eval", "{run}", "--device", "cpu"],
         "task_000.safetensors is damaged (it holds a tensor 'extra' that no task file has)",
     ),
@@ -984,20 +1267,22 @@ DAMAGED: list[tuple[str, Any, list[str], str]] = [
         "a router file claiming a million classes",
         _router_of_a_million_classes,
         ["predict", "{run}", "{img}", "--device", "cpu"],
-        "router.safetensors is damaged (it covers 1000000 classes in 1 tasks",
-    ),
-    (
-        "a results.csv cell nested 3,000 deep",
-        _deep_cell,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "results.csv line 2: A_t holds '[[[[",
+        "state/router.safetensors",  # a finished run's file: its digest is refused (too large to be one)
     ),
 ]
 
 
+SWEEP_AGAIN = [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"]
+
+
+def _point(root: Path) -> Path:
+    """The finished sweep's one point: its cell's folder (points/KEY)."""
+    (folder,) = (root / "sweep" / "points").iterdir()
+    return folder
+
+
 def _point_outcomes(root: Path) -> Path:
-    (path,) = (root / "sweep" / "outcomes").glob("*.safetensors")
-    return path
+    return _point(root) / "outcomes.safetensors"
 
 
 def _flipped_outcomes(root: Path) -> None:
@@ -1008,23 +1293,176 @@ def _flipped_outcomes(root: Path) -> None:
 
     path = _point_outcomes(root)
     tensors = load_file(path)
-    tensors["test/right/entropy"] = ~tensors["test/right/entropy"]
+    tensors["test/right/entropy"] = 255 - tensors["test/right/entropy"]
     meta = {"format": str(FORMAT), "tasks": str(tensors["test/right/entropy"].shape[0])}
     save_file(tensors, path, metadata=meta)
 
 
+def _point_redigested(root: Path, name: str, **changes: object) -> None:
+    """A file of the finished point edited and its done.json made again over it: an edit that
+    hides itself from the digests."""
+    import hashlib
+
+    folder = _point(root)
+    _edit_json(folder / name, **changes)
+    done = json.loads((folder / "done.json").read_text())
+    done["sha256"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    (folder / "done.json").write_text(json.dumps(done))
+
+
+def _point_of_a_recipe_out_of_range(root: Path) -> None:
+    """asked.json given a negative learning rate, done.json made again and the folder renamed to
+    the key its flags now give: every digest agrees, the recipe does not."""
+    from tosca_heads.records.sweep_points import flags_of, point_key
+
+    _point_redigested(root, "asked.json", train__lr=-1.0)
+    folder = _point(root)
+    folder.rename(folder.with_name(point_key(flags_of(json.loads((folder / "asked.json").read_text())))))
+
+
+def _deep_point_asked(root: Path) -> None:
+    import hashlib
+
+    folder = _point(root)
+    text = (folder / "asked.json").read_text().replace('"train": {', f'"deep": {DEEP}, "train": {{', 1)
+    (folder / "asked.json").write_text(text)
+    done = json.loads((folder / "done.json").read_text())
+    done["sha256"]["asked.json"] = hashlib.sha256(text.encode()).hexdigest()
+    (folder / "done.json").write_text(json.dumps(done))
+
+
+def _point_a_link(root: Path) -> None:
+    """The point's folder moved out of the sweep and a link left in its place."""
+    folder = _point(root)
+    shutil.move(folder, root / "elsewhere")
+    folder.symlink_to(root / "elsewhere")
+
+
+def _sweep_of_the_old_layout(root: Path) -> None:
+    """results.csv and outcomes/KEY.safetensors as truth, no points/: a sweep written before points
+    were cells."""
+    folder = _point(root)
+    (root / "sweep" / "outcomes").mkdir()
+    shutil.move(folder / "outcomes.safetensors", root / "sweep" / "outcomes" / f"{folder.name}.safetensors")
+    shutil.rmtree(root / "sweep" / "points")
+
+
 DAMAGED += [
     (
-        "sweep outcomes not safetensors",
+        "sweep point answers not safetensors",
         lambda root: _garbage(_point_outcomes(root)),
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        ".safetensors: it is not a safetensors file",
+        SWEEP_AGAIN,
+        "outcomes.safetensors is not the file that was written (edited or damaged since",
     ),
     (
-        "sweep outcomes edited",
+        "sweep point answers edited",
         _flipped_outcomes,
-        [*SWEEP, "--r", "2", "--epochs", "1", "--jobs", "1", "--out", "{root}/sweep"],
-        "A_t after task 0 of entropy (test) is not what its kept answers give",
+        SWEEP_AGAIN,
+        "outcomes.safetensors is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point answers deleted",
+        lambda root: _point_outcomes(root).unlink(),
+        SWEEP_AGAIN,
+        "outcomes.safetensors is missing (deleted?); delete the point's folder (points/KEY)",
+    ),
+    (
+        "sweep point seconds edited",
+        lambda root: _edit_json(_point(root) / "measured.json", seconds=-3),
+        SWEEP_AGAIN,
+        "measured.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point flags edited",
+        lambda root: _edit_json(_point(root) / "asked.json", train__r=8),
+        SWEEP_AGAIN,
+        "asked.json is not the file that was written (edited or damaged since",
+    ),
+    (
+        "sweep point seconds negative, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", seconds=-3),
+        SWEEP_AGAIN,
+        "seconds must not be negative, got -3",
+    ),
+    (
+        "sweep point train seconds infinite, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", train_seconds=float("inf")),
+        SWEEP_AGAIN,
+        "train_seconds must be a finite number of seconds, got inf",
+    ),
+    (
+        "sweep point group size zero, done.json made again",
+        lambda root: _point_redigested(root, "measured.json", group_size=0),
+        SWEEP_AGAIN,
+        "group_size must be a whole number of at least 1, got 0",
+    ),
+    (
+        "sweep point flags of another point, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", train__r=8),
+        SWEEP_AGAIN,
+        "not the one its folder names (moved or renamed)",
+    ),
+    (
+        "sweep point flags not a mapping, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", train="r=8"),
+        SWEEP_AGAIN,
+        "records no point's flags (no recipe or task split); the file was edited or damaged",
+    ),
+    (
+        "sweep point store of no feature size, done.json made again",
+        lambda root: _point_redigested(root, "asked.json", store__dim="wide"),
+        SWEEP_AGAIN,
+        "records no point's flags (no store of a feature size)",
+    ),
+    (
+        "sweep point recipe out of range under its own key, done.json made again",
+        _point_of_a_recipe_out_of_range,
+        SWEEP_AGAIN,
+        "records no point's flags (--lr must be > 0, got -1.0)",
+    ),
+    (
+        "sweep point asked.json nested 3,000 deep, done.json made again",
+        _deep_point_asked,
+        SWEEP_AGAIN,
+        "asked.json nests more than 64 levels deep",
+    ),
+    (
+        "sweep point done.json not JSON",
+        lambda root: (_point(root) / "done.json").write_text("{not json"),
+        SWEEP_AGAIN,
+        "done.json",
+    ),
+    (
+        "sweep point done.json naming a file outside the cell",
+        lambda root: _edit_json(_point(root) / "done.json", sha256={"../../../store.zarr/zarr.json": "0"}),
+        SWEEP_AGAIN,
+        "names '../../../store.zarr/zarr.json', no file of a cell",
+    ),
+    (
+        "sweep point holding a stray file",
+        lambda root: (_point(root) / "notes.txt").write_text("mine"),
+        SWEEP_AGAIN,
+        "holds 'notes.txt', no file of a sweep point (added since)",
+    ),
+    (
+        "sweep points holding a stray file",
+        lambda root: (root / "sweep" / "points" / "notes.txt").write_text("mine"),
+        SWEEP_AGAIN,
+        "holds 'notes.txt', no sweep point's folder (added since)",
+    ),
+    (
+        "sweep point renamed",
+        lambda root: _point(root).rename(_point(root).with_name("0123456789abcdef")),
+        SWEEP_AGAIN,
+        "holds the point",
+    ),
+    ("sweep point folder a link", _point_a_link, SWEEP_AGAIN, "a symbolic link"),
+    (
+        "sweep written before its points were cells",
+        _sweep_of_the_old_layout,
+        SWEEP_AGAIN,
+        "was written before sweep points were kept as cells (results.csv and outcomes/, no points/): "
+        "pass another --out",
     ),
 ]
 
@@ -1142,11 +1580,19 @@ SWEEP_MORE = [*SWEEP, "--r", "2,4", "--epochs", "1", "--jobs", "1", "--out", "{r
 FIT_MORE = [*FIT, "--epochs", "1", "--r", "4", "--s", "4", "--run", "{run}"]
 BASELINES_AGAIN = [*BASE, "--methods", "simplecil", "--out", "{root}/base"]
 LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is planted there, command)
-    ("sweep results.csv (appended)", "sweep/results.csv", "link", SWEEP_MORE),
+    ("sweep results.csv", "sweep/results.csv", "link", SWEEP_MORE),
     ("sweep results.csv, a dangling link", "sweep/results.csv", "dangling", SWEEP_MORE),
     ("sweep results.csv a fifo", "sweep/results.csv", "fifo", SWEEP_MORE),
-    ("sweep results.csv, a hard link (appended)", "sweep/results.csv", "hard link", SWEEP_MORE),
-    ("run config.json, a hard link", "run/config.json", "hard link", FIT_MORE),
+    ("sweep results.csv, a hard link", "sweep/results.csv", "hard link", SWEEP_MORE),
+    ("run asked.json, a hard link", "run/asked.json", "hard link", FIT_MORE),
+    (
+        "run measured.json, a hard link",
+        "run/measured.json",
+        "hard link",
+        ["eval", "{run}", "--device", "cpu"],
+    ),
+    ("run done.json", "run/done.json", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run done.json a fifo", "run/done.json", "fifo", FIT_MORE),
     ("run metrics.json, a hard link", "run/metrics.json", "hard link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines comparison.csv, a hard link", "base/comparison.csv", "hard link", BASELINES_AGAIN),
     ("sweep.json", "sweep/sweep.json", "link", SWEEP_MORE),
@@ -1154,17 +1600,18 @@ LINKED: list[tuple[str, str, str, list[str]]] = [  # (name, the file, what is pl
     ("sweep results.parquet", "sweep/results.parquet", "link", SWEEP_MORE),
     ("sweep heatmap", "sweep/heatmap_A_last.png", "link", SWEEP_MORE),
     ("sweep summary.csv", "sweep/summary.csv", "link", SWEEP_MORE),
-    ("sweep outcomes folder", "sweep/outcomes", "link", SWEEP_MORE),
+    ("sweep points folder", "sweep/points", "link", SWEEP_MORE),
     ("run outcomes.safetensors", "run/outcomes.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
     ("baselines outcomes.safetensors", "base/simplecil/outcomes.safetensors", "link", BASELINES_AGAIN),
-    ("run config.json, a dangling link", "run/config.json", "dangling", FIT_MORE),
+    ("run asked.json, a dangling link", "run/asked.json", "dangling", FIT_MORE),
     ("run marker .tosca", "run/.tosca", "link", FIT_MORE),
     ("run metrics.json", "run/metrics.json", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run results.csv", "run/results.csv", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run accuracy.png", "run/accuracy.png", "link", ["eval", "{run}", "--device", "cpu"]),
-    ("run router.safetensors", "run/router.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
-    ("run head.safetensors", "run/head.safetensors", "link", FIT_MORE),
-    ("run the next task file, a dangling link", "run/task_002.safetensors", "dangling", FIT_MORE),
+    ("run router.safetensors", "run/state/router.safetensors", "link", ["eval", "{run}", "--device", "cpu"]),
+    ("run head.safetensors", "run/state/head.safetensors", "link", FIT_MORE),
+    ("run the next task file, a dangling link", "run/state/task_002.safetensors", "dangling", FIT_MORE),
+    ("run state folder", "run/state", "link", ["eval", "{run}", "--device", "cpu"]),
     ("run metrics.json a fifo", "run/metrics.json", "fifo", ["eval", "{run}", "--device", "cpu"]),
     ("baselines metrics.json", "base/simplecil/metrics.json", "link", BASELINES_AGAIN),
     ("baselines results.csv", "base/simplecil/results.csv", "link", BASELINES_AGAIN),
@@ -1217,9 +1664,10 @@ def test_damaged_files(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = tmp_path / "copy"
-    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
-        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+        _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     prepare(root)
     monkeypatch.chdir(root)
@@ -1241,11 +1689,56 @@ def test_damaged_files(
     assert _state(root) == before, f"{name} changed files"
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "done.json deleted",
+        "done.json deleted and the answers cut short",
+        "the answers deleted with done.json",
+    ],
+)
+def test_a_sweep_point_without_done_json_is_computed_again_never_shown(
+    name: str, damaged_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A point whose done.json is gone looks like one a kill or a full disk stopped: it is never
+    read (its figures, edited or not, are never shown) and is computed again, whole, with the
+    figures it had."""
+    root = _copy(damaged_template, tmp_path)
+    folder = _point(root)
+    figures = (root / "sweep" / "results.csv").read_text()
+    (folder / "measured.json").write_text('{"format": 1, "seconds": -3}')  # never read: not finished
+    (folder / "done.json").unlink()
+    if name == "done.json deleted and the answers cut short":
+        _sparse(folder / "outcomes.safetensors", 4, b"\x00\x00")
+    elif name == "the answers deleted with done.json":
+        (folder / "outcomes.safetensors").unlink()
+    monkeypatch.chdir(root)
+    argv = [part.format(root=root, store=root / "store.zarr") for part in SWEEP_AGAIN]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert "1 run(s)" in result.output and "0 already done" in result.output
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "asked.json",
+        "done.json",
+        "measured.json",
+        "outcomes.safetensors",
+    ]
+    assert json.loads((folder / "measured.json").read_text())["seconds"] >= 0
+    timed = {"train_seconds", "eval_seconds", "run_seconds", "group_seconds", "worker_pid"}
+
+    def untimed(text: str) -> list[list[str]]:
+        header, *rows = csv.reader(io.StringIO(text))
+        return [[c for c, h in zip(row, header, strict=True) if h not in timed] for row in [header, *rows]]
+
+    assert untimed((root / "sweep" / "results.csv").read_text()) == untimed(figures)
+
+
 def _copy(damaged_template: Path, tmp_path: Path) -> Path:
     root = tmp_path / "copy"
-    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo"))
+    shutil.copytree(damaged_template, root, symlinks=True, ignore=shutil.ignore_patterns("fifo", "pipe.npz"))
     for run in ("run", "wide"):  # the copies' runs point at the copy's store
-        _edit_json(root / run / "config.json", store=str(root / "store.zarr"))
+        _edit_json(root / run / "asked.json", store=str(root / "store.zarr"))
+        redigest(root / run)
     _edit_json(root / "sweep" / "sweep.json", store=str(root / "store.zarr"))
     return root
 
@@ -1263,7 +1756,7 @@ def test_a_planted_link_or_fifo_is_never_written_through(
     root = _copy(damaged_template, tmp_path)
     target, outside = root / file, tmp_path / "outside.txt"
     outside.write_text("the planter's target\n")
-    if target.is_dir() and not target.is_symlink():  # a folder tosca made (a sweep's outcomes/)
+    if target.is_dir() and not target.is_symlink():  # a folder tosca made (a sweep's points/)
         shutil.rmtree(target)
     target.unlink(missing_ok=True)
     if planted == "fifo":

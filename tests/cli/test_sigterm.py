@@ -22,7 +22,7 @@ def test_sigterm_mid_sweep_releases_its_workers_semaphores_and_resumes(tmp_path:
     out = tmp_path / "sweep"
     cmd = ["sweep", "--store", str(store.path), "--r", "4,8,16", "--epochs", "1", "--init-cls", "2"]
     cmd += ["--increment", "2", "--jobs", "2", "--device", "cpu", "--out", str(out)]
-    pause = PauseAt(function="tosca_heads.records.sweep:ResultsTable.append", occurrence=2)
+    pause = PauseAt(function="tosca_heads.records.cell:write_cell", occurrence=2)
     child = start(cmd, tmp_path / "child", pause, daemon=False)  # its cluster's workers: alive
     child.wait_paused()
     os.kill(child.process.pid, signal.SIGTERM)

@@ -116,3 +116,23 @@ def test_every_setting_is_checked_like_a_flag_before_any_command(
     assert result.exit_code == 2 and result.output.strip().startswith("error: TOSCA_OVERLAP_EVAL='yes'")
     monkeypatch.setenv("TOSCA_OVERLAP_EVAL", "")  # empty: unset, as for any variable
     check_settings()
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "-inf", "1e400", "3601", "30s", "0x10", "１０"])
+def test_the_scheduler_bound_takes_only_a_finite_number_of_seconds(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57, point 6: TOSCA_SCHEDULER_TIMEOUT now also bounds a silent scheduler and a cluster
+    without a worker mid-run; a bound that is none (not finite, not positive, over an hour) is one
+    line before any command runs, never a wait without end."""
+    from tosca_foundation.errors import UserError
+    from tosca_foundation.settings import check_settings
+
+    monkeypatch.setenv("TOSCA_SCHEDULER_TIMEOUT", value)
+    with pytest.raises(
+        UserError,
+        match=r"TOSCA_SCHEDULER_TIMEOUT=.* is not a number of seconds \(more than 0, at most 3600\)",
+    ):
+        check_settings()
+    monkeypatch.setenv("TOSCA_SCHEDULER_TIMEOUT", "2.5")
+    check_settings()

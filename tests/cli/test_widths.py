@@ -209,7 +209,7 @@ def test_a_fully_resumed_sweep_draws_no_empty_bar(folder: dict[str, Path]) -> No
     assert "sweep: every point is in the folder already; nothing to run" in result.output
     stream = io.StringIO()
     with Board("lines", interval=0, stream=stream) as board:
-        nothing = board.task("sweep", 0, "points", expected=5.0)
+        nothing = board.task("sweep", 0, "points", at_once=True)
         board.update(nothing, completed=0)
     assert stream.getvalue() == ""
     with Board("bar") as board:
@@ -313,3 +313,70 @@ def test_predicts_table_fits_the_terminal(
     assert lines and not [line for line in lines if len(line) > 80], result.stdout
     first = "".join(line.split("│")[1].strip() for line in lines if line.startswith("│"))
     assert first == str(deep / image.name)  # the path whole, wrapped within its cell
+
+
+def _comparison() -> SimpleNamespace:
+    """A comparison as `tosca baselines` gives one beside a run: TOSCA's rows (one per router, the
+    same method), two baselines, every figure with its interval and a validation block."""
+    import numpy as np
+
+    from tosca_heads.method.metrics import summarise
+    from tosca_heads.method.uncertainty import Outcomes, intervals
+    from tosca_heads.records import with_intervals
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(6), 10)
+    task_of = labels // 2
+    outcome = Outcomes(rng.random((3, 60)) < 0.8, labels, task_of, np.arange(60))
+    block = with_intervals(
+        summarise([0.9, 0.8, 0.7], [[0.9], [0.85, 0.75], [0.8, 0.7, 0.6]]), intervals([outcome])
+    )
+
+    def row(method: str, routing: str, reference: str = "") -> SimpleNamespace:
+        return SimpleNamespace(
+            method=method, routing=routing, metrics=dict(block), validation=dict(block),
+            parameters=123_456, seconds=66.3, reference=reference,
+        )  # fmt: skip
+
+    routers = ["entropy", "energy", "logit_margin", "ncm_cosine", "fecam", "randumb", "oracle", "told"]
+    rows = [row("tosca", name, "told the task" if name in ("oracle", "told") else "") for name in routers]
+    rows += [row("simplecil", "none"), row("klda", "none")]
+    rows[-1].metrics.update(knob="klda_sigma", klda_sigma=1.5, chosen_by="the validation split's "
+                            "accuracy after the first task, over a grid of eleven values from 0.1 to 10")  # fmt: skip
+    return SimpleNamespace(title="EuroSAT / effnet_lite0 (3 tasks of 2 classes)", results=rows)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_a_split_baselines_table_names_each_row_by_method_and_routing_and_its_notes_fit(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 57, point 12: where the comparison is dealt into several tables ("(2 of 3)"), each
+    repeats `method` and `routing`, so TOSCA's eight rows (one per router) stay told apart in every
+    part; the lines under it (what the brackets are, the knob a baseline chose) are wrapped to the
+    width, at spaces, never a word cut."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    views.comparison_table(_comparison())
+    shown = capsys.readouterr().out
+    lines = shown.splitlines()
+    assert not [line for line in lines if len(line) > width], shown
+    heads = [line for line in lines if "method" in line and BOX.search(line)]
+    parts = len(heads)
+    if width == 80:
+        assert parts >= 2 and "(1 of " in shown, shown  # dealt at 80
+    for head in heads:
+        assert "routing" in head, head
+    named: list[list[tuple[str, str]]] = [[]]  # per part: each row's (method, routing)
+    for line in lines:
+        if re.search(r"\d+ of \d+\)\s*$", line) and named[-1]:
+            named.append([])
+        cells = [cell.strip() for cell in line.split("\u2502")[1:3]]
+        if line.startswith("\u2502") and cells[0]:  # a row's first line (its interval's is blank)
+            named[-1].append((cells[0], cells[1]))
+    assert len(named) == max(parts, 1)
+    for part in named:
+        tosca = [routing for method, routing in part if method == "tosca"]
+        assert len(tosca) == 8 and len(set(tosca)) == 8, part  # told apart in every part
+    prose = [line for line in lines if not BOX.search(line) and line.strip()]
+    words = " ".join(line.strip() for line in prose)
+    assert "klda: klda_sigma 1.5, chosen by the validation split's accuracy after the first task" in words
+    assert "[low, high]: 95% interval over the 60 samples of the split" in words

@@ -267,3 +267,36 @@ def test_a_full_disk_in_fit_or_sweep_names_the_file(
         f"error: disk full (No space left on device) in {out / written}; free some space, then run the "
         "same command again to resume"
     ), lines
+
+
+def test_a_sweep_point_stopped_by_a_full_disk_is_computed_again_never_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk as a sweep point's done.json is written (issue 54: a baseline stopped so was
+    "reused" half-written): the line names that file, the point is left unfinished, and the same
+    command, once there is room, computes it again whole."""
+    from support.stores import synthetic_store
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=4).path
+    out = tmp_path / "out"
+    args = ["sweep", "--store", str(store), "--r", "4", "--epochs", "1", "--jobs", "1", "--out", str(out)]
+    args += ["--init-cls", "2", "--increment", "2", "--device", "cpu"]
+    with monkeypatch.context() as full:
+        _full_at_sync(full, "done.json")
+        code, lines = _invoke(*args)
+    (point,) = (out / "points").iterdir()
+    assert code == 2 and lines[-1] == (
+        f"error: disk full (No space left on device) in {point / 'done.json'}; free some space, then run "
+        "the same command again to resume"
+    ), lines
+    assert sorted(p.name for p in point.iterdir()) == ["asked.json", "measured.json", "outcomes.safetensors"]
+    assert not (out / "results.csv").exists()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 run(s)" in result.output and "0 already done" in result.output
+    assert sorted(p.name for p in point.iterdir()) == [
+        "asked.json",
+        "done.json",
+        "measured.json",
+        "outcomes.safetensors",
+    ]

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,7 +181,7 @@ def test_a_scheduler_killed_mid_sweep_is_one_line_and_the_same_command_resumes(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """`dask scheduler` SIGKILLed as the first point lands: one line (no traceback, no Dask log),
-    the finished point kept in results.csv; the sweep run again (here on this machine) computes
+    the finished point kept (its cell, and its rows in results.csv); the sweep run again (here on this machine) computes
     only the others, and its results equal an undisturbed sweep's."""
     from tosca_heads.requests.command_requests import SweepRequest
     from tosca_heads.routers import resolve_routers
@@ -211,7 +214,8 @@ def test_a_scheduler_killed_mid_sweep_is_one_line_and_the_same_command_resumes(
     resumed = sweep(request("hit", jobs=1))
     calm = sweep(request("calm", jobs=1))
     assert killed and resumed.ran == 4 - resumed.already_done and 1 <= resumed.already_done < 4
-    assert (tmp_path / "hit" / "results.csv").read_text().startswith(kept)  # appended to, never rewritten
+    again = (tmp_path / "hit" / "results.csv").read_text().splitlines()
+    assert set(kept.splitlines()) <= set(again)  # the finished point's rows, drawn again as they were
     a = by_point(resumed.frame).set_index("key").sort_index()
     b = by_point(calm.frame).set_index("key").sort_index()
     assert list(a.index) == list(b.index) and len(a) == 4
@@ -272,18 +276,18 @@ def test_a_scheduler_killed_mid_extraction_is_one_line_and_the_same_command_resu
 
 
 class _Workers:
-    """A client whose scheduler answers each call with the next set of workers, the last one for
-    good; `drained` is set once the last was asked for (the watch has said what came before it)."""
+    """A scheduler that answers each ask with the next set of workers, the last one for good;
+    `drained` is set once the last was asked for (the watch has said what came before it)."""
 
     def __init__(self, *states: set[str]) -> None:
-        self.states = [dict.fromkeys(s) for s in states]
+        self.states = [set(s) for s in states]
         self.drained = threading.Event()
 
-    def scheduler_info(self, n_workers: int = -1) -> dict[str, dict[str, None]]:
+    def __call__(self, client: object, seconds: float) -> set[str]:
         if len(self.states) == 1:
             self.drained.set()
-            return {"workers": self.states[0]}
-        return {"workers": self.states.pop(0)}
+            return self.states[0]
+        return self.states.pop(0)
 
 
 def test_a_worker_lost_mid_run_is_one_line_and_one_that_joins_is_not_said() -> None:
@@ -293,13 +297,13 @@ def test_a_worker_lost_mid_run_is_one_line_and_one_that_joins_is_not_said() -> N
     from tosca_foundation.text import telling
 
     said: list[tuple[str, str]] = []
-    client = _Workers({"tcp://a:1", "tcp://b:2"}, {"tcp://a:1", "tcp://b:2"}, {"tcp://b:2", "tcp://c:3"})
+    ask = _Workers({"tcp://a:1", "tcp://b:2"}, {"tcp://a:1", "tcp://b:2"}, {"tcp://b:2", "tcp://c:3"})
     place = "the Dask scheduler at tcp://s:8786"
     with (
         telling(lambda line, label: said.append((label, line))),
-        said_when_workers_lost(client, place, every=0.001),
+        said_when_workers_lost(object(), place, every=0.001, ask=ask),
     ):
-        assert client.drained.wait(10)
+        assert ask.drained.wait(10)
     assert said == [
         (
             "note",
@@ -309,22 +313,339 @@ def test_a_worker_lost_mid_run_is_one_line_and_one_that_joins_is_not_said() -> N
     ]
 
 
-def test_a_scheduler_that_cannot_be_asked_ends_the_watch_without_a_word() -> None:
+def test_a_client_that_is_closed_ends_the_watch_without_a_word() -> None:
     from tosca_foundation.scheduler_link import said_when_workers_lost
     from tosca_foundation.text import telling
 
-    class Gone:
-        asked = threading.Event()
-        calls = 0
+    class Closed:
+        status = "closed"
 
-        def scheduler_info(self, n_workers: int = -1) -> dict[str, dict[str, None]]:
-            self.calls += 1
-            if self.calls == 2:  # the watch's own ask, after the block's first
-                self.asked.set()
-            raise OSError("connection closed")
+    asked = threading.Event()
+    calls: list[int] = []
+
+    def gone(client: object, seconds: float) -> None:
+        calls.append(1)
+        if len(calls) == 2:  # the watch's own ask, after the block's first
+            asked.set()
 
     said: list[str] = []
-    gone = Gone()
-    with telling(lambda line, label: said.append(line)), said_when_workers_lost(gone, "x", every=0.001):
-        assert gone.asked.wait(10)
+    with (
+        telling(lambda line, label: said.append(line)),
+        said_when_workers_lost(Closed(), "x", every=0.001, ask=gone),
+    ):
+        assert asked.wait(10)
     assert said == []
+
+
+# ------------------------------------------------------------------------------------------ issue 57, point 11
+
+
+def test_the_clients_own_refresh_of_its_cache_is_never_taken_for_lost_workers() -> None:
+    """Issue 57, point 11: a plain local run said "lost the Dask worker ... (0 left)" for every
+    worker on a loaded machine. The client refreshes its cached `scheduler_info` every 2 s with a
+    summary that lists no worker; a watch that read the cache after that refresh (the race: the
+    refresh landing between the watch's ask and its read) saw every worker gone. Here the refresh
+    is made to land there every time: the watch asks the scheduler itself, says nothing, and still
+    says the one worker really closed, with how many are left."""
+    from distributed import Client, LocalCluster
+
+    from tosca_foundation.scheduler_link import said_when_workers_lost
+    from tosca_foundation.text import telling
+
+    said: list[str] = []
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(2)
+        refresh = client._update_scheduler_info
+
+        async def refreshed_at_the_worst_time(n_workers: int = 0) -> None:
+            await refresh(n_workers=n_workers)
+            await refresh(n_workers=0)  # the periodic refresh, right after any ask: no workers
+
+        client._update_scheduler_info = refreshed_at_the_worst_time  # type: ignore[method-assign]
+        assert client.scheduler_info(n_workers=-1)["workers"] == {}  # the cache a reader would see
+        with (
+            telling(lambda line, label: said.append(line)),
+            said_when_workers_lost(client, "here", every=3600),
+        ):
+            assert said == []
+            gone = sorted(w.address for w in cluster.workers.values())[0]
+            client.retire_workers([gone], close_workers=True)  # returns once the scheduler let it go
+        # the block's end asks once more: the one worker closed, and only it
+    assert len(said) == 1 and f"lost the Dask worker {gone} of here (1 left)" in said[0], said
+
+
+# ------------------------------------------------------------------------------------------ issue 57, point 6
+
+
+@contextlib.contextmanager
+def _running_forever(client: Any) -> Iterator[list[Any]]:
+    """Two futures on `client` that never finish by themselves (released when the block ends:
+    its cluster's workers are threads of this process, `processes=False`, so no message to the
+    scheduler is needed, which a cut link would never carry)."""
+    from support.held import RELEASE, held
+
+    RELEASE.clear()
+    futures = [client.submit(held, pure=False) for _ in range(2)]
+    try:
+        yield futures
+    finally:
+        RELEASE.set()
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (None, "has not answered for 0.5 s (a frozen scheduler, or a network cut"),
+        (set(), "has had no worker for 0.5 s (every worker gone; TOSCA_SCHEDULER_TIMEOUT)"),
+    ],
+)
+def test_a_scheduler_silent_or_without_workers_ends_the_wait_in_one_line_within_the_bound(
+    answer: set[str] | None, said: str
+) -> None:
+    """Dask waits for ever on a scheduler that stops answering over an open connection, and on one
+    whose every worker is gone; `each_finished` stops at the bound, in one line: what happened,
+    that what was finished is kept, how to resume."""
+    from distributed import Client, LocalCluster
+
+    from tosca_foundation.scheduler_link import SchedulerStalled, each_finished, said_when_workers_lost
+
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        _running_forever(client) as futures,
+    ):
+        start = time.monotonic()
+        with (
+            pytest.raises(SchedulerStalled) as stalled,
+            said_when_workers_lost(
+                client,
+                "the scheduler at X",
+                ", once it answers",
+                every=0.05,
+                bound=0.5,
+                ask=lambda client, seconds: answer,
+            ),
+        ):
+            list(each_finished(client, futures))
+        took = time.monotonic() - start
+    line = str(stalled.value)
+    assert line.startswith(f"the scheduler at X {said}") and "\n" not in line
+    assert line.endswith(
+        "stopped waiting; what was finished is kept; "
+        + ("run" if answer is None else "start workers and run")
+        + " the same command again to resume, once it answers"
+    )
+    assert 0.5 <= took < 0.5 + SLACK + 2  # the bound, and at most one wait of each_finished past it
+
+
+def test_futures_that_finish_are_each_given_once_and_a_live_scheduler_is_never_stalled() -> None:
+    from distributed import Client, LocalCluster
+
+    from tosca_foundation.scheduler_link import each_finished, said_when_workers_lost
+
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        said_when_workers_lost(client, "here", every=0.05, bound=0.2),
+    ):
+        futures = [client.submit(time.sleep, 0.1 * n, pure=False) for n in range(8)]  # past the bound
+        finished = list(each_finished(client, futures))
+    assert sorted(map(id, finished)) == sorted(map(id, futures))
+
+
+class _Future:
+    """A Dask future as `result_in_time` sees it: finished, its result never arriving (fetched
+    through a frozen scheduler), or in error with a TimeoutError of its own task."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def result(self, timeout: float | None = None) -> object:
+        if self.status == "error":
+            raise TimeoutError("the task's own")
+        if timeout is None:
+            raise AssertionError("waited without a bound")
+        time.sleep(min(timeout, 0.05))
+        raise TimeoutError
+
+
+def test_a_finished_tasks_result_fetched_through_a_silent_scheduler_is_bounded_too() -> None:
+    """A sweep's second point had finished when the scheduler froze: fetching its result waited for
+    ever (found by the heavy test below). `result_in_time` stops at the bound in the same one line;
+    a task whose own error is a TimeoutError gets that error, at once."""
+    from tosca_foundation.scheduler_link import SchedulerStalled, result_in_time, said_when_workers_lost
+
+    client = object.__new__(type("Client", (), {}))
+    asked: list[int] = []
+
+    def silent(client: object, seconds: float) -> set[str] | None:
+        asked.append(1)
+        return None if len(asked) > 1 else {"tcp://w:1"}  # answered once, then silence
+
+    with said_when_workers_lost(client, "the scheduler at X", every=0.05, bound=0.3, ask=silent):
+        start = time.monotonic()
+        with pytest.raises(SchedulerStalled, match=r"has not answered for 0\.3 s"):
+            result_in_time(client, _Future("finished"))
+        assert time.monotonic() - start < 0.3 + SLACK
+        with pytest.raises(TimeoutError, match="the task's own"):
+            result_in_time(client, _Future("error"))
+
+
+class _Cuttable:
+    """A loopback TCP relay to `target` that can be cut: it stops carrying bytes both ways but keeps
+    every connection open (a network that drops packets, not one that resets)."""
+
+    def __init__(self, target: str) -> None:
+        self.host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self.port = int(port)
+        self.cut = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                near, _ = self.listener.accept()
+            except OSError:
+                return
+            far = socket.create_connection((self.host, self.port))
+            self.held += [near, far]
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._carry, args=(a, b), daemon=True).start()
+
+    def _carry(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if self.cut.is_set():
+                    continue  # swallowed: the connection stays up, nothing arrives
+                sink.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
+def test_a_network_cut_that_keeps_the_connection_open_is_one_line_within_the_bound() -> None:
+    """The client reaches the scheduler through a relay that is cut mid-run (bytes dropped, the
+    connection left open): no close, no error from Dask, only silence; `dask_client`'s watch ends
+    the wait at TOSCA_SCHEDULER_TIMEOUT, in one line, and the command's client is closed within
+    seconds (a frozen scheduler would not answer its goodbye)."""
+    from distributed import LocalCluster
+
+    from tosca_foundation.scheduler_link import SchedulerStalled, each_finished
+
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=None) as cluster:
+        relay = _Cuttable(cluster.scheduler_address)
+        try:
+            start = time.monotonic()
+            with (
+                pytest.raises(SchedulerStalled) as stalled,
+                dask_client(parse_scheduler(relay.address), 2.0) as client,
+                _running_forever(client) as futures,
+            ):
+                relay.cut.set()
+                list(each_finished(client, futures))
+            took = time.monotonic() - start
+        finally:
+            relay.close()
+    line = str(stalled.value)
+    assert line.startswith(f"the scheduler at {relay.address} has not answered for 2 s"), line
+    assert "what was finished is kept; run the same command again to resume, once a scheduler answers" in line
+    assert took < 2.0 + 2 * SLACK + 2
+
+
+def _helper_of_a_local_cluster() -> int:
+    """The process that hosts this process's local Dask cluster (its scheduler runs there:
+    tosca_foundation.cluster)."""
+    import psutil
+
+    from tosca_foundation.cluster import BOOT
+
+    (helper,) = [p for p in psutil.Process().children() if BOOT in " ".join(p.cmdline())]
+    return int(helper.pid)
+
+
+def _wake(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("what", ["frozen scheduler", "frozen local cluster", "every worker gone"])
+def test_a_stalled_cluster_mid_sweep_is_one_line_within_the_bound_and_the_sweep_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], what: str
+) -> None:
+    """Issue 57, point 6: as the first point lands, the scheduler is frozen (SIGSTOP: `dask
+    scheduler`, or the helper process that hosts a `--jobs 2` sweep's local cluster), or every
+    worker of a running scheduler is killed (their nannies first, so none is started again). Dask
+    would wait for ever; the sweep stops within TOSCA_SCHEDULER_TIMEOUT in one line (what
+    happened, that what was finished is kept, how to resume), the finished point is in
+    results.csv, and the same sweep run again here computes only the others."""
+    from tosca_heads.requests.command_requests import SweepRequest
+    from tosca_heads.studies.sweeps import sweep
+
+    bound = 20.0  # a 2-core machine shared by several sessions starves a scheduler for seconds
+    monkeypatch.setenv("TOSCA_SCHEDULER_TIMEOUT", str(bound))
+    store = synthetic_store(tmp_path / "s.zarr", classes=4)
+
+    def request(**how: object) -> SweepRequest:
+        return SweepRequest(
+            store=store.path, out=tmp_path / "hit", device="cpu", grid=SWEEP_GRID, group=1, **how
+        )  # type: ignore[arg-type]
+
+    with contextlib.ExitStack() as stack:
+        cluster = (
+            None
+            if what == "frozen local cluster"
+            else stack.enter_context(dask_cluster(tmp_path / "dask", workers=2))
+        )
+        stopped: list[int] = []
+        pids = cluster.worker_pids() if cluster is not None and what == "every worker gone" else {}
+        stalled_at: list[float] = []
+
+        def stall(rows: list[dict], finished: int, total: int) -> None:
+            if stalled_at:
+                return
+            stalled_at.append(time.monotonic())
+            if what == "every worker gone":
+                assert cluster is not None
+                for nanny in cluster.workers:
+                    nanny.kill()
+                    nanny.wait(30)
+                for pid in pids.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+            pid = cluster.scheduler.pid if cluster is not None else _helper_of_a_local_cluster()
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+            stack.callback(_wake, stopped)  # (a local cluster's frozen helper is killed: gone)
+
+        how = {"jobs": 2} if cluster is None else {"scheduler": cluster.address}
+        capfd.readouterr()
+        with pytest.raises(UserError) as stalled:
+            sweep(request(**how), on_point=stall)
+        assert stalled_at, str(stalled.value)  # the sweep got as far as its first point
+        took = time.monotonic() - stalled_at[0]
+        said = capfd.readouterr()
+    line = str(stalled.value)
+    why = "has had no worker for 20 s" if what == "every worker gone" else "has not answered for 20 s"
+    assert why in line and "\n" not in line, line
+    assert (
+        "stopped waiting; what was finished is kept" in line
+        and "run the same command again to resume" in line
+    )
+    assert "Traceback" not in said.err and "distributed." not in said.err, said.err
+    assert bound <= took < bound + 30, took  # the bound, its asks, and closing what is frozen
+    kept = (tmp_path / "hit" / "results.csv").read_text()
+    resumed = sweep(request(jobs=1))
+    assert resumed.already_done >= 1 and resumed.ran == 4 - resumed.already_done
+    assert (tmp_path / "hit" / "results.csv").read_text().startswith(kept)

@@ -7,7 +7,8 @@ two instruction sets' figures lie apart.
 
 Areas: `statistics` (the routers' class statistics under every shrinkage), `ranpac` (RanPAC, its
 ridge choice on both paths, its eigendecomposition fallback, and the joint probe), `field` (every
-frozen-feature baseline of `method.baselines`, scores after each task), `engine` (a
+frozen-feature baseline of `method.baselines`, scores after each task, and ridge, KLDA and
+RanDumb also in the other form of their ridge system), `engine` (a
 whole fit: the compiled step's threads, the evaluation thread, every router's figures and the
 task files), `estimators` (TOSCAClassifier and BaselineClassifier), `suite` (a small suite, then
 each cell rerun alone from the manifest's command).
@@ -134,6 +135,21 @@ def field() -> Arrays:
             rows = (y >= 3 * task) & (y < 3 * task + 3)
             model.partial_fit(x[rows], y[rows])
             out[f"{name}/{task}/scores"] = np.asarray(model.decision_function(x[::5]), dtype=np.float64)
+    # the smaller forms' other side: ridge on fewer rows than its 64 features (the n x n kernel,
+    # its validation path too), KLDA and RanDumb on more centred rows than D (the D x D scatter)
+    wide = {"ridge": {}, "klda": {"dim": 500}, "randumb": {"dim": 500}}
+    for name, sizes in wide.items():
+        model = BASELINES[name](**{**arguments(name, {}), **sizes})
+        for task in range(3):
+            rows = np.flatnonzero((y >= 3 * task) & (y < 3 * task + 3))
+            rows = rows[::40] if name == "ridge" else rows  # 18 rows a task, under 64 for ridge
+            model.partial_fit(x[rows], y[rows])
+            out[f"{name}/other_form/{task}/scores"] = np.asarray(
+                model.decision_function(x[::5]), dtype=np.float64
+            )
+        if name == "ridge":
+            model.tune(x[1::7], y[1::7])
+            out["ridge/other_form/tuned"] = np.asarray(model.decision_function(x[::5]), dtype=np.float64)
     return out
 
 

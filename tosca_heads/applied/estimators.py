@@ -332,7 +332,13 @@ class BaselineClassifier(_Incremental):
         takes = inspect.signature(BASELINES[self.method]).parameters.values()
         if not any(p.kind is p.VAR_KEYWORD for p in takes):  # else its class takes any keyword
             check_keywords(BASELINES[self.method], self.params or {})
-        check_baseline_params(self.method, dict(self.params or {}), self.n_features_in_)
+        method = self.method  # a refusal names the class's own keyword, as `params` holds it
+        check_baseline_params(
+            method,
+            dict(self.params or {}),
+            self.n_features_in_,
+            spell=lambda key: f"params key {key.removeprefix(method + '_')}",
+        )
         check_device_name(self.device, "device")
         self.estimator_ = BASELINES[self.method](device=self.device, **(self.params or {}))
         self.tasks_: list[int] = []

@@ -27,16 +27,17 @@ from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.run_folder import (
     ROUTER_FILE,
     check_task_count,
+    check_whole_if_finished,
     config_digest,
     feature_dim_of,
     finished_tasks,
     load_router_statistics,
     load_task,
     open_run_store,
-    read_metrics,
     read_run_config,
     stream_config_of,
     train_config_of,
@@ -87,6 +88,7 @@ class RunPredictor:
     def load(self) -> RunPredictor:
         """Read the modules, the last classifier and the router statistics (nothing is trained)."""
         self.config_ = read_run_config(self.run_dir)
+        check_whole_if_finished(self.run_dir)
         tasks = finished_tasks(self.run_dir)
         if tasks == 0:
             raise UserError(
@@ -264,9 +266,9 @@ def predict_images(request: PredictRequest, list_images: ListImages, embed: Embe
     if request.batch_size is not None and request.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {request.batch_size}")
     config = read_run_config(request.run)
-    metrics = read_metrics(request.run)
+    run = read_run(request.run)  # finished, every file whole; its figures computed if asked
     if request.router is None:
-        chosen, chosen_on = default_router(metrics)
+        chosen, chosen_on = default_router(run.metrics)
     else:
         names = resolve_routers(request.router)
         if len(names) != 1:
@@ -308,7 +310,7 @@ def best_honest_router(metrics: dict[str, Any], split: str = "test") -> str:
     blocks = metrics["routers"] if split == "test" else metrics.get("validation") or {}
     candidates = [n for n in ROUTERS if ROUTERS[n].honest and n in blocks]
     if not candidates:
-        raise UserError("this run's metrics.json has no honest router; re-evaluate it with `tosca eval RUN`")
+        raise UserError("this run has no honest router's answers; re-evaluate it with `tosca eval RUN`")
     return max(candidates, key=lambda n: blocks[n][RANKED])
 
 

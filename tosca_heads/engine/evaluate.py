@@ -262,6 +262,7 @@ class StageEvaluator:
                 _routing_confusion(true_task, chosen, task + 1),
                 self._in_split_order(correct.bool().cpu().numpy()),
                 self._in_split_order((chosen == true_task).cpu().numpy()),
+                self._chosen_in_split_order(chosen.cpu().numpy()),
             )
         return [
             {
@@ -272,8 +273,9 @@ class StageEvaluator:
                     "confusion": confusion[g],
                     "correct": right[g],
                     "routed": routed[g],
+                    "chosen": picked[g],
                 }
-                for router, (a_t, blocks, routing, confusion, right, routed) in scores.items()
+                for router, (a_t, blocks, routing, confusion, right, routed, picked) in scores.items()
             }
             for g in range(view.groups)
         ]
@@ -285,6 +287,14 @@ class StageEvaluator:
         full = np.zeros((correct.shape[0], len(self.order)), dtype=bool)
         full[:, self.order[: correct.shape[1]]] = correct
         return np.packbits(full, axis=1)
+
+    def _chosen_in_split_order(self, chosen: np.ndarray) -> np.ndarray:
+        """[G, n] the task each seen row (in class order) was routed to -> [G, N] int16 in the
+        split's own order (`images`), -1 for a row of a class not seen yet: the route kept, from
+        which a routing confusion is counted when read (`records.run_cell`)."""
+        full = np.full((chosen.shape[0], len(self.order)), -1, dtype=np.int16)
+        full[:, self.order[: chosen.shape[1]]] = chosen
+        return full
 
 
 def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int) -> list[list[list[int]]]:

@@ -116,11 +116,14 @@ def require_room(
     held_rows: int = 0,
     whole: bool | None = None,
     budget: int | None = None,
+    fixed: bool = False,
 ) -> Room:
     """Refuse, in one line and before any work, a group of resolved recipes that cannot fit: one
     task (its rows, their views, the engine) over the memory budget (`TOSCA_MEMORY_BUDGET`), or the
     run over this device's memory. The store is held whole when the whole run fits the budget
-    (or as `whole` says: a source already loaded), else read task by task."""
+    (or as `whole` says: a source already loaded), else read task by task. `fixed`: the recipe and
+    split are a trained run's (`tosca eval`, which has no --r, --s, --batch-size or --increment):
+    the refusal names only what that command can change."""
     memory = run_memory(shape, configs, tasks, device, task_rows, held_rows)
     budget = memory_budget() if budget is None else budget
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
@@ -130,7 +133,7 @@ def require_room(
         f"training {len(configs)} configuration(s) of r up to {max(c.r for c in configs)}, "
         f"s up to {max(c.s for c in configs)}, batch up to {max(c.batch_size for c in configs)}"
     )
-    hint = "lower --r, --s or --batch-size"
+    hint = "run it on a device with more memory" if fixed else "lower --r, --s or --batch-size"
     if free is not None:
         if memory.need(whole) > free:
             raise UserError(
@@ -146,11 +149,11 @@ def require_room(
             if memory.task >= memory.engine + memory.evaluation
             else "--r, --s or --batch-size"
         )
+        remedy = "raise" if fixed else f"lower {lower} or raise"
         raise UserError(
-            f"one task of this fit needs {human_bytes(memory.need(False))} of memory (its {task_rows:,} "
+            f"one task of this {'run' if fixed else 'fit'} needs {human_bytes(memory.need(False))} of memory (its {task_rows:,} "
             f"training rows{views}, the {shape.test + held_rows:,} rows evaluated, the engine), over the "
-            f"memory budget of {human_bytes(budget)}: lower {lower} or raise --memory-budget "
-            "(TOSCA_MEMORY_BUDGET)"
+            f"memory budget of {human_bytes(budget)}: {remedy} --memory-budget (TOSCA_MEMORY_BUDGET)"
         )
     return Room(whole, memory, budget)
 

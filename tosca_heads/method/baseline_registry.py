@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tosca_foundation.arguments import check_types, shown
-from tosca_foundation.errors import UserTypeError, UserValueError
+from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_foundation.names import as_flag, did_you_mean  # as_flag: a key's --flag
 from tosca_foundation.registry import Registry
 from tosca_heads.method.baseline_index import INDEX
@@ -345,11 +345,33 @@ def deterministic(method: str) -> bool:
     return bool(getattr(BASELINES[method], "deterministic", False))
 
 
-def check_fits(method: str, values: Mapping[str, Any], dim: int, classes: int = 0, rows: int = 0) -> None:
+def least_per_class(method: str) -> int:
+    """The training images of each class a baseline needs at least (its class's `least_per_class`:
+    FeCAM's 2, a covariance of one image being none; 1 for any other)."""
+    return int(getattr(BASELINES[method], "least_per_class", 1))
+
+
+def check_fits(
+    method: str,
+    values: Mapping[str, Any],
+    dim: int,
+    classes: int = 0,
+    rows: int = 0,
+    spell: Callable[[str], str] = as_flag,
+) -> None:
     """What a baseline with these keywords needs on features of `dim` and `classes` classes (0:
     not known yet, as before a store is opened) fits this machine (its class's
     `check_fits(dim, classes=..., **values)`, when it declares one; `rows=`, the training rows at
-    most, when known, for a method that solves the smaller of two forms): one line when it does not."""
+    most, when known, for a method that solves the smaller of two forms): one line when it does not,
+    a UserValueError naming its parameters as the caller spells them (`spell` of METHOD_NAME: the
+    command line's `--klda-dim`, the API's `klda_dim`), whatever words the class wrote its hint in."""
     check = getattr(BASELINES[method], "check_fits", None)
-    if check is not None:
+    if check is None:
+        return
+    try:
         check(dim, classes=classes, **({"rows": rows} if rows else {}), **values)
+    except UserError as refused:
+        said = str(refused)
+        for param in sorted(params_of(method), key=lambda p: -len(key_of(method, p))):  # longest first
+            said = said.replace(as_flag(key_of(method, param)), spell(key_of(method, param)))
+        raise UserValueError(said) from None

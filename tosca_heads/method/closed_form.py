@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from tosca_foundation import long_work
 from tosca_heads.method import linalg
 
 AUTHORS_RIDGES = tuple(10.0**k for k in range(-8, 9))  # RanPAC.py: 10.0 ** np.arange(-8, 9)
@@ -70,12 +71,18 @@ class RidgeSystem:
             return
         assert self.gram is not None and self.cross is not None
         self.cross = torch.nn.functional.pad(self.cross, (0, classes - self.cross.shape[1]))
-        blocks = [linalg.column_tiles(block) for block in linalg.row_blocks(h)]
-        linalg.add_gram(self.gram, blocks, run)
-        linalg.add_cross(self.cross, blocks, linalg.row_blocks(y), run)
+        with long_work.during(f"adding {len(h):,} rows to the {self.width:,} x {self.width:,} Gram matrix"):
+            blocks = [linalg.column_tiles(block) for block in linalg.row_blocks(h)]
+            linalg.add_gram(self.gram, blocks, run)
+            linalg.add_cross(self.cross, blocks, linalg.row_blocks(y), run)
 
     def _fold(self, run: linalg.Run) -> None:
         """From rows to the Gram form: G = H'H, Q = H'Y; the rows are dropped."""
+        assert self.rows is not None
+        with long_work.during(f"the {self.width:,} x {self.width:,} Gram matrix of {len(self.rows):,} rows"):
+            self._fold_rows(run)
+
+    def _fold_rows(self, run: linalg.Run) -> None:
         assert self.rows is not None
         self.gram = torch.zeros(self.width, self.width, dtype=torch.float64, device=self.device)
         self.cross = torch.zeros(self.width, self.targets.shape[1], dtype=torch.float64, device=self.device)
@@ -94,6 +101,50 @@ class RidgeSystem:
         weights = torch.zeros(self.width, coefficients.shape[1], dtype=torch.float64, device=self.device)
         linalg.add_cross(weights, linalg.tiled(self.rows), linalg.row_blocks(coefficients), run)
         return weights
+
+    def solve_for(self, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
+        """X (M x k) with (H'H + shift I) X = rhs for any right-hand side (KLDA's and RanDumb's class
+        means), by the form kept. Rows form, shift > 0: X = (rhs - H'(HH' + shift I)^-1 H rhs) / shift
+        (Woodbury's identity: the n x n system). Gram form: `shifted_solve`. With no shift the
+        matrix H'H is singular while n < M, and no factorisation solves it: the rows are folded
+        into the Gram form and `pseudo_solve` gives the minimum-norm answer."""
+        if self.rows is not None and shift <= 0:
+            self._fold(run)
+        if self.rows is None:
+            assert self.gram is not None
+            if shift > 0:
+                return shifted_solve(self.gram, rhs, shift, run)
+            return pseudo_solve(self.gram, rhs, run)
+        projected = cross_rows(self.rows, rhs.T.contiguous(), run)  # H rhs, n x k
+        coefficients = shifted_solve(row_gram(self.rows, run), projected, shift, run)
+        back = torch.zeros_like(rhs)
+        linalg.add_cross(back, linalg.tiled(self.rows), linalg.row_blocks(coefficients), run)  # H' (...)
+        return (rhs - back) / shift
+
+    def path_scores(
+        self, x: torch.Tensor, ridges: tuple[float, ...], run: linalg.Run
+    ) -> dict[float, torch.Tensor]:
+        """Scores x W(l) (rows x C) for every ridge l of `ridges`, from one eigendecomposition of the
+        kept form's matrix (a path: one decomposition for many ridges, not a fallback for one solve):
+        the n x n kernel K = H H' = U diag(e) U' in the rows form, x W(l) = (x H') U diag(1/(e + l))
+        U' Y; the M x M Gram G = V diag(e) V' in the Gram form, x W(l) = (x V) diag(1/(e + l)) V' Q.
+        On one thread, interruptible (`linalg.interruptible`)."""
+        if self.rows is not None:
+            evals, evecs = linalg.interruptible(
+                lambda: _eigh(row_gram(self.rows, run)),
+                f"a ridge path ({len(self.rows):,} x {len(self.rows):,})",
+            )
+            scored, projected = cross_rows(x, self.rows, run) @ evecs, evecs.T @ self.targets
+        else:
+            assert self.gram is not None and self.cross is not None
+            gram = self.gram
+            evals, evecs = linalg.interruptible(
+                lambda: _eigh(gram), f"a ridge path ({len(gram):,} x {len(gram):,})"
+            )
+            scored, projected = x @ evecs, evecs.T @ self.cross
+        evals = evals.clamp_min(0)
+        with linalg.single_threaded(x.device):
+            return {ridge: scored @ (projected / (evals + ridge)[:, None]) for ridge in ridges}
 
     def nbytes(self) -> int:
         """What it carries from task to task: the rows and targets, or G and Q (float64)."""
@@ -118,7 +169,13 @@ def cross_rows(left: torch.Tensor, right: torch.Tensor, run: linalg.Run) -> torc
 def shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
     """X with (matrix + shift I) X = rhs for a symmetric positive semi-definite `matrix`: Cholesky
     (tiled on a CPU), else, where that fails in floating point, LU with partial pivoting of the
-    same system (one LAPACK call on one thread, interruptible)."""
+    same system (one LAPACK call on one thread, interruptible). Said in the progress line while
+    it lasts (`tosca_foundation.long_work`)."""
+    with long_work.during(f"a {len(matrix):,} x {len(matrix):,} ridge solve"):
+        return _shifted_solve(matrix, rhs, shift, run)
+
+
+def _shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
     if matrix.device.type != "cpu":
         shifted = matrix + shift * torch.eye(len(matrix), dtype=matrix.dtype, device=matrix.device)
         factor, info = torch.linalg.cholesky_ex(shifted)
@@ -130,6 +187,32 @@ def shifted_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: li
         return linalg.cholesky_solve(tiles, rhs, run)
     shifted = matrix + shift * torch.eye(len(matrix), dtype=matrix.dtype)
     return linalg.interruptible(lambda: torch.linalg.solve(shifted, rhs), "an LU solve of a ridge system")
+
+
+def pseudo_solve(matrix: torch.Tensor, rhs: torch.Tensor, run: linalg.Run) -> torch.Tensor:
+    """X = matrix^+ rhs for a symmetric positive semi-definite `matrix` with no shift: its Cholesky
+    where it is positive definite in floating point, else the pseudo-inverse (eigenvalues below
+    D * eps * the largest dropped, as numpy's and torch's pinv): a singular matrix has no
+    factorisation that solves it, so this, and only this, eigendecomposes (one thread,
+    interruptible)."""
+    with long_work.during(f"a {len(matrix):,} x {len(matrix):,} solve with no ridge"):
+        return _pseudo_solve(matrix, rhs, run)
+
+
+def _pseudo_solve(matrix: torch.Tensor, rhs: torch.Tensor, run: linalg.Run) -> torch.Tensor:
+    if matrix.device.type != "cpu":
+        factor, info = torch.linalg.cholesky_ex(matrix)
+        if int(info) == 0:
+            return torch.cholesky_solve(rhs, factor)
+    else:
+        tiles = linalg.cholesky(matrix, 0.0, run)
+        if tiles is not None:
+            return linalg.cholesky_solve(tiles, rhs, run)
+    evals, evecs = linalg.interruptible(lambda: _eigh(matrix), "the pseudo-inverse of a singular matrix")
+    keep = evals > len(matrix) * torch.finfo(matrix.dtype).eps * evals.abs().max()
+    inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
+    with linalg.single_threaded(matrix.device):
+        return evecs @ (inverse[:, None] * (evecs.T @ rhs))
 
 
 def authors_ridge(
@@ -158,14 +241,16 @@ def authors_ridge(
     y_fit, y_held = y[order[:n_fit]], y[order[n_fit:]]
     if n_fit < h.shape[1]:  # dual: predictions K_hf U diag(1/(e + l)) U' Y_f
         evals, evecs = linalg.interruptible(
-            lambda: _eigh(row_gram(fit, run)), "the eigendecomposition of RanPAC's ridge path"
+            lambda: _eigh(row_gram(fit, run)),
+            f"the eigendecomposition of RanPAC's ridge path ({n_fit:,} x {n_fit:,})",
         )
         scored, projected = cross_rows(held, fit, run) @ evecs, evecs.T @ y_fit
     else:  # primal: predictions H_h V diag(1/(e + l)) V' H_f'Y_f
         gram = torch.zeros(h.shape[1], h.shape[1], dtype=h.dtype, device=h.device)
         linalg.add_gram(gram, linalg.tiled(fit), run)
         evals, evecs = linalg.interruptible(
-            lambda: _eigh(gram), "the eigendecomposition of RanPAC's ridge path"
+            lambda: _eigh(gram),
+            f"the eigendecomposition of RanPAC's ridge path ({len(gram):,} x {len(gram):,})",
         )
         scored, projected = held @ evecs, evecs.T @ (fit.T @ y_fit)
     evals = evals.clamp_min(0)

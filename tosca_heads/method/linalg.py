@@ -37,6 +37,7 @@ from typing import TypeVar
 
 import torch
 
+from tosca_foundation import long_work
 from tosca_foundation.limits import usable_cores
 from tosca_foundation.settings import setting
 
@@ -298,7 +299,8 @@ def interruptible(operation: Callable[[], R], what: str) -> R:
     call holds its thread until it returns, so run on the main thread it would leave SIGINT and
     SIGTERM unanswered for minutes; here the main thread raises KeyboardInterrupt (or the CLI's
     `Terminated`) within a second, and the worker, a daemon, is abandoned with the process. Same
-    bits as calling it here: one thread either way. `what` names it in the error it may raise."""
+    bits as calling it here: one thread either way. `what` names it in the error it may raise and
+    in the progress line while it lasts (`tosca_foundation.long_work`)."""
     found: list[R] = []
     failed: list[BaseException] = []
 
@@ -310,9 +312,14 @@ def interruptible(operation: Callable[[], R], what: str) -> R:
             failed.append(error)
 
     worker = threading.Thread(target=work, name=f"tosca {what}", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.2)
+    with long_work.during(what):  # the progress line says it while it lasts
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.2)
+        except BaseException:  # SIGINT or SIGTERM: the worker is left to the process's end
+            long_work.abandon()
+            raise
     if failed:
         raise failed[0]
     return found[0]

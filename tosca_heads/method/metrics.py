@@ -233,11 +233,11 @@ def columns_of(validation: bool) -> list[Metric | tuple[str, Metric]]:
 
 def intervals_said() -> str:
     """How the intervals of a table are computed, per kind, from what each figure declares: 'A_last
-    and routing acc: exact binomial; A_bar and forgetting: a stratified bootstrap over images, never
+    and routing acc: exact binomial; A_bar and forgetting: a stratified bootstrap over samples, never
     narrower than their counts allow'."""
     words = {
         EXACT: "exact binomial",
-        BOOTSTRAP: "a stratified bootstrap over images, never narrower than their counts allow",
+        BOOTSTRAP: "a stratified bootstrap over samples, never narrower than their counts allow",
     }  # (in the tables' notes)
     parts = []
     for kind, said in words.items():

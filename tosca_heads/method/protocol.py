@@ -286,8 +286,8 @@ class ValidationConfig:
             if len(rows) < 2:
                 name = class_names[int(label)] if class_names and int(label) < len(class_names) else label
                 raise UserError(
-                    f"class {name!s} has {len(rows)} training image(s): none can be held out for validation; "
-                    "pass --val-fraction 0 (no validation split) or add images"
+                    f"class {name!s} has {len(rows)} training sample(s): none can be held out for validation; "
+                    "pass --val-fraction 0 (no validation split) or add samples"
                 )
             take = min(len(rows) - 1, max(1, round(self.fraction * len(rows))))
             order = np.random.default_rng([self.seed, int(label)]).permutation(len(rows))
@@ -337,7 +337,7 @@ class ProtocolReport:
             f"validation: {self.held_out:,} training images held out ({self.held_per_class}; seed "
             f"{self.validation.seed})"
             if self.validation.enabled
-            else "no validation split (the paper's protocol: every training image trains)"
+            else "no validation split (the paper's protocol: every training sample trains)"
         )
         return f"protocol: {self.dataset}, {self.summary} ({self.origin}), class order of seed {self.order_seed}; {held}"
 
@@ -381,7 +381,7 @@ def describe_protocol(
         t, n = small[0]
         more = f" (and {len(small) - 1} more task(s))" if len(small) > 1 else ""
         warnings.append(
-            f"task {t} has {n} test image(s), fewer than the {REFERENCE_BATCH} of a `batch` routing batch{more}: "
+            f"task {t} has {n} test sample(s), fewer than the {REFERENCE_BATCH} of a `batch` routing batch{more}: "
             "its batches mix tasks, so the `batch` and `batch_shuffled` figures mean little"
         )
     for what, labels in (
@@ -397,7 +397,7 @@ def describe_protocol(
             c = int(few[0])
             more = f" (and {len(few) - 1} more class(es))" if len(few) > 1 else ""
             warnings.append(
-                f"class {names[c]} has {int(counts[c])} {what} image(s){more}, fewer than {FEW_IMAGES}: "
+                f"class {names[c]} has {int(counts[c])} {what} sample(s){more}, fewer than {FEW_IMAGES}: "
                 f"its {what} accuracy moves in steps of {100 / max(1, int(counts[c])):.0f} points"
             )
     return ProtocolReport(

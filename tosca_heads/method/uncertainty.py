@@ -114,13 +114,16 @@ class Outcomes:
     t (False before its class was seen), `classes[i]` its class (the store's label) and `task[i]` the
     task that brought that class (the same for every image of a class); `rows` the store rows of
     the split they are (for `same_images`); `routed[t, i]` whether a router sent image i to its own
-    task's module after task t (None for a method without a router)."""
+    task's module after task t (None for a method without a router); `chosen[i]` the task whose
+    module the router picked for image i after the last task (-1: its class not seen yet; None
+    where the route itself is not kept), what a routing confusion is counted from."""
 
     correct: np.ndarray  # bool [T, N]
     classes: np.ndarray  # int [N]
     task: np.ndarray  # int [N]
     rows: np.ndarray  # int [N]
     routed: np.ndarray | None = None  # bool [T, N]
+    chosen: np.ndarray | None = None  # int [N]: the task picked after the last task
 
     @property
     def tasks(self) -> int:

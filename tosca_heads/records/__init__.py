@@ -1,11 +1,16 @@
 """The records of stage 2: every file it writes, each with its schema, version, reader and writer in
 one module, so a format changes in one place and every reader sees the change.
 
-- `run`: a run folder (`tosca fit`): config.json, validation.json, task files, the classifier and
-  the routers' statistics, metrics.json, results.csv;
-- `run_config`: a run's config.json: what a plan writes there, its reader and comparison;
+- `run_folder`: a run folder (`tosca fit`), a cell: its state (task files, the classifier, the
+  routers' statistics, validation.json under state/) read back with checks, and its views
+  (metrics.json, results.csv, confusion.json, curves.csv, the plots), never read back;
+- `run_config`: what a run was asked (its asked.json): what a plan writes there, its reader and
+  comparison, and the refusal of a run written before cells;
+- `run_cell`: a run's measured.json and done.json written last, and the one reader of a finished
+  run (`read_run`): every figure, the confusion and the parameter count computed when read;
 - `claim`: the one claim of every folder above (checked, locked, marked, its config compared);
-- `sweep`: a sweep folder's sweep.json and its append-only results.csv;
+- `sweep`: a sweep folder: sweep.json (the study) and results.csv, a view of its points;
+- `sweep_points`: a sweep's points, each a cell in points/KEY/, and their one reader;
 - `cell`: the cell, one folder format for every unit that runs (asked.json, measured.json, the
   kept answers, state/, done.json written last with every file's digest) and its one reuse rule;
 - `baselines_folder`: a baselines folder (`tosca baselines`): one cell per baseline, its
@@ -33,12 +38,12 @@ from typing import Any
 
 from tosca_foundation.errors import UserError
 from tosca_foundation.fingerprints import canonical_json
-from tosca_heads.method.metrics import BUILT_IN, figures, metric_named, resampled, with_interval
+from tosca_heads.method.metrics import resampled, with_interval
 
 FORMAT = 1  # the first release's; no earlier format is read
 # the numbers the builds before the first release wrote (none at all before them): a later format is 5
 PRE_RELEASE = (2, 3, 4)
-# a run's config.json keys that do not decide its numbers
+# a run's asked.json keys that do not decide its numbers
 INFORMATIONAL = ("store", "format", "protocol")
 
 
@@ -105,11 +110,6 @@ def store_block(store: Any, described: bool = True) -> dict[str, Any]:
     return block
 
 
-def _fraction(value: Any, low: float = 0.0) -> bool:
-    """A number (not a bool) in [low, 1]: an accuracy, or with `low` -1 a difference of two."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= 1.0
-
-
 def with_intervals(
     block: dict[str, Any], found: dict[str, Any] | None, routing: Any = None
 ) -> dict[str, Any]:
@@ -137,48 +137,3 @@ def with_intervals(
             if m.name in found
         },
     }
-
-
-def _valid_intervals(block: dict[str, Any]) -> bool:
-    """A block's interval fields, when it has them: whole images, each interval [low, high] of a
-    metric that declares one, within that metric's bounds, with low <= high; standard errors not
-    negative."""
-    if "intervals" not in block:
-        return "images" not in block and "standard_errors" not in block
-    images, intervals, errors = block.get("images"), block["intervals"], block.get("standard_errors", {})
-    if isinstance(images, bool) or not isinstance(images, int) or images < 0:
-        return False
-    if not isinstance(intervals, dict) or not isinstance(errors, dict):
-        return False
-    declared = {m.name for m in with_interval()}
-    for name, pair in intervals.items():
-        if name not in declared or not isinstance(pair, list) or len(pair) != 2:
-            return False
-        if pair == [None, None]:
-            continue
-        low, high = pair
-        metric = metric_named(name)
-        if not (
-            metric.holds(low) and metric.holds(high) and low is not None and high is not None and low <= high
-        ):
-            return False
-    return all(v is None or _fraction(v) for v in errors.values())
-
-
-def valid_metrics_block(block: Any) -> bool:
-    """One router's (or a baseline's) metrics as tosca writes them: accuracies are fractions in
-    [0, 1], forgetting a finite difference of two, A_t a list of fractions; anything else was edited
-    (a NaN, 7.5 or `true` would be shown as a percentage and even ranked)."""
-    if not isinstance(block, dict):
-        return False
-    curve = block.get("A_t", [])
-    # every figure within its bounds; a built-in one present (the routing accuracy is None for a
-    # method without a router); a plug-in's absent where the block was made before it was registered
-    required = [m for m in figures() if m.name in BUILT_IN and not m.from_routing]
-    return (
-        all(block.get(m.name) is not None for m in required)
-        and all(m.holds(block.get(m.name)) for m in figures())
-        and isinstance(curve, list)
-        and all(_fraction(a) for a in curve)
-        and _valid_intervals(block)
-    )

@@ -22,11 +22,12 @@ out from the answers when read (`figures`, `records.derived`): no file holds a f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -39,7 +40,7 @@ from tosca_foundation.fingerprints import canonical_json
 from tosca_foundation.version import __version__
 from tosca_heads.method.uncertainty import Outcomes, intervals_of
 from tosca_heads.records import FORMAT, check_format
-from tosca_heads.records.derived import Block, expected_block
+from tosca_heads.records.derived import Block, expected_block, image_key
 from tosca_heads.records.outcomes import OUTCOMES, PerSplit, read_outcomes, write_outcomes
 
 ASKED, MEASURED, DONE, STATE = "asked.json", "measured.json", "done.json", "state"
@@ -51,6 +52,12 @@ VERSIONED = ("torch", "numpy")  # the libraries whose versions change a cell's n
 def versions() -> dict[str, str]:
     """tosca's version and those of the libraries that change numbers, as asked.json records them:
     a cell made by another is computed again."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    """Looked up once per process (a sweep asks it of every point)."""
     found = {"tosca": __version__}
     for package in VERSIONED:
         try:
@@ -65,12 +72,13 @@ def machine(device: str) -> dict[str, str]:
     return {"machine": platform.machine(), "system": platform.system(), "device": device}
 
 
-def check_seconds(seconds: Any, where: str) -> float:
-    """Seconds as a cell keeps them: a finite number, not negative; anything else is one line."""
+def check_seconds(seconds: Any, where: str, name: str = "seconds") -> float:
+    """Seconds as a cell keeps them (`name`: which of them): a finite number, not negative;
+    anything else is one line."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise UserError(f"{where}: seconds must be a finite number of seconds, got {seconds!r}")
+        raise UserError(f"{where}: {name} must be a finite number of seconds, got {seconds!r}")
     if seconds < 0:
-        raise UserError(f"{where}: seconds must not be negative, got {seconds!r}")
+        raise UserError(f"{where}: {name} must not be negative, got {seconds!r}")
     return float(seconds)
 
 
@@ -213,3 +221,26 @@ def figures(answers: PerSplit) -> dict[str, dict[str, Block]]:
         found = intervals_of({name: [outcome] for name, outcome in named.items()})
         blocks[split] = {name: expected_block(outcome, found.get(name)) for name, outcome in named.items()}
     return blocks
+
+
+def figures_of_many(many: Sequence[PerSplit]) -> list[dict[str, dict[str, Block]]]:
+    """`figures` of many cells' answers at once (a sweep's points), each block the one `figures`
+    gives: the intervals of every block on the same images come from one bootstrap, whose draws
+    depend only on the seed and the classes' sizes (`derived`), so many cells pay for one."""
+    groups: dict[tuple[str, str], dict[tuple[int, str, str], list[Outcomes]]] = {}
+    for i, answers in enumerate(many):
+        for split, named in answers.items():
+            for name, outcome in named.items():
+                groups.setdefault(image_key(split, outcome), {})[(i, split, name)] = [outcome]
+    found: dict[Any, Any] = {}
+    for named_runs in groups.values():
+        found.update(intervals_of(named_runs))  # type: ignore[arg-type]  # any hashable names a run
+    return [
+        {
+            split: {
+                name: expected_block(outcome, found.get((i, split, name))) for name, outcome in named.items()
+            }
+            for split, named in answers.items()
+        }
+        for i, answers in enumerate(many)
+    ]

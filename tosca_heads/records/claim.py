@@ -130,11 +130,33 @@ def claim_folders(
     beside one, then each locked (all held for the with-block) and claimed in turn."""
     for folder, config in zip(wanted, configs, strict=True):
         check(folder, kind, config)
+    fresh = {Path(f): Path(f).exists() for f in wanted if not Path(f).exists() or not any(Path(f).iterdir())}
     with contextlib.ExitStack() as locks:
         for folder, config in zip(wanted, configs, strict=True):
             locks.enter_context(folder_lock(folder, kind.noun, kind.advice))
             _take(Path(folder), kind, config)
-        yield [Path(f) for f in wanted]
+        try:
+            yield [Path(f) for f in wanted]
+        except UserError:  # refused: a folder claimed for nothing is given back (under its lock)
+            for folder, existed in fresh.items():
+                _give_back(folder, kind, existed)
+            raise
+
+
+def _give_back(folder: Path, kind: FolderKind, existed: bool) -> None:
+    """A folder this claim found new or empty and a refused command wrote nothing into but the
+    claim's own files (its marker, its config): those removed, and the folder too where the claim
+    made it (the lock's release removes the parents it made). A command refused before any work leaves nothing behind (issue 57, point 10:
+    a refused FeCAM run left a `.tosca` folder); one that wrote anything else keeps it all."""
+    own = {folders.MARKER, *([kind.config_file] if kind.config_file else [])}
+    if not folder.is_dir() or any(entry.name not in own for entry in folder.iterdir()):
+        return
+    for name in own:
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
+    if not existed:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _take(folder: Path, kind: FolderKind, config: Config | None) -> None:

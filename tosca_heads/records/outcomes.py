@@ -11,6 +11,9 @@ S/right/NAME   U8  [T, ceil(N / 8)]  after each task t, the images NAME answered
                                      packbits of a [T, N] bool array (a class not seen yet: 0)
 S/routed/NAME  U8  [T, ceil(N / 8)]  after each task t, the images router NAME sent to their own
                                      task's module (a baseline, which has no router: none)
+S/chosen/NAME  I16 [N]               after the last task, the task whose module router NAME
+                                     picked for each image (-1: a class not seen yet); a run's
+                                     routing confusion is counted from it (kept by runs only)
 metadata       format, tasks (T)
 ```
 
@@ -61,6 +64,10 @@ def write_outcomes(path: Path, found: Mapping[str, Mapping[str, Outcomes]]) -> N
             tensors[f"{split}/right/{name}"] = torch.from_numpy(np.packbits(outcome.correct, axis=1))
             if outcome.routed is not None:
                 tensors[f"{split}/routed/{name}"] = torch.from_numpy(np.packbits(outcome.routed, axis=1))
+            if outcome.chosen is not None:
+                tensors[f"{split}/chosen/{name}"] = torch.from_numpy(
+                    np.ascontiguousarray(outcome.chosen, np.int16)
+                )
             tasks = outcome.tasks
     atomic.write_safetensors(path, tensors, {"format": str(FORMAT), "tasks": str(tasks)})
 
@@ -85,6 +92,10 @@ def _check_header(header: Header) -> None:
     for name, info in header.tensors.items():
         split, _, key = name.partition("/")
         if key in IMAGE_KEYS:
+            continue
+        if key.startswith("chosen/") and split in images:
+            if info.dtype != "I16" or info.shape != (images[split],):
+                raise TensorFileError(f"{name[:60]} does not hold a task for each of {images[split]} images")
             continue
         if not key.startswith(("right/", "routed/")) or split not in images:
             raise TensorFileError(f"it holds a tensor {name[:60]!r} that no outcomes file has")
@@ -117,6 +128,16 @@ def _bits(packed: Any, images: int) -> np.ndarray:
     return np.unpackbits(packed.numpy(), axis=1, count=images).astype(bool)
 
 
+def _chosen(packed: Any, tasks: int, split: str) -> np.ndarray | None:
+    """The tasks picked after the last task (None: not kept), each -1 or one of the `tasks`."""
+    if packed is None:
+        return None
+    chosen = packed.numpy().astype(np.int64)
+    if len(chosen) and (chosen.min() < -1 or chosen.max() >= tasks):
+        raise TensorFileError(f"its {split} routes name a task it does not have")
+    return chosen
+
+
 def _unpacked(tensors: dict[str, Any], tasks: int) -> PerSplit:
     found: PerSplit = {}
     for split in SPLITS:
@@ -136,8 +157,10 @@ def _unpacked(tensors: dict[str, Any], tasks: int) -> PerSplit:
                 correct = _bits(tensors[key], len(rows))
                 packed = tensors.get(f"{split}/routed/{name}")
                 routed = None if packed is None else _bits(packed, len(rows))
-                found.setdefault(split, {})[name] = Outcomes(correct, classes, task, rows, routed)
-        routes = {key.split("/", 2)[2] for key in tensors if key.startswith(f"{split}/routed/")}
-        if routes - set(found.get(split, {})):
-            raise TensorFileError(f"its {split} routes are of a name it holds no answers of")
+                chosen = _chosen(tensors.get(f"{split}/chosen/{name}"), correct.shape[0], split)
+                found.setdefault(split, {})[name] = Outcomes(correct, classes, task, rows, routed, chosen)
+        for kind in ("routed", "chosen"):
+            routes = {key.split("/", 2)[2] for key in tensors if key.startswith(f"{split}/{kind}/")}
+            if routes - set(found.get(split, {})):
+                raise TensorFileError(f"its {split} routes are of a name it holds no answers of")
     return found

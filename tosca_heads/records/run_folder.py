@@ -1,51 +1,47 @@
-"""The run folder's format: what `tosca fit` writes, and reading it back with checks.
+"""The run folder's format: what `tosca fit` writes, a cell (`records.cell`, issue 54), and
+reading its state back with checks.
 
 ```
 runs/<name>/
-  .tosca                 {"kind": "run"}: the folder is tosca's (tosca_foundation.folders)
-  config.json            the resolved recipe, task split, validation split (when one is held
-                         out), store path and fingerprint, the protocol in words (each task's
-                         class names, warnings); "format"
-  validation.json        the store ids of the training images held out for validation (when any)
-  task_NNN.safetensors   task NNN's LuCA module (`luca.*`, the reference state dict), the
-                         classifier after that task (`head.weight`, `head.sigma`) and its
-                         training stats (metadata)
-  head.safetensors       the classifier after the last finished task
-  router.safetensors     the frozen-feature routers' per-class statistics after the last task
-  metrics.json           "format", finished tasks, parameters per task, per task its last epoch's
-                         training figures ("tasks": ce, l1_term, loss = ce + l1_term, train_acc,
-                         seconds, eval_seconds), and per router: A_t, A_bar, A_last, forgetting,
-                         accuracy matrix, routing accuracy (on test under "routers", on the
-                         validation split under "validation"), each with its images, "intervals"
-                         and "standard_errors" ("uncertainty" says how they are computed:
-                         `method.uncertainty`)
-  results.csv            one row per task, router and split ("format" column): A_t with its exact
-                         interval (A_t_low, A_t_high) and the images it is over; ce, l1_term and
-                         loss as metrics.json's "tasks"
-  outcomes.safetensors   which test (and validation) images each router answered right after each
-                         task (`records.outcomes`): what every interval is computed from
-  accuracy.png           A_t per router
-  confusion.json         after the last task, per router and split: the routing's confusion
-                         matrix (scikit-learn's), row t = the images of task t counted by the
-                         task whose module the router picked; "format", "task"
-  confusion.png          that matrix of every honest router on the test split
-  curves.csv             the training curves: one row per task and epoch (format, task, epoch,
-                         ce: the epoch's mean cross-entropy per training image, l1_term: its mean
-                         L1 term, loss: ce + l1_term, lr: its learning rate); a task's last row is
-                         its figures in metrics.json and results.csv. Each task's curve is also
-                         kept in its task file ("curve" metadata), so a resumed run rewrites it
-                         whole
-  curves.png             cross-entropy, L1 term and learning rate per epoch, task after task
+  .tosca                       {"kind": "run"}: the folder is tosca's (tosca_foundation.folders)
+  asked.json                   what was asked: the resolved recipe, task split, validation split
+                               (when one is held out), store path and fingerprint, the protocol in
+                               words (each task's class names, warnings), the versions that change
+                               numbers; "format" (`records.run_config`)
+  measured.json                what was measured and cannot be derived: per task its last epoch's
+                               training figures (ce, l1_term, loss = ce + l1_term, train_acc), its
+                               seconds and eval_seconds, its training curve; the machine
+                               (`records.run_cell`)
+  outcomes.safetensors         which test (and validation) images each router answered right and
+                               routed right after each task, and the task it picked after the last
+                               (`records.outcomes`): every figure is computed from them when read
+  state/task_NNN.safetensors   task NNN's LuCA module (`luca.*`, the reference state dict), the
+                               classifier after that task (`head.weight`, `head.sigma`) and its
+                               training stats and curve (metadata): what a resumed fit starts from
+  state/head.safetensors       the classifier after the last finished task
+  state/router.safetensors     the frozen-feature routers' per-class statistics after the last task
+  state/validation.json        the store ids of the training images held out for validation (when any)
+  done.json                    written last: the sha256 of every file above (`records.cell`)
 ```
 
-Format: `FORMAT` (`tosca_heads.records`), recorded in config.json, metrics.json, results.csv,
-curves.csv and confusion.json; a run whose config.json or metrics.json records another is refused
-in one line (written before tosca's first release, or by a newer tosca).
+A fit or `tosca eval` removes done.json first, before anything is written, and writes it again
+when every file is: a run killed mid-task is never read as finished, and is resumed from its
+finished tasks' state files. Every figure (A_t, A_bar, A_last, forgetting, intervals, standard
+errors, image counts, routing accuracy, the routing confusion, the finished tasks) is worked out
+from the answers when read, and the parameter count from what was asked (`run_cell.read_run`, the
+one reader).
 
-Every file is written whole or not at all (`tosca_foundation.atomic`). Everything read back
-is checked before it is used: a config.json with values of the wrong type or out of range, or a
-task or router file that is not safetensors or does not fit the recorded recipe, stops the
-command with one line naming the file and what to do, never a traceback or a wrong number.
+Views, written for people and never read back by tosca (no figure in them is believed):
+metrics.json (the figures as `read_run` gives them, with the training figures), results.csv (one
+row per task, router and split: A_t with its exact interval and its images, the training figures),
+confusion.json (the routing's confusion after the last task), accuracy.png, confusion.png,
+curves.csv and curves.png (the training curves, one row per task and epoch).
+
+A run folder written before runs were cells (a config.json, no asked.json) is refused in one line
+(`run_config.read_run_config`). Every file is written whole or not at all (`tosca_foundation.atomic`).
+Every state file read back is checked before it is used: a task or router file that is not
+safetensors or does not fit the recorded recipe stops the command with one line naming the file
+and what to do, never a traceback or a wrong number.
 """
 
 from __future__ import annotations
@@ -64,7 +60,8 @@ import torch
 from featcache.store import FeatureStore, open_unchanged
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
-from tosca_foundation.files import parse_json, read_json, read_text
+from tosca_foundation.files import parse_json
+from tosca_foundation.folders import refuse_planted
 from tosca_foundation.tensorfiles import Header, TensorFileError, expect, read_safetensors
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.metrics import summarise
@@ -80,22 +77,21 @@ from tosca_heads.method.uncertainty import (
 )
 from tosca_heads.records import (
     FORMAT,
-    check_format,
     config_digest,  # noqa: F401 (what each task file records; a run's readers take it from here)
     plots,
-    valid_metrics_block,
     with_intervals,
 )
-from tosca_heads.records.derived import check_figures, check_routing, recorded_blocks
-from tosca_heads.records.outcomes import OUTCOMES, read_outcomes, write_outcomes
-from tosca_heads.records.run_config import CONFIG, read_run_config
+from tosca_heads.records.cell import DONE, STATE, check_whole
+from tosca_heads.records.run_config import CONFIG, EDITED, read_run_config
 from tosca_heads.routers import ROUTERS
 
-VALIDATION_FILE = "validation.json"
-METRICS = "metrics.json"
-CONFUSION = "confusion.json"  # the routing's confusion matrices after the last task
-ROUTER_FILE = "router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
-HEAD_FILE = "head.safetensors"
+VALIDATION_FILE = f"{STATE}/validation.json"
+METRICS = "metrics.json"  # a view: never read back
+CONFUSION = "confusion.json"  # a view: the routing's confusion matrices after the last task
+ROUTER_FILE = (
+    f"{STATE}/router.safetensors"  # the frozen-feature routers' per-class statistics after the last task
+)
+HEAD_FILE = f"{STATE}/head.safetensors"
 CURVES_FILE = "curves.csv"
 CURVES_PLOT = "curves.png"
 LOSS_PARTS = ("ce", "l1_term", "loss")  # cross-entropy, the L1 term, their sum: one name each, everywhere
@@ -105,7 +101,7 @@ MAX_EPOCHS = 100_000  # a curve with more epochs is no curve tosca wrote
 
 
 def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
-    """The validation split a run's config.json records (none when it records none), checked."""
+    """The validation split a run's asked.json records (none when it records none), checked."""
     if "validation" not in config:
         return NO_VALIDATION
     block = config["validation"]
@@ -118,43 +114,16 @@ def validation_of(config: dict[str, Any], run_dir: Path) -> ValidationConfig:
     )
 
 
-def write_validation_ids(folder: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
-    """validation.json: the held-out training images' store ids (the split, recorded)."""
+def write_validation_ids(path: Path, validation: ValidationConfig, ids: Sequence[str]) -> None:
+    """The held-out training images' store ids (the split, recorded) at `path`: a run's
+    state/validation.json (`VALIDATION_FILE`), a sweep's validation.json."""
     if validation.enabled:
         payload = {**validation.record(), "ids": list(ids)}
-        atomic.write_text(Path(folder) / VALIDATION_FILE, json.dumps(payload, indent=1) + "\n")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(Path(path), json.dumps(payload, indent=1) + "\n")
 
 
-# ------------------------------------------------------------------------------------------ config.json
-
-
-def read_metrics(run_dir: Path, figures_checked: bool = True) -> dict[str, Any]:
-    """A run's metrics.json, refused in one line when missing, damaged, edited or of another format;
-    with `figures_checked` (every reader that shows, ranks or logs a figure) each figure is checked
-    against the run's kept answers (`read_run_figures`). Without it the file's shape only: whether a
-    run is finished, which `tosca eval` then rewrites anyway."""
-    if figures_checked:
-        return read_run_figures(run_dir)[0]
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise UserError(f"run {run_dir} has no metrics.json yet; train it with `tosca fit --run {run_dir}`")
-    hint = f"`tosca eval {run_dir}` rewrites it"
-    metrics = read_json(path, "run metrics", hint)
-    check_format(path, metrics.get("format"), "run metrics")
-    routers = metrics.get("routers")
-    tasks = metrics.get("finished_tasks")
-    validation = metrics.get("validation", {})
-    if (
-        not isinstance(routers, dict)
-        or not all(isinstance(name, str) and valid_metrics_block(m) for name, m in routers.items())
-        or not isinstance(validation, dict)
-        or not all(isinstance(name, str) and valid_metrics_block(m) for name, m in validation.items())
-        or isinstance(tasks, bool)
-        or not isinstance(tasks, int)
-        or tasks < 1
-    ):
-        raise UserError(f"run metrics {path} were edited or damaged; `tosca eval {run_dir}` rewrites them")
-    return metrics
+# ------------------------------------------------------------------------------------------ asked.json
 
 
 def open_run_store(config: dict[str, Any], run_dir: Path) -> FeatureStore:
@@ -212,8 +181,17 @@ def feature_dim_of(config: dict[str, Any], run_dir: Path) -> int:
 # ------------------------------------------------------------------------------------------ task files
 
 
+def check_whole_if_finished(run_dir: Path) -> None:
+    """A run that finished (its done.json there) is read only whole (`cell.check_whole`): a state
+    file edited, copied in or deleted since is one line before anything is read or rewritten; a
+    link or fifo planted in it is named as such first (`folders.refuse_planted`), never read."""
+    if (Path(run_dir) / DONE).exists():
+        refuse_planted(Path(run_dir), "--run")
+        check_whole(run_dir, EDITED)
+
+
 def task_file(run_dir: Path, task: int) -> Path:
-    return Path(run_dir) / f"task_{task:03d}.safetensors"
+    return Path(run_dir) / STATE / f"task_{task:03d}.safetensors"
 
 
 def finished_tasks(run_dir: Path) -> int:
@@ -224,34 +202,25 @@ def finished_tasks(run_dir: Path) -> int:
 
 
 def check_no_task_lost(run_dir: Path, found: int) -> None:
-    """Before a run is evaluated again: every task file it had is there. A task file past the first
-    missing one, or a metrics.json recording more finished tasks than there are files, means one
-    was deleted; evaluating what is left would rewrite the run's files with tasks dropped without a
-    word. One line naming the file; nothing is rewritten."""
-    later = sorted(Path(run_dir).glob("task_*.safetensors"))
+    """Before a run never finished is evaluated again: every task file it had is there (a finished
+    one is checked whole first: `check_whole_if_finished`). A task file past the first missing one
+    means one was deleted; evaluating what is left would rewrite the run's files with tasks dropped
+    without a word. One line naming the file; nothing is rewritten."""
+    later = sorted((Path(run_dir) / STATE).glob("task_*.safetensors"))
     beyond = [path.name for path in later if path.name > task_file(run_dir, found).name]
-    recorded = None
-    if (Path(run_dir) / METRICS).is_file():
-        try:
-            recorded = int(read_metrics(run_dir, figures_checked=False)["finished_tasks"])
-        except (UserError, KeyError, TypeError, ValueError):
-            recorded = None  # a damaged metrics.json is rewritten by the evaluation
-    said = [f"{', '.join(beyond)} remain"] if beyond else []
-    if recorded is not None and recorded > found:
-        said.insert(0, f"metrics.json records {recorded} finished tasks")
-    if said:
+    if beyond:
         raise UserError(
-            f"run {run_dir}: {task_file(run_dir, found).name} is missing ({'; '.join(said)}): evaluating "
-            f"it would drop tasks from its files; `tosca fit --run {run_dir}` trains that task again"
+            f"run {run_dir}: {task_file(run_dir, found).name} is missing ({', '.join(beyond)} remain): "
+            f"evaluating it would drop tasks from its files; `tosca fit --run {run_dir}` trains that task again"
         )
 
 
 def check_task_count(run_dir: Path, found: int, tasks: int) -> None:
-    """More task files than the run's split has tasks: one came from elsewhere, or config.json's
+    """More task files than the run's split has tasks: one came from elsewhere, or asked.json's
     split was edited; nothing of such a run can be scored."""
     if found > tasks:
         raise UserError(
-            f"run {run_dir} holds {found} task files but its split (config.json) has {tasks} tasks: "
+            f"run {run_dir} holds {found} task files but its split (asked.json) has {tasks} tasks: "
             "a task file was copied in or the split edited"
         )
 
@@ -273,6 +242,7 @@ def save_task(
     meta = {"task": str(task), "flow": flow, "stats": json.dumps(stats), "config": digest}
     if curve is not None:
         meta["curve"] = json.dumps(curve)
+    (Path(run_dir) / STATE).mkdir(parents=True, exist_ok=True)
     atomic.write_safetensors(task_file(run_dir, task), tensors, meta)  # whole or not at all
     atomic.write_safetensors(Path(run_dir) / HEAD_FILE, head)
 
@@ -305,7 +275,7 @@ def load_task(
     except KeyError as exc:
         raise _damaged(run_dir, path.name, f"no {exc} in its metadata", refit) from None
     except _OtherConfig as exc:
-        raise _damaged(run_dir, path.name, str(exc), "restore config.json, or fit a new run") from None
+        raise _damaged(run_dir, path.name, str(exc), "restore asked.json, or fit a new run") from None
     except UserError as exc:
         raise _damaged(run_dir, path.name, str(exc), refit) from None
     for key, value in tensors.items():
@@ -318,7 +288,7 @@ def load_task(
     expected = layout.state_shapes()
     shapes = {k: tuple(v.shape) for k, v in module.items()}
     if shapes != expected:
-        raise _damaged(run_dir, path.name, "its module does not fit the recipe in config.json", refit)
+        raise _damaged(run_dir, path.name, "its module does not fit the recipe in asked.json", refit)
     weight, sigma = head.get("head.weight"), head.get("head.sigma")
     if (
         weight is None
@@ -327,7 +297,7 @@ def load_task(
         or weight.shape[1] != layout.dim
         or sigma.numel() != 1
     ):
-        raise _damaged(run_dir, path.name, "its classifier does not fit the recipe in config.json", refit)
+        raise _damaged(run_dir, path.name, "its classifier does not fit the recipe in asked.json", refit)
     if weight.shape[0] != seen_classes:
         why = f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has seen {seen_classes}"
         raise _damaged(run_dir, path.name, why, refit)
@@ -369,7 +339,7 @@ def curve_epochs(curve: dict[str, list[float]]) -> list[dict[str, float]]:
 
 
 class _OtherConfig(TensorFileError):
-    """A task file written under another config.json (restoring it is the fix, not refitting)."""
+    """A task file written under another asked.json (restoring it is the fix, not refitting)."""
 
 
 def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str) -> Callable[[Header], None]:
@@ -384,7 +354,7 @@ def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str)
             raise TensorFileError(f"no {missing[0]!r} in its metadata")
         if meta["config"] != digest:
             raise _OtherConfig(
-                "it was written under another config.json: the split or recipe there was edited since"
+                "it was written under another asked.json: the split or recipe there was edited since"
             )
         if meta["task"] != str(task) or meta["flow"] != layout.flow:
             raise TensorFileError(
@@ -399,7 +369,7 @@ def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str)
             if info.dtype != "F32":
                 raise TensorFileError(f"{key} holds {info.dtype} values, not float32")
         if {k: v.shape for k, v in header.tensors.items() if k.startswith("luca.")} != module:
-            raise TensorFileError("its module does not fit the recipe in config.json")
+            raise TensorFileError("its module does not fit the recipe in asked.json")
         weight, sigma = header.tensors.get("head.weight"), header.tensors.get("head.sigma")
         if (
             weight is None
@@ -408,7 +378,7 @@ def _task_header(task: int, layout: ParamLayout, seen_classes: int, digest: str)
             or weight.shape[1] != layout.dim
             or math.prod(sigma.shape) != 1
         ):
-            raise TensorFileError("its classifier does not fit the recipe in config.json")
+            raise TensorFileError("its classifier does not fit the recipe in asked.json")
         if weight.shape[0] != seen_classes:
             raise TensorFileError(
                 f"its classifier has {weight.shape[0]} classes where task {task} of the run's split has "
@@ -507,8 +477,9 @@ class RunResult:
                     continue
                 right = np.stack([np.unpackbits(s[name]["correct"], count=n).astype(bool) for s in stages])
                 routed = np.stack([np.unpackbits(s[name]["routed"], count=n).astype(bool) for s in stages])
+                chosen = stages[-1][name].get("chosen")  # the route taken after the last task
                 found.setdefault(split, {})[name] = Outcomes(
-                    right, images["classes"], images["task"], images["rows"], routed
+                    right, images["classes"], images["task"], images["rows"], routed, chosen
                 )
         return found
 
@@ -584,8 +555,6 @@ def write_results(result: RunResult) -> None:
     training curves (curves.csv, curves.png) of a run."""
     run_dir = result.run_dir
     outcomes = result.outcomes()
-    if outcomes:
-        write_outcomes(run_dir / OUTCOMES, outcomes)
     atomic.write_text(run_dir / METRICS, json.dumps(result.metrics(), indent=2) + "\n")
     with atomic.writing(run_dir / "results.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -630,26 +599,6 @@ def stage_interval(outcome: Outcomes | None, task: int, a_t: float) -> tuple[str
     return f"{low:.6f}", f"{high:.6f}", str(images)
 
 
-def read_run_figures(run_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Outcomes]]]:
-    """A run's metrics.json and its outcomes.safetensors, every figure of the one checked against
-    the other (`records.derived`: A_t, the matrix, A_bar, A_last, forgetting, a plug-in's, their
-    intervals and standard errors, the images), and each router's routing accuracy against its
-    routing confusion: a file missing, of another run or edited is one line naming it."""
-    metrics = read_metrics(run_dir, figures_checked=False)
-    hint = f"`tosca eval {run_dir}` rewrites them"
-    found = read_outcomes(Path(run_dir) / OUTCOMES, hint)
-    blocks = {"test": metrics["routers"], "validation": metrics.get("validation") or {}}
-    check_figures(recorded_blocks(found, blocks, f"run {run_dir}: {METRICS}", hint))
-    confusion = read_confusion(run_dir)
-    if confusion is not None and confusion["task"] + 1 == metrics["finished_tasks"]:
-        for split, block in blocks.items():
-            for name, matrix in confusion.get(split, {}).items():
-                if name in block:
-                    where = f"run {run_dir}: {METRICS} and {CONFUSION}"
-                    check_routing(block[name].get("routing_accuracy"), matrix, where, name, hint)
-    return metrics, found
-
-
 def write_confusion(result: RunResult) -> None:
     """confusion.json and confusion.png: where each router sends each task's images after the last
     task (the files of a run evaluated before they existed are written by `tosca eval`)."""
@@ -674,41 +623,6 @@ def write_confusion(result: RunResult) -> None:
         )
 
 
-def read_confusion(run_dir: Path) -> dict[str, Any] | None:
-    """confusion.json (None when the run has none yet), its format and each matrix checked: square,
-    of the run's task count, non-negative integer counts; anything else is one line."""
-    path = Path(run_dir) / CONFUSION
-    if not path.exists():
-        return None
-    fix = f"`tosca eval {run_dir}` rewrites it"
-    try:
-        payload = parse_json(path.read_bytes(), f"run {run_dir}: {CONFUSION}")
-    except UserError:
-        raise _damaged(run_dir, CONFUSION, "not JSON", fix) from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("task"), int) or payload["task"] < 0:
-        raise _damaged(run_dir, CONFUSION, "no task number", fix)
-    tasks = payload["task"] + 1
-    for split in ("test", "validation"):
-        block = payload.get(split, {})
-        if not isinstance(block, dict):
-            raise _damaged(run_dir, CONFUSION, f"{split} is not a table of routers", fix)
-        for name, matrix in block.items():
-            ok = (
-                isinstance(matrix, list)
-                and len(matrix) == tasks
-                and all(isinstance(row, list) and len(row) == tasks for row in matrix)
-                and all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for row in matrix for v in row
-                )
-            )
-            if not ok:
-                raise _damaged(
-                    run_dir, CONFUSION, f"{split} {name!r} is not a {tasks} x {tasks} table of counts", fix
-                )
-    check_format(path, payload.get("format"), "routing confusion")
-    return payload
-
-
 # ------------------------------------------------------------------------------------------ curves
 
 
@@ -722,35 +636,3 @@ def write_curves(run_dir: Path, stages: list[StageResult], title: str) -> None:
             for epoch, values in enumerate(curve_epochs(curve)):
                 writer.writerow([FORMAT, task, epoch, *(repr(float(v)) for v in values.values())])
     plots.training_curves(kept, title, Path(run_dir) / CURVES_PLOT)
-
-
-def read_curves(run_dir: Path) -> dict[int, dict[str, list[float]]]:
-    """curves.csv back, task -> the curve as `read_curve` gives it (epochs in order), refused in one
-    line when it is not the file tosca wrote (a header, a format, a number, a task or epoch out of
-    order)."""
-    path = Path(run_dir) / CURVES_FILE
-    hint = f"`tosca eval {run_dir}` rewrites it"
-    text = read_text(path, "training curves", hint)
-    rows = list(csv.reader(text.splitlines()))
-    header = tuple(rows[0]) if rows else ()
-    if header != CURVE_COLUMNS:
-        raise UserError(f"{path}: its header is not {','.join(CURVE_COLUMNS)}; {hint}")
-    curves: dict[int, dict[str, list[float]]] = {}
-    for number, row in enumerate(rows[1:], start=2):
-        try:
-            if len(row) != len(header):
-                raise ValueError("wrong number of columns")
-            check_format(path, int(row[0]), "training curves")
-            task, epoch = int(row[1]), int(row[2])
-            raw = dict(zip(header[3:], row[3:], strict=True))
-            values = {name: float(raw[name]) for name in ("ce", "l1_term", "lr")}
-            curve = curves.setdefault(task, {name: [] for name in values})
-            if task < 0 or epoch != len(curve["ce"]):
-                raise ValueError("a task, epoch or value out of place")
-            if not all(math.isfinite(v) for v in values.values()):
-                raise ValueError("a value that is not a finite number")
-        except ValueError as exc:
-            raise UserError(f"{path}, line {number}: not a row tosca wrote ({exc}); {hint}") from None
-        for name, value in values.items():
-            curve[name].append(value)
-    return curves

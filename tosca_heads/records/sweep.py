@@ -1,28 +1,26 @@
-"""A sweep folder's records: sweep.json (the store, the grids, the validation split, what was
-chosen), results.csv, the append-only table of every finished point, and outcomes/KEY.safetensors,
-each point's per-image answers (`records.outcomes`: its intervals and paired tests come from them).
+"""A sweep folder: sweep.json (the study: the store, the grids, the validation split, what was
+chosen and how), its points, each a cell in points/KEY/ (`records.sweep_points`: what it was asked,
+what it measured, its per-image answers), and the views drawn from the points, written whole and
+never read back: results.csv here, the summaries and plots (`studies.results`).
 
 results.csv (format `records.FORMAT`, in every row) holds one row per point, split and router:
 the point's flags (its validation split's among them) and timings, then the split ("test", or
 "validation" where the sweep holds one out), the router's name and metrics, each metric's
 interval (`A_bar_low`, `A_bar_high`, ... `routing_accuracy_high`: 95%, exact binomial for A_last
 and the routing accuracy, a stratified bootstrap over images for A_bar and forgetting, never
-narrower than their counts allow: `method.uncertainty`) and the `images` they are over; its columns do not depend on which routers exist, so a sweep made before
-a router was added still resumes. `format` and `rows` (how many rows
-the point has) are columns of every row. A point's rows are appended (and fsynced) in one write
-the moment it finishes, so a killed sweep loses at most the points in flight; a point whose rows a
-kill cut short is dropped when the file is next opened, and a point appears at most once. A
-sweep.json or a row of another format is refused in one line (`records.check_format`).
+narrower than their counts allow: `method.uncertainty`) and the `images` they are over, every
+figure computed from the point's answers when the view is drawn (`rows_of`). It is rewritten
+whole (atomically) from the finished points as they finish, at most every `VIEW_SECONDS`, and when
+a sweep ends (`ResultsView`); an edit to it changes nothing the sweep says. A sweep.json of another format is refused in one line (`records.check_format`).
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
 import math
-import os
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -31,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from featcache.store import FeatureStore
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
-from tosca_foundation.files import parse_json, read_json, read_text
-from tosca_foundation.fingerprints import canonical_json, identity_differences
-from tosca_heads.method.metrics import BUILT_IN, METRICS, Metric, figures, with_interval
+from tosca_foundation.files import read_json
+from tosca_foundation.fingerprints import identity_differences
+from tosca_heads.method.metrics import BUILT_IN, Metric, figures, with_interval
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import (
@@ -43,16 +41,17 @@ from tosca_heads.records import (
     validation_record,
 )
 from tosca_heads.records.claim import FolderKind
-from tosca_heads.records.derived import check_figures, recorded_blocks
-from tosca_heads.records.outcomes import PerSplit, read_outcomes, write_outcomes
-from tosca_heads.records.table import Table, csv_text
+from tosca_heads.records.derived import Block
+from tosca_heads.records.sweep_points import Point, check_points, figures_of_points, in_order
+from tosca_heads.records.table import Table
+from tosca_heads.routers import ROUTERS
 
-if TYPE_CHECKING:  # pandas is loaded when a table is built, not to append rows on a worker
+if TYPE_CHECKING:  # pandas is loaded when a table is built, not to read points on a worker
     import pandas as pd
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.csv"
-RESULTS_LIMIT = 1 << 30  # bytes of results.csv: 100,000 points of a dozen routers fit in a third of it
+VIEW_SECONDS = 5.0  # results.csv is written again at most this often while a sweep runs
 FLAG_COLUMNS = [f.name for f in fields(TrainConfig)] + [f.name for f in fields(StreamConfig)]
 VALIDATION_COLUMNS = ["val_fraction", "val_seed"]  # the point's validation split (0: none)
 TIMING_COLUMNS = [
@@ -90,16 +89,9 @@ def _interval_columns(metrics: Sequence[Metric]) -> list[str]:
 # the split they are over (after the last task)
 INTERVAL_COLUMNS = _interval_columns(_built_in())
 COLUMNS = [
-    *(*POINT_COLUMNS, "rows", "split", "router", *(m.name for m in _built_in()), "A_t"),
+    *(*POINT_COLUMNS, "split", "router", *(m.name for m in _built_in()), "A_t"),
     *(*INTERVAL_COLUMNS, "images"),
 ]  # then each registered metric's columns (`columns`)
-OUTCOMES_FOLDER = "outcomes"  # outcomes/KEY.safetensors: each point's per-image answers (records.outcomes)
-SPLITS = ("test", "validation")
-TEXT_COLUMNS = {"key", "flow", "dataset", "backbone", "device", "split", "router", "A_t"}
-OPTIONAL_COLUMNS = {
-    *("r", "s", "group_size", "group_seconds", "device", "routing_accuracy", "images"),
-    *INTERVAL_COLUMNS,
-}
 
 
 def columns() -> list[str]:
@@ -124,7 +116,6 @@ def point_rows(
         row = {
             **{c: point.get(c) for c in POINT_COLUMNS},
             "format": FORMAT,
-            "rows": len(blocks),
             "split": split,
             "router": name,
         }
@@ -140,284 +131,80 @@ def point_rows(
     return rows
 
 
-FRACTION_COLUMNS = {"val_fraction"}
-# counts: whole numbers; those of them at least one
-AT_LEAST_ONE = {
-    *("format", "r", "s", "epochs", "batch_size"),
-    *("init_cls", "increment", "tasks", "rows"),
-}
-WHOLE_COLUMNS = {
-    *AT_LEAST_ONE,
-    *(
-        "seed",
-        "order_seed",
-        "val_seed",
-        "params_per_task",
-        "group_size",
-        "feature_loads",
-        "worker_pid",
-        "images",
-    ),
-}
+def rows_of(point: Point, blocks: dict[str, dict[str, Block]]) -> list[dict[str, Any]]:
+    """A finished point's rows of results.csv: its own columns, then its metrics blocks as its
+    answers give them (`sweep_points.figures_of_points`), test then validation, routers in the
+    registry's order."""
+    return point_rows(point.columns(), _ordered(blocks.get("test", {})), _ordered(blocks.get("validation")))
 
 
-def _cell_problem(column: str, value: str) -> str:
-    """What a numeric cell of results.csv should be and is not ('' when it is fine): finite,
-    accuracies in [0, 1], forgetting in [-1, 1], counts whole; every other number is not negative.
-    (`nan`, `inf`, `-3` or 7.5 would otherwise merge points or be shown as percentages.)"""
-    try:
-        number = float(value)
-    except ValueError:
-        return "a number"
-    if not math.isfinite(number):
-        return "a finite number"
-    if column in FRACTION_COLUMNS:
-        return "" if 0.0 <= number <= 1.0 else "an accuracy between 0 and 1"
-    metric = METRICS.get(column) or METRICS.get(_interval_of(column))  # an interval: as its figure
-    if metric is not None:
-        return "" if metric.holds(number) else f"{metric.label} between {metric.low:g} and {metric.high:g}"
-    if column in WHOLE_COLUMNS and not number.is_integer():
-        return "a whole number"
-    if number < (1 if column in AT_LEAST_ONE else 0):
-        return f"a number of at least {1 if column in AT_LEAST_ONE else 0}"
-    return ""
-
-
-def _interval_of(column: str) -> str:
-    """The metric whose interval a `NAME_low`/`NAME_high` column holds ("" for any other column)."""
-    name, _, end = column.rpartition("_")
-    return name if end in ("low", "high") and name in METRICS else ""
-
-
-def point_key(flags: dict[str, Any]) -> str:
-    """A sweep point's identity: a digest of every flag (`SweepPoint.key`), so a grown grid re-uses
-    the points it shares and a row whose flags were edited no longer matches its key."""
-    return hashlib.sha256(canonical_json(flags).encode()).hexdigest()[:16]
-
-
-def _flags_of(row: dict[str, str]) -> dict[str, Any]:
-    """The typed flags of a results.csv row (as `SweepPoint.flags` gives them: the validation
-    split's only when the point holds one out)."""
-    flags: dict[str, Any] = {}
-    for f in [*fields(TrainConfig), *fields(StreamConfig)]:
-        value, kind = row.get(f.name, ""), str(f.type)
-        if value == "":
-            flags[f.name] = None
-        elif kind == "str":
-            flags[f.name] = value
-        elif kind.startswith("int"):
-            flags[f.name] = int(float(value))
-        else:
-            flags[f.name] = float(value)
-    if float(row.get("val_fraction") or 0) > 0:
-        flags["val_fraction"] = float(row["val_fraction"])
-        flags["val_seed"] = int(float(row.get("val_seed") or 0))
-    return flags
-
-
-class ResultsTable:
-    """results.csv: every finished point's rows, appended as points finish."""
-
-    def __init__(self, path: Path, check_only: bool = False):
-        """Read (and check) the rows there; unless `check_only`, drop what a kill cut short (and
-        give a file written with other metrics registered this tosca's columns)."""
-        self.path = Path(path)
-        self._points: dict[str, list[dict[str, str]]] = {}
-        self._line_of: dict[int, int] = {}  # id(row) -> its line in the file, for messages
-        if self.path.exists():
-            self._points = self._read(rewrite=not check_only)
-
-    def _read(self, rewrite: bool) -> dict[str, list[dict[str, str]]]:
-        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
-        whole_lines = text[: text.rfind("\n") + 1]  # a last line without its newline was cut by a kill
-        lines = list(csv.reader(io.StringIO(whole_lines)))
-        if not lines:
-            return {}
-        header, body = lines[0], lines[1:]
-        if header == columns():
-            rows, converted = self._rows(header, body), False
-        elif header[: len(COLUMNS)] == COLUMNS:  # written with other metrics registered
-            unknown = [c for c in header[len(COLUMNS) :] if c not in METRICS and not _interval_of(c)]
-            if unknown:
-                raise UserError(
-                    f"{self.path} has a column {unknown[0][:40]!r} of a metric not registered here: load the "
-                    "plug-in that registers it (TOSCA_PLUGINS), or pass another --out"
-                )
-            rows, converted = [_with_columns(row) for row in self._rows(header, body)], True
-        else:
-            raise UserError(
-                f"{self.path} has other columns than this tosca writes (written before tosca's first "
-                "release, or edited); pass another --out for a new sweep"
-            )
-        points: dict[str, list[dict[str, str]]] = {}
-        for row in rows:
-            points.setdefault(row["key"], []).append(row)
-        whole = {key: found for key, found in points.items() if _whole(found)}
-        self._check_keys(whole)
-        dropped = sum(len(found) for found in points.values()) - sum(len(found) for found in whole.values())
-        if rewrite and (converted or dropped or len(rows) != len(body) or not text.endswith("\n")):
-            self._rewrite([row for found in whole.values() for row in found])
-        return whole
-
-    def _rows(self, header: list[str], body: list[list[str]]) -> list[dict[str, str]]:
-        rows = []
-        for number, line in enumerate(body, start=2):
-            if len(line) != len(header):
-                continue  # cut short by a kill
-            row = dict(zip(header, line, strict=True))
-            self._check(number, row)
-            check_format(self.path, int(float(row["format"])), f"sweep results (line {number})")
-            self._line_of[id(row)] = number
-            rows.append(row)
-        return rows
-
-    def _check_keys(self, points: dict[str, list[dict[str, str]]]) -> None:
-        """Each recorded point's flags give its key: an edited flag (two points made one, or a
-        point standing for another) is refused. Points a kill cut short are dropped before this."""
-        for key, rows in points.items():
-            for row in rows:
-                if point_key(_flags_of(row)) != key:
-                    number = self._line_of.get(id(row), "?")
-                    raise self._edited(number, f"its flags do not match its key {key[:40]!r}")
-
-    def _check(self, number: int, row: dict[str, str]) -> None:
-        """A row whose numbers are not numbers was edited: one line naming the cell, not a traceback
-        (or a table built from it)."""
-        for column, value in row.items():
-            if column == "split" and value not in SPLITS:
-                raise self._edited(number, f"split holds {value[:40]!r}, not test or validation")
-            if (
-                column in TEXT_COLUMNS
-                or column.startswith("A_t_")
-                or (value == "" and (column in OPTIONAL_COLUMNS or column in METRICS or _interval_of(column)))
-            ):
-                continue
-            wanted = _cell_problem(column, value)
-            if wanted:
-                raise self._edited(number, f"{column} holds {value[:40]!r}, not {wanted}") from None
-        curve = row.get("A_t", "")
-        try:
-            values = parse_json(curve, "A_t") if curve else []
-        except UserError:
-            values = None
-        if not isinstance(values, list) or not all(_cell_problem("A_last", str(v)) == "" for v in values):
-            raise self._edited(number, f"A_t holds {curve[:40]!r}, not a list of accuracies")
-
-    def _edited(self, number: int | str, what: str) -> UserError:
-        """One line for a row of results.csv that tosca did not write: its line, what is wrong."""
-        return UserError(
-            f"{self.path} line {number}: {what}; the file was edited or damaged: fix or delete that line "
-            "(the sweep then reruns its point)"
-        )
-
-    def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        Table("sweep results", "", columns(), [[row.get(c, "") for c in columns()] for row in rows]).write(
-            self.path, ("csv",)
-        )
-
-    def keys(self) -> set[str]:
-        return set(self._points)
-
-    def answers(self) -> dict[str, PerSplit]:
-        """Each recorded point's kept answers, every figure its rows record checked against them
-        (`records.derived`, one bootstrap for all the points on the same images): answers missing,
-        edited, damaged or of another point, or a figure edited, are one line."""
-        found: dict[str, PerSplit] = {}
-        out = self.path.parent
-        fix = "delete its rows in results.csv and outcomes/KEY.safetensors to compute the point again"
-        recorded = []
-        for key, rows in self._points.items():
-            found[key] = answers = read_point_outcomes(out, key)
-            blocks: dict[str, dict[str, Any]] = {}
-            for row in rows:
-                blocks.setdefault(row["split"], {})[row["router"]] = _row_block(row)
-            where = f"{self.path} (point {key})"
-            recorded += recorded_blocks(answers, blocks, where, fix.replace("KEY", key), row_fields())
-        check_figures(recorded)
-        return found
-
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        """One finished point's rows (`point_rows`), in one write: a kill leaves all or a cut tail."""
-        if not rows or rows[0]["key"] in self._points:
-            return
-        cells = [{c: _cell(row[c]) for c in columns()} for row in rows]
-        with atomic.appending(self.path, newline="") as fh:  # never through a link (synced at the end)
-            header = columns() if os.fstat(fh.fileno()).st_size == 0 else None
-            fh.write(csv_text(header, [list(row.values()) for row in cells]))
-        self._points[cells[0]["key"]] = cells
-
-    def point(self, key: str) -> list[dict[str, str]]:
-        """A finished point's rows as results.csv holds them (text cells; [] when it has none)."""
-        return [dict(row) for row in self._points.get(key, [])]
-
-    def frame(self) -> pd.DataFrame:
-        """Every row, one per point and router (what results.parquet holds)."""
-        import pandas as pd
-
-        if not self._points:
-            return pd.DataFrame(columns=columns())
-        text = read_text(self.path, "sweep results", "it was damaged: pass another --out", RESULTS_LIMIT)
-        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
-
-
-def row_fields() -> frozenset[str]:
-    """What a row keeps of a metrics block: A_t, the images, every registered figure and the
-    intervals (no matrix, no routing curve, no standard errors)."""
-    return frozenset({"A_t", "images", "intervals", *(m.name for m in figures())})
-
-
-def _row_block(row: dict[str, str]) -> dict[str, Any]:
-    """A row's metrics block as `records.derived` compares it: A_t, every figure with its interval
-    and the images (None where a cell is empty); a routing curve of its routing accuracy alone (a
-    row keeps no curve of it: what says the row is a router's)."""
-
-    def number(column: str) -> float | None:
-        return float(row[column]) if row.get(column, "") != "" else None
-
-    routing = number("routing_accuracy")
-    images = number("images")
+def _ordered(named: dict[str, Block] | None) -> dict[str, Block] | None:
+    """Blocks in the registry's order of routers, as metrics.json lists them (unknown ones after)."""
+    if named is None:
+        return None
     return {
-        "A_t": parse_json(row["A_t"], "A_t"),
-        "routing_accuracy_t": None if routing is None else [routing],
-        "images": None if images is None else int(images),
-        **{m.name: number(m.name) for m in figures()},
-        "intervals": {m.name: [number(f"{m.name}_low"), number(f"{m.name}_high")] for m in with_interval()},
+        name: named[name]
+        for name in [*(r for r in ROUTERS if r in named), *sorted(set(named) - set(ROUTERS))]
     }
 
 
-def _whole(rows: list[dict[str, str]]) -> bool:
-    """A point's rows are all there: as many as its `rows` column says, one per split and router."""
-    expected = rows[0]["rows"]
-    kinds = {(r["split"], r["router"]) for r in rows}
-    return expected.isdigit() and len(rows) == int(expected) and len(kinds) == len(rows)
+def results_rows(points: Sequence[Point]) -> dict[str, list[dict[str, Any]]]:
+    """Each point's rows (key -> rows), their figures computed from the answers in one go."""
+    return {
+        point.key: rows_of(point, blocks)
+        for point, blocks in zip(points, figures_of_points(points), strict=True)
+    }
 
 
-def _with_columns(row: dict[str, str]) -> dict[str, str]:
-    """A row written with other metrics registered in this tosca's columns: the cells of a metric
-    registered since empty, those of one no longer registered gone."""
-    return {c: row.get(c, "") for c in columns()}
+def write_results(out: Path, rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """results.csv, the view of every finished point's rows (`rows_of`), written whole and
+    atomically (never read back: the points are the truth), and the frame it holds (empty, and no
+    file written, without points)."""
+    import pandas as pd
+
+    if not rows:
+        return pd.DataFrame(columns=columns())
+    table = Table("sweep results", "", columns(), [[_cell(row.get(c)) for c in columns()] for row in rows])
+    table.write(Path(out) / RESULTS_FILE, ("csv",))
+    return pd.read_csv(io.StringIO(table.csv()), keep_default_na=False, na_values=[""])
 
 
-def outcomes_path(out: Path, key: str) -> Path:
-    """Where a sweep keeps a point's per-image answers: outcomes/KEY.safetensors."""
-    return Path(out) / OUTCOMES_FOLDER / f"{key}.safetensors"
+class ResultsView:
+    """results.csv while a sweep runs: each finished point's rows, drawn once from its answers,
+    written whole over the file at most every `every` seconds as points finish (a killed sweep
+    leaves the view of most of what it finished; its points are the truth either way) and at the
+    end (`final`)."""
 
+    def __init__(self, out: Path, found: Sequence[Point], every: float = VIEW_SECONDS):
+        self.out, self.every = Path(out), every
+        self._points = {p.key: p for p in found}
+        self._rows = results_rows(found)
+        self._written = -math.inf
 
-def write_point_outcomes(out: Path, key: str, found: PerSplit) -> None:
-    """A finished point's outcomes, written before its rows (a point in results.csv has them); the
-    folder made here, never through a link."""
-    folder = Path(out) / OUTCOMES_FOLDER
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise UserError(f"{folder} is not a folder tosca made (a link or a file): remove it")
-    folder.mkdir(exist_ok=True)
-    write_outcomes(outcomes_path(out, key), found)
+    def rows(self, key: str) -> list[dict[str, Any]]:
+        return self._rows[key]
 
+    def add(self, points: Sequence[Point]) -> list[list[dict[str, Any]]]:
+        """Points just finished (one bootstrap for their figures); each one's rows. The view is
+        written again when `every` seconds have passed since it last was."""
+        drawn = results_rows(points)
+        self._points.update((p.key, p) for p in points)
+        self._rows.update(drawn)
+        if time.monotonic() - self._written >= self.every:
+            self._write()
+        return [drawn[p.key] for p in points]
 
-def read_point_outcomes(out: Path, key: str) -> PerSplit:
-    """A point's outcomes, checked in one line (missing ones too)."""
-    return read_outcomes(
-        outcomes_path(out, key), "delete its rows in results.csv (and the file) to compute the point again"
-    )
+    def _write(self) -> pd.DataFrame:
+        self._written = time.monotonic()
+        ordered = in_order(list(self._points.values()))
+        return write_results(self.out, [row for p in ordered for row in self._rows[p.key]])
+
+    def final(self, points: Sequence[Point]) -> pd.DataFrame:
+        """The view of `points` (every finished point, as `read_points` gives them), written, and
+        the frame it holds."""
+        self._points = {p.key: p for p in points}
+        self._rows.update(results_rows([p for p in points if p.key not in self._rows]))
+        return self._write()
 
 
 def _cell(value: Any) -> str:
@@ -536,11 +323,6 @@ def _grown_grid(recorded: dict[str, Any], wanted: dict[str, Any]) -> dict[str, A
     return {**recorded, **wanted, "grid": recorded.get("grid"), "grids": [*grids, wanted["grid"]]}
 
 
-def _check_results(out: Path) -> None:
-    """results.csv and the points' outcomes readable, before anything runs."""
-    ResultsTable(Path(out) / RESULTS_FILE, check_only=True).answers()
-
-
 SWEEP_FOLDER = FolderKind(
     name="sweep",
     flag="--out",
@@ -551,8 +333,7 @@ SWEEP_FOLDER = FolderKind(
     differences=sweep_differences,
     explain=_other_sweep,
     grown=_grown_grid,
-    check_files=_check_results,
-    stale_in=(OUTCOMES_FOLDER,),
+    check_files=check_points,
 )
 
 

@@ -29,7 +29,7 @@ INIT_HELP = (
 )
 INCREMENT_HELP = "Classes per later task (default: as --init-cls)."
 VAL_HELP = (
-    "Share of each class's training images held out as a validation split, scored beside test after "
+    "Share of each class's training samples held out as a validation split, scored beside test after "
     "every task (0: none, the paper's protocol; at most 0.5)."
 )
 VAL_SEED_HELP = "Seed of the validation split's draw (per class)."
@@ -130,7 +130,7 @@ class SweepRequest:
     )
     val_fraction: float = option(
         SWEEP_VAL_FRACTION,
-        "Share of each class's training images held out to rank the points on (0: rank on test, said so).",
+        "Share of each class's training samples held out to rank the points on (0: rank on test, said so).",
     )
     val_seed: int = option(0, VAL_SEED_HELP)
     shown: tuple[str, ...] | None = option(
@@ -231,7 +231,9 @@ class SuiteRequest:
     """`tosca suite`: a SUITE.toml or a preset."""
 
     suite: Path | None = option(None, "Suite file (SUITE.toml); or --preset.", argument=True)
-    preset: str | None = option(None, "A suite tosca ships: local (the archives here) or paper.")
+    preset: str | None = option(
+        None, "A suite tosca ships: small (the demo's store, minutes), local (the archives here) or paper."
+    )
     out: Path | None = option(
         None, "Suite folder; an existing one continues (default: runs/suite-<name>).", output=True
     )

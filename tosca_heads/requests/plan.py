@@ -25,6 +25,7 @@ import numpy as np
 
 from featcache.store import FeatureStore
 from tosca_foundation.devices import resolve_device
+from tosca_foundation.errors import UserValueError
 from tosca_foundation.names import Spell, as_flag
 from tosca_heads.method.protocol import (
     HELD_OUT,
@@ -106,6 +107,7 @@ class FitPlan:
     dirs: tuple[Path, ...] = ()  # each recipe's run folder (written there only where asked)
     upto: int | None = None  # the last task to train (checked where it came in); None: every task
     routers: tuple[str, ...] = ()  # on-request routers (`routers.learned`) computed besides the others
+    evaluates_only: bool = False  # a run's trained tasks evaluated again (`tosca eval`): its recipe is fixed
 
     def __post_init__(self) -> None:
         tasks = self.stream.num_tasks
@@ -116,6 +118,30 @@ class FitPlan:
     def last_task(self) -> int:
         """The last task this plan trains (every task's where no `upto` was asked)."""
         return self.stream.num_tasks - 1 if self.upto is None else self.upto
+
+    def check_learners(self, methods: Sequence[str], what: str) -> None:
+        """Before any work: each baseline of `methods` (run as a baseline, or learned as a router)
+        that needs more training images of a class than this plan trains on (FeCAM: two; the
+        held-out rows do not train) is one line naming the class by the store's label and name and
+        `what` to do instead. Refused inside a worker, it was a traceback per worker after the work
+        began (issue 57, point 10)."""
+        from tosca_heads.method.baseline_registry import label, least_per_class
+
+        trained = self.train_labels[self.train_labels != HELD_OUT]
+        counts = np.bincount(trained, minlength=self.stream.num_classes)
+        names = self.store.identity["dataset"].get("class_names") or []
+        for method in dict.fromkeys(methods):
+            least = least_per_class(method)
+            short = np.flatnonzero(counts < least)
+            if not len(short):
+                continue
+            store_label = int(self.stream.order[short[0]])
+            named = f" ({names[store_label]})" if store_label < len(names) else ""
+            more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
+            raise UserValueError(
+                f"{label(method)} needs {least} or more training images of each class: class "
+                f"{store_label}{named} has {int(counts[short[0]])}{more} in this split's training rows; {what}"
+            )
 
     @classmethod
     def build(

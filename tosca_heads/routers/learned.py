@@ -76,6 +76,11 @@ def on_request(names: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(n for n in names or () if getattr(ROUTERS[n], "on_request", False))
 
 
+def learners_of(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The baselines the on-request routers among `names` learn (`fecam` -> FeCAM's)."""
+    return tuple(ROUTERS[n].learner for n in on_request(names))
+
+
 class RouterLearners:
     """The learners of the on-request routers a run asked for, fitted task by task on the clean
     training features (incremental class ids, a task's classes the next ones), each a baseline with

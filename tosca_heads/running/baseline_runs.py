@@ -32,7 +32,7 @@ from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
 from tosca_heads.requests.plan import FitPlan
 
-TaskCallback = Callable[[str, int, int], None]  # (baseline, task, tasks)
+TaskCallback = Callable[[str, int, int], None]  # (baseline, task ended (-1: started), tasks)
 
 
 LINALG_ERRORS = (np.linalg.LinAlgError, torch.linalg.LinAlgError)
@@ -88,6 +88,8 @@ def run_baseline(
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
     tied: dict[str, list[int]] = {split: [] for split in scored}  # per task: rows with no single top
     start = time.perf_counter()
+    if on_task:  # started: a progress line's time counts from here, as the result's seconds do
+        on_task(name, -1, stream.num_tasks)
     with single_threaded(device):
         for task in range(stream.num_tasks):
             rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)
@@ -162,7 +164,12 @@ def chosen_knob(estimator: Any) -> dict[str, Any]:
 
 
 def check_baseline_params(
-    name: str, params: dict[str, Any], dim: int, classes: int = 0, rows: int = 0
+    name: str,
+    params: dict[str, Any],
+    dim: int,
+    classes: int = 0,
+    rows: int = 0,
+    spell: Callable[[str], str] = as_flag,
 ) -> None:
     """A baseline's own keywords (`baseline_registry.arguments`' answer, or a `BaselineClassifier`'s),
     checked once for the dry run and the real one against what its class declares: one line each.
@@ -170,7 +177,8 @@ def check_baseline_params(
     for param in params_of(name):
         if param.name in params:
             param.check(params[param.name], f"baseline {name!r}'s {param.name}")
-    check_fits(name, {**{p.name: p.default for p in params_of(name)}, **params}, dim, classes, rows)
+    values = {**{p.name: p.default for p in params_of(name)}, **params}
+    check_fits(name, values, dim, classes, rows, spell)  # `spell`: a refusal's words for METHOD_NAME
 
 
 def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStream) -> np.ndarray:

@@ -37,6 +37,7 @@ from tosca_foundation.devices import resolve_device
 from tosca_foundation.limits import memory_budget
 from tosca_foundation.plugins import load_plugins
 from tosca_foundation.scheduler import SchedulerChoice, dask_client, parse_scheduler
+from tosca_foundation.scheduler_link import each_finished, result_in_time
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import NO_VALIDATION, StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
@@ -124,7 +125,7 @@ def share_features(store: FeatureStore, source: CachedFeatures, device: torch.de
             LOADS[key] = LOADS.get(key, 0) + 1
 
 
-Progress = Callable[[str, int, int], None]  # (what, done, total): a baseline's tasks, as they end
+Progress = Callable[[str, int, int], None]  # (what, task ended (-1: started), tasks): a baseline's tasks
 
 
 def run_work(work: Work, device: str, alone: bool, progress: Progress | None = None) -> Outcome:
@@ -253,16 +254,14 @@ class Executor:
             for work in works:
                 on_done(work, run_work(work, self.device, True, progress))
             return
-        from distributed import as_completed
-
         workers = min(self.jobs, len(works))  # no idle processes for a short remainder
         choice = (
             parse_scheduler(self.scheduler) if self.scheduler else SchedulerChoice("local", workers=workers)
         )
         with _local_workers_keep_freed_memory(), dask_client(choice) as client:
             futures = {client.submit(run_work, work, self.device, False, pure=False): work for work in works}
-            for future in as_completed(futures):
-                on_done(futures[future], future.result())
+            for future in each_finished(client, futures):  # bounded: scheduler_link
+                on_done(futures[future], result_in_time(client, future))
 
 
 def in_groups(items: Sequence[T], key: Callable[[T], Hashable], size: int) -> list[list[T]]:

@@ -36,12 +36,14 @@ from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records import cell
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records.claim import claim_folders
+from tosca_heads.records.run_cell import write_run_cell
 from tosca_heads.records.run_config import RUN_FOLDER
 from tosca_heads.records.run_folder import RunResult, StageResult
 from tosca_heads.requests.plan import FitPlan
-from tosca_heads.routers.learned import RouterLearners, on_request
+from tosca_heads.routers.learned import RouterLearners, learners_of, on_request
 from tosca_heads.routers.memo import shared_statistics
 
 StageCallback = Callable[[int, StageResult, bool], None]  # (configuration, stage, trained now)
@@ -72,7 +74,14 @@ class GroupFit:
         given = source.in_memory if isinstance(source, CachedFeatures) else None if source is None else False
         task_rows = stream.largest_task_rows(plan.train_labels)
         room = require_room(
-            store.shape, plan.trains, stream.num_tasks, device, task_rows, len(plan.held), given
+            store.shape,
+            plan.trains,
+            stream.num_tasks,
+            device,
+            task_rows,
+            len(plan.held),
+            given,
+            fixed=plan.evaluates_only,
         )
         if source is None:
             source = CachedFeatures(store, room.features_budget, device)
@@ -192,7 +201,8 @@ class GroupFit:
 
     def finish(self) -> list[RunResult]:
         """Sizes and group size into the results; when writing, the routers' statistics of exactly
-        the finished tasks, metrics.json, results.csv and accuracy.png of every run."""
+        the finished tasks, the views (metrics.json, results.csv, the plots) and, last, the cell of
+        every run (`run_cell.write_run_cell`: measured.json, the answers, done.json)."""
         check_not_replaced(self.store.path, self.fingerprint, "this fit")
         for result, layout in zip(self.results, self.layouts, strict=True):
             result.params_per_task = layout.size
@@ -201,7 +211,8 @@ class GroupFit:
                 atomic.write_safetensors(
                     result.run_dir / run_record.ROUTER_FILE, self.statistics.state_dict()
                 )
-                run_record.write_results(result)
+                run_record.write_results(result)  # the views, never read back
+                write_run_cell(result, str(self.device))  # done.json last
         return self.results
 
 
@@ -248,7 +259,11 @@ def fit_group(
             # each folder checked, then locked (until the group is done), claimed for its config
             locks.enter_context(claim_folders(plan.dirs, RUN_FOLDER, plan.configs))
             for run_dir in plan.dirs:
-                run_record.write_validation_ids(run_dir, plan.validation, plan.held_ids)
+                # first: a run written again is not finished until its done.json is written again
+                (Path(run_dir) / cell.DONE).unlink(missing_ok=True)
+                run_record.write_validation_ids(
+                    Path(run_dir) / run_record.VALIDATION_FILE, plan.validation, plan.held_ids
+                )
         if on_start:
             on_start(group.results)
         return group.run()
@@ -278,6 +293,7 @@ def evaluate_run(
     """Re-evaluate a run from its files (modules and per-task classifier snapshots); trains nothing.
     Every router is evaluated, and the on-request ones among `routers` (`routers.learned`)."""
     config = run_record.read_run_config(run_dir)
+    run_record.check_whole_if_finished(run_dir)
     stream, train = run_record.stream_config_of(config, run_dir), run_record.train_config_of(config, run_dir)
     done = run_record.finished_tasks(run_dir)
     run_record.check_no_task_lost(run_dir, done)  # a deleted task file: refused, nothing rewritten
@@ -287,4 +303,6 @@ def evaluate_run(
     store = run_record.open_run_store(config, run_dir)
     plan = FitPlan.build(store, stream, validation, trains=[train], dirs=[run_dir], device=str(device))
     run_record.check_task_count(run_dir, done, plan.stream.num_tasks)
-    return fit_group(replace(plan, upto=done - 1, routers=on_request(routers)), source=source)[0]
+    plan.check_learners(learners_of(routers), "leave it out of the routers asked for")
+    evaluated = replace(plan, upto=done - 1, routers=on_request(routers), evaluates_only=True)
+    return fit_group(evaluated, source=source)[0]

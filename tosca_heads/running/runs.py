@@ -21,6 +21,7 @@ from tosca_heads.method.recipe import recipe
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import on_request, resolve_routers
+from tosca_heads.routers.learned import learners_of
 
 if TYPE_CHECKING:
     from tosca_heads.records.run_folder import RunResult, StageResult
@@ -66,9 +67,9 @@ def plan_fit(request: FitRequest) -> FitPlan:
         raise UserValueError(
             f"{spell('task')} {request.task} is past the last task: this stream has tasks 0..{tasks - 1}"
         )
-    return replace(
-        plan, upto=request.task, routers=on_request(resolve_routers(request.router, spell("router")))
-    )
+    routers = resolve_routers(request.router, spell("router"))
+    plan.check_learners(learners_of(routers), f"leave it out of {spell('router')}")
+    return replace(plan, upto=request.task, routers=on_request(routers))
 
 
 def fit(

@@ -144,10 +144,10 @@ def check_request(request: BaselinesRequest) -> tuple[tuple[str, ...], dict[str,
     methods = baseline_names(request.methods, request.spell("methods"))
     given = given_params(methods, request.params, request.spell, text=True)
     for method in methods:
-        check_fits(method, arguments(method, given), 1)
+        check_fits(method, arguments(method, given), 1, spell=request.spell)
     if request.run is not None and request.with_tosca and not (request.run / run_record.CONFIG).is_file():
         raise UserError(
-            f"not a run directory: {request.run} (no config.json); pass a folder made by `tosca fit`"
+            f"not a run directory: {request.run} (no {run_record.CONFIG}); pass a folder made by `tosca fit`"
         )
     return methods, given
 
@@ -193,6 +193,16 @@ def compare(
     held = f"-val{validation.fraction:g}-seed{validation.seed}" if validation.enabled else ""
     name = f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{split.replace(' ', '')}{held}"
     folder = request.out or request.runs_root / name
+    plan.check_learners(methods, f"leave it out of {request.spell('methods')}")
+    for method in methods:  # on this store, before its folder is claimed, in the request's words
+        check_fits(
+            method,
+            arguments(method, given),
+            store.dim,
+            plan.stream.num_classes,
+            len(plan.train_labels),
+            request.spell,
+        )
     claim.check(folder, BASELINES_FOLDER)
     # read once (every chunk checked), for TOSCA's evaluation and every baseline, before anything is said
     source = CachedFeatures(store, device=device).preload()

@@ -14,21 +14,16 @@ from tosca_heads.method import uncertainty
 from tosca_heads.method.metrics import RANKED, figures
 from tosca_heads.records import cell
 from tosca_heads.records.baselines_folder import REDO, baseline_result, bounds
-from tosca_heads.records.run_folder import (
-    read_confusion,
-    read_run_config,
-    read_run_figures,
-)
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.routers import ROUTERS, reference_text
 
 
 @dataclass
 class RoutersReport:
     """The rows of `tosca routers` for the run folder `run` (accuracies in %, test split; each
-    registered metric as metrics.json holds it; `val_A_last` on the validation split where the
+    registered metric as computed from the run's answers; `val_A_last` on the validation split where the
     run has one), the run's best honest router, the split it was chosen on, the run's tasks, and
-    where that router sends each task's test images (`misrouting`, one row per task; empty for a
-    run written before confusion.json existed)."""
+    where that router sends each task's test images (`misrouting`, one row per task)."""
 
     run: Path
     rows: list[dict[str, Any]]
@@ -149,8 +144,8 @@ def baseline_rows(
 
 def routers_report(run_dir: Path) -> RoutersReport:
     """Every router of a finished run, then the baselines of its store and split."""
-    config = read_run_config(run_dir)
-    metrics, kept = read_run_figures(run_dir)
+    run = read_run(run_dir)
+    config, metrics, kept = run.config, run.metrics, run.answers
     missing = [n for n in ROUTERS if n not in metrics["routers"] and not ROUTERS[n].on_request]
     if missing:
         raise UserError(
@@ -178,7 +173,7 @@ def routers_report(run_dir: Path) -> RoutersReport:
             and uncertainty.beats(uncertainty.paired_difference([answers[best]], [answers[name]], RANKED))
             != uncertainty.HOLDS
         ]
-    confusion = read_confusion(run_dir) or {}
+    confusion = run.confusion
     matrix = confusion.get("test", {}).get(best)
     baselines, left_out = baseline_rows(run_dir, config, int(metrics["finished_tasks"]))
     return RoutersReport(

@@ -1,6 +1,6 @@
-"""What is built from a sweep's results.csv at the end (records.sweep holds the file itself):
-results.parquet, summary.md and summary.csv, heatmaps of A_last over r x l1, A_t curves of the
-best points, and what the sweep chose.
+"""What is built from a sweep's points at the end (`records.sweep_points` reads them, `records.sweep`
+draws results.csv from them): results.parquet, summary.md and summary.csv, heatmaps of A_last over
+r x l1, A_t curves of the best points, and what the sweep chose.
 
 The points are ranked on the validation split where the sweep has one; on test otherwise, and the
 summary says so. Each configuration's ranked figure (A_last under the ranking router, mean over its
@@ -446,10 +446,11 @@ def write_sweep_outputs(
     modules: Callable[[dict[str, Any]], str | None] | None = None,
     answers: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Path], dict[str, Any] | None, pd.DataFrame | None]:
-    """Everything derived from results.csv, rebuilt whole after each sweep (and after a resume);
-    what it chose (None without results) and the summary (`with_noise`'s). `command` gives the
-    `tosca fit` command of a configuration (its flags), `modules` the run folder --keep-modules kept
-    of it (None: none), `answers` each point's kept answers (`ResultsTable.answers`; None: none)."""
+    """Everything drawn from the points' rows (`frame`, what results.csv holds), rebuilt whole after
+    each sweep (and after a resume); what it chose (None without results) and the summary
+    (`with_noise`'s). `command` gives the `tosca fit` command of a configuration (its flags),
+    `modules` the run folder --keep-modules kept of it (None: none), `answers` each point's kept
+    answers (`sweep_points.Point.answers` by key; None: none)."""
     files = {"results.csv": out / "results.csv"}
     if frame.empty:
         return files, None, None

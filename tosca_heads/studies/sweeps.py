@@ -3,9 +3,11 @@
 What to run: compatible points (same flow, epochs, batch size, task split and validation split)
 are grouped, up to `group` at a time, each group one engine run (on a GPU hundreds of points step
 together), handed to the executor (`running.executor`: here, or Dask processes). What to
-write: each finished point's rows are appended to results.csv (`records.sweep`) as they arrive,
-so a killed sweep resumes by skipping the points already there; the tables and plots are rebuilt
-at the end (`results`) with what the sweep chose.
+write: each finished point is a cell (`records.sweep_points`: points/KEY/), written once by this
+process as its group comes back, so a killed sweep resumes by reusing the points whose cells are
+finished and whole (`reusable_point`); the views are drawn from the points: results.csv as they
+finish and at the end (`records.sweep.ResultsView`), the tables, plots and what the sweep chose at
+the end (`results`).
 """
 
 from __future__ import annotations
@@ -44,22 +46,31 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import RECIPE_FLAGS, TrainConfig, group_key, recipe, value_fault, wrong_type
-from tosca_heads.records import claim
+from tosca_heads.records import claim, validation_record
+from tosca_heads.records.cell import DONE as CELL_DONE
+from tosca_heads.records.cell import machine as cell_machine
 from tosca_heads.records.run_folder import RunResult, write_validation_ids
 from tosca_heads.records.sweep import (
     RESULTS_FILE,
     SWEEP_FOLDER,
-    ResultsTable,
+    ResultsView,
     find_sweep_dir,
-    point_key,
-    point_rows,
     record_choice,
     sweep_config,
-    write_point_outcomes,
+)
+from tosca_heads.records.sweep_points import (
+    point_asked,
+    point_folder,
+    point_key,
+    read_point,
+    read_points,
+    reusable_point,
+    write_point,
 )
 from tosca_heads.requests.command_requests import SweepRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, on_request, reference_text
+from tosca_heads.routers.learned import learners_of
 from tosca_heads.running.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.studies.results import (
     by_point,
@@ -260,26 +271,20 @@ def grid_points(
 # ------------------------------------------------------------------------------------------ what to write
 
 
-def point_rows_of(point: SweepPoint, run: RunResult, done: Outcome, group_size: int) -> list[dict[str, Any]]:
-    """A finished point's results.csv rows; its seconds are its share of the group's wall time."""
-    metrics = run.metrics()
-    columns: dict[str, Any] = {"key": point.key, **point.flags()}
-    columns.update(val_fraction=point.validation.fraction, val_seed=point.validation.seed)
-    columns.update(
-        dataset=run.config["dataset"],
-        backbone=run.config["backbone"],
-        tasks=metrics["finished_tasks"],
-        params_per_task=metrics["params_per_task"],
-        train_seconds=sum(s.stats["seconds"] for s in run.stages) / group_size,
-        eval_seconds=sum(s.eval_seconds for s in run.stages) / group_size,
-        run_seconds=done.seconds / group_size,
-        worker_pid=done.pid,
-        feature_loads=done.loads,
-        group_size=group_size,
-        group_seconds=done.seconds,
-        device=done.device,
-    )
-    return point_rows(columns, metrics["routers"], metrics.get("validation"))
+def point_measured(run: RunResult, done: Outcome, group_size: int) -> dict[str, Any]:
+    """What a finished point measured (its cell's measured.json): its seconds, its share of its
+    group's wall time, training and evaluation, the group's, the worker and the machine."""
+    return {
+        "seconds": done.seconds / group_size,
+        "train_seconds": sum(s.stats["seconds"] for s in run.stages) / group_size,
+        "eval_seconds": sum(s.eval_seconds for s in run.stages) / group_size,
+        "group_seconds": done.seconds,
+        "group_size": group_size,
+        "worker_pid": done.pid,
+        "feature_loads": done.loads,
+        "device": done.device,
+        "machine": cell_machine(done.device),
+    }
 
 
 @dataclass
@@ -345,7 +350,7 @@ class SweepPlan:
     shown: list[str]
     group: int | None
     splits: list[str] = field(default_factory=list)  # every split of the grid ('B0 Inc2', ...)
-    pending: list[SweepPoint] | None = None  # points not in results.csv yet, known once the folder is claimed
+    pending: list[SweepPoint] | None = None  # points not reusable in the folder, known once it is claimed
     keep_modules: Path | None = None  # each point's run folder under it (None: nothing kept)
     tracking: Tracking = field(default_factory=Tracking)  # the trackers of --log
     # what its sweep.json records (`records.sweep.sweep_config`): compared where planned, written where claimed
@@ -370,6 +375,21 @@ class SweepPlan:
         if self.remote:
             plan.missing.append("the cluster's workers are not timed: the estimate is this machine's")
         return plan
+
+    @functools.cached_property
+    def validation_split(self) -> dict[str, Any] | None:
+        """The validation split every point holds out, as its asked.json records it (None: none)."""
+        validation = self.fit.validation
+        return validation_record(validation, self.fit.held_ids) if validation.enabled else None
+
+    def asked(self, point: SweepPoint) -> dict[str, Any]:
+        """What the point's cell is asked (`sweep_points.point_asked`): it is reused only when this
+        is what its asked.json holds."""
+        return point_asked(self.fit.store, asdict(point.train), asdict(point.stream), self.validation_split)
+
+    def to_run(self) -> list[SweepPoint]:
+        """The points whose cells are not in the folder to reuse (`sweep_points.reusable_point`)."""
+        return [p for p in self.points if not reusable_point(self.out, p.key, self.asked(p))]
 
     @property
     def workers(self) -> int | None:
@@ -469,6 +489,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     points = grid_points(grid, base_train, base_stream, store.dim, classes, validation, spell)
     origin = split_origin(ident["name"], given["init_cls"], given["increment"])
     fit = FitPlan.build(store, points[0].stream, validation, origin)
+    fit.check_learners(learners_of([rank_by, *(request.shown or ())]), "choose another router")
     splits = list(dict.fromkeys(split_name(p.stream.init_cls, p.stream.increment) for p in points))
     found = None if request.out else find_sweep_dir(request.runs_root, store, [p.key for p in points])
     out = request.out or found or _new_folder(request.runs_root / time.strftime("sweep-%Y%m%d-%H%M%S"))
@@ -505,7 +526,7 @@ def run_sweep(
     has one). `on_start` is called once the folder is claimed, before the first point."""
     with claim.claim_folder(plan.out, SWEEP_FOLDER, plan.sweep_json):
         fit = plan.fit
-        write_validation_ids(plan.out, fit.validation, fit.held_ids)
+        write_validation_ids(plan.out / "validation.json", fit.validation, fit.held_ids)
         return _run_locked(plan, on_point, on_start)
 
 
@@ -559,14 +580,15 @@ def _run_points(
     varying = [  # in the grid's flag order, as the tables show them
         f for f in GRID_FLAGS if f in plan.swept and len({flag_text(p.flags()[f]) for p in plan.points}) > 1
     ]
-    table = ResultsTable(out / RESULTS_FILE)
-    done = table.keys()
-    pending = [p for p in plan.points if p.key not in done]
+    pending = plan.to_run()
     plan.pending = pending
+    waiting = {p.key for p in pending}
+    # the finished points kept (this grid's and any other the folder holds), their rows drawn once
+    view = ResultsView(out, [p for p in read_points(out) if p.key not in waiting])
     if on_start:
         on_start()
     if parent is not None:  # the points found finished: their children too (logged before, or now)
-        _log_earlier(plan, parent, table, [p for p in plan.points if p.key in done], varying)
+        _log_earlier(plan, parent, view, [p for p in plan.points if p.key not in waiting], varying)
     start = time.perf_counter()
     size = plan.group or default_group_size(
         store.shape, pending, plan.sizing_device, plan.executor.processes_per_device()
@@ -581,19 +603,20 @@ def _run_points(
         nonlocal finished
         members = groups[id(work)][1]
         for point, run in zip(members, outcome.runs, strict=True):
-            rows = point_rows_of(point, run, outcome, len(members))
-            answers = run.outcomes()
-            if answers:  # before its rows: a point in results.csv has its answers kept
-                write_point_outcomes(out, point.key, answers)
-            table.append(rows)
+            measured = point_measured(run, outcome, len(members))
+            write_point(out, point.key, plan.asked(point), measured, run.outcomes())
+        # what a rerun reuses is what is shown: the cells read back, the group's figures on one bootstrap
+        drawn = view.add([read_point(point_folder(out, point.key)) for point in members])
+        for point, run, found in zip(members, outcome.runs, drawn, strict=True):
             finished += 1
             if parent is not None:  # logged here, in the command's process, never from a worker
-                _log_point(plan, parent, point, varying, rows, run)
+                _log_point(plan, parent, point, varying, found, run)
             if on_point:
-                on_point(rows, finished, len(pending))
+                on_point(found, finished, len(pending))
 
     plan.executor.run([work for work, _ in groups.values()], record_group)
-    frame = table.frame()
+    points = read_points(out)  # the one reader: every view below is drawn from these points
+    frame = view.final(points)
     seed = min((p.train.seed for p in plan.points), default=0)
     files, chosen, summary = write_sweep_outputs(
         out,
@@ -602,7 +625,7 @@ def _run_points(
         plan.shown,
         lambda config: fit_command(store, config, seed, plan.fit.validation),
         None if plan.keep_modules is None else lambda config: kept_folder(plan, config, seed),
-        table.answers(),
+        {p.key: p.answers for p in points},
     )
     record_choice(out, chosen)
     outcome = SweepOutcome(
@@ -643,8 +666,7 @@ class SweepDryRun:
 def dry_run(request: SweepRequest) -> SweepDryRun:
     """Every check of the sweep, nothing written: what would run and for how long."""
     plan = plan_sweep(request)
-    done = ResultsTable(plan.out / RESULTS_FILE, check_only=True).keys()
-    return SweepDryRun(plan, [p for p in plan.points if p.key not in done])
+    return SweepDryRun(plan, plan.to_run())
 
 
 def point_params(point: SweepPoint, row: dict[str, Any]) -> dict[str, Any]:
@@ -682,14 +704,14 @@ def _log_point(
 def _log_earlier(
     plan: SweepPlan,
     parent: TrackedGroup,
-    table: ResultsTable,
+    view: ResultsView,
     earlier: list[SweepPoint],
     varying: Sequence[str],
 ) -> None:
-    """The points results.csv held before this command, each a child of the parent unless its
-    trackers hold it already (a rerun after a kill, or the first with --log)."""
+    """The points the folder held finished before this command, each a child of the parent unless
+    its trackers hold it already (a rerun after a kill, or the first with --log)."""
     for point in earlier:
-        _log_point(plan, parent, point, varying, table.point(point.key), None)
+        _log_point(plan, parent, point, varying, view.rows(point.key), None)
 
 
 def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | None:
@@ -704,7 +726,7 @@ def kept_folder(plan: SweepPlan, config: dict[str, Any], seed: int) -> str | Non
         )
         if same and point.train.seed == seed and plan.keep_modules is not None:
             folder = module_folder(plan.keep_modules, point)
-            return str(folder) if (folder / "metrics.json").is_file() else None
+            return str(folder) if (folder / CELL_DONE).is_file() else None
     return None
 
 

@@ -28,13 +28,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tosca_heads.records.cell import STATE
 from tosca_heads.records.run_folder import RunResult, StageResult, curve_epochs
 from tosca_heads.records.sweep import POINT_COLUMNS
 from tosca_heads.trackers.logger_registry import Metric
 
 # a record's field -> the shorter name trackers show (a final figure and its series share one)
 SHORT = {"routing_accuracy": "routing", "routing_accuracy_t": "routing", "train_acc": "accuracy"}
-ROW_ONLY = {*POINT_COLUMNS, "rows", "split", "router"}  # a results.csv row's columns that are no figure
+ROW_ONLY = {*POINT_COLUMNS, "split", "router"}  # a results.csv row's columns that are no figure
 PARAM_TEXT = 500  # a parameter's value is cut to this many characters (a tracker's limit is larger)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
@@ -185,11 +186,17 @@ def _read(value: Any) -> Any:
 
 
 def run_files(folder: Path) -> list[Path]:
-    """The files a run, point, cell or sweep folder holds at its top level (regular files only,
-    never through a link; lock files, tosca's marker and ledger left out), by name."""
+    """The files a run, point, cell or sweep folder holds at its top level, then those of its state/
+    (a run's task modules, classifier and router statistics: `records.cell`), each by name (regular
+    files only, never through a link; lock files, tosca's marker and ledger left out)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(
-        p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
-    )
+    state = folder / STATE
+    kept = [folder, *([state] if state.is_dir() and not state.is_symlink() else [])]
+    return [
+        p
+        for place in kept
+        for p in sorted(place.iterdir())
+        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+    ]

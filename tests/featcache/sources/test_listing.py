@@ -92,6 +92,28 @@ def test_extract_says_what_it_left_out_and_cache_info_counts_it(tmp_path: Path) 
     assert said in " ".join(info.split()), info
 
 
+def test_devices_and_fifos_in_a_tar_are_counted_as_left_out(tmp_path: Path) -> None:
+    """Issue 57, point 10: a character-device member of a tar was dropped while `cache info` said
+    it left out nothing. A character device, a block device and a fifo, each in a class folder,
+    are never made (nothing an image dataset holds) and each is counted, by name, in the store."""
+    tree = make_image_tree(tmp_path / "src" / "data", classes=2, train=2, test=1)
+    archive = tmp_path / "data.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tree, arcname="data")
+        for name, kind in (("null", tarfile.CHRTYPE), ("disk", tarfile.BLKTYPE), ("pipe", tarfile.FIFOTYPE)):
+            member = tarfile.TarInfo(f"data/train/class_0/{name}.png")
+            member.type, member.devmajor, member.devminor = kind, 1, 3
+            tar.addfile(member)
+    store = tmp_path / "s.zarr"
+    code, output = _extract(archive, store)
+    assert code == 0, output
+    assert "3 entries that are not regular files (broken links, pipes, devices)" in " ".join(output.split())
+    assert FeatureStore.open(store).identity["dataset"]["samples"]["train"] == 4  # the images alone
+    code, info = _run("cache", "info", store)
+    said = " ".join(info.split())
+    assert "left out 3 entries that are not regular files" in said and "null.png" in said, info
+
+
 def test_links_in_an_archive_are_kept_inside_it_and_counted_outside(tmp_path: Path) -> None:
     tree = make_image_tree(tmp_path / "src" / "data", classes=2, train=2, test=1)
     cls = tree / "train" / "class_0"

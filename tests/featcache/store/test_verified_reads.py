@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cells import edit_asked
 from support.images import make_image_tree
 from support.messages import after_the_plan
 from support.stores import synthetic_store
@@ -95,9 +96,7 @@ def _copy(finished: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
     store, run = tmp_path / "store.zarr", tmp_path / "run"
     shutil.copytree(finished[0], store)
     shutil.copytree(finished[1], run)
-    config = json.loads((run / "config.json").read_text())
-    config["store"] = str(store)
-    (run / "config.json").write_text(json.dumps(config))
+    edit_asked(run, store=str(store))
     return store, run
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cells import edit_asked
 from support.images import TINY_VIT
 from typer.testing import CliRunner
 
@@ -106,9 +107,7 @@ def test_predict_refuses_weights_it_cannot_have(tmp_path: Path, image_tree: Path
     from tosca_foundation.fingerprints import fingerprint
 
     writable.group.attrs["fingerprint"] = fingerprint(identity)
-    config = json.loads((run / "config.json").read_text())
-    config["store_fingerprint"] = fingerprint(identity)
-    (run / "config.json").write_text(json.dumps(config))
+    edit_asked(run, store_fingerprint=fingerprint(identity))
     result = RUNNER.invoke(app, ["predict", str(run), str(image_tree / "test"), "--device", "cpu"])
     assert result.exit_code == 2, result.output
     assert "gone.safetensors, which is not there any more" in result.output

@@ -199,8 +199,8 @@ def test_a_group_of_four_equals_the_four_points_alone(
             spread.add(block["A_last"])
         from safetensors.torch import load_file
 
-        first_group = load_file(str(tmp_path / f"g{i}" / "task_000.safetensors"))
-        first_alone = load_file(str(tmp_path / f"a{i}" / "task_000.safetensors"))
+        first_group = load_file(str(tmp_path / f"g{i}" / "state" / "task_000.safetensors"))
+        first_alone = load_file(str(tmp_path / f"a{i}" / "state" / "task_000.safetensors"))
         assert first_group.keys() == first_alone.keys()
         for key in first_group:
             torch.testing.assert_close(first_group[key], first_alone[key], rtol=1e-4, atol=1e-6, msg=key)

@@ -190,7 +190,7 @@ def test_baselines_of_a_run_with_a_validation_split_take_its_split(
     assert done.exit_code == 0, done.output
     assert "validation: 16 training images held out (4 of 20 in each class, 20%; seed 0)" in done.output
     folder = tmp_path / "runs" / "baselines-synthetic-none-B0Inc2-val0.2-seed0"
-    config = json.loads((run / "config.json").read_text())
+    config = json.loads((run / "asked.json").read_text())
     simplecil = json.loads((folder / "simplecil" / "asked.json").read_text())
     assert simplecil["validation_split"] == config["validation"] and simplecil["stream"] == config["stream"]
     frame = pd.read_csv(folder / "comparison.csv")

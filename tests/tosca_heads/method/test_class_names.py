@@ -57,4 +57,4 @@ def test_fecams_refusal_through_the_command_names_the_store_label(tmp_path: Path
     )
     assert result.exit_code == 2, result.output
     line = result.output.strip().splitlines()[-1]
-    assert f"class {lonely} has one" in line or f"class {lonely} (" in line, line
+    assert f"class {lonely} " in line and "class 1 " not in line, line  # the label, not position 1

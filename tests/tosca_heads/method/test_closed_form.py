@@ -45,15 +45,55 @@ def test_ridge_system_gives_the_joint_ridge_solution_on_both_sides_of_n_equal_m(
     assert system.nbytes() == 8 * (rows * 603 if rows < 600 else 600 * 603)
 
 
-def test_the_rows_form_is_the_same_bits_on_one_and_three_threads() -> None:
+@pytest.mark.parametrize("rows", [599, 600, 601, 1300])  # M = 600: both sides of n = M
+@pytest.mark.parametrize("shift", [1e-6, 0.5])
+def test_solve_for_any_right_hand_side_on_both_sides_of_n_equal_m(rows: int, shift: float) -> None:
+    """(H'H + shift I) X = B for class means B (KLDA's, RanDumb's): Woodbury's n x n system while
+    n < M, the M x M system after; the direct solution either way, to rounding."""
+    h, _ = _rows(rows, 600)
+    h = h / h.norm(dim=1, keepdim=True)  # rows of norm 1, as random Fourier features
+    rhs = torch.randn(600, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    system = closed_form.RidgeSystem(600)
+    with linalg.workers(2) as run:
+        for part in np.array_split(np.arange(rows), 3):
+            system.add(h[part], h.new_zeros(len(part), 0), run)
+        found = system.solve_for(rhs, shift, run)
+    assert system.form == ("rows" if rows < 600 else "gram")
+    expected = torch.linalg.solve(h.T @ h + shift * torch.eye(600, dtype=torch.float64), rhs)
+    torch.testing.assert_close(found, expected, rtol=1e-6, atol=1e-7 * float(expected.abs().max()))
+
+
+def test_with_no_shift_a_singular_system_gets_the_minimum_norm_answer() -> None:
+    """No shift and fewer rows than M: H'H is singular, no factorisation solves it; the rows are
+    folded and the pseudo-inverse answers, as numpy's pinv."""
+    h, _ = _rows(50, 200)
+    rhs = torch.randn(200, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    system = closed_form.RidgeSystem(200)
+    with linalg.workers(2) as run:
+        system.add(h, h.new_zeros(50, 0), run)
+        found = system.solve_for(rhs, 0.0, run)
+    assert system.form == "gram"
+    expected = np.linalg.pinv((h.T @ h).numpy(), hermitian=True) @ rhs.numpy()
+    np.testing.assert_allclose(found.numpy(), expected, rtol=1e-6, atol=1e-8 * np.abs(expected).max())
+
+
+def test_the_rows_form_is_the_same_bits_on_one_two_and_three_threads() -> None:
     h, y = _rows(700, 1100)
+    rhs = torch.randn(1100, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     found = []
-    for threads in (1, 3):
+    for threads in (1, 2, 3):
         system = closed_form.RidgeSystem(1100)
         with linalg.workers(threads) as run:
             system.add(h, y, run)
-            found.append(system.solve(0.5, run))
-    assert torch.equal(found[0], found[1])
+            found.append(
+                (
+                    system.solve(0.5, run),
+                    system.solve_for(rhs, 1e-6, run),
+                    *system.path_scores(h[:9], (1e-3, 1.0), run).values(),
+                )
+            )
+    for other in found[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(found[0], other, strict=True))
 
 
 def test_a_failed_cholesky_falls_back_to_lu_never_to_an_eigendecomposition(

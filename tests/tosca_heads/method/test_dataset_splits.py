@@ -11,7 +11,7 @@ import pytest
 from featcache.extraction_estimate import _classes_and_counts
 from tosca_foundation.dataset_names import DATASETS, Split, register_dataset
 from tosca_heads.method.protocol import StreamConfig, default_stream, split_origin
-from tosca_heads.studies.suite.presets import preset
+from tosca_heads.studies.suite.presets import PRESETS, preset
 
 # method.md §2: the paper's benchmarks and their splits (B0 IncN); EuroSAT and CIFAR-10 are tosca's
 PAPER = {"cifar100": 5, "cub200": 10, "imagenet_r": 20, "imagenet_a": 20, "omnibenchmark": 30, "vtab": 10}
@@ -39,7 +39,7 @@ def test_the_built_in_splits_are_the_papers() -> None:
 
 
 def test_the_presets_take_each_stores_split_from_its_dataset() -> None:
-    for which in ("local", "paper"):
+    for which in PRESETS:  # every suite tosca ships
         for store in preset(which)["stores"]:
             split = DATASETS[store["dataset"]].split
             assert (store["init_cls"], store["increment"]) == (split.init_cls, split.increment), store

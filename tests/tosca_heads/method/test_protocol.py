@@ -67,7 +67,7 @@ def test_the_validation_split_is_carved_per_class_with_its_own_seed() -> None:
     only_three = ValidationConfig(0.25, seed=7).carve(np.where(labels == 3, 3, 9))
     assert np.array_equal(only_three[only_three < 40], held[held < 40])
     assert len(ValidationConfig(0.0).carve(labels)) == 0
-    with pytest.raises(UserError, match="class lonely has 1 training image"):
+    with pytest.raises(UserError, match="class lonely has 1 training sample"):
         ValidationConfig(0.1).carve(np.array([0, 0, 1]), ["full", "lonely"])
     for bad in (0.6, -0.1, float("nan"), "0.1", True):
         with pytest.raises(UserError, match="--val-fraction"):
@@ -100,8 +100,8 @@ def test_the_protocol_is_said_with_its_warnings() -> None:
     assert report.held_out == 30 and [len(t) for t in report.tasks] == [2] * 5
     assert sorted(n for t in report.tasks for n in t) == sorted(names)
     assert any("fewer than the 48 of a `batch` routing batch" in w for w in report.warnings)
-    assert any("has 4 test image(s)" in w for w in report.warnings)
-    assert any("has 3 validation image(s)" in w for w in report.warnings)
+    assert any("has 4 test sample(s)" in w for w in report.warnings)
+    assert any("has 3 validation sample(s)" in w for w in report.warnings)
     quiet = describe_protocol(
         "cifar100",
         names,

@@ -6,6 +6,7 @@ written, not even a lock file beside them. A group is checked whole before any l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ from tosca_heads.records.run_config import (
     make_run_config,
     read_run_config,
 )
-from tosca_heads.records.sweep import OUTCOMES_FOLDER, SWEEP_FOLDER, sweep_config
+from tosca_heads.records.sweep import SWEEP_FOLDER, sweep_config
 from tosca_heads.studies.suite.suite_runner import SUITE_FOLDER
 
 STORE = SimpleNamespace(  # what a config reads of a store
@@ -70,7 +71,7 @@ def _claim_all(dirs: list[Path], kind: claim.FolderKind, configs: list[dict[str,
 
 # each kind with its config file and a config of its own (None: the kind records none)
 KINDS = {
-    "run": (RUN_FOLDER, "config.json", _run_config),
+    "run": (RUN_FOLDER, "asked.json", _run_config),
     "sweep": (SWEEP_FOLDER, "sweep.json", _sweep_config),
     "baselines": (BASELINES_FOLDER, None, lambda: None),
     "suite": (SUITE_FOLDER, None, lambda: None),
@@ -174,7 +175,7 @@ def test_a_damaged_config_file_is_one_line_before_anything_is_written(tmp_path: 
         claim.check(folder, SWEEP_FOLDER, _sweep_config())
     run = tmp_path / "run"
     _claim(run, RUN_FOLDER, _run_config())
-    (run / "config.json").write_text(json.dumps({**_run_config(), "format": max(PRE_RELEASE) + 1}))
+    (run / "asked.json").write_text(json.dumps({**_run_config(), "format": max(PRE_RELEASE) + 1}))
     with pytest.raises(UserError, match="written by a newer tosca"):
         claim.check(run, RUN_FOLDER, _run_config())
 
@@ -251,17 +252,19 @@ def test_a_group_holds_every_lock_for_its_block(tmp_path: Path) -> None:
 
 
 def test_what_a_killed_writer_left_half_written_is_removed(tmp_path: Path) -> None:
-    """Temporary files of a writer whose process is gone go, in the folder and the kind's
-    subfolders (a sweep's outcomes); a live writer's stay."""
+    """Temporary files of a writer whose process is gone go, in the folder and the subfolders its
+    kind names (`stale_in`); a live writer's stay. (A sweep point's cell left unfinished is
+    removed whole when it is computed again: `sweep_points.write_point`.)"""
     folder = tmp_path / "sweep"
-    with claim.claim_folder(folder, SWEEP_FOLDER, _sweep_config()):
-        (folder / OUTCOMES_FOLDER).mkdir()
+    kind = dataclasses.replace(SWEEP_FOLDER, stale_in=("kept",))
+    with claim.claim_folder(folder, kind, _sweep_config()):
+        (folder / "kept").mkdir()
     dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2^22)
-    stale = [folder / f".results.csv.{dead}.tmp", folder / OUTCOMES_FOLDER / f".k.safetensors.{dead}.tmp"]
+    stale = [folder / f".results.csv.{dead}.tmp", folder / "kept" / f".k.safetensors.{dead}.tmp"]
     live = folder / f".results.csv.{os.getpid()}.tmp"
     for path in [*stale, live]:
         path.write_text("half")
-    with claim.claim_folder(folder, SWEEP_FOLDER, _sweep_config()):
+    with claim.claim_folder(folder, kind, _sweep_config()):
         assert not any(p.exists() for p in stale) and live.exists()
 
 
@@ -287,3 +290,37 @@ def test_the_config_a_plan_builds_is_what_the_reader_reads_back(tmp_path: Path) 
     assert config["validation"]["fraction"] == 0.1 and config["validation"]["samples"] == 2
     assert "validation" not in _run_config()
     assert config["store"] == "/stores/a.zarr" and config["feature_dim"] == 32 and config["format"] == FORMAT
+
+
+@pytest.mark.parametrize("was", ["new", "empty"])
+def test_a_command_refused_in_a_folder_it_claimed_for_nothing_leaves_nothing(
+    tmp_path: Path, was: str
+) -> None:
+    """Issue 57, point 10: a refused FeCAM run left its claimed folder (`.tosca`) behind. A
+    command refused (a UserError) inside the claim of a folder it found new or empty, having
+    written nothing but the claim's own files, gives the folder back: a new one is gone, lock and
+    parents with it, an empty one is empty again."""
+    folder = tmp_path / "out" / "baselines"
+    if was == "empty":
+        folder.mkdir(parents=True)
+    with pytest.raises(UserError, match="refused"), claim.claim_folder(folder, BASELINES_FOLDER):
+        assert (folder / MARKER).is_file()
+        raise UserError("refused")
+    if was == "new":
+        assert not (tmp_path / "out").exists()
+    else:
+        assert folder.is_dir() and not any(folder.iterdir())
+    assert not lock_path(folder).exists()
+
+
+def test_a_refused_command_keeps_what_it_wrote_and_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    """What a command wrote before its refusal is work (a resumed run finds it), and a folder of
+    this kind from before is the user's: both stay whole."""
+    written = tmp_path / "written"
+    with pytest.raises(UserError), claim.claim_folder(written, BASELINES_FOLDER):
+        (written / "simplecil").mkdir()
+        raise UserError("refused after a method was written")
+    assert (written / MARKER).is_file() and (written / "simplecil").is_dir()
+    with pytest.raises(UserError), claim.claim_folder(written, BASELINES_FOLDER):  # claimed before
+        raise UserError("refused")
+    assert (written / MARKER).is_file() and (written / "simplecil").is_dir()

@@ -1,7 +1,9 @@
-"""No stored figure is believed that its kept answers give (issue 47, point 1): an edited A_last,
-A_bar, forgetting, interval, standard error or image count in a run's or a baseline's metrics.json,
-or in a sweep's results.csv, is one line naming the file and the figure, and never a number; a
-routing accuracy edited with its interval is caught by the run's routing confusion."""
+"""No stored figure is believed that its kept answers give (issue 47, point 1; issue 54): a run and a
+baseline are cells whose figures are computed from their answers when read, so an A_last, A_bar,
+forgetting, interval, standard error, image count or routing confusion edited in their
+metrics.json or confusion.json views changes nothing shown, and an edited answer is one line,
+never a number; an edited figure in a sweep's results.csv is one line naming the file and the
+figure."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from tosca_foundation.errors import UserError
 from tosca_heads.applied.predict import default_router
 from tosca_heads.records.baselines_folder import baseline_result
 from tosca_heads.records.derived import curves_of
-from tosca_heads.records.run_folder import read_metrics, read_run_figures
-from tosca_heads.records.sweep import ResultsTable
+from tosca_heads.records.run_cell import confusion_of, read_run
+from tosca_heads.records.sweep_points import read_points
 from tosca_heads.studies.report import routers_report
 from tosca_heads.studies.suite.cells import Cell, read_result
 
@@ -106,42 +108,46 @@ EDITS: dict[str, tuple[Callable[[dict], None], str]] = {
 
 
 def test_a_run_as_written_reads_and_its_figures_follow_from_its_answers(made: dict[str, Path]) -> None:
-    metrics, kept = read_run_figures(made["run"])
-    block, answers = metrics["validation"]["entropy"], kept["validation"]["entropy"]
+    run = read_run(made["run"])
+    block, answers = run.metrics["validation"]["entropy"], run.answers["validation"]["entropy"]
     curve, matrix = curves_of(answers)
     assert curve == pytest.approx(block["A_t"], abs=1e-9)
     assert matrix[-1] == pytest.approx(block["accuracy_matrix"][-1], abs=1e-9)
     assert block["A_last"] == pytest.approx(answers.right() / answers.images, abs=1e-12)
+    matrix = confusion_of(answers)  # the routing confusion, counted from the route kept
+    assert sum(map(sum, matrix)) == answers.images
+    assert block["routing_accuracy"] == pytest.approx(sum(matrix[t][t] for t in range(2)) / answers.images)
+
+
+def _shown(folder: Path) -> tuple[object, ...]:
+    """What the readers show of a run: its figures, `tosca routers`' rows and misrouting, the
+    router predict takes by default."""
+    report = routers_report(folder)
+    return read_run(folder).metrics, report.rows, report.misrouting, default_router(read_run(folder).metrics)
 
 
 @pytest.mark.parametrize("split", ["routers", "validation"])
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_an_edited_run_figure_is_one_line_naming_the_file_and_never_a_number(
+def test_an_edited_figure_in_a_run_s_view_changes_nothing_shown(
     made: dict[str, Path], tmp_path: Path, split: str, edit: str
 ) -> None:
+    """metrics.json is a view written for people, never read back: no reader (the figures, `tosca
+    routers`, predict's router) shows an edit there."""
     run = _copy(made["run"], tmp_path)
+    shown = _shown(run)
     metrics = json.loads((run / "metrics.json").read_text())
-    change, said = EDITS[edit]
+    change, _ = EDITS[edit]
     change(metrics[split]["entropy"])
+    metrics["finished_tasks"] = 7  # a finished_tasks edited: no reader reads one (issue 54)
     (run / "metrics.json").write_text(json.dumps(metrics))
-    expected = f"metrics.json: {re.escape(said)} \\({'test' if split == 'routers' else 'validation'}\\)"
-    features = open_store(made["store"]).features("test")
-
-    def predict(folder: Path) -> object:  # the API's predict picks its router from the figures
-        return tosca_heads.predict(folder, features)
-
-    for reader in (read_metrics, routers_report, predict):  # tables, predict's router, the API
-        with pytest.raises(UserError, match=expected) as caught:
-            reader(run)
-        _no_number(str(caught.value))
-        assert "`tosca eval" in str(caught.value)
+    assert _shown(run) == shown
 
 
 def test_an_edited_validation_a_last_never_picks_predicts_router(
     made: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The probe: the router `predict` takes by default is the best on validation; an edited figure
-    that would make another best is refused before any choice."""
+    """The probe: the router `predict` takes by default is the best on validation, computed from
+    the answers; an edit of the view that would make another best if believed changes nothing."""
     run = _copy(made["run"], tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
     chosen, _ = default_router(metrics)
@@ -149,35 +155,40 @@ def test_an_edited_validation_a_last_never_picks_predicts_router(
     metrics["validation"][other]["A_last"], metrics["validation"][chosen]["A_last"] = 1.0, 0.0
     (run / "metrics.json").write_text(json.dumps(metrics))
     assert default_router(metrics)[0] != chosen  # the edit would change the choice if believed
-    with pytest.raises(UserError, match=f"A_last of ({other}|{chosen}) \\(validation\\)"):
-        read_metrics(run)
+    assert default_router(read_run(run).metrics)[0] == chosen
+    features = open_store(made["store"]).features("test")
+    assert tosca_heads.predict(run, features).router == chosen
 
 
-def test_an_edited_routing_confusion_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
-    """confusion.json (the misrouting table of `tosca routers`) must give the routing accuracy the
-    kept routes give: one image moved off the diagonal is one line."""
+def test_an_edited_routing_confusion_view_changes_nothing_shown(
+    made: dict[str, Path], tmp_path: Path
+) -> None:
+    """confusion.json is a view: the misrouting of `tosca routers` is counted from the routes kept."""
     run = _copy(made["run"], tmp_path)
+    shown = _shown(run)
     confusion = json.loads((run / "confusion.json").read_text())
+    assert confusion["test"] == read_run(run).confusion["test"]  # the view says what is read
     matrix = confusion["test"]["entropy"]
     matrix[0][0], matrix[0][1] = matrix[0][0] - 1, matrix[0][1] + 1
     (run / "confusion.json").write_text(json.dumps(confusion))
-    with pytest.raises(
-        UserError, match="routing accuracy of entropy is not what its routing confusion gives"
-    ):
-        read_metrics(run)
+    assert _shown(run) == shown
 
 
 def test_routes_dropped_from_the_answers_are_one_line(made: dict[str, Path], tmp_path: Path) -> None:
-    """The routing figures are believed only with their routes: an outcomes file without them (a
-    tensor removed) is one line, not figures taken as written."""
+    """The routes are answers: an outcomes file without them (a tensor removed after the run
+    finished) is one line naming it, never figures without routes."""
     run = _copy(made["run"], tmp_path)
     tensors = load_file(run / "outcomes.safetensors")
     with safe_open(run / "outcomes.safetensors", "pt") as fh:
         meta = fh.metadata()
     del tensors["test/routed/entropy"]
     save_file(tensors, run / "outcomes.safetensors", meta)
-    with pytest.raises(UserError, match="the routes of entropy \\(test\\) are not kept"):
-        read_metrics(run)
+    for reader in (read_run, routers_report):
+        with pytest.raises(
+            UserError, match=re.escape("outcomes.safetensors is not the file that was written")
+        ) as caught:
+            reader(run)
+        _no_number(str(caught.value))
 
 
 def test_a_baseline_cell_holds_no_figure_to_edit(made: dict[str, Path], tmp_path: Path) -> None:
@@ -207,60 +218,52 @@ def test_a_baseline_cell_holds_no_figure_to_edit(made: dict[str, Path], tmp_path
 
 
 def test_an_edited_suite_cell_is_one_line(made: dict[str, Path], tmp_path: Path) -> None:
-    """A suite's table is built from its cells' folders (`cells.read_result`): an edited cell is
-    refused there, never a changed table."""
+    """A suite's table is built from its cells' folders (`cells.read_result`): a TOSCA cell's view
+    edited changes nothing, its answers edited are refused there, never a changed table."""
     run = _copy(made["run"], tmp_path)
+    cell = Cell(store="s", kind="tosca", seed=0, order_seed=0)
+    read = read_result(cell, run)
     metrics = json.loads((run / "metrics.json").read_text())
     metrics["routers"]["entropy"]["A_bar"] = _nudged(metrics["routers"]["entropy"]["A_bar"])
     (run / "metrics.json").write_text(json.dumps(metrics))
-    cell = Cell(store="s", kind="tosca", seed=0, order_seed=0)
-    with pytest.raises(UserError, match="A_bar of entropy \\(test\\)"):
+    assert read_result(cell, run)["routers"] == read["routers"]
+    tensors = load_file(run / "outcomes.safetensors")
+    with safe_open(run / "outcomes.safetensors", "pt") as fh:
+        meta = fh.metadata()
+    tensors["test/right/entropy"] = 255 - tensors["test/right/entropy"]
+    save_file(tensors, run / "outcomes.safetensors", meta)
+    with pytest.raises(UserError, match=re.escape("outcomes.safetensors is not the file that was written")):
         read_result(cell, run)
 
 
-def _edited_sweep(source: Path, tmp_path: Path, change: Callable[[list[dict[str, str]]], None]) -> Path:
-    out = _copy(source, tmp_path)
+@pytest.mark.parametrize(
+    "column", ["A_last", "A_bar", "forgetting", "A_last_low", "forgetting_high", "images"]
+)
+def test_an_edited_sweep_figure_changes_nothing_it_says(
+    made: dict[str, Path], tmp_path: Path, column: str
+) -> None:
+    """results.csv is a view of the points (issue 54): a figure edited there is never read back;
+    the rerun writes the figures the answers give again, and chooses as before."""
+    out = _copy(made["sweep"], tmp_path)
     path = out / "results.csv"
-    rows = list(csv.DictReader(path.open()))
-    change(rows)
+    written = path.read_bytes()
+    rows = list(csv.DictReader(path.open(newline="")))
+    row = next(r for r in rows if r["split"] == "validation" and r["router"] == "entropy")
+    value = float(row[column])
+    row[column] = (
+        str(value + 1) if column == "images" else repr(_nudged(value) if value > 0.1 else value + 0.05)
+    )
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    return out
-
-
-@pytest.mark.parametrize(
-    ("column", "said"),
-    [
-        ("A_last", "A_last of entropy (validation)"),
-        ("A_bar", "A_bar of entropy (validation)"),
-        ("forgetting", "forgetting of entropy (validation)"),
-        ("A_last_low", "the interval of A_last of entropy (validation)"),
-        ("forgetting_high", "the interval of forgetting of entropy (validation)"),
-        ("images", "the image count of entropy (validation)"),
-    ],
-)
-def test_an_edited_sweep_figure_is_one_line_and_never_chooses(
-    made: dict[str, Path], tmp_path: Path, column: str, said: str
-) -> None:
-    def change(rows: list[dict[str, str]]) -> None:
-        row = next(r for r in rows if r["split"] == "validation" and r["router"] == "entropy")
-        value = float(row[column])
-        row[column] = (
-            str(value + 1) if column == "images" else repr(_nudged(value) if value > 0.1 else value + 0.05)
-        )
-
-    out = _edited_sweep(made["sweep"], tmp_path, change)
-    with pytest.raises(UserError, match=re.escape(said)) as caught:
-        ResultsTable(out / "results.csv", check_only=True).answers()
-    assert "results.csv (point " in str(caught.value)
-    _no_number(str(caught.value))
+    chosen = json.loads((out / "sweep.json").read_text())["chosen"]
     store = json.loads((out / "sweep.json").read_text())["store"]
-    with pytest.raises(UserError, match=re.escape(said)):  # a rerun resumes: refused before choosing
-        tosca_heads.sweep(store, {"r": [2, 4]}, out, jobs=1, **SPLIT)
+    tosca_heads.sweep(store, {"r": [2, 4]}, out, jobs=1, **SPLIT)
+    assert path.read_bytes() == written
+    assert json.loads((out / "sweep.json").read_text())["chosen"] == chosen
 
 
 def test_a_sweep_as_written_reads(made: dict[str, Path]) -> None:
-    answers = ResultsTable(made["sweep"] / "results.csv", check_only=True).answers()
-    assert len(answers) == 2 and all(set(a) == {"test", "validation"} for a in answers.values())
+    points = read_points(made["sweep"])
+    assert len(points) == 2 and all(set(p.answers) == {"test", "validation"} for p in points)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from support.cells import redigest
 from support.stores import synthetic_store
 from typer.testing import CliRunner
 
@@ -24,7 +25,7 @@ from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
 from tosca_foundation.tensorfiles import read_safetensors
 from tosca_heads import records
-from tosca_heads.records import run_folder as run_record
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.routers import ROUTERS, Router, StageView, resolve_routers
 
 RUNNER = CliRunner()
@@ -87,6 +88,8 @@ def copy(made: Path, tmp_path: Path) -> Path:
     shutil.copytree(made, root)
     for path in root.rglob("*.json"):
         path.write_text(path.read_text().replace(str(made), str(root)))
+    for done in root.rglob("done.json"):  # the paths rewritten: as the cells would have been written there
+        redigest(done.parent)
     return root
 
 
@@ -102,7 +105,9 @@ def _set_format(path: Path, value: object) -> None:
 def test_every_file_tosca_writes_records_the_first_format(made: Path) -> None:
     assert records.FORMAT == 1
     for path in [
-        made / "run" / "config.json",
+        made / "run" / "asked.json",
+        made / "run" / "measured.json",
+        made / "run" / "done.json",
         made / "run" / "metrics.json",
         made / "run" / "confusion.json",
         made / "sweep" / "sweep.json",
@@ -123,18 +128,38 @@ OLD = [None, 2, 3, 4]  # no field (before versions), and the numbers the builds 
 
 @pytest.mark.parametrize("value", OLD)
 def test_a_run_written_before_the_first_release_is_refused(copy: Path, value: object) -> None:
-    _set_format(copy / "run" / "config.json", value)
+    _set_format(copy / "run" / "asked.json", value)
     said = "no format" if value is None else f"format {value}"
     for command in (
         ["fit", "--store", copy / "s.zarr", "--run", copy / "run", *QUICK, *SPLIT],
         ["eval", copy / "run", "--device", "cpu"],
+        ["routers", copy / "run"],
     ):
         line = _refused(*command)
-        assert BEFORE in line and said in line and str(copy / "run" / "config.json") in line, line
-    _set_format(copy / "run" / "config.json", 1)
-    _set_format(copy / "run" / "metrics.json", value)
-    line = _refused("routers", copy / "run")
-    assert BEFORE in line and "metrics.json" in line, line
+        assert BEFORE in line and said in line and str(copy / "run" / "asked.json") in line, line
+
+
+def test_a_run_written_before_cells_is_refused(copy: Path) -> None:
+    """A run folder of the format before cells (config.json, metrics.json, task files at the top, no
+    asked.json) is refused in one line that says what to do, by every command, never written over."""
+    run = copy / "run"
+    (run / "asked.json").rename(run / "config.json")
+    for name in ("measured.json", "done.json"):
+        (run / name).unlink()
+    for state in (run / "state").iterdir():
+        state.rename(run / state.name)
+    (run / "state").rmdir()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for command in (
+        ["fit", "--store", copy / "s.zarr", "--run", run, *QUICK, *SPLIT],
+        ["eval", run, "--device", "cpu"],
+        ["routers", run],
+        ["predict", run, copy / "x.jpg"],
+    ):
+        line = _refused(*command)
+        assert "was written before runs were kept as cells" in line and str(run) in line, line
+        assert "delete it and fit it again" in line, line
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 
 @pytest.mark.parametrize("value", OLD)
@@ -145,14 +170,18 @@ def test_a_sweep_written_before_the_first_release_is_refused(copy: Path, value: 
     assert BEFORE in line and "sweep.json" in line, line
 
 
-def test_a_sweep_whose_rows_were_written_before_the_first_release_is_refused(copy: Path) -> None:
-    results = copy / "sweep" / "results.csv"
-    text = results.read_text().splitlines()
-    results.write_text("\n".join([text[0], *("4" + line[1:] for line in text[1:])]) + "\n")
-    line = _refused(
-        "sweep", "--store", copy / "s.zarr", "--out", copy / "sweep", "--jobs", "1", *QUICK, *SPLIT
-    )
-    assert BEFORE in line and "line 2" in line and "format 4" in line, line
+def test_a_sweep_written_before_its_points_were_cells_is_refused(copy: Path) -> None:
+    """results.csv as truth with outcomes/KEY.safetensors, no points/ (issue 54): one line saying
+    what to do, and nothing written over."""
+    sweep = copy / "sweep"
+    (sweep / "outcomes").mkdir()
+    for point in sorted((sweep / "points").iterdir()):
+        shutil.move(point / "outcomes.safetensors", sweep / "outcomes" / f"{point.name}.safetensors")
+    shutil.rmtree(sweep / "points")
+    results = (sweep / "results.csv").read_bytes()
+    line = _refused("sweep", "--store", copy / "s.zarr", "--out", sweep, "--jobs", "1", *QUICK, *SPLIT)
+    assert "was written before sweep points were kept as cells" in line and "pass another --out" in line, line
+    assert (sweep / "results.csv").read_bytes() == results and not (sweep / "points").exists()
 
 
 def test_a_baselines_folder_written_before_cells_is_refused(copy: Path) -> None:
@@ -192,35 +221,26 @@ def test_a_store_written_before_the_first_release_is_refused(copy: Path) -> None
     assert not (copy / "new").exists()
 
 
-@pytest.mark.parametrize(
-    ("file", "read"),
-    [
-        ("run/outcomes.safetensors", lambda root: run_record.read_run_figures(root / "run")),
-        ("run/curves.csv", lambda root: run_record.read_curves(root / "run")),
-        ("run/confusion.json", lambda root: run_record.read_confusion(root / "run")),
-    ],
-)
-def test_a_file_inside_a_run_written_before_the_first_release_is_refused(
-    copy: Path, file: str, read: Callable[[Path], object]
-) -> None:
+@pytest.mark.parametrize("file", ["run/outcomes.safetensors", "run/measured.json"])
+def test_a_file_inside_a_run_written_before_the_first_release_is_refused(copy: Path, file: str) -> None:
     path = copy / file
     if path.suffix == ".json":
         _set_format(path, 4)
-    elif path.suffix == ".csv":
-        lines = path.read_text().splitlines()
-        path.write_text("\n".join([lines[0], *("4" + line[1:] for line in lines[1:])]) + "\n")
     else:
         tensors, meta = read_safetensors(path, lambda header: None)
         atomic.write_safetensors(path, tensors, {**meta, "format": "4"})
+    with pytest.raises(UserError, match="is not the file that was written"):
+        read_run(copy / "run")  # its digest first
+    redigest(copy / "run")
     with pytest.raises(UserError, match=BEFORE):
-        read(copy)
+        read_run(copy / "run")
 
 
 @pytest.mark.parametrize(
     ("path", "command"),
     [
-        ("run/metrics.json", lambda root: ["routers", root / "run"]),
-        ("run/config.json", lambda root: ["eval", root / "run", "--device", "cpu"]),
+        ("run/asked.json", lambda root: ["routers", root / "run"]),
+        ("run/asked.json", lambda root: ["eval", root / "run", "--device", "cpu"]),
         (
             "sweep/sweep.json",
             lambda root: ["sweep", "--store", root / "s.zarr", "--out", root / "sweep", *QUICK, *SPLIT],
@@ -241,7 +261,7 @@ def test_a_file_of_a_newer_format_is_refused_in_one_line(
 
 @pytest.mark.parametrize("value", ["4", True, 1.5, -1, [1]])
 def test_a_format_that_is_no_whole_number_is_an_edited_file(copy: Path, value: object) -> None:
-    _set_format(copy / "run" / "config.json", value)
+    _set_format(copy / "run" / "asked.json", value)
     line = _refused("eval", copy / "run", "--device", "cpu")
     assert "was edited or damaged" in line and BEFORE not in line, line
 
@@ -270,18 +290,22 @@ def test_adding_a_router_does_not_stop_a_sweep_from_resuming(tmp_path: Path) -> 
         per_point[8] == {*resolve_routers(None), FirstModule.name}
         and FirstModule.name not in per_point[2] | per_point[4]
     )
-    assert (long.groupby("key")["router"].count() == long.groupby("key")["rows"].first()).all()
+    assert (long.groupby("key")["split"].count() == 2 * long.groupby("key")["router"].nunique()).all()
     assert "| 8 |" in (tmp_path / "sw" / "summary.md").read_text()  # the tables are rebuilt with it
 
 
 @pytest.mark.parametrize(
     ("gone", "command", "said"),
     [
-        ("run/outcomes.safetensors", lambda root: ["routers", root / "run"], "`tosca eval"),
         (
-            "sweep/outcomes",
+            "run/outcomes.safetensors",
+            lambda root: ["routers", root / "run"],
+            "delete the run and fit it again",
+        ),
+        (
+            "sweep/points",
             lambda root: ["sweep", "--store", root / "s.zarr", "--out", root / "sweep", *QUICK, *SPLIT],
-            "delete its rows in results.csv",
+            "delete the point's folder (points/KEY) to compute it again",
         ),
         (
             "suite/cells",

@@ -65,10 +65,10 @@ def test_validation_images_never_train_and_are_scored_beside_test(tmp_path: Path
     assert set(metrics["validation"]) == set(COMPUTED)
     assert all(len(b["A_t"]) == 3 for b in metrics["validation"].values())  # after every task
     assert metrics["validation"]["entropy"]["A_t"] != metrics["routers"]["entropy"]["A_t"]
-    recorded = json.loads((tmp_path / "held" / "validation.json").read_text())
+    recorded = json.loads((tmp_path / "held" / "state" / "validation.json").read_text())
     plan = FitPlan.build(store, StreamConfig(2, 2), validation)
     assert recorded["ids"] == list(plan.held_ids) == [str(store.ids("train")[r]) for r in held]
-    config = json.loads((tmp_path / "held" / "config.json").read_text())
+    config = json.loads((tmp_path / "held" / "asked.json").read_text())
     assert (
         config["validation"]["samples"] == len(held) == 24
         and config["protocol"]["validation"]["held_out"] == 24
@@ -269,7 +269,7 @@ def test_the_readme_image_folder_split_is_never_one_class_per_task(tmp_path: Pat
     assert "store s: protocol: synthetic, B0 Inc2: 5 tasks of 2 classes" in " ".join(suite.output.split())
     result = tosca_heads.run_suite(tosca_heads.load_suite(suite_file), tmp_path / "suite", device="cpu")
     assert all(
-        json.loads((c.folder / "config.json").read_text())["stream"]["increment"] == 2
+        json.loads((c.folder / "asked.json").read_text())["stream"]["increment"] == 2
         for c in result.cells
         if c.cell.kind == "tosca"
     )
@@ -288,7 +288,7 @@ def test_the_readme_image_folder_split_is_never_one_class_per_task(tmp_path: Pat
         ],
     )
     assert "fewer than the 48 of a `batch` routing batch" in " ".join(warned.output.split())
-    assert "has 3 test image(s)" in warned.output
+    assert "has 3 test sample(s)" in warned.output
 
 
 @pytest.mark.heavy

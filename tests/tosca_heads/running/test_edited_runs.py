@@ -1,9 +1,8 @@
-"""A run or sweep whose files were edited, copied between runs or made from a diverged fit never
+"""A run whose files were edited, copied between runs or made from a diverged fit never
 gives a number: every file is checked against the run's recipe and split when it is read."""
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from collections.abc import Callable
@@ -17,8 +16,7 @@ from support.stores import synthetic_store
 
 import tosca_heads
 from tosca_foundation.errors import UserError
-from tosca_heads.records.run_folder import read_metrics
-from tosca_heads.records.sweep import ResultsTable
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.running.group import evaluate_run
 
 SPLIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
@@ -41,12 +39,12 @@ def test_a_huge_learning_rate_stops_before_a_non_finite_classifier_is_saved(
     new rows) were NaN and the fit printed accuracies with exit code 0."""
     with pytest.raises(UserError, match=r"training diverged.*task 0"):
         tosca_heads.fit(runs["store"], run=tmp_path / "run", lr=1e30, **SPLIT)
-    assert not list((tmp_path / "run").glob("task_*.safetensors"))
+    assert not list((tmp_path / "run").glob("state/task_*.safetensors"))
 
 
 def _edit_task(name: str, change: Callable[[dict[str, torch.Tensor]], None]) -> Callable[[Path], None]:
     def edit(run: Path) -> None:
-        path = run / name
+        path = run / "state" / name
         tensors = load_file(str(path))
         with safe_open(str(path), "pt") as fh:
             meta = fh.metadata()
@@ -66,29 +64,41 @@ def _half(tensors: dict[str, torch.Tensor]) -> None:
 
 def _edit_config(change: Callable[[dict], None]) -> Callable[[Path], None]:
     def edit(run: Path) -> None:
-        config = json.loads((run / "config.json").read_text())
+        config = json.loads((run / "asked.json").read_text())
         change(config)
-        (run / "config.json").write_text(json.dumps(config))
+        (run / "asked.json").write_text(json.dumps(config))
 
     return edit
 
 
 EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
     "task 0's file as task 1": (
-        lambda run: shutil.copy(run / "task_000.safetensors", run / "task_001.safetensors"),
+        lambda run: shutil.copy(
+            run / "state" / "task_000.safetensors", run / "state" / "task_001.safetensors"
+        ),
         "written for task 0",
     ),
     "a module weight made NaN": (_edit_task("task_001.safetensors", _nan), "holds NaN or inf"),
     "a classifier in float16": (_edit_task("task_001.safetensors", _half), "not float32"),
-    "another flow's task file": (None, "written under another config.json"),  # type: ignore[dict-item]
+    "another flow's task file": (None, "written under another asked.json"),  # type: ignore[dict-item]
     "the class order edited": (
         _edit_config(lambda c: c["stream"].update(order_seed=7)),
-        "written under another config.json",
+        "written under another asked.json",
     ),
     "a task file too many": (
-        lambda run: shutil.copy(run / "task_001.safetensors", run / "task_002.safetensors"),
-        r"holds 3 task files but its split \(config.json\) has 2 tasks",
+        lambda run: shutil.copy(
+            run / "state" / "task_001.safetensors", run / "state" / "task_002.safetensors"
+        ),
+        r"holds 3 task files but its split \(asked.json\) has 2 tasks",
     ),
+}
+WHOLE = {  # what the finished run's digests (done.json) say first, before a state file is read
+    "task 0's file as task 1": "task_001.safetensors is not the file that was written",
+    "a module weight made NaN": "task_001.safetensors is not the file that was written",
+    "a classifier in float16": "task_001.safetensors is not the file that was written",
+    "another flow's task file": "task_001.safetensors is not the file that was written",
+    "the class order edited": "asked.json is not the file that was written",
+    "a task file too many": "holds state/task_002.safetensors, a file its done.json does not name",
 }
 
 
@@ -100,87 +110,33 @@ def test_an_edited_or_mixed_run_is_refused_by_eval_and_predict(
     shutil.copytree(runs["tosca"], run)
     edit, said = EDITS[case]
     if edit is None:
-        shutil.copy(runs["tosca_r"] / "task_001.safetensors", run / "task_001.safetensors")
+        shutil.copy(
+            runs["tosca_r"] / "state" / "task_001.safetensors", run / "state" / "task_001.safetensors"
+        )
     else:
         edit(run)
+    for read in (evaluate_run, tosca_heads.load_run, read_run):  # finished: its digests refuse it
+        with pytest.raises(UserError, match=WHOLE[case]):
+            read(run)
+    (run / "done.json").unlink()  # not finished: resumed from its state files, each checked as read
     with pytest.raises(UserError, match=said):
         evaluate_run(run)
     with pytest.raises(UserError, match=said):  # the predictor reads the same files
         tosca_heads.load_run(run)
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda m: m.pop("finished_tasks"),
-        lambda m: m.update(finished_tasks=-3),
-        lambda m: m["routers"]["entropy"].update(A_last=7.5),
-        lambda m: m["routers"]["entropy"].update(A_last=True),
-        lambda m: m["routers"]["entropy"].update(A_last=float("nan")),
-        lambda m: m["routers"]["entropy"].update(routing_accuracy="x"),
-        lambda m: m["routers"]["entropy"].update(A_t=[0.5, 2.0]),
-    ],
-)
-def test_edited_metrics_are_refused(
-    runs: dict[str, Path], tmp_path: Path, change: Callable[[dict], None]
-) -> None:
+def test_an_edited_metrics_view_is_never_read(runs: dict[str, Path], tmp_path: Path) -> None:
+    """metrics.json is a view (issue 54): an edited finished_tasks or A_last there is read by no
+    one, where before it was refused or, for finished_tasks, believed by `tosca routers`."""
     run = tmp_path / "run"
     shutil.copytree(runs["tosca"], run)
+    before = read_run(run).metrics
     metrics = json.loads((run / "metrics.json").read_text())
-    change(metrics)
+    metrics.update(finished_tasks=-3)
+    metrics["routers"]["entropy"].update(A_last=7.5, A_t=[0.5, 2.0])
     (run / "metrics.json").write_text(json.dumps(metrics))
-    with pytest.raises(UserError, match="were edited or damaged"):
-        read_metrics(run)
-
-
-@pytest.fixture(scope="module")
-def sweep(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sweep") / "sw"
-    tosca_heads.sweep(runs["store"], out=out, grid={"r": [2, 4]}, init_cls=2, increment=2, epochs=1)
-    return out / "results.csv"
-
-
-@pytest.mark.parametrize(
-    ("column", "value", "said"),
-    [
-        ("A_last", "nan", "not a finite number"),
-        ("A_last", "inf", "not a finite number"),
-        ("A_last", "5", "not A_last between 0 and 1"),  # each figure's bounds, as its metric declares them
-        ("forgetting", "-1.5", "not forgetting between -1 and 1"),
-        ("A_bar_low", "1.5", "not A_bar between 0 and 1"),
-        ("params_per_task", "nan", "not a finite number"),
-        ("train_seconds", "-1", "not a number of at least 0"),
-        ("r", "-3", "not a number of at least 1"),
-        ("r", "3.5", "not a whole number"),
-        ("r", "8", "its flags do not match its key"),
-        ("l1", "0.5", "its flags do not match its key"),
-        ("A_t", "xyz", "A_t holds 'xyz', not a list of accuracies"),
-    ],
-)
-def test_edited_sweep_results_are_refused(
-    sweep: Path, tmp_path: Path, column: str, value: str, said: str
-) -> None:
-    rows = list(csv.DictReader(sweep.open()))
-    rows[0][column] = value
-    edited = tmp_path / "results.csv"
-    with edited.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    with pytest.raises(UserError, match=f"line 2: .*{said}"):
-        ResultsTable(edited, check_only=True)
-    assert ResultsTable(sweep, check_only=True).keys()  # the file as written reads
-
-
-def test_a_last_line_cut_inside_its_curve_is_dropped_not_refused(sweep: Path, tmp_path: Path) -> None:
-    """A kill mid-append leaves a last line without its newline, cut anywhere (even inside the
-    quoted A_t): that point was not recorded, and the sweep reruns it."""
-    whole = sweep.read_text()
-    cut = tmp_path / "results.csv"
-    cut.write_text(whole[: whole.rstrip("\n").rfind("[") + 5])  # inside the last row's A_t
-    table = ResultsTable(cut)
-    assert len(table.keys()) == len(ResultsTable(sweep, check_only=True).keys()) - 1
-    assert cut.read_text().endswith("\n")
+    after = read_run(run).metrics
+    assert after == before and after["finished_tasks"] == 2
 
 
 def test_a_store_replaced_while_a_fit_or_baseline_reads_it_gives_no_number(
@@ -271,16 +227,26 @@ def test_routers_of_a_partial_run_leave_out_baselines_measured_on_more_tasks(
 
 
 @pytest.mark.parametrize("gone", ["task_001.safetensors", "task_000.safetensors"])
+@pytest.mark.parametrize("finished", [True, False])
 def test_eval_refuses_a_run_that_lost_a_task_file_and_rewrites_nothing(
-    runs: dict[str, Path], tmp_path: Path, gone: str
+    runs: dict[str, Path], tmp_path: Path, gone: str, finished: bool
 ) -> None:
     """A deleted task file (the last one, or one before others) is one line naming it: evaluating
-    what is left would rewrite metrics.json, results.csv and the answers with tasks dropped."""
+    what is left would rewrite the views and the answers with tasks dropped. A finished run's
+    done.json names it missing; a run never finished (no done.json) says which task file is gone
+    before the ones that remain (the last one gone: `tosca fit --run` trains it again)."""
     run = tmp_path / "run"
     shutil.copytree(runs["tosca"], run)
-    (run / gone).unlink()
-    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    with pytest.raises(UserError, match=f"{gone} is missing") as refused:
-        evaluate_run(run)
-    assert "\n" not in str(refused.value) and "tosca fit --run" in str(refused.value)
-    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    (run / "state" / gone).unlink()
+    if not finished:
+        (run / "done.json").unlink()
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    if finished or gone == "task_000.safetensors":
+        with pytest.raises(UserError, match=f"{gone} is missing") as refused:
+            evaluate_run(run)
+        assert "\n" not in str(refused.value)
+        fix = "delete the run and fit it again" if finished else "tosca fit --run"
+        assert fix in str(refused.value)
+        assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    else:  # the last task file of a run never finished: evaluated as the one task it has
+        assert len(evaluate_run(run).stages) == 1

@@ -102,6 +102,24 @@ def test_a_task_over_the_budget_is_refused_before_any_work(
     assert not run.exists()
 
 
+def test_eval_over_the_budget_names_only_what_eval_can_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57, point 10: `tosca eval` under a budget said "lower --r, --s or --batch-size", flags
+    it does not have (a run's recipe and split are fixed once trained): it names the budget alone."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=1000, dim=256, views=2)
+    run = tmp_path / "run"
+    args = ["fit", "--store", str(store.path), "--run", str(run), "--device", "cpu", "--epochs", "1"]
+    fitted = CliRunner().invoke(app, [*args, "--init-cls", "2", "--increment", "2", "--batch-size", "64"])
+    assert fitted.exit_code == 0, fitted.output
+    monkeypatch.setenv("TOSCA_MEMORY_BUDGET", "")  # the flag sets it for the command: unset after the test
+    result = CliRunner().invoke(app, ["--memory-budget", "1MB", "eval", str(run), "--device", "cpu"])
+    line = refusal(
+        result.exit_code, after_the_plan(result.output), "one task of this run needs", "raise --memory-budget"
+    )
+    assert not any(flag in line for flag in ("--r", "--s ", "--batch-size", "--increment")), line
+
+
 def test_require_room_holds_whole_only_what_fits_the_budget(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=120, dim=256, views=2)
     train = [RECIPE.resolved(256)]

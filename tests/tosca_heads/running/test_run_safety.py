@@ -21,6 +21,7 @@ from cli import app
 from featcache.store import chunk_checksum
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
+from tosca_heads.records.run_cell import read_run
 
 RUNNER = CliRunner()
 
@@ -55,10 +56,15 @@ def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
     child = start(_fit_cmd(store.path, run), tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
-    finished = sorted(p.name for p in run.glob("task_*.safetensors"))
+    finished = sorted(p.name for p in run.glob("state/task_*.safetensors"))
     assert finished == ["task_000.safetensors", "task_001.safetensors"], finished
     for name in finished:  # every file that is there loads whole
-        assert "luca.down.weight" in load_file(str(run / name))
+        assert "luca.down.weight" in load_file(str(run / "state" / name))
+    assert not (run / "done.json").exists()  # killed mid-task: never read as finished
+    with pytest.raises(UserError, match=r"is not finished \(no done.json"):
+        read_run(run)
+    routers = RUNNER.invoke(app, ["routers", str(run)])
+    assert routers.exit_code == 2 and "is not finished" in routers.output
     resumed = RUNNER.invoke(app, _fit_cmd(store.path, run))
     assert resumed.exit_code == 0, resumed.output
     assert resumed.output.count("reused") == len(finished) and resumed.output.count("trained") >= 5 - len(
@@ -67,13 +73,12 @@ def test_killed_fit_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
     fresh = RUNNER.invoke(app, _fit_cmd(store.path, tmp_path / "fresh"))
     assert fresh.exit_code == 0, fresh.output
     for task in range(5):
-        a = load_file(str(run / f"task_{task:03d}.safetensors"))
-        b = load_file(str(tmp_path / "fresh" / f"task_{task:03d}.safetensors"))
+        a = load_file(str(run / "state" / f"task_{task:03d}.safetensors"))
+        b = load_file(str(tmp_path / "fresh" / "state" / f"task_{task:03d}.safetensors"))
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
-    metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["routers"] == json.loads((tmp_path / "fresh" / "metrics.json").read_text())["routers"]
-    assert not list(run.glob(".*.tmp"))  # no temporary file left behind
+    assert read_run(run).metrics["routers"] == read_run(tmp_path / "fresh").metrics["routers"]
+    assert not list(run.rglob(".*.tmp"))  # no temporary file left behind
 
 
 def test_an_interrupted_write_leaves_the_previous_file(tmp_path: Path) -> None:
@@ -142,13 +147,13 @@ def test_fit_with_a_lower_task_keeps_the_run_folder_consistent(tmp_path: Path) -
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
     run = tmp_path / "run"
     assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
-    before = (run / "task_002.safetensors").stat().st_mtime_ns
+    before = (run / "state" / "task_002.safetensors").stat().st_mtime_ns
     again = RUNNER.invoke(app, [*_fit_cmd(store.path, run, 2), "--task", "0", "--json"])
     assert again.exit_code == 0, again.output
-    metrics = json.loads((run / "metrics.json").read_text())
-    assert len(metrics["routers"]["entropy"]["A_t"]) == 3
-    assert load_file(str(run / "router.safetensors"))["counts"].shape[0] == 6
-    assert (run / "task_002.safetensors").stat().st_mtime_ns == before
+    metrics = read_run(run).metrics  # finished again, every file whole
+    assert len(metrics["routers"]["entropy"]["A_t"]) == 3 and metrics["finished_tasks"] == 3
+    assert load_file(str(run / "state" / "router.safetensors"))["counts"].shape[0] == 6
+    assert (run / "state" / "task_002.safetensors").stat().st_mtime_ns == before
 
 
 def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_path: Path) -> None:
@@ -161,6 +166,9 @@ def test_predict_refuses_router_statistics_that_do_not_match_the_classifier(tmp_
     assert RUNNER.invoke(app, _fit_cmd(store.path, run, 2)).exit_code == 0
     assert RUNNER.invoke(app, [*_fit_cmd(store.path, short, 2), "--task", "0"]).exit_code == 0
     (run / ROUTER_FILE).write_bytes((short / ROUTER_FILE).read_bytes())  # 2 classes, classifier 6
+    with pytest.raises(UserError, match=r"router\.safetensors is not the file that was written"):
+        RunPredictor(run, 6).load()  # a finished run: its digests refuse the file first
+    (run / "done.json").unlink()  # as the killed fit left it: not finished, each state file checked
     with pytest.raises(UserError, match=r"router\.safetensors covers 2 classes but the classifier"):
         RunPredictor(run, 6).load()
     assert RUNNER.invoke(app, ["eval", str(run), "--device", "cpu"]).exit_code == 0
@@ -176,7 +184,7 @@ def test_a_damaged_config_is_one_line_and_eval_works_from_inside_the_run(
     monkeypatch.chdir(run)
     inside = RUNNER.invoke(app, ["eval", ".", "--device", "cpu"])
     assert inside.exit_code == 0, inside.output
-    (run / "config.json").write_text('{"store": ')
+    (run / "asked.json").write_text('{"store": ')
     for argv in (["eval", "."], ["routers", "."], ["predict", ".", "x.jpg"]):
         result = RUNNER.invoke(app, argv)
         assert result.exit_code == 2 and "is not valid JSON" in result.output, (argv, result.output)

@@ -23,6 +23,7 @@ from tosca_foundation.errors import UserError
 from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.protocol import StreamConfig, TaskStream, class_order
 from tosca_heads.method.recipe import TrainConfig
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import resolve_routers
 from tosca_heads.running.group import evaluate_run, fit_run
@@ -51,36 +52,42 @@ def test_resume_equals_one_go(tmp_path: Path) -> None:
     one_go = fit_run(store, stream, FAST, 3, tmp_path / "b")
     for task in range(4):
         a, b = (
-            load_file(str(tmp_path / "a" / f"task_{task:03d}.safetensors")),
-            load_file(str(tmp_path / "b" / f"task_{task:03d}.safetensors")),
+            load_file(str(tmp_path / "a" / "state" / f"task_{task:03d}.safetensors")),
+            load_file(str(tmp_path / "b" / "state" / f"task_{task:03d}.safetensors")),
         )
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
     assert resumed.metrics()["routers"] == one_go.metrics()["routers"]
+    assert read_run(tmp_path / "a").metrics["routers"] == read_run(tmp_path / "b").metrics["routers"]
 
 
 def test_run_directory_contents_and_eval(tmp_path: Path) -> None:
     store = synthetic_store(tmp_path / "s.zarr", classes=6)
     result = fit_run(store, StreamConfig(2, 2), FAST, None, tmp_path / "run")
-    files = {p.name for p in (tmp_path / "run").iterdir()}
+    files = {str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file()}
     assert {
-        "config.json",
-        "task_000.safetensors",
-        "task_002.safetensors",
-        "head.safetensors",
+        "asked.json",
+        "measured.json",
+        "outcomes.safetensors",
+        "done.json",
+        "state/task_000.safetensors",
+        "state/task_002.safetensors",
+        "state/head.safetensors",
+        "state/router.safetensors",
         "metrics.json",
         "results.csv",
         "accuracy.png",
-        "router.safetensors",
     } <= files
-    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    config = json.loads((tmp_path / "run" / "asked.json").read_text())
     assert config["train"]["r"] == 4 and config["stream"] == {
         "init_cls": 2,
         "increment": 2,
         "order_seed": 1993,
     }
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    metrics = read_run(tmp_path / "run").metrics  # computed from the answers
+    assert metrics == json.loads(json.dumps(result.metrics()))  # what the fit had: the view says it too
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == metrics
     assert set(metrics["routers"]) == set(COMPUTED)  # every router, honest or not
     assert {"entropy", "batch", "batch_shuffled", "oracle", "lda", "ncm"} <= set(metrics["routers"])
     oracle = metrics["routers"]["oracle"]

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from tosca_foundation.errors import UserError
-from tosca_heads.records.run_folder import CONFUSION, read_confusion
+from tosca_heads.records.run_cell import read_run
+from tosca_heads.records.run_folder import CONFUSION
 from tosca_heads.routers import resolve_routers
 from tosca_heads.studies.report import misrouting, routers_report
 
@@ -36,8 +37,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_confusion_matrices_agree_with_the_routing_accuracy(run: Path) -> None:
-    payload = read_confusion(run)
-    metrics = json.loads((run / "metrics.json").read_text())
+    read = read_run(run)  # counted from the route kept after the last task
+    payload, metrics = read.confusion, read.metrics
+    view = json.loads((run / CONFUSION).read_text())
+    assert {k: view[k] for k in ("task", "test", "validation")} == payload  # the view says the same
     assert payload["task"] == 2 and (run / "confusion.png").stat().st_size > 0
     for split, block in (("test", "routers"), ("validation", "validation")):
         for name in COMPUTED:
@@ -73,7 +76,7 @@ def test_the_engine_counts_scikit_learns_confusion_matrix(tasks: int) -> None:
 
 def test_routers_shows_where_the_misrouted_images_go(run: Path) -> None:
     report = routers_report(run)
-    matrix = read_confusion(run)["test"][report.best]
+    matrix = read_run(run).confusion["test"][report.best]
     assert [r["misrouted"] for r in report.misrouting] == [sum(row) - row[t] for t, row in enumerate(matrix)]
     shown = CliRunner().invoke(app, ["routers", str(run)])
     assert shown.exit_code == 0 and f"where {report.best} routes each task's test images" in shown.output
@@ -92,19 +95,20 @@ def test_misrouting_names_the_biggest_destinations_first() -> None:
     assert rows[2]["misrouted_to"] == [(0, 2), (1, 2)]  # ties: the lower task first
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "not json",
-        '{"task": -1}',
-        '{"task": 2, "test": {"lda": [[1, 2], [3, 4]]}}',
-        '{"task": 0, "test": {"lda": [[-1]]}}',
-    ],
-)
-def test_a_damaged_confusion_file_is_one_line(run: Path, tmp_path: Path, text: str) -> None:
+def test_an_edited_route_is_one_line(run: Path, tmp_path: Path) -> None:
+    """The route kept after the last task is an answer: edited after the run finished, one line."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
     copy = tmp_path / "run"
-    copy.mkdir()
-    (copy / CONFUSION).write_text(text)
-    with pytest.raises(UserError, match=r"confusion\.json is damaged"):
-        read_confusion(copy)
-    assert read_confusion(tmp_path) is None  # a run written before the file existed
+    shutil.copytree(run, copy)
+    path = copy / "outcomes.safetensors"
+    with safe_open(path, "pt") as fh:
+        meta = fh.metadata()
+    tensors = load_file(path)
+    tensors["test/chosen/entropy"][0] = 2 - tensors["test/chosen/entropy"][0]
+    save_file(tensors, path, meta)
+    with pytest.raises(UserError, match=r"outcomes\.safetensors is not the file that was written"):
+        read_run(copy)

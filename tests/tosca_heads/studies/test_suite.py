@@ -110,7 +110,7 @@ def test_a_killed_suite_resumes_to_the_same_tables_with_finished_cells_untouched
     child = start(args, tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
-    finished = sorted(m.parent for m in (out / "cells").rglob("metrics.json"))
+    finished = sorted(m.parent for m in (out / "cells").rglob("done.json"))
     assert len(finished) == 3, finished  # three jobs done, the fourth paused before it began
     before = {p: _digests(p) for p in finished}
     assert not (out / "table.csv").exists()
@@ -137,7 +137,7 @@ def test_missing_cells_are_said_never_averaged_away(tmp_path: Path) -> None:
     ranpac_seed1 = next(s for s in full.cells if s.cell.method == "ranpac" and s.cell.seed == 1)
     tosca_seeds = [s for s in full.cells if s.cell.kind == "tosca"]
     for state in (ranpac_seed1, *tosca_seeds):
-        (state.folder / "metrics.json").unlink()
+        (state.folder / "done.json").unlink()  # cells never finished
     partial = run_suite(spec, out, device="cpu", tables_only=True)
     assert sorted(partial.missing) == sorted(s.cell.key for s in (ranpac_seed1, *tosca_seeds))
     text = (out / "table.md").read_text()
@@ -246,7 +246,7 @@ def test_a_bad_suite_is_one_line(tmp_path: Path, toml: str, message: str) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--preset", "fantasy"], "unknown --preset 'fantasy': use one of local, paper"),
+        (["--preset", "fantasy"], "unknown --preset 'fantasy': use one of small, local, paper"),
         ([], "give a suite file"),
         (["SUITE.toml", "--preset", "local"], "not both or neither"),
         (["missing.toml"], "suite file missing.toml is missing"),
@@ -456,16 +456,21 @@ def test_a_finished_cell_with_a_task_file_deleted_or_damaged_is_trained_again_or
     out = tmp_path / "out"
     first = run_suite(spec, out, device="cpu")
     cell = first.cells[0]
-    (cell.folder / "task_001.safetensors").unlink()
+    state = cell.folder / "state"
+    (state / "task_001.safetensors").unlink()  # a finished cell damaged: said, never written over
+    with pytest.raises(UserError, match=r"task_001\.safetensors is missing \(deleted\?\)"):
+        run_suite(spec, out, device="cpu")
+    (cell.folder / "done.json").unlink()  # a cell never finished (killed): trained again from its state
     again = run_suite(spec, out, device="cpu")
     assert [c.status for c in again.cells] == ["ran"] + ["done"] * (len(again.cells) - 1)
     pd.testing.assert_frame_equal(again.tables.table, first.tables.table)
-    (cell.folder / "task_001.safetensors").write_bytes(b"\x10\x00\x00")
-    with pytest.raises(UserError, match=r"task_001\.safetensors is damaged"):
+    (state / "task_001.safetensors").write_bytes(b"\x10\x00\x00")
+    with pytest.raises(UserError, match=r"task_001\.safetensors is not the file that was written"):
         run_suite(spec, out, device="cpu", tables_only=True)
-    shutil.copy(cell.folder / "task_000.safetensors", cell.folder / "task_001.safetensors")
+    (cell.folder / "done.json").unlink()
+    shutil.copy(state / "task_000.safetensors", state / "task_001.safetensors")
     with pytest.raises(UserError, match="written for task 0"):  # read with every check of `tosca eval`
-        run_suite(spec, out, device="cpu", tables_only=True)
+        run_suite(spec, out, device="cpu")
 
 
 @pytest.mark.heavy

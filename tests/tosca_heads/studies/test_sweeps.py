@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import json
 import os
 import signal
@@ -20,8 +18,8 @@ from cli import app
 from tosca_foundation.errors import UserError
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
-from tosca_heads.records import FORMAT
-from tosca_heads.records.sweep import COLUMNS, ResultsTable, point_key, point_rows
+from tosca_heads.records import FORMAT, cell
+from tosca_heads.records.sweep_points import POINTS_FOLDER
 from tosca_heads.routers import resolve_routers
 from tosca_heads.studies.results import by_point
 from tosca_heads.studies.sweeps import grid_points, parse_values
@@ -86,7 +84,7 @@ def test_two_by_two_sweep_equals_four_fit_runs(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     long = pd.read_csv(out / "results.csv")
     assert len(long) == 4 * 2 * len(COMPUTED) and set(long["router"]) == set(COMPUTED)
-    assert set(long["rows"]) == {2 * len(COMPUTED)} and set(long["format"]) == {FORMAT}
+    assert set(long["format"]) == {FORMAT} and "rows" not in long
     assert set(long["split"]) == {"test", "validation"} and set(long["val_fraction"]) == {0.1}
     rows = _points(out / "results.csv")
     assert len(rows) == 4 and rows["key"].is_unique
@@ -155,34 +153,37 @@ def _sweep_cmd(store: Path, out: Path) -> list[str]:
 
 @pytest.mark.heavy  # 6 s of kills and reruns
 def test_killed_sweep_resumes_without_duplicates(tmp_path: Path) -> None:
-    """Killed as it records its third point, with a point's rows cut short at the end of the file:
-    the rerun drops the cut point, keeps the two finished ones as they were, runs the other four,
-    and ends with an undisturbed sweep's numbers."""
+    """Killed as it writes its third point's cell, after its asked.json and measured.json and before
+    its answers and done.json: the rerun reuses the two finished points as they were, computes the
+    cut one and the other three, and ends with an undisturbed sweep's numbers."""
     store = synthetic_store(tmp_path / "s.zarr", classes=10, per_class=40, views=2, spread=1.0)
     out = tmp_path / "sweep"
-    pause = PauseAt(function="tosca_heads.records.sweep:ResultsTable.append", occurrence=3)
+    pause = PauseAt(function="tosca_heads.records.cell:write_outcomes", occurrence=3)
     child = start(_sweep_cmd(store.path, out), tmp_path / "child", pause)
     child.wait_paused()
     child.kill()
-    csv_path = out / "results.csv"
-    before = pd.read_csv(csv_path)
-    assert len(before) == 2 * 2 * len(COMPUTED) and before["key"].nunique() == 2  # test and validation rows
-    cut = before.iloc[0].to_dict() | {"key": "deadbeef"}
-    with open(csv_path, "a", newline="") as fh:  # a point whose rows a kill cut short: its first only
-        csv.writer(fh).writerow("" if pd.isna(v) else v for v in cut.values())
+    points = out / POINTS_FOLDER
+    finished = {
+        p.name: (p / cell.MEASURED).read_bytes() for p in points.iterdir() if (p / cell.DONE).exists()
+    }
+    (cut,) = [p for p in points.iterdir() if p.name not in finished]
+    assert sorted(f.name for f in cut.iterdir()) == [cell.ASKED, cell.MEASURED]  # its cell cut short
+    assert len(finished) == 2  # results.csv, a view written as points finish, holds no other
+    assert set(pd.read_csv(out / "results.csv")["key"]) <= set(finished)
     resumed = RUNNER.invoke(app, _sweep_cmd(store.path, out))
     assert resumed.exit_code == 0, resumed.output
     assert "2 already done" in resumed.output
-    after = pd.read_csv(csv_path)
+    after = pd.read_csv(out / "results.csv")
     assert len(after) == 6 * 2 * len(COMPUTED) and after["key"].nunique() == 6
-    assert "deadbeef" not in set(after["key"])
-    pd.testing.assert_frame_equal(after.head(len(before)), before)  # finished rows kept as they were
+    assert sorted(f.name for f in cut.iterdir()) == sorted(cell.CELL_FILES)  # computed again, whole
+    for key, measured in finished.items():  # the finished points reused as they were
+        assert (points / key / cell.MEASURED).read_bytes() == measured
     again = RUNNER.invoke(app, _sweep_cmd(store.path, out))
-    assert "0 run(s)" in again.output and len(pd.read_csv(csv_path)) == len(after)
+    assert "0 run(s)" in again.output and len(pd.read_csv(out / "results.csv")) == len(after)
     fresh = RUNNER.invoke(app, _sweep_cmd(store.path, tmp_path / "fresh"))
     assert fresh.exit_code == 0, fresh.output
     by_key = _points(tmp_path / "fresh" / "results.csv").set_index("key")
-    resumed_by_key = _points(csv_path).set_index("key").loc[by_key.index]
+    resumed_by_key = _points(out / "results.csv").set_index("key").loc[by_key.index]
     for router in COMPUTED:
         assert (resumed_by_key[f"A_last_{router}"] == by_key[f"A_last_{router}"]).all()
 
@@ -219,47 +220,6 @@ def test_groups_hold_only_compatible_points() -> None:
     for members in groups:
         assert len({p.train.epochs for p in members}) == 1
     assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in points)
-
-
-def _point(seed: int, routers: tuple[str, ...] = ("entropy", "oracle")) -> list[dict]:
-    """A point's rows with every flag 1 but its seed, under the key those flags give."""
-    block = {"A_bar": 0.5, "A_last": 0.25, "forgetting": 0.0, "routing_accuracy": 1.0, "A_t": [0.5, 0.25]}
-    point = {c: 1 for c in COLUMNS} | {"flow": "tosca", "seed": seed, "val_fraction": 0.0, "val_seed": 0}
-    point["key"] = _key(seed)
-    return point_rows(point, dict.fromkeys(routers, block))
-
-
-def _key(seed: int) -> str:
-    flags = {f.name: 1 for f in [*dataclasses.fields(TrainConfig), *dataclasses.fields(StreamConfig)]}
-    flags |= {
-        "flow": "tosca",
-        "seed": seed,
-        "l1": 1.0,
-        "lr": 1.0,
-        "momentum": 1.0,
-        "weight_decay": 1.0,
-        "eta_min": 1.0,
-    }
-    return point_key(flags)
-
-
-def test_results_table_drops_cut_and_duplicate_points(tmp_path: Path) -> None:
-    path = tmp_path / "results.csv"
-    table = ResultsTable(path)
-    table.append(_point(1))
-    table.append(_point(1))  # the same point twice is recorded once
-    whole = path.read_text()
-    assert whole.count("\n") == 3  # header and one row per router
-    with open(path, "a") as fh:  # point 2 cut after its first router's row, mid-line
-        fh.write(whole.splitlines()[1].replace(_key(1), _key(2), 1) + "\n" + "c,1,2")
-    assert ResultsTable(path).keys() == {_key(1)}
-    assert path.read_text() == whole  # the cut point and the cut line are gone from the file
-    table = ResultsTable(path)
-    table.append(_point(2, ("entropy",)))  # a later point may have fewer routers: its own count
-    assert ResultsTable(path).keys() == {_key(1), _key(2)}
-    path.write_text("key,other\n")
-    with pytest.raises(UserError, match="other columns"):
-        ResultsTable(path)
 
 
 def test_sweep_json_is_one_row_per_point(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import FORMAT
 from tosca_heads.records.outcomes import read_outcomes, write_outcomes
-from tosca_heads.records.run_folder import read_run_figures
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.studies.results import choice_lines, choices, summarise_points, with_noise
 from tosca_heads.studies.suite.claims import Evidence
 from tosca_heads.studies.suite.tables import BOLD_COLUMNS, TABLE_COLUMNS, _mark_best
@@ -258,10 +258,10 @@ def _run(*args: object) -> str:
 def test_every_figure_of_a_run_and_a_baseline_carries_its_interval(store: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shown = _run("fit", "--store", store, "--run", run, "--epochs", "1", "--val-fraction", "0.25", *SPLIT)
-    assert "[low, high]: 95% interval over the 60 images of the split" in shown
-    metrics = json.loads((run / "metrics.json").read_text())
+    assert "[low, high]: 95% interval over the 60 samples of the split" in shown
+    metrics = read_run(run).metrics
     assert metrics["format"] == FORMAT and metrics["uncertainty"]["level"] == 0.95
-    answers = read_run_figures(run)[1]
+    answers = read_run(run).answers
     assert answers is not None and set(answers) == {"test", "validation"}
     for split, blocks in (("test", metrics["routers"]), ("validation", metrics["validation"])):
         for name, block in blocks.items():
@@ -274,10 +274,10 @@ def test_every_figure_of_a_run_and_a_baseline_carries_its_interval(store: Path, 
     rows = pd.read_csv(run / "results.csv")
     assert (rows["A_t_low"] <= rows["A_t"]).all() and (rows["A_t"] <= rows["A_t_high"]).all()
     assert set(rows.loc[rows["task"] == 0, "images"]) == {20, 12}  # the classes seen after task 0
-    before = (run / "task_000.safetensors").read_bytes()
+    before = (run / "state" / "task_000.safetensors").read_bytes()
     _run("eval", run, "--device", "cpu")  # rewritten from the kept modules, nothing trained
-    assert json.loads((run / "metrics.json").read_text())["routers"] == metrics["routers"]
-    assert (run / "task_000.safetensors").read_bytes() == before
+    assert read_run(run).metrics["routers"] == metrics["routers"]
+    assert (run / "state" / "task_000.safetensors").read_bytes() == before
     base = tmp_path / "base"
     compared = _run(
         "baselines",

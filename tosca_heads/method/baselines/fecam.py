@@ -42,6 +42,7 @@ class FeCAM:
     deterministic = True
     runs_by_default = False
     order_free = True
+    least_per_class = 2  # one image has no covariance: checked at the edge (`FitPlan.check_learners`)
     label = "FeCAM"
     params = ()
 

@@ -13,6 +13,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
+from tosca_heads.method.closed_form import RidgeSystem
 from tosca_heads.method.ties import top_class
 
 SIGMAS = (0.01, 0.1, 1.0, 10.0, 100.0)  # the factors of the given sigma `tune` tries
@@ -32,8 +33,15 @@ class KLDA:
     that is the same for every class (argmax and softmax are unchanged by it). The ensemble's
     scores are its members' softmax probabilities averaged (the authors sum them).
 
-    State per member: the D x D float64 scatter (200 MB at D = 5,000) and C x D float64 means,
-    plus (S + 1e-6 I)^-1 M' (D x C), refreshed after each task; never samples."""
+    The scatter is a sum over class-centred rows, S = C'C, so it is kept as a
+    `closed_form.RidgeSystem` in the smaller of its two forms: the centred rows themselves while
+    fewer than D have been seen, (S + 1e-6 I)^-1 M' then solved through the n x n system
+    (Woodbury's identity), else the D x D scatter and its Cholesky factor (the authors' form); the
+    same answer to rounding.
+
+    State per member: the centred rows (n x D float64) while n < D, else the D x D float64 scatter
+    (200 MB at D = 5,000); the C x D float64 means, plus (S + 1e-6 I)^-1 M' (D x C), refreshed
+    after each task; never samples."""
 
     paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
         "Momeni, Mazumder & Liu, Continual Learning Using a Kernel-Based Method Over Foundation "
@@ -125,9 +133,7 @@ class KLDA:
             self.weights_.append(weights.to(self.device))
             self.offsets_.append(offsets.to(self.device))
         dev = self.weights_[0].device
-        self.scatter_ = [
-            torch.zeros(self.dim, self.dim, dtype=torch.float64, device=dev) for _ in self.weights_
-        ]
+        self.scatter_ = [RidgeSystem(self.dim, dev) for _ in self.weights_]  # S = C'C, its smaller form
         self.means_ = [torch.zeros(0, self.dim, dtype=torch.float64, device=dev) for _ in self.weights_]
         self.counts_ = np.zeros(0, dtype=np.int64)
         self.sigma_, self.tuned_by_ = self.sigma, "the paper's value (its code's default)"
@@ -152,8 +158,9 @@ class KLDA:
                 grown[: len(self.means_[m])] = self.means_[m]
                 grown[torch.from_numpy(classes).to(dev)] = means
                 self.means_[m] = grown
-                linalg.add_gram(self.scatter_[m], linalg.tiled(rff.centred(h, labels, classes, means)), run)
-                solved = rff.spd_solve(self.scatter_[m], grown.T.contiguous(), self.ridge, run)
+                centred = rff.centred(h, labels, classes, means)
+                self.scatter_[m].add(centred, centred.new_zeros(len(centred), 0), run)
+                solved = self.scatter_[m].solve_for(grown.T.contiguous(), self.ridge, run)
                 self.solved_.append(solved)  # (S + ridge I)^-1 M'
                 self.quadratic_.append((grown * solved.T).sum(1))  # mu_c'(S + ridge I)^-1 mu_c
         return self
@@ -214,12 +221,16 @@ class KLDA:
         return kept
 
     def num_parameters(self) -> int:
-        return int(sum(m.numel() for m in self.means_) + sum(s.numel() for s in self.scatter_))
+        """The means and the D x D scatter of each member: the model's statistics, whichever form
+        of the scatter is kept (`state_bytes` says what is stored)."""
+        return int(sum(m.numel() for m in self.means_) + len(self.scatter_) * self.dim * self.dim)
 
     def state_bytes(self) -> int:
-        """The scatter matrices, the means and the solved means (float64), and the random features."""
-        kept = [*self.scatter_, *self.means_, *self.solved_, *self.weights_, *self.offsets_]
-        return int(sum(t.numel() * t.element_size() for t in kept))
+        """The scatters in their kept form, the means and the solved means (float64), and the random
+        features."""
+        kept = [*self.means_, *self.solved_, *self.weights_, *self.offsets_]
+        scatters = sum(system.nbytes() for system in self.scatter_)
+        return int(scatters + sum(t.numel() * t.element_size() for t in kept))
 
 
 class KLDAEnsemble(KLDA):

@@ -1,8 +1,8 @@
 """What KLDA and RanDumb share: random Fourier features of an RBF kernel (Rahimi & Recht 2007),
 phi(x) = sqrt(2 / D) cos(x W + b), W ~ N(0, 2 gamma) entrywise and b ~ U[0, 2 pi), so that
 phi(x)'phi(y) ~ exp(-gamma ||x - y||^2); the scatter of the features about their class means summed
-into one D x D float64 matrix; and the solve against that matrix. Products, Gram sums and the
-Cholesky factor are `linalg`'s tiled ones (the same bits on any thread count)."""
+(which each keeps as a `closed_form.RidgeSystem`, in the smaller of its two forms). Products and
+Gram sums are `linalg`'s tiled ones (the same bits on any thread count)."""
 
 from __future__ import annotations
 
@@ -41,24 +41,3 @@ def centred(h: torch.Tensor, labels: np.ndarray, classes: np.ndarray, means: tor
     """Each row minus its class's mean."""
     index = torch.from_numpy(np.searchsorted(classes, labels)).to(h.device)
     return h - means[index]
-
-
-def spd_solve(matrix: torch.Tensor, rhs: torch.Tensor, shift: float, run: linalg.Run) -> torch.Tensor:
-    """(matrix + shift I)^-1 rhs by the tiled Cholesky factor (on a GPU, torch's); where that is not
-    positive definite in floating point, by the pseudo-inverse (eigendecomposition on one thread,
-    eigenvalues below D * eps * the largest dropped, as numpy's and torch's pinv)."""
-    if matrix.device.type != "cpu":
-        shifted = matrix + shift * torch.eye(len(matrix), dtype=matrix.dtype, device=matrix.device)
-        factor, info = torch.linalg.cholesky_ex(shifted)
-        if int(info) == 0:
-            return torch.cholesky_solve(rhs, factor)
-    else:
-        tiles = linalg.cholesky(matrix, shift, run)
-        if tiles is not None:
-            return linalg.cholesky_solve(tiles, rhs, run)
-    with linalg.single_threaded(matrix.device):
-        evals, evecs = torch.linalg.eigh(matrix)
-        evals = evals + shift
-        keep = evals > len(matrix) * torch.finfo(matrix.dtype).eps * evals.abs().max()
-        inverse = torch.where(keep, 1.0 / torch.where(keep, evals, torch.ones_like(evals)), 0.0)
-        return evecs @ (inverse[:, None] * (evecs.T @ rhs))

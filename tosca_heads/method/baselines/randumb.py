@@ -12,6 +12,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
+from tosca_heads.method.closed_form import RidgeSystem
 from tosca_heads.method.scale import scaled_variance
 from tosca_heads.method.shrinkage import oas_coefficient
 from tosca_heads.method.ties import top_class
@@ -45,8 +46,15 @@ class RanDumb:
     covariance shrunk on its own, OAS_c = (1 - s_c) S_c / n_c + s_c mu_c I; the score of class c
     is phi' Sigma^-1 m_c - m_c' Sigma^-1 m_c / 2 + log(n_c / N) (the priors of the classes seen).
 
-    State: A = sum_c n_c OAS_c (D x D float64: 800 MB at D = 10,000), the C x D float64 means and
-    counts, and Sigma^-1 M' (D x C), refreshed after each task; never samples."""
+    A = sum_c n_c OAS_c = H'H + l I, H the rows of every class centred on their class mean and
+    scaled by sqrt(1 - s_c), l = sum_c n_c s_c mu_c: it is kept as a `closed_form.RidgeSystem` in
+    the smaller of its two forms (the scaled rows while fewer than D have been seen, A^-1 M' then
+    solved through the n x n system by Woodbury's identity; else the D x D sum H'H), the same
+    answer to rounding.
+
+    State: the scaled rows (n x D float64) while n < D, else H'H (D x D float64: 800 MB at D =
+    10,000), l, the C x D float64 means and counts, and Sigma^-1 M' (D x C), refreshed after each
+    task; never samples."""
 
     paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
         "Prabhu, Sinha, Kumaraguru, Torr, Sener & Dokania, RanDumb: A Simple Approach that "
@@ -121,7 +129,8 @@ class RanDumb:
             self.offsets_ = torch.from_numpy(offsets.astype(np.float32)).to(self.device)
         width = self.dim or d
         device = torch.device(self.device)
-        self.covariance_sum_ = torch.zeros(width, width, dtype=torch.float64, device=device)
+        self.covariance_sum_ = RidgeSystem(width, device)  # H'H of the scaled centred rows
+        self.shift_ = 0.0  # l = sum_c n_c s_c mu_c, A = H'H + l I
         self.means_ = torch.zeros(0, width, dtype=torch.float64, device=device)
         self.counts_ = np.zeros(0, dtype=np.int64)
         self.shrinkages_ = np.zeros(0)
@@ -156,12 +165,11 @@ class RanDumb:
             self.shrinkages_[classes] = [s for s, _ in found]
             keep = torch.from_numpy(np.sqrt(1.0 - self.shrinkages_[classes])).to(h.device)
             scaled = centred * keep[torch.from_numpy(np.searchsorted(classes, labels)).to(h.device)][:, None]
-            linalg.add_gram(self.covariance_sum_, linalg.tiled(scaled), run)  # sum_c (1 - s_c) X_c'X_c
-            extra = sum(float(n) * s * mu for n, (s, mu) in zip(counts, found, strict=True))
-            self.covariance_sum_.diagonal().add_(extra)  # + sum_c n_c s_c mu_c I
+            self.covariance_sum_.add(scaled, scaled.new_zeros(len(scaled), 0), run)  # sum_c (1 - s_c) X_c'X_c
+            self.shift_ += sum(float(n) * s * mu for n, (s, mu) in zip(counts, found, strict=True))
             total = int(self.counts_.sum())
-            # Sigma = A / N: Sigma^-1 M' = N A^-1 M'
-            self.coef_ = total * rff.spd_solve(self.covariance_sum_, self.means_.T.contiguous(), 0.0, run)
+            # Sigma = A / N: Sigma^-1 M' = N A^-1 M', A = H'H + sum_c n_c s_c mu_c I
+            self.coef_ = total * self.covariance_sum_.solve_for(self.means_.T.contiguous(), self.shift_, run)
             seen = self.counts_ > 0
             priors = np.log(np.where(seen, self.counts_, 1) / total)
             intercept = -0.5 * (self.means_ * self.coef_.T).sum(1).cpu().numpy() + priors
@@ -187,11 +195,14 @@ class RanDumb:
         return kept
 
     def num_parameters(self) -> int:
-        return int(self.means_.numel() + self.covariance_sum_.numel())
+        """The means and the D x D covariance: the model's statistics, whichever form of the
+        covariance sum is kept (`state_bytes` says what is stored)."""
+        return int(self.means_.numel() + self.covariance_sum_.width**2)
 
     def state_bytes(self) -> int:
-        """The covariance sum, the means and Sigma^-1 M' (float64), and the random features."""
-        kept = [self.covariance_sum_, self.means_, self.coef_]
+        """The covariance sum in its kept form, the means and Sigma^-1 M' (float64), and the random
+        features."""
+        kept = [self.means_, self.coef_]
         if self.dim:
             kept += [self.weights_, self.offsets_]
-        return int(sum(t.numel() * t.element_size() for t in kept))
+        return int(self.covariance_sum_.nbytes() + sum(t.numel() * t.element_size() for t in kept))

@@ -15,9 +15,9 @@ from tosca_heads.method.baseline_estimators import (
     as_labels,
     as_tensor,
     ridge_path,
-    ridge_solve,
 )
 from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.closed_form import RidgeSystem
 from tosca_heads.method.ties import top_class
 
 RANPAC_RULE = "RanPAC's rule: 80/20 split of the first task"
@@ -28,32 +28,29 @@ def one_hot(labels: np.ndarray, classes: int, device: torch.device) -> torch.Ten
 
 
 def ridge_by_accuracy(
-    gram: torch.Tensor, cross: torch.Tensor, x: torch.Tensor, labels: np.ndarray, ridges: tuple[float, ...]
+    system: RidgeSystem, x: torch.Tensor, labels: np.ndarray, ridges: tuple[float, ...], run: linalg.Run
 ) -> tuple[float, dict[float, tuple[float, float]]]:
-    """The ridge of `ridges` whose solution (G + l I)^-1 Q is most accurate on rows `x` (labels
+    """The ridge of `ridges` whose joint solution over `system` is most accurate on rows `x` (labels
     `labels`); among equally accurate ones the least mean squared error to the one-hot targets
     (RanPAC's criterion: a first task of two classes is often 100% accurate at every ridge), then
-    the larger ridge. Every solution from one eigendecomposition of G, on one thread. Returns it
-    and each ridge's (accuracy, mean squared error)."""
-    with linalg.single_threaded(gram.device):
-        evals, evecs = torch.linalg.eigh(gram)
-        projected = evecs.T @ cross
-        scored = x @ evecs
-        targets = one_hot(labels, cross.shape[1], x.device)
-        found = {}
-        for ridge in ridges:
-            scores = scored @ (projected / (evals.clamp_min(0) + ridge)[:, None])
-            accuracy = float((scores.argmax(1).cpu().numpy() == labels).mean())
-            found[ridge] = (accuracy, float(((scores - targets) ** 2).mean()))
+    the larger ridge. Every solution's scores from one eigendecomposition of the system's smaller
+    form (`RidgeSystem.path_scores`). Returns it and each ridge's (accuracy, mean squared error)."""
+    targets = one_hot(labels, system.classes, x.device)
+    found = {}
+    for ridge, scores in system.path_scores(x, ridges, run).items():
+        accuracy = float((scores.argmax(1).cpu().numpy() == labels).mean())
+        found[ridge] = (accuracy, float(((scores - targets) ** 2).mean()))
     best = max(found, key=lambda r: (found[r][0], -found[r][1], r))
     return best, found
 
 
 class Ridge:
-    """Ridge regression on the raw features onto one-hot targets, with G = X^T X and Q = X^T Y kept across tasks.
+    """Ridge regression on the raw features onto one-hot targets, the joint system kept across tasks in its smaller form.
 
     W = (G + l I)^-1 Q, G = sum over tasks of X_t^T X_t and Q = sum of X_t^T Y_t (Y one-hot over
-    the classes seen): the joint ridge solution over every row seen, whatever the order. It is
+    the classes seen): the joint ridge solution over every row seen, whatever the order, kept as a
+    `closed_form.RidgeSystem` (the rows themselves and the n x n system while fewer rows than
+    features have been seen, then G and Q; the same weights to rounding). It is
     RanPAC with no random projection and no first-session adaptation (McDonnell, Gong, Parvaneh,
     Abbasnejad, van den Hengel, "RanPAC: Random Projections and Pre-trained Models for Continual
     Learning", NeurIPS 2023, arXiv 2307.02251; authors' code github:RanPAC/RanPAC, RanPAC.py with
@@ -62,7 +59,8 @@ class Ridge:
     on a random 80% and keep the ridge of least mean squared error on the other 20% (grid 1e-8 ..
     1e13), then kept; or, with a validation split (`tune`), the most accurate ridge on it (ties:
     the least validation MSE).
-    State: G (d x d float64), Q and W (d x C float64); never samples."""
+    State: the rows and targets (n x d, n x C float64) while n < d, then G (d x d float64) and Q;
+    W (d x C float64); never samples."""
 
     paper = (  # the paper it follows, as `tosca list` and docs/baselines.md cite it
         "McDonnell et al., RanPAC, NeurIPS 2023: its row without random projection (ridge on the "
@@ -87,7 +85,8 @@ class Ridge:
 
     @staticmethod
     def check_fits(dim: int, classes: int = 0, **_: object) -> None:
-        """The d x d float64 Gram matrix, its Cholesky factor and its eigendecomposition must fit."""
+        """The d x d float64 Gram matrix, its Cholesky factor and its eigendecomposition must fit (the
+        larger of the two forms: the rows are not known here, and d is a backbone's width)."""
         require_memory(
             f"ridge on {dim:,} features",
             4 * 8 * dim * dim + 16 * dim * max(classes, 1),
@@ -96,13 +95,17 @@ class Ridge:
 
     @staticmethod
     def work(shape: object, **_: object) -> tuple[float, str]:
-        """Gram sums, a Cholesky solve per task, the first task's ridge path, and the scoring."""
+        """Per task the smaller form's sums and Cholesky solve (n x n kernel while n < d, else the d x d
+        Gram), the first task's ridge path, and the scoring."""
         train, test, dim = shape.train, shape.test, shape.dim  # type: ignore[attr-defined]
         per_class = shape.classes / max(len(train), 1)  # type: ignore[attr-defined]
-        flops = 0.0
+        flops, seen = 0.0, 0
         for t, rows in enumerate(train):
+            seen += rows
             seen_test = sum(test[: t + 1])
-            flops += 2 * rows * dim * dim + 2 * dim**3 / 3 + 2 * seen_test * dim * per_class * (t + 1)
+            side = min(seen, dim)
+            flops += 2 * rows * dim * dim if seen >= dim else 2 * seen * seen * dim + 2 * seen * dim
+            flops += 2 * side**3 / 3 + 2 * seen_test * dim * per_class * (t + 1)
         fit_rows = int(0.8 * train[0])
         flops += 6 * fit_rows**2 * dim if fit_rows < dim else 10 * dim**3 / 3
         return flops, "float64"
@@ -122,10 +125,9 @@ class Ridge:
     def partial_fit(self, features: Array, labels: Array) -> Ridge:
         labels = as_labels(labels)
         x = as_tensor(features, self.device, torch.float64)
-        if not hasattr(self, "gram_"):
-            self.gram_ = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
-            self.cross_ = torch.zeros(x.shape[1], 0, dtype=torch.float64, device=x.device)
-        classes = max(self.cross_.shape[1], int(labels.max()) + 1)
+        if not hasattr(self, "system_"):
+            self.system_ = RidgeSystem(x.shape[1], x.device)
+        classes = max(self.system_.classes, int(labels.max()) + 1)
         y = one_hot(labels, classes, x.device)
         if not hasattr(self, "ridge_"):
             if self.ridge > 0:
@@ -133,12 +135,9 @@ class Ridge:
             else:
                 self.ridge_, self.ridge_losses_ = self._ranpac_rule(x, y)
                 self.tuned_by_ = RANPAC_RULE
-        self.cross_ = F.pad(self.cross_, (0, classes - self.cross_.shape[1]))
         with linalg.workers(device=x.device) as run:
-            blocks = linalg.tiled(x)
-            linalg.add_gram(self.gram_, blocks, run)
-            linalg.add_cross(self.cross_, blocks, linalg.row_blocks(y), run)
-            self.weights_ = ridge_solve(self.gram_, self.cross_, self.ridge_, run)
+            self.system_.add(x, y, run)
+            self.weights_ = self.system_.solve(self.ridge_, run)
         return self
 
     def _ranpac_rule(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, dict[float, float]]:
@@ -159,12 +158,12 @@ class Ridge:
         if self.ridge > 0:
             return
         x = as_tensor(features, self.device, torch.float64)
-        self.ridge_, self.ridge_scores_ = ridge_by_accuracy(
-            self.gram_, self.cross_, x, as_labels(labels), self.ridges
-        )
-        self.tuned_by_ = "validation"
         with linalg.workers(device=x.device) as run:
-            self.weights_ = ridge_solve(self.gram_, self.cross_, self.ridge_, run)
+            self.ridge_, self.ridge_scores_ = ridge_by_accuracy(
+                self.system_, x, as_labels(labels), self.ridges, run
+            )
+            self.tuned_by_ = "validation"
+            self.weights_ = self.system_.solve(self.ridge_, run)
 
     def decision_function(self, features: Array) -> np.ndarray:
         x = as_tensor(features, self.device, torch.float64)
@@ -179,4 +178,4 @@ class Ridge:
         return int(self.weights_.numel())
 
     def state_bytes(self) -> int:
-        return int(8 * (self.gram_.numel() + self.cross_.numel() + self.weights_.numel()))
+        return int(self.system_.nbytes() + 8 * self.weights_.numel())

@@ -23,6 +23,7 @@ from tosca_heads.records import cell as kept_cell
 from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import validation_record
 from tosca_heads.records.baselines_folder import NO_ROUTING, REDO, baseline_asked, baseline_result
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.run_config import CONFIG, config_differences
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import on_request
@@ -110,18 +111,17 @@ def finished(spec: SuiteSpec, cell: Cell, folder: Path, plan: FitPlan) -> bool:
     """The folder holds this cell's finished results (same store, split and recipe)."""
     tasks = plan.stream.num_tasks
     if cell.kind == "tosca":
-        try:
-            config = run_record.read_run_config(folder)
-            metrics = run_record.read_metrics(folder, figures_checked=False)
-        except UserError:
+        # the one reuse rule: finished (done.json, else computed again), every file whole (else one
+        # line, never written over), asked the same
+        if not (Path(folder) / kept_cell.DONE).exists():
             return False
+        run = read_run(folder)
         wanted = plan.run_config(cell_train(spec, cell))
         return (
-            not config_differences(config, wanted)
-            and metrics.get("finished_tasks") == tasks
-            and run_record.finished_tasks(folder) >= tasks  # a deleted task file: the fit resumes there
+            not config_differences(run.config, wanted)
+            and run.finished_tasks == tasks
             # a router registered since (a plug-in): the fit evaluates the finished run again
-            and all(r in metrics.get("routers", {}) for r in (*spec.routers, spec.primary))
+            and all(r in run.answers.get("test", {}) for r in (*spec.routers, spec.primary))
         )
     return kept_cell.reusable(folder, baseline_cell_asked(spec, cell, plan), REDO)
 
@@ -160,9 +160,12 @@ def find_finished_run(spec: SuiteSpec, cell: Cell, runs_root: Path, plan: FitPla
     """A finished `tosca fit` run under runs_root with exactly this cell's configuration."""
     if cell.kind != "tosca" or not Path(runs_root).is_dir():
         return None
-    for config in sorted(Path(runs_root).glob("*/config.json")):
-        if finished(spec, cell, config.parent, plan):
-            return config.parent
+    for config in sorted(Path(runs_root).glob(f"*/{CONFIG}")):
+        try:
+            if finished(spec, cell, config.parent, plan):
+                return config.parent
+        except UserError:  # a run of the user's edited or damaged since: never reused, not this suite's
+            continue
     return None
 
 
@@ -195,14 +198,15 @@ def read_result(cell: Cell, folder: Path) -> dict[str, Any]:
     validation split (empty without one), its seconds, and its per-image answers ("outcomes":
     split -> router or "none" -> `uncertainty.Outcomes`)."""
     if cell.kind == "tosca":
-        metrics, kept = run_record.read_run_figures(folder)
-        seconds = sum(float(t.get("seconds", 0.0)) for t in metrics.get("tasks", []))
+        run = read_run(folder)
+        metrics = run.metrics
+        seconds = sum(float(t["seconds"]) for t in metrics["tasks"])
         return {
             "routers": metrics["routers"],
             "validation": metrics.get("validation") or {},
             "seconds": seconds,
             "params_per_task": metrics["params_per_task"],
-            "outcomes": kept,
+            "outcomes": run.answers,
         }
     result = baseline_result(folder)
     return {

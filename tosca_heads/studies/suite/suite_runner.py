@@ -37,9 +37,9 @@ from tosca_heads.method.protocol import (
 )
 from tosca_heads.method.recipe import group_key
 from tosca_heads.records import claim
-from tosca_heads.records import run_folder as run_record
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, baseline_result
+from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.suite import MANIFEST, check_manifest
 from tosca_heads.requests.command_requests import SuiteRequest
 from tosca_heads.requests.plan import FitPlan
@@ -58,7 +58,7 @@ Extractor = Callable[[str, str, Path | None, Path, int | None], Path]
 # (cell, finished, total, plan, seconds): the plan of the cells to run (their wall time and each
 # one's seconds, by key) is the same on every call; `seconds` what the cell took in its worker (its
 # share of its engine run); the first call, before any cell ends, has no cell (and 0 seconds)
-CellCallback = Callable[[Cell | None, int, int, Estimate, float], None]
+CellCallback = Callable[[Cell | None, int, int], None]  # (the cell ended or None, cells ended, cells)
 # a store's spec -> featcache.extraction_estimate.ExtractionGuess (seconds, images, classes, dim, missing): stage 1's
 ExtractionEstimator = Callable[[StoreSpec], Any]
 
@@ -403,10 +403,8 @@ def _run_missing(
     planned = works_of(spec, stores, missing, executor, device)
     members_of = {id(work): members for work, members in planned}
     finished = 0
-    plan = Estimate()
-    if on_cell and missing:  # the total and the plan, before the first cell ends (no cell yet: None)
-        plan = estimate_plan(spec, stores, missing, device, executor.jobs, None)
-        on_cell(None, 0, len(missing), plan, 0.0)
+    if on_cell and missing:  # the total, before the first cell ends (no cell yet: None)
+        on_cell(None, 0, len(missing))
 
     def record(work: Work, outcome: Outcome) -> None:
         nonlocal finished
@@ -416,7 +414,7 @@ def _run_missing(
             if parent is not None:
                 _log_cell(parent, spec, state)
             if on_cell:
-                on_cell(state.cell, finished, len(missing), plan, outcome.seconds / len(members_of[id(work)]))
+                on_cell(state.cell, finished, len(missing))
 
     executor.run([work for work, _ in planned], record)
 
@@ -436,12 +434,8 @@ def _log_cell(parent: TrackedGroup, spec: SuiteSpec, state: CellState) -> None:
         return
     files = run_files(state.folder)
     if cell.kind == "tosca":
-        curves = (
-            run_record.read_curves(state.folder)
-            if (state.folder / run_record.CURVES_FILE).is_file()
-            else None
-        )
-        child.finish(run_record.read_metrics(state.folder), files, curves)
+        run = read_run(state.folder)
+        child.finish(run.metrics, files, run.curves)
     else:
         result = baseline_result(state.folder)
         record = {
@@ -505,7 +499,6 @@ def estimate_plan(
         )
     tosca: dict[str, float] = {}
     baselines: dict[str, float] = {}
-    kinds: dict[str, str] = {}  # each baseline cell's cost model: its method's
     for state in states:
         if state.status not in ("missing", "to extract"):
             continue
@@ -518,12 +511,11 @@ def estimate_plan(
         else:
             params = cellmod.cell_params(spec, state.cell)
             baselines[state.cell.key] = est.baseline_seconds(state.cell.method, shape, params)
-            kinds[state.cell.key] = state.cell.method
     said = (
         f"{len(tosca)} TOSCA cell(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline cell(s) "
         f"{sum(baselines.values()) / 60:.1f} min of work"
     )
-    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said, kinds)
+    planned = plan_works(tosca, baselines, jobs, sum(extract_seconds), said)
     planned.how[:0] = plan.how
     planned.missing[:0] = plan.missing
     return planned

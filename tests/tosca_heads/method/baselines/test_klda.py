@@ -45,12 +45,28 @@ def same_up_to_a_row_constant(scores: np.ndarray, expected: np.ndarray, rtol: fl
     np.testing.assert_allclose(scores - scores[:, :1], expected - expected[:, :1], atol=rtol * spread)
 
 
+@pytest.mark.parametrize("dim", [119, 120, 121, 200])  # 120 rows: both sides of n = D
+def test_both_forms_of_the_scatter_give_the_direct_formula(dim: int) -> None:
+    """While fewer centred rows than D have been seen the solve is the n x n system (Woodbury),
+    then the D x D scatter's (the authors' form): the authors' scores either way, to rounding."""
+    x, y = blobs()
+    model = KLDA(dim=dim, sigma=0.05, seed=7).partial_fit(x[:60], y[:60]).partial_fit(x[60:], y[60:])
+    assert model.scatter_[0].form == ("rows" if dim > 120 else "gram")
+    # 120 rows centred on 6 means: rank 114, so S + 1e-6 I is near-singular at D >= 114 (the D x D
+    # Cholesky itself is 3e-6 of the spread from numpy's inverse at D = 119)
+    same_up_to_a_row_constant(model.decision_function(x), direct_logits(x, y, 0.05, dim, 7), 1e-5)
+    assert (model.predict(x) == direct_logits(x, y, 0.05, dim, 7).argmax(1)).all()
+
+
 def test_scores_are_the_direct_mahalanobis_formula() -> None:
     x, y = blobs()
     model = KLDA(dim=300, sigma=0.05, seed=7).partial_fit(x[:40], y[:40]).partial_fit(x[40:], y[40:])
     same_up_to_a_row_constant(model.decision_function(x), direct_logits(x, y, 0.05, 300, 7), 1e-6)
     assert (model.predict(x) == direct_logits(x, y, 0.05, 300, 7).argmax(1)).all()
-    assert model.state_bytes() == 8 * (300 * 300 + 6 * 300 + 300 * 6) + 4 * (16 * 300 + 300)
+    # 120 centred rows under D = 300: the scatter kept as its rows (the n x n form)
+    assert model.scatter_[0].form == "rows"
+    assert model.state_bytes() == 8 * (120 * 300 + 6 * 300 + 300 * 6) + 4 * (16 * 300 + 300)
+    assert model.num_parameters() == 300 * 300 + 6 * 300  # the model's statistics, whatever the form
 
 
 def test_the_ensemble_averages_its_members_softmax() -> None:

@@ -43,7 +43,21 @@ def test_scores_are_scikit_learns(dim: int) -> None:
     if dim:
         assert model.gamma_ == pytest.approx(1 / (12 * x[:50].var()))
     width = dim or 12
-    assert model.state_bytes() == 8 * (width * width + 2 * 6 * width) + (4 * (12 * dim + dim) if dim else 0)
+    kept = 150 * width if width > 150 else width * width  # the covariance sum's smaller form
+    assert model.covariance_sum_.form == ("rows" if width > 150 else "gram")
+    assert model.state_bytes() == 8 * (kept + 2 * 6 * width) + (4 * (12 * dim + dim) if dim else 0)
+
+
+@pytest.mark.parametrize("dim", [149, 150, 151, 260])  # 150 rows: both sides of n = D
+def test_both_forms_of_the_covariance_sum_give_scikit_learns_scores(dim: int) -> None:
+    """While fewer rows than D have been seen A^-1 M' is solved through the n x n system
+    (Woodbury), then through the D x D sum: scikit-learn's scores either way, to rounding."""
+    x, y = blobs()
+    model = RanDumb(dim=dim, seed=3).partial_fit(x[:75], y[:75]).partial_fit(x[75:], y[75:])
+    assert model.covariance_sum_.form == ("rows" if dim > 150 else "gram")
+    expected = authors(x, y, x[:75], dim, 3)
+    np.testing.assert_allclose(model.decision_function(x), expected, atol=1e-5 * np.abs(expected).max())
+    assert (model.predict(x) == expected.argmax(1)).all()
 
 
 def test_tasks_in_another_order_and_increment_give_the_joint_solution() -> None:

@@ -100,17 +100,47 @@ def test_tune_picks_the_most_accurate_ridge_on_validation_ties_to_the_least_mse(
     np.testing.assert_allclose(model.weights_.numpy(), joint, rtol=1e-6, atol=1e-9)
 
 
-def test_the_same_bits_on_one_and_three_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("rows", [599, 600, 601, 900])  # d = 600 (two column tiles): both sides of n = d
+def test_both_forms_give_the_joint_ridge_solution_and_the_same_validation_choice(rows: int) -> None:
+    """While fewer rows than features have been seen the n x n system is solved, then the d x d one:
+    the weights are the joint ridge solution either way, to rounding, and the validation path
+    (`tune`) scores every ridge as direct solves do."""
+    rng = np.random.default_rng(4)
+    labels = np.arange(rows) % 4
+    x = (rng.normal(size=(rows, 600)) + labels[:, None] * rng.uniform(0, 0.05, size=600)).astype(np.float32)
+    model = _fit(x, labels, [[0, 1], [2, 3]], ridge=3.0)
+    assert model.system_.form == ("rows" if rows < 600 else "gram")
+    np.testing.assert_allclose(model.weights_.numpy(), _joint(x, labels, 3.0, 4), rtol=1e-7, atol=1e-10)
+    held = rng.normal(size=(40, 600)).astype(np.float32)
+    held_labels = np.arange(40) % 4
+    tuned = _fit(x, labels, [[0, 1], [2, 3]], ridges=(1e-2, 1.0, 1e2))
+    tuned.tune(held, held_labels)
+    xs = x.astype(np.float64)
+    for ridge in (1e-2, 1.0, 1e2):
+        w = np.linalg.solve(xs.T @ xs + ridge * np.eye(600), xs.T @ np.eye(4)[labels])
+        scores = held.astype(np.float64) @ w
+        assert tuned.ridge_scores_[ridge][0] == (scores.argmax(1) == held_labels).mean()
+        mse = ((scores - np.eye(4)[held_labels]) ** 2).mean()
+        assert tuned.ridge_scores_[ridge][1] == pytest.approx(mse, rel=1e-6)
+    assert model.state_bytes() == 8 * ((rows * 604 if rows < 600 else 600 * 604) + 600 * 4)
+
+
+@pytest.mark.parametrize("rows", [400, 800])  # under and over d = 600 (two column tiles): both forms
+def test_the_same_bits_on_one_two_and_three_threads(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
     rng = np.random.default_rng(3)
-    x, y = rng.random((400, 600)).astype(np.float32), np.repeat(np.arange(4), 100)  # two column tiles
+    x, y = rng.random((rows, 600)).astype(np.float32), np.repeat(np.arange(4), rows // 4)
     scores = []
-    for threads in (1, 3):
+    for threads in (1, 2, 3):
         monkeypatch.setenv("TOSCA_LINALG_THREADS", str(threads))
         torch.set_num_threads(threads)
         model = _fit(x, y, [[0, 1], [2, 3]])
-        scores.append((model.gram_.numpy().copy(), model.weights_.numpy().copy(), model.decision_function(x)))
-    for a, b in zip(*scores, strict=True):
-        assert np.array_equal(a, b)
+        model.tune(x[::3], y[::3])
+        assert model.system_.form == ("rows" if rows < 600 else "gram")
+        kept = model.system_.rows if rows < 600 else model.system_.gram
+        scores.append((kept.numpy().copy(), model.weights_.numpy().copy(), model.decision_function(x)))
+    for other in scores[1:]:
+        for a, b in zip(scores[0], other, strict=True):
+            assert np.array_equal(a, b)
 
 
 def test_state_and_refusals() -> None:
