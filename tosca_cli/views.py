@@ -395,7 +395,21 @@ def comparison_notes(comparison: Any) -> list[str]:
         for r in comparison.results
         if r.metrics.get("knob") in r.metrics
     ]
-    return [*([intervals] if intervals is not None else []), *knobs]
+    from tosca_heads.method.ties import ties_said
+
+    residuals = [  # DS-AL: how much its compensation stream had to learn
+        f"{r.method}: its compensation stream's targets (the main stream's residuals on each task's new "
+        f"classes) were at most {r.metrics['largest_residual']:.2g}"
+        + ("; C = 0: its answers are ACIL's" if r.metrics.get("compensation") == 0 else "")
+        for r in comparison.results
+        if "largest_residual" in r.metrics
+    ]
+    ties = [  # ties counted as wrong: how many, after the last task
+        ties_said(r.method, r.metrics["tied"][-1], r.metrics["tied_of"])
+        for r in comparison.results
+        if r.metrics.get("tied") and r.metrics["tied"][-1]
+    ]
+    return [*([intervals] if intervals is not None else []), *knobs, *residuals, *ties]
 
 
 def comparison_cells(comparison: Any) -> tuple[list[str], list[list[str]]]:

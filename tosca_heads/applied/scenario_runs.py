@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from featcache.store import FeatureStore
+from featcache.store import FeatureStore, check_readable, read_split
 from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import ScenarioPlan, StoreLabels, scenario
+from tosca_heads.method.ties import TIED, top_class
 from tosca_heads.running.baseline_runs import check_baseline_params
 
 TOSCA = "tosca"
@@ -140,7 +141,7 @@ def _told(scores: np.ndarray, plan: ScenarioPlan, rows: np.ndarray) -> np.ndarra
         here = np.flatnonzero(tasks == t)
         classes = plan.task_classes[t][plan.task_classes[t] < scores.shape[1]]
         masked[np.ix_(here, classes)] = scores[np.ix_(here, classes)]
-    return masked.argmax(1)
+    return top_class(masked)  # a tie counts as wrong (`ties`)
 
 
 def _tosca_answers(
@@ -160,7 +161,8 @@ def _tosca_answers(
         with single_threaded(torch.device(model.device)):
             logits = model.predictor().module_logits(test_x[rows]).cpu().numpy()  # [modules, n, classes]
         told = logits[plan.test_task[rows], np.arange(len(rows))]
-        answers.append(model.labels_in_order_[_told(told, plan, rows)])
+        position = _told(told, plan, rows)
+        answers.append(np.where(position == TIED, TIED, model.labels_in_order_[position]))
     return answers
 
 
@@ -187,7 +189,8 @@ def run_scenario(
         why = refusal(method, plan, kind.told_task)
         if why:
             raise UserValueError(why)
-    train_x, test_x = store.features("train"), store.features("test")
+    check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
+    train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
     results = []
     for method in picked:
         start = time.perf_counter()

@@ -21,6 +21,7 @@ from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.engine.steppers import StepTask, make_step
+from tosca_heads.method.class_names import said_class
 from tosca_heads.method.classifier import new_rows
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.luca import new_module
@@ -259,7 +260,8 @@ class GroupTrainer:
                 mask = targets == c
                 if not bool(mask.any()):
                     raise UserError(
-                        f"class {c} of task {task} has no training sample: its prototype is undefined"
+                        f"class {said_class(int(stream.order[c]))} of task {task} has no training sample: "
+                        "its prototype is undefined"
                     )
                 self.weight_[lo:hi, c] = out[:, mask].mean(1)
 

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from tosca_foundation.limits import require_memory
 from tosca_heads.method import closed_form, linalg
 from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.scale import binary_peak, unit_rows
+from tosca_heads.method.ties import top_class
 
 RANPAC_RIDGES = tuple(10.0**k for k in range(-8, 14))  # ridge's grid: 1e-8 .. 1e13 (theirs: closed_form's)
 RANPAC_RULE = "RanPAC's rule at every task (least held-out MSE on a seeded 80/20 split of the task's rows)"
@@ -73,20 +75,22 @@ class SimpleCIL:
         known = getattr(self, "prototypes_", torch.zeros(0, x.shape[1], device=x.device))
         grown = torch.zeros(max(len(known), int(classes.max()) + 1), x.shape[1], device=x.device)
         grown[: len(known)] = known
-        for c in classes:
-            grown[c] = x[torch.from_numpy(y == c).to(x.device)].mean(0)
+        for c in classes:  # the mean over a power of two, scaled back: its sum cannot overflow
+            rows = x[torch.from_numpy(y == c).to(x.device)]
+            peak = binary_peak(rows)
+            grown[c] = ((rows.double() / peak).float().mean(0).double() * peak).float()
         self.prototypes_ = grown
         return self
 
     @linalg.on_one_thread
     def decision_function(self, features: Array) -> np.ndarray:
         """Cosine similarity of each row to each class's prototype: [n, classes]."""
-        x = F.normalize(as_tensor(features, self.device), dim=1)
-        w = F.normalize(self.prototypes_, dim=1)
+        x = unit_rows(as_tensor(features, self.device))  # at any scale (`scale`)
+        w = unit_rows(self.prototypes_)
         return (x @ w.T).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.prototypes_.numel())
@@ -243,7 +247,7 @@ class RanPAC:
         return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())
@@ -313,7 +317,13 @@ class JointProbe:
         x = as_tensor(features, self.device)
         labels = as_labels(labels)
         y = torch.from_numpy(labels).long().to(x.device)
-        self.mean_, self.scale_ = x.mean(0), x.std(0).clamp_min(1e-6)
+        # standardised at any scale: each column first over the power of two above its largest
+        # entry (exact: the same bits where nothing overflowed), a constant column over 1 (an
+        # absolute floor, 1e-6, made every feature x1e-30 constant)
+        self.peak_ = binary_peak(x, dim=0)
+        x = (x.double() / self.peak_).float()
+        spread = x.std(0)
+        self.mean_, self.scale_ = x.mean(0), torch.where(spread > 0, spread, torch.ones_like(spread))
         x = (x - self.mean_) / self.scale_
         n_classes = int(labels.max()) + 1
         weight = torch.zeros(n_classes, x.shape[1], device=x.device)
@@ -339,8 +349,9 @@ class JointProbe:
 
     @linalg.on_one_thread
     def predict(self, features: Array) -> np.ndarray:
-        x = (as_tensor(features, self.device) - self.mean_) / self.scale_
-        return (x @ self.weight_.T + self.bias_).argmax(1).cpu().numpy()
+        x = (as_tensor(features, self.device, torch.float64) / self.peak_).float()
+        x = (x - self.mean_) / self.scale_
+        return top_class(x @ self.weight_.T + self.bias_)  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.weight_.numel() + self.bias_.numel())

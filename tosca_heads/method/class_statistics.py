@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tosca_heads.method.linalg import on_one_thread
+from tosca_heads.method.scale import power_of_four_near, unit_rows
 from tosca_heads.method.shrinkage import oas_coefficient
 
 SHRINKAGE_GRID = (0.01, 0.03, 0.1, 0.3, 0.6, 0.9)
@@ -51,7 +52,7 @@ class FrozenModel:
 
     def ncm_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Cosine similarity of each sample to each class mean: [n, C]."""
-        return torch.nn.functional.normalize(x, dim=-1) @ self.unit_means.T
+        return unit_rows(x) @ self.unit_means.T  # at any scale (`scale`)
 
     def lda_log_posterior(self, x: torch.Tensor) -> torch.Tensor:
         """log p(c | x) under class Gaussians with the shared, shrunk covariance: [n, C]."""
@@ -280,10 +281,14 @@ def _model(
     covariance = scatter / max(1.0, float(counts.sum()) - len(counts))
     scale = float(torch.trace(covariance)) / dim or 1.0
     # accumulated in float64; solved in float32, which the shrinkage (>= 1% of the mean variance
-    # on the diagonal) keeps well conditioned, at a third of the cost
-    shrunk = _shrunk(covariance, lam, lam * scale).float()
+    # on the diagonal) keeps well conditioned, at a third of the cost, over a power of four near
+    # the mean variance (`scale`: features x1e30 have variances past float32's range, x1e-30
+    # below it; a power of four changes no bit of the solve where neither happened)
+    level = power_of_four_near(scale)
+    shrunk = _shrunk(covariance / level, lam, lam * scale / level).float()
     means = (tsums / counts[:, None]).float()
     weight = torch.cholesky_solve(means.T.contiguous(), torch.linalg.cholesky(shrunk))  # [d, C]
+    weight = (weight.double() / level).float()  # float64: `level` itself may be past float32's range
     bias = -0.5 * (means * weight.T).sum(-1)
-    unit = torch.nn.functional.normalize(sums / counts[:, None], dim=-1)
+    unit = unit_rows(sums / counts[:, None])  # F.normalize's floor (1e-12) bent means of x1e-30
     return FrozenModel(kind, unit.float(), weight, bias)

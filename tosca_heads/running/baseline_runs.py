@@ -20,10 +20,13 @@ from tosca_foundation.errors import UserError
 from tosca_foundation.names import as_flag
 from tosca_heads.engine.numeric_errors import NumericalError
 from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
+from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.scale import BeyondPrecision
+from tosca_heads.method.ties import TIED
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
 from tosca_heads.records.baselines_folder import NO_ROUTING, MethodResult, baseline_reference
@@ -44,6 +47,8 @@ def solvable(name: str, task: int, params: dict[str, Any]) -> Iterator[None]:
     lies with the solver (method/closed_form.py); this is the edge's refusal."""
     try:
         yield
+    except BeyondPrecision as beyond:  # the keyword, and the command line's flag beside it
+        raise NumericalError(beyond.said(as_flag(f"{name}_{beyond.param}"))) from None
     except LINALG_ERRORS as exc:
         given = ", ".join(f"{key}={value!r}" for key, value in params.items()) or "its defaults"
         reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
@@ -78,15 +83,17 @@ def run_baseline(
     if len(held):
         scored["validation"] = (train_x[_index(held, train_x)], plan.held_labels)
     estimator = BASELINES[name](device=device, **params)
+    names = store.identity["dataset"].get("class_names")
     curves: dict[str, tuple[list[float], list[list[float]]]] = {split: ([], []) for split in scored}
     right = {split: np.zeros((stream.num_tasks, len(y)), dtype=bool) for split, (_, y) in scored.items()}
+    tied: dict[str, list[int]] = {split: [] for split in scored}  # per task: rows with no single top
     start = time.perf_counter()
     if on_task:  # started: a progress line's time counts from here, as the result's seconds do
         on_task(name, -1, stream.num_tasks)
     with single_threaded(device):
         for task in range(stream.num_tasks):
             rows = (stream.rows_of_task if estimator.incremental else stream.rows_seen)(train_y, task)
-            with solvable(name, task, params):
+            with solvable(name, task, params), named_classes(stream.order, names):
                 if estimator.incremental:
                     estimator.partial_fit(train_x[_index(rows, train_x)], train_y[rows])
                 else:
@@ -104,7 +111,8 @@ def run_baseline(
                 pred = checked_predictions(
                     name, estimator.predict(x[_index(seen, x)]), len(seen), task, stream
                 )
-                right[split][task, seen] = pred == y[seen]
+                right[split][task, seen] = pred == y[seen]  # TIED equals no label: a tie is wrong
+                tied[split].append(int((pred == TIED).sum()))
                 curves[split][0].append(accuracy(pred, y[seen]))
                 curves[split][1].append(block_accuracies(pred, y[seen], stream.task_of(y[seen]), task + 1))
             if on_task:
@@ -119,6 +127,10 @@ def run_baseline(
     found = {split: intervals([outcome]) for split, outcome in outcomes.items()}
     metrics = with_intervals(summarise(*curves["test"]), found["test"])
     metrics.update(chosen_knob(estimator))
+    if hasattr(estimator, "largest_residual_"):  # DS-AL: what its compensation stream was given
+        metrics["largest_residual"] = float(estimator.largest_residual_)
+    if any(tied["test"]):  # said under the table (`ties_said`); absent where none tied
+        metrics["tied"], metrics["tied_of"] = tied["test"], len(test_y)
     if callable(getattr(estimator, "state_bytes", None)):
         metrics["state_bytes"] = int(estimator.state_bytes())  # what it keeps after the last task
     held_out = (
@@ -185,8 +197,9 @@ def checked_predictions(name: str, pred: Any, n: int, task: int, stream: TaskStr
         )
     if not np.issubdtype(values.dtype, np.integer):
         raise UserError(f"baseline {name!r}: predict returned {values.dtype} values, not integer class ids")
-    if n and (values.min() < 0 or values.max() >= seen):
-        wrong = int(values.min()) if values.min() < 0 else int(values.max())
+    answered = values[values != TIED]  # a tie is an answer: wrong, counted (`ties`)
+    if len(answered) and (answered.min() < 0 or answered.max() >= seen):
+        wrong = int(answered.min()) if answered.min() < 0 else int(answered.max())
         raise UserError(
             f"baseline {name!r}: predicted class {wrong}; the classes seen so far are 0 to {seen - 1}"
         )

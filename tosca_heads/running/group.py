@@ -31,6 +31,7 @@ from tosca_heads.engine.evaluate import Snapshot, StageEvaluator, StageQueue
 from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.engine.memory import require_room
 from tosca_heads.engine.trainer import GroupTrainer
+from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.protocol import StreamConfig
@@ -177,10 +178,12 @@ class GroupFit:
             return clean, self.plan.train_labels[rows], classes
 
         def with_statistics() -> Snapshot:
-            if self.memo is not None:
-                return replace(state, frozen=self.memo.model_after(task, read))
-            self.statistics.partial_fit(*read(task))
-            return replace(state, frozen=self.statistics.model())
+            names = self.plan.store.identity["dataset"].get("class_names")
+            with named_classes(self.stream.order, names):  # an on-request router's refusal
+                if self.memo is not None:
+                    return replace(state, frozen=self.memo.model_after(task, read))
+                self.statistics.partial_fit(*read(task))
+                return replace(state, frozen=self.statistics.model())
 
         return with_statistics
 

@@ -78,3 +78,52 @@ def test_a_solve_that_fails_is_one_line(tmp_path: Path, failing_solve: str) -> N
     assert line.startswith(f"error: {failing_solve} cannot solve its linear system at task 1 (")
     assert "raise its regularisation" in line and "Traceback" not in result.output
     assert not (out / failing_solve / "metrics.json").exists()
+
+
+def scaled_store(path: Path, scale: float) -> Path:
+    """`synthetic_store`'s features times `scale`, as a store holds them (float32)."""
+    store = synthetic_store(path, classes=4, per_class=8, test_per_class=4, dim=16)
+    for split in ("train", "test"):
+        for chunk in range(store.layout(split).n_chunks):
+            rows = store.layout(split).chunk_slice(chunk)
+            x = np.asarray(store.features(split, np.arange(rows.start, rows.stop)), dtype=np.float64)
+            store.write_chunk(split, chunk, (x * scale).astype(np.float32), None)
+    return store.path
+
+
+@pytest.mark.parametrize(
+    "scale,flags,said",
+    [
+        (1e8, ["--methods", "acil", "--acil-buffer-size", "64"], "ACIL's gamma (--acil-gamma) = 0.1"),
+        (
+            1.0,
+            ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-main", "1e-300"],
+            "DS-AL's gamma_main (--ds-al-gamma-main) = 1e-300",
+        ),
+        (
+            1.0,
+            ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-comp", "5e-324"],
+            "DS-AL's gamma_comp (--ds-al-gamma-comp) = 5e-324",  # the least float64 above 0
+        ),
+        (1e30, ["--methods", "gacl", "--gacl-buffer-size", "64"], "GACL's gamma (--gacl-gamma) = 100.0"),
+        (
+            1.0,
+            ["--methods", "acil", "--acil-buffer-size", "64", "--acil-gamma", "1e-300"],
+            "ACIL's gamma (--acil-gamma) = 1e-300",
+        ),
+    ],
+)
+def test_a_regularisation_float64_cannot_solve_with_is_one_line(
+    tmp_path: Path, scale: float, flags: list[str], said: str
+) -> None:
+    """Issue 57, point 2, through the command: features x1e8 in ACIL, a gamma of 1e-300 in DS-AL are
+    one line naming the flag and the least value that solves, exit 2, no figure (they printed 16.67
+    or a Cholesky traceback)."""
+    out = tmp_path / "out"
+    store = scaled_store(tmp_path / "s.zarr", scale)
+    args = ["baselines", "--store", str(store), "--out", str(out), "--no-tosca", "--device", "cpu"]
+    result = RUNNER.invoke(app, [*args, "--init-cls", "2", "--increment", "2", *flags])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: {said} is too small beside the features' scale"), line
+    assert "Traceback" not in result.output and "A_last" not in result.output

@@ -44,10 +44,12 @@ COMMANDS = {
         out,
         "--no-tosca",
         "--methods",
-        "simplecil,klda,randumb,acil",
+        "all",  # every one of the 13 reads through the same checked reader
         *SPLIT,
     ],
     "sweep": lambda s, out: ["sweep", "--store", s, "--out", out, "--r", "2", "--epochs", "1", *SPLIT],
+    # the scenario runs read the store whole: they computed on NaN (simplecil A_last 0.00, exit 0)
+    "scenario": lambda s, out: ["scenario", "--store", s, "--methods", "simplecil"],
 }
 
 

@@ -13,6 +13,8 @@ from tosca_foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.scale import within_reach
+from tosca_heads.method.ties import top_class
 
 
 def draw_buffer(dim: int, size: int, seed: int) -> torch.Tensor:
@@ -49,8 +51,16 @@ class RecursiveStream:
     are `linalg`'s tiled ones (R H^T as a cross product over R's row blocks, the correction as a
     Gram sum of L^-1 (R H^T)^T with L L^T = I + H R H^T): the same bits on any thread count."""
 
-    def __init__(self, size: int, gamma: float, device: torch.device):
+    def __init__(
+        self,
+        size: int,
+        gamma: float,
+        device: torch.device,
+        said: tuple[str, str, float] = ("ACIL", "gamma", 0.0),
+    ):
         self.gamma = gamma
+        self.said = said  # (method, keyword, its value) that set gamma, for `scale.within_reach`'s line
+        self.mass = 0.0  # |H|_F^2 over every row learnt: R holds 1 / gamma and 1 / mass at once
         self.inverse = torch.eye(size, dtype=torch.float64, device=device) / gamma
         self.cross = torch.zeros(size, 0, dtype=torch.float64, device=device)
         self.weights = self.cross.clone()
@@ -63,6 +73,9 @@ class RecursiveStream:
 
     def add(self, h: torch.Tensor, targets: torch.Tensor, run: linalg.Run) -> None:
         """Learn rows h (n x D) with targets (n x C, C at least the classes so far); W updated."""
+        method, keyword, value = self.said
+        self.mass += float(h.pow(2).sum())
+        within_reach(method, keyword, value or self.gamma, self.mass, self.gamma)  # before any update
         if targets.shape[1] > self.cross.shape[1]:
             self.cross = F.pad(self.cross, (0, targets.shape[1] - self.cross.shape[1]))
         for rows in linalg.spans(len(h), CHUNK):
@@ -164,7 +177,9 @@ class ACIL:
         if not hasattr(self, "buffer_"):
             self.buffer_ = draw_buffer(dim, self.buffer_size, self.seed).to(self.device)
             self.tiles_ = linalg.column_tiles(self.buffer_)
-            self.main_ = RecursiveStream(self.buffer_size, self.gamma, self.buffer_.device)
+            self.main_ = RecursiveStream(
+                self.buffer_size, self.gamma, self.buffer_.device, ("ACIL", "gamma", self.gamma)
+            )
 
     def expand(self, features: Array, run: linalg.Run) -> torch.Tensor:
         """ReLU(x W_buf) in float64."""
@@ -184,7 +199,7 @@ class ACIL:
             return self.main_.scores(self.expand(features, run)).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.buffer_.numel() + self.main_.weights.numel())

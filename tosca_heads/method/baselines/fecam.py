@@ -6,12 +6,13 @@ import copy
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from tosca_foundation.errors import UserError
 from tosca_foundation.limits import human_bytes, require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
+from tosca_heads.method.class_names import ClassFault
+from tosca_heads.method.scale import unit_rows
+from tosca_heads.method.ties import top_class
 
 
 class FeCAM:
@@ -72,12 +73,13 @@ class FeCAM:
     @linalg.on_one_thread  # this thread's reductions too; the classes go to `linalg.workers`
     def partial_fit(self, features: Array, labels: Array) -> FeCAM:
         labels = as_labels(labels)
-        x = F.normalize(as_tensor(features, self.device), dim=1)
+        x = unit_rows(as_tensor(features, self.device))  # at any scale (`scale`)
         classes, counts = np.unique(labels, return_counts=True)
         if (counts < 2).any():
-            raise UserError(
-                f"FeCAM needs two or more training images per class: class {int(classes[counts < 2][0])} has "
-                "one, and one image has no covariance"
+            raise ClassFault(
+                "FeCAM needs two or more training images per class: class {cls} has one, and one "
+                "image has no covariance",
+                int(classes[counts < 2][0]),
             )
         if not hasattr(self, "precisions_"):
             self.precisions_ = torch.zeros(0, x.shape[1], x.shape[1], device=x.device)
@@ -92,8 +94,10 @@ class FeCAM:
             mean = rows.mean(0)
             cov = (rows - mean).T @ (rows - mean) / (len(rows) - 1)
             if float(cov.diagonal().sum()) == 0:  # theirs: 0 / 0, NaN distances
-                raise UserError(
-                    f"FeCAM: class {c}'s training images all have one feature vector: no covariance"
+                raise ClassFault(
+                    "FeCAM: class {cls}'s training images all point one way (their L2-normalised "
+                    "features, FeCAM's first step, are one vector): their covariance is zero",
+                    c,
                 )
             cov.diagonal().add_(cov.diagonal().mean())
             scale = cov.diagonal().rsqrt()
@@ -117,7 +121,7 @@ class FeCAM:
     def decision_function(self, features: Array) -> np.ndarray:
         """[n, C]: minus each row's Mahalanobis distance to each class (-inf for a class not seen),
         one class per worker thread."""
-        x = F.normalize(as_tensor(features, self.device), dim=1)
+        x = unit_rows(as_tensor(features, self.device))  # at any scale (`scale`)
 
         def distance(c: int) -> torch.Tensor:
             diff = x - self.means_[c]
@@ -132,7 +136,7 @@ class FeCAM:
         return scores
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def frozen_copy(self) -> FeCAM:
         """Itself as it is now, sharing its matrices (a later task replaces them with grown copies,

@@ -13,6 +13,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines.acil import RecursiveStream, draw_buffer, expanded
+from tosca_heads.method.ties import top_class
 
 
 class GACL:
@@ -97,7 +98,12 @@ class GACL:
         if not hasattr(self, "buffer_"):
             self.buffer_ = draw_buffer(dim, self.buffer_size, self.seed).to(self.device)
             self.tiles_ = linalg.column_tiles(self.buffer_)
-            self.main_ = RecursiveStream(self.buffer_size, self.gamma / self.online_iter, self.buffer_.device)
+            self.main_ = RecursiveStream(
+                self.buffer_size,
+                self.gamma / self.online_iter,
+                self.buffer_.device,
+                ("GACL", "gamma", self.gamma),
+            )
 
     def expand(self, features: Array, run: linalg.Run) -> torch.Tensor:
         """ReLU(x W_buf) in float64 (the authors' `expansion`)."""
@@ -118,7 +124,7 @@ class GACL:
             return self.main_.scores(self.expand(features, run)).cpu().numpy()
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.buffer_.numel() + self.main_.weights.numel())

@@ -12,6 +12,7 @@ from tosca_foundation.limits import require_memory
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.baseline_registry import Interval, Param
+from tosca_heads.method.ties import top_class
 
 CHUNK_ROWS = (
     11_000  # the authors fold pending rows into the SVD once more than 10,000 (1,000-row batches) wait
@@ -272,7 +273,7 @@ class LoRanPAC:
         return np.concatenate(scores) if scores else np.zeros((0, self.weights_.shape[1]))
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())

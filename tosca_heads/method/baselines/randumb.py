@@ -13,7 +13,9 @@ from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
 from tosca_heads.method.closed_form import RidgeSystem
+from tosca_heads.method.scale import scaled_variance
 from tosca_heads.method.shrinkage import oas_coefficient
+from tosca_heads.method.ties import top_class
 
 
 def oas_shrinkage(centred: torch.Tensor) -> tuple[float, float]:
@@ -115,8 +117,10 @@ class RanDumb:
         x = features.detach().cpu().numpy() if isinstance(features, torch.Tensor) else np.asarray(features)
         d = x.shape[1]
         if self.dim:
-            variance = x.var()  # as RBFSampler's gamma='scale': every entry, in the features' precision
-            scale = float(1.0 / (d * variance)) if variance != 0 else 1.0
+            # as RBFSampler's gamma='scale': every entry, in the features' precision, but over a
+            # power of two first (`scale`): x1e30's squares overflowed float32, x1e-30's underflowed
+            variance, peak = scaled_variance(x)
+            scale = float(1.0 / (d * variance)) / (peak * peak) if variance != 0 else 1.0
             self.gamma_ = scale if self.gamma is None else float(self.gamma)
             draws = np.random.RandomState(self.seed)  # RBFSampler(random_state=seed)'s draws, in its order
             weights = np.sqrt(2.0 * self.gamma_) * draws.normal(size=(d, self.dim))
@@ -179,7 +183,7 @@ class RanDumb:
             return (h @ self.coef_).cpu().numpy() + self.intercept_
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def frozen_copy(self) -> RanDumb:
         """Itself for scoring, as it is now, without the D x D covariance sum (which the next task

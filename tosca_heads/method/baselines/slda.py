@@ -11,6 +11,7 @@ from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor, ridge_solve
 from tosca_heads.method.baseline_registry import Interval, Options, Param
 from tosca_heads.method.shrinkage import oas_coefficient
+from tosca_heads.method.ties import top_class
 
 
 def oas_shrunk(scatter: torch.Tensor, rows: int) -> tuple[torch.Tensor, float]:
@@ -212,7 +213,7 @@ class SLDA:
         return np.concatenate(scores) if scores else np.zeros((0, len(self.means_)))
 
     def predict(self, features: Array) -> np.ndarray:
-        return self.decision_function(features).argmax(1)
+        return top_class(self.decision_function(features))  # a tie counts as wrong
 
     def num_parameters(self) -> int:
         return int(self.means_.numel() + self.covariance_.numel())

@@ -128,3 +128,34 @@ def test_defaults_state_and_refusals() -> None:
     assert model.state_bytes() == 8 * (10 * 64 + 2 * (64 * 64 + 2 * 64 * 6))
     with pytest.raises(UserError, match="lower --ds-al-buffer-size"):
         DSAL.check_fits(768, buffer_size=10**6)
+
+
+def test_the_compensation_targets_are_said_and_zero_compensation_is_acil() -> None:
+    """Issue 57, point 16: ACIL and DS-AL printed identical figures on a 10-class folder. DS-AL is
+    ACIL's main stream plus C times a stream fitted to its residuals: at C = 0 its answers are
+    ACIL's to the bit, and the residuals it was given are kept (`largest_residual_`, said under the
+    comparison), small where a task's rows are fewer than the buffer's D (the ridge interpolates
+    them) and larger where they are more: what explains figures equal to ACIL's."""
+    from tosca_heads.method.baselines.acil import ACIL
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(6, 16))
+
+    def rows(per_class: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(6), per_class)
+        return np.float32(centres[y] + rng.normal(size=(len(y), 16))), y
+
+    def fitted(model, data: tuple[np.ndarray, np.ndarray]):
+        x, y = data
+        for t in range(3):
+            task = (y >= 2 * t) & (y < 2 * t + 2)
+            model.partial_fit(x[task], y[task])
+        return model
+
+    data, (test, _) = rows(10), rows(10)
+    dsal = fitted(DSAL(buffer_size=128, compensation=0.0, tune_compensation=False), data)
+    acil = fitted(ACIL(buffer_size=128), data)
+    np.testing.assert_array_equal(dsal.decision_function(test), acil.decision_function(test))
+    few = fitted(DSAL(buffer_size=128), rows(5)).largest_residual_  # 10 rows a task, D = 128
+    many = fitted(DSAL(buffer_size=128), rows(200)).largest_residual_  # 400 rows a task
+    assert 0 < few < many

@@ -88,8 +88,28 @@ def test_a_class_with_one_image_is_refused_in_one_line() -> None:
 def test_a_class_of_identical_images_is_refused_in_one_line() -> None:
     x, y = blobs()
     x[20:40] = x[20]  # class 1: twenty copies of one image
-    with pytest.raises(UserError, match="class 1's training images all have one feature vector"):
+    with pytest.raises(UserError, match="class 1's training images all point one way"):
         FeCAM().partial_fit(x, y)
+
+
+def test_a_class_of_one_direction_is_not_said_to_be_one_vector() -> None:
+    """Issue 57, point 2: rows that are multiples of one another are distinct feature vectors with
+    one direction: the refusal says what is true of them (FeCAM normalises first), not "one vector"."""
+    x, y = blobs()
+    x[20:40] = x[20] * (np.float32(2.0) ** np.arange(20, dtype=np.float32))[:, None]  # normalised: exact
+    with pytest.raises(UserError) as refused:
+        FeCAM().partial_fit(x, y)
+    assert "point one way" in str(refused.value) and "have one feature vector" not in str(refused.value)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30, 1e8])
+def test_fecam_at_any_scale_gives_what_x1_gives(scale: float) -> None:
+    """L2 normalisation is FeCAM's first step: features x1e30 (whose squares overflow float32) and
+    x1e-30 (whose squares underflow it) give the scores of x1 (issue 57, point 2)."""
+    x, y = blobs()
+    base = FeCAM().partial_fit(x, y).decision_function(x)
+    scaled = FeCAM().partial_fit(x * np.float32(scale), y).decision_function(x * np.float32(scale))
+    np.testing.assert_allclose(scaled, base, rtol=1e-5, atol=1e-4)
 
 
 def test_too_many_class_matrices_are_refused_before_any_work() -> None:

@@ -1,0 +1,92 @@
+"""Features at any scale a float holds: the methods whose answer cannot depend on the features'
+scale (a cosine, a variance-scaled kernel, standardised inputs, a covariance solved in float32)
+give the same answer at x1e30 and x1e-30 as at x1 (issue 57, point 2).
+
+The fault was one class: a scale-free answer computed through a sum of squares or a float32 cast
+that overflows (1e30 squared is past float32's 3.4e38) or underflows (1e-30 squared is below its
+1e-45), or through an absolute floor (a norm's eps 1e-12, a standard deviation's 1e-6). The cure is
+one too: divide by a power of two before the sum (exact in binary floating point, so where nothing
+overflowed or underflowed before, the bits are the ones computed before) or compute the scale in
+float64, which holds the square of every float32 and float16 value a store can hold.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from tosca_foundation.errors import UserError
+
+
+def binary_peak(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """2**e with the largest |x| (over `dim`, kept as a size-1 dimension; over every entry without
+    one) in [2**(e-1), 2**e), as float64; 1 where every entry is 0. Dividing by it is exact."""
+    peak = x.detach().abs().amax(dim=dim, keepdim=dim is not None) if x.numel() else x.new_zeros(())
+    _, exponent = torch.frexp(peak.double())
+    return torch.exp2(exponent.double())
+
+
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """Each row over its L2 norm, in x's dtype, at any scale: each row is first divided by the
+    power of two nearest above its largest entry (exact; in float64, so that even a float32
+    subnormal row is scaled without overflow), so its squares neither overflow nor underflow and
+    the norm's floor (1e-12) is never reached by a non-zero row; a zero row stays zero. Where
+    `F.normalize(x)` neither overflowed nor underflowed, the same bits."""
+    scaled = (x.double() / binary_peak(x, dim=-1)).to(x.dtype)
+    return torch.nn.functional.normalize(scaled, dim=-1)
+
+
+def power_of_four_near(value: float) -> float:
+    """A power of four within a factor of four of `value` (> 0; 1 for 0 or a non-finite value):
+    a matrix divided by it keeps its Cholesky factor's bits up to the factor's exact power of two
+    (sqrt(4**k a) = 2**k sqrt(a) exactly), so a solve scaled by it gives the unscaled solve's bits."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    return 4.0 ** round(math.log(value, 4))
+
+
+def scaled_variance(x: np.ndarray) -> tuple[np.floating, float]:
+    """(var(x / p), p): the variance of every entry of x divided by p, the power of two above its
+    largest entry, computed in x's own precision as `np.var` computes it (so var(x) = that * p**2,
+    with the bits `np.var(x)` had wherever it neither overflowed nor underflowed), and p."""
+    peak = float(binary_peak(torch.from_numpy(np.ascontiguousarray(x)))) if x.size else 1.0
+    return (x.astype(np.float64) / peak).astype(x.dtype).var(), peak
+
+
+# A regularised solve (H'H + gamma I)^-1 kept as a D x D float64 matrix (ACIL's, GACL's and
+# DS-AL's R) holds two scales at once, 1 / gamma on the directions the rows never took and
+# 1 / |H|^2 on theirs: past about 1 / eps (4.5e15) of one over the other, the smaller is rounding.
+# Measured (tests/tosca_heads/method/test_scale.py: ACIL's recursion against an
+# SVD ridge in float64 on the same rows): the predictions agree up to |H|_F^2 / gamma = 1.25e16 and
+# agree on half the rows at 1.25e17. The reach is set a decade below the first agreement measured.
+PRECISION_REACH = 1e15
+
+
+class BeyondPrecision(UserError):
+    """A regularisation too small beside the features' scale for float64 to solve: `param` is the
+    estimator's keyword, `least` the smallest value that keeps the solve within `PRECISION_REACH`."""
+
+    def __init__(self, method: str, param: str, value: float, ratio: float, least: float) -> None:
+        self.method, self.param, self.value, self.ratio, self.least = method, param, value, ratio, least
+        super().__init__(self.said())
+
+    def said(self, flag: str = "") -> str:
+        """The line; `flag`: the command line's spelling of the parameter, said beside it."""
+        spelled = f"{self.param} ({flag})" if flag else self.param
+        return (
+            f"{self.method}'s {spelled} = {self.value!r} is too small beside the features' scale for "
+            f"float64: the rows' squared norm is {self.ratio:.2g} times it, past the {PRECISION_REACH:.0e} "
+            f"its D x D inverse can hold (1 / {self.param} and 1 / |H|^2 at once); raise {self.param} to "
+            f"at least {self.least:.2g}, or rescale the features (`tosca cache info` shows their scale)"
+        )
+
+
+def within_reach(method: str, param: str, value: float, mass: float, gamma: float) -> None:
+    """Refuse (`BeyondPrecision`) a solve whose rows' squared norm `mass` is past `PRECISION_REACH`
+    times its regularisation `gamma` (`value` is the keyword's value, which `gamma` is in proportion
+    to: GACL's gamma / online_iter)."""
+    if not mass <= PRECISION_REACH * gamma:
+        ratio = mass / gamma if gamma > 0 else math.inf
+        raise BeyondPrecision(method, param, value, ratio, mass / PRECISION_REACH * (value / gamma))
