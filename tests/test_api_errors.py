@@ -430,3 +430,33 @@ def test_a_numpy_grid_sweeps_the_points_the_command_line_names() -> None:
     assert parse_values("l1", [0, np.float32(5e-4)]) == parse_values("l1", "0,5e-4") == [0.0, 0.0005]
     assert type(parse_values("l1", [0])[0]) is float
     assert parse_values("r", [8.0]) == [8.0]  # kept, for the point's check to refuse as r's
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(
+            lambda p: tosca_heads.fit(p["store"], run=p["root"] / "tight", epochs=1, **SPLIT), id="fit"
+        ),
+        pytest.param(
+            lambda p: tosca_heads.sweep(
+                p["store"], out=p["root"] / "tight-sweep", grid={"r": [4]}, epochs=1, **SPLIT
+            ),
+            id="sweep",
+        ),
+    ],
+)
+def test_a_fit_over_the_memory_budget_names_what_to_lower_in_pythons_words(
+    place: dict[str, Any], monkeypatch: pytest.MonkeyPatch, call: Callable[[dict[str, Any]], Any]
+) -> None:
+    """Issue 57, point 10: TOSCA's own memory refusal said "lower --r, --s or --batch-size" to a
+    Python caller; it names the keywords and the setting, as a UserValueError, and claims nothing."""
+    monkeypatch.setattr("tosca_heads.engine.memory.memory_budget", lambda: 1)  # below any task
+    with pytest.raises(UserValueError) as caught:
+        call(place)
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and not re.search(r"--[a-z]", message), message
+    assert "TOSCA_MEMORY_BUDGET" in message and ("r, s or batch_size" in message or "increment" in message), (
+        message
+    )
+    assert not (place["root"] / "tight").exists() and not (place["root"] / "tight-sweep").exists()

@@ -90,10 +90,11 @@ def free_disk(path: str | Path) -> int:
 
 
 def require_memory(what: str, need: int, hint: str, share: float = 0.8) -> None:
-    """Refuse when `need` bytes exceed `share` of the available memory."""
+    """Refuse when `need` bytes exceed `share` of the available memory: a value the caller asked
+    for is too large (a UserValueError: `hint` names it in the caller's words)."""
     limit = int(available_memory() * share)
     if need > limit:
-        raise UserError(
+        raise UserValueError(
             f"{what} would need {human_bytes(need)} of memory; the limit here is {human_bytes(limit)} "
             f"({share:.0%} of what is available): {hint}"
         )

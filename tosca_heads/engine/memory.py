@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from featcache.store import StoreShape
-from tosca_foundation.errors import UserError
+from tosca_foundation.errors import UserValueError
 from tosca_foundation.limits import human_bytes, memory_budget, require_memory
+from tosca_foundation.names import Spell, as_flag
 from tosca_heads.engine.evaluate import CACHE_BYTES_CPU
 from tosca_heads.engine.layout import ParamLayout
 
@@ -117,13 +118,15 @@ def require_room(
     whole: bool | None = None,
     budget: int | None = None,
     fixed: bool = False,
+    spell: Spell = as_flag,
 ) -> Room:
     """Refuse, in one line and before any work, a group of resolved recipes that cannot fit: one
     task (its rows, their views, the engine) over the memory budget (`TOSCA_MEMORY_BUDGET`), or the
     run over this device's memory. The store is held whole when the whole run fits the budget
     (or as `whole` says: a source already loaded), else read task by task. `fixed`: the recipe and
     split are a trained run's (`tosca eval`, which has no --r, --s, --batch-size or --increment):
-    the refusal names only what that command can change."""
+    the refusal names only what that command can change. `spell` names the values as the caller
+    spells them (the command line's flags, or the Python API's keywords)."""
     memory = run_memory(shape, configs, tasks, device, task_rows, held_rows)
     budget = memory_budget() if budget is None else budget
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
@@ -133,27 +136,31 @@ def require_room(
         f"training {len(configs)} configuration(s) of r up to {max(c.r for c in configs)}, "
         f"s up to {max(c.s for c in configs)}, batch up to {max(c.batch_size for c in configs)}"
     )
-    hint = "run it on a device with more memory" if fixed else "lower --r, --s or --batch-size"
+    recipe = f"{spell('r')}, {spell('s')} or {spell('batch_size')}"
+    hint = "run it on a device with more memory" if fixed else f"lower {recipe}"
+    budget_said = (
+        "--memory-budget (TOSCA_MEMORY_BUDGET)" if spell is as_flag else "the TOSCA_MEMORY_BUDGET setting"
+    )
     if free is not None:
         if memory.need(whole) > free:
-            raise UserError(
+            raise UserValueError(
                 f"{what} would need {human_bytes(memory.need(whole))} of GPU memory; "
                 f"{human_bytes(free)} is free on {device}: {hint}"
             )
     else:
-        require_memory(what, memory.need(whole), hint if not whole else f"{hint}, or --memory-budget")
+        require_memory(what, memory.need(whole), hint if not whole else f"{hint}, or {budget_said}")
     if not whole and memory.need(False) > budget:
         views = f" and their {shape.views} views" if shape.views else ""
         lower = (  # what most of it is
-            "--increment (fewer classes, so fewer rows, per task)"
+            f"{spell('increment')} (fewer classes, so fewer rows, per task)"
             if memory.task >= memory.engine + memory.evaluation
-            else "--r, --s or --batch-size"
+            else recipe
         )
         remedy = "raise" if fixed else f"lower {lower} or raise"
-        raise UserError(
+        raise UserValueError(
             f"one task of this {'run' if fixed else 'fit'} needs {human_bytes(memory.need(False))} of memory (its {task_rows:,} "
             f"training rows{views}, the {shape.test + held_rows:,} rows evaluated, the engine), over the "
-            f"memory budget of {human_bytes(budget)}: {remedy} --memory-budget (TOSCA_MEMORY_BUDGET)"
+            f"memory budget of {human_bytes(budget)}: {remedy} {budget_said}"
         )
     return Room(whole, memory, budget)
 

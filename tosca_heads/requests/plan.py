@@ -108,6 +108,7 @@ class FitPlan:
     upto: int | None = None  # the last task to train (checked where it came in); None: every task
     routers: tuple[str, ...] = ()  # on-request routers (`routers.learned`) computed besides the others
     evaluates_only: bool = False  # a run's trained tasks evaluated again (`tosca eval`): its recipe is fixed
+    spell: Spell = as_flag  # how the caller names a value (flags, or the Python API's keywords)
 
     def __post_init__(self) -> None:
         tasks = self.stream.num_tasks
@@ -175,7 +176,7 @@ class FitPlan:
         name = store.identity["dataset"]["name"]
         config, stream = task_split(name, store.shape.classes, init_cls, increment, order_seed, spell)
         origin = split_origin(name, init_cls, increment)
-        return cls.planned(store, config, stream, validation, origin, **rest)
+        return replace(cls.planned(store, config, stream, validation, origin, **rest), spell=spell)
 
     @classmethod
     def planned(

@@ -82,6 +82,7 @@ class GroupFit:
             len(plan.held),
             given,
             fixed=plan.evaluates_only,
+            spell=plan.spell,
         )
         if source is None:
             source = CachedFeatures(store, room.features_budget, device)

@@ -307,14 +307,16 @@ class SweepOutcome:
 PointCallback = Callable[[list[dict[str, Any]], int, int], None]  # (a point's rows, finished, total)
 
 
-def check_room(store: FeatureStore, points: Sequence[SweepPoint], device: torch.device) -> None:
+def check_room(
+    store: FeatureStore, points: Sequence[SweepPoint], device: torch.device, spell: Spell = as_flag
+) -> None:
     """Refuse, before anything runs, a grid whose most demanding point cannot fit one process here
     (each point trains in at least a group of its own)."""
     classes, labels = store.shape.classes, store.labels("train")
     for point in points:
         stream = point.stream.task_stream(classes)
         rows = stream.largest_task_rows(stream.remap(labels))
-        require_room(store.shape, [point.train], stream.num_tasks, device, rows)
+        require_room(store.shape, [point.train], stream.num_tasks, device, rows, spell=spell)
 
 
 def fit_command(store: FeatureStore, config: dict[str, Any], seed: int, validation: ValidationConfig) -> str:
@@ -496,7 +498,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     sweep_json = sweep_config(store, [p.key for p in points], validation, fit.held_ids, fit.protocol.record())
     claim.check(out, SWEEP_FOLDER, sweep_json)  # before anything runs: its sweep.json and results checked
     if not remote:
-        check_room(store, points, sizing)
+        check_room(store, points, sizing, request.spell)
     jobs = request.jobs or (1 if request.scheduler or sizing.type == "cuda" else usable_cores())
     return SweepPlan(
         fit=fit,
