@@ -6,6 +6,7 @@ or a flag that does not fit the scenario is one line before anything is written.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -148,3 +149,44 @@ def test_what_does_not_fit_the_scenario_is_one_line_before_anything_is_written(
     with pytest.raises(UserError, match=message):
         tosca_heads.baselines(store.path, **{"methods": ["simplecil"], "out": out, **asked})
     assert not out.exists()
+
+
+def _one_step_short(path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"step_000": torch.zeros(3, dtype=torch.int64)}, str(path), {"format": "1", "steps": "1"})
+
+
+def _floats(path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    steps = {f"step_{i:03d}": torch.zeros(3) for i in range(3)}
+    save_file(steps, str(path), {"format": "1", "steps": "3"})
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.write_text("not a safetensors file"), r"answers\.safetensors: .*; delete the folder"),
+        (_one_step_short, r"answers\.safetensors does not answer the plan's 3 steps"),
+        (_floats, r"answers\.safetensors: step_000 is not a list of class ids"),
+        (lambda p: p.unlink(), r"answers\.safetensors is missing"),
+    ],
+)
+def test_kept_answers_that_hide_their_edit_are_one_line(
+    store: FeatureStore, tmp_path: Path, damage: Callable[[Path], None], message: str
+) -> None:
+    """A hostile edit that rewrites done.json too (`redigest`) is caught by what the answers file
+    itself must be: safetensors, one list of class ids per step of the plan, each its rows long."""
+    from support.cells import redigest
+
+    out = tmp_path / "hostile"
+    asked = {"scenario": "til", "init_cls": 2, "increment": 2, "with_tosca": False, "out": out}
+    tosca_heads.baselines(store.path, ["simplecil"], **asked)  # type: ignore[arg-type]
+    damage(out / "simplecil" / cell.STEP_ANSWERS)
+    if (out / "simplecil" / cell.STEP_ANSWERS).exists():
+        redigest(out / "simplecil")
+    with pytest.raises(UserError, match=message):
+        tosca_heads.baselines(store.path, ["simplecil"], **asked)  # type: ignore[arg-type]
