@@ -141,6 +141,36 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ValueError,
         ("shots",),
     ),
+    (  # issue 56 point 1: baselines under a scenario, in Python's words
+        "baselines",
+        lambda p: tosca_heads.baselines(p["store"], ["simplecil"], scenario="tii", out=p["root"] / "b"),
+        ValueError,
+        ("unknown scenario 'tii'", "did you mean 'til'?"),
+    ),
+    (
+        "baselines",
+        lambda p: tosca_heads.baselines(
+            p["store"], ["simplecil"], scenario="fscil", scenario_values={"shots": 0}, out=p["root"] / "b"
+        ),
+        ValueError,
+        ("fscil shots must be at least 1, got 0",),
+    ),
+    (
+        "baselines",
+        lambda p: tosca_heads.baselines(
+            p["store"], ["simplecil"], scenario="til", scenario_values="shots=5", out=p["root"] / "b"
+        ),
+        TypeError,
+        ("scenario_values must be a mapping of names to values",),
+    ),
+    (
+        "baselines",
+        lambda p: tosca_heads.baselines(
+            p["store"], ["simplecil"], scenario="til", device="cuda", out=p["root"] / "b"
+        ),
+        ValueError,
+        ("scenario til runs on the CPU", "leave out device cuda"),
+    ),
     (  # an infinite parameter (issue 57, point 1)
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["klda"], klda_sigma=float("inf"), out=p["root"] / "b"),

@@ -345,14 +345,23 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
     BaselinesRequest, json_flag("Print the comparison rows as JSON."), parameter("ctx", typer.Context, None)
 )
 def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> None:
-    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA.
-    Each baseline's own parameters are options named after it, --METHOD-NAME VALUE, as its class
+    """SimpleCIL, RanPAC and a joint linear probe on the same store and protocol, beside TOSCA;
+    under --scenario (cil, til, fscil, blurry, dil; docs/scenarios.md) that scenario's table. Each baseline's own parameters are options named after it, --METHOD-NAME VALUE, as its class
     declares them (RanPAC's: --ranpac-projection-dim, --ranpac-seed; docs/commands.md)."""
     from dataclasses import replace
 
     from tosca_heads.studies.comparison import compare
+    from tosca_heads.studies.scenario_comparison import beyond_cil, scenario_compare
 
     request = replace(request, params=named_values(ctx.args))
+    if beyond_cil(request):  # the scenario's table (cil's is the one below, as it always was)
+        made = scenario_compare(request)
+        if as_json_:
+            return as_json([{k: v for k, v in r.__dict__.items() if k != "answers"} for r in made.results])
+        scenario_table(made.results, made.title)
+        for name, path in made.files.items():
+            say(f"  {name:<15} {path}")
+        return
     with progress() as board:
         comparison = compare(
             request,

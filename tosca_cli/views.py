@@ -765,11 +765,13 @@ def catalogue_tables(listed: dict[str, list[dict[str, str]]]) -> None:
         )
 
 
-def scenario_table(results: list[Any]) -> None:
-    """`tosca scenario`: the plan in one line, then each method's figures (in %) and seconds."""
+def scenario_table(results: list[Any], title: str = "") -> None:
+    """`tosca scenario` and `tosca baselines --scenario`: the plan in one line, then each method's
+    figures (in %) and seconds under `title` (default: the scenario's name)."""
     if not results:
         return
     say(f"scenario {results[0].plan}")
     figures = list(results[0].figures)
     rows = [[r.method, *(f"{100 * r.figures[f]:.2f}" for f in figures), f"{r.seconds:.1f}"] for r in results]
-    table(f"{results[0].scenario}: figures in %", ["method", *figures, "seconds"], rows, ("method",))
+    heading = f"{title}: figures in %" if title else f"{results[0].scenario}: figures in %"
+    table(heading, ["method", *figures, "seconds"], rows, ("method",))

@@ -1,4 +1,4 @@
-"""Folders tosca writes (runs, sweeps, baselines, suites) are claimed before the first write, so
+"""Folders tosca writes (runs, sweeps, baselines, suites, scenario tables) are claimed before the first write, so
 tosca never writes into a folder it did not make.
 
 Every folder a command writes is checked before the command does anything (`check_output`, for
@@ -35,7 +35,7 @@ from tosca_foundation.options import flag_name
 from tosca_foundation.text import printable
 
 MARKER = ".tosca"
-KINDS = ("run", "sweep", "baselines", "suite")
+KINDS = ("run", "sweep", "baselines", "suite", "scenario")
 # the kernel's views, where no folder of files can be made; a memory-backed disk under them is fine
 SYSTEM_FOLDERS = {"/proc": "processes", "/sys": "settings", "/dev": "devices"}
 DISKS_THERE = ("/dev/shm",)

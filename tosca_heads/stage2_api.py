@@ -17,7 +17,7 @@ import os
 import sys
 import typing
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -354,6 +354,8 @@ def baselines(
     out: str | Path | None = None,
     device: str = "auto",
     log: Sequence[str] = (),
+    scenario: str = "cil",
+    scenario_values: Mapping[str, Any] | None = None,
     **params: Any,
 ) -> pd.DataFrame:
     """`tosca baselines`, through the same request and function, with the same defaults: the
@@ -363,6 +365,10 @@ def baselines(
     One row per method (and TOSCA router) with A_bar, A_last, forgetting, parameters, seconds and
     A_t on test, `val_A_last` on the validation split (with `val_fraction`), and `reference` (why a
     row is no honest result: the joint probe sees every task at once, `oracle` is told the task).
+    `scenario` (default `cil`, the table above): another scenario's table instead (til, fscil,
+    blurry, dil; docs/scenarios.md), its values as `scenario_values` (`{"shots": 5}`), one row per
+    method with the scenario's figures (fractions), `seconds` and the plan's line, written into a
+    scenario folder; a method that cannot run it is refused in one line before any work.
     With `run`, the split and validation split not given are the run's (else the dataset's split,
     class order seed 1993, no validation split). Each baseline's own parameters are keywords
     METHOD_NAME, as its class declares them (`ranpac_projection_dim=`, `ranpac_seed=`; the command
@@ -378,12 +384,27 @@ def baselines(
     from tosca_heads.records.baselines_folder import comparison_frame
     from tosca_heads.requests.command_requests import BaselinesRequest
     from tosca_heads.studies.comparison import compare
+    from tosca_heads.studies.scenario_comparison import beyond_cil, scenario_compare
 
+    arguments = locals()
     declared = [key_of(m, p) for m in BASELINES for p in params_of(m)]  # any registered baseline's
     check_keywords(baselines, [k for k in params if k not in declared], declared)
-    return comparison_frame(
-        compare(_request(BaselinesRequest, "baselines", locals()), on_start=_warn).results
-    )
+    given = {k: v for k, v in arguments.items() if k != "scenario_values"}
+    request = _request(BaselinesRequest, "baselines", given)
+    if scenario_values is not None:
+        if not isinstance(scenario_values, Mapping) or not all(isinstance(k, str) for k in scenario_values):
+            raise UserTypeError(
+                f"scenario_values must be a mapping of names to values, got {scenario_values!r}"
+            )
+        request = dataclasses.replace(request, scenario_values=dict(scenario_values))
+    if beyond_cil(request):
+        import pandas as pd
+
+        made = scenario_compare(request)
+        return pd.DataFrame(
+            [{"method": r.method, **r.figures, "seconds": r.seconds, "plan": r.plan} for r in made.results]
+        )
+    return comparison_frame(compare(request, on_start=_warn).results)
 
 
 def scenario(

@@ -54,6 +54,9 @@ BASE = [
     "2",
 ]
 
+# `tosca baselines --scenario`: no split flags (a scenario declares its own), SimpleCIL alone
+BSCEN = ["baselines", "--store", "{store}", "--device", "cpu", "--no-tosca", "--methods", "simplecil"]
+FEW = ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1"]
 
 IMPORT = ["import", "{arr_ok}", "--store", "{root}/new.zarr", "--encoder", "e5", "--modality", "text"]
 EXPORT = ["export", "{store}", "--to"]
@@ -536,6 +539,108 @@ ROWS: list[tuple[str, list[str], str]] = [
         "scenario read as unknown",
         [*SCEN, "--read-as", "cifar100_superclasses"],
         "cannot be read as cifar100_superclasses",
+    ),
+    # ------------------------------------------------------------------ baselines --scenario
+    (
+        "baselines scenario unknown",
+        [*BSCEN, "--scenario", "fscl"],
+        "unknown --scenario 'fscl' (did you mean 'fscil'?)",
+    ),
+    ("baselines scenario empty", [*BSCEN, "--scenario", ""], "unknown --scenario ''"),
+    (
+        "baselines scenario more shots than images",
+        [*BSCEN, "--scenario", "fscil", *FEW, "--set", "shots=30"],
+        "fscil: class 2 has 20 training images, fewer than the 30 shots asked",
+    ),
+    (
+        "baselines scenario zero shots",
+        [*BSCEN, "--scenario", "fscil", *FEW, "--set", "shots=0"],
+        "fscil shots must be at least 1, got 0",
+    ),
+    (
+        "baselines scenario blurry ratio above 1",
+        [*BSCEN, "--scenario", "blurry", "--methods", "ridge", "--set", "blurry=1.5"],
+        "blurry blurry must be in [0, 1], got 1.5",
+    ),
+    (
+        "baselines scenario blurry ratio negative",
+        [*BSCEN, "--scenario", "blurry", "--methods", "ridge", "--set", "disjoint=-0.1"],
+        "blurry disjoint must be in [0, 1], got -0.1",
+    ),
+    (
+        "baselines scenario blurry ratio nan",
+        [*BSCEN, "--scenario", "blurry", "--methods", "ridge", "--set", "blurry=nan"],
+        "blurry blurry must be in [0, 1], got nan",
+    ),
+    (
+        "baselines scenario dil without domains",
+        [*BSCEN, "--scenario", "dil", "--methods", "ridge"],
+        "dil needs a store with a domain per image",
+    ),
+    (
+        "baselines scenario set without value",
+        [*BSCEN, "--scenario", "til", "--set", "shots"],
+        "--set takes NAME=VALUE",
+    ),
+    (
+        "baselines scenario set unknown parameter",
+        [*BSCEN, "--scenario", "til", "--set", "shots=5"],
+        "scenario til takes no parameter 'shots'",
+    ),
+    (
+        "baselines scenario set for cil",
+        [*BSCEN, "--set", "shots=5"],
+        "scenario values are for a scenario other than cil",
+    ),
+    (
+        "baselines scenario once-per-class baseline under blurry",
+        [*BSCEN, "--scenario", "blurry"],
+        "simplecil cannot run blurry",
+    ),
+    (
+        "baselines scenario tosca under blurry",
+        [*BSCEN[:-3], "--methods", "ridge", "--scenario", "blurry"],
+        "tosca cannot run blurry",
+    ),
+    (
+        "baselines scenario no scores for til",
+        [*BSCEN, "--methods", "joint_probe", "--scenario", "til"],
+        "joint_probe cannot run til",
+    ),
+    (
+        "baselines scenario split flag it does not take",
+        [*BSCEN, "--scenario", "fscil", "--init-cls", "2"],
+        "--init-cls does not apply to scenario fscil",
+    ),
+    (
+        "baselines scenario with a validation split",
+        [*BSCEN, "--scenario", "til", "--val-fraction", "0.2"],
+        "--val-fraction is for the class-incremental table",
+    ),
+    (
+        "baselines scenario with a run",
+        [*BSCEN[:-3], "--methods", "simplecil", "--scenario", "til", "--run", "{run}"],
+        "--run is for the class-incremental table",
+    ),
+    (
+        "baselines scenario on a gpu",
+        [*BSCEN, "--scenario", "til", "--device", "cuda"],
+        "--scenario til runs on the CPU",
+    ),
+    (
+        "baselines scenario into a run folder",
+        [*BSCEN, "--scenario", "til", "--out", "{run}"],
+        "not a scenario folder: pass another --out",
+    ),
+    (
+        "baselines scenario store missing",
+        ["baselines", "--store", "{missing}", "--scenario", "til"],
+        "does not exist",
+    ),
+    (
+        "baselines scenario incomplete store",
+        ["baselines", "--store", "{half}", "--no-tosca", "--scenario", "til"],
+        "is not fully extracted",
     ),
     ("scenario store missing", ["scenario", "--store", "{missing}"], "does not exist"),
     ("scenario incomplete store", ["scenario", "--store", "{half}"], "is not fully extracted"),

@@ -28,7 +28,7 @@ from tosca_foundation.errors import UserValueError
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.linalg import single_threaded
-from tosca_heads.method.scenarios import ScenarioPlan, StoreLabels, scenario
+from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
 from tosca_heads.method.ties import TIED, top_class
 from tosca_heads.running.baseline_runs import check_baseline_params
 
@@ -166,6 +166,70 @@ def _tosca_answers(
     return answers
 
 
+@dataclass(frozen=True)
+class CheckedScenario:
+    """A scenario made ready on one store, every check passed and nothing learnt: the store, the
+    scenario, its plan and the methods by their registered names."""
+
+    store: FeatureStore
+    kind: type[Scenario]
+    plan: ScenarioPlan
+    methods: tuple[str, ...]
+
+
+def checked_scenario(
+    store: FeatureStore | str | Path,
+    name: str,
+    methods: tuple[str, ...] = (TOSCA,),
+    scenario_params: Mapping[str, Any] | None = None,
+    read_as: str = "",
+    spelling: str = "--scenario",
+) -> CheckedScenario:
+    """The plan read once, its values and what the store can serve checked, and each method
+    refused in one line where it cannot run it: all before any method learns or anything is
+    written (`tosca scenario`, `tosca baselines --scenario`)."""
+    if not isinstance(store, FeatureStore):
+        store = FeatureStore.open(Path(store))
+    store.require_complete()  # an extraction still running: one line, never figures of its zeros
+    kind = scenario(name, spelling)
+    plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
+    picked = tuple(m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods)
+    for method in picked:
+        why = refusal(method, plan, kind.told_task)
+        if why:
+            raise UserValueError(why)
+    return CheckedScenario(store, kind, plan, picked)
+
+
+def run_checked(
+    ready: CheckedScenario, method_params: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[ScenarioResult]:
+    """Every method of a checked scenario learnt and answered, each timed on its own."""
+    store, kind, plan = ready.store, ready.kind, ready.plan
+    check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
+    train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
+    results = []
+    for method in ready.methods:
+        start = time.perf_counter()
+        answers = run_plan(method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method))
+        results.append(result_of(ready, method, answers, time.perf_counter() - start))
+    return results
+
+
+def result_of(
+    ready: CheckedScenario, method: str, answers: list[np.ndarray], seconds: float
+) -> ScenarioResult:
+    """A method's result from the class ids it answered at each step: the scenario's figures and
+    the accuracy after each step, worked out on the plan (a run's, or a kept cell's answers)."""
+    plan, kind = ready.plan, ready.kind
+    curve = [
+        float((a == plan.test_ids[s.eval_rows]).mean()) for a, s in zip(answers, plan.steps, strict=True)
+    ]
+    return ScenarioResult(
+        kind.name, method, kind.figures_of(plan, answers), curve, seconds, plan.describe(), answers
+    )
+
+
 def run_scenario(
     store: FeatureStore | str | Path,
     name: str,
@@ -175,36 +239,11 @@ def run_scenario(
     read_as: str = "",
     spelling: str = "--scenario",
 ) -> list[ScenarioResult]:
-    """Every method of `methods` under scenario `name` on one store: the plan read once (its values
-    and what the store can serve checked before any method learns), each method refused in one
-    line where it cannot run it. `spelling`: how the caller's user typed the scenario's name (the
-    flag, or the API's parameter), for its refusal."""
-    if not isinstance(store, FeatureStore):
-        store = FeatureStore.open(Path(store))
-    store.require_complete()  # an extraction still running: one line, never figures of its zeros
-    kind = scenario(name, spelling)
-    plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
-    picked = [m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods]
-    for method in picked:
-        why = refusal(method, plan, kind.told_task)
-        if why:
-            raise UserValueError(why)
-    check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
-    train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
-    results = []
-    for method in picked:
-        start = time.perf_counter()
-        answers = run_plan(method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method))
-        seconds = time.perf_counter() - start
-        curve = [
-            float((a == plan.test_ids[s.eval_rows]).mean()) for a, s in zip(answers, plan.steps, strict=True)
-        ]
-        results.append(
-            ScenarioResult(
-                kind.name, method, kind.figures_of(plan, answers), curve, seconds, plan.describe(), answers
-            )
-        )
-    return results
+    """Every method of `methods` under scenario `name` on one store (`checked_scenario`, then
+    `run_checked`). `spelling`: how the caller's user typed the scenario's name (the flag, or the
+    API's parameter), for its refusal."""
+    ready = checked_scenario(store, name, methods, scenario_params, read_as, spelling)
+    return run_checked(ready, method_params)
 
 
 def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:

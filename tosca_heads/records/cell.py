@@ -8,7 +8,8 @@ asked.json             what was asked: the store (fingerprint, dataset, backbone
 measured.json          what was measured and cannot be derived: seconds (finite, not negative),
                        the machine, and what the method counted or chose as it ran
 outcomes.safetensors   the kept answers: per image and stage, right or not, the route taken
-                       (`records.outcomes`)
+                       (`records.outcomes`); a scenario's cell keeps the class ids answered at
+                       each step in state/answers.safetensors instead
 state/                 the state a method keeps, where it keeps one
 done.json              written last: the sha256 of every file above
 ```
@@ -45,6 +46,9 @@ from tosca_heads.records.outcomes import OUTCOMES, PerSplit, read_outcomes, writ
 
 ASKED, MEASURED, DONE, STATE = "asked.json", "measured.json", "done.json", "state"
 CELL_FILES = (ASKED, MEASURED, OUTCOMES, DONE)
+# a scenario cell's answers: the class ids answered at each step (`records.scenario_folder`), kept
+# in place of outcomes.safetensors, whose images and stages a scenario's steps are not
+STEP_ANSWERS = f"{STATE}/answers.safetensors"
 MAX_FILE = 1 << 30  # bytes: a cell's file larger than this is not one tosca wrote
 VERSIONED = ("torch", "numpy")  # the libraries whose versions change a cell's numbers
 
@@ -119,16 +123,21 @@ def write_cell(
     folder: Path,
     asked: Mapping[str, Any],
     measured: Mapping[str, Any],
-    answers: Mapping[str, Mapping[str, Outcomes]],
+    answers: Mapping[str, Mapping[str, Outcomes]] | None,
 ) -> None:
     """Write a cell: done.json removed first (a cell rewritten is never reused half-way), then
-    asked, measured and the answers, then done.json with every file's digest, last."""
+    asked, measured and the answers, then done.json with every file's digest, last. `answers`
+    None: a cell whose answers are not per image and stage (a scenario's: `records.scenario_folder`)
+    keeps them in its `STEP_ANSWERS`, written before, and has no outcomes file."""
     check_seconds(measured.get("seconds"), str(folder / MEASURED))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / DONE).unlink(missing_ok=True)
     atomic.write_text(folder / ASKED, json.dumps({"format": FORMAT, **asked}, indent=2) + "\n")
     atomic.write_text(folder / MEASURED, json.dumps({"format": FORMAT, **measured}, indent=2) + "\n")
-    write_outcomes(folder / OUTCOMES, answers)
+    if answers is None:
+        (folder / OUTCOMES).unlink(missing_ok=True)
+    else:
+        write_outcomes(folder / OUTCOMES, answers)
     files = {name: _digest(folder / name) for name in _kept_files(folder)}
     atomic.write_text(folder / DONE, json.dumps({"format": FORMAT, "sha256": files}, indent=2) + "\n")
 
@@ -169,7 +178,8 @@ def check_whole(folder: Path, hint: str) -> None:
         raise UserError(
             f"{folder} holds {strangers[0]}, a file its done.json does not name (added since); {hint}"
         )
-    for name in (ASKED, MEASURED, OUTCOMES):
+    kept_in_state = STEP_ANSWERS in digests  # a scenario's answers, no outcomes file
+    for name in (ASKED, MEASURED) if kept_in_state else (ASKED, MEASURED, OUTCOMES):
         if name not in digests:
             raise UserError(f"{folder / DONE} does not name {name} (edited or damaged); {hint}")
     for name, digest in digests.items():
@@ -210,7 +220,8 @@ def read_cell(folder: Path, hint: str) -> Cell:
     asked = asked_of(folder, hint)
     measured = _json(folder / MEASURED, "cell's measured.json", hint)
     check_seconds(measured.get("seconds"), str(folder / MEASURED))
-    return Cell(folder, asked, measured, read_outcomes(folder / OUTCOMES, hint))
+    answers = read_outcomes(folder / OUTCOMES, hint) if (folder / OUTCOMES).exists() else {}
+    return Cell(folder, asked, measured, answers)
 
 
 def figures(answers: PerSplit) -> dict[str, dict[str, Block]]:

@@ -184,8 +184,18 @@ class BaselinesRequest:
     )
     device: str = option("auto", DEVICE_HELP)
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per method.", ("--log",))
+    scenario: str = option(
+        "cil",
+        "Scenario: cil (default, the class-incremental table), til, fscil, blurry or dil (docs/scenarios.md); "
+        "a method that cannot run it refuses in one line.",
+    )
+    set_values: tuple[str, ...] = option(
+        (), "A scenario parameter, NAME=VALUE (repeatable; e.g. shots=5, blurry=0.1).", ("--set",)
+    )
     runs_root: Path = Path("runs")
     title: str | None = None  # the comparison's title (default: dataset / backbone, split)
+    # the scenario's parameters from the Python API (`scenario_values=`), each checked by its rule
+    scenario_values: Mapping[str, Any] = field(default_factory=dict)
     # each baseline's own parameters by their one spelling, METHOD_NAME (`baseline_registry.Param`):
     # `--ranpac-projection-dim 64` on the command line, ranpac_projection_dim=64 in Python; text from
     # the command line

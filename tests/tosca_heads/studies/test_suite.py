@@ -229,6 +229,24 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
         ),
         ('val_seed = -3\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "val_seed must be an integer"),
         ("[[stores\n", "is not valid TOML"),
+        # the one scenario of a suite (issue 56 points 1 and 5)
+        (
+            'scenario = "fscl"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "unknown scenario 'fscl' (did you mean 'fscil'?)",
+        ),
+        ('scenario = ""\n[[stores]]\nname = "A"\npath = "a.zarr"\n', "unknown scenario ''"),
+        (
+            'scenario = 3\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "scenario must be a scenario's name, got 3",
+        ),
+        (
+            'scenario = ["cil", "til"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "a suite's tables never mix scenarios (write a suite per scenario)",
+        ),
+        (
+            'scenario = "til"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "scenario 'til' is not run by suites yet (only 'cil'); its table per store: tosca baselines",
+        ),
     ],
 )
 def test_a_bad_suite_is_one_line(tmp_path: Path, toml: str, message: str) -> None:
@@ -572,3 +590,12 @@ def test_a_dry_run_refuses_what_the_real_run_refuses(tmp_path: Path) -> None:
         said.append(re.sub(r"[\d.]+ GiB \(80%", "N GiB (80%", result.output.strip()))
     assert said[0] == said[1] and said[0].startswith("error: RanPAC with M = 1,000,000,000,000 would need")
     assert len(said[0].splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_suite_saying_cil_is_the_suite_saying_nothing(tmp_path: Path) -> None:
+    """`scenario = "cil"` (issue 56: the default, nothing changes for it) asks exactly what a suite
+    without the key asks; an alias of cil is its name."""
+    stores = {"stores": [{"name": "A", "path": "a.zarr"}]}
+    plain = parse_suite(stores, tmp_path)
+    said = parse_suite({**stores, "scenario": "cil"}, tmp_path)
+    assert said == plain and said.scenario == "cil"

@@ -3,6 +3,7 @@
 A suite file (paths relative to the file's folder):
 
     name = "my-suite"
+    scenario = "cil"             # the protocol of every store (docs/scenarios.md); one per suite
     seeds = [0, 1, 2]            # training seeds: module initialisation and shuffling
     order_seeds = [1993]         # class orders (the paper's: 1993)
     val_fraction = 0.1           # a validation split to choose the bold entries on (default 0:
@@ -49,6 +50,7 @@ from tosca_heads.method.baseline_registry import ALL, BASELINES, default_baselin
 from tosca_heads.method.luca import FLOWS
 from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import FIELD_TYPES, TrainConfig, recipe
+from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
 from tosca_heads.routers import HEADLINE, ROUTERS, is_honest, reference_text
 
 PAPER_L1 = TrainConfig().l1
@@ -91,6 +93,7 @@ class SuiteSpec:
     primary: str = "entropy"  # the router the claims and the ablation read
     val_fraction: float = 0.0  # a validation split held out of each class's training images (0: none)
     val_seed: int = 0
+    scenario: str = DEFAULT_SCENARIO  # the one scenario of every table (`_scenario`)
 
     @property
     def validation(self) -> ValidationConfig:
@@ -110,7 +113,7 @@ class SuiteSpec:
 
 SECTIONS = {
     "": {
-        *("name", "seeds", "order_seeds", "val_fraction", "val_seed"),
+        *("name", "scenario", "seeds", "order_seeds", "val_fraction", "val_seed"),
         *("stores", "tosca", "baselines", "ablation"),
     },
     "tosca": {"routers", "flags", "primary"},
@@ -161,6 +164,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
     )
     spec = SuiteSpec(
         name=_label(data.get("name", Path(where).stem), "name", where),
+        scenario=_scenario(data.get("scenario", DEFAULT_SCENARIO), where),
         stores=tuple(_store(s, i, base, where) for i, s in enumerate(stores)),
         seeds=_ints(data.get("seeds", [0]), "seeds", where),
         order_seeds=_ints(data.get("order_seeds", [DEFAULT_ORDER_SEED]), "order_seeds", where),
@@ -291,6 +295,30 @@ def _names(
     if isinstance(known, Registry):  # an alias stands for its name
         value = [known.name_of(name) for name in value]
     return tuple(dict.fromkeys(value))
+
+
+def _scenario(value: Any, where: str) -> str:
+    """The suite's one scenario (issue 56 point 5: a table never mixes scenarios, so a list of them
+    is refused, naming the way: a suite per scenario). Its registered name; every value but `cil`
+    is one line for now: a suite's cells, tables and claims are the class-incremental ones, and a
+    scenario's table is `tosca baselines --scenario NAME` per store."""
+    if isinstance(value, list):
+        raise UserValueError(
+            f"{where}: scenario must be one name, got {shown(value)}: a suite's tables never mix scenarios "
+            "(write a suite per scenario)"
+        )
+    if not isinstance(value, str):
+        raise UserTypeError(f"{where}: scenario must be a scenario's name, got {shown(value)}")
+    try:
+        name = scenario(value, "scenario").name
+    except UserError as exc:
+        raise UserValueError(f"{where}: {exc}") from None
+    if name != DEFAULT_SCENARIO:
+        raise UserValueError(
+            f"{where}: scenario {name!r} is not run by suites yet (only {DEFAULT_SCENARIO!r}); "
+            f"its table per store: tosca baselines --store STORE --scenario {name}"
+        )
+    return name
 
 
 def _primary(value: Any, where: str) -> str:

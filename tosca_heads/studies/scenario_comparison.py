@@ -1,0 +1,144 @@
+"""`tosca baselines --scenario NAME` for a scenario other than `cil` (issue 56 point 1): the
+baselines (and TOSCA, unless --no-tosca) under that scenario of the store, run through the one
+scenario path (`applied.scenario_runs`), each method kept as a cell of a scenario folder
+(`records.scenario_folder`: a cell of another scenario or other values is never reused), and the
+table written beside them under a title naming the scenario.
+
+`cil` never comes here: its table is `studies.comparison`'s, byte for byte what it was (its cells'
+asked.json carry no scenario key, so the cells written before scenarios stay reusable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from featcache.store import resolve_store
+from tosca_foundation.errors import UserValueError
+from tosca_foundation.text import tell
+from tosca_heads.applied.scenario_runs import (
+    TOSCA,
+    ScenarioResult,
+    checked_scenario,
+    result_of,
+    run_checked,
+    scenario_values,
+)
+from tosca_heads.method.baseline_registry import arguments
+from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
+from tosca_heads.records import claim
+from tosca_heads.records.scenario_folder import (
+    SCENARIO_FOLDER,
+    Row,
+    kept_answers,
+    scenario_asked,
+    write_result,
+    write_table,
+)
+from tosca_heads.requests.command_requests import BaselinesRequest
+
+REDO = "delete the folder to compute the method again"
+# the task split's flags, a scenario's own values where it declares them (cil and til take them)
+SPLIT_FIELDS = ("init_cls", "increment", "order_seed")
+# what only the class-incremental table has: a fitted run's routers, a validation split, tracking
+CIL_ONLY = ("run", "val_fraction", "val_seed", "log")
+
+
+@dataclass(frozen=True)
+class ScenarioComparison:
+    """What `scenario_compare` made: each method's result, the table's title and the files."""
+
+    results: list[ScenarioResult]
+    title: str
+    files: dict[str, Path]
+
+
+def beyond_cil(request: BaselinesRequest) -> bool:
+    """Whether the request asks for a scenario other than `cil` (checked here, once: an unknown
+    name is one line with the closest; scenario values given for `cil` are one line, its split
+    being --init-cls, --increment and --order-seed)."""
+    kind = scenario(request.scenario, request.spell("scenario"))
+    if kind.name != DEFAULT_SCENARIO:
+        return True
+    if request.set_values or request.scenario_values:
+        raise UserValueError(
+            f"scenario values are for a scenario other than cil; cil's split is "
+            f"{request.spell('init_cls')}, {request.spell('increment')} and {request.spell('order_seed')}"
+        )
+    return False
+
+
+def asked_values(request: BaselinesRequest) -> dict[str, Any]:
+    """The scenario's values: --set NAME=VALUE texts (`scenario_values`), the API's
+    `scenario_values`, and the task split's flags where the scenario declares them; a flag that
+    only the class-incremental table has is one line (their rules are checked by the plan)."""
+    kind = scenario(request.scenario, request.spell("scenario"))
+    for name in CIL_ONLY:
+        given = getattr(request, name)
+        if given not in (None, ()):
+            raise UserValueError(
+                f"{request.spell(name)} is for the class-incremental table; "
+                f"{request.spell('scenario')} {kind.name} takes none (leave it out)"
+            )
+    if request.device not in ("auto", "cpu"):  # scenario_runs learns on the CPU, as `tosca scenario`
+        raise UserValueError(
+            f"{request.spell('scenario')} {kind.name} runs on the CPU (one thread: the same numbers at "
+            f"any thread count); leave out {request.spell('device')} {request.device}"
+        )
+    values = scenario_values(kind.name, tuple(request.set_values))
+    takes = {p.name for p in kind.params}
+    values.update(request.scenario_values)  # the API's (the command line's come as --set texts)
+    for name in SPLIT_FIELDS:
+        given = getattr(request, name)
+        if given is None:
+            continue
+        if name not in takes:
+            raise UserValueError(
+                f"{request.spell(name)} does not apply to scenario {kind.name} "
+                f"(it takes: {', '.join(sorted(takes)) or 'none'}; set them with --set NAME=VALUE)"
+            )
+        if name in values:
+            raise UserValueError(f"{request.spell(name)} given twice (also as a scenario value)")
+        values[name] = given
+    return values
+
+
+def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
+    """`tosca baselines --scenario NAME` (NAME not `cil`): everything checked before anything is
+    written (the values, what the store can serve, each method able to run the scenario), then
+    each method's cell reused where it was asked the same, the others run, the table written."""
+    from tosca_heads.studies.comparison import check_request
+
+    methods, given = check_request(request)
+    values = asked_values(request)
+    if request.store is not None and not Path(request.store).exists():
+        raise UserValueError(f"{request.spell('store')} {request.store} does not exist")
+    store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
+    everyone = ((TOSCA,) if request.with_tosca else ()) + tuple(methods)
+    ready = checked_scenario(store, request.scenario, everyone, values, spelling=request.spell("scenario"))
+    name, store = ready.kind.name, ready.store
+    ident = store.identity
+    folder = request.out or request.runs_root / (
+        f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{name}"
+    )
+    claim.check(folder, SCENARIO_FOLDER)
+    params = {m: ({} if m == TOSCA else arguments(m, given)) for m in ready.methods}
+    asked = {m: scenario_asked(store, name, values, m, params[m]) for m in ready.methods}
+    title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, scenario {name}"
+    with claim.claim_folder(folder, SCENARIO_FOLDER):
+        done: dict[str, ScenarioResult] = {}
+        for method in ready.methods:
+            kept = kept_answers(folder / method, asked[method], ready.plan)
+            if kept is not None:
+                tell(f"{method}: reused from {folder / method} (same store, scenario, values and parameters)")
+                done[method] = result_of(ready, method, *kept)
+        todo = tuple(m for m in ready.methods if m not in done)
+        if todo:
+            for result in run_checked(replace(ready, methods=todo), params):
+                write_result(folder / result.method, result.answers, result.seconds, asked[result.method])
+                done[result.method] = result
+        results = [done[m] for m in ready.methods]
+        rows = [Row(r.method, r.figures, r.seconds) for r in results]
+        files = write_table(folder, rows, title, ready.plan.describe())
+    return ScenarioComparison(results, title, files)
