@@ -95,7 +95,7 @@ def test_sweep_stops_within_seconds_on_sigint_with_one_line(tmp_path: Path) -> N
     store = synthetic_store(tmp_path / "s.zarr", classes=4, per_class=20)
     cmd = ["sweep", "--store", str(store.path), "--r", "4,8,16", "--epochs", "1", "--init-cls", "2"]
     cmd += ["--increment", "2", "--jobs", "1", "--device", "cpu", "--out", str(tmp_path / "sweep")]
-    pause = PauseAt(function="tosca_heads.records.sweep:ResultsTable.append", occurrence=2)
+    pause = PauseAt(function="tosca_heads.records.sweep_points:write_point", occurrence=2)
     child = start(cmd, tmp_path / "child", pause)
     child.wait_paused()
     os.kill(child.process.pid, signal.SIGINT)
