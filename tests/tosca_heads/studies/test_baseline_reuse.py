@@ -190,3 +190,48 @@ def test_a_baseline_cell_asked_without_the_store_dim_is_one_line(tmp_path: Path)
     with pytest.raises(UserError, match="no feature dim and classes to count the parameters from") as refused:
         tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
     assert "\n" not in str(refused.value) and "delete the folder" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dim", "32"),
+        ("dim", True),
+        ("dim", 0),
+        ("dim", -32),
+        ("classes", 6.0),
+        ("classes", None),
+        ("classes", [6]),
+    ],
+)
+def test_a_hostile_store_dim_or_classes_in_asked_json_is_one_line(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    """The new way in (issue 54 point 1): asked.json's store `dim` and `classes`, which the count
+    is worked out from, each a whole number above 0 or the cell is refused in one line, even with
+    done.json made again to hide the edit."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    asked = json.loads((out / "simplecil" / "asked.json").read_text())
+    asked["store"][field] = value
+    (out / "simplecil" / "asked.json").write_text(json.dumps(asked))
+    redigest(out / "simplecil")
+    with pytest.raises(UserError, match="no feature dim and classes to count the parameters from") as refused:
+        tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert "\n" not in str(refused.value)
+
+
+def test_an_edited_store_dim_is_asked_otherwise_and_computed_again(tmp_path: Path) -> None:
+    """A valid but edited dim (64 for the store's 32) is another question: the cell is computed
+    again, and the count printed is the store's, never the edit's."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    asked = json.loads((out / "simplecil" / "asked.json").read_text())
+    asked["store"]["dim"] = 64
+    (out / "simplecil" / "asked.json").write_text(json.dumps(asked))
+    redigest(out / "simplecil")
+    again = tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert list(again["parameters"]) == [192]
+    assert json.loads((out / "simplecil" / "asked.json").read_text())["store"]["dim"] == 32
