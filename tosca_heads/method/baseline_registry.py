@@ -55,33 +55,33 @@ def paper_of(name: str) -> str:
 
 def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
     """A class decorator adding a baseline under `name` (and other names, `aliases`). The class follows the estimators of
-        `method.baselines`: `__init__(device=...)` stores arguments; `incremental = True` with
-        `partial_fit(x, y)` (one task's data at a time) or `False` with `fit(x, y)` (every seen class
-        at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned, and a
-    static `parameters_for(dim, classes, **params)` (optional) says that count before fitting, from
-    what was asked alone: tables show it (`parameter_count`), "not declared" without one.
-        `reference = True` (or words saying why) marks one that is no continual method, such as a joint
-        upper bound: it is reported beside the others, never as an honest result. `runs_by_default =
-        True` makes it one of `default_baselines()` (run by `tosca baselines`, the API, a suite and the
-        demo when no methods are named; without it, it runs where named). `params = (Param(...), ...)`
-        declares its own parameters, each a keyword of `__init__` (whose default is the parameter's).
+    `method.baselines`: `__init__(device=...)` stores arguments; `incremental = True` with
+    `partial_fit(x, y)` (one task's data at a time) or `False` with `fit(x, y)` (every seen class
+    at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned, and a
+    static `parameters_for(dim, classes, /, **params)` (optional) says that count before fitting,
+    from what was asked alone: tables show it (`parameter_count`), "not declared" without one.
+    `reference = True` (or words saying why) marks one that is no continual method, such as a joint
+    upper bound: it is reported beside the others, never as an honest result. `runs_by_default =
+    True` makes it one of `default_baselines()` (run by `tosca baselines`, the API, a suite and the
+    demo when no methods are named; without it, it runs where named). `params = (Param(...), ...)`
+    declares its own parameters, each a keyword of `__init__` (whose default is the parameter's).
 
-        >>> import numpy as np
-        >>> @register_baseline("doc_nearest_first")
-        ... class NearestFirst:
-        ...     incremental = True
-        ...     def __init__(self, device="cpu"):
-        ...         self.device = device
-        ...     def partial_fit(self, features, labels):
-        ...         self.first_ = int(np.asarray(labels).min())
-        ...         return self
-        ...     def predict(self, features):
-        ...         return np.full(len(features), self.first_)
-        ...     def num_parameters(self):
-        ...         return 1
-        >>> "doc_nearest_first" in BASELINES
-        True
-        >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
+    >>> import numpy as np
+    >>> @register_baseline("doc_nearest_first")
+    ... class NearestFirst:
+    ...     incremental = True
+    ...     def __init__(self, device="cpu"):
+    ...         self.device = device
+    ...     def partial_fit(self, features, labels):
+    ...         self.first_ = int(np.asarray(labels).min())
+    ...         return self
+    ...     def predict(self, features):
+    ...         return np.full(len(features), self.first_)
+    ...     def num_parameters(self):
+    ...         return 1
+    >>> "doc_nearest_first" in BASELINES
+    True
+    >>> del BASELINES["doc_nearest_first"]  # (a doctest leaves the registry as it found it)
     """
 
     check_types("register_baseline", register_baseline, {"name": name, "aliases": aliases})
