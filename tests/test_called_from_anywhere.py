@@ -49,7 +49,8 @@ PRINTED = {
     "contributing.md#3": ["honest", rf"least energy: {NUMBER}"],
     "contributing.md#4": ["--log printed: True"],
     "python-api.md#3": [
-        r"baseline Means conforms: declarations, partial_fit per task, state size, order-free; one-line "
+        r"baseline Means conforms: declarations, partial_fit per task, state size, parameter count, "
+        r"order-free; one-line "
         r"refusals skipped \(no check_fits\)",
         r"router peeking: read view\.true_task, which only reference routers see .*; register it with "
         r"`reference = True` to report it as a reference",

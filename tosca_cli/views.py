@@ -416,6 +416,7 @@ def comparison_cells(comparison: Any) -> tuple[list[str], list[list[str]]]:
     """The comparison table's column heads and cells, as printed: apart from the printing, so that
     a test holds the README's demo table to what the demo prints, cell by cell."""
     from tosca_heads.method.metrics import columns_of, header_of
+    from tosca_heads.records.baselines_folder import counted
 
     validation = any(r.validation is not None for r in comparison.results)
     figures = columns_of(validation)
@@ -424,7 +425,7 @@ def comparison_cells(comparison: Any) -> tuple[list[str], list[list[str]]]:
             r.method,
             r.routing,
             *(_figure_cell(column, {"test": r.metrics, "validation": r.validation}) for column in figures),
-            f"{r.parameters:,}",
+            counted(r.parameters),
             f"{r.seconds:.1f}",
             r.reference,
         ]

@@ -7,6 +7,7 @@ from typing import Any
 
 from tosca_foundation.arguments import check_types
 from tosca_foundation.errors import UserTypeError
+from tosca_heads.conformance.baseline_count import check_count
 from tosca_heads.conformance.baseline_declarations import check_declarations
 from tosca_heads.conformance.baseline_fits import check_fits_declared
 from tosca_heads.conformance.baseline_learning import check_learning
@@ -18,8 +19,8 @@ from tosca_heads.method.baseline_registry import declared_params
 
 def check_baseline(cls: type, params: Mapping[str, Any] | None = None) -> Conformance:
     """Run the contract the built-in baselines pass on `cls` (registered or not): its declarations,
-    partial_fit per task with checked predictions, its state size, order-freedom where it declares
-    it, and one-line refusals from `check_fits`. `params` are keywords of its `__init__` (smaller
+    partial_fit per task with checked predictions, its state size, its `parameters_for` against
+    the fitted `num_parameters()` where it declares one, order-freedom where it declares it, and one-line refusals from `check_fits`. `params` are keywords of its `__init__` (smaller
     sizes, a knob fixed for the order-free check), each checked by its `Param`; default: its
     defaults. A `NonConforming` error (one line) at the first check it fails, else its
     `Conformance`."""
@@ -37,6 +38,11 @@ def check_baseline(cls: type, params: Mapping[str, Any] | None = None) -> Confor
     passed.append("partial_fit per task" if cls.incremental else "fit per task")
     check_state(cls, given)
     passed.append("state size")
+    if callable(getattr(cls, "parameters_for", None)):
+        check_count(cls, given, {p.name: p.default for p in declared.values()})
+        passed.append("parameter count")
+    else:  # accepted: its tables say "not declared" (docs/python-api.md)
+        skipped["parameter count"] = "no parameters_for"
     if not getattr(cls, "order_free", False):
         skipped["order-free"] = "not declared"
     elif not cls.incremental:

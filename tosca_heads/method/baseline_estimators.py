@@ -92,6 +92,12 @@ class SimpleCIL:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, **_: object) -> int:
+        """What `num_parameters()` counts once every class is learned, from what was asked
+        (`baseline_registry.parameter_count`): a d-dimensional prototype per class."""
+        return classes * features
+
     def num_parameters(self) -> int:
         return int(self.prototypes_.numel())
 
@@ -249,6 +255,12 @@ class RanPAC:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, projection_dim: int = 10_000, **_: object) -> int:
+        """The d x M projection and the M x C ridge weights (`num_parameters()`'s count, from what
+        was asked)."""
+        return features * projection_dim + projection_dim * classes
+
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())
 
@@ -352,6 +364,11 @@ class JointProbe:
         x = (as_tensor(features, self.device, torch.float64) / self.peak_).float()
         x = (x - self.mean_) / self.scale_
         return top_class(x @ self.weight_.T + self.bias_)  # a tie counts as wrong
+
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, **_: object) -> int:
+        """The C x d weights and C biases (`num_parameters()`'s count, from what was asked)."""
+        return classes * features + classes
 
     def num_parameters(self) -> int:
         return int(self.weight_.numel() + self.bias_.numel())

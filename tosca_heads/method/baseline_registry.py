@@ -57,7 +57,9 @@ def register_baseline(name: str, aliases: tuple[str, ...] = ()) -> Callable[[typ
     """A class decorator adding a baseline under `name` (and other names, `aliases`). The class follows the estimators of
     `method.baselines`: `__init__(device=...)` stores arguments; `incremental = True` with
     `partial_fit(x, y)` (one task's data at a time) or `False` with `fit(x, y)` (every seen class
-    at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned.
+    at once); `predict(x)` returns incremental class ids; `num_parameters()` counts what it learned, and a
+    static `parameters_for(dim, classes, /, **params)` (optional) says that count before fitting,
+    from what was asked alone: tables show it (`parameter_count`), "not declared" without one.
     `reference = True` (or words saying why) marks one that is no continual method, such as a joint
     upper bound: it is reported beside the others, never as an honest result. `runs_by_default =
     True` makes it one of `default_baselines()` (run by `tosca baselines`, the API, a suite and the
@@ -349,6 +351,20 @@ def least_per_class(method: str) -> int:
     """The training images of each class a baseline needs at least (its class's `least_per_class`:
     FeCAM's 2, a covariance of one image being none; 1 for any other)."""
     return int(getattr(BASELINES[method], "least_per_class", 1))
+
+
+def parameter_count(method: str, values: Mapping[str, Any], dim: int, classes: int) -> int | None:
+    """A baseline's parameter count, a function of what was asked: its keywords (`arguments`'
+    answer; a missing one is its default), the store's feature `dim` and its `classes`, as its
+    class's `parameters_for(dim, classes, **values)` works it out, never read off a fitted
+    estimator or a file. None where the class declares no `parameters_for` (a plug-in may not:
+    its tables say "not declared") or is not registered here. `check_baseline` holds the formula
+    to the fitted estimator's `num_parameters()`."""
+    formula = getattr(BASELINES[method], "parameters_for", None) if method in BASELINES else None
+    if formula is None:
+        return None
+    given = {**{p.name: p.default for p in params_of(method)}, **values}
+    return int(formula(dim, classes, **given))
 
 
 def check_fits(

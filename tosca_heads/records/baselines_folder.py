@@ -19,7 +19,7 @@ from featcache.store import FeatureStore
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_bytes, read_json
-from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES, parameter_count
 from tosca_heads.method.metrics import RANKED, figures, intervals_said, shown, with_interval
 from tosca_heads.method.protocol import StreamConfig
 from tosca_heads.method.uncertainty import Outcomes
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pandas is loaded where a comparison is tabled: a sweep's fi
     import pandas as pd
 
 NO_ROUTING = "none"
+NOT_DECLARED = "not declared"  # the parameter count of a plug-in without `parameters_for`
 COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.png")
 BASELINE_FILES = ("metrics.json", "results.csv", OUTCOMES, *cell.CELL_FILES)
 COMPARISON_HEADER = "method,routing,A_bar,A_last,"
@@ -48,7 +49,7 @@ class MethodResult:
     method: str
     routing: str
     metrics: dict[str, Any]
-    parameters: int
+    parameters: int | None  # None: a plug-in that declares no `parameters_for` ("not declared")
     seconds: float
     validation: dict[str, Any] | None = None
     reference: str = ""
@@ -121,7 +122,8 @@ def baseline_asked(
     params: dict[str, Any],
     validation_split: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """What a baseline cell is asked (its asked.json): the store's identity, the task split, the
+    """What a baseline cell is asked (its asked.json): the store's identity with its feature dim and
+    classes (what its parameter count is worked out from, `parameters_of`), the task split, the
     validation split (`records.validation_record`, None without one), the method and its own
     parameters, and the versions that change its numbers."""
     ident = store.identity
@@ -131,6 +133,8 @@ def baseline_asked(
             "fingerprint": store.fingerprint,
             "dataset": ident["dataset"]["name"],
             "backbone": ident["backbone"]["alias"],
+            "dim": store.dim,
+            "classes": store.shape.classes,
         },
         "stream": asdict(stream_cfg),
         "validation_split": validation_split,
@@ -149,7 +153,6 @@ def write_baseline(folder: Path, result: MethodResult, asked: dict[str, Any], de
     measured = {
         "seconds": result.seconds,
         "machine": cell.machine(device),
-        "parameters": result.parameters,  # counted off the fitted estimator
         "beside": {k: v for k, v in result.metrics.items() if k not in given},  # a knob chosen, state bytes
     }
     cell.write_cell(folder, asked, measured, answers)
@@ -172,14 +175,32 @@ def result_of(found: cell.Cell) -> MethodResult:
     test = {**blocks["test"][method], **found.measured.get("beside", {})}
     held = blocks.get("validation", {}).get(method)
     outcomes = {split: named[method] for split, named in found.answers.items() if method in named}
-    parameters = found.measured.get("parameters")
-    if isinstance(parameters, bool) or not isinstance(parameters, int) or parameters < 0:
-        raise UserError(
-            f"{found.folder / cell.MEASURED}: parameters must be a count, got {parameters!r}; {REDO}"
-        )
     return MethodResult(
-        method, NO_ROUTING, test, parameters, found.seconds, held, baseline_reference(method), outcomes
+        method,
+        NO_ROUTING,
+        test,
+        parameters_of(found),
+        found.seconds,
+        held,
+        baseline_reference(method),
+        outcomes,
     )
+
+
+def parameters_of(found: cell.Cell) -> int | None:
+    """A baseline cell's parameter count, worked out from what it was asked (its method, its
+    parameters, the store's dim and classes: `baseline_registry.parameter_count`), never read from
+    a file: no file holds a count to edit (a measured.json written before this kept one, ignored).
+    A cell asked before asked.json held the store's dim and classes is one line."""
+    store = found.asked.get("store")
+    dim, classes = (store.get("dim"), store.get("classes")) if isinstance(store, dict) else (None, None)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (dim, classes)):
+        raise UserError(
+            f"{found.folder / cell.ASKED}: its store has no feature dim and classes to count the "
+            f"parameters from (a cell written before counts were worked out from what was asked); {REDO}"
+        )
+    params = found.asked.get("params")
+    return parameter_count(found.asked["method"], params if isinstance(params, dict) else {}, dim, classes)
 
 
 def baseline_result(folder: Path) -> MethodResult:
@@ -265,6 +286,12 @@ def comparison_frame(results: list[MethodResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def counted(parameters: float | None) -> str:
+    """A parameter count as tables print it: 12,800, or "not declared" for a plug-in that gives
+    no `parameters_for`."""
+    return NOT_DECLARED if parameters is None else f"{int(parameters):,}"
+
+
 def _number(value: Any) -> float | None:
     """A frame's cell as a number (None for a missing one: NaN or None)."""
     import pandas as pd
@@ -295,7 +322,7 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
             )
             for m in shown_figures
         ]
-        counts = [f"{int(r['parameters']):,}", f"{r['seconds']:.1f}", r["reference"] or ""]
+        counts = [counted(_number(r["parameters"])), f"{r['seconds']:.1f}", r["reference"] or ""]
         rows.append([r["method"], r["routing"], *cells, *counts])
     return Table(title, note, header, rows, frame)
 

@@ -19,7 +19,7 @@ from featcache.store import check_not_replaced
 from tosca_foundation.errors import UserError
 from tosca_foundation.names import as_flag
 from tosca_heads.engine.numeric_errors import NumericalError
-from tosca_heads.method.baseline_registry import BASELINES, check_fits, params_of
+from tosca_heads.method.baseline_registry import BASELINES, check_fits, parameter_count, params_of
 from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
@@ -143,7 +143,7 @@ def run_baseline(
         name,
         NO_ROUTING,
         metrics,
-        estimator.num_parameters(),
+        parameter_count(name, params, store.dim, stream.num_classes),  # from what was asked, as a cell's
         time.perf_counter() - start,
         held_out,
         reference,

@@ -41,6 +41,7 @@ def test_every_built_in_baseline_conforms(method: str) -> None:
         "fit per task" if not cls.incremental else "partial_fit per task",
         "state size",
     )
+    assert "parameter count" in found.passed  # its formula is what it learns (issue 54 point 1)
     assert ("order-free" in found.passed) == bool(getattr(cls, "order_free", False))
     assert ("one-line refusals" in found.passed) == hasattr(cls, "check_fits")
 
@@ -84,6 +85,10 @@ class Good:
 
     def num_parameters(self) -> int:
         return int(self.sums_.size + self.counts_.size)
+
+    @staticmethod
+    def parameters_for(dim: int, classes: int, /, **params: Any) -> int:
+        return classes * dim + classes  # the sums and the counts
 
 
 def _broken(name: str, **changed: Any) -> type:
@@ -169,6 +174,19 @@ BROKEN_BASELINES = [
         _broken("BoolSize", num_parameters=lambda self: True),
         "num_parameters() returned True, not a count (an int, at least 1)",
     ),
+    (
+        _broken("Miscounts", parameters_for=staticmethod(lambda dim, classes, /, **params: classes * dim)),
+        "parameters_for with d = 16 and 6 classes gives 96 parameters, but num_parameters() after "
+        "partial_fit counts 102",
+    ),
+    (
+        _broken("FloatCount", parameters_for=staticmethod(lambda dim, classes, /, **params: 1.5)),
+        "parameters_for with d = 16 and 6 classes returned 1.5, not a count (an int, at least 1)",
+    ),
+    (
+        _broken("CountCrashes", parameters_for=staticmethod(lambda dim, classes, /, **params: dim // 0)),
+        "parameters_for with d = 16 and 6 classes raised ZeroDivisionError",
+    ),
     (_Remembers, "num_parameters() grows with the rows seen (2,022 with 20 per class, 3,942 with 40)"),
     (_Fading, "declares order_free = True, yet its streamed scores are"),
     (
@@ -188,7 +206,13 @@ def test_each_broken_baseline_is_refused_in_one_line(cls: type, reason: str) -> 
 
 
 def test_the_good_plugin_conforms_and_a_bad_parameter_is_refused() -> None:
-    assert check_baseline(Good).passed == ("declarations", "partial_fit per task", "state size", "order-free")
+    assert check_baseline(Good).passed == (
+        "declarations",
+        "partial_fit per task",
+        "state size",
+        "parameter count",
+        "order-free",
+    )
     with pytest.raises(NonConforming.__mro__[1], match=r"^check_baseline's k must be at least 1, got 0$"):
         check_baseline(Good, {"k": 0})
 
@@ -260,3 +284,12 @@ def test_each_broken_router_is_refused_in_one_line(cls: type, reason: str) -> No
     assert said.startswith("router ") and "\n" not in said and reason in said, said
     assert check_router(GoodRouter).name == "good_router"
     assert not re.search(r"good_router", ", ".join(ROUTERS))  # checked, never registered
+
+
+def test_a_plugin_without_a_count_formula_is_accepted_and_says_so() -> None:
+    """A plug-in that declares no `parameters_for` conforms (its tables say "not declared"), the
+    check it skips named with why."""
+    silent = type("Silent", (Good,), {"__doc__": "Good without a count formula.", "parameters_for": None})
+    found = check_baseline(silent)
+    assert "parameter count" not in found.passed
+    assert found.skipped["parameter count"] == "no parameters_for"

@@ -152,3 +152,86 @@ def test_a_baseline_stopped_by_a_full_disk_is_computed_again_not_reused(
     assert 0 < float(table.loc[table["method"] == "simplecil", "A_last"].iloc[0]) <= 1
     tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
     assert computed == ["simplecil"]  # now finished: reused
+
+
+def test_a_parameter_count_edited_into_measured_json_changes_nothing_printed(tmp_path: Path) -> None:
+    """Issue 54 point 1: a baseline's count is worked out from what was asked (its parameters, the
+    store's d and classes), never read from a file: a count written into measured.json, with
+    done.json made again to hide the edit, leaves the rows, the kept metrics.json and the printed
+    comparison as they were."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    first = tosca_heads.baselines(store.path, ["simplecil", "ranpac"], out=out, **ASKED, **RANPAC)
+    # SimpleCIL: 6 prototypes of d = 32; RanPAC: the 32 x 64 projection and 64 x 6 weights
+    assert dict(zip(first["method"], first["parameters"], strict=True)) == {"simplecil": 192, "ranpac": 2432}
+    for method in ("simplecil", "ranpac"):
+        measured = json.loads((out / method / "measured.json").read_text())
+        assert "parameters" not in measured  # no count kept to edit
+        (out / method / "measured.json").write_text(json.dumps({**measured, "parameters": 5}))
+        redigest(out / method)
+    again = tosca_heads.baselines(store.path, ["simplecil", "ranpac"], out=out, **ASKED, **RANPAC)
+    assert list(again["parameters"]) == [192, 2432]
+    assert json.loads((out / "ranpac" / "metrics.json").read_text())["parameters"] == 2432
+    table = (out / "comparison.md").read_text()
+    assert "2,432" in table and "| 5 |" not in table
+
+
+def test_a_baseline_cell_asked_without_the_store_dim_is_one_line(tmp_path: Path) -> None:
+    """A cell written before asked.json held the store's d and classes has nothing to count its
+    parameters from: refused in one line (the tool is unreleased), never a count read elsewhere."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    asked = json.loads((out / "simplecil" / "asked.json").read_text())
+    assert (asked["store"]["dim"], asked["store"]["classes"]) == (32, 6)
+    del asked["store"]["dim"], asked["store"]["classes"]
+    (out / "simplecil" / "asked.json").write_text(json.dumps(asked))
+    redigest(out / "simplecil")
+    with pytest.raises(UserError, match="no feature dim and classes to count the parameters from") as refused:
+        tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert "\n" not in str(refused.value) and "delete the folder" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dim", "32"),
+        ("dim", True),
+        ("dim", 0),
+        ("dim", -32),
+        ("classes", 6.0),
+        ("classes", None),
+        ("classes", [6]),
+    ],
+)
+def test_a_hostile_store_dim_or_classes_in_asked_json_is_one_line(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    """The new way in (issue 54 point 1): asked.json's store `dim` and `classes`, which the count
+    is worked out from, each a whole number above 0 or the cell is refused in one line, even with
+    done.json made again to hide the edit."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    asked = json.loads((out / "simplecil" / "asked.json").read_text())
+    asked["store"][field] = value
+    (out / "simplecil" / "asked.json").write_text(json.dumps(asked))
+    redigest(out / "simplecil")
+    with pytest.raises(UserError, match="no feature dim and classes to count the parameters from") as refused:
+        tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert "\n" not in str(refused.value)
+
+
+def test_an_edited_store_dim_is_asked_otherwise_and_computed_again(tmp_path: Path) -> None:
+    """A valid but edited dim (64 for the store's 32) is another question: the cell is computed
+    again, and the count printed is the store's, never the edit's."""
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    out = tmp_path / "base"
+    tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    asked = json.loads((out / "simplecil" / "asked.json").read_text())
+    asked["store"]["dim"] = 64
+    (out / "simplecil" / "asked.json").write_text(json.dumps(asked))
+    redigest(out / "simplecil")
+    again = tosca_heads.baselines(store.path, ["simplecil"], out=out, **ASKED)
+    assert list(again["parameters"]) == [192]
+    assert json.loads((out / "simplecil" / "asked.json").read_text())["store"]["dim"] == 32

@@ -197,6 +197,12 @@ class DSAL:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, buffer_size: int = 8192, **_: object) -> int:
+        """The d x m random buffer and the m x C weights of each stream, main and compensation
+        (`num_parameters()`'s count, from what was asked)."""
+        return features * buffer_size + 2 * buffer_size * classes
+
     def num_parameters(self) -> int:
         return int(self.buffer_.numel() + self.main_.weights.numel() + self.comp_.weights.numel())
 

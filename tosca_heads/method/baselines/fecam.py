@@ -143,6 +143,12 @@ class FeCAM:
         never writes into them): what the `fecam` router keeps after each task, at no copy's cost."""
         return copy.copy(self)
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, **_: object) -> int:
+        """Per class a d x d precision and a d-dimensional mean (`num_parameters()`'s count, from
+        what was asked)."""
+        return classes * (features * features + features)
+
     def num_parameters(self) -> int:
         return int(self.precisions_.numel() + self.means_.numel())
 

@@ -220,6 +220,12 @@ class KLDA:
         kept.__dict__.pop("means_", None)
         return kept
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, dim: int = 5000, members: int = 1, **_: object) -> int:
+        """Per member the C x D means and the D x D scatter (`num_parameters()`'s count, from what
+        was asked; d, the store's, plays no part)."""
+        return members * (classes * dim + dim * dim)
+
     def num_parameters(self) -> int:
         """The means and the D x D scatter of each member: the model's statistics, whichever form
         of the scatter is kept (`state_bytes` says what is stored)."""

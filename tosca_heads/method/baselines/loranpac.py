@@ -275,6 +275,12 @@ class LoRanPAC:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, embedding_dim: int = 10_000, **_: object) -> int:
+        """The d x E projection and the E x C weights (`num_parameters()`'s count, from what was
+        asked)."""
+        return features * embedding_dim + embedding_dim * classes
+
     def num_parameters(self) -> int:
         return int(self.projection_.numel() + self.weights_.numel())
 

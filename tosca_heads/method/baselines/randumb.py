@@ -194,6 +194,12 @@ class RanDumb:
         kept.__dict__.pop("means_", None)
         return kept
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, dim: int = 10_000, **_: object) -> int:
+        """The C x D means and the D x D covariance, D the random features' width or, with `dim`
+        0, the store's d (`num_parameters()`'s count, from what was asked)."""
+        return (classes + (dim or features)) * (dim or features)
+
     def num_parameters(self) -> int:
         """The means and the D x D covariance: the model's statistics, whichever form of the
         covariance sum is kept (`state_bytes` says what is stored)."""

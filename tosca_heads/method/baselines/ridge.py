@@ -174,6 +174,11 @@ class Ridge:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, **_: object) -> int:
+        """The d x C weights (`num_parameters()`'s count, from what was asked)."""
+        return features * classes
+
     def num_parameters(self) -> int:
         return int(self.weights_.numel())
 

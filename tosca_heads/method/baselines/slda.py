@@ -215,6 +215,12 @@ class SLDA:
     def predict(self, features: Array) -> np.ndarray:
         return top_class(self.decision_function(features))  # a tie counts as wrong
 
+    @staticmethod
+    def parameters_for(features: int, classes: int, /, **_: object) -> int:
+        """The C x d means and the d x d shared covariance (`num_parameters()`'s count, from what
+        was asked)."""
+        return classes * features + features * features
+
     def num_parameters(self) -> int:
         return int(self.means_.numel() + self.covariance_.numel())
 
