@@ -27,6 +27,7 @@ from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import ScenarioPlan, StoreLabels, scenario
 from tosca_heads.method.ties import TIED, top_class
@@ -183,7 +184,8 @@ def run_scenario(
         store = FeatureStore.open(Path(store))
     store.require_complete()  # an extraction still running: one line, never figures of its zeros
     kind = scenario(name, spelling)
-    plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
+    labels = store_labels(store, read_as)
+    plan = kind.plan(labels, **dict(scenario_params or {}))
     picked = [m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods]
     for method in picked:
         why = refusal(method, plan, kind.told_task)
@@ -191,10 +193,14 @@ def run_scenario(
             raise UserValueError(why)
     check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
     train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
+    order, names = plan_classes(plan, labels, store)
     results = []
     for method in picked:
         start = time.perf_counter()
-        answers = run_plan(method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method))
+        with named_classes(order, names):  # a refusal about one class names the store's label
+            answers = run_plan(
+                method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method)
+            )
         seconds = time.perf_counter() - start
         curve = [
             float((a == plan.test_ids[s.eval_rows]).mean()) for a, s in zip(answers, plan.steps, strict=True)
@@ -205,6 +211,23 @@ def run_scenario(
             )
         )
     return results
+
+
+def plan_classes(
+    plan: ScenarioPlan, labels: StoreLabels, store: FeatureStore
+) -> tuple[np.ndarray, list[str] | None]:
+    """(order, names): order[id] the label read of the plan's class id (the first train row of that
+    id; a class with no train row, 0), and the store's class names where the plan reads the store's
+    own labels (a domain reading's labels, such as CIFAR-100's superclasses, are said as numbers):
+    what `named_classes` names a class by, so that a `ClassFault` raised with a plan's id inside a
+    scenario names the class as every other message does (issue 57, point 8)."""
+    order = np.zeros(plan.num_classes, dtype=np.int64)
+    known = plan.train_ids >= 0
+    ids, first = np.unique(plan.train_ids[known], return_index=True)
+    order[ids] = labels.train_labels[np.flatnonzero(known)[first]]
+    dataset = store.identity["dataset"]
+    names = dataset.get("class_names") if labels.dataset == dataset["name"] else None
+    return order, None if names is None else list(names)
 
 
 def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:
