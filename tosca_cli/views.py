@@ -144,6 +144,8 @@ def run_summary(result: Any, routers: list[str], wall: float | None = None) -> N
     title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}, test split"
     table(title, ["router", *map(header_of, figures), "reference"], rows, ("router", "reference"))
     said_intervals(metrics["routers"])
+    for line in run_ties_lines(metrics["routers"], routers):
+        footnote(line)
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
     whole = (
@@ -159,6 +161,23 @@ def run_summary(result: Any, routers: list[str], wall: float | None = None) -> N
     plot = Path(result.run_dir) / "accuracy.png"
     if plot.is_file():
         say(f"plot {plot}")
+
+
+def run_ties_lines(blocks: dict[str, Any], routers: list[str]) -> list[str]:
+    """Under a run's table, per router whose answers after the last task held ties (`method.ties`):
+    how many, counted wrong, and how many of them were tied routes."""
+    from tosca_heads.method.ties import ties_said
+
+    lines = []
+    for name in in_registry_order(routers):
+        block = blocks.get(name) or {}
+        if block.get("tied") and block["tied"][-1]:
+            routes = block["tied_routes"][-1]
+            lines.append(
+                ties_said(f"router {name}", block["tied"][-1], int(block.get("images") or 0))
+                + (f" ({routes:,} of them tied routes: no module picked)" if routes else "")
+            )
+    return lines
 
 
 def _figure_cell(column: Any, blocks: dict[str, Any]) -> str:
