@@ -310,9 +310,18 @@ class NearestClassMean(FrozenFeature):
 
     def task(self, view: StageView) -> torch.Tensor:
         scores = view.frozen.ncm_scores(view.features)
-        from tosca_heads.method.ties import task_of_classes, top_index
+        import torch
 
-        return task_of_classes(view.class_task, top_index(scores, -1))
+        from tosca_heads.method.ties import TIED, top_index
+
+        # each task's best class score: two classes of one task tied at the top still pick that
+        # task; where nothing ties, the task of the argmax class (the bits of before)
+        class_task = view.class_task.to(scores.device).expand(scores.shape[0], -1)
+        tasks = int(view.class_task.max()) + 1
+        best = scores.new_full((scores.shape[0], tasks), -torch.inf).scatter_reduce(
+            1, class_task, scores, "amax"
+        )
+        return top_index(best, -1).masked_fill(torch.isnan(scores).any(-1), TIED)
 
 
 @register_router
