@@ -669,6 +669,15 @@ ROWS: list[tuple[str, list[str], str]] = [
             ("gacl", ["--gacl-buffer-size", "64"], "--gacl-gamma", "GACL's gamma (--gacl-gamma)", "1e-300"),
         )
     ],
+    # KLDA's absolute sigma far from the features' scale (`method.scale.KernelBeyondScale`)
+    *[
+        (
+            f"baselines --klda-sigma {value} beyond the features' scale",
+            [*BASE, "--methods", "klda", "--klda-dim", "64", "--klda-sigma", value],
+            f"KLDA's sigma (--klda-sigma) = {said} is far from the features' scale",
+        )
+        for value, said in (("1e-300", "1e-300"), ("1e300", "1e+300"), ("5e-324", "5e-324"))
+    ],
     (
         "baselines ranpac seed negative",
         [*BASE, "--ranpac-seed", "-1"],

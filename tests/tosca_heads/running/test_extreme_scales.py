@@ -114,3 +114,41 @@ def test_a_regularisation_float64_cannot_solve_with_is_one_line(
     assert line.startswith(f"error: {said} is too small beside the features' scale"), line
     assert "Traceback" not in result.output and "A_last" not in result.output
     assert not out.exists()  # the folder claimed new is given back (`records.claim`)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_kldas_absolute_sigma_far_from_the_features_scale_is_one_line(tmp_path: Path, scale: float) -> None:
+    """Issue 57, point 2: KLDA's sigma is absolute (the authors'), so at x1e30 its default printed
+    16.67 (RBF noise) and at x1e-30 every row's features were one vector: refused in one line that
+    names the flag and the range that fits these features, the claimed folder given back."""
+    out = tmp_path / "out"
+    store = scaled_store(tmp_path / "s.zarr", scale)
+    args = ["baselines", "--store", str(store), "--out", str(out), "--no-tosca", "--device", "cpu"]
+    flags = ["--init-cls", "2", "--increment", "2", "--methods", "klda", "--klda-dim", "64"]
+    result = RUNNER.invoke(app, [*args, *flags])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("error: KLDA's sigma (--klda-sigma) = 0.0001 is far from the features' scale"), (
+        line
+    )
+    assert "A_last" not in result.output and not out.exists()
+
+
+def test_kldas_sigma_in_reach_gives_the_same_answers_at_any_scale(tmp_path: Path) -> None:
+    """The same kernel at x1e30, x1 and x1e-30 (sigma / scale**2, as the refusal suggests): the
+    same predictions (the random phases x W are the same up to float32 rounding)."""
+    from featcache.store import FeatureStore, read_split
+    from tosca_heads.method.baselines.klda import KLDA
+    from tosca_heads.method.scale import mean_squared_distance
+
+    answers = []
+    for scale in (1e30, 1.0, 1e-30):
+        store = FeatureStore.open(scaled_store(tmp_path / f"s{scale:g}.zarr", scale))
+        x, y = read_split(store, "train")[0], store.labels("train")
+        sigma = 1.0 / mean_squared_distance(x)  # typical rows at kernel exp(-1)
+        model = KLDA(dim=256, sigma=sigma).partial_fit(x, y)
+        answers.append(model.predict(read_split(store, "test")[0]))
+        accuracy = float((answers[-1] == store.labels("test")).mean())
+        assert accuracy > 0.9, (scale, accuracy)
+    np.testing.assert_array_equal(answers[0], answers[1])
+    np.testing.assert_array_equal(answers[2], answers[1])
