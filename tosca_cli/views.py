@@ -164,19 +164,23 @@ def run_summary(result: Any, routers: list[str], wall: float | None = None) -> N
 
 
 def run_ties_lines(blocks: dict[str, Any], routers: list[str]) -> list[str]:
-    """Under a run's table, per router whose answers after the last task held ties (`method.ties`):
-    how many, counted wrong, and how many of them were tied routes."""
-    from tosca_heads.method.ties import ties_said
-
-    lines = []
+    """Under a run's table, the routers whose answers after the last task held ties (`method.ties`),
+    those with the same counts on one line: how many, counted wrong, and how many were tied routes."""
+    grouped: dict[tuple[int, int], list[str]] = {}
+    images = 0
     for name in in_registry_order(routers):
         block = blocks.get(name) or {}
         if block.get("tied") and block["tied"][-1]:
-            routes = block["tied_routes"][-1]
-            lines.append(
-                ties_said(f"router {name}", block["tied"][-1], int(block.get("images") or 0))
-                + (f" ({routes:,} of them tied routes: no module picked)" if routes else "")
-            )
+            grouped.setdefault((block["tied"][-1], block["tied_routes"][-1]), []).append(name)
+            images = int(block.get("images") or images)
+    lines = []
+    for (tied, routes), names in grouped.items():
+        which = f"router {names[0]}" if len(names) == 1 else f"routers {', '.join(names)}"
+        routed = f"; {routes:,} of them a tie between modules, no module picked" if routes else ""
+        lines.append(
+            f"{which}: {tied:,} of the {images:,} test images had a tied answer after the last task "
+            f"(two or more classes tied for the top score{routed}); a tie counts as wrong (docs/guarantees.md)"
+        )
     return lines
 
 
