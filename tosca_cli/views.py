@@ -144,6 +144,8 @@ def run_summary(result: Any, routers: list[str], wall: float | None = None) -> N
     title = f"{result.config['dataset']} / {result.config['backbone']} after task {len(result.stages) - 1}, test split"
     table(title, ["router", *map(header_of, figures), "reference"], rows, ("router", "reference"))
     said_intervals(metrics["routers"])
+    for line in run_ties_lines(metrics["routers"], routers):
+        footnote(line)
     train_s = sum(s.stats["seconds"] for s in result.stages if s.task in result.trained)
     eval_s = sum(s.eval_seconds for s in result.stages)
     whole = (
@@ -159,6 +161,27 @@ def run_summary(result: Any, routers: list[str], wall: float | None = None) -> N
     plot = Path(result.run_dir) / "accuracy.png"
     if plot.is_file():
         say(f"plot {plot}")
+
+
+def run_ties_lines(blocks: dict[str, Any], routers: list[str]) -> list[str]:
+    """Under a run's table, the routers whose answers after the last task held ties (`method.ties`),
+    those with the same counts on one line: how many, counted wrong, and how many were tied routes."""
+    grouped: dict[tuple[int, int], list[str]] = {}
+    images = 0
+    for name in in_registry_order(routers):
+        block = blocks.get(name) or {}
+        if block.get("tied") and block["tied"][-1]:
+            grouped.setdefault((block["tied"][-1], block["tied_routes"][-1]), []).append(name)
+            images = int(block.get("images") or images)
+    lines = []
+    for (tied, routes), names in grouped.items():
+        which = f"router {names[0]}" if len(names) == 1 else f"routers {', '.join(names)}"
+        routed = f"; {routes:,} of them a tie between modules, no module picked" if routes else ""
+        lines.append(
+            f"{which}: {tied:,} of the {images:,} test images had a tied answer after the last task "
+            f"(two or more classes tied for the top score{routed}); a tie counts as wrong (docs/guarantees.md)"
+        )
+    return lines
 
 
 def _figure_cell(column: Any, blocks: dict[str, Any]) -> str:

@@ -747,6 +747,42 @@ ROWS: list[tuple[str, list[str], str]] = [
         for value in ("inf", "-inf", "Infinity", "1e400")
     ],
     ("baselines acil gamma nan", [*BASE, "--methods", "acil", "--acil-gamma", "nan"], "--acil-gamma must be"),
+    # a regularisation too small for float64 beside the features' scale (issue 57, point 2,
+    # `method.scale.BeyondPrecision`): refused after the baselines' folder was claimed, given back
+    *[
+        (
+            f"baselines {flag} {value} beyond float64",
+            [*BASE, "--methods", method, *extra, flag, value],
+            f"{said} = {value} is too small beside the features' scale for float64",
+        )
+        for method, extra, flag, said, value in (
+            ("acil", ["--acil-buffer-size", "64"], "--acil-gamma", "ACIL's gamma (--acil-gamma)", "1e-300"),
+            (
+                "ds_al",
+                ["--ds-al-buffer-size", "64"],
+                "--ds-al-gamma-main",
+                "DS-AL's gamma_main (--ds-al-gamma-main)",
+                "1e-300",
+            ),
+            (
+                "ds_al",
+                ["--ds-al-buffer-size", "64"],
+                "--ds-al-gamma-comp",
+                "DS-AL's gamma_comp (--ds-al-gamma-comp)",
+                "5e-324",
+            ),
+            ("gacl", ["--gacl-buffer-size", "64"], "--gacl-gamma", "GACL's gamma (--gacl-gamma)", "1e-300"),
+        )
+    ],
+    # KLDA's absolute sigma far from the features' scale (`method.scale.KernelBeyondScale`)
+    *[
+        (
+            f"baselines --klda-sigma {value} beyond the features' scale",
+            [*BASE, "--methods", "klda", "--klda-dim", "64", "--klda-sigma", value],
+            f"KLDA's sigma (--klda-sigma) = {said} is far from the features' scale",
+        )
+        for value, said in (("1e-300", "1e-300"), ("1e300", "1e+300"), ("5e-324", "5e-324"))
+    ],
     (
         "baselines ranpac seed negative",
         [*BASE, "--ranpac-seed", "-1"],

@@ -52,6 +52,7 @@ from tosca_heads.method.protocol import (
     task_split,
 )
 from tosca_heads.method.recipe import TrainConfig, recipe
+from tosca_heads.method.ties import TIED
 from tosca_heads.requests.plan import held_out
 from tosca_heads.routers import ROUTERS
 from tosca_heads.running.baseline_runs import check_baseline_params
@@ -208,7 +209,18 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         return self
 
     def _labels(self, incremental: np.ndarray) -> np.ndarray:
-        return self.labels_in_order_[np.asarray(incremental, dtype=np.int64)]
+        """The caller's labels of incremental ids; a tied answer (`method.ties`) stays `TIED` where
+        the labels are integers (never a class, so scored wrong), else None (an object array)."""
+        ids = np.asarray(incremental, dtype=np.int64)
+        tied = ids == TIED
+        labels = self.labels_in_order_[np.where(tied, 0, ids)]
+        if not tied.any():
+            return labels
+        if labels.dtype.kind in "iu":
+            return np.where(tied, TIED, labels.astype(np.int64))
+        answered = labels.astype(object)
+        answered[tied] = None
+        return answered
 
     def _checked(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "stream_")

@@ -27,6 +27,7 @@ from tosca_heads.method.features import CachedFeatures
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import RANKED
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.ties import TIED
 from tosca_heads.records.run_cell import read_run
 from tosca_heads.records.run_folder import (
     ROUTER_FILE,
@@ -49,6 +50,8 @@ from tosca_heads.routers import ROUTERS, StageView, resolve_routers, route
 from tosca_heads.routers.learned import RouterLearners
 from tosca_heads.routers.scores import predict as predict_classes
 
+TIED_NAME = "(tied)"  # a tied answer's name: two classes or more shared the top score (`method.ties`)
+
 
 @dataclass
 class Predictions:
@@ -57,7 +60,9 @@ class Predictions:
     accuracy), `class_names` their names, `probabilities` the predicted class's softmax
     probability under the chosen module, `tasks` the chosen task module; `incremental_classes`
     are the same classes as positions in the run's class order (what the run's classifier rows
-    are indexed by). `router` is the router that chose, `chosen_on` how it was picked: "given",
+    are indexed by). A tied answer (`method.ties`: two classes or more share the top score, or the
+    router's modules tied) is `TIED` in `classes` and `incremental_classes`, named `TIED_NAME`,
+    with a NaN probability; a tied route is `TIED` in `tasks`. `router` is the router that chose, `chosen_on` how it was picked: "given",
     "validation" (the run's best honest router on its validation split) or "test" (the best
     on the test split: a choice tuned on test, said so)."""
 
@@ -203,11 +208,13 @@ class RunPredictor:
             features=x,
             class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
         )
-        chosen = route(router, view)  # [1, n]
-        incremental = predict_classes(predictions, chosen)[0].cpu().numpy()
-        probability = top.gather(1, chosen.unsqueeze(1)).squeeze(1)[0].cpu().numpy()
-        labels = self.stream_.order[incremental].astype(np.int64)
-        names = [self._name(int(label)) for label in labels]
+        chosen = route(router, view)  # [1, n]; TIED where the router's top was tied
+        incremental = predict_classes(predictions, chosen)[0].cpu().numpy()  # TIED: a tied answer
+        probability = top.gather(1, chosen.clamp(min=0).unsqueeze(1)).squeeze(1)[0].cpu().numpy()
+        tied = incremental == TIED
+        probability = np.where(tied, np.nan, probability)  # no class answered: no probability of it
+        labels = np.where(tied, TIED, self.stream_.order[np.where(tied, 0, incremental)]).astype(np.int64)
+        names = [TIED_NAME if t else self._name(int(label)) for label, t in zip(labels, tied, strict=True)]
         return Predictions(
             labels, names, probability, chosen[0].cpu().numpy(), incremental, router, chosen_on
         )

@@ -27,6 +27,7 @@ from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
 from tosca_heads.method.ties import TIED, top_class
@@ -169,12 +170,14 @@ def _tosca_answers(
 @dataclass(frozen=True)
 class CheckedScenario:
     """A scenario made ready on one store, every check passed and nothing learnt: the store, the
-    scenario, its plan and the methods by their registered names."""
+    scenario, its plan, the methods by their registered names, and the labels the plan was read
+    from (what a class is named by in a refusal)."""
 
     store: FeatureStore
     kind: type[Scenario]
     plan: ScenarioPlan
     methods: tuple[str, ...]
+    labels: StoreLabels
 
 
 def checked_scenario(
@@ -192,13 +195,14 @@ def checked_scenario(
         store = FeatureStore.open(Path(store))
     store.require_complete()  # an extraction still running: one line, never figures of its zeros
     kind = scenario(name, spelling)
-    plan = kind.plan(store_labels(store, read_as), **dict(scenario_params or {}))
+    labels = store_labels(store, read_as)
+    plan = kind.plan(labels, **dict(scenario_params or {}))
     picked = tuple(m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods)
     for method in picked:
         why = refusal(method, plan, kind.told_task)
         if why:
             raise UserValueError(why)
-    return CheckedScenario(store, kind, plan, picked)
+    return CheckedScenario(store, kind, plan, picked, labels)
 
 
 def run_checked(
@@ -208,10 +212,14 @@ def run_checked(
     store, kind, plan = ready.store, ready.kind, ready.plan
     check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
     train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
+    order, names = plan_classes(plan, ready.labels, store)
     results = []
     for method in ready.methods:
         start = time.perf_counter()
-        answers = run_plan(method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method))
+        with named_classes(order, names):  # a refusal about one class names the store's label
+            answers = run_plan(
+                method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method)
+            )
         results.append(result_of(ready, method, answers, time.perf_counter() - start))
     return results
 
@@ -244,6 +252,23 @@ def run_scenario(
     API's parameter), for its refusal."""
     ready = checked_scenario(store, name, methods, scenario_params, read_as, spelling)
     return run_checked(ready, method_params)
+
+
+def plan_classes(
+    plan: ScenarioPlan, labels: StoreLabels, store: FeatureStore
+) -> tuple[np.ndarray, list[str] | None]:
+    """(order, names): order[id] the label read of the plan's class id (the first train row of that
+    id; a class with no train row, 0), and the store's class names where the plan reads the store's
+    own labels (a domain reading's labels, such as CIFAR-100's superclasses, are said as numbers):
+    what `named_classes` names a class by, so that a `ClassFault` raised with a plan's id inside a
+    scenario names the class as every other message does (issue 57, point 8)."""
+    order = np.zeros(plan.num_classes, dtype=np.int64)
+    known = plan.train_ids >= 0
+    ids, first = np.unique(plan.train_ids[known], return_index=True)
+    order[ids] = labels.train_labels[np.flatnonzero(known)[first]]
+    dataset = store.identity["dataset"]
+    names = dataset.get("class_names") if labels.dataset == dataset["name"] else None
+    return order, None if names is None else list(names)
 
 
 def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:

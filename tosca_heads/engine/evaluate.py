@@ -27,6 +27,7 @@ from tosca_heads.method.class_statistics import FrozenModel
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.linalg import pin_this_thread
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.ties import TIED, TIED_ROUTE
 from tosca_heads.routers import ROUTERS, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
 
@@ -251,8 +252,9 @@ class StageEvaluator:
             router = ROUTERS[name]
             if not router.available(view):  # no statistics kept, or an on-request router not asked for
                 continue
-            chosen = route(name, view)
-            correct = (predict(predictions, chosen) == labels).double()
+            chosen = route(name, view)  # TIED where the router's top was tied: a wrong route
+            answers = predict(predictions, chosen)  # TIED where the answer's top (or route) tied
+            correct = (answers == labels).double()
             blocks = torch.zeros(correct.shape[0], task + 1, dtype=torch.float64, device=self.device)
             blocks.index_add_(1, true_task, correct)
             scores[name] = (
@@ -263,6 +265,8 @@ class StageEvaluator:
                 self._in_split_order(correct.bool().cpu().numpy()),
                 self._in_split_order((chosen == true_task).cpu().numpy()),
                 self._chosen_in_split_order(chosen.cpu().numpy()),
+                (answers == TIED).sum(1).cpu(),
+                (chosen == TIED).sum(1).cpu(),
             )
         return [
             {
@@ -274,8 +278,12 @@ class StageEvaluator:
                     "correct": right[g],
                     "routed": routed[g],
                     "chosen": picked[g],
+                    "tied": int(tied[g]),  # answers tied (a tied route among them): counted wrong
+                    "tied_routes": int(tied_routes[g]),
                 }
-                for router, (a_t, blocks, routing, confusion, right, routed, picked) in scores.items()
+                for router, (a_t, blocks, routing, confusion, right, routed, picked, tied, tied_routes) in (
+                    scores.items()
+                )
             }
             for g in range(view.groups)
         ]
@@ -290,10 +298,11 @@ class StageEvaluator:
 
     def _chosen_in_split_order(self, chosen: np.ndarray) -> np.ndarray:
         """[G, n] the task each seen row (in class order) was routed to -> [G, N] int16 in the
-        split's own order (`images`), -1 for a row of a class not seen yet: the route kept, from
-        which a routing confusion is counted when read (`records.run_cell`)."""
+        split's own order (`images`), -1 for a row of a class not seen yet, `TIED_ROUTE` for a tied
+        route: the route kept, from which a routing confusion is counted when read
+        (`records.run_cell`)."""
         full = np.full((chosen.shape[0], len(self.order)), -1, dtype=np.int16)
-        full[:, self.order[: chosen.shape[1]]] = chosen
+        full[:, self.order[: chosen.shape[1]]] = np.where(chosen == TIED, TIED_ROUTE, chosen)
         return full
 
 
@@ -301,9 +310,13 @@ def _routing_confusion(true_task: torch.Tensor, chosen: torch.Tensor, tasks: int
     """Per configuration, the confusion matrix of the routing (scikit-learn's `confusion_matrix`
     with labels 0..tasks-1, counted here so that the engine needs no scikit-learn, which a GPU
     image lacks: docs/gpu.md): row t counts the images of task t by the task whose module the
-    router picked (the diagonal is routed right)."""
-    cells = true_task.cpu().numpy() * tasks + chosen.cpu().numpy()  # [G, n]: truth x picked
-    return [np.bincount(row, minlength=tasks * tasks).reshape(tasks, tasks).tolist() for row in cells]
+    router picked (the diagonal is routed right); a tied route (`method.ties`) is in no cell."""
+    picked = chosen.cpu().numpy()
+    cells = true_task.cpu().numpy() * tasks + picked  # [G, n]: truth x picked
+    return [
+        np.bincount(row[pick >= 0], minlength=tasks * tasks).reshape(tasks, tasks).tolist()
+        for row, pick in zip(cells, picked, strict=True)
+    ]
 
 
 class StageQueue:

@@ -17,6 +17,8 @@ import torch
 # the answer of a row with no single top class: never a class id, so never right; the least int64,
 # not -1, so that a plug-in's -1 is still refused as the bogus class it is (`checked_predictions`)
 TIED = int(np.iinfo(np.int64).min)
+# a tied route as a run keeps it (its routes are int16, -1 a class not seen yet): no module picked
+TIED_ROUTE = -2
 
 
 def top_class(scores: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -30,6 +32,34 @@ def top_class(scores: np.ndarray | torch.Tensor) -> np.ndarray:
     shared = (values == top[:, None]).sum(1) > 1
     unordered = np.isnan(values).any(1)
     return np.where(shared | unordered, TIED, best).astype(np.int64)
+
+
+def top_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """`top_class` on a tensor, on its own device (evaluation's [G, rows, C] logits, a router's
+    [G, M, n] scores): the argmax along `dim`, `TIED` where two or more entries share the top or one
+    is NaN. Where nothing ties, the bits of `scores.argmax(dim)`."""
+    best = scores.argmax(dim)
+    top = scores.gather(dim, best.unsqueeze(dim))
+    shared = (scores == top).sum(dim) > 1
+    unordered = torch.isnan(scores).any(dim)
+    return best.masked_fill(shared | unordered, TIED)
+
+
+def least_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """`top_index` of the least: the argmin along `dim`, `TIED` where the least is shared or a
+    score is NaN (a router's least entropy or energy)."""
+    best = scores.argmin(dim)
+    least = scores.gather(dim, best.unsqueeze(dim))
+    shared = (scores == least).sum(dim) > 1
+    unordered = torch.isnan(scores).any(dim)
+    return best.masked_fill(shared | unordered, TIED)
+
+
+def task_of_classes(class_task: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """Each class's task (`class_task[classes]`), `TIED` for a tied class: a router that picks the
+    task of a tied class has picked no task, a tied route, which is a wrong route."""
+    tied = classes == TIED
+    return class_task.to(classes.device)[classes.masked_fill(tied, 0)].masked_fill(tied, TIED)
 
 
 def ties_said(method: str, tied: int, images: int, split: str = "test") -> str:

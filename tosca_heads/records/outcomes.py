@@ -12,8 +12,9 @@ S/right/NAME   U8  [T, ceil(N / 8)]  after each task t, the images NAME answered
 S/routed/NAME  U8  [T, ceil(N / 8)]  after each task t, the images router NAME sent to their own
                                      task's module (a baseline, which has no router: none)
 S/chosen/NAME  I16 [N]               after the last task, the task whose module router NAME
-                                     picked for each image (-1: a class not seen yet); a run's
-                                     routing confusion is counted from it (kept by runs only)
+                                     picked for each image (-1: a class not seen yet; -2: a tied
+                                     route, no module picked); a run's routing confusion is
+                                     counted from it (kept by runs only)
 metadata       format, tasks (T)
 ```
 
@@ -36,6 +37,7 @@ import numpy as np
 from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
 from tosca_foundation.tensorfiles import Header, TensorFileError, read_safetensors
+from tosca_heads.method.ties import TIED_ROUTE
 from tosca_heads.method.uncertainty import Outcomes
 from tosca_heads.records import FORMAT, check_format
 
@@ -129,11 +131,12 @@ def _bits(packed: Any, images: int) -> np.ndarray:
 
 
 def _chosen(packed: Any, tasks: int, split: str) -> np.ndarray | None:
-    """The tasks picked after the last task (None: not kept), each -1 or one of the `tasks`."""
+    """The tasks picked after the last task (None: not kept), each -1 (not seen), -2 (a tied
+    route: `TIED_ROUTE`) or one of the `tasks`."""
     if packed is None:
         return None
     chosen = packed.numpy().astype(np.int64)
-    if len(chosen) and (chosen.min() < -1 or chosen.max() >= tasks):
+    if len(chosen) and (chosen.min() < TIED_ROUTE or chosen.max() >= tasks):
         raise TensorFileError(f"its {split} routes name a task it does not have")
     return chosen
 

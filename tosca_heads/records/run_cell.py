@@ -32,6 +32,7 @@ from tosca_heads.records.run_folder import (
     RunResult,
     feature_dim_of,
     read_curve,
+    tied_of,
     train_config_of,
 )
 from tosca_heads.routers import ROUTERS
@@ -49,12 +50,23 @@ def run_measured(result: RunResult, device: str) -> dict[str, Any]:
     for row in tasks:
         cell.check_seconds(row["seconds"], f"run {result.run_dir}: task {row['task']}'s training")
         cell.check_seconds(row["eval_seconds"], f"run {result.run_dir}: task {row['task']}'s evaluation")
+    ties = {split: found for split in ("test", "validation") if (found := _ties(result, split))}
     return {
+        **({"tied": ties} if ties else {}),  # measured, not derivable from the answers kept
         "seconds": sum(row["seconds"] + row["eval_seconds"] for row in tasks),
         "machine": cell.machine(device),
         "tasks": tasks,
         "curves": [{"task": s.task, **s.curve} for s in result.stages if s.curve is not None],
     }
+
+
+def _ties(result: RunResult, split: str) -> dict[str, dict[str, list[int]]]:
+    """Per router, its ties on `split` over the stages (`run_folder.tied_of`); routers without one
+    left out."""
+    stages = [(s.routers if split == "test" else s.validation) or {} for s in result.stages]
+    if not stages or not stages[0]:
+        return {}
+    return {n: found for n in stages[0] if (found := tied_of([s.get(n, {}) for s in stages]))}
 
 
 def write_run_cell(result: RunResult, device: str) -> None:
@@ -99,6 +111,11 @@ class RunRecord:
         }
         if "validation" in self.config:
             metrics["validation"] = _in_registry_order(blocks.get("validation", {}))
+        for split, named in _checked_ties(self.measured.get("tied", {}), self.folder).items():
+            for name, counts in named.items():
+                block = metrics["routers" if split == "test" else "validation"].get(name)
+                if block is not None:
+                    block.update(counts)
         if blocks:
             metrics["uncertainty"] = methods_said()
         return metrics
@@ -124,13 +141,36 @@ class RunRecord:
 
 def confusion_of(outcome: Outcomes) -> list[list[int]]:
     """The routing confusion after the last task from the route kept: the images of every class
-    seen, row = their task, column = the task picked (scikit-learn's `confusion_matrix`)."""
+    seen, row = their task, column = the task picked (scikit-learn's `confusion_matrix`); a tied
+    route (no task picked, `method.ties`) is in no cell, so a row's sum falls short by its ties."""
     tasks = outcome.tasks
     if outcome.chosen is None:
         raise ValueError("no route kept: a routing confusion needs the task picked for each image")
-    seen = outcome.task < tasks
+    seen = (outcome.task < tasks) & (outcome.chosen >= 0)
     cells = outcome.task[seen].astype(np.int64) * tasks + outcome.chosen[seen].astype(np.int64)
     return np.bincount(cells, minlength=tasks * tasks).reshape(tasks, tasks).tolist()
+
+
+def _checked_ties(ties: Any, folder: Path) -> dict[str, dict[str, dict[str, list[int]]]]:
+    """measured.json's ties as written (`run_measured`), refused in one line when they are not
+    counts: {split: {router: {"tied": [n per task], "tied_routes": [n per task]}}}."""
+
+    def counts(v: Any) -> bool:
+        return isinstance(v, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v
+        )
+
+    if not isinstance(ties, dict) or not all(
+        split in ("test", "validation")
+        and isinstance(named, dict)
+        and all(
+            isinstance(c, dict) and set(c) == {"tied", "tied_routes"} and all(map(counts, c.values()))
+            for c in named.values()
+        )
+        for split, named in ties.items()
+    ):
+        raise UserError(f"run {folder}: measured.json's ties are not counts per task (not a run's file)")
+    return ties
 
 
 def _in_registry_order(named: dict[str, Any]) -> dict[str, Any]:

@@ -529,8 +529,17 @@ def _summaries(
         block = summarise(curve, matrix, routing)
         mine = (found or {}).get(name)
         routed = None if mine is None else accuracy_interval(routing[-1], next(iter(mine.values())).images)
-        summaries[name] = with_intervals(block, mine, routed)
+        summaries[name] = {**with_intervals(block, mine, routed), **tied_of([s[name] for s in stages])}
     return summaries
+
+
+def tied_of(scores: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """One router's ties over the stages (`method.ties`): "tied", per task the answers whose top
+    (or route) was tied, each counted wrong, and "tied_routes", the routes among them that were
+    tied; empty where nothing tied (so a run without a tie keeps the figures it had)."""
+    tied = [int(s.get("tied", 0)) for s in scores]
+    routes = [int(s.get("tied_routes", 0)) for s in scores]
+    return {"tied": tied, "tied_routes": routes} if any(tied) or any(routes) else {}
 
 
 RESULT_COLUMNS = (

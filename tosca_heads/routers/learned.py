@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tosca_foundation.errors import UserError
+from tosca_heads.method.ties import task_of_classes
 from tosca_heads.routers.routing_rules import ROUTERS, FrozenFeature, StageView, register_router
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class Learned(FrozenFeature):
 
         scorer = view.frozen.learned[self.name]
         classes = torch.from_numpy(scorer.predict(view.features.detach().cpu())).long()
-        return view.class_task.to(view.features.device)[classes.to(view.features.device)]
+        return task_of_classes(view.class_task.to(view.features.device), classes.to(view.features.device))
 
 
 @register_router

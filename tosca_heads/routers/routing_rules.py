@@ -193,6 +193,8 @@ def checked_choices(name: str, chosen: object, view: StageView) -> torch.Tensor:
     meaningless accuracy."""
     import torch
 
+    from tosca_heads.method.ties import TIED
+
     groups, modules, n = view.entropy.shape
     if not isinstance(chosen, torch.Tensor):
         raise UserError(f"router {name!r} returned {type(chosen).__name__}, not a tensor of module indices")
@@ -203,8 +205,9 @@ def checked_choices(name: str, chosen: object, view: StageView) -> torch.Tensor:
             f"router {name!r} returned shape {list(chosen.shape)}, not [{groups}, {n}] "
             "(one module per configuration and test sample)"
         )
-    if n and (int(chosen.min()) < 0 or int(chosen.max()) >= modules):
-        wrong = int(chosen.min()) if int(chosen.min()) < 0 else int(chosen.max())
+    picked = chosen[chosen.long() != TIED]  # a tied route (`method.ties`): no module, a wrong route
+    if picked.numel() and (int(picked.min()) < 0 or int(picked.max()) >= modules):
+        wrong = int(picked.min()) if int(picked.min()) < 0 else int(picked.max())
         raise UserError(f"router {name!r} chose module {wrong}; there are {modules} (0 to {modules - 1})")
     return chosen.long().to(view.entropy.device)
 
@@ -238,7 +241,9 @@ class LeastScore(Router):
     field = ""
 
     def route(self, view: StageView) -> torch.Tensor:
-        return getattr(view, self.field).argmin(1)
+        from tosca_heads.method.ties import least_index
+
+        return least_index(getattr(view, self.field), 1)  # a tie: no module (`method.ties`)
 
 
 @register_router
@@ -305,7 +310,18 @@ class NearestClassMean(FrozenFeature):
 
     def task(self, view: StageView) -> torch.Tensor:
         scores = view.frozen.ncm_scores(view.features)
-        return view.class_task.to(scores.device)[scores.argmax(-1)]
+        import torch
+
+        from tosca_heads.method.ties import TIED, top_index
+
+        # each task's best class score: two classes of one task tied at the top still pick that
+        # task; where nothing ties, the task of the argmax class (the bits of before)
+        class_task = view.class_task.to(scores.device).expand(scores.shape[0], -1)
+        tasks = int(view.class_task.max()) + 1
+        best = scores.new_full((scores.shape[0], tasks), -torch.inf).scatter_reduce(
+            1, class_task, scores, "amax"
+        )
+        return top_index(best, -1).masked_fill(torch.isnan(scores).any(-1), TIED)
 
 
 @register_router
@@ -317,7 +333,9 @@ class Gaussian(FrozenFeature):
     )
 
     def task(self, view: StageView) -> torch.Tensor:
-        return view.lda_task_log_posterior.argmax(-1)
+        from tosca_heads.method.ties import top_index
+
+        return top_index(view.lda_task_log_posterior, -1)
 
 
 @register_router
@@ -327,8 +345,10 @@ class Fusion(Router):
     summary = "log p(task | frozen feature) under `lda` minus each module's entropy"
 
     def route(self, view: StageView) -> torch.Tensor:
+        from tosca_heads.method.ties import top_index
+
         posterior = view.lda_task_log_posterior  # [n, M]
-        return (posterior.T.unsqueeze(0).to(view.entropy.device) - view.entropy).argmax(1)
+        return top_index(posterior.T.unsqueeze(0).to(view.entropy.device) - view.entropy, 1)
 
 
 def route_batches(
@@ -338,13 +358,15 @@ def route_batches(
     import torch
     import torch.nn.functional as F
 
+    from tosca_heads.method.ties import least_index
+
     groups, modules, n = entropy.shape
     batches = -(-n // batch_size)
     padded = F.pad(entropy[:, :, order], (0, batches * batch_size - n))
     sums = padded.view(groups, modules, batches, batch_size).sum(-1)
     counts = torch.full((batches,), float(batch_size), device=entropy.device, dtype=sums.dtype)
     counts[-1] = n - (batches - 1) * batch_size
-    best = (sums / counts).argmin(1)  # [G, batches]
+    best = least_index(sums / counts, 1)  # [G, batches]; a tied batch: no module (`method.ties`)
     chosen = torch.empty(groups, n, dtype=torch.long, device=entropy.device)
     chosen[:, order] = best.repeat_interleave(batch_size, dim=1)[:, :n]
     return chosen

@@ -10,17 +10,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tosca_heads.method.ties import TIED, top_index
+
 
 def module_scores(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Over the last axis: entropy H = -sum p log(p + 1e-9) of softmax(logits) (the reference's
-    formula), the argmax class, and the free energy -logsumexp(logits)."""
+    formula), the argmax class (`TIED` where two classes or more share the top logit: a tie is
+    wrong, `method.ties`), and the free energy -logsumexp(logits)."""
     p = torch.softmax(logits, dim=-1)
-    return -(p * torch.log(p + 1e-9)).sum(-1), logits.argmax(-1), -torch.logsumexp(logits, dim=-1)
+    return -(p * torch.log(p + 1e-9)).sum(-1), top_index(logits), -torch.logsumexp(logits, dim=-1)
 
 
 def predict(predictions: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-    """Each sample's class from its chosen module: [G, M, n] and [G, n] -> [G, n]."""
-    return predictions.gather(1, chosen.unsqueeze(1)).squeeze(1)
+    """Each sample's class from its chosen module: [G, M, n] and [G, n] -> [G, n]; `TIED` where
+    the chosen module's top was tied or the route was (a route of `TIED`: no module chosen)."""
+    picked = chosen.clamp(min=0)
+    answer = predictions.gather(1, picked.unsqueeze(1)).squeeze(1)
+    return answer.masked_fill(chosen < 0, TIED)
 
 
 def shuffled_order(n: int, seed: int) -> np.ndarray:

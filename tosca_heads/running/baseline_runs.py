@@ -25,7 +25,7 @@ from tosca_heads.method.features import CachedFeatures, FeatureSource
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.metrics import accuracy, block_accuracies, summarise
 from tosca_heads.method.protocol import TaskStream
-from tosca_heads.method.scale import BeyondPrecision
+from tosca_heads.method.scale import ScaleRefusal
 from tosca_heads.method.ties import TIED
 from tosca_heads.method.uncertainty import Outcomes, intervals
 from tosca_heads.records import with_intervals
@@ -47,7 +47,7 @@ def solvable(name: str, task: int, params: dict[str, Any]) -> Iterator[None]:
     lies with the solver (method/closed_form.py); this is the edge's refusal."""
     try:
         yield
-    except BeyondPrecision as beyond:  # the keyword, and the command line's flag beside it
+    except ScaleRefusal as beyond:  # the keyword, and the command line's flag beside it
         raise NumericalError(beyond.said(as_flag(f"{name}_{beyond.param}"))) from None
     except LINALG_ERRORS as exc:
         given = ", ".join(f"{key}={value!r}" for key, value in params.items()) or "its defaults"

@@ -13,6 +13,7 @@ from cli import app
 from featcache.store import FeatureStore
 from featcache.store.format import made_up_identity
 from tosca_foundation.errors import UserError
+from tosca_heads.applied.scenario_runs import run_scenario
 from tosca_heads.method.class_names import ClassFault, named_classes, said_class
 from tosca_heads.method.protocol import class_order
 
@@ -34,15 +35,17 @@ def test_a_class_fault_is_renamed_at_the_edge_by_the_class_order() -> None:
     assert str(ClassFault("class {cls} has one image", 4)) == "class 4 has one image"  # the API's own ids
 
 
-def test_fecams_refusal_through_the_command_names_the_store_label(tmp_path: Path) -> None:
-    """One class of the first task (by the order of seed 1993) has a single training image: FeCAM's
-    line names its store label, not its position in the order."""
+def _store_with_a_lonely_class(tmp_path: Path, names: list[str] | None = None) -> tuple[FeatureStore, int]:
+    """Six classes; one class of the first task (by the order of seed 1993) has a single training
+    image; returns the store and that class's label (never its position in the order)."""
     order = class_order(6)
     lonely = int(order[1])
-    assert lonely != 1  # a position and a label that differ, or the test could not fail
+    assert lonely != 1  # a position and a label that differ, or the tests could not fail
     train = np.concatenate([np.repeat(np.arange(6)[np.arange(6) != lonely], 6), [lonely]])
     labels = {"train": np.sort(train), "test": np.repeat(np.arange(6), 3)}
     identity = made_up_identity("synthetic", "none", 6, labels, 8, 0, 0)
+    if names is not None:
+        identity["dataset"]["class_names"] = names
     ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
     store = FeatureStore.create(tmp_path / "s.zarr", identity, {}, ids, labels, 8, 0, 16, "float32")
     rng = np.random.default_rng(0)
@@ -51,6 +54,12 @@ def test_fecams_refusal_through_the_command_names_the_store_label(tmp_path: Path
         for chunk in range(store.layout(split).n_chunks):
             rows = store.layout(split).chunk_slice(chunk)
             store.write_chunk(split, chunk, x[rows], None)
+    return store, lonely
+
+
+def test_fecams_refusal_through_the_command_names_the_store_label(tmp_path: Path) -> None:
+    """FeCAM's line names the lonely class's store label, not its position in the order."""
+    store, lonely = _store_with_a_lonely_class(tmp_path)
     args = ["baselines", "--store", str(store.path), "--out", str(tmp_path / "out"), "--no-tosca"]
     result = RUNNER.invoke(
         app, [*args, "--device", "cpu", "--init-cls", "2", "--increment", "2", "--methods", "fecam"]
@@ -58,3 +67,18 @@ def test_fecams_refusal_through_the_command_names_the_store_label(tmp_path: Path
     assert result.exit_code == 2, result.output
     line = result.output.strip().splitlines()[-1]
     assert f"class {lonely} " in line and "class 1 " not in line, line  # the label, not position 1
+
+
+def test_fecams_refusal_inside_a_scenario_names_the_store_label_and_name(tmp_path: Path) -> None:
+    """The same fault inside `tosca scenario` (the plan numbers classes as first met): renamed too."""
+    names = ["ash", "beech", "cedar", "deodar", "elm", "fir"]
+    store, lonely = _store_with_a_lonely_class(tmp_path, names)
+    with pytest.raises(UserError) as refused:
+        run_scenario(store, "cil", ("fecam",), {"init_cls": 2, "increment": 2})
+    said = str(refused.value)
+    assert not isinstance(refused.value, ClassFault)
+    assert f"class {lonely} ('{names[lonely]}')" in said and "class 1 " not in said, said
+    args = ["scenario", "--store", str(store.path), "--scenario", "cil", "--methods", "fecam"]
+    result = RUNNER.invoke(app, [*args, "--set", "init_cls=2", "--set", "increment=2"])
+    assert result.exit_code == 2, result.output
+    assert f"class {lonely} ('{names[lonely]}')" in result.output.strip().splitlines()[-1], result.output

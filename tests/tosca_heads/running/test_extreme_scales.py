@@ -95,28 +95,14 @@ def scaled_store(path: Path, scale: float) -> Path:
     "scale,flags,said",
     [
         (1e8, ["--methods", "acil", "--acil-buffer-size", "64"], "ACIL's gamma (--acil-gamma) = 0.1"),
-        (
-            1.0,
-            ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-main", "1e-300"],
-            "DS-AL's gamma_main (--ds-al-gamma-main) = 1e-300",
-        ),
-        (
-            1.0,
-            ["--methods", "ds_al", "--ds-al-buffer-size", "64", "--ds-al-gamma-comp", "5e-324"],
-            "DS-AL's gamma_comp (--ds-al-gamma-comp) = 5e-324",  # the least float64 above 0
-        ),
         (1e30, ["--methods", "gacl", "--gacl-buffer-size", "64"], "GACL's gamma (--gacl-gamma) = 100.0"),
-        (
-            1.0,
-            ["--methods", "acil", "--acil-buffer-size", "64", "--acil-gamma", "1e-300"],
-            "ACIL's gamma (--acil-gamma) = 1e-300",
-        ),
+        # a gamma of 1e-300 at x1 (ACIL, DS-AL's two, GACL): rows of tests/cli/test_bad_input.py
     ],
 )
 def test_a_regularisation_float64_cannot_solve_with_is_one_line(
     tmp_path: Path, scale: float, flags: list[str], said: str
 ) -> None:
-    """Issue 57, point 2, through the command: features x1e8 in ACIL, a gamma of 1e-300 in DS-AL are
+    """Issue 57, point 2, through the command: features x1e8 in ACIL, x1e30 in GACL are
     one line naming the flag and the least value that solves, exit 2, no figure (they printed 16.67
     or a Cholesky traceback)."""
     out = tmp_path / "out"
@@ -127,3 +113,42 @@ def test_a_regularisation_float64_cannot_solve_with_is_one_line(
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"error: {said} is too small beside the features' scale"), line
     assert "Traceback" not in result.output and "A_last" not in result.output
+    assert not out.exists()  # the folder claimed new is given back (`records.claim`)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_kldas_absolute_sigma_far_from_the_features_scale_is_one_line(tmp_path: Path, scale: float) -> None:
+    """Issue 57, point 2: KLDA's sigma is absolute (the authors'), so at x1e30 its default printed
+    16.67 (RBF noise) and at x1e-30 every row's features were one vector: refused in one line that
+    names the flag and the range that fits these features, the claimed folder given back."""
+    out = tmp_path / "out"
+    store = scaled_store(tmp_path / "s.zarr", scale)
+    args = ["baselines", "--store", str(store), "--out", str(out), "--no-tosca", "--device", "cpu"]
+    flags = ["--init-cls", "2", "--increment", "2", "--methods", "klda", "--klda-dim", "64"]
+    result = RUNNER.invoke(app, [*args, *flags])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("error: KLDA's sigma (--klda-sigma) = 0.0001 is far from the features' scale"), (
+        line
+    )
+    assert "A_last" not in result.output and not out.exists()
+
+
+def test_kldas_sigma_in_reach_gives_the_same_answers_at_any_scale(tmp_path: Path) -> None:
+    """The same kernel at x1e30, x1 and x1e-30 (sigma / scale**2, as the refusal suggests): the
+    same predictions (the random phases x W are the same up to float32 rounding)."""
+    from featcache.store import FeatureStore, read_split
+    from tosca_heads.method.baselines.klda import KLDA
+    from tosca_heads.method.scale import mean_squared_distance
+
+    answers = []
+    for scale in (1e30, 1.0, 1e-30):
+        store = FeatureStore.open(scaled_store(tmp_path / f"s{scale:g}.zarr", scale))
+        x, y = read_split(store, "train")[0], store.labels("train")
+        sigma = 1.0 / mean_squared_distance(x)  # typical rows at kernel exp(-1)
+        model = KLDA(dim=256, sigma=sigma).partial_fit(x, y)
+        answers.append(model.predict(read_split(store, "test")[0]))
+        accuracy = float((answers[-1] == store.labels("test")).mean())
+        assert accuracy > 0.9, (scale, accuracy)
+    np.testing.assert_array_equal(answers[0], answers[1])
+    np.testing.assert_array_equal(answers[2], answers[1])

@@ -14,6 +14,7 @@ from tosca_heads.method.baseline_estimators import Array, as_labels
 from tosca_heads.method.baseline_registry import Interval, Param
 from tosca_heads.method.baselines import random_fourier as rff
 from tosca_heads.method.closed_form import RidgeSystem
+from tosca_heads.method.scale import KERNEL_HIGH, KERNEL_LOW, kernel_within_reach, mean_squared_distance
 from tosca_heads.method.ties import top_class
 
 SIGMAS = (0.01, 0.1, 1.0, 10.0, 100.0)  # the factors of the given sigma `tune` tries
@@ -140,7 +141,8 @@ class KLDA:
 
     def partial_fit(self, features: Array, labels: Array) -> KLDA:
         labels = as_labels(labels)
-        if not hasattr(self, "weights_"):
+        if not hasattr(self, "weights_"):  # sigma is absolute: refused where the features' scale
+            kernel_within_reach(self.label, "sigma", self.sigma, mean_squared_distance(features))  # voids it
             self._draw(features.shape[1])
         classes, counts = np.unique(labels, return_counts=True)
         if np.isin(classes, np.flatnonzero(self.counts_)).any():
@@ -196,8 +198,11 @@ class KLDA:
         labels = as_labels(labels)
         x, y = first
         found = {}
+        spread = mean_squared_distance(x)
         for factor in SIGMAS:
             sigma = self.sigma * factor
+            if spread > 0 and not KERNEL_LOW <= sigma * spread <= KERNEL_HIGH:
+                continue  # a candidate out of the kernel's reach (the given sigma was checked in reach)
             trial = KLDA(self.dim, sigma, 1, self.seed, self.ridge, self.device).partial_fit(x, y)
             scores = torch.from_numpy(trial.decision_function(features))
             probabilities = torch.softmax(scores.double(), 1).numpy()
