@@ -23,7 +23,12 @@ def check_baseline(cls: type, params: Mapping[str, Any] | None = None) -> Confor
     the fitted `num_parameters()` where it declares one, order-freedom where it declares it, and one-line refusals from `check_fits`. `params` are keywords of its `__init__` (smaller
     sizes, a knob fixed for the order-free check), each checked by its `Param`; default: its
     defaults. A `NonConforming` error (one line) at the first check it fails, else its
-    `Conformance`."""
+    `Conformance`.
+
+    >>> from tosca_heads.method.baseline_estimators import SimpleCIL
+    >>> check_baseline(SimpleCIL).passed
+    ('declarations', 'partial_fit per task', 'state size', 'parameter count', 'order-free')
+    """
     check_types("check_baseline", check_baseline, {"params": params})
     if not isinstance(cls, type):
         raise UserTypeError(f"check_baseline takes a baseline class, got {type(cls).__name__}")

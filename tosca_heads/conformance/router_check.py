@@ -17,8 +17,13 @@ def check_router(cls: type, learner: Mapping[str, Any] | None = None) -> Conform
     then its choices on each task's view (checked as evaluation checks them, honest ones handed
     the honest part only, the same when asked twice, none reading the class statistics without
     `needs_statistics = True`). `learner`: keywords for the baseline an on-request router learns
-    with (its `learner`; smaller sizes than its defaults for a quick check). A `NonConforming` error (one line) at the first check it fails,
-    else its `Conformance`."""
+    with (its `learner`; smaller sizes than its defaults for a quick check). A `NonConforming`
+    error (one line) at the first check it fails, else its `Conformance`.
+
+    >>> from tosca_heads.routers.routing_rules import NearestClassMean
+    >>> check_router(NearestClassMean).passed
+    ('declarations', 'choices per task', 'same choices twice')
+    """
     check_types("check_router", check_router, {"learner": learner})
     check_declarations(cls)
     router = calling("router", cls.name, "__init__", cls)
