@@ -302,6 +302,10 @@ def each_finished(client: Any, futures: Iterable[Any]) -> Iterator[Any]:
                 done, pending = wait(pending, timeout=WATCH_SECONDS, return_when="FIRST_COMPLETED")
         except TimeoutError:
             done = set()
+        except CancelledError:  # `wait` raises for a cancelled future (a lost dependency), where
+            # `as_completed` yields it: yielded the same, its `result()` raises for the caller
+            done = {future for future in pending if future.done()}
+            pending -= done
         yield from done
         stalled = watch.stalled()
         if stalled is not None and pending:
