@@ -11,8 +11,12 @@ bit are not tied (the method told them apart, however narrowly).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch loads where a tensor is scored, never for `tosca --help` or `tosca list`
+    import torch
 
 # the answer of a row with no single top class: never a class id, so never right; the least int64,
 # not -1, so that a plug-in's -1 is still refused as the bogus class it is (`checked_predictions`)
@@ -24,7 +28,7 @@ TIED_ROUTE = -2
 def top_class(scores: np.ndarray | torch.Tensor) -> np.ndarray:
     """Each row's class of highest score ([n, C] scores), `TIED` where two or more classes share
     the highest score or a score is NaN; int64."""
-    values = scores.detach().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores)
+    values = scores.detach().cpu().numpy() if hasattr(scores, "detach") else np.asarray(scores)
     if values.ndim != 2 or values.shape[1] == 0:
         return values.argmax(-1) if values.ndim == 2 else np.asarray(values)
     best = values.argmax(1)
@@ -41,7 +45,7 @@ def top_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     best = scores.argmax(dim)
     top = scores.gather(dim, best.unsqueeze(dim))
     shared = (scores == top).sum(dim) > 1
-    unordered = torch.isnan(scores).any(dim)
+    unordered = scores.isnan().any(dim)
     return best.masked_fill(shared | unordered, TIED)
 
 
@@ -51,7 +55,7 @@ def least_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     best = scores.argmin(dim)
     least = scores.gather(dim, best.unsqueeze(dim))
     shared = (scores == least).sum(dim) > 1
-    unordered = torch.isnan(scores).any(dim)
+    unordered = scores.isnan().any(dim)
     return best.masked_fill(shared | unordered, TIED)
 
 

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING
 from featcache.store import check_readable, resolve_store
 from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserTypeError, UserValueError
-from tosca_foundation.folders import refuse_planted
 from tosca_foundation.settings import check_settings
 from tosca_heads.method.protocol import ProtocolReport, ValidationConfig
 from tosca_heads.method.recipe import recipe
-from tosca_heads.records.run_config import check_run_files, is_run_dir
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import on_request, resolve_routers
@@ -43,11 +41,6 @@ def plan_fit(request: FitRequest) -> FitPlan:
         raise UserValueError(f"{spell('task')} must be 0 or more, got {request.task}")
     if request.run is not None and request.run.exists() and not request.run.is_dir():
         raise UserValueError(f"{spell('run')} {request.run} is a file, not a run folder")
-    if request.write and request.run is not None and request.run.is_dir() and is_run_dir(request.run):
-        # before the plan is said: a link or fifo planted in it named as such, then a finished run
-        # edited since (one line each, as the claim would say them after the plan)
-        refuse_planted(request.run, spell("run"))
-        check_run_files(request.run)
     train = recipe(request.preset, request.recipe, spell)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate(spell)
