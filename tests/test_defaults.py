@@ -97,7 +97,11 @@ FACES = [
         {"write": "Python only: keep the run in memory", "recipe": "the recipe flags, by name"},
     ),
     ("sweep", stage2.sweep, {"grid": "the swept flags", "fixed": "one-value flags, by name"}),
-    ("baselines", stage2.baselines, {}),
+    (
+        "baselines",
+        stage2.baselines,
+        {"scenario_values": "a scenario's values as a mapping (the command: --set K=V)"},
+    ),
     ("eval", stage2.evaluate, {}),
     ("predict", stage2.predict, {"features": "Python classifies features; the command embeds images first"}),
     (
@@ -119,6 +123,7 @@ COMMAND_ONLY = {
         "images": "the command embeds images; Python passes features",
         "batch_size": "the backbone's batch (Python: featcache.embed)",
     },
+    "baselines": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
     "suite": {
         "suite": "the suite file (Python: spec)",
         "preset": "a shipped suite (Python: spec=preset's SuiteSpec)",
