@@ -645,7 +645,9 @@ def test_a_stalled_cluster_mid_sweep_is_one_line_within_the_bound_and_the_sweep_
         and "run the same command again to resume" in line
     )
     assert "Traceback" not in said.err and "distributed." not in said.err, said.err
-    assert bound - 5 <= took < bound + 60, took  # the bound (its clock may start as the last worker dies), its asks, closing
+    assert bound - 5 <= took < bound + 60, (
+        took
+    )  # the bound (its clock may start as the last worker dies), its asks, closing
     kept = (tmp_path / "hit" / "results.csv").read_text()
     resumed = sweep(request(jobs=1))
     assert resumed.already_done >= 1 and resumed.ran == 4 - resumed.already_done
