@@ -651,4 +651,7 @@ def test_a_stalled_cluster_mid_sweep_is_one_line_within_the_bound_and_the_sweep_
     kept = (tmp_path / "hit" / "results.csv").read_text()
     resumed = sweep(request(jobs=1))
     assert resumed.already_done >= 1 and resumed.ran == 4 - resumed.already_done
-    assert (tmp_path / "hit" / "results.csv").read_text().startswith(kept)
+    again = set((tmp_path / "hit" / "results.csv").read_text().splitlines())
+    assert (
+        set(kept.splitlines()) <= again
+    )  # the kept points' rows drawn again as they were (a view in flag order)
