@@ -26,8 +26,11 @@ lint: $(STAMP)
 # `make test`: everything but the long tests (marker heavy: whole suites, Dask clusters, commands
 # in subprocesses, the GPU check's rehearsal), which `make test-heavy` runs, and the checks on the
 # real archives (marker realdata), which `make test-realdata` runs; CI (.ci/run) runs all three.
+# The fast tests run in one worker process per core (pytest-xdist, at most 4), a test file's tests
+# in one worker; the heavy ones run one at a time, as their time bounds are measured that way.
+TEST_WORKERS ?= logical
 test: lint
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "not realdata and not heavy"
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "not realdata and not heavy" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 test-heavy: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -m "heavy and not realdata"

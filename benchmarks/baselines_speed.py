@@ -38,7 +38,8 @@ from typing import Any
 import torch
 
 from featcache.store import FeatureStore
-from tosca_foundation.limits import human_bytes, usable_cores
+from tosca_foundation.limits import usable_cores
+from tosca_foundation.units import human_bytes
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_registry import BASELINES, arguments, baseline_names, given_params
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig

@@ -33,7 +33,8 @@ import numpy as np
 
 from featcache.store import FeatureStore, remove_store_tree
 from featcache.store.format import made_up_identity
-from tosca_foundation.limits import human_bytes, usable_cores
+from tosca_foundation.limits import usable_cores
+from tosca_foundation.units import human_bytes
 
 CHUNK = 512  # rows per chunk, `tosca extract`'s default
 CENTRES = 0.15  # the class centres' spread: about 80% of 1,000 classes apart by their true means at d 768

@@ -13,6 +13,10 @@ from support.images import make_image_tree, make_jpeg_tree
 from support.real_data import demo_store_cache, real_store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on hub retries in tests
+# Tables are read at their natural width, whatever the shell exported (pytest-xdist's workers get
+# COLUMNS=80); a test of a terminal's width sets COLUMNS itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ IMPORT_NAMES = {
 USED_WITHOUT_IMPORT = {
     "pyarrow": ("tosca_heads/records/table.py", "to_parquet"),  # pandas' parquet engine
     "ruff": ("Makefile", "ruff check ."),  # the linter, a command
+    "pytest-xdist": ("Makefile", "-n $(TEST_WORKERS)"),  # a pytest plug-in: `make test` on every core
     # the Jupyter kernel nbclient starts for the docs' Python blocks
     "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),
 }

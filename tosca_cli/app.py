@@ -58,8 +58,8 @@ from tosca_cli.views import (
     sweep_table,
     sweep_with_progress,
 )
-from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
+from tosca_foundation.units import human_bytes
 from tosca_heads.requests.command_requests import (
     FIT_FLAGS,
     ROUTERS_HELP,

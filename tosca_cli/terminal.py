@@ -176,7 +176,8 @@ def table(
     several tables, each repeating the `keys` first columns (what names a row), a text column (the
     `left` ones: a description, a path) counted at the width it wraps to."""
     limit = widths.columns_here(out.file)
-    texts = [cells(*row) for row in rows]
+    # a short row (an unreadable store: its name and why) leaves the rest blank
+    texts = [cells(*row) + [Text("")] * (len(columns) - len(row)) for row in rows]
     if limit is not None and _natural(columns, texts) > limit:
         texts = [[widths.folded(cell) for cell in row] for row in texts]
     groups = [list(range(len(columns)))]
@@ -197,8 +198,8 @@ def table(
         shown = Table(title=Text(named) if named else None)
         for i in group:
             shown.add_column(columns[i], justify="left" if columns[i] in left else "right", overflow="fold")
-        for row in texts:  # a short row (an unreadable store: its name and why) leaves the rest blank
-            shown.add_row(*(row[i] for i in group if i < len(row)))
+        for row in texts:
+            shown.add_row(*(row[i] for i in group))
         out.print(shown, width=limit, soft_wrap=limit is None)  # fitted: its title wrapped too
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from tosca_cli.progress import Board, Task, progress
 from tosca_cli.terminal import as_json, err, footnote, heading, key_values, note, out, say, table
-from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
+from tosca_foundation.units import human_bytes
 
 COLUMNS_SAID = (
     "columns: over the task's last epoch, ce = mean cross-entropy per training sample, l1 term = mean "

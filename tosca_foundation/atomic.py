@@ -2,8 +2,7 @@
 
 A run or sweep folder is read back by resumes, `tosca eval` and `tosca routers`; a process killed
 mid-write must leave the previous version or none, never a half-written file that loads. So a
-file is written to a temporary file beside its target, flushed, then renamed over it (`writing`);
-an appended file (a sweep's results.csv) is opened for appending and synced (`appending`).
+file is written to a temporary file beside its target, flushed, then renamed over it (`writing`).
 
 A folder tosca writes may be shared (a runs folder others can write into), so nothing here
 follows a link or writes into something that is not a regular file:
@@ -24,7 +23,6 @@ Import-light: safetensors is imported by the one writer that needs it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import secrets
 import stat
@@ -163,39 +161,6 @@ def _replacing(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[I
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-
-
-@contextlib.contextmanager
-def appending(path: str | Path, mode: str = "a", **open_args: Any) -> Iterator[IO[Any]]:
-    """`path` opened for appending (created when missing), never through a link and never a fifo
-    or a device; what the block wrote is synced to disk when it ends. An OSError of the writing
-    names `path` (`_naming`)."""
-    if mode not in ("a", "ab"):
-        raise ValueError(f"appending() appends (a or ab), not {mode!r}")
-    target = Path(path)
-    with _naming(target), _appended(target, mode, open_args) as fh:
-        yield fh
-
-
-@contextlib.contextmanager
-def _appended(target: Path, mode: str, open_args: dict[str, Any]) -> Iterator[IO[Any]]:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(target, flags, 0o666)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link; a fifo nobody reads; a folder
-            refuse_unsafe_target(target)
-        raise
-    try:
-        _refuse(target, os.fstat(fd))  # the file opened: not a fifo, a device, nor one with other names
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, mode, **_text_args(mode, open_args)) as fh:
-        yield fh
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

@@ -30,8 +30,8 @@ from typing import Any
 import tomllib
 
 from tosca_foundation.errors import UserError
-from tosca_foundation.limits import human_bytes
 from tosca_foundation.text import printable
+from tosca_foundation.units import human_bytes
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -43,28 +43,42 @@ METADATA_LIMIT = 32 << 20  # bytes: a store's attrs with 20,000 skipped images a
 MAX_DEPTH = 64  # nesting levels of JSON or TOML: tosca writes at most 6
 
 
+@contextlib.contextmanager
+def _regular_file(path: Path, what: str, hint: str) -> Iterator[tuple[int, os.stat_result]]:
+    """`path` opened for reading when it is a regular file, with its stat; a missing file, a folder,
+    a fifo, a device or a socket is one line naming it (`what`, then `hint`). O_NONBLOCK: opening a
+    fifo with no writer would wait for ever."""
+    shown = printable(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UserError(f"{what} {shown} is missing{hint}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {shown} ({exc.strerror or type(exc).__name__}){hint}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{what} {shown} is a folder, not a file{hint}")
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(
+                f"{what} {shown} is not a regular file (a fifo, a device or a socket); tosca reads only "
+                f"files{hint}"
+            )
+        yield fd, info
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {shown} ({exc.strerror or type(exc).__name__}){hint}") from None
+    finally:
+        os.close(fd)
+
+
 def read_bytes(path: str | Path, what: str, hint: str = "", limit: int = METADATA_LIMIT) -> bytes:
     """A regular file's bytes, at most `limit` of them. A missing file, a folder, a fifo, a device
     or a socket, and a file larger than `limit`, are one line naming it; nothing ever blocks."""
     path, hint = Path(path), f"; {hint}" if hint else ""
-    try:  # O_NONBLOCK: opening a fifo with no writer would wait for ever
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} is missing{hint}") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__}){hint}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise UserError(f"{what} {path} is a folder, not a file{hint}")
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(
-                f"{what} {path} is not a regular file (a fifo, a device or a socket); tosca reads only "
-                f"files{hint}"
-            )
+    with _regular_file(path, what, hint) as (fd, info):
         too_big = UserError(
-            f"{what} {path} is larger than such a file can be ({human_bytes(info.st_size)}; at most "
-            f"{human_bytes(limit)}): it is not one tosca wrote{hint}"
+            f"{what} {printable(path)} is larger than such a file can be ({human_bytes(info.st_size)}; at "
+            f"most {human_bytes(limit)}): it is not one tosca wrote{hint}"
         )
         if info.st_size > limit:
             raise too_big
@@ -78,10 +92,14 @@ def read_bytes(path: str | Path, what: str, hint: str = "", limit: int = METADAT
         if left <= 0:  # it grew while it was read
             raise too_big
         return b"".join(chunks)
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__}){hint}") from None
-    finally:
-        os.close(fd)
+
+
+def read_head(path: str | Path, what: str, n: int, hint: str = "") -> tuple[bytes, int]:
+    """A regular file's first `n` bytes and its size (a format told by its magic bytes, however
+    large the file): the same refusals as `read_bytes`, one line each; nothing ever blocks."""
+    path, hint = Path(path), f"; {hint}" if hint else ""
+    with _regular_file(path, what, hint) as (fd, info):
+        return os.pread(fd, n, 0), info.st_size
 
 
 def read_text(path: str | Path, what: str, hint: str = "", limit: int = METADATA_LIMIT) -> str:

@@ -14,17 +14,10 @@ import shutil
 from pathlib import Path
 
 from tosca_foundation.errors import UserError, UserValueError
+from tosca_foundation.settings import setting
+from tosca_foundation.units import human_bytes, parse_bytes
 
 GiB = 1 << 30
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover - the loop returns
 
 
 def available_memory() -> int:
@@ -43,8 +36,6 @@ def available_memory() -> int:
             found = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             found = 1 << 62
-    from tosca_foundation.settings import setting  # one check for every setting
-
     cap = setting("TOSCA_MEMORY_LIMIT")
     if cap is not None:
         found = min(found, int(cap))
@@ -58,8 +49,6 @@ def memory_budget() -> int:
     """Bytes a fit may hold (its features, the engine, evaluation): TOSCA_MEMORY_BUDGET (set by
     `tosca --memory-budget`) when given, else half the memory available now. A store whose
     features fit within it with the rest is held whole; a larger one is read task by task."""
-    from tosca_foundation.settings import parse_bytes, setting
-
     given = setting("TOSCA_MEMORY_BUDGET")
     if given is not None:
         return int(parse_bytes(given) or 0)

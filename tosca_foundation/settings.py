@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tosca_foundation.errors import UserError
+from tosca_foundation.units import human_bytes, parse_bytes
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?$")
 
@@ -53,20 +54,6 @@ def _bytes(value: str) -> str | None:
     return None
 
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS |= {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]*)$")
-
-
-def parse_bytes(value: str) -> int | None:
-    """A number of bytes as a person writes it: 3000000000, 3GB, 2.5GiB, 512 MiB (None when it is
-    none of those)."""
-    found = _AMOUNT.match(value.strip())
-    if not found or found.group(2) not in _UNITS:
-        return None
-    return int(float(found.group(1)) * _UNITS[found.group(2)])
-
-
 def _budget(value: str) -> str | None:
     amount = parse_bytes(value)
     if amount is None:
@@ -81,8 +68,6 @@ def _budget(value: str) -> str | None:
         )
     machine = physical_memory()
     if amount > machine:  # refused, not warned: a fit held to it would swap, or be killed, mid-run
-        from tosca_foundation.limits import human_bytes
-
         return (
             f"TOSCA_MEMORY_BUDGET={value[:40]} (--memory-budget) is more than this machine's "
             f"{human_bytes(machine)} of memory: give at most that (omit it for half the available memory)"

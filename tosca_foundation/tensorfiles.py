@@ -24,7 +24,7 @@ from typing import Any
 
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import parse_json
-from tosca_foundation.limits import human_bytes
+from tosca_foundation.units import human_bytes
 
 HEADER_LIMIT = 16 << 20  # bytes of JSON header: a few hundred tensors take tens of KiB
 DTYPE_BYTES = {

@@ -4,11 +4,10 @@ file is named is one line, never a reader's traceback (or a read that waits for 
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from tosca_foundation.errors import UserError
+from tosca_foundation.files import read_head
 from tosca_foundation.text import printable
 
 # suffix -> format; a folder is a `datasets` folder saved with save_to_disk
@@ -27,23 +26,7 @@ _HEAD = 16
 
 def _head(path: Path) -> tuple[bytes, int]:
     """The first bytes of a regular file and its size; anything else is one line."""
-    shown = printable(path)
-    try:  # O_NONBLOCK: a fifo named like a file never blocks the command
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UserError(f"source {shown} is missing") from None
-    except OSError as exc:
-        raise UserError(f"cannot read source {shown} ({exc.strerror or type(exc).__name__})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(
-                f"source {shown} is not a regular file (a fifo, a device or a socket): name a file or a "
-                "`datasets` folder"
-            )
-        return os.pread(fd, _HEAD, 0), info.st_size
-    finally:
-        os.close(fd)
+    return read_head(path, "source", _HEAD, "name a file or a `datasets` folder")
 
 
 def _tail(path: Path, size: int) -> bytes:

@@ -36,9 +36,10 @@ from tosca_foundation import atomic
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import disk_errors, read_json
 from tosca_foundation.fingerprints import file_sha256
-from tosca_foundation.limits import human_bytes, require_disk
+from tosca_foundation.limits import require_disk
 from tosca_foundation.locks import folder_lock
 from tosca_foundation.text import printable
+from tosca_foundation.units import human_bytes
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tar.xz")
 _DONE_MARK = ".unpacked"

@@ -18,9 +18,9 @@ from featcache.store.left_out import LeftOut
 from featcache.store.meanings import DECODERS, PRECISIONS
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
 from tosca_foundation.errors import UserError
-from tosca_foundation.limits import human_bytes
 from tosca_foundation.locks import holder
 from tosca_foundation.text import image_name, printable
+from tosca_foundation.units import human_bytes
 
 
 def field_of(block: Any, *keys: str) -> Any:

@@ -42,7 +42,7 @@ import zarr
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import check_depth, disk_errors, read_bytes, read_json
 from tosca_foundation.fingerprints import fingerprint
-from tosca_foundation.limits import human_bytes
+from tosca_foundation.units import human_bytes
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")

@@ -36,11 +36,6 @@ def _figure() -> object:
     return figure
 
 
-def _appended(path: Path) -> None:
-    with atomic.appending(path) as fh:
-        fh.write("row\n")
-
-
 def _streamed(path: Path) -> None:
     with atomic.writing(path, "w", newline="") as fh:
         fh.write("a,b\n")
@@ -56,7 +51,6 @@ WRITERS: dict[str, Callable[[Path], None]] = {  # every way tosca writes a file
     ),
     "save_figure (plots)": lambda p: atomic.save_figure(_figure(), p.with_suffix(".png"), dpi=20),
     "writing (results.csv, parquet)": _streamed,
-    "appending (a sweep's results.csv)": _appended,
 }
 
 
@@ -226,7 +220,7 @@ SHUTIL_WRITES = {"copy", "copy2", "copyfile", "copytree", "move"}
 
 
 def _primitive_handles(tree: ast.AST) -> set[str]:
-    """Names bound by `with atomic.writing(...) as fh` (or appending): files the primitive opened."""
+    """Names bound by `with atomic.writing(...) as fh` : files the primitive opened."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.With):
@@ -234,7 +228,7 @@ def _primitive_handles(tree: ast.AST) -> set[str]:
                 call = item.context_expr
                 if (
                     isinstance(call, ast.Call)
-                    and getattr(call.func, "attr", "") in ("writing", "appending")
+                    and getattr(call.func, "attr", "") == "writing"
                     and isinstance(item.optional_vars, ast.Name)
                 ):
                     names.add(item.optional_vars.id)

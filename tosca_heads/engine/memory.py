@@ -24,8 +24,9 @@ import torch
 
 from featcache.store import StoreShape
 from tosca_foundation.errors import UserValueError
-from tosca_foundation.limits import human_bytes, memory_budget, require_memory
+from tosca_foundation.limits import memory_budget, require_memory
 from tosca_foundation.names import Spell, as_flag
+from tosca_foundation.units import human_bytes
 from tosca_heads.engine.evaluate import CACHE_BYTES_CPU
 from tosca_heads.engine.layout import ParamLayout
 

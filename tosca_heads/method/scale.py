@@ -33,8 +33,18 @@ def unit_rows(x: torch.Tensor) -> torch.Tensor:
     power of two nearest above its largest entry (exact; in float64, so that even a float32
     subnormal row is scaled without overflow), so its squares neither overflow nor underflow and
     the norm's floor (1e-12) is never reached by a non-zero row; a zero row stays zero. Where
-    `F.normalize(x)` neither overflowed nor underflowed, the same bits."""
-    scaled = (x.double() / binary_peak(x, dim=-1)).to(x.dtype)
+    `F.normalize(x)` neither overflowed nor underflowed, the same bits.
+
+    Where every row's 1 / 2**e is a normal number of x's dtype (features within some 38 decades of
+    1 in float32), x is multiplied by it in its own dtype: the exact product rounded once, as the
+    float64 quotient rounded back is, so the same bits without a float64 copy of the features."""
+    peak = binary_peak(x, dim=-1)
+    inverse = 1.0 / peak
+    if x.dtype != torch.float64 and x.is_floating_point():
+        limits = torch.finfo(x.dtype)
+        if bool(((inverse >= limits.tiny) & (inverse <= limits.max)).all()):
+            return torch.nn.functional.normalize(x * inverse.to(x.dtype), dim=-1)
+    scaled = (x.double() * inverse).to(x.dtype)
     return torch.nn.functional.normalize(scaled, dim=-1)
 
 

@@ -42,21 +42,17 @@ def top_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """`top_class` on a tensor, on its own device (evaluation's [G, rows, C] logits, a router's
     [G, M, n] scores): the argmax along `dim`, `TIED` where two or more entries share the top or one
     is NaN. Where nothing ties, the bits of `scores.argmax(dim)`."""
-    best = scores.argmax(dim)
-    top = scores.gather(dim, best.unsqueeze(dim))
+    top, best = scores.max(dim, keepdim=True)  # a NaN in the row is its max: one pass finds both
     shared = (scores == top).sum(dim) > 1
-    unordered = scores.isnan().any(dim)
-    return best.masked_fill(shared | unordered, TIED)
+    return best.squeeze(dim).masked_fill(shared | top.squeeze(dim).isnan(), TIED)
 
 
 def least_index(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """`top_index` of the least: the argmin along `dim`, `TIED` where the least is shared or a
     score is NaN (a router's least entropy or energy)."""
-    best = scores.argmin(dim)
-    least = scores.gather(dim, best.unsqueeze(dim))
+    least, best = scores.min(dim, keepdim=True)  # a NaN in the row is its min too
     shared = (scores == least).sum(dim) > 1
-    unordered = scores.isnan().any(dim)
-    return best.masked_fill(shared | unordered, TIED)
+    return best.squeeze(dim).masked_fill(shared | least.squeeze(dim).isnan(), TIED)
 
 
 def task_of_classes(class_task: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:

@@ -60,7 +60,6 @@ class FolderKind:
     # the config to write over a recorded one that is the same by `differences` (None: keep the file)
     grown: Callable[[Config, Config], Config | None] | None = None
     check_files: Callable[[Path], None] | None = None  # its other files, checked before anything runs
-    stale_in: tuple[str, ...] = ()  # subfolders where a killed writer may have left temporary files
 
     @property
     def advice(self) -> str:
@@ -164,9 +163,6 @@ def _take(folder: Path, kind: FolderKind, config: Config | None) -> None:
     (again: a writer may have finished between the check and the lock) and written."""
     mark(folder, kind)
     atomic.remove_stale(folder)  # what a killed writer left half-written (its process is gone)
-    for name in kind.stale_in:
-        if (folder / name).is_dir():
-            atomic.remove_stale(folder / name)
     if config is None or kind.config_file is None:
         return
     recorded = compare(folder, kind, config)

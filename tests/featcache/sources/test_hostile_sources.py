@@ -236,8 +236,11 @@ def test_damaged_array_metadata_is_one_line_in_every_cache_command(
         ["fit", "--store", store, "--device", "cpu"],
     ):
         _refused(command, said)
-    listed = runner.invoke(app, ["cache", "ls", "--cache-dir", str(tmp_path / "cache")])
-    assert listed.exit_code == 0 and "unreadable" in listed.output
+    for width in (None, "60", "200"):  # fitted to a terminal too: the unreadable row is shorter
+        listed = runner.invoke(
+            app, ["cache", "ls", "--cache-dir", str(tmp_path / "cache")], env={"COLUMNS": width}
+        )
+        assert listed.exit_code == 0 and "unreadable" in listed.output, (width, listed.output)
 
 
 def test_cache_ls_lists_a_store_whose_zarr_json_is_not_json_and_never_reads_a_fifo(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ written, not even a lock file beside them. A group is checked whole before any l
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -252,15 +251,15 @@ def test_a_group_holds_every_lock_for_its_block(tmp_path: Path) -> None:
 
 
 def test_what_a_killed_writer_left_half_written_is_removed(tmp_path: Path) -> None:
-    """Temporary files of a writer whose process is gone go, in the folder and the subfolders its
-    kind names (`stale_in`); a live writer's stay. (A sweep point's cell left unfinished is
-    removed whole when it is computed again: `sweep_points.write_point`.)"""
+    """Temporary files of a writer whose process is gone go; a live writer's stay. (A sweep
+    point's cell left unfinished is removed whole when it is computed again:
+    `sweep_points.write_point`.)"""
     folder = tmp_path / "sweep"
-    kind = dataclasses.replace(SWEEP_FOLDER, stale_in=("kept",))
+    kind = SWEEP_FOLDER
     with claim.claim_folder(folder, kind, _sweep_config()):
-        (folder / "kept").mkdir()
+        pass
     dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2^22)
-    stale = [folder / f".results.csv.{dead}.tmp", folder / "kept" / f".k.safetensors.{dead}.tmp"]
+    stale = [folder / f".results.csv.{dead}.tmp", folder / f".sweep.json.{dead}.tmp"]
     live = folder / f".results.csv.{os.getpid()}.tmp"
     for path in [*stale, live]:
         path.write_text("half")

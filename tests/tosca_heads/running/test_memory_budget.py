@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from cli import app
 from tosca_foundation.errors import UserError
 from tosca_foundation.limits import available_memory, memory_budget
-from tosca_foundation.settings import parse_bytes
+from tosca_foundation.units import parse_bytes
 from tosca_heads.engine.memory import require_room, run_memory
 from tosca_heads.method import features
 from tosca_heads.method.protocol import StreamConfig

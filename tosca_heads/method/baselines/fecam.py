@@ -7,7 +7,8 @@ import copy
 import numpy as np
 import torch
 
-from tosca_foundation.limits import human_bytes, require_memory
+from tosca_foundation.limits import require_memory
+from tosca_foundation.units import human_bytes
 from tosca_heads.method import linalg
 from tosca_heads.method.baseline_estimators import Array, as_labels, as_tensor
 from tosca_heads.method.class_names import ClassFault

@@ -117,16 +117,4 @@ def register_scenario(cls: type[Scenario]) -> type[Scenario]:
     return cls
 
 
-def scenario(name: object, spelling: str = "--scenario") -> type[Scenario]:
-    """The scenario a user named (one line with the closest name for an unknown one), refused in
-    the words of where it was typed (`spelling`: the flag, or the API's parameter)."""
-    _load_built_ins()
-    return SCENARIOS[SCENARIOS.pick(name, spelling)]
-
-
-def _load_built_ins() -> None:
-    """Import the built-in scenarios' files (each registers itself)."""
-    from tosca_heads.method.scenarios import blurry, cil, dil, fscil  # noqa: F401
-
-
 Check = Callable[[StoreLabels], None]
