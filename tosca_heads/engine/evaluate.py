@@ -21,12 +21,13 @@ import torch
 from tosca_heads.engine.cores import evaluation_working
 from tosca_heads.engine.kernels import bmm, normalize_rows
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.numeric_errors import NumericalError
+from tosca_heads.engine.numeric_errors import NumericalError, scale_refusal
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.method.class_statistics import FrozenModel
 from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.linalg import pin_this_thread
 from tosca_heads.method.protocol import TaskStream
+from tosca_heads.method.scale import outside_cosine_reach
 from tosca_heads.method.ties import TIED, TIED_ROUTE
 from tosca_heads.routers import ROUTERS, ReferenceView, route
 from tosca_heads.routers.scores import module_scores, predict, shuffled_order
@@ -194,6 +195,9 @@ class StageEvaluator:
             raise NumericalError(
                 f"the {split} features hold NaN or inf; check the store with `tosca cache verify STORE`"
             )
+        peak = outside_cosine_reach(features)
+        if peak is not None:
+            raise scale_refusal(f"the {split} features", peak, features.shape[-1])
         self.scorer = ModuleScorer(features, device, cache_bytes)
 
     @property

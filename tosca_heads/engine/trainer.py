@@ -17,7 +17,7 @@ import torch
 from tosca_foundation.errors import UserError
 from tosca_heads.engine.evaluate import Snapshot
 from tosca_heads.engine.layout import ParamLayout
-from tosca_heads.engine.numeric_errors import NumericalError
+from tosca_heads.engine.numeric_errors import NumericalError, scale_refusal
 from tosca_heads.engine.optim import cosine_lrs
 from tosca_heads.engine.outputs import module_outputs
 from tosca_heads.engine.steppers import StepTask, make_step
@@ -27,6 +27,7 @@ from tosca_heads.method.features import FeatureSource
 from tosca_heads.method.luca import new_module
 from tosca_heads.method.protocol import TaskStream
 from tosca_heads.method.recipe import SHARED_FIELDS, TrainConfig
+from tosca_heads.method.scale import outside_cosine_reach
 
 PROTOTYPE_BYTES = 256 << 20  # module outputs held at once while computing prototypes
 
@@ -193,6 +194,9 @@ class GroupTrainer:
                         f"the training features of task {task}, epoch {epoch} hold NaN or inf; "
                         "check the store with `tosca cache verify STORE`"
                     )
+                peak = outside_cosine_reach(read[view])
+                if peak is not None:
+                    raise scale_refusal(f"the training features of task {task}", peak, read[view].shape[-1])
             features = read[view]
             order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)
             step.start_epoch(features, order, [s[epoch] for s in schedules], track=epoch == epochs - 1)

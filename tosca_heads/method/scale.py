@@ -48,6 +48,31 @@ def unit_rows(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.normalize(scaled, dim=-1)
 
 
+# TOSCA's modules and cosine classifier work on the features at their own scale, in float32 (the
+# compiled step, the CUDA path): a row's squared norm must neither overflow (3.4e38) nor fall below
+# the normaliser's floor (a norm of 1e-12), or every answer ties. Bounds on a row's largest entry.
+COSINE_FLOOR = 1e-12
+
+
+def cosine_reach(dim: int) -> tuple[float, float]:
+    """The range of a non-zero row's largest |entry| where a float32 L2 norm of `dim` entries
+    neither overflows nor reaches the normaliser's floor: [1e-12, 1e18 / sqrt(dim)]."""
+    return COSINE_FLOOR, 1e18 / math.sqrt(max(dim, 1))
+
+
+def outside_cosine_reach(x: torch.Tensor) -> float | None:
+    """The largest |entry| of the first non-zero row of `x` [n, d] outside `cosine_reach` (None when
+    every row is within it, or zero): one pass of |x|.amax per row."""
+    if x.numel() == 0:
+        return None
+    peaks = x.detach().abs().amax(-1)
+    low, high = cosine_reach(x.shape[-1])
+    outside = (peaks > 0) & ((peaks < low) | (peaks > high))
+    if not bool(outside.any()):
+        return None
+    return float(peaks[outside.nonzero()[0, 0]])
+
+
 def power_of_four_near(value: float) -> float:
     """A power of four within a factor of four of `value` (> 0; 1 for 0 or a non-finite value):
     a matrix divided by it keeps its Cholesky factor's bits up to the factor's exact power of two
@@ -97,10 +122,15 @@ class BeyondPrecision(ScaleRefusal):
         spelled = f"{self.param} ({flag})" if flag else self.param
         return (
             f"{self.method}'s {spelled} = {self.value!r} is too small beside the features' scale for "
-            f"float64: the rows' squared norm is {self.ratio:.2g} times it, past the {PRECISION_REACH:.0e} "
+            f"float64: the rows' squared norm is {_times(self.ratio)} it, past the {PRECISION_REACH:.0e} "
             f"its D x D inverse can hold (1 / {self.param} and 1 / |H|^2 at once); raise {self.param} to "
             f"at least {self.least:.2g}, or rescale the features (`tosca cache info` shows their scale)"
         )
+
+
+def _times(ratio: float) -> str:
+    """'3.2e+17 times', or for a ratio float64 cannot hold (a gamma of 1e-320) 'more than 1.8e+308 times'."""
+    return f"{ratio:.2g} times" if math.isfinite(ratio) else f"more than {np.finfo(np.float64).max:.2g} times"
 
 
 def within_reach(method: str, param: str, value: float, mass: float, gamma: float) -> None:

@@ -152,3 +152,45 @@ def test_kldas_sigma_in_reach_gives_the_same_answers_at_any_scale(tmp_path: Path
         assert accuracy > 0.9, (scale, accuracy)
     np.testing.assert_array_equal(answers[0], answers[1])
     np.testing.assert_array_equal(answers[2], answers[1])
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e20, 1e-30])
+def test_tosca_at_a_scale_its_float32_cosine_cannot_hold_is_one_line(tmp_path: Path, scale: float) -> None:
+    """TOSCA's modules and cosine classifier are float32 at the features' own scale: at x1e20 and
+    beyond the squared norms overflow, at x1e-30 they fall below the normaliser's floor, and every
+    answer tied (a table of 0.00 with a note under it, exit 0). Now one line naming the reach,
+    before any training; x1e8 is still within it and fits."""
+    store = scaled_store(tmp_path / "s.zarr", scale)
+    run = tmp_path / "run"
+    args = ["fit", "--store", str(store), "--run", str(run), "--epochs", "1", "--device", "cpu"]
+    result = RUNNER.invoke(app, [*args, "--init-cls", "2", "--increment", "2"])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert (
+        line.startswith("error: the test features reach ") and "outside [1e-12, 2.5e+17]" in line
+    )  # dim 16, line
+    assert "A_last" not in result.output and "Traceback" not in result.output
+    assert not (run / "task_0.safetensors").exists()
+
+
+def test_tosca_within_its_reach_fits_at_x1e8(tmp_path: Path) -> None:
+    store = scaled_store(tmp_path / "s.zarr", 1e8)
+    args = ["fit", "--store", str(store), "--run", str(tmp_path / "run"), "--epochs", "1", "--device", "cpu"]
+    result = RUNNER.invoke(app, [*args, "--init-cls", "2", "--increment", "2"])
+    assert result.exit_code == 0, result.output
+    assert "A_last" in result.output and "tied" not in result.output
+
+
+def test_the_cosine_reach_is_checked_on_every_rows_largest_entry() -> None:
+    from tosca_heads.method.scale import cosine_reach, outside_cosine_reach
+
+    low, high = cosine_reach(100)
+    assert (low, high) == (1e-12, 1e17)
+    x = torch.ones(4, 100)
+    assert outside_cosine_reach(x) is None
+    x[2] = 0  # a zero row is no scale: its answer is a tie, said as one
+    assert outside_cosine_reach(x) is None
+    x[3, 7] = 2e17
+    assert outside_cosine_reach(x) == pytest.approx(2e17)
+    x[1] = 1e-13
+    assert outside_cosine_reach(x) == pytest.approx(1e-13)  # the first row outside
