@@ -22,6 +22,7 @@ from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_json
 from tosca_foundation.fingerprints import fingerprint
 from tosca_foundation.locks import folder_lock
+from tosca_foundation.text import printable
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,20 @@ def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray 
             faults.append(ChunkFault(split, chunk, reason))
     if faults:
         raise _refuse(store, str(faults[0]), len(faults))
+    if len(features) > 1 and bool((features == features[:1]).all()):
+        raise one_vector(store, split, len(features))
     return features, views
+
+
+def one_vector(store: FeatureStore, split: str, rows: int) -> UserError:
+    """Every row of a split is the same vector: nothing in it tells a class from another, so any
+    figure read off it is argmax's choice among equals or among rounding noise (RanPAC and DS-AL
+    printed 16.67 on such a store, the others 0.00 tied). Refused where the split is read."""
+    return UserError(
+        f"store {printable(store.path)}: every one of the {rows:,} {split} rows is the same vector, so "
+        "nothing tells its classes apart and no figure would mean anything; check the backbone that "
+        "extracted it (`tosca cache info`) or the arrays it was imported from"
+    )
 
 
 def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
@@ -261,6 +275,7 @@ def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.
         raise _refuse(store, str(missing[0]), len(missing))
     sums = store.checksums(split)
     arrays = [store.node(f"{split}/{name}") for name in _arrays(store, split)]
+    first, same = None, True  # is every row the first one (`one_vector`)?
     for chunk in chunks:
         sl = layout.chunk_slice(chunk)
         try:
@@ -271,7 +286,11 @@ def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.
         reason = value_fault(blocks, str(sums[chunk]))
         if reason:
             raise _refuse(store, str(ChunkFault(split, chunk, reason)))
+        first = blocks[0][:1] if first is None else first
+        same = same and bool((blocks[0] == first).all())
         yield sl, blocks[0], blocks[1] if len(blocks) > 1 else None
+    if same and layout.n > 1:  # said after the last chunk: before any figure is drawn from them
+        raise one_vector(store, split, layout.n)
 
 
 def verify_streaming(store: FeatureStore, split: str) -> None:

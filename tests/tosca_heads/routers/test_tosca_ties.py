@@ -17,6 +17,7 @@ from cli import app
 from featcache.store import FeatureStore
 from featcache.store.format import made_up_identity
 from tosca_heads.applied.estimators import TOSCAClassifier
+from tosca_heads.method.protocol import class_order
 from tosca_heads.method.ties import TIED, least_index, task_of_classes, top_index
 from tosca_heads.records.run_cell import read_run
 from tosca_heads.routers import ROUTERS
@@ -25,18 +26,23 @@ RUNNER = CliRunner()
 FIT = {"init_cls": 2, "increment": 2, "epochs": 1, "batch_size": 8}
 
 
-def one_vector_store(path: Path, classes: int = 4) -> FeatureStore:
-    """Every image of every class (train and test) is the same vector: nothing tells classes, nor
-    tasks, apart; a first-of-equals argmax would answer class 0 and score 1 / C."""
-    vector = np.random.default_rng(0).normal(size=16).astype(np.float32)
+def one_vector_store(path: Path, classes: int = 4, vectors: int = 1) -> FeatureStore:
+    """Every image of every class (train and test) is the same vector (`vectors` = 1: refused where
+    the store is read, `verify.one_vector`), or each task's classes share one vector of that task's
+    own (`vectors` = 2 with 2 classes a task): nothing tells a task's classes apart; a first-of-equals
+    argmax would answer the task's first class and score 1 / 2."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(vectors, 16)).astype(np.float32)
     labels = {"train": np.repeat(np.arange(classes), 10), "test": np.repeat(np.arange(classes), 5)}
     identity = made_up_identity("synthetic", "none", classes, labels, 16, 0, 0)
     ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
     store = FeatureStore.create(path, identity, {}, ids, labels, 16, 0, 16, "float32")
     for split, y in labels.items():
+        position = np.argsort(class_order(classes))[y]  # each class's place in the default order
+        x = table[(position * vectors) // classes]
         for chunk in range(store.layout(split).n_chunks):
             rows = store.layout(split).chunk_slice(chunk)
-            store.write_chunk(split, chunk, np.tile(vector, (len(y), 1))[rows], None)
+            store.write_chunk(split, chunk, x[rows], None)
     return store
 
 
@@ -75,31 +81,58 @@ def test_ncm_routes_a_tie_within_one_task_to_that_task() -> None:
     assert ROUTERS["ncm"].task(view).tolist() == [0, TIED, 1]
 
 
-def test_fit_on_one_vector_for_every_class_counts_every_answer_tied(tmp_path: Path) -> None:
-    """Through the command: every router's A_last 0 (was 1 / C for the first class of each tie),
-    the ties counted per task in measured.json and in the figures read back, said under the table;
-    a tied route is in no cell of the routing confusion."""
-    store = one_vector_store(tmp_path / "same.zarr")
+def test_fit_where_a_tasks_classes_share_one_vector_counts_every_answer_tied(tmp_path: Path) -> None:
+    """Through the command: each task's two classes are one vector (the tasks' vectors differ), so
+    every module's answer ties (A_last 0 for every router, was 1 / 2 for the first class of each
+    tie) while every route is right; the ties counted per task in measured.json and in the figures
+    read back, said under the table."""
+    store = one_vector_store(tmp_path / "same.zarr", vectors=2)
     args = ["fit", "--store", str(store.path), "--run", str(tmp_path / "run"), "--device", "cpu"]
     result = RUNNER.invoke(app, [*args, "--init-cls", "2", "--increment", "2", "--epochs", "1"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert (
-        "routers entropy, batch, batch_shuffled, oracle, energy, fusion: 20 of the 20 test images had" in said
-    )
-    assert "routers ncm, lda: 20 of the 20 test images had a tied answer" in said, said
-    assert "20 of them a tie between modules, no module picked" in said  # every task's score the same
+    routers = "entropy, batch, batch_shuffled, oracle, energy, ncm, lda, fusion"
+    assert f"routers {routers}: 20 of the 20 test images had a tied answer" in said, said
+    assert "no module picked" not in said  # no route tied: each task has its own vector
     record = read_run(tmp_path / "run")
     measured = json.loads((tmp_path / "run" / "measured.json").read_text())
     for name, block in record.metrics["routers"].items():
         assert block["A_last"] == 0.0 and block["A_t"] == [0.0, 0.0], name
         assert block["tied"] == [10, 20], name  # every image seen after each task
+        assert block["tied_routes"] == [0, 0], name
         assert measured["tied"]["test"][name]["tied"] == [10, 20]
-    assert record.metrics["routers"]["lda"]["tied_routes"] == [0, 20]  # one task: nothing to tie
-    assert record.metrics["routers"]["ncm"]["tied_routes"] == [0, 20]
-    assert record.metrics["routers"]["oracle"]["tied_routes"] == [0, 0]
-    assert np.sum(record.confusion["test"]["lda"]) == 0  # every route tied: no cell counted
-    assert np.sum(record.confusion["test"]["oracle"]) == 20
+        assert np.sum(record.confusion["test"][name]) == 20  # every route counted in its cell
+
+
+def test_fit_on_one_vector_for_every_class_is_refused_where_the_store_is_read(tmp_path: Path) -> None:
+    """Every row of the store one vector: nothing tells any class apart, and RanPAC and DS-AL
+    printed 16.67 (argmax of rounding noise), the others 0.00 tied. Refused in one line by the
+    store's reader (`verify.one_vector`), for fit and the baselines alike, before any figure."""
+    store = one_vector_store(tmp_path / "same.zarr")
+    for command in (
+        ["fit", "--run", str(tmp_path / "run")],
+        ["baselines", "--no-tosca", "--methods", "ranpac,ds_al", "--out", str(tmp_path / "out")],
+    ):
+        args = [
+            *command,
+            "--store",
+            str(store.path),
+            "--device",
+            "cpu",
+            "--init-cls",
+            "2",
+            "--increment",
+            "2",
+        ]
+        result = RUNNER.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        line = result.output.strip().splitlines()[-1]
+        assert line == (
+            f"error: store {store.path}: every one of the 40 train rows is the same vector, so nothing tells "
+            "its classes apart and no figure would mean anything; check the backbone that extracted it "
+            "(`tosca cache info`) or the arrays it was imported from"
+        ), line
+        assert "A_last" not in result.output
 
 
 def test_a_run_without_a_tie_keeps_no_tie_field(tmp_path: Path) -> None:
