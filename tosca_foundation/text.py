@@ -17,6 +17,19 @@ from collections.abc import Callable, Iterator
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 
+def text_argument(value: str) -> str:
+    """A command-line text that is not a path (an encoder's name) as its writer typed it: under an
+    ASCII locale (LC_ALL=C, PYTHONUTF8=0) Python holds the UTF-8 bytes of `probé` as lone
+    surrogates (PEP 383), which no check of printable text passes; bytes that are UTF-8 are read as
+    UTF-8. A path keeps its surrogates: they are the bytes that name its file."""
+    if not any("\udc80" <= c <= "\udcff" for c in value):
+        return value
+    try:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

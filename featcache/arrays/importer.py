@@ -43,7 +43,7 @@ from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.fingerprints import identity_differences
 from tosca_foundation.folders import zarr_root
 from tosca_foundation.locks import folder_lock
-from tosca_foundation.text import printable
+from tosca_foundation.text import printable, text_argument
 from tosca_foundation.version import __version__
 
 MODALITY = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
@@ -125,7 +125,7 @@ def check_request(request: ImportRequest) -> Path:
 
 
 def _check_encoder(encoder: Any, where: str) -> str:
-    text = str(encoder)
+    text = text_argument(str(encoder))
     if not text.strip() or len(text) > MAX_ENCODER or not text.isprintable():
         raise UserValueError(
             f"{where} {printable(text)!r} names no encoder: give its name in printable text of at most "

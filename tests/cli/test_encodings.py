@@ -109,3 +109,32 @@ def test_commands_that_write_tables_run_whole_under_an_ascii_locale(tmp_path: Pa
     assert any(p.suffix == ".md" for p in written), sorted(p.name for p in written)
     texts = [p.read_text(encoding="utf-8") for p in written]  # UTF-8 whatever the locale
     assert any(not text.isascii() for text in texts)  # what an ASCII default could not have written
+
+
+def test_an_encoders_name_typed_in_utf8_under_an_ascii_locale_is_taken_as_typed(tmp_path: Path) -> None:
+    """`tosca import --encoder probé` under LC_ALL=C PYTHONUTF8=0: Python holds the bytes of é as
+    lone surrogates, and the name was refused as "names no encoder: give its name in printable
+    text". A text argument that is not a path is read as the UTF-8 it is (`text.text_argument`);
+    the store's path keeps its bytes."""
+    arrays = tmp_path / "a.npz"
+    rng = np.random.default_rng(0)
+    np.savez(arrays, features=rng.normal(size=(40, 4)).astype(np.float32), labels=np.arange(40) % 2)
+    store = tmp_path / "s-\u00e9.zarr"
+    args = ["import", str(arrays), "--store", str(store), "--encoder", "prob\u00e9", "--modality", "text"]
+    made = ascii_tosca(*args, "--name", "asc", "--test-fraction", "0.5", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout.decode("ascii", "replace") + made.stderr.decode(
+        "ascii", "replace"
+    )
+    assert store.is_dir()
+    data = json.loads(ascii_tosca("cache", "info", str(store), "--json", cwd=tmp_path).stdout.decode("ascii"))
+    assert data["identity"]["backbone"]["encoder"] == "prob\u00e9"
+
+
+def test_a_text_argument_is_read_as_the_utf8_it_is() -> None:
+    from tosca_foundation.text import text_argument
+
+    held = "prob\u00e9".encode().decode("ascii", "surrogateescape")  # as an ASCII locale holds it
+    assert held != "prob\u00e9" and text_argument(held) == "prob\u00e9"
+    assert text_argument("plain") == "plain"
+    latin1 = b"prob\xe9".decode("ascii", "surrogateescape")  # not UTF-8: kept as the bytes it is
+    assert text_argument(latin1) == latin1
