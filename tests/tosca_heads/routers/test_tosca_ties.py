@@ -113,18 +113,8 @@ def test_fit_on_one_vector_for_every_class_is_refused_where_the_store_is_read(tm
         ["fit", "--run", str(tmp_path / "run")],
         ["baselines", "--no-tosca", "--methods", "ranpac,ds_al", "--out", str(tmp_path / "out")],
     ):
-        args = [
-            *command,
-            "--store",
-            str(store.path),
-            "--device",
-            "cpu",
-            "--init-cls",
-            "2",
-            "--increment",
-            "2",
-        ]
-        result = RUNNER.invoke(app, args)
+        split = ["--device", "cpu", "--init-cls", "2", "--increment", "2"]
+        result = RUNNER.invoke(app, [*command, "--store", str(store.path), *split])
         assert result.exit_code == 2, result.output
         line = result.output.strip().splitlines()[-1]
         assert line == (
