@@ -80,6 +80,14 @@ def test_each_readme_demo_figure_lies_in_its_interval(metric: Metric) -> None:
             assert (low, high) == tuple(round(100 * bound, 1) for bound in exact), (method, cell)
 
 
+# The joint probe (a reference) is full-batch L-BFGS in float32: its matrix products round
+# differently on AVX2 and AVX-512 machines, and its A_bar and forgetting end a test image apart:
+# the README's row was printed on an AMD EPYC, an Intel Xeon prints A_bar 94.60 and forgetting 4.04
+# (docs/demo.md, "The same figures elsewhere"). Every other row is held to the digit.
+ACROSS_CPUS = {"joint_probe"}
+NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
+
+
 @pytest.mark.realdata
 def test_the_readme_demo_table_is_what_the_demo_prints(
     demo_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -98,7 +106,17 @@ def test_the_readme_demo_table_is_what_the_demo_prints(
     assert result.exit_code == 0, result.output
     printed, quoted = printed_table(result.output), readme_table()
     assert (quoted.title, quoted.columns) == (printed.title, printed.columns)
-    assert quoted.without(UNTIMED) == printed.without(UNTIMED)
+    assert len(quoted.rows) == len(printed.rows)
+    for q, p in zip(quoted.without(UNTIMED), printed.without(UNTIMED), strict=True):
+        if q[0] not in ACROSS_CPUS:
+            assert q == p
+            continue
+        # the same words, each figure within a step of the README's
+        assert [NUMBER.sub("#", c) for c in q] == [NUMBER.sub("#", c) for c in p], (q, p)
+        said = [float(x.replace(",", "")) for x in NUMBER.findall(" ".join(q))]
+        found = [float(x.replace(",", "")) for x in NUMBER.findall(" ".join(p))]
+        assert len(said) == len(found), (q, p)
+        assert all(abs(a - b) <= 0.1 for a, b in zip(said, found, strict=True)), (q, p)
     assert quoted.notes == printed.notes
 
 

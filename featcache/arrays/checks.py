@@ -200,6 +200,13 @@ def _check_finite(part: Part, split: str) -> None:
                 f"{split} {what} hold NaN or inf (first in row {printable(part.ids[row])!r}, {int(bad.sum())} row(s) "
                 "in all): nothing was imported"
             )
+    features = part.features
+    if len(features) > 1 and bool((features == features[:1]).all()):  # `verify.one_vector`, at the edge
+        raise UserError(
+            f"every one of the {len(features):,} {split} rows holds the same features, so nothing tells its "
+            "classes apart and no figure would mean anything: check the encoder that computed them; nothing "
+            "was imported"
+        )
 
 
 def _check_classes(parts: dict[str, Part], names: list[str]) -> None:

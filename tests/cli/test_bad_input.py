@@ -153,6 +153,11 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("import NaN", _imported("{arr_nan}"), "train features hold NaN or inf (first in row '5'"),
     ("import inf", _imported("{arr_inf}"), "train features hold NaN or inf (first in row '0'"),
+    (
+        "import one vector for every row",
+        _imported("{arr_one_vector}"),
+        "every one of the 9 train rows holds the same features, so nothing tells its classes apart",
+    ),
     ("import integer features", _imported("{arr_int}"), "hold int64 values, not floats"),
     (
         "import 1-D features",

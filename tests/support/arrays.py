@@ -121,6 +121,7 @@ def hostile_arrays(folder: Path) -> dict[str, Path]:
         "arr_outside": npz("outside", labels=np.where(y == 2, 7, y)),
         "arr_nan": npz("nan", features=nan),
         "arr_inf": npz("inf", features=inf),
+        "arr_one_vector": npz("onevector", features=np.tile(x[:1], (len(x), 1))),
         "arr_int": npz("int", features=(x * 10).astype(np.int64)),
         "arr_1d": npz("flat", features=x[:, 0]),
         "arr_no_test": npz("notest", split=no_test),
