@@ -41,3 +41,20 @@ def synthetic_store(
             sl = store.layout(split).chunk_slice(chunk)
             store.write_chunk(split, chunk, x[sl], None if v is None else v[:, sl])
     return store
+
+
+def store_of_vectors(path: Path, vectors: np.ndarray, train: int = 10, test: int = 5) -> FeatureStore:
+    """Each class's images (train and test) are one repeated vector: class c's rows are all
+    `vectors[c]` ([classes, d]); `train` and `test` images a class. Classes that share a vector
+    cannot be told apart: the stores of the tie tests."""
+    classes, dim = vectors.shape
+    labels = {"train": np.repeat(np.arange(classes), train), "test": np.repeat(np.arange(classes), test)}
+    identity = made_up_identity("synthetic", "none", classes, labels, dim, 0, 0)
+    ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
+    store = FeatureStore.create(path, identity, {}, ids, labels, dim, 0, 16, "float32")
+    for split, y in labels.items():
+        x = vectors.astype(np.float32)[y]
+        for chunk in range(store.layout(split).n_chunks):
+            rows = store.layout(split).chunk_slice(chunk)
+            store.write_chunk(split, chunk, x[rows], None)
+    return store

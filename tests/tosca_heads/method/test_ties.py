@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.stores import store_of_vectors
 from typer.testing import CliRunner
 
 from cli import app
 from featcache.store import FeatureStore
-from featcache.store.format import made_up_identity
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.baselines.randumb import RanDumb
 from tosca_heads.method.ties import TIED, top_class
@@ -34,17 +34,7 @@ def test_top_class_answers_tied_where_the_top_is_shared_or_missing() -> None:
 
 def repeated_store(path: Path, classes: int = 6) -> FeatureStore:
     """Each class's images (train and test) are one repeated vector: RanDumb's covariance is zero."""
-    rng = np.random.default_rng(0)
-    centres = rng.normal(size=(classes, 16)).astype(np.float32)
-    labels = {"train": np.repeat(np.arange(classes), 10), "test": np.repeat(np.arange(classes), 5)}
-    identity = made_up_identity("synthetic", "none", classes, labels, 16, 0, 0)
-    ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
-    store = FeatureStore.create(path, identity, {}, ids, labels, 16, 0, 16, "float32")
-    for split, y in labels.items():
-        for chunk in range(store.layout(split).n_chunks):
-            rows = store.layout(split).chunk_slice(chunk)
-            store.write_chunk(split, chunk, centres[y][rows], None)
-    return store
+    return store_of_vectors(path, np.random.default_rng(0).normal(size=(classes, 16)))
 
 
 def test_randumb_on_one_vector_per_class_ties_everywhere() -> None:

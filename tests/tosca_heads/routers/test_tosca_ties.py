@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.stores import store_of_vectors
 from typer.testing import CliRunner
 
 import tosca_heads
 from cli import app
 from featcache.store import FeatureStore
-from featcache.store.format import made_up_identity
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.protocol import class_order
 from tosca_heads.method.ties import TIED, least_index, task_of_classes, top_index
@@ -31,19 +31,9 @@ def one_vector_store(path: Path, classes: int = 4, vectors: int = 1) -> FeatureS
     the store is read, `verify.one_vector`), or each task's classes share one vector of that task's
     own (`vectors` = 2 with 2 classes a task): nothing tells a task's classes apart; a first-of-equals
     argmax would answer the task's first class and score 1 / 2."""
-    rng = np.random.default_rng(0)
-    table = rng.normal(size=(vectors, 16)).astype(np.float32)
-    labels = {"train": np.repeat(np.arange(classes), 10), "test": np.repeat(np.arange(classes), 5)}
-    identity = made_up_identity("synthetic", "none", classes, labels, 16, 0, 0)
-    ids = {k: [f"{k}/{i}" for i in range(len(v))] for k, v in labels.items()}
-    store = FeatureStore.create(path, identity, {}, ids, labels, 16, 0, 16, "float32")
-    for split, y in labels.items():
-        position = np.argsort(class_order(classes))[y]  # each class's place in the default order
-        x = table[(position * vectors) // classes]
-        for chunk in range(store.layout(split).n_chunks):
-            rows = store.layout(split).chunk_slice(chunk)
-            store.write_chunk(split, chunk, x[rows], None)
-    return store
+    table = np.random.default_rng(0).normal(size=(vectors, 16))
+    position = np.argsort(class_order(classes))  # each class's place in the default order
+    return store_of_vectors(path, table[(position * vectors) // classes])
 
 
 def test_top_and_least_index_are_argmax_and_argmin_where_nothing_ties() -> None:
