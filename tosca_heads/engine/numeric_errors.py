@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tosca_foundation.errors import UserError
+from tosca_heads.method.scale import cosine_reach
 
 
 class NumericalError(UserError):
@@ -11,8 +12,6 @@ class NumericalError(UserError):
 
 def scale_refusal(what: str, peak: float, dim: int) -> NumericalError:
     """One line for features whose scale TOSCA's float32 cosine cannot hold (`scale.cosine_reach`)."""
-    from tosca_heads.method.scale import cosine_reach
-
     low, high = cosine_reach(dim)
     return NumericalError(
         f"{what} reach {peak:.3g} (a row's largest entry), outside [{low:.0e}, {high:.2g}] where TOSCA's "
