@@ -5,10 +5,13 @@ hold by the paired bootstrap (the same draws for both methods).
 
     python benchmarks/scenario_cost.py --store STORE [--methods tosca,simplecil,...]
         [--scenarios cil,til,fscil,blurry,dil] [--read-as-for-dil cifar100_superclasses]
+        [--routers lda,ncm,...] [--recurring task_rows] [--module-per task]
         [--set gacl_buffer_size=2048 ...] [--json]
 
 Everything runs through `tosca_heads.applied.scenario_runs.run_scenario` (the command's code);
 a method a scenario refuses is listed with its one-line reason and left out of that table's time.
+TOSCA is trained once per scenario and answers with each router of `--routers` (a row each; its
+seconds are the training's and every router's answers together).
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], help="METHOD_PARAM=VALUE, e.g. gacl_buffer_size=2048"
     )
+    parser.add_argument("--routers", default="lda", help="TOSCA's honest routers, comma-separated")
+    parser.add_argument("--recurring", default="task_rows", help="TOSCA: task_rows or first_task")
+    parser.add_argument("--module-per", default="task", help="TOSCA: task or step")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     methods = tuple(args.methods.split(","))
@@ -66,6 +72,9 @@ def main() -> None:
             method, _, name = key.partition("_al_")
             method = "ds_al"
         method_params.setdefault(method, {})[name] = float(value) if "." in value else int(value)
+    method_params.setdefault("tosca", {}).update(
+        routers=tuple(args.routers.split(",")), recurring=args.recurring, module_per=args.module_per
+    )
     store = FeatureStore.open(args.store)
     report = []
     for name in args.scenarios.split(","):
@@ -79,7 +88,7 @@ def main() -> None:
             except UserError as exc:
                 refused[method] = str(exc)
         seconds = time.perf_counter() - start
-        correct = {r.method: _last_correct(plan, r.answers) for r in results}
+        correct = {r.label: _last_correct(plan, r.answers) for r in results}
         intervals, holds = bootstrap(correct) if correct else ({}, {})
         report.append(
             {
@@ -88,11 +97,11 @@ def main() -> None:
                 "table_seconds": seconds,
                 "methods": [
                     {
-                        "method": r.method,
+                        "method": r.label,
                         "figures": r.figures,
                         "seconds": r.seconds,
-                        "A_last_95": intervals[r.method],
-                        "below_best_holds": holds.get(r.method),
+                        "A_last_95": intervals[r.label],
+                        "below_best_holds": holds.get(r.label),
                     }
                     for r in results
                 ],
@@ -102,15 +111,15 @@ def main() -> None:
         if not args.json:
             print(f"\n## {plan.describe()}  (table: {seconds:.1f} s)")
             for r in results:
-                low, high = intervals[r.method]
+                low, high = intervals[r.label]
                 figures = "  ".join(f"{k} {100 * v:.2f}" for k, v in r.figures.items())
                 mark = (
                     ""
-                    if r.method not in holds
-                    else (" (below best: holds)" if holds[r.method] else " (tie with best)")
+                    if r.label not in holds
+                    else (" (below best: holds)" if holds[r.label] else " (tie with best)")
                 )
                 print(
-                    f"{r.method:<10} {figures}  A_last 95% [{100 * low:.2f}, {100 * high:.2f}]  {r.seconds:.1f} s{mark}"
+                    f"{r.label:<18} {figures}  A_last 95% [{100 * low:.2f}, {100 * high:.2f}]  {r.seconds:.1f} s{mark}"
                 )
             for method, why in refused.items():
                 print(f"{method:<10} refused: {why}")

@@ -413,12 +413,17 @@ def scenario(
     methods: Sequence[str] = ("tosca", "simplecil"),
     *,
     read_as: str = "",
+    routers: Sequence[str] = ("lda",),
+    recurring: str = "task_rows",
+    module_per: str = "task",
     **values: Any,
 ) -> pd.DataFrame:
     """`tosca scenario`: the methods under one scenario of a store (cil, til, fscil, blurry, dil;
     docs/scenarios.md), the scenario's parameters as keywords (`shots=5`, `blurry=0.1`), each
-    checked against its rule in one line before any learning. One row per method: its figures
-    (fractions), `seconds` and the plan's line.
+    checked against its rule in one line before any learning. One row per method (TOSCA: one per
+    router of `routers`, from one training): its figures (fractions), `seconds` and the plan's
+    line. `recurring` and `module_per`: TOSCA's choices where a class recurs or a task has
+    several evaluation points (docs/method.md, "Scenarios beyond class-incremental").
 
     >>> frame = scenario(STORE, "til", ["simplecil"], init_cls=2, increment=2)
     >>> list(frame["method"]), bool(frame["A_last"].between(0, 1).all())
@@ -428,7 +433,13 @@ def scenario(
 
     from tosca_heads.applied.scenario_runs import run_scenario
 
-    results = run_scenario(store, name, tuple(methods), values, read_as=read_as, spelling="scenario name")
+    tosca = {"routers": tuple(routers), "recurring": recurring, "module_per": module_per}
+    results = run_scenario(
+        store, name, tuple(methods), values, {"tosca": tosca}, read_as=read_as, spelling="scenario name"
+    )
     return pd.DataFrame(
-        [{"method": r.method, **r.figures, "seconds": r.seconds, "plan": r.plan} for r in results]
+        [
+            {"method": r.method, "router": r.router, **r.figures, "seconds": r.seconds, "plan": r.plan}
+            for r in results
+        ]
     )

@@ -530,9 +530,34 @@ ROWS: list[tuple[str, list[str], str]] = [
         "dil needs a store with a domain per image",
     ),
     (
-        "scenario tosca under blurry",
-        [*SCEN, "--scenario", "blurry", "--methods", "tosca"],
-        "tosca cannot run blurry",
+        "scenario tosca reference router",
+        [*SCEN, "--methods", "tosca", "--routers", "lda,oracle"],
+        "--routers oracle is a reference, never a scenario's result",
+    ),
+    (
+        "scenario tosca flag without tosca",
+        [*SCEN, "--methods", "simplecil", "--module-per", "step"],
+        "--module-per is TOSCA's, and --methods has no tosca (add it, or leave --module-per out)",
+    ),
+    (
+        "scenario tosca no router",
+        [*SCEN, "--methods", "tosca", "--routers", ","],
+        "--routers names no router",
+    ),
+    (
+        "scenario tosca unknown router",
+        [*SCEN, "--methods", "tosca", "--routers", "ldaa"],
+        "unknown --routers 'ldaa' (did you mean 'lda'?)",
+    ),
+    (
+        "scenario tosca recurring unknown",
+        [*SCEN, "--scenario", "blurry", "--methods", "tosca", "--recurring", "merge"],
+        "--recurring must be one of task_rows, first_task, got 'merge'",
+    ),
+    (
+        "scenario tosca module unit unknown",
+        [*SCEN, "--methods", "tosca", "--module-per", "epoch"],
+        "--module-per must be one of task, step, got 'epoch'",
     ),
     (
         "scenario once-per-class baseline under blurry",
@@ -601,11 +626,6 @@ ROWS: list[tuple[str, list[str], str]] = [
         "baselines scenario once-per-class baseline under blurry",
         [*BSCEN, "--scenario", "blurry"],
         "simplecil cannot run blurry",
-    ),
-    (
-        "baselines scenario tosca under blurry",
-        [*BSCEN[:-3], "--methods", "ridge", "--scenario", "blurry"],
-        "tosca cannot run blurry",
     ),
     (
         "baselines scenario no scores for til",

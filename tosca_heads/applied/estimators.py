@@ -177,6 +177,15 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         order they follow the classes seen so far). The first call fixes the first task's size,
         the second every later task's (the stream's B-n Inc-k shape). `classes` (scikit-learn's
         argument for every class up front) is not used: a continual stream does not know them."""
+        return self._next_task(X, y, equal_tasks=True)
+
+    def learn_task(self, X: Any, y: Any) -> _Incremental:
+        """`partial_fit` where tasks may differ in size: the next task's rows, of classes never seen
+        before, however many (a scenario whose tasks do, such as a blurry stream read as TOSCA's
+        tasks; the stream is then `TaskStream.uneven`)."""
+        return self._next_task(X, y, equal_tasks=False)
+
+    def _next_task(self, X: Any, y: Any, equal_tasks: bool) -> _Incremental:
         first = not hasattr(self, "stream_")
         X, y = validate_data(self, X, y, dtype=np.float32, reset=first)
         check_classification_targets(y)
@@ -191,6 +200,11 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         if first:
             self.stream_ = TaskStream(np.arange(len(new)), len(new), len(new))
             self._start()
+        elif not equal_tasks:
+            sizes = (*(self.stream_.sizes or self._even_sizes()), len(new))
+            self.stream_ = TaskStream.uneven(np.arange(len(seen) + len(new)), sizes)
+        elif self.stream_.sizes:
+            raise ValueError("tasks of uneven size were learnt with learn_task: go on with learn_task")
         else:
             increment = len(new) if task == 1 else self.stream_.increment
             if len(new) != increment:
@@ -207,6 +221,11 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         incremental = np.array([position[label] for label in y.tolist()], dtype=np.int64)
         self._learn(task, X, incremental)
         return self
+
+    def _even_sizes(self) -> tuple[int, ...]:
+        """Each task's class count so far, of a stream whose tasks are B-n Inc-k."""
+        stream = self.stream_
+        return tuple(len(stream.task_classes(t)) for t in range(stream.num_tasks))
 
     def _labels(self, incremental: np.ndarray) -> np.ndarray:
         """The caller's labels of incremental ids; a tied answer (`method.ties`) stays `TIED` where

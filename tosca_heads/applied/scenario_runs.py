@@ -4,11 +4,12 @@ turns the answers into its figures. Nothing of the backbone runs: a scenario is 
 store, so its whole table costs what the class-incremental one does (benchmarks/scenario_cost.py).
 
 A method that cannot run a scenario refuses it in one line, naming why, before it learns:
-- a plan whose classes recur across tasks (`blurry`, `dil`) needs a method that learns a class from
-  rows in several calls (a baseline declaring `recurring_classes`: ACIL, GACL, ridge); TOSCA's
-  modules and classifier rows are per task, each class's rows in one task (method.md, "Scenarios");
+- a plan whose classes recur across tasks (`blurry`, `dil`) needs a baseline that learns a class
+  from rows in several calls (one declaring `recurring_classes`: ACIL, GACL, ridge); TOSCA gives a
+  class met again rows of its own in each task, or learns it once (`tosca_scenario`);
 - `til` needs scores per class (a baseline's `decision_function`; TOSCA's module logits) to answer
   among the told task's classes.
+TOSCA's one training answers with every router asked (`routers`): one result per router.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ import torch
 from featcache.store import FeatureStore, check_readable, read_split
 from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
-from tosca_heads.applied.estimators import TOSCAClassifier
+from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS, told_among, tosca_answers, tosca_options
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.class_names import named_classes
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
-from tosca_heads.method.ties import TIED, top_class
 from tosca_heads.running.baseline_runs import check_baseline_params
 
 TOSCA = "tosca"
@@ -39,7 +39,9 @@ TOSCA = "tosca"
 @dataclass(frozen=True)
 class ScenarioResult:
     """One method under one scenario: its figures, the accuracy after each step, its seconds
-    (learning and answering; the plan's reading of the labels not counted) and the plan's line."""
+    (learning and answering; the plan's reading of the labels not counted), the plan's line, and
+    for TOSCA the router that answered (one training serves every router: each TOSCA row's
+    seconds are the training's and all its routers' answers together)."""
 
     scenario: str
     method: str
@@ -48,6 +50,12 @@ class ScenarioResult:
     seconds: float
     plan: str
     answers: list[np.ndarray] = field(repr=False, default_factory=list)
+    router: str = ""
+
+    @property
+    def label(self) -> str:
+        """The method as a table names it: 'tosca (lda)' for TOSCA, else its name."""
+        return f"{self.method} ({self.router})" if self.router else self.method
 
 
 def store_labels(store: FeatureStore, read_as: str = "") -> StoreLabels:
@@ -83,11 +91,6 @@ def store_labels(store: FeatureStore, read_as: str = "") -> StoreLabels:
 def refusal(method: str, plan: ScenarioPlan, told_task: bool) -> str:
     """Why `method` cannot run `plan` ("" where it can)."""
     if method == TOSCA:
-        if plan.recurring:
-            return (
-                f"tosca cannot run {plan.scenario}: its modules and classifier rows are per task, and "
-                f"{plan.scenario}'s classes recur across tasks (run a baseline declaring recurring classes: gacl, acil, ridge)"
-            )
         return ""
     cls = BASELINES[method]
     if plan.recurring and not getattr(cls, "recurring_classes", False):
@@ -106,15 +109,28 @@ def run_plan(
     told_task: bool = False,
     params: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
-    """The class ids `method` answers at each step of `plan` (on one CPU thread: the same numbers
-    at any thread count). `params`: a baseline's own parameters, or TOSCA's estimator keywords
-    (preset, router, recipe fields)."""
+    """The class ids `method` answers at each step of `plan` (TOSCA: with its first router)."""
+    return next(iter(method_answers(method, plan, train_x, test_x, told_task, params).values()))
+
+
+def method_answers(
+    method: str,
+    plan: ScenarioPlan,
+    train_x: np.ndarray,
+    test_x: np.ndarray,
+    told_task: bool = False,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, list[np.ndarray]]:
+    """The class ids `method` answers at each step of `plan`, by router (TOSCA: each of its
+    `routers`; a baseline: one list under ""), on one CPU thread: the same numbers at any thread
+    count. `params`: a baseline's own parameters, or TOSCA's (`tosca_scenario.tosca_options`:
+    routers, recurring, module_per, and the estimator's preset and recipe fields)."""
     why = refusal(method, plan, told_task)
     if why:
         raise UserValueError(why)
     params = dict(params or {})
     if method == TOSCA:
-        return _tosca_answers(plan, train_x, test_x, told_task, params)
+        return tosca_answers(plan, train_x, test_x, told_task, params)
     check_baseline_params(method, params, train_x.shape[1], plan.num_classes)
     estimator = BASELINES[method](device="cpu", **params)
     incremental = bool(getattr(BASELINES[method], "incremental", True))
@@ -128,43 +144,11 @@ def run_plan(
                 estimator.fit(train_x[seen], plan.train_ids[seen])
             rows = step.eval_rows
             if told_task:
-                answers.append(_told(np.asarray(estimator.decision_function(test_x[rows])), plan, rows))
+                scores = np.asarray(estimator.decision_function(test_x[rows]))
+                answers.append(told_among(scores, plan, rows))
             else:
                 answers.append(np.asarray(estimator.predict(test_x[rows]), dtype=np.int64))
-    return answers
-
-
-def _told(scores: np.ndarray, plan: ScenarioPlan, rows: np.ndarray) -> np.ndarray:
-    """Each row's best class among its told task's classes."""
-    masked = np.full_like(scores, -np.inf, dtype=np.float64)
-    tasks = plan.test_task[rows]
-    for t in np.unique(tasks):
-        here = np.flatnonzero(tasks == t)
-        classes = plan.task_classes[t][plan.task_classes[t] < scores.shape[1]]
-        masked[np.ix_(here, classes)] = scores[np.ix_(here, classes)]
-    return top_class(masked)  # a tie counts as wrong (`ties`)
-
-
-def _tosca_answers(
-    plan: ScenarioPlan, train_x: np.ndarray, test_x: np.ndarray, told_task: bool, params: dict[str, Any]
-) -> list[np.ndarray]:
-    """TOSCA task by task through its estimator (each step a task: `cil`, `til`, `fscil`); told the
-    task, its answer is the told module's argmax among that task's classes (the paper's
-    told-the-task reference, honest here)."""
-    model = TOSCAClassifier(**params)
-    answers = []
-    for step in plan.steps:
-        model.partial_fit(train_x[step.train_rows], plan.train_ids[step.train_rows])
-        rows = step.eval_rows
-        if not told_task:
-            answers.append(np.asarray(model.predict(test_x[rows]), dtype=np.int64))
-            continue
-        with single_threaded(torch.device(model.device)):
-            logits = model.predictor().module_logits(test_x[rows]).cpu().numpy()  # [modules, n, classes]
-        told = logits[plan.test_task[rows], np.arange(len(rows))]
-        position = _told(told, plan, rows)
-        answers.append(np.where(position == TIED, TIED, model.labels_in_order_[position]))
-    return answers
+    return {"": answers}
 
 
 @dataclass(frozen=True)
@@ -187,10 +171,12 @@ def checked_scenario(
     scenario_params: Mapping[str, Any] | None = None,
     read_as: str = "",
     spelling: str = "--scenario",
+    method_params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CheckedScenario:
-    """The plan read once, its values and what the store can serve checked, and each method
-    refused in one line where it cannot run it: all before any method learns or anything is
-    written (`tosca scenario`, `tosca baselines --scenario`)."""
+    """The plan read once, its values and what the store can serve checked, each method refused in
+    one line where it cannot run it, and TOSCA's own options (routers, recurring, module_per)
+    checked: all before any method learns or anything is written (`tosca scenario`, `tosca
+    baselines --scenario`)."""
     if not isinstance(store, FeatureStore):
         store = FeatureStore.open(Path(store))
     store.require_complete()  # an extraction still running: one line, never figures of its zeros
@@ -202,13 +188,16 @@ def checked_scenario(
         why = refusal(method, plan, kind.told_task)
         if why:
             raise UserValueError(why)
+    if TOSCA in picked:
+        tosca_options((method_params or {}).get(TOSCA))
     return CheckedScenario(store, kind, plan, picked, labels)
 
 
 def run_checked(
     ready: CheckedScenario, method_params: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[ScenarioResult]:
-    """Every method of a checked scenario learnt and answered, each timed on its own."""
+    """Every method of a checked scenario learnt and answered, each timed on its own (TOSCA once,
+    with a result for each of its routers)."""
     store, kind, plan = ready.store, ready.kind, ready.plan
     check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
     train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
@@ -217,15 +206,16 @@ def run_checked(
     for method in ready.methods:
         start = time.perf_counter()
         with named_classes(order, names):  # a refusal about one class names the store's label
-            answers = run_plan(
+            by_router = method_answers(
                 method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method)
             )
-        results.append(result_of(ready, method, answers, time.perf_counter() - start))
+        seconds = time.perf_counter() - start
+        results.extend(result_of(ready, method, a, seconds, router) for router, a in by_router.items())
     return results
 
 
 def result_of(
-    ready: CheckedScenario, method: str, answers: list[np.ndarray], seconds: float
+    ready: CheckedScenario, method: str, answers: list[np.ndarray], seconds: float, router: str = ""
 ) -> ScenarioResult:
     """A method's result from the class ids it answered at each step: the scenario's figures and
     the accuracy after each step, worked out on the plan (a run's, or a kept cell's answers)."""
@@ -234,7 +224,7 @@ def result_of(
         float((a == plan.test_ids[s.eval_rows]).mean()) for a, s in zip(answers, plan.steps, strict=True)
     ]
     return ScenarioResult(
-        kind.name, method, kind.figures_of(plan, answers), curve, seconds, plan.describe(), answers
+        kind.name, method, kind.figures_of(plan, answers), curve, seconds, plan.describe(), answers, router
     )
 
 
@@ -250,7 +240,7 @@ def run_scenario(
     """Every method of `methods` under scenario `name` on one store (`checked_scenario`, then
     `run_checked`). `spelling`: how the caller's user typed the scenario's name (the flag, or the
     API's parameter), for its refusal."""
-    ready = checked_scenario(store, name, methods, scenario_params, read_as, spelling)
+    ready = checked_scenario(store, name, methods, scenario_params, read_as, spelling, method_params)
     return run_checked(ready, method_params)
 
 
@@ -299,6 +289,20 @@ def scenario_command(request: Any) -> list[ScenarioResult]:
     if not Path(request.store).exists():
         raise UserValueError(f"--store {request.store} does not exist")
     values = scenario_values(request.scenario, tuple(request.set_values))
+    tosca = {
+        "routers": tuple(request.routers),
+        "recurring": request.recurring,
+        "module_per": request.module_per,
+    }
+    moved = [name for name, value in tosca.items() if value != TOSCA_DEFAULTS[name]]
+    if moved and TOSCA not in request.methods:
+        flag = "--" + moved[0].replace("_", "-")
+        raise UserValueError(f"{flag} is TOSCA's, and --methods has no tosca (add it, or leave {flag} out)")
     return run_scenario(
-        request.store, request.scenario, tuple(request.methods), values, read_as=request.read_as
+        request.store,
+        request.scenario,
+        tuple(request.methods),
+        values,
+        {TOSCA: tosca},
+        read_as=request.read_as,
     )

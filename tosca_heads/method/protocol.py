@@ -30,6 +30,16 @@ class TaskStream:
     order: np.ndarray  # order[i] = original label of incremental class i
     init_cls: int
     increment: int
+    sizes: tuple[int, ...] = ()  # each task's class count where tasks differ in size (a scenario's)
+
+    @classmethod
+    def uneven(cls, order: np.ndarray, sizes: tuple[int, ...]) -> TaskStream:
+        """Tasks of the given class counts, in order (a blurry or domain stream read as TOSCA's
+        tasks, `applied/scenario_runs.py`): every count at least 1, their sum the classes of `order`."""
+        if not sizes or min(sizes) < 1 or sum(sizes) != len(order):
+            raise ValueError(f"task sizes {sizes} do not cover {len(order)} classes")
+        later = sizes[1] if len(sizes) > 1 else sizes[0]
+        return cls(order, sizes[0], later, tuple(int(n) for n in sizes))
 
     @classmethod
     def build(
@@ -51,14 +61,20 @@ class TaskStream:
 
     @property
     def num_tasks(self) -> int:
+        if self.sizes:
+            return len(self.sizes)
         return 1 + (self.num_classes - self.init_cls) // self.increment
 
     @property
     def name(self) -> str:
-        return split_name(self.init_cls, self.increment)
+        return "uneven" if self.sizes else split_name(self.init_cls, self.increment)
 
     def describe(self) -> str:
         """'B0 Inc2: 5 tasks of 2 classes' or 'B50 Inc10: 6 tasks (50 classes, then 5 of 10)'."""
+        if self.sizes:
+            return (
+                f"{_count(self.num_tasks, 'task')} of uneven size ({', '.join(map(str, self.sizes))} classes)"
+            )
         if self.init_cls == self.increment:
             return f"{self.name}: {_count(self.num_tasks, 'task')} of {_count(self.increment, 'class')}"
         later = self.num_tasks - 1
@@ -66,6 +82,9 @@ class TaskStream:
 
     def task_classes(self, task: int) -> range:
         """Incremental class ids (positions in the order) of one task."""
+        if self.sizes:
+            start = sum(self.sizes[:task])
+            return range(start, start + self.sizes[task])
         start = 0 if task == 0 else self.init_cls + (task - 1) * self.increment
         stop = self.init_cls if task == 0 else start + self.increment
         return range(start, stop)
@@ -80,6 +99,8 @@ class TaskStream:
         return position[labels]
 
     def task_of(self, remapped: np.ndarray) -> np.ndarray:
+        if self.sizes:
+            return np.searchsorted(np.cumsum(self.sizes), remapped, side="right")
         return np.where(remapped < self.init_cls, 0, 1 + (remapped - self.init_cls) // max(self.increment, 1))
 
     def rows_of_task(self, remapped: np.ndarray, task: int) -> np.ndarray:

@@ -277,3 +277,12 @@ class ScenarioRequest:
     read_as: str = option(
         "", "Read the store as another labelling of its images (cifar100 as cifar100_superclasses)."
     )
+    routers: tuple[str, ...] = option(
+        ("lda",), "TOSCA's honest routers, comma-separated: one training, a row each.", comma=True
+    )
+    recurring: str = option(
+        "task_rows", "TOSCA, a class met again: task_rows (a row per task) or first_task (learnt once)."
+    )
+    module_per: str = option(
+        "task", "TOSCA's module unit: task, or step (each stretch between evaluation points)."
+    )

@@ -25,6 +25,7 @@ from tosca_heads.applied.scenario_runs import (
     run_checked,
     scenario_values,
 )
+from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS
 from tosca_heads.method.baseline_registry import arguments
 from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
 from tosca_heads.records import claim
@@ -123,7 +124,9 @@ def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
         f"baselines-{ident['dataset']['name']}-{ident['backbone']['alias']}-{name}"
     )
     claim.check(folder, SCENARIO_FOLDER)
-    params = {m: ({} if m == TOSCA else arguments(m, given)) for m in ready.methods}
+    # TOSCA's cell is asked with its scenario choices said (a later default never reuses it silently)
+    tosca = {k: list(v) if isinstance(v, tuple) else v for k, v in TOSCA_DEFAULTS.items()}
+    params = {m: (tosca if m == TOSCA else arguments(m, given)) for m in ready.methods}
     asked = {m: scenario_asked(store, name, values, m, params[m]) for m in ready.methods}
     title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, scenario {name}"
     with claim.claim_folder(folder, SCENARIO_FOLDER):

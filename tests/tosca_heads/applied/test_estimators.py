@@ -81,6 +81,30 @@ def test_partial_fit_refuses_seen_classes_and_a_task_of_another_size(store: Feat
     assert list(estimator.classes_) == [0, 1, 2, 3]
 
 
+def test_learn_task_takes_tasks_of_any_size_and_is_partial_fit_where_they_are_equal(
+    store: FeatureStore,
+) -> None:
+    X, y = _arrays(store, "train")
+    X_test, _ = _arrays(store, "test")
+    even, uneven = TOSCAClassifier(epochs=2, batch_size=8), TOSCAClassifier(epochs=2, batch_size=8)
+    for classes in ((0, 1), (2, 3), (4, 5)):
+        rows = np.isin(y, classes)
+        even.partial_fit(X[rows], y[rows])
+        uneven.learn_task(X[rows], y[rows])
+    assert np.array_equal(uneven.predict(X_test), even.predict(X_test))  # the same bits
+    sized = TOSCAClassifier(epochs=2, batch_size=8)
+    for classes in ((0, 1, 2), (3,), (4, 5)):
+        sized.learn_task(X[np.isin(y, classes)], y[np.isin(y, classes)])
+    stream = sized.stream_
+    assert stream.sizes == (3, 1, 2) and stream.num_tasks == 3 and len(sized.trainer_tasks()) == 3
+    assert [list(stream.task_classes(t)) for t in range(3)] == [[0, 1, 2], [3], [4, 5]]
+    assert stream.task_of(np.arange(6)).tolist() == [0, 0, 0, 1, 2, 2]
+    assert stream.describe() == "3 tasks of uneven size (3, 1, 2 classes)"
+    assert set(sized.predict(X_test)) <= set(range(6))
+    with pytest.raises(ValueError, match="go on with learn_task"):
+        sized.partial_fit(X[y == 0] + 1, np.full((y == 0).sum(), 9))
+
+
 def test_predict_proba_is_the_routed_modules_softmax_in_classes_order(store: FeatureStore) -> None:
     X, y = _arrays(store, "train")
     X_test, _ = _arrays(store, "test")

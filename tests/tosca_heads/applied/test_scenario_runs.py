@@ -12,8 +12,10 @@ from support.stores import synthetic_store
 
 from tosca_foundation.errors import UserError
 from tosca_heads.applied.scenario_runs import run_plan, run_scenario, store_labels
+from tosca_heads.applied.tosca_scenario import tosca_answers
 from tosca_heads.method.baselines.gacl import GACL
-from tosca_heads.method.scenarios import scenario
+from tosca_heads.method.scenarios import StoreLabels, scenario
+from tosca_heads.method.ties import TIED
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +60,75 @@ def test_gacl_under_blurry_is_its_joint_solution_on_the_rows_seen(store) -> None
     )
 
 
+def test_a_method_that_cannot_run_blurry_refuses_it_in_one_line(store) -> None:
+    message = r"^simplecil cannot run blurry: it learns each class from one task's rows \(those that can: "
+    with pytest.raises(UserError, match=message):
+        run_scenario(store, "blurry", ("tosca", "simplecil"), {"tasks": 2})  # before tosca learns
+
+
+BLURRY = {"tasks": 2, "eval_period": 30}
+FAST = {"epochs": 2, "batch_size": 8}
+
+
+def _domain_plan(store):
+    labels = store_labels(store)
+    return scenario("dil").plan(
+        StoreLabels(
+            labels.train_labels,
+            labels.test_labels,
+            np.arange(len(labels.train_labels)) % 3,
+            np.arange(len(labels.test_labels)) % 3,
+            domain_names=("a", "b", "c"),
+        )
+    )
+
+
+def test_tosca_in_dil_gives_a_recurring_class_a_row_per_task_or_learns_it_once(store) -> None:
+    plan = _domain_plan(store)
+    x_train, x_test = store.features("train"), store.features("test")
+    rows = tosca_answers(plan, x_train, x_test, False, {**FAST, "routers": ("lda", "ncm")})
+    first = tosca_answers(plan, x_train, x_test, False, {**FAST, "recurring": "first_task"})["lda"]
+    # every step answers every test image (dil), each a class of the store's 6
+    assert all(set(a.tolist()) <= set(range(6)) for a in rows["lda"])
+    figures = scenario("dil").figures_of(plan, rows["lda"])
+    assert 0.5 < figures["A_last"] <= 1.0
+    # learnt once: the first domain's module alone, so every later step answers as the first did
+    assert all(np.array_equal(a, first[0]) for a in first)
+    assert not all(np.array_equal(a, rows["lda"][0]) for a in rows["lda"])
+
+
+def test_tosca_in_blurry_trains_at_a_tasks_end_or_at_each_step(store) -> None:
+    plan = scenario("blurry").plan(store_labels(store), **BLURRY)
+    first_task = [s for s, step in enumerate(plan.steps) if step.task == 0]
+    assert len(first_task) >= 2  # a point inside the first task, then its end
+    per_task = run_scenario(store, "blurry", ("tosca",), BLURRY, {"tosca": FAST})[0]
+    per_step = run_scenario(store, "blurry", ("tosca",), BLURRY, {"tosca": {**FAST, "module_per": "step"}})[0]
+    inside = first_task[0]
+    assert (per_task.answers[inside] == TIED).all() and per_task.curve[inside] == 0.0  # no module yet
+    assert per_step.curve[inside] > 0.3
+    assert 0.5 < per_task.figures["A_last"] <= 1.0 and per_task.figures["A_AUC"] < per_step.figures["A_AUC"]
+
+
+def test_one_tosca_training_answers_for_every_router_asked(store) -> None:
+    values = {"init_cls": 2, "increment": 2}
+    both = run_scenario(store, "cil", ("tosca",), values, {"tosca": {**FAST, "routers": ("lda", "ncm")}})
+    alone = run_scenario(store, "cil", ("tosca",), values, {"tosca": {**FAST, "router": "ncm"}})[0]
+    assert [r.label for r in both] == ["tosca (lda)", "tosca (ncm)"]
+    assert all(np.array_equal(a, b) for a, b in zip(both[1].answers, alone.answers, strict=True))
+
+
 @pytest.mark.parametrize(
-    ("method", "message"),
+    ("options", "message"),
     [
-        ("tosca", r"^tosca cannot run blurry: its modules and classifier rows are per task"),
-        (
-            "simplecil",
-            r"^simplecil cannot run blurry: it learns each class from one task's rows \(those that can: ",
-        ),
+        ({"routers": ("oracle",)}, r"^--routers oracle is a reference, never a scenario's result \(honest: "),
+        ({"routers": ("nope",)}, r"^unknown --routers 'nope'"),
+        ({"recurring": "merge"}, r"^--recurring must be one of task_rows, first_task, got 'merge'$"),
+        ({"module_per": "epoch"}, r"^--module-per must be one of task, step, got 'epoch'$"),
     ],
 )
-def test_a_method_that_cannot_run_blurry_refuses_it_in_one_line(store, method: str, message: str) -> None:
+def test_toscas_scenario_options_are_checked_before_any_method_learns(store, options, message) -> None:
     with pytest.raises(UserError, match=message):
-        run_scenario(store, "blurry", (method,), {"tasks": 2})
+        run_scenario(store, "cil", ("ridge", "tosca"), {"init_cls": 2, "increment": 2}, {"tosca": options})
 
 
 def test_dil_on_a_store_without_domains_is_refused_before_any_work(store) -> None:

@@ -1,0 +1,169 @@
+"""TOSCA under a scenario's plan: which rows make each module, what a class met again becomes, and
+the answers of every asked router from one training (docs/method.md, "Scenarios beyond
+class-incremental").
+
+TOSCA learns a module per task on its classes. A plan may ask two things the paper is silent on:
+- **a class met again** (`blurry`, `dil`): by default (`recurring="task_rows"`) each task gives its
+  classes rows of their own: a class seen in tasks 1 and 3 has a classifier row (and prototype)
+  from each, trained with that task's module; an answer's row is read as its class. The
+  alternative (`recurring="first_task"`) learns each class once, from the first task that brings
+  it: its later rows are not trained on (in `dil`, only the first domain is learnt);
+- **evaluation points inside a task** (`blurry`: every `eval_period` images): by default
+  (`module_per="task"`) a module is trained on the whole task at its end, as the paper's recipe
+  does, so a point inside a task is answered by the modules of the tasks before it (none in the
+  first task: every answer there is wrong, `TIED`); the alternative (`module_per="step"`) trains a
+  module on the rows of each stretch between two points, so every point has one.
+In `cil`, `til` and `fscil` a task is a step and no class recurs: both choices give the paper's
+TOSCA, and the figures are those of `partial_fit` task by task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from tosca_foundation.errors import UserValueError
+from tosca_heads.applied.estimators import TOSCAClassifier
+from tosca_heads.method.linalg import single_threaded
+from tosca_heads.method.scenarios import ScenarioPlan
+from tosca_heads.method.ties import TIED, top_class
+from tosca_heads.routers import ROUTERS, is_honest
+from tosca_heads.routers.learned import RouterLearners, on_request
+
+RECURRING = ("task_rows", "first_task")
+MODULE_PER = ("task", "step")
+DEFAULT_ROUTER = "lda"
+# TOSCA's scenario options by default (what a kept cell records, what a flag moved from is)
+TOSCA_DEFAULTS = {"routers": (DEFAULT_ROUTER,), "recurring": RECURRING[0], "module_per": MODULE_PER[0]}
+
+
+def tosca_options(params: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str, str, dict[str, Any]]:
+    """(routers, recurring, module_per, the estimator's keywords) from TOSCA's parameters, each
+    checked in one line: an honest router each (a reference, told the task or the test order, is
+    never a scenario's result), a choice of `RECURRING` and of `MODULE_PER`. `router` (one) and
+    `routers` (several) are both taken; the default is the estimator's, lda."""
+    params = dict(params or {})
+    if "routers" in params and "router" in params:
+        raise UserValueError("give TOSCA's router or its routers, not both")
+    if "routers" in params:
+        routers = params.pop("routers")
+        if isinstance(routers, str):
+            routers = tuple(r.strip() for r in routers.split(",") if r.strip())
+        if not routers:
+            raise UserValueError("--routers names no router (give one or more: lda, ncm, ...)")
+    else:
+        routers = (params.pop("router", DEFAULT_ROUTER),)
+    picked = []
+    for name in routers:
+        router = ROUTERS.pick(str(name), "--routers")
+        if not is_honest(router):
+            honest = ", ".join(n for n in ROUTERS if is_honest(n))
+            raise UserValueError(
+                f"--routers {router} is a reference, never a scenario's result (honest: {honest})"
+            )
+        if router not in picked:
+            picked.append(router)
+    recurring = params.pop("recurring", RECURRING[0])
+    if recurring not in RECURRING:
+        raise UserValueError(f"--recurring must be one of {', '.join(RECURRING)}, got {recurring!r}")
+    module_per = params.pop("module_per", MODULE_PER[0])
+    if module_per not in MODULE_PER:
+        raise UserValueError(f"--module-per must be one of {', '.join(MODULE_PER)}, got {module_per!r}")
+    return tuple(picked), recurring, module_per, params
+
+
+def tosca_answers(
+    plan: ScenarioPlan,
+    train_x: np.ndarray,
+    test_x: np.ndarray,
+    told_task: bool,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, list[np.ndarray]]:
+    """The plan's class id TOSCA answers for each evaluation row at each step, per router (one
+    training serves every router; told the task, the told module's logits answer and the routers
+    are not used: their lists are the same). An on-request router (`fecam`, `klda`, `randumb`)
+    learns its baseline beside the modules, on the same rows with the same row ids, as a run's
+    does (`routers.learned`)."""
+    routers, recurring, module_per, keywords = tosca_options(params)
+    model = TOSCAClassifier(router=routers[0], **keywords)
+    learners = RouterLearners(on_request(routers))
+    row_class = np.zeros(0, dtype=np.int64)  # each classifier row's class (the plan's id)
+    learnt = np.zeros(0, dtype=np.int64)  # classes with a row
+    pending: list[np.ndarray] = []
+    answers: dict[str, list[np.ndarray]] = {router: [] for router in routers}
+    for s, step in enumerate(plan.steps):
+        pending.append(step.train_rows)
+        task_ends = s + 1 == len(plan.steps) or plan.steps[s + 1].task != step.task
+        if module_per == "step" or task_ends:
+            rows = np.concatenate(pending)
+            pending = []
+            if recurring == "first_task":
+                rows = rows[~np.isin(plan.train_ids[rows], learnt)]
+            if len(rows):
+                ids = plan.train_ids[rows]
+                classes = np.unique(ids)  # sorted: the rows of a task in the order partial_fit gives them
+                row_ids = len(row_class) + np.searchsorted(classes, ids)  # the estimator's incremental ids
+                model.learn_task(train_x[rows], row_ids)
+                with single_threaded(torch.device("cpu")):
+                    learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
+                row_class = np.concatenate([row_class, classes])
+                learnt = np.union1d(learnt, classes)
+        eval_x = test_x[step.eval_rows]
+        learned = learners.snapshot()
+        for router in routers:
+            answers[router].append(
+                _answer(model, router, learned, row_class, plan, step.eval_rows, eval_x, told_task)
+            )
+    return answers
+
+
+def _answer(
+    model: TOSCAClassifier,
+    router: str,
+    learned: dict[str, Any],
+    row_class: np.ndarray,
+    plan: ScenarioPlan,
+    rows: np.ndarray,
+    x: np.ndarray,
+    told_task: bool,
+) -> np.ndarray:
+    """One step's answers as the plan's class ids: the routed module's top row's class (`TIED`
+    where the router or the module tied, and everywhere before any module is learnt)."""
+    if not hasattr(model, "trainer_"):
+        return np.full(len(rows), TIED, dtype=np.int64)
+    if told_task:
+        return _told_answer(model, row_class, plan, rows, x)
+    predictor = model.predictor()
+    predictor.learned_ = learned
+    incremental = predictor.predict(x, router).incremental_classes
+    tied = incremental == TIED
+    row = model.labels_in_order_[np.where(tied, 0, incremental)]  # the estimator's label is the row
+    return np.where(tied, TIED, row_class[row]).astype(np.int64)
+
+
+def _told_answer(
+    model: TOSCAClassifier, row_class: np.ndarray, plan: ScenarioPlan, rows: np.ndarray, x: np.ndarray
+) -> np.ndarray:
+    """Told the task (`til`): the told module's logits over its task's classes only (the paper's
+    told-the-task reference, honest here). No class recurs in a told-task plan, so each class has
+    one row."""
+    with single_threaded(torch.device(model.device)):
+        logits = model.predictor().module_logits(x).cpu().numpy()  # [modules, n, rows]
+    told = logits[plan.test_task[rows], np.arange(len(rows))]
+    scores = np.full((len(rows), plan.num_classes), -np.inf)
+    scores[:, row_class[model.labels_in_order_]] = told
+    return told_among(scores, plan, rows)
+
+
+def told_among(scores: np.ndarray, plan: ScenarioPlan, rows: np.ndarray) -> np.ndarray:
+    """Each row's best class among its told task's classes (a tie counts as wrong: `ties`)."""
+    masked = np.full_like(scores, -np.inf, dtype=np.float64)
+    tasks = plan.test_task[rows]
+    for t in np.unique(tasks):
+        here = np.flatnonzero(tasks == t)
+        classes = plan.task_classes[t][plan.task_classes[t] < scores.shape[1]]
+        masked[np.ix_(here, classes)] = scores[np.ix_(here, classes)]
+    return top_class(masked)
