@@ -6,7 +6,7 @@ hold by the paired bootstrap (the same draws for both methods).
     python benchmarks/scenario_cost.py --store STORE [--methods tosca,simplecil,...]
         [--scenarios cil,til,fscil,blurry,dil] [--read-as-for-dil cifar100_superclasses]
         [--routers lda,ncm,...] [--recurring task_rows] [--module-per task]
-        [--set gacl_buffer_size=2048 ...] [--json]
+        [--set gacl_buffer_size=2048 ...] [--json] [--out report.json]
 
 Everything runs through `tosca_heads.applied.scenario_runs.run_scenario` (the command's code);
 a method a scenario refuses is listed with its one-line reason and left out of that table's time.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--recurring", default="task_rows", help="TOSCA: task_rows or first_task")
     parser.add_argument("--module-per", default="task", help="TOSCA: task or step")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", default="", help="also write the report as JSON to this file")
     args = parser.parse_args()
     methods = tuple(args.methods.split(","))
     method_params: dict[str, dict[str, Any]] = {}
@@ -90,6 +92,8 @@ def main() -> None:
         seconds = time.perf_counter() - start
         correct = {r.label: _last_correct(plan, r.answers) for r in results}
         intervals, holds = bootstrap(correct) if correct else ({}, {})
+        routed = {r.label: correct[r.label] for r in results if r.router}
+        router_holds = bootstrap(routed)[1] if len(routed) > 1 else {}  # among TOSCA's routers only
         report.append(
             {
                 "scenario": name,
@@ -102,6 +106,7 @@ def main() -> None:
                         "seconds": r.seconds,
                         "A_last_95": intervals[r.label],
                         "below_best_holds": holds.get(r.label),
+                        "below_best_router_holds": router_holds.get(r.label),
                     }
                     for r in results
                 ],
@@ -118,6 +123,12 @@ def main() -> None:
                     if r.label not in holds
                     else (" (below best: holds)" if holds[r.label] else " (tie with best)")
                 )
+                if r.label in router_holds:
+                    mark += (
+                        " [below the best router: holds]"
+                        if router_holds[r.label]
+                        else " [ties the best router]"
+                    )
                 print(
                     f"{r.label:<18} {figures}  A_last 95% [{100 * low:.2f}, {100 * high:.2f}]  {r.seconds:.1f} s{mark}"
                 )
@@ -130,6 +141,8 @@ def main() -> None:
             print(f"{r['scenario']:<9} {r['table_seconds']:>13.1f}  {r['table_seconds'] / cil:.2f}")
     if args.json:
         print(json.dumps(report, indent=1, default=float))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=float))
 
 
 if __name__ == "__main__":

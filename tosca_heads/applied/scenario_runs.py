@@ -26,6 +26,7 @@ import torch
 from featcache.store import FeatureStore, check_readable, read_split
 from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
+from tosca_foundation.text import tell
 from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS, told_among, tosca_answers, tosca_options
 from tosca_heads.method.baseline_registry import BASELINES
 from tosca_heads.method.class_names import named_classes
@@ -203,7 +204,8 @@ def run_checked(
     train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
     order, names = plan_classes(plan, ready.labels, store)
     results = []
-    for method in ready.methods:
+    for i, method in enumerate(ready.methods, 1):
+        tell(f"{method}: learning and answering ({i} of {len(ready.methods)} methods)")
         start = time.perf_counter()
         with named_classes(order, names):  # a refusal about one class names the store's label
             by_router = method_answers(
@@ -298,11 +300,18 @@ def scenario_command(request: Any) -> list[ScenarioResult]:
     if moved and TOSCA not in request.methods:
         flag = "--" + moved[0].replace("_", "-")
         raise UserValueError(f"{flag} is TOSCA's, and --methods has no tosca (add it, or leave {flag} out)")
-    return run_scenario(
+    ready = checked_scenario(
         request.store,
         request.scenario,
         tuple(request.methods),
         values,
-        {TOSCA: tosca},
         read_as=request.read_as,
+        method_params={TOSCA: tosca},
     )
+    tell(f"scenario {ready.plan.describe()}")  # before any learning: what is about to run
+    if TOSCA in ready.methods:
+        tell(
+            f"tosca: routers {', '.join(tosca_options(tosca)[0])}; a class met again: {request.recurring}; "
+            f"a module per {request.module_per}"
+        )
+    return run_checked(ready, {TOSCA: tosca})
