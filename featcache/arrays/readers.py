@@ -260,6 +260,76 @@ def _class_label_names(info: dict[str, Any]) -> list[str] | None:
     return [str(n) for n in labels[0]["names"]]
 
 
+def _read_hdf5(source: Path, found: Found) -> None:
+    """An HDF5 file (h5py, the `hdf5` extra): every dataset a column named by its path in the file
+    (`features`, or `feats/train` inside a group), strings decoded as UTF-8; the root's `tosca`
+    attribute (JSON) says what the file is, a `class_names` dataset names the classes. What lies
+    outside the file is refused, never followed: an external or soft link, a virtual dataset, a
+    dataset stored in external files (any of these could read another file, a fifo, a device)."""
+    try:
+        import h5py
+    except ImportError:
+        raise UserError("reading HDF5 needs h5py: pip install 'tosca[hdf5]'") from None
+
+    with h5py.File(source, "r") as handle:
+        meta = handle.attrs.get(META_KEY)
+        if meta is not None:
+            found.said(_meta_json(meta if isinstance(meta, (str, bytes)) else str(meta), source), source)
+        for name, link in _hdf5_links(handle, h5py):
+            if not isinstance(link, h5py.HardLink):
+                kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
+                raise UserError(
+                    f"source {printable(source)} holds {kind} at {name!r}: tosca reads what is inside the file only"
+                )
+            item = handle[name]
+            if not isinstance(item, h5py.Dataset):
+                continue
+            if item.is_virtual or item.external:
+                raise UserError(
+                    f"source {printable(source)} stores {name!r} outside the file (a virtual or external "
+                    "dataset): tosca reads what is inside the file only"
+                )
+            _fits(name, item.size * item.dtype.itemsize, source)  # a declared, unwritten array costs no disk
+            values = item.asstr()[()] if h5py.check_string_dtype(item.dtype) else item[()]
+            if name == "class_names":
+                found.meta["class_names"] = [str(v) for v in np.atleast_1d(values).tolist()]
+            else:
+                found.add(name, np.asarray(values), source)
+
+
+def _fits(name: str, size: int, source: Path) -> None:
+    """One line where an array would not fit in the memory available now (an HDF5 dataset can
+    declare terabytes in a file of kilobytes: its chunks are never written)."""
+    from tosca_foundation.limits import available_memory
+    from tosca_foundation.units import human_bytes
+
+    if size > available_memory():
+        raise UserError(
+            f"source {printable(source)}: {name!r} holds {human_bytes(size)}, more than the "
+            f"{human_bytes(available_memory())} of memory available (tosca import reads each array whole)"
+        )
+
+
+def _hdf5_links(handle: Any, h5py: Any) -> list[tuple[str, Any]]:
+    """Every link in the file by its path, without following any (a group reached by a hard link
+    only; a file whose groups link in a circle visits each once)."""
+    out: list[tuple[str, Any]] = []
+    seen: set[Any] = set()
+    todo = [("", handle)]
+    while todo:
+        prefix, group = todo.pop()
+        if group.id in seen:
+            continue
+        seen.add(group.id)
+        for key in group:
+            link = group.get(key, getlink=True)
+            name = f"{prefix}{key}"
+            out.append((name, link))
+            if isinstance(link, h5py.HardLink) and isinstance(group[key], h5py.Group):
+                todo.append((name + "/", group[key]))
+    return sorted(out, key=lambda pair: pair[0])
+
+
 READERS = {
     "npz": _read_npz,
     "npy": _read_npy,
@@ -267,4 +337,5 @@ READERS = {
     "parquet": _read_parquet,
     "arrow": _read_arrow,
     "datasets": _read_datasets,
+    "hdf5": _read_hdf5,
 }

@@ -16,7 +16,7 @@ class ImportRequest:
     """Everything a user can ask of `tosca import`."""
 
     sources: tuple[Path, ...] = option(
-        help="Files holding the arrays (.npz, .npy, .safetensors, .parquet, .arrow/.feather) or a "
+        help="Files holding the arrays (.npz, .npy, .safetensors, .parquet, .arrow/.feather, .h5) or a "
         "`datasets` folder saved with save_to_disk; .npy files are named by their stem (features.npy).",
         argument=True,
     )

@@ -19,9 +19,12 @@ SUFFIXES = {
     ".arrow": "arrow",
     ".feather": "arrow",
     ".ipc": "arrow",
+    ".h5": "hdf5",
+    ".hdf5": "hdf5",
 }
 DATASETS_MARKERS = ("state.json", "dataset_dict.json")
 _HEAD = 16
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # at the file's start (h5py writes no user block)
 
 
 def _head(path: Path) -> tuple[bytes, int]:
@@ -36,7 +39,7 @@ def _tail(path: Path, size: int) -> bytes:
 
 
 def source_format(path: Path) -> str:
-    """The format of one source (npz, npy, safetensors, parquet, arrow, datasets), its bytes
+    """The format of one source (npz, npy, safetensors, parquet, arrow, hdf5, datasets), its bytes
     checked against its suffix."""
     shown = printable(path)
     if path.is_dir():
@@ -70,6 +73,8 @@ def _looks_like(kind: str, head: bytes, size: int, path: Path) -> bool:
     if kind == "safetensors":
         header = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
         return len(head) >= 9 and 2 <= header <= size - 8 and head[8:9] == b"{"
+    if kind == "hdf5":
+        return head[:8] == HDF5_SIGNATURE
     if kind == "parquet":
         return size >= 12 and head[:4] == b"PAR1" and _tail(path, size) == b"PAR1"
     return head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff"  # arrow: file or stream format

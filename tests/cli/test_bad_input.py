@@ -181,6 +181,28 @@ ROWS: list[tuple[str, list[str], str]] = [
         "fake.parquet is not a .parquet file",
     ),
     ("import unknown suffix", _imported("{arr_suffix}"), "has the suffix '.csv': tosca reads .npz"),
+    (
+        "import hdf5 external link",
+        _imported("{arr_h5_external}"),
+        "external.h5 holds an external link at 'features': tosca reads what is inside the file only",
+    ),
+    (
+        "import hdf5 soft link",
+        _imported("{arr_h5_soft}"),
+        "soft.h5 holds a soft link at 'features': tosca reads what is inside the file only",
+    ),
+    (
+        "import hdf5 virtual dataset",
+        _imported("{arr_h5_virtual}"),
+        "virtual.h5 stores 'features' outside the file (a virtual or external dataset)",
+    ),
+    (
+        "import hdf5 declared terabytes",
+        _imported("{arr_h5_huge}"),
+        "huge.h5: 'features' holds 3.6 TiB, more than the",
+    ),
+    ("import hdf5 cut short", _imported("{arr_h5_cut}"), "cannot read source {arr_h5_cut} as hdf5 ("),
+    ("import hdf5 that is text", _imported("{arr_h5_text}"), "text.h5 is not a .h5 file"),
     ("import a fifo", _imported("{arr_pipe}"), "pipe.npz is not a regular file"),
     (
         "import a folder named npz",

@@ -1,5 +1,5 @@
 """Made-up features as another tool would hand them to `tosca import`: the same columns written in
-each format it reads (.npz, .npy files, safetensors, Parquet, Arrow, a `datasets` folder written as
+each format it reads (.npz, .npy files, safetensors, Parquet, Arrow, HDF5, a `datasets` folder written as
 `save_to_disk` writes one), so a test can check that every format makes the same store."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS = ("npz", "npy", "safetensors", "parquet", "arrow", "datasets")
+KINDS = ("npz", "npy", "safetensors", "parquet", "arrow", "hdf5", "datasets")
 
 
 def made_up_columns(
@@ -53,6 +53,14 @@ def write_as(kind: str, columns: dict[str, np.ndarray], names: list[str], folder
         tensors["split"] = (columns["split"] == "test").astype(np.uint8)  # no strings in safetensors
         save_file(tensors, str(folder / "arrays.safetensors"), {"tosca": json.dumps({"class_names": names})})
         return [folder / "arrays.safetensors"]
+    if kind == "hdf5":
+        import h5py
+
+        with h5py.File(folder / "arrays.h5", "w") as handle:
+            handle.attrs["tosca"] = json.dumps({"class_names": names})
+            for name, values in columns.items():
+                handle[name] = values.astype(object) if values.dtype.kind == "U" else values
+        return [folder / "arrays.h5"]
     table = _table(columns, names)
     if kind == "parquet":
         import pyarrow.parquet as pq
@@ -146,4 +154,50 @@ def hostile_arrays(folder: Path) -> dict[str, Path]:
     pq.write_table(
         pa.table({"features": pa.array(x.tolist()), "split": pa.array(split.tolist())}), places["arr_parquet"]
     )
+    places.update(_hostile_hdf5(folder, x, y, split))
+    return places
+
+
+def _hostile_hdf5(folder: Path, x: np.ndarray, y: np.ndarray, split: np.ndarray) -> dict[str, Path]:
+    """HDF5 files that reach outside themselves (an external link to a fifo, a soft link, a
+    virtual dataset over another file), one cut short, one that is text."""
+    import h5py
+
+    def h5(name: str) -> tuple[Path, object]:
+        handle = h5py.File(folder / f"{name}.h5", "w")
+        handle["labels"], handle["split"] = y, split.astype(object)
+        return folder / f"{name}.h5", handle
+
+    places = {}
+    path, handle = h5("external")
+    handle["features"] = h5py.ExternalLink(str(folder / "pipe.npz"), "/x")
+    handle.close()
+    places["arr_h5_external"] = path
+    path, handle = h5("soft")
+    handle["real"] = x
+    handle["features"] = h5py.SoftLink("/real")
+    handle.close()
+    places["arr_h5_soft"] = path
+    with h5py.File(folder / "source.h5", "w") as other:
+        other["x"] = x
+    path, handle = h5("virtual")
+    layout = h5py.VirtualLayout(shape=x.shape, dtype=x.dtype)
+    layout[:] = h5py.VirtualSource(str(folder / "source.h5"), "x", shape=x.shape)
+    handle.create_virtual_dataset("features", layout)
+    handle.close()
+    places["arr_h5_virtual"] = path
+    path, handle = h5("huge")  # 3.6 TiB declared, never written: a file of kilobytes
+    handle.create_dataset("features", shape=(10**7, 10**5), dtype="f4", chunks=(1000, 1000))
+    handle["g/x"] = x
+    handle["g/loop"] = handle["g"]  # a group inside itself: visited once
+    handle.close()
+    places["arr_h5_huge"] = path
+    path, handle = h5("whole")
+    handle["features"] = x
+    handle.close()
+    cut = folder / "cut.h5"
+    cut.write_bytes(path.read_bytes()[:1200])
+    places["arr_h5_cut"] = cut
+    places["arr_h5_text"] = folder / "text.h5"
+    places["arr_h5_text"].write_text("features,labels\n")
     return places

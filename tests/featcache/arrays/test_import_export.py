@@ -213,3 +213,19 @@ def test_a_saved_dataset_dict_s_train_and_test_make_the_split(
     np.testing.assert_array_equal(store.labels("test"), columns["labels"][~train])
     np.testing.assert_array_equal(store.view(0), columns["views"][train][:, 0])
     assert store.identity["dataset"]["class_names"] == names  # from the ClassLabel
+
+
+def test_an_hdf5_group_s_dataset_is_a_column_named_by_its_path(
+    tmp_path: Path, columns: dict[str, np.ndarray]
+) -> None:
+    import h5py
+
+    names = class_names(CLASSES)
+    reference = _import(write_as("npz", columns, names, tmp_path / "npz"), tmp_path / "npz.zarr")
+    with h5py.File(tmp_path / "nested.h5", "w") as handle:
+        handle["feats/clip"] = columns["features"]
+        handle["labels"], handle["split"] = columns["labels"], columns["split"].astype(object)
+        handle["views"] = columns["views"]
+        handle["class_names"] = np.asarray(names, dtype=object)
+    store = _import([tmp_path / "nested.h5"], tmp_path / "h5.zarr", features="feats/clip")
+    assert store.fingerprint == reference.fingerprint
