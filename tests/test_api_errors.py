@@ -141,6 +141,18 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ValueError,
         ("shots",),
     ),
+    (
+        "scenario",
+        lambda p: tosca_heads.scenario(p["store"], "cil", ["tosca"], routers=["lda", "oracle"]),
+        ValueError,
+        ("routers oracle is a reference, never a scenario's result",),
+    ),
+    (
+        "scenario",
+        lambda p: tosca_heads.scenario(p["store"], "dil", ["tosca"], recurring="merge"),
+        ValueError,
+        ("recurring must be one of task_rows, first_task, got 'merge'",),
+    ),
     (  # issue 56 point 1: baselines under a scenario, in Python's words
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["simplecil"], scenario="tii", out=p["root"] / "b"),

@@ -432,8 +432,11 @@ def scenario(
     import pandas as pd
 
     from tosca_heads.applied.scenario_runs import run_scenario
+    from tosca_heads.applied.tosca_scenario import tosca_options
 
-    tosca = {"routers": tuple(routers), "recurring": recurring, "module_per": module_per}
+    tosca = {"routers": routers, "recurring": recurring, "module_per": module_per}
+    if "tosca" in methods:
+        tosca_options(tosca, as_keyword)  # checked in Python's words, before anything is read
     results = run_scenario(
         store, name, tuple(methods), values, {"tosca": tosca}, read_as=read_as, spelling="scenario name"
     )

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from tosca_foundation.errors import UserValueError
+from tosca_foundation.names import Spell, as_flag
 from tosca_heads.applied.estimators import TOSCAClassifier
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import ScenarioPlan
@@ -40,38 +41,43 @@ DEFAULT_ROUTER = "lda"
 TOSCA_DEFAULTS = {"routers": (DEFAULT_ROUTER,), "recurring": RECURRING[0], "module_per": MODULE_PER[0]}
 
 
-def tosca_options(params: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str, str, dict[str, Any]]:
+def tosca_options(
+    params: Mapping[str, Any] | None, spell: Spell = as_flag
+) -> tuple[tuple[str, ...], str, str, dict[str, Any]]:
     """(routers, recurring, module_per, the estimator's keywords) from TOSCA's parameters, each
     checked in one line: an honest router each (a reference, told the task or the test order, is
     never a scenario's result), a choice of `RECURRING` and of `MODULE_PER`. `router` (one) and
-    `routers` (several) are both taken; the default is the estimator's, lda."""
+    `routers` (several) are both taken; the default is the estimator's, lda. `spell`: how the
+    caller's user names them (the command line's flags, Python's keywords)."""
     params = dict(params or {})
     if "routers" in params and "router" in params:
-        raise UserValueError("give TOSCA's router or its routers, not both")
+        raise UserValueError(f"give TOSCA's {spell('router')} or its {spell('routers')}, not both")
     if "routers" in params:
         routers = params.pop("routers")
         if isinstance(routers, str):
             routers = tuple(r.strip() for r in routers.split(",") if r.strip())
         if not routers:
-            raise UserValueError("--routers names no router (give one or more: lda, ncm, ...)")
+            raise UserValueError(f"{spell('routers')} names no router (give one or more: lda, ncm, ...)")
     else:
         routers = (params.pop("router", DEFAULT_ROUTER),)
     picked = []
     for name in routers:
-        router = ROUTERS.pick(str(name), "--routers")
+        router = ROUTERS.pick(str(name), spell("routers"))
         if not is_honest(router):
             honest = ", ".join(n for n in ROUTERS if is_honest(n))
             raise UserValueError(
-                f"--routers {router} is a reference, never a scenario's result (honest: {honest})"
+                f"{spell('routers')} {router} is a reference, never a scenario's result (honest: {honest})"
             )
         if router not in picked:
             picked.append(router)
     recurring = params.pop("recurring", RECURRING[0])
     if recurring not in RECURRING:
-        raise UserValueError(f"--recurring must be one of {', '.join(RECURRING)}, got {recurring!r}")
+        raise UserValueError(f"{spell('recurring')} must be one of {', '.join(RECURRING)}, got {recurring!r}")
     module_per = params.pop("module_per", MODULE_PER[0])
     if module_per not in MODULE_PER:
-        raise UserValueError(f"--module-per must be one of {', '.join(MODULE_PER)}, got {module_per!r}")
+        raise UserValueError(
+            f"{spell('module_per')} must be one of {', '.join(MODULE_PER)}, got {module_per!r}"
+        )
     return tuple(picked), recurring, module_per, params
 
 
