@@ -98,18 +98,22 @@ def _stored_init(cls: type) -> type:
 
 
 class ArrayFeatures:
-    """A feature source over one array (clean features, no augmented views): what an estimator trains on."""
+    """A feature source over one task's arrays, what an estimator trains on: the clean features
+    [n, d] and, where given, augmented views [V, n, d], read as a store's are (epoch e trains on
+    view e mod V; `CachedFeatures`)."""
 
-    views = 0
-
-    def __init__(self, features: torch.Tensor):
-        self.features = features
+    def __init__(self, features: torch.Tensor, views: torch.Tensor | None = None):
+        self.features, self.augmented = features, views
+        self.views = 0 if views is None else int(views.shape[0])
 
     def epoch_features(self, rows: np.ndarray, epoch: int) -> torch.Tensor:
-        return self.features[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
+        index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        if self.augmented is None:
+            return self.features[index]
+        return self.augmented[epoch % self.views][index]
 
     def clean(self, split: str, rows: np.ndarray) -> torch.Tensor:
-        return self.epoch_features(rows, 0)
+        return self.features[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
 
 
 def validation_split(
@@ -179,13 +183,14 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         argument for every class up front) is not used: a continual stream does not know them."""
         return self._next_task(X, y, equal_tasks=True)
 
-    def learn_task(self, X: Any, y: Any) -> _Incremental:
+    def learn_task(self, X: Any, y: Any, views: np.ndarray | None = None) -> _Incremental:
         """`partial_fit` where tasks may differ in size: the next task's rows, of classes never seen
         before, however many (a scenario whose tasks do, such as a blurry stream read as TOSCA's
-        tasks; the stream is then `TaskStream.uneven`)."""
-        return self._next_task(X, y, equal_tasks=False)
+        tasks; the stream is then `TaskStream.uneven`). `views` [V, n, d]: the rows' augmented
+        views, trained on as `tosca fit` trains on a store's (TOSCA; a baseline reads X only)."""
+        return self._next_task(X, y, equal_tasks=False, views=views)
 
-    def _next_task(self, X: Any, y: Any, equal_tasks: bool) -> _Incremental:
+    def _next_task(self, X: Any, y: Any, equal_tasks: bool, views: np.ndarray | None = None) -> _Incremental:
         first = not hasattr(self, "stream_")
         X, y = validate_data(self, X, y, dtype=np.float32, reset=first)
         check_classification_targets(y)
@@ -219,7 +224,7 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         self.classes_ = np.sort(order)
         position = {label: i for i, label in enumerate(order.tolist())}
         incremental = np.array([position[label] for label in y.tolist()], dtype=np.int64)
-        self._learn(task, X, incremental)
+        self._learn(task, X, incremental, views)
         return self
 
     def _even_sizes(self) -> tuple[int, ...]:
@@ -248,7 +253,9 @@ class _Incremental(ClassifierMixin, BaseEstimator):
     def _start(self) -> None:  # pragma: no cover - each estimator defines it
         raise NotImplementedError
 
-    def _learn(self, task: int, X: np.ndarray, incremental: np.ndarray) -> None:  # pragma: no cover
+    def _learn(  # pragma: no cover
+        self, task: int, X: np.ndarray, incremental: np.ndarray, views: np.ndarray | None = None
+    ) -> None:
         raise NotImplementedError
 
     def trainer_tasks(self) -> list[Any]:  # pragma: no cover
@@ -296,12 +303,15 @@ class TOSCAClassifier(_Incremental):
     def trainer_tasks(self) -> list[Any]:
         return self.trainer_.modules_
 
-    def _learn(self, task: int, X: np.ndarray, incremental: np.ndarray) -> None:
-        """One task as `GroupFit.train_task` and its snapshot do it: the module and classifier, then
-        the routers' statistics from the task's clean features."""
+    def _learn(
+        self, task: int, X: np.ndarray, incremental: np.ndarray, views: np.ndarray | None = None
+    ) -> None:
+        """One task as `GroupFit.train_task` and its snapshot do it: the module and classifier (on
+        the views where given), then the routers' statistics from the task's clean features."""
         device = torch.device(self.device)
         features = torch.from_numpy(np.ascontiguousarray(X))
-        source = ArrayFeatures(features.to(device))
+        augmented = None if views is None else torch.from_numpy(np.asarray(views, dtype=np.float32))
+        source = ArrayFeatures(features.to(device), None if augmented is None else augmented.to(device))
         with step_mode(device, self.threads_.matmul_threads):
             self.trainer_.partial_fit(task, self.stream_, incremental, source)
         self.statistics_.partial_fit(features, incremental, self.stream_.task_classes(task))
@@ -381,9 +391,11 @@ class BaselineClassifier(_Incremental):
     def _incremental(self) -> bool:
         return bool(getattr(BASELINES.get(self.method), "incremental", True))
 
-    def _learn(self, task: int, X: np.ndarray, incremental: np.ndarray) -> None:
+    def _learn(
+        self, task: int, X: np.ndarray, incremental: np.ndarray, views: np.ndarray | None = None
+    ) -> None:
         """One task as `run_baseline` learns it: partial_fit on its rows, or (a joint baseline)
-        fit on every row seen so far."""
+        fit on every row seen so far (views are TOSCA's: a baseline reads the clean features)."""
         with single_threaded(torch.device(self.device)):
             if self._incremental():
                 self.estimator_.partial_fit(X, incremental)

@@ -121,17 +121,20 @@ def method_answers(
     test_x: np.ndarray,
     told_task: bool = False,
     params: Mapping[str, Any] | None = None,
+    train_views: np.ndarray | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """The class ids `method` answers at each step of `plan`, by router (TOSCA: each of its
     `routers`; a baseline: one list under ""), on one CPU thread: the same numbers at any thread
     count. `params`: a baseline's own parameters, or TOSCA's (`tosca_scenario.tosca_options`:
-    routers, recurring, module_per, and the estimator's preset and recipe fields)."""
+    routers, recurring, module_per, and the estimator's preset and recipe fields). `train_views`:
+    the store's augmented views [V, n, d], which TOSCA's modules train on (a baseline reads the
+    clean features, as under `tosca baselines`)."""
     why = refusal(method, plan, told_task)
     if why:
         raise UserValueError(why)
     params = dict(params or {})
     if method == TOSCA:
-        return tosca_answers(plan, train_x, test_x, told_task, params)
+        return tosca_answers(plan, train_x, test_x, told_task, params, train_views)
     check_baseline_params(method, params, train_x.shape[1], plan.num_classes)
     estimator = BASELINES[method](device="cpu", **params)
     incremental = bool(getattr(BASELINES[method], "incremental", True))
@@ -201,7 +204,7 @@ def run_checked(
     with a result for each of its routers)."""
     store, kind, plan = ready.store, ready.kind, ready.plan
     check_readable(store)  # every chunk's values checked as every reader's are (NaN, inf, checksums)
-    train_x, test_x = read_split(store, "train")[0], read_split(store, "test")[0]
+    (train_x, train_views), test_x = read_split(store, "train"), read_split(store, "test")[0]
     order, names = plan_classes(plan, ready.labels, store)
     results = []
     for i, method in enumerate(ready.methods, 1):
@@ -209,7 +212,7 @@ def run_checked(
         start = time.perf_counter()
         with named_classes(order, names):  # a refusal about one class names the store's label
             by_router = method_answers(
-                method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method)
+                method, plan, train_x, test_x, kind.told_task, (method_params or {}).get(method), train_views
             )
         seconds = time.perf_counter() - start
         results.extend(result_of(ready, method, a, seconds, router) for router, a in by_router.items())

@@ -87,12 +87,15 @@ def tosca_answers(
     test_x: np.ndarray,
     told_task: bool,
     params: Mapping[str, Any] | None = None,
+    train_views: np.ndarray | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """The plan's class id TOSCA answers for each evaluation row at each step, per router (one
     training serves every router; told the task, the told module's logits answer and the routers
     are not used: their lists are the same). An on-request router (`fecam`, `klda`, `randumb`)
     learns its baseline beside the modules, on the same rows with the same row ids, as a run's
-    does (`routers.learned`)."""
+    does (`routers.learned`). `train_views` [V, n, d]: the store's augmented views of the training
+    rows, which the modules train on as `tosca fit`'s do (the routers' statistics, the prototypes
+    and the on-request baselines read the clean features)."""
     routers, recurring, module_per, keywords = tosca_options(params)
     model = TOSCAClassifier(router=routers[0], **keywords)
     learners = RouterLearners(on_request(routers))
@@ -112,7 +115,8 @@ def tosca_answers(
                 ids = plan.train_ids[rows]
                 classes = np.unique(ids)  # sorted: the rows of a task in the order partial_fit gives them
                 row_ids = len(row_class) + np.searchsorted(classes, ids)  # the estimator's incremental ids
-                model.learn_task(train_x[rows], row_ids)
+                views = None if train_views is None else train_views[:, rows]
+                model.learn_task(train_x[rows], row_ids, views)
                 with single_threaded(torch.device("cpu")):
                     learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
                 row_class = np.concatenate([row_class, classes])

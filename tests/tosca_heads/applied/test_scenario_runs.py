@@ -161,3 +161,30 @@ def test_store_labels_read_a_cifar100_store_as_superclasses(tmp_path: Path) -> N
     coarse = list(CIFAR100_SUPERCLASSES)
     assert read.train_labels.tolist() == [coarse.index("fruit_and_vegetables"), coarse.index("trees")]
     assert read.train_domains.tolist() == [0, 4]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_tosca_under_cil_is_tosca_fit_views_and_all(tmp_path: Path) -> None:
+    # a store with augmented views: the scenario's modules train on them as `tosca fit`'s do, and
+    # every router's answers after the last task are the fit's, to the last digit
+    import tosca_heads
+
+    store = synthetic_store(
+        tmp_path / "v.zarr", classes=6, per_class=20, test_per_class=10, views=3, spread=2.0
+    )
+    split = {"init_cls": 2, "increment": 2}
+    fitted = tosca_heads.fit(store.path, write=False, epochs=3, batch_size=8, **split).metrics()["routers"]
+    routers = ("lda", "ncm", "entropy")
+    results = run_scenario(
+        store, "cil", ("tosca",), split, {"tosca": {"epochs": 3, "batch_size": 8, "routers": routers}}
+    )
+    for result in results:
+        assert result.figures["A_last"] == fitted[result.router]["A_last"], result.router
+        assert result.figures["A_bar"] == pytest.approx(fitted[result.router]["A_bar"], abs=1e-12)
+    # the modules train on the views given, not on the clean features: far-off views answer otherwise
+    plan = scenario("cil").plan(store_labels(store), **split)
+    x_train, x_test, fast = store.features("train"), store.features("test"), {"epochs": 3, "batch_size": 8}
+    noisy = x_train[None] + 3.0 * np.random.default_rng(1).normal(size=(2, *x_train.shape)).astype(np.float32)
+    clean = tosca_answers(plan, x_train, x_test, False, fast)["lda"]
+    trained_on_noise = tosca_answers(plan, x_train, x_test, False, fast, noisy)["lda"]
+    assert not all(np.array_equal(a, b) for a, b in zip(clean, trained_on_noise, strict=True))
