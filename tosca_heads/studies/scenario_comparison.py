@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from featcache.store import resolve_store
+from featcache.store import FeatureStore, resolve_store
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
 from tosca_heads.applied.scenario_runs import (
@@ -28,7 +28,7 @@ from tosca_heads.applied.scenario_runs import (
 from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS
 from tosca_heads.method.baseline_registry import arguments
 from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
-from tosca_heads.records import claim
+from tosca_heads.records import claim, store_block
 from tosca_heads.records.scenario_folder import (
     SCENARIO_FOLDER,
     Row,
@@ -38,12 +38,14 @@ from tosca_heads.records.scenario_folder import (
     write_table,
 )
 from tosca_heads.requests.command_requests import BaselinesRequest
+from tosca_heads.trackers import TrackedRun, Tracking, end_failed, open_tracking
+from tosca_heads.trackers.events import flat_params, run_files
 
 REDO = "delete the folder to compute the method again"
 # the task split's flags, a scenario's own values where it declares them (cil and til take them)
 SPLIT_FIELDS = ("init_cls", "increment", "order_seed")
-# what only the class-incremental table has: a fitted run's routers, a validation split, tracking
-CIL_ONLY = ("run", "val_fraction", "val_seed", "log")
+# what only the class-incremental table has: a fitted run's routers, a validation split
+CIL_ONLY = ("run", "val_fraction", "val_seed")
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,11 @@ def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
     from tosca_heads.studies.comparison import check_request
 
     methods, given = check_request(request)
+    # the trackers asked for, each checked now: a WHERE that cannot serve is one line before any work
+    tracking = open_tracking(request.log, request.runs_root, request.spell("log"))
     values = asked_values(request)
-    if request.store is not None and not Path(request.store).exists():
+    given_path = request.store is not None and not isinstance(request.store, FeatureStore)
+    if given_path and not Path(request.store).exists():  # an opened store (Python) is taken as it is
         raise UserValueError(f"{request.spell('store')} {request.store} does not exist")
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     everyone = ((TOSCA,) if request.with_tosca else ()) + tuple(methods)
@@ -129,19 +134,66 @@ def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
     params = {m: (tosca if m == TOSCA else arguments(m, given)) for m in ready.methods}
     asked = {m: scenario_asked(store, name, values, m, params[m]) for m in ready.methods}
     title = request.title or f"{ident['dataset']['name']} / {ident['backbone']['alias']}, scenario {name}"
+    said = {f"scenario.{k}": v for k, v in sorted(values.items())}
+    parent = tracking.start(
+        f"baselines {folder.name}",
+        {
+            "command": "baselines",
+            "out": str(folder),
+            "scenario": name,
+            **said,
+            **flat_params(store_block(store)),
+        },
+    )
+    try:
+        made = _run_table(ready, folder, asked, params, title, tracking, parent)
+    except BaseException:
+        end_failed(parent)
+        raise
+    if parent is not None:
+        parent.finish(None, sorted(set(made.files.values())))
+    return made
+
+
+def _run_table(
+    ready: Any,
+    folder: Path,
+    asked: dict[str, Any],
+    params: dict[str, Any],
+    title: str,
+    tracking: Tracking,
+    parent: TrackedRun | None,
+) -> ScenarioComparison:
+    """Each method's cell reused or run, each a child run of `parent` when tracked (its figures, its
+    accuracy after each step as the series A_t, its cell's files), then the table."""
+    name = ready.kind.name
+
+    def tracked(result: ScenarioResult) -> None:
+        child = tracking.start(
+            result.label, {"method": result.method, "scenario": name, **params[result.method]}, parent
+        )
+        if child is not None:
+            record = {
+                "routers": {result.label: {**result.figures, "A_t": result.curve, "seconds": result.seconds}}
+            }
+            child.finish(record, run_files(folder / result.method))
+
     with claim.claim_folder(folder, SCENARIO_FOLDER):
         done: dict[str, ScenarioResult] = {}
         for method in ready.methods:
             kept = kept_answers(folder / method, asked[method], ready.plan)
             if kept is not None:
                 tell(f"{method}: reused from {folder / method} (same store, scenario, values and parameters)")
-                done[method] = result_of(ready, method, *kept)
+                router = params[method]["routers"][0] if method == TOSCA else ""  # the one it answered with
+                done[method] = result_of(ready, method, *kept, router)
+                tracked(done[method])
         todo = tuple(m for m in ready.methods if m not in done)
         if todo:
             for result in run_checked(replace(ready, methods=todo), params):
                 write_result(folder / result.method, result.answers, result.seconds, asked[result.method])
                 done[result.method] = result
+                tracked(result)
         results = [done[m] for m in ready.methods]
-        rows = [Row(r.method, r.figures, r.seconds) for r in results]
+        rows = [Row(r.label, r.figures, r.seconds) for r in results]
         files = write_table(folder, rows, title, ready.plan.describe())
     return ScenarioComparison(results, title, files)

@@ -349,3 +349,27 @@ def test_curves_survive_a_resume(tmp_path: Path) -> None:
         done.exit_code == 0
         and f"training curves: {tmp_path / 'cli' / 'curves.png'}" in done.output.replace("\n", "")
     )
+
+
+def test_a_scenario_table_is_a_parent_with_a_child_per_method_and_its_steps_as_a_series(
+    tmp_path: Path, recorder: type[Recorder]
+) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    frame = tosca_heads.baselines(
+        store, ["simplecil"], scenario="til", out=tmp_path / "til", log=["recorder"], **SPLIT
+    )
+    runs = list(recorder.runs.values())
+    parent = runs[0]
+    assert parent["name"] == "baselines til" and parent["ok"] and "comparison.md" in parent["files"]
+    assert parent["params"]["scenario"] == "til" and parent["params"]["scenario.init_cls"] == 2
+    assert [r["name"] for r in runs[1:]] == ["tosca (lda)", "simplecil"]
+    assert all(r["parent"] == next(iter(recorder.runs)) and r["ok"] and r["files"] for r in runs[1:])
+    simple = _series(runs[2]["metrics"])
+    a_last = float(frame.loc[frame["method"] == "simplecil", "A_last"].iloc[0])
+    assert simple["A_last/test/simplecil"] == [(2, a_last)]  # the last of 3 tasks
+    assert len(simple["A_t/test/simplecil"]) == 3 and simple["A_t/test/simplecil"][-1][1] == a_last
+    recorder.runs.clear()  # the same command again: every cell reused, and logged as before
+    tosca_heads.baselines(
+        store, ["simplecil"], scenario="til", out=tmp_path / "til", log=["recorder"], **SPLIT
+    )
+    assert [r["name"] for r in recorder.runs.values()] == [r["name"] for r in runs]
