@@ -37,6 +37,7 @@ from tosca_heads.routers.learned import RouterLearners, on_request
 RECURRING = ("task_rows", "first_task")
 MODULE_PER = ("task", "step")
 DEFAULT_ROUTER = "lda"
+TOLD = "told task"  # what answers in `til`: the told module, no router
 # TOSCA's scenario options by default (what a kept cell records, what a flag moved from is)
 TOSCA_DEFAULTS = {"routers": (DEFAULT_ROUTER,), "recurring": RECURRING[0], "module_per": MODULE_PER[0]}
 
@@ -81,6 +82,14 @@ def tosca_options(
     return tuple(picked), recurring, module_per, params
 
 
+def answered_by(method: str, params: Mapping[str, Any], told_task: bool) -> str:
+    """What answered for `method` with these parameters: TOSCA's first router (`TOLD` when told
+    the task), "" for a baseline; a kept cell's row is named as a fresh one is."""
+    if method != "tosca":
+        return ""
+    return TOLD if told_task else tosca_options(params)[0][0]
+
+
 def tosca_answers(
     plan: ScenarioPlan,
     train_x: np.ndarray,
@@ -90,8 +99,8 @@ def tosca_answers(
     train_views: np.ndarray | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """The plan's class id TOSCA answers for each evaluation row at each step, per router (one
-    training serves every router; told the task, the told module's logits answer and the routers
-    are not used: their lists are the same). An on-request router (`fecam`, `klda`, `randumb`)
+    training serves every router). Told the task (`til`), the told module's logits answer and no
+    router is used: one list, under `TOLD`. An on-request router (`fecam`, `klda`, `randumb`)
     learns its baseline beside the modules, on the same rows with the same row ids, as a run's
     does (`routers.learned`). `train_views` [V, n, d]: the store's augmented views of the training
     rows, which the modules train on as `tosca fit`'s do (the routers' statistics, the prototypes
@@ -102,7 +111,7 @@ def tosca_answers(
     row_class = np.zeros(0, dtype=np.int64)  # each classifier row's class (the plan's id)
     learnt = np.zeros(0, dtype=np.int64)  # classes with a row
     pending: list[np.ndarray] = []
-    answers: dict[str, list[np.ndarray]] = {router: [] for router in routers}
+    answers: dict[str, list[np.ndarray]] = {router: [] for router in ((TOLD,) if told_task else routers)}
     for s, step in enumerate(plan.steps):
         pending.append(step.train_rows)
         task_ends = s + 1 == len(plan.steps) or plan.steps[s + 1].task != step.task
@@ -123,7 +132,7 @@ def tosca_answers(
                 learnt = np.union1d(learnt, classes)
         eval_x = test_x[step.eval_rows]
         learned = learners.snapshot()
-        for router in routers:
+        for router in answers:
             answers[router].append(
                 _answer(model, router, learned, row_class, plan, step.eval_rows, eval_x, told_task)
             )

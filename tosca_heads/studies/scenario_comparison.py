@@ -25,7 +25,7 @@ from tosca_heads.applied.scenario_runs import (
     run_checked,
     scenario_values,
 )
-from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS
+from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS, answered_by
 from tosca_heads.method.baseline_registry import arguments
 from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
 from tosca_heads.records import claim, store_block
@@ -184,7 +184,7 @@ def _run_table(
             kept = kept_answers(folder / method, asked[method], ready.plan)
             if kept is not None:
                 tell(f"{method}: reused from {folder / method} (same store, scenario, values and parameters)")
-                router = params[method]["routers"][0] if method == TOSCA else ""  # the one it answered with
+                router = answered_by(method, params[method], ready.kind.told_task)
                 done[method] = result_of(ready, method, *kept, router)
                 tracked(done[method])
         todo = tuple(m for m in ready.methods if m not in done)

@@ -188,3 +188,11 @@ def test_tosca_under_cil_is_tosca_fit_views_and_all(tmp_path: Path) -> None:
     clean = tosca_answers(plan, x_train, x_test, False, fast)["lda"]
     trained_on_noise = tosca_answers(plan, x_train, x_test, False, fast, noisy)["lda"]
     assert not all(np.array_equal(a, b) for a, b in zip(clean, trained_on_noise, strict=True))
+
+
+def test_told_the_task_tosca_answers_once_whatever_routers_were_asked(store) -> None:
+    values, fast = {"init_cls": 2, "increment": 2}, {"epochs": 2, "batch_size": 8}
+    told = run_scenario(store, "til", ("tosca",), values, {"tosca": {**fast, "routers": ("lda", "ncm")}})
+    assert [r.label for r in told] == ["tosca (told task)"]
+    alone = run_scenario(store, "til", ("tosca",), values, {"tosca": fast})[0]
+    assert all(np.array_equal(a, b) for a, b in zip(told[0].answers, alone.answers, strict=True))

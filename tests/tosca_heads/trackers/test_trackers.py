@@ -362,7 +362,7 @@ def test_a_scenario_table_is_a_parent_with_a_child_per_method_and_its_steps_as_a
     parent = runs[0]
     assert parent["name"] == "baselines til" and parent["ok"] and "comparison.md" in parent["files"]
     assert parent["params"]["scenario"] == "til" and parent["params"]["scenario.init_cls"] == 2
-    assert [r["name"] for r in runs[1:]] == ["tosca (lda)", "simplecil"]
+    assert [r["name"] for r in runs[1:]] == ["tosca (told task)", "simplecil"]  # til: no router
     assert all(r["parent"] == next(iter(recorder.runs)) and r["ok"] and r["files"] for r in runs[1:])
     simple = _series(runs[2]["metrics"])
     a_last = float(frame.loc[frame["method"] == "simplecil", "A_last"].iloc[0])
