@@ -50,6 +50,32 @@ def bootstrap(correct: dict[str, np.ndarray]) -> tuple[dict[str, tuple[float, fl
     return intervals, holds
 
 
+def against_best_baseline(correct: dict[str, np.ndarray], baselines: list[str]) -> dict[str, dict[str, Any]]:
+    """Each TOSCA row against the strongest baseline (the highest A_last): the difference, its
+    paired 95% interval (the same resampled images for both) and the verdict: "above" or "below"
+    where the interval excludes 0, else "tie". Empty where no baseline ran."""
+    if not baselines:
+        return {}
+    rng = np.random.default_rng(0)
+    n = len(next(iter(correct.values())))
+    draws = rng.integers(0, n, size=(DRAWS, n))
+    best = max(baselines, key=lambda m: correct[m].mean())
+    out = {}
+    for label, c in correct.items():
+        if label in baselines:
+            continue
+        diff = c[draws].mean(1) - correct[best][draws].mean(1)
+        low, high = float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))
+        verdict = "above" if low > 0 else ("below" if high < 0 else "tie")
+        out[label] = {
+            "baseline": best,
+            "difference": float(c.mean() - correct[best].mean()),
+            "interval": (low, high),
+            "verdict": verdict,
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", required=True)
@@ -93,6 +119,7 @@ def main() -> None:
         correct = {r.label: _last_correct(plan, r.answers) for r in results}
         intervals, holds = bootstrap(correct) if correct else ({}, {})
         routed = {r.label: correct[r.label] for r in results if r.router}
+        versus = against_best_baseline(correct, [r.label for r in results if not r.router])
         router_holds = bootstrap(routed)[1] if len(routed) > 1 else {}  # among TOSCA's routers only
         report.append(
             {
@@ -107,6 +134,8 @@ def main() -> None:
                         "A_last_95": intervals[r.label],
                         "below_best_holds": holds.get(r.label),
                         "below_best_router_holds": router_holds.get(r.label),
+                        "against_best_baseline": versus.get(r.label),
+                        "last_step_correct": correct[r.label].astype(int).tolist(),  # for any later pair
                     }
                     for r in results
                 ],
@@ -129,6 +158,9 @@ def main() -> None:
                         if router_holds[r.label]
                         else " [ties the best router]"
                     )
+                if r.label in versus:
+                    v = versus[r.label]
+                    mark += f" {{vs {v['baseline']}: {100 * v['difference']:+.2f}, {v['verdict']}}}"
                 print(
                     f"{r.label:<18} {figures}  A_last 95% [{100 * low:.2f}, {100 * high:.2f}]  {r.seconds:.1f} s{mark}"
                 )
