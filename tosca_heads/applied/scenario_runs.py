@@ -9,7 +9,8 @@ A method that cannot run a scenario refuses it in one line, naming why, before i
   class met again rows of its own in each task, or learns it once (`tosca_scenario`);
 - `til` needs scores per class (a baseline's `decision_function`; TOSCA's module logits) to answer
   among the told task's classes.
-TOSCA's one training answers with every router asked (`routers`): one result per router.
+TOSCA's one training answers with every router asked (`routers`): one result per router (told
+the task, one: no router is used).
 """
 
 from __future__ import annotations
@@ -313,8 +314,10 @@ def scenario_command(request: Any) -> list[ScenarioResult]:
     )
     tell(f"scenario {ready.plan.describe()}")  # before any learning: what is about to run
     if TOSCA in ready.methods:
-        tell(
-            f"tosca: routers {', '.join(tosca_options(tosca)[0])}; a class met again: {request.recurring}; "
-            f"a module per {request.module_per}"
+        routed = (
+            "told the task (no router)"
+            if ready.kind.told_task
+            else f"routers {', '.join(tosca_options(tosca)[0])}"
         )
+        tell(f"tosca: {routed}; a class met again: {request.recurring}; a module per {request.module_per}")
     return run_checked(ready, {TOSCA: tosca})
