@@ -103,18 +103,6 @@ def refusal(method: str, plan: ScenarioPlan, told_task: bool) -> str:
     return ""
 
 
-def run_plan(
-    method: str,
-    plan: ScenarioPlan,
-    train_x: np.ndarray,
-    test_x: np.ndarray,
-    told_task: bool = False,
-    params: Mapping[str, Any] | None = None,
-) -> list[np.ndarray]:
-    """The class ids `method` answers at each step of `plan` (TOSCA: with its first router)."""
-    return next(iter(method_answers(method, plan, train_x, test_x, told_task, params).values()))
-
-
 def method_answers(
     method: str,
     plan: ScenarioPlan,

@@ -11,7 +11,7 @@ import pytest
 from support.stores import synthetic_store
 
 from tosca_foundation.errors import UserError
-from tosca_heads.applied.scenario_runs import run_plan, run_scenario, store_labels
+from tosca_heads.applied.scenario_runs import method_answers, run_scenario, store_labels
 from tosca_heads.applied.tosca_scenario import tosca_answers
 from tosca_heads.method.baselines.gacl import GACL
 from tosca_heads.method.scenarios import StoreLabels, scenario
@@ -139,9 +139,9 @@ def test_dil_on_a_store_without_domains_is_refused_before_any_work(store) -> Non
 def test_the_same_answers_at_any_thread_count(store, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = scenario("blurry").plan(store_labels(store), tasks=2, eval_period=40)
     x, t = store.features("train"), store.features("test")
-    first = run_plan("gacl", plan, x, t, params={"buffer_size": 600})
+    first = method_answers("gacl", plan, x, t, params={"buffer_size": 600})[""]
     monkeypatch.setenv("TOSCA_LINALG_THREADS", "3")
-    again = run_plan("gacl", plan, x, t, params={"buffer_size": 600})
+    again = method_answers("gacl", plan, x, t, params={"buffer_size": 600})[""]
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
 
 
