@@ -9,7 +9,7 @@ and embedded by the store's own backbone through functions the caller hands in (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -197,17 +197,45 @@ class RunPredictor:
         with single_threaded(self.device):  # as evaluation computes: one thread, the same numbers
             return self._predict(scorer, x, router, chosen_on)
 
+    @torch.no_grad()
+    def predict_each(
+        self, features: np.ndarray | torch.Tensor, routers: Sequence[str], chosen_on: str = "given"
+    ) -> dict[str, Predictions]:
+        """`predict` with each of several routers, the modules scoring the features once (what a
+        scenario's TOSCA row per router costs: one scoring, not one per router); each router's
+        answers are its `predict`'s, bit for bit."""
+        for router in routers:
+            self.check_router(router, "router")
+        x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
+        scorer = ModuleScorer(x, self.device, cache_bytes=0)
+        with single_threaded(self.device):
+            scores = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
+            view = self._view(x, scores)
+            return {router: self._routed(scores, view, router, chosen_on) for router in routers}
+
     def _predict(self, scorer: ModuleScorer, x: torch.Tensor, router: str, chosen_on: str) -> Predictions:
-        entropy, predictions, energy, top = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
+        scores = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
+        return self._routed(scores, self._view(x, scores), router, chosen_on)
+
+    def _view(self, x: torch.Tensor, scores: tuple[torch.Tensor, ...]) -> StageView:
+        """What an honest router is handed: the modules' entropy and energy, the frozen features'
+        class statistics (and on-request learners), the features and each class's task."""
+        entropy, _, energy, _ = scores
         classes = np.arange(int(self.weight_.shape[1]))
         frozen = None if self.statistics_ is None else self.statistics_.model().to(self.device)
-        view = StageView(
+        return StageView(
             entropy=entropy,
             energy=energy,
             frozen=None if frozen is None else replace(frozen, learned=getattr(self, "learned_", {})),
             features=x,
             class_task=torch.from_numpy(self.stream_.task_of(classes)).to(self.device),
         )
+
+    def _routed(
+        self, scores: tuple[torch.Tensor, ...], view: StageView, router: str, chosen_on: str
+    ) -> Predictions:
+        """One router's choice of module for each row, and that module's answer."""
+        _, predictions, _, top = scores
         chosen = route(router, view)  # [1, n]; TIED where the router's top was tied
         incremental = predict_classes(predictions, chosen)[0].cpu().numpy()  # TIED: a tied answer
         probability = top.gather(1, chosen.clamp(min=0).unsqueeze(1)).squeeze(1)[0].cpu().numpy()

@@ -131,36 +131,42 @@ def tosca_answers(
                 row_class = np.concatenate([row_class, classes])
                 learnt = np.union1d(learnt, classes)
         eval_x = test_x[step.eval_rows]
-        learned = learners.snapshot()
-        for router in answers:
-            answers[router].append(
-                _answer(model, router, learned, row_class, plan, step.eval_rows, eval_x, told_task)
-            )
+        step_answers = _answers(
+            model, routers, learners.snapshot(), row_class, plan, step.eval_rows, eval_x, told_task
+        )
+        for router, answered in step_answers.items():
+            answers[router].append(answered)
     return answers
 
 
-def _answer(
+def _answers(
     model: TOSCAClassifier,
-    router: str,
+    routers: tuple[str, ...],
     learned: dict[str, Any],
     row_class: np.ndarray,
     plan: ScenarioPlan,
     rows: np.ndarray,
     x: np.ndarray,
     told_task: bool,
-) -> np.ndarray:
-    """One step's answers as the plan's class ids: the routed module's top row's class (`TIED`
-    where the router or the module tied, and everywhere before any module is learnt)."""
+) -> dict[str, np.ndarray]:
+    """One step's answers as the plan's class ids, per router (the modules score the rows once):
+    the routed module's top row's class (`TIED` where the router or the module tied, and everywhere
+    before any module is learnt). Told the task, the told module's (under `TOLD`)."""
     if not hasattr(model, "trainer_"):
-        return np.full(len(rows), TIED, dtype=np.int64)
+        return {
+            router: np.full(len(rows), TIED, dtype=np.int64) for router in ((TOLD,) if told_task else routers)
+        }
     if told_task:
-        return _told_answer(model, row_class, plan, rows, x)
+        return {TOLD: _told_answer(model, row_class, plan, rows, x)}
     predictor = model.predictor()
     predictor.learned_ = learned
-    incremental = predictor.predict(x, router).incremental_classes
-    tied = incremental == TIED
-    row = model.labels_in_order_[np.where(tied, 0, incremental)]  # the estimator's label is the row
-    return np.where(tied, TIED, row_class[row]).astype(np.int64)
+    answers = {}
+    for router, predicted in predictor.predict_each(x, routers).items():
+        incremental = predicted.incremental_classes
+        tied = incremental == TIED
+        row = model.labels_in_order_[np.where(tied, 0, incremental)]  # the estimator's label is the row
+        answers[router] = np.where(tied, TIED, row_class[row]).astype(np.int64)
+    return answers
 
 
 def _told_answer(
