@@ -547,6 +547,13 @@ ROWS: list[tuple[str, list[str], str]] = [
         "fscil: class 2 has 20 training images, fewer than the 30 shots asked",
     ),
     (
+        "scenario one-shot session for the fecam router",
+        [*SCEN, "--scenario", "fscil", "--methods", "tosca", "--routers", "lda,fecam"]
+        + ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1", "--set", "shots=1"],
+        "router fecam learns fecam, which needs 2 or more training images of a class in each module's "
+        "rows: in fscil's task 1, class",
+    ),
+    (
         "scenario dil without domains",
         [*SCEN, "--scenario", "dil"],
         "dil needs a store with a domain per image",

@@ -28,9 +28,15 @@ from featcache.store import FeatureStore, check_readable, read_split
 from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
-from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS, told_among, tosca_answers, tosca_options
+from tosca_heads.applied.tosca_scenario import (
+    TOSCA_DEFAULTS,
+    check_router_rows,
+    told_among,
+    tosca_answers,
+    tosca_options,
+)
 from tosca_heads.method.baseline_registry import BASELINES
-from tosca_heads.method.class_names import named_classes
+from tosca_heads.method.class_names import named_classes, said_class
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
 from tosca_heads.running.baseline_runs import check_baseline_params
@@ -182,7 +188,8 @@ def checked_scenario(
         if why:
             raise UserValueError(why)
     if TOSCA in picked:
-        tosca_options((method_params or {}).get(TOSCA))
+        order, names = plan_classes(plan, labels, store)
+        check_router_rows(plan, (method_params or {}).get(TOSCA), lambda i: said_class(order[i], names))
     return CheckedScenario(store, kind, plan, picked, labels)
 
 

@@ -90,6 +90,49 @@ def answered_by(method: str, params: Mapping[str, Any], told_task: bool) -> str:
     return TOLD if told_task else tosca_options(params)[0][0]
 
 
+def learning_units(plan: ScenarioPlan, recurring: str, module_per: str) -> dict[int, np.ndarray]:
+    """Step index -> the training rows TOSCA learns a module on after that step, by its choices: at
+    each task's last step the task's rows (`module_per="task"`), or each step's (`"step"`); with
+    `recurring="first_task"` the rows of classes learnt before are left out (a unit left empty
+    learns nothing)."""
+    units: dict[int, np.ndarray] = {}
+    pending: list[np.ndarray] = []
+    learnt = np.zeros(0, dtype=np.int64)
+    for s, step in enumerate(plan.steps):
+        pending.append(step.train_rows)
+        task_ends = s + 1 == len(plan.steps) or plan.steps[s + 1].task != step.task
+        if module_per == "step" or task_ends:
+            rows = np.concatenate(pending)
+            pending = []
+            if recurring == "first_task":
+                rows = rows[~np.isin(plan.train_ids[rows], learnt)]
+            if len(rows):
+                units[s] = rows
+                learnt = np.union1d(learnt, plan.train_ids[rows])
+    return units
+
+
+def check_router_rows(plan: ScenarioPlan, params: Mapping[str, Any] | None, name_of: Any = str) -> None:
+    """One line, before any learning, where an on-request router's baseline cannot learn a unit
+    TOSCA learns: FeCAM needs two or more images of a class in each (`least_per_class`), and a
+    blurry task's or a few-shot session's class may hold one. `name_of`: a plan class id as the
+    store names it."""
+    from tosca_heads.method.baseline_registry import BASELINES
+
+    routers, recurring, module_per, _ = tosca_options(params)
+    for router in on_request(routers):
+        learner = ROUTERS[router].learner
+        least = int(getattr(BASELINES[learner], "least_per_class", 1))
+        for s, rows in learning_units(plan, recurring, module_per).items():
+            ids, counts = np.unique(plan.train_ids[rows], return_counts=True)
+            if counts.min() < least:
+                raise UserValueError(
+                    f"router {router} learns {learner}, which needs {least} or more training images of a "
+                    f"class in each module's rows: in {plan.scenario}'s task {plan.steps[s].task}, class "
+                    f"{name_of(int(ids[counts.argmin()]))} has {int(counts.min())} (leave {router} out of the routers)"
+                )
+
+
 def tosca_answers(
     plan: ScenarioPlan,
     train_x: np.ndarray,
@@ -109,27 +152,19 @@ def tosca_answers(
     model = TOSCAClassifier(router=routers[0], **keywords)
     learners = RouterLearners(on_request(routers))
     row_class = np.zeros(0, dtype=np.int64)  # each classifier row's class (the plan's id)
-    learnt = np.zeros(0, dtype=np.int64)  # classes with a row
-    pending: list[np.ndarray] = []
+    units = learning_units(plan, recurring, module_per)
     answers: dict[str, list[np.ndarray]] = {router: [] for router in ((TOLD,) if told_task else routers)}
     for s, step in enumerate(plan.steps):
-        pending.append(step.train_rows)
-        task_ends = s + 1 == len(plan.steps) or plan.steps[s + 1].task != step.task
-        if module_per == "step" or task_ends:
-            rows = np.concatenate(pending)
-            pending = []
-            if recurring == "first_task":
-                rows = rows[~np.isin(plan.train_ids[rows], learnt)]
-            if len(rows):
-                ids = plan.train_ids[rows]
-                classes = np.unique(ids)  # sorted: the rows of a task in the order partial_fit gives them
-                row_ids = len(row_class) + np.searchsorted(classes, ids)  # the estimator's incremental ids
-                views = None if train_views is None else train_views[:, rows]
-                model.learn_task(train_x[rows], row_ids, views)
-                with single_threaded(torch.device("cpu")):
-                    learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
-                row_class = np.concatenate([row_class, classes])
-                learnt = np.union1d(learnt, classes)
+        rows = units.get(s)
+        if rows is not None:
+            ids = plan.train_ids[rows]
+            classes = np.unique(ids)  # sorted: the rows of a task in the order partial_fit gives them
+            row_ids = len(row_class) + np.searchsorted(classes, ids)  # the estimator's incremental ids
+            views = None if train_views is None else train_views[:, rows]
+            model.learn_task(train_x[rows], row_ids, views)
+            with single_threaded(torch.device("cpu")):
+                learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
+            row_class = np.concatenate([row_class, classes])
         eval_x = test_x[step.eval_rows]
         step_answers = _answers(
             model, routers, learners.snapshot(), row_class, plan, step.eval_rows, eval_x, told_task
