@@ -41,6 +41,7 @@ EXTRACT = ["extract", "-m", TINY_VIT, "-d", "imagefolder", "--data-root", "{img}
 FIT = ["fit", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SWEEP = ["sweep", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SCEN = ["scenario", "--store", "{store}"]
+FSCIL_ONE_SHOT = ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1", "--set", "shots=1"]
 BASE = [
     "baselines",
     "--store",
@@ -548,8 +549,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     (
         "scenario one-shot session for the fecam router",
-        [*SCEN, "--scenario", "fscil", "--methods", "tosca", "--routers", "lda,fecam"]
-        + ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1", "--set", "shots=1"],
+        [*SCEN, "--scenario", "fscil", "--methods", "tosca", "--routers", "lda,fecam", *FSCIL_ONE_SHOT],
         "router fecam learns fecam, which needs 2 or more training images of a class in each module's "
         "rows: in fscil's task 1, class",
     ),
