@@ -263,10 +263,14 @@ def read_tree(path: Path) -> StoreTree:
             elif entry.name == "zarr.json":
                 tree.metas[rel] = _read_meta(path, entry.path, rel)
             elif "/c/" in f"/{inner}":
+                if entry.name.endswith(".partial"):
+                    continue  # a writer's temporary: renamed into place when whole, never read as a chunk
+                try:
+                    size = entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue  # renamed or removed since the listing (another worker writing the store)
                 array, _, key = f"/{inner}".partition("/c/")
-                tree.chunks.setdefault(array.lstrip("/"), []).append(
-                    (key, entry.stat(follow_symlinks=False).st_size)
-                )
+                tree.chunks.setdefault(array.lstrip("/"), []).append((key, size))
 
     visit(str(path), "", 0)
     return tree

@@ -246,3 +246,41 @@ def test_a_chunk_of_zeros_that_zarr_did_not_write_is_whole(tmp_path: Path, views
     )
     assert result.exit_code == 0, result.output
     assert (out / "simplecil" / "metrics.json").is_file()
+
+
+def test_opening_a_store_while_another_worker_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker writes a chunk as a `.partial` file, then renames it into place; another worker
+    # opening the store may list the temporary and find it gone when it looks at its size: the
+    # open goes on, the temporary never taken for a chunk (it crashed a Dask extraction test)
+    import os
+
+    from featcache.store import format as store_format
+
+    store = synthetic_store(tmp_path / "s.zarr", classes=2, per_class=8, test_per_class=4)
+    chunks = sorted((tmp_path / "s.zarr" / "train" / "features" / "c").rglob("*"))
+    chunk = next(p for p in chunks if p.is_file())
+    staged = chunk.with_name(chunk.name + ".0123abcd.partial")
+    staged.write_bytes(b"\0" * (1 << 21))  # larger than any chunk: taken for one, it would be refused
+    listing = os.scandir
+
+    def renamed_meanwhile(folder: str):  # the writer's rename lands between listing and stat
+        entries = list(listing(folder))
+        for entry in entries:
+            if entry.name.endswith(".partial"):
+                os.replace(entry.path, tmp_path / "moved")
+        return _Listing(entries)
+
+    monkeypatch.setattr(store_format.os, "scandir", renamed_meanwhile)
+    opened = FeatureStore.open(store.path)
+    assert np.array_equal(opened.labels("train"), store.labels("train"))
+    assert not staged.exists() and (tmp_path / "moved").exists()
+
+
+class _Listing(list):
+    def __enter__(self) -> list:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
