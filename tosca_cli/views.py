@@ -796,9 +796,6 @@ def scenario_table(results: list[Any], title: str = "") -> None:
         return
     say(f"scenario {results[0].plan}")
     figures = list(results[0].figures)
-    rows = [
-        [getattr(r, "label", r.method), *(f"{100 * r.figures[f]:.2f}" for f in figures), f"{r.seconds:.1f}"]
-        for r in results
-    ]
+    rows = [[r.label, *(f"{100 * r.figures[f]:.2f}" for f in figures), f"{r.seconds:.1f}"] for r in results]
     heading = f"{title}: figures in %" if title else f"{results[0].scenario}: figures in %"
     table(heading, ["method", *figures, "seconds"], rows, ("method",))

@@ -15,7 +15,9 @@ import numpy as np
 from featcache.arrays.sources import source_format
 from tosca_foundation.errors import UserError
 from tosca_foundation.fingerprints import file_sha256
+from tosca_foundation.limits import available_memory
 from tosca_foundation.text import printable, reason
+from tosca_foundation.units import human_bytes
 
 META_KEY = "tosca"  # the key of the JSON object `tosca export` writes beside the columns
 SPLIT_FOLDERS = ("train", "test")  # a DatasetDict's splits that become the store's
@@ -300,9 +302,6 @@ def _read_hdf5(source: Path, found: Found) -> None:
 def _fits(name: str, size: int, source: Path) -> None:
     """One line where an array would not fit in the memory available now (an HDF5 dataset can
     declare terabytes in a file of kilobytes: its chunks are never written)."""
-    from tosca_foundation.limits import available_memory
-    from tosca_foundation.units import human_bytes
-
     if size > available_memory():
         raise UserError(
             f"source {printable(source)}: {name!r} holds {human_bytes(size)}, more than the "

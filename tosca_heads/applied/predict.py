@@ -191,11 +191,7 @@ class RunPredictor:
         """Route and classify [n, d] frozen features with the named (honest) router: the same
         computation as the run's evaluation after its last task. (A method called from Python: the
         command checked its --router before any image was embedded.)"""
-        self.check_router(router, "router")
-        x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
-        scorer = ModuleScorer(x, self.device, cache_bytes=0)
-        with single_threaded(self.device):  # as evaluation computes: one thread, the same numbers
-            return self._predict(scorer, x, router, chosen_on)
+        return self.predict_each(features, (router,), chosen_on)[router]
 
     @torch.no_grad()
     def predict_each(
@@ -208,14 +204,10 @@ class RunPredictor:
             self.check_router(router, "router")
         x = _checked_features(features, self.layout_.dim, self.run_dir).to(self.device)
         scorer = ModuleScorer(x, self.device, cache_bytes=0)
-        with single_threaded(self.device):
+        with single_threaded(self.device):  # as evaluation computes: one thread, the same numbers
             scores = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
             view = self._view(x, scores)
             return {router: self._routed(scores, view, router, chosen_on) for router in routers}
-
-    def _predict(self, scorer: ModuleScorer, x: torch.Tensor, router: str, chosen_on: str) -> Predictions:
-        scores = scorer.scores(self.snapshot(), self.tasks_, len(x), True)
-        return self._routed(scores, self._view(x, scores), router, chosen_on)
 
     def _view(self, x: torch.Tensor, scores: tuple[torch.Tensor, ...]) -> StageView:
         """What an honest router is handed: the modules' entropy and energy, the frozen features'

@@ -120,10 +120,11 @@ def check_router_rows(plan: ScenarioPlan, params: Mapping[str, Any] | None, name
     from tosca_heads.method.baseline_registry import BASELINES
 
     routers, recurring, module_per, _ = tosca_options(params)
+    units = learning_units(plan, recurring, module_per)
     for router in on_request(routers):
         learner = ROUTERS[router].learner
         least = int(getattr(BASELINES[learner], "least_per_class", 1))
-        for s, rows in learning_units(plan, recurring, module_per).items():
+        for s, rows in units.items():
             ids, counts = np.unique(plan.train_ids[rows], return_counts=True)
             if counts.min() < least:
                 raise UserValueError(
@@ -162,8 +163,9 @@ def tosca_answers(
             row_ids = len(row_class) + np.searchsorted(classes, ids)  # the estimator's incremental ids
             views = None if train_views is None else train_views[:, rows]
             model.learn_task(train_x[rows], row_ids, views)
-            with single_threaded(torch.device("cpu")):
-                learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
+            if learners.routers:  # on-request routers only: no copy of the rows otherwise
+                with single_threaded(torch.device("cpu")):
+                    learners.partial_fit(torch.from_numpy(np.ascontiguousarray(train_x[rows])), row_ids)
             row_class = np.concatenate([row_class, classes])
         eval_x = test_x[step.eval_rows]
         step_answers = _answers(

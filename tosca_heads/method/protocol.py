@@ -35,7 +35,7 @@ class TaskStream:
     @classmethod
     def uneven(cls, order: np.ndarray, sizes: tuple[int, ...]) -> TaskStream:
         """Tasks of the given class counts, in order (a blurry or domain stream read as TOSCA's
-        tasks, `applied/scenario_runs.py`): every count at least 1, their sum the classes of `order`."""
+        tasks, `applied/tosca_scenario.py`): every count at least 1, their sum the classes of `order`."""
         if not sizes or min(sizes) < 1 or sum(sizes) != len(order):
             raise ValueError(f"task sizes {sizes} do not cover {len(order)} classes")
         later = sizes[1] if len(sizes) > 1 else sizes[0]

@@ -19,6 +19,7 @@ from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
 from tosca_heads.applied.scenario_runs import (
     TOSCA,
+    CheckedScenario,
     ScenarioResult,
     checked_scenario,
     result_of,
@@ -156,7 +157,7 @@ def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
 
 
 def _run_table(
-    ready: Any,
+    ready: CheckedScenario,
     folder: Path,
     asked: dict[str, Any],
     params: dict[str, Any],
