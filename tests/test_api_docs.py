@@ -125,7 +125,7 @@ def test_the_parser_reads_what_a_signature_says() -> None:
         "sweep: preset='paper', shown None",
         "sweep: jobs=None, shown 1",
         "sweep: left out without '...': group, scheduler, init_cls, increment, val_fraction, val_seed, "
-        "device, rank_by, keep_modules, log",
+        "device, rank_by, keep_modules, log, scenario, scenario_values, read_as",
     ]
     (said,) = disagreements("register_metric", "name, fn, ...")
     assert said.startswith("register_metric: no parameter 'fn' (it has name, label, summary, ")

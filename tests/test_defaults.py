@@ -96,7 +96,15 @@ FACES = [
         stage2.fit,
         {"write": "Python only: keep the run in memory", "recipe": "the recipe flags, by name"},
     ),
-    ("sweep", stage2.sweep, {"grid": "the swept flags", "fixed": "one-value flags, by name"}),
+    (
+        "sweep",
+        stage2.sweep,
+        {
+            "grid": "the swept flags",
+            "fixed": "one-value flags, by name",
+            "scenario_values": "a scenario's values as a mapping (the command: --set K=V)",
+        },
+    ),
     (
         "baselines",
         stage2.baselines,
@@ -124,6 +132,7 @@ COMMAND_ONLY = {
         "batch_size": "the backbone's batch (Python: featcache.embed)",
     },
     "baselines": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
+    "sweep": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
     "suite": {
         "suite": "the suite file (Python: spec)",
         "preset": "a shipped suite (Python: spec=preset's SuiteSpec)",

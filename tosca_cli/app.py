@@ -48,6 +48,8 @@ from tosca_cli.views import (
     routers_table,
     run_summary,
     say_protocol,
+    scenario_sweep_header,
+    scenario_sweep_table,
     scenario_table,
     stage_printer,
     suite_plan,
@@ -314,10 +316,20 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
 @user_errors
 @from_request(SweepRequest, json_flag("Print the summary rows as JSON."), flags=SWEEP_FLAGS, into="grid")
 def sweep(request: SweepRequest, as_json_: bool) -> None:
-    """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features."""
+    """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features;
+    under --scenario (til, fscil, blurry, dil; docs/scenarios.md) each point learns that scenario's stream."""
     from tosca_heads.studies.sweeps import dry_run
     from tosca_heads.studies.sweeps import sweep as sweep_command
 
+    if (request.scenario, request.set_values, request.read_as) != (
+        "cil",
+        (),
+        "",
+    ):  # the default: import-light
+        from tosca_heads.studies.scenario_sweep import beyond_cil
+
+        if beyond_cil(request):
+            return _scenario_sweep(request, as_json_)
     if request.dry_run:
         return sweep_plan(dry_run(request), as_json_)
     swept: list[str] = []
@@ -334,6 +346,26 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
     if as_json_:
         return as_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     sweep_table(outcome, outcome.rank_by, outcome.shown)
+
+
+def _scenario_sweep(request: SweepRequest, as_json_: bool) -> None:
+    """`tosca sweep --scenario NAME`: the plan said, the points as they end, then the ranking."""
+    from tosca_heads.studies.scenario_sweep import scenario_sweep
+
+    with progress() as board:
+        holder: list[Any] = []
+
+        def started(plan: Any) -> None:
+            scenario_sweep_header(plan)
+            holder.append(board.task("sweep", len(plan.points), "points", at_once=True))
+
+        def on_point(flags: dict[str, Any], finished: int, total: int) -> None:
+            board.update(holder[0], completed=finished, total=total)
+
+        outcome = scenario_sweep(request, started, on_point)
+    if as_json_:
+        return as_json(outcome.frame.to_json(orient="records"))
+    scenario_sweep_table(outcome)
 
 
 # ------------------------------------------------------------------------------------------- baselines
@@ -412,8 +444,11 @@ def suite(request: SuiteRequest, as_json_: bool) -> None:
         result = run(request, _extract_for_suite, on_cell, started, extraction_estimator(request.device))
     if request.dry_run:
         return suite_plan(result, as_json_)
+    table = (
+        result.tables.table if result.tables is not None else result.table
+    )  # a scenario suite's: one table
     if as_json_:
-        return as_json(result.tables.table.to_json(orient="records"))
+        return as_json(table.to_json(orient="records"))
     suite_summary(result)
 
 

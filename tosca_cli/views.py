@@ -534,10 +534,15 @@ def suite_summary(result: Any) -> None:
     what ran and the files written."""
     from tosca_heads.studies.suite.tables import shown_tables
 
-    for shown in shown_tables(result.spec, result.tables).values():
-        file_table(shown)
-    for line in [*(result.out / "claims.md").read_text(encoding="utf-8").splitlines(), ""]:
-        say(line)
+    if result.tables is None:  # a scenario suite: one table, no claims
+        from tosca_heads.studies.suite.scenario_suite import shown_table
+
+        file_table(shown_table(result.spec, result.scenario_line, result.table))
+    else:
+        for shown in shown_tables(result.spec, result.tables).values():
+            file_table(shown)
+        for line in [*(result.out / "claims.md").read_text(encoding="utf-8").splitlines(), ""]:
+            say(line)
     ran = sum(1 for c in result.cells if c.status == "ran")
     footnote(
         f"{ran} cell(s) run in {result.seconds:.0f} s, {len(result.cells) - ran} already done; "
@@ -799,3 +804,42 @@ def scenario_table(results: list[Any], title: str = "") -> None:
     rows = [[r.label, *(f"{100 * r.figures[f]:.2f}" for f in figures), f"{r.seconds:.1f}"] for r in results]
     heading = f"{title}: figures in %" if title else f"{results[0].scenario}: figures in %"
     table(heading, ["method", *figures, "seconds"], rows, ("method",))
+
+
+def scenario_sweep_header(plan: Any) -> None:
+    """A scenario sweep's plan before it runs: the stream, the split it ranks on, the routers."""
+    say(f"sweep under scenario {plan.reading.test.describe()}", err)
+    if plan.ranked_on == "validation":
+        ranked = f"ranked on validation ({plan.validation.said()}; the stream reads the rest)"
+    else:
+        ranked = "ranked on TEST (no validation split: the choice is tuned on test)"
+    router = "the told module (no router)" if plan.told_task else f"{plan.rank_by}'s A_last"
+    say(
+        f"{len(plan.points)} point(s), {ranked}, by {router}; every point answers with {len(plan.answered)} router(s)",
+        err,
+    )
+
+
+def scenario_sweep_table(outcome: Any) -> None:
+    """The points ranked (figures in %; `*` chosen, `=` tied with the best), the point chosen and on
+    which split, and the files."""
+    from tosca_heads.studies.results import CHOICE_RULE
+    from tosca_heads.studies.scenario_sweep import ranking_cells
+
+    header, rows = ranking_cells(outcome.ranking, outcome.swept)
+    title = (
+        f"{outcome.line}: {len(rows)} point(s) by {outcome.rank_by}'s A_last on {outcome.ranked_on} "
+        f"({outcome.computed} computed, {outcome.reused} reused, {outcome.seconds:.1f} s); figures in %"
+    )
+    table(title, header, rows, ("rank",))
+    tied = int(outcome.ranking["tie"].sum()) - 1
+    chosen = ", ".join(f"{k}={v}" for k, v in outcome.chosen.items())
+    where = (
+        "on validation"
+        if outcome.ranked_on == "validation"
+        else "on TEST (no validation split: tuned on test)"
+    )
+    rule = f"; {tied} other point(s) tied with the best, and the rule chose {CHOICE_RULE}" if tied else ""
+    say(f"chosen {where}: {chosen}{rule}")
+    for name, path in outcome.files.items():
+        say(f"  {name:<15} {path}")

@@ -226,6 +226,9 @@ def sweep(
     rank_by: str = "entropy",
     keep_modules: str | Path | None = None,
     log: Sequence[str] = (),
+    scenario: str = "cil",
+    scenario_values: Mapping[str, Any] | None = None,
+    read_as: str = "",
     **fixed: Any,
 ) -> pd.DataFrame:
     """`tosca sweep`, through the same request and function, with the same defaults: every point of
@@ -236,7 +239,10 @@ def sweep(
     many compatible points train together (default: as the command's), `keep_modules` a folder
     to keep each point's run folder in, `log` the trackers (a parent run, a child per point).
     Returns results.csv as a frame, one row per point, split and router (sweep.json records what
-    was chosen, on which split).
+    was chosen, on which split). `scenario` (default `cil`): every point learns that scenario's
+    stream instead (til, fscil, blurry, dil; its values as `scenario_values`, one each; `read_as`
+    another labelling of the store), ranked on the validation split read the same way; the frame
+    has a row per point, router and split, its figures the scenario's (`studies.scenario_sweep`).
 
     >>> frame = sweep(STORE, {"r": [2, 4], "seed": [0]}, TMP / "sweep", jobs=1, init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> computed = [name for name in ROUTERS if not ROUTERS[name].on_request]  # fecam, klda, randumb: where named
@@ -253,7 +259,16 @@ def sweep(
     for name, value in (("init_cls", init_cls), ("increment", increment)):
         if value is not None:
             flags[name] = [value]
-    request = _request(SweepRequest, "sweep", {**locals(), "grid": flags})
+    if scenario_values is not None and (
+        not isinstance(scenario_values, Mapping) or not all(isinstance(k, str) for k in scenario_values)
+    ):
+        raise UserTypeError(f"scenario_values must be a mapping of names to values, got {scenario_values!r}")
+    arguments = {**locals(), "grid": flags, "scenario_values": dict(scenario_values or {})}
+    request = _request(SweepRequest, "sweep", arguments)
+    from tosca_heads.studies.scenario_sweep import beyond_cil, scenario_sweep
+
+    if beyond_cil(request):
+        return scenario_sweep(request).frame
     return sweep_command(request, on_start=lambda plan: _warn(plan.fit.protocol)).frame
 
 

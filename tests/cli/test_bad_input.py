@@ -41,6 +41,7 @@ EXTRACT = ["extract", "-m", TINY_VIT, "-d", "imagefolder", "--data-root", "{img}
 FIT = ["fit", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SWEEP = ["sweep", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SCEN = ["scenario", "--store", "{store}"]
+SSW = ["sweep", "--store", "{store}"]  # a sweep under a scenario: its own split, no class-incremental flags
 FSCIL_ONE_SHOT = ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1", "--set", "shots=1"]
 BASE = [
     "baselines",
@@ -698,6 +699,101 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("scenario store missing", ["scenario", "--store", "{missing}"], "does not exist"),
     ("scenario incomplete store", ["scenario", "--store", "{half}"], "is not fully extracted"),
+    # ------------------------------------------------------------------ sweep --scenario
+    (
+        "sweep scenario unknown",
+        [*SSW, "--scenario", "fscl"],
+        "unknown --scenario 'fscl' (did you mean 'fscil'?)",
+    ),
+    (
+        "sweep scenario values for cil",
+        [*SSW, "--set", "shots=5"],
+        "scenario values are for a scenario other than cil",
+    ),
+    (
+        "sweep scenario value given twice",
+        [*SSW, "--scenario", "fscil", "--set", "shots=5", "--set", "shots=6"],
+        "--set shots given twice (give each scenario value once)",
+    ),
+    (
+        "sweep scenario read as for cil",
+        [*SSW, "--read-as", "x"],
+        "scenario values are for a scenario other than cil",
+    ),
+    (
+        "sweep scenario split flag it does not take",
+        [*SSW, "--scenario", "fscil", "--init-cls", "2"],
+        "--init-cls does not apply to scenario fscil",
+    ),
+    (
+        "sweep scenario split swept",
+        [*SSW, "--scenario", "til", "--init-cls", "2,3"],
+        "--init-cls is scenario til's stream, one value per sweep, got 2",
+    ),
+    (
+        "sweep scenario split given twice",
+        [*SSW, "--scenario", "til", "--init-cls", "2", "--set", "init_cls=2"],
+        "--init-cls given twice (also as a scenario value)",
+    ),
+    (
+        "sweep scenario keeps no modules",
+        [*SSW, "--scenario", "til", "--keep-modules", "{empty}"],
+        "keeps each point's answers, not its modules; leave out --keep-modules",
+    ),
+    ("sweep scenario group", [*SSW, "--scenario", "til", "--group", "2"], "leave out --group"),
+    (
+        "sweep scenario on a gpu",
+        [*SSW, "--scenario", "til", "--device", "cuda"],
+        "--scenario til runs on the CPU",
+    ),
+    ("sweep scenario tracked", [*SSW, "--scenario", "til", "--log", "mlflow"], "is not sent to trackers yet"),
+    ("sweep scenario dry run", [*SSW, "--scenario", "til", "--dry-run"], "has no dry run yet"),
+    (
+        "sweep scenario reference ranks",
+        [*SSW, "--scenario", "til", "--rank-by", "oracle"],
+        "--rank-by oracle is a reference router",
+    ),
+    (
+        "sweep scenario reference shown",
+        [*SSW, "--scenario", "til", "--router", "oracle"],
+        "--router oracle is a reference",
+    ),
+    ("sweep scenario bad r", [*SSW, "--scenario", "til", "--r", "0,4"], "--r must be at least 1, got 0"),
+    (
+        "sweep scenario bad seeds",
+        [*SSW, "--scenario", "til", "--seeds", "a"],
+        "--seeds: 'a' is not an integer",
+    ),
+    (
+        "sweep scenario more shots than the rows kept",
+        [*SSW, "--scenario", "fscil", *FEW, "--set", "shots=19"],
+        "fscil: class 2 has 18 training images, fewer than the 19 shots asked",
+    ),
+    (
+        "sweep scenario one-shot session ranked by fecam",
+        [*SSW, "--scenario", "fscil", "--rank-by", "fecam", *FSCIL_ONE_SHOT],
+        "router fecam learns fecam, which needs 2 or more training images of a class",
+    ),
+    (
+        "sweep scenario dil without domains",
+        [*SSW, "--scenario", "dil"],
+        "dil needs a store with a domain per image",
+    ),
+    (
+        "sweep scenario nothing to hold out",
+        ["sweep", "--store", "{lonely}", "--scenario", "til"],
+        "has 1 training sample(s): none can be held out for validation",
+    ),
+    (
+        "sweep scenario into a run folder",
+        [*SSW, "--scenario", "til", "--out", "{run}"],
+        "not a scenario-sweep folder",
+    ),
+    (
+        "sweep scenario incomplete store",
+        ["sweep", "--store", "{half}", "--scenario", "til"],
+        "is not fully extracted",
+    ),
     (
         "baselines ranpac m zero",
         [*BASE, "--ranpac-projection-dim", "0"],

@@ -276,6 +276,8 @@ def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:
             raise UserValueError(
                 f"scenario {kind.name} takes no parameter {key!r} (it takes: {', '.join(types) or 'none'})"
             )
+        if key in values:
+            raise UserValueError(f"--set {key} given twice (give each scenario value once)")
         try:
             values[key] = types[key](raw)
         except ValueError:

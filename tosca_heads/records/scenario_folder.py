@@ -49,6 +49,11 @@ def check_cells(folder: Path) -> None:
 
 
 SCENARIO_FOLDER = FolderKind(name="scenario", flag="--out", noun="scenario folder", check_files=check_cells)
+# a sweep under a scenario (`studies.scenario_sweep`): a cell per point and router, named
+# KEY.ROUTER, and the results drawn from them; its own kind, so neither folder is written as the other
+SCENARIO_SWEEP_FOLDER = FolderKind(
+    name="scenario-sweep", flag="--out", noun="scenario sweep folder", check_files=check_cells
+)
 
 
 def scenario_asked(
@@ -71,10 +76,17 @@ def scenario_asked(
     }
 
 
-def write_result(folder: Path, answers: Sequence[np.ndarray], seconds: float, asked: dict[str, Any]) -> None:
-    """One method's cell: done.json gone first, its answers per step, then asked.json,
-    measured.json (its seconds, the machine) and done.json last (`cell.write_cell`)."""
-    mark(folder.parent, SCENARIO_FOLDER)
+def write_result(
+    folder: Path,
+    answers: Sequence[np.ndarray],
+    seconds: float,
+    asked: dict[str, Any],
+    kind: FolderKind = SCENARIO_FOLDER,
+) -> None:
+    """One method's cell (or a scenario sweep's point and router: `kind`): done.json gone first,
+    its answers per step, then asked.json, measured.json (its seconds, the machine) and done.json
+    last (`cell.write_cell`)."""
+    mark(folder.parent, kind)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / cell.DONE).unlink(missing_ok=True)
     (folder / cell.STATE).mkdir(exist_ok=True)

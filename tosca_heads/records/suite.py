@@ -24,8 +24,12 @@ from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_json
 from tosca_foundation.version import __version__
 from tosca_heads.records import FORMAT, check_format
+from tosca_heads.records.claim import FolderKind
 
 MANIFEST = "manifest.json"
+# a suite folder: no folder of it was written before markers (suites always carried one), and no config
+# file of its own (each cell's folder records its cell's, compared when the cells are planned)
+SUITE_FOLDER = FolderKind(name="suite", flag="--out", noun="suite folder")
 
 
 def git_commit() -> str | None:

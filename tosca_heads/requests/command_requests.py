@@ -147,7 +147,20 @@ class SweepRequest:
         output=True,
     )
     log: tuple[str, ...] = option((), LOG_HELP + " A parent run, a child per point.", ("--log",))
+    scenario: str = option(
+        "cil",
+        "Scenario: cil (default), til, fscil, blurry or dil (docs/scenarios.md): every point learns its stream "
+        "and is ranked on the validation split read the same way.",
+    )
+    set_values: tuple[str, ...] = option(
+        (), "A scenario parameter, NAME=VALUE (repeatable; one value each: e.g. shots=5).", ("--set",)
+    )
+    read_as: str = option(
+        "", "Read the store as another labelling of its images (cifar100 as cifar100_superclasses)."
+    )
     grid: dict[str, str | Sequence[Any]] = field(default_factory=dict)  # Python: lists of values too
+    # the scenario's parameters from the Python API (`scenario_values=`), each checked by its rule
+    scenario_values: Mapping[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")
     # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword
     # (val_fraction); not part of what is asked, so two requests asking the same compare equal

@@ -1,6 +1,6 @@
 """The one executor of stage 2's bulk work: a sweep's points, a suite's cells, a comparison's
 baselines. Callers say what to run (`Work`: TOSCA configurations that train as one engine run,
-or one baseline) and what to do with each result (`on_done`); the executor runs the works here,
+or one baseline; or a work that runs itself, `RunsItself`) and what to do with each result (`on_done`); the executor runs the works here,
 one after another, or as Dask tasks (a local cluster of `jobs` processes, or any `--scheduler`),
 with one worker policy:
 
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -73,13 +73,24 @@ class Work:
         return "baseline" if self.method else "tosca"
 
 
+class RunsItself(Protocol):
+    """A work that runs itself in whichever process gets it (a sweep's point under a scenario:
+    `applied.scenario_point`): plain values, so it travels to a Dask worker; `run` returns what the
+    caller's `on_done` reads as `Outcome.value`. It follows the worker policy's plug-ins and memory
+    rules here; its store and threads are its own."""
+
+    def run(self) -> Any: ...
+
+
 @dataclass
 class Outcome:
-    """What a work gave back: each configuration's run (TOSCA) or the baseline's result, its wall
-    seconds, the device it ran on and how many times its process had read the store's arrays."""
+    """What a work gave back: each configuration's run (TOSCA) or the baseline's result (or what a
+    work that runs itself returned, `value`), its wall seconds, the device it ran on and how many
+    times its process had read the store's arrays."""
 
     runs: list[RunResult] = field(default_factory=list)
     baseline: MethodResult | None = None
+    value: Any = None
     seconds: float = 0.0
     device: str = "cpu"
     loads: int = 1
@@ -128,11 +139,15 @@ def share_features(store: FeatureStore, source: CachedFeatures, device: torch.de
 Progress = Callable[[str, int, int], None]  # (what, task ended (-1: started), tasks): a baseline's tasks
 
 
-def run_work(work: Work, device: str, alone: bool, progress: Progress | None = None) -> Outcome:
+def run_work(work: Work | RunsItself, device: str, alone: bool, progress: Progress | None = None) -> Outcome:
     """Run one work in this process under the worker policy (the module docstring). `alone`: this
     process has the machine to itself, so evaluation may overlap training on a spare core."""
     load_plugins()
     keep_freed_memory()
+    if not isinstance(work, Work):
+        start = time.perf_counter()
+        value = work.run()
+        return Outcome(value=value, seconds=time.perf_counter() - start, pid=os.getpid())
     resolved = resolve_device(device)
     key, store, source = features_in_process(work.store_path, work.fingerprint, resolved)
     # the plan of the work's split (its stream, validation rows and protocol), at this process's edge
@@ -242,8 +257,8 @@ class Executor:
 
     def run(
         self,
-        works: Sequence[Work],
-        on_done: Callable[[Work, Outcome], None],
+        works: Sequence[Work] | Sequence[RunsItself],
+        on_done: Callable[[Any, Outcome], None],
         progress: Progress | None = None,
     ) -> None:
         """Run every work; `on_done(work, outcome)` once per work (the object given), in the order

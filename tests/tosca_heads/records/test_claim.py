@@ -28,6 +28,7 @@ from tosca_heads.records.run_config import (
     make_run_config,
     read_run_config,
 )
+from tosca_heads.records.scenario_folder import SCENARIO_FOLDER, SCENARIO_SWEEP_FOLDER
 from tosca_heads.records.sweep import SWEEP_FOLDER, sweep_config
 from tosca_heads.studies.suite.suite_runner import SUITE_FOLDER
 
@@ -74,6 +75,8 @@ KINDS = {
     "sweep": (SWEEP_FOLDER, "sweep.json", _sweep_config),
     "baselines": (BASELINES_FOLDER, None, lambda: None),
     "suite": (SUITE_FOLDER, None, lambda: None),
+    "scenario": (SCENARIO_FOLDER, None, lambda: None),
+    "scenario-sweep": (SCENARIO_SWEEP_FOLDER, None, lambda: None),
 }
 
 

@@ -243,9 +243,58 @@ def test_the_dry_run_lists_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             'scenario = ["cil", "til"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
             "a suite's tables never mix scenarios (write a suite per scenario)",
         ),
+        # a suite of another scenario (issue 56): what only the class-incremental suite has, one line
         (
-            'scenario = "til"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
-            "scenario 'til' is not run by suites yet (only 'cil'); its table per store: tosca baselines",
+            'scenario_values = { shots = 5 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "scenario_values and read_as are for a scenario other than cil",
+        ),
+        (
+            'scenario = "fscil"\nscenario_values = { shots = 0 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "fscil shots must be at least 1, got 0",
+        ),
+        (
+            'scenario = "fscil"\nscenario_values = { shot = 5 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "scenario fscil takes no parameter 'shot'",
+        ),
+        (
+            'scenario = "fscil"\nscenario_values = 5\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "scenario_values must be a table",
+        ),
+        (
+            'scenario = "til"\n[ablation]\nflows = ["adapter"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "ablation is for class-incremental suites",
+        ),
+        (
+            'scenario = "til"\norder_seeds = [1, 2]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "order_seeds is for class-incremental suites",
+        ),
+        (
+            'scenario = "til"\nval_fraction = 0.1\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "val_fraction is for class-incremental suites",
+        ),
+        (
+            'scenario = "til"\n[tosca]\nrouters = ["lda", "oracle"]\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "tosca.routers 'oracle' is a reference",
+        ),
+        (
+            'scenario = "fscil"\n[[stores]]\nname = "A"\npath = "a.zarr"\ninit_cls = 2\n',
+            "store 'A': init_cls does not apply to scenario fscil",
+        ),
+        (
+            'scenario = "dil"\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "store 'A': dil needs a store with a domain per image",
+        ),
+        (
+            'scenario = "fscil"\nscenario_values = { base_classes = 2, ways = 2, sessions = 1, shots = 30 }\n[[stores]]\nname = "A"\npath = "a.zarr"\n',
+            "fscil: class 2 has 20 training images, fewer than the 30 shots",
+        ),
+        (
+            'scenario = "til"\n[[stores]]\nname = "A"\npath = "a.zarr"\nread_as = 3\n',
+            "read_as must be a string, got 3",
+        ),
+        (
+            'scenario = "til"\n[[stores]]\nname = "A"\npath = "a.zarr"\nread_as = "cifar100_superclasses"\n',
+            "cannot be read as cifar100_superclasses",
         ),
     ],
 )

@@ -4,6 +4,7 @@ A suite file (paths relative to the file's folder):
 
     name = "my-suite"
     scenario = "cil"             # the protocol of every store (docs/scenarios.md); one per suite
+    scenario_values = {}         # its values for every store (fscil: { shots = 5 }); cil takes none
     seeds = [0, 1, 2]            # training seeds: module initialisation and shuffling
     order_seeds = [1993]         # class orders (the paper's: 1993)
     val_fraction = 0.1           # a validation split to choose the bold entries on (default 0:
@@ -27,6 +28,7 @@ A suite file (paths relative to the file's folder):
     init_cls = 2                 # default: the dataset's paper split
     increment = 2
     weights = "ImageNet-1k"      # what the backbone's weights are, said in the table
+    read_as = ""                 # another labelling of its images (a scenario's: cifar100_superclasses)
 
 Presets are the same structure in Python (`PRESETS`): `local` (the real archives here,
 EfficientNet-Lite0) and `paper` (the paper's six benchmarks on ViT-B/16 IN-21k).
@@ -70,6 +72,9 @@ class StoreSpec:
     init_cls: int | None = None
     increment: int | None = None
     weights: str = ""
+    read_as: str = (
+        ""  # under a scenario: another labelling of the store's images (`scenario_runs.store_labels`)
+    )
 
     @property
     def label(self) -> str:
@@ -94,6 +99,7 @@ class SuiteSpec:
     val_fraction: float = 0.0  # a validation split held out of each class's training images (0: none)
     val_seed: int = 0
     scenario: str = DEFAULT_SCENARIO  # the one scenario of every table (`_scenario`)
+    scenario_values: Mapping[str, Any] = field(default_factory=dict)  # its values, every store's
 
     @property
     def validation(self) -> ValidationConfig:
@@ -113,7 +119,7 @@ class SuiteSpec:
 
 SECTIONS = {
     "": {
-        *("name", "scenario", "seeds", "order_seeds", "val_fraction", "val_seed"),
+        *("name", "scenario", "scenario_values", "seeds", "order_seeds", "val_fraction", "val_seed"),
         *("stores", "tosca", "baselines", "ablation"),
     },
     "tosca": {"routers", "flags", "primary"},
@@ -177,6 +183,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
         primary=_primary(tosca.get("primary", "entropy"), where),
         val_fraction=data.get("val_fraction", 0.0),
         val_seed=data.get("val_seed", 0),
+        scenario_values=data.get("scenario_values", {}),
     )
     try:
         spec.validation.validate()
@@ -197,6 +204,7 @@ def parse_suite(data: Mapping[str, Any], base: Path, where: str = "the suite") -
                 f"{where}: stores {other!r} and {name!r} would share the cells folder {folder_name(name)!r}; "
                 "rename one (letters, digits, '_', '.' and '-' are kept, the rest become '-')"
             )
+    _check_scenario(spec, data, where)
     cells = (
         len(spec.stores)
         * len(spec.seeds)
@@ -299,9 +307,7 @@ def _names(
 
 def _scenario(value: Any, where: str) -> str:
     """The suite's one scenario (issue 56 point 5: a table never mixes scenarios, so a list of them
-    is refused, naming the way: a suite per scenario). Its registered name; every value but `cil`
-    is one line for now: a suite's cells, tables and claims are the class-incremental ones, and a
-    scenario's table is `tosca baselines --scenario NAME` per store."""
+    is refused, naming the way: a suite per scenario): its registered name."""
     if isinstance(value, list):
         raise UserValueError(
             f"{where}: scenario must be one name, got {shown(value)}: a suite's tables never mix scenarios "
@@ -310,15 +316,59 @@ def _scenario(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise UserTypeError(f"{where}: scenario must be a scenario's name, got {shown(value)}")
     try:
-        name = scenario(value, "scenario").name
+        return scenario(value, "scenario").name
     except UserError as exc:
         raise UserValueError(f"{where}: {exc}") from None
-    if name != DEFAULT_SCENARIO:
-        raise UserValueError(
-            f"{where}: scenario {name!r} is not run by suites yet (only {DEFAULT_SCENARIO!r}); "
-            f"its table per store: tosca baselines --store STORE --scenario {name}"
+
+
+def _check_scenario(spec: SuiteSpec, data: Mapping[str, Any], where: str) -> None:
+    """What a suite of another scenario than `cil` does not have, one line each: values for `cil`
+    (its split is each store's init_cls and increment), an ablation or class orders (the
+    class-incremental tables'), a validation split (a scenario suite chooses nothing: its table
+    shows every method and router), a reference router (never a scenario's result), a store's
+    split the scenario does not take; and its values, each checked by the scenario's rule."""
+    kind = scenario(spec.scenario, "scenario")
+    values = spec.scenario_values
+    if not isinstance(values, Mapping):
+        raise UserTypeError(
+            f"{where}: scenario_values must be a table of the scenario's values, got {shown(values)}"
         )
-    return name
+    if spec.scenario == DEFAULT_SCENARIO:
+        if values or any(s.read_as for s in spec.stores):
+            raise UserValueError(
+                f"{where}: scenario_values and read_as are for a scenario other than cil; cil's split is each "
+                "store's init_cls and increment"
+            )
+        return
+    try:
+        kind.checked(values)
+    except UserError as exc:
+        raise UserValueError(f"{where}: {exc}") from None
+    refused = [
+        ("ablation", bool(spec.flows or spec.l1_off)),
+        ("order_seeds", spec.order_seeds != (DEFAULT_ORDER_SEED,)),
+        ("val_fraction", "val_fraction" in data and spec.val_fraction != 0),
+    ]
+    for key, given in refused:
+        if given:
+            raise UserValueError(
+                f"{where}: {key} is for class-incremental suites; scenario {kind.name} takes none "
+                "(a scenario suite's table shows every method and router, choosing nothing)"
+            )
+    references = [r for r in spec.routers if not is_honest(r)]
+    if references and "routers" in data.get("tosca", {}):
+        raise UserValueError(
+            f"{where}: tosca.routers {references[0]!r} is a reference ({reference_text(references[0])}), never a "
+            f"scenario's result; use honest ones"
+        )
+    takes = {p.name for p in kind.params}
+    for store in spec.stores:
+        for key in ("init_cls", "increment"):
+            if getattr(store, key) is not None and key not in takes:
+                raise UserValueError(
+                    f"{where}: store {store.name!r}: {key} does not apply to scenario {kind.name} (it takes: "
+                    f"{', '.join(sorted(takes)) or 'none'}; give them in scenario_values)"
+                )
 
 
 def _primary(value: Any, where: str) -> str:
@@ -368,9 +418,15 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
         return given if given.is_absolute() else base / given
 
     given = {key: block.get(key) for key in SECTIONS["stores"]}
-    given.update(name=name, path=path("path"), data_root=path("data_root"), weights=block.get("weights", ""))
+    given.update(
+        name=name,
+        path=path("path"),
+        data_root=path("data_root"),
+        weights=block.get("weights", ""),
+        read_as=block.get("read_as", ""),
+    )
     spec = StoreSpec(**given)
-    for key in ("model", "dataset", "weights"):
+    for key in ("model", "dataset", "weights", "read_as"):
         value = getattr(spec, key)
         if value is not None and not isinstance(value, str):
             raise UserError(f"{here}: {key} must be a string, got {value!r}")

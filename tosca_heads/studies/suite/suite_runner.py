@@ -36,11 +36,12 @@ from tosca_heads.method.protocol import (
     stream_config,
 )
 from tosca_heads.method.recipe import group_key
+from tosca_heads.method.scenarios import DEFAULT_SCENARIO
 from tosca_heads.records import claim
 from tosca_heads.records import suite as records_suite
 from tosca_heads.records.baselines_folder import BASELINES_FOLDER, NO_ROUTING, baseline_result
 from tosca_heads.records.run_cell import read_run
-from tosca_heads.records.suite import MANIFEST, check_manifest
+from tosca_heads.records.suite import MANIFEST, SUITE_FOLDER, check_manifest
 from tosca_heads.requests.command_requests import SuiteRequest
 from tosca_heads.requests.plan import FitPlan
 from tosca_heads.routers import on_request
@@ -48,6 +49,11 @@ from tosca_heads.running.executor import Executor, Outcome, Work, in_groups
 from tosca_heads.studies.suite import cells as cellmod
 from tosca_heads.studies.suite.cells import Cell, CellState
 from tosca_heads.studies.suite.presets import preset
+from tosca_heads.studies.suite.scenario_suite import (
+    ScenarioSuiteResult,
+    run_scenario_suite,
+    with_scenario_only,
+)
 from tosca_heads.studies.suite.spec import StoreSpec, SuiteSpec, folder_name, load_suite, parse_suite
 from tosca_heads.studies.suite.tables import SuiteTables, build_tables, write_tables
 from tosca_heads.trackers import TrackedGroup, Tracking, end_failed, open_tracking
@@ -88,9 +94,12 @@ class SuiteResult:
         return [c.cell.key for c in self.cells if c.status not in ("done", "reused", "ran")]
 
 
-def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = False) -> dict[str, OpenStore]:
-    """Every store of the suite, checked, with its task split per class order; a store given by
-    model + dataset is extracted first when it is not on disk yet (a dry run leaves it out)."""
+def open_stores(
+    spec: SuiteSpec, extract: Extractor | None, dry_run: bool = False, plans: bool = True
+) -> dict[str, OpenStore]:
+    """Every store of the suite, checked, with its task split per class order (`plans`; a
+    scenario suite reads its own: none); a store given by model + dataset is extracted first when
+    it is not on disk yet (a dry run leaves it out)."""
     opened = {}
     for s in spec.stores:
         path = s.path
@@ -109,23 +118,18 @@ def open_stores(spec: SuiteSpec, extract: Extractor | None, dry_run: bool = Fals
             path = extract(s.model, s.dataset, s.data_root, target, s.limit_per_class)
         store = FeatureStore.open(path)
         check_readable(store)
-        plans = {}
-        for order in spec.order_seeds:
+        split = {}
+        for order in spec.order_seeds if plans else ():
             try:
-                plans[order] = FitPlan.asked(store, s.init_cls, s.increment, order, spec.validation)
+                split[order] = FitPlan.asked(store, s.init_cls, s.increment, order, spec.validation)
             except UserError as exc:
                 raise UserError(f"store {s.name!r} ({store.shape.classes} classes): {exc}") from None
-        opened[s.name] = OpenStore(s, store, plans)
+        opened[s.name] = OpenStore(s, store, split)
     return opened
 
 
 def default_out(spec: SuiteSpec, runs_root: Path) -> Path:
     return Path(runs_root) / f"suite-{folder_name(spec.name)}"
-
-
-# a suite folder: no folder of it was written before markers (suites always carried one), and no config
-# file of its own (each cell's folder records its cell's, compared when the cells are planned: `_states`)
-SUITE_FOLDER = claim.FolderKind(name="suite", flag="--out", noun="suite folder")
 
 
 def run_suite(
@@ -142,7 +146,7 @@ def run_suite(
     on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
     estimate_extraction: ExtractionEstimator | None = None,
     log: Sequence[str] = (),
-) -> SuiteResult:
+) -> SuiteResult | ScenarioSuiteResult:
     """Plan, run what is not done, and write the tables (see the module docstring); `spec` is a
     SuiteSpec or the path of a SUITE.toml. `on_start` is told each store's protocol (its first
     class order's) once every check has passed, before any cell runs. `dry_run`:
@@ -176,7 +180,7 @@ def _run_suite(
     estimate_extraction: ExtractionEstimator | None,
     log: Sequence[str],
     spell: Spell,
-) -> SuiteResult:
+) -> SuiteResult | ScenarioSuiteResult:
     """`run_suite`, each of its values named in a refusal as `spell` does (the command line's flag
     for `tosca suite`, the keyword for Python)."""
     start = time.perf_counter()
@@ -199,6 +203,10 @@ def _run_suite(
     if scheduler is not None:  # a running scheduler answers now, before the suite's folder is made
         check_scheduler(parse_scheduler(scheduler))
     out = Path(out) if out is not None else default_out(spec, runs_root)
+    if spec.scenario != DEFAULT_SCENARIO:  # every store's table under another scenario
+        return _scenario_suite(
+            spec, out, jobs, scheduler, device, dry_run, extract, on_cell, tables_only, log, spell
+        )
     if dry_run:
         stores = open_stores(spec, None, dry_run=True)
         check_room(spec, stores, resolved)  # the real run's check, on the stores there already
@@ -250,6 +258,29 @@ def _run_suite(
         if parent is not None:
             parent.finish([], sorted(set(result.files.values())))
         return result
+
+
+def _scenario_suite(
+    spec: SuiteSpec,
+    out: Path,
+    jobs: int,
+    scheduler: str | None,
+    device: str,
+    dry_run: bool,
+    extract: Extractor | None,
+    on_cell: CellCallback | None,
+    tables_only: bool,
+    log: Sequence[str],
+    spell: Spell,
+) -> ScenarioSuiteResult:
+    """A suite of another scenario than `cil` (`studies.suite.scenario_suite`): what it does not do
+    refused, the folder checked, the stores opened (extracted where asked), then its cells."""
+    with_scenario_only(spec, device, dry_run, log, spell)
+    claim.check(out, SUITE_FOLDER)
+    check_manifest(out)
+    stores = {name: opened.store for name, opened in open_stores(spec, extract, plans=False).items()}
+    executor = None if tables_only else Executor(jobs, scheduler, "cpu")
+    return run_scenario_suite(spec, stores, out, executor, on_cell)
 
 
 def _write_outputs(
@@ -577,7 +608,7 @@ def suite(
     on_cell: CellCallback | None = None,
     on_start: Callable[[dict[str, ProtocolReport]], None] | None = None,
     estimate_extraction: ExtractionEstimator | None = None,
-) -> SuiteResult:
+) -> SuiteResult | ScenarioSuiteResult:
     """`tosca suite`."""
     return _run_suite(
         spec_of(request),
