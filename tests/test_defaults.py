@@ -94,7 +94,11 @@ FACES = [
     (
         "fit",
         stage2.fit,
-        {"write": "Python only: keep the run in memory", "recipe": "the recipe flags, by name"},
+        {
+            "write": "Python only: keep the run in memory",
+            "recipe": "the recipe flags, by name",
+            "scenario_values": "a scenario's values as a mapping (the command: --set K=V)",
+        },
     ),
     (
         "sweep",
@@ -133,6 +137,7 @@ COMMAND_ONLY = {
     },
     "baselines": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
     "sweep": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
+    "fit": {"set_values": "a scenario's values as K=V text (Python: scenario_values, a mapping)"},
     "suite": {
         "suite": "the suite file (Python: spec)",
         "preset": "a shipped suite (Python: spec=preset's SuiteSpec)",

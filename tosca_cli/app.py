@@ -48,6 +48,7 @@ from tosca_cli.views import (
     routers_table,
     run_summary,
     say_protocol,
+    scenario_run_table,
     scenario_sweep_header,
     scenario_sweep_table,
     scenario_table,
@@ -230,6 +231,18 @@ def fit(request: FitRequest, as_json_: bool) -> None:
     """Train one LuCA module per task, the cosine classifier and the router on a feature store."""
     from tosca_heads.running.runs import fit as fit_command
 
+    if (request.scenario, request.set_values, request.read_as) != (
+        "cil",
+        (),
+        "",
+    ):  # the default: import-light
+        from tosca_heads.applied.scenario_fit import beyond_cil, scenario_fit
+
+        if beyond_cil(request):
+            made = scenario_fit(request, on_plan=lambda line: say(line, err))
+            if as_json_:
+                return as_json({"run": str(made.run_dir), **made.metrics()})
+            return scenario_run_table(made)
     begun = time.monotonic()  # the wall its summary names (`run_summary`)
     routers = _routers(request.router)  # a bad name is the only line: before the plan is said
 
@@ -258,7 +271,15 @@ def eval_run(
     router: str | None = typer.Option(None, "--router", help=ROUTERS_HELP),
     as_json_: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
-    """Re-evaluate a run from its saved modules and classifier snapshots (every router)."""
+    """Re-evaluate a run from its saved modules and classifier snapshots (every router); a scenario
+    run (`tosca fit --scenario`) from its kept answers."""
+    from tosca_foundation.folders import marked_kind
+
+    if marked_kind(run) == "scenario-run":
+        from tosca_heads.applied.scenario_fit import read_scenario_run
+
+        made = read_scenario_run(run)
+        return as_json({"run": str(made.run_dir), **made.metrics()}) if as_json_ else scenario_run_table(made)
     from tosca_foundation.devices import resolve_device
     from tosca_heads.routers import on_request
     from tosca_heads.running.group import evaluate_run
@@ -275,8 +296,15 @@ def eval_run(
 @user_errors
 @answered(routers_table, lambda report: report.rows, "A JSON list, one object per router and baseline.")
 def routers_command(run: Path = typer.Argument(..., help="Run directory made by `tosca fit`.")) -> Any:
-    """Every router of a finished run in one table, beside the baselines of the same store."""
+    """Every router of a finished run in one table, beside the baselines of the same store; a scenario
+    run's routers with the scenario's figures."""
+    from tosca_foundation.folders import marked_kind
     from tosca_heads.studies.report import routers_report
+
+    if marked_kind(run) == "scenario-run":
+        from tosca_heads.applied.scenario_fit import read_scenario_run
+
+        return read_scenario_run(run)
 
     return routers_report(run)
 

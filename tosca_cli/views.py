@@ -649,6 +649,8 @@ def routers_table(report: Any) -> None:
     below), and which one `tosca predict` takes by default (and on which split it was chosen)."""
     from tosca_heads.method.metrics import RANKED, columns_of, header_of, shown
 
+    if hasattr(report, "scenario"):  # a scenario run (`tosca fit --scenario`): its own figures
+        return scenario_run_table(report)
     validation = any(row[f"val_{RANKED}"] is not None for row in report.rows)
     figures = columns_of(validation)
 
@@ -841,5 +843,27 @@ def scenario_sweep_table(outcome: Any) -> None:
     )
     rule = f"; {tied} other point(s) tied with the best, and the rule chose {CHOICE_RULE}" if tied else ""
     say(f"chosen {where}: {chosen}{rule}")
+    say(f"refit it as a scenario run: {outcome.refit}")
     for name, path in outcome.files.items():
         say(f"  {name:<15} {path}")
+
+
+def scenario_run_table(run: Any) -> None:
+    """A scenario run (`tosca fit --scenario`, `tosca eval`, `tosca routers`): each router's figures
+    on test in %, its A_last on validation beside where rows were held out, the seconds, the folder."""
+    figures = list(next(iter(run.figures.values())))
+    validation = run.validation is not None
+    rows = [
+        [
+            router,
+            *((f"{100 * run.validation[router]['A_last']:.2f}",) if validation else ()),
+            *(f"{100 * found[f]:.2f}" for f in figures),
+        ]
+        for router, found in run.figures.items()
+    ]
+    how = "kept answers read" if run.reused else f"one training, {run.seconds:.1f} s"
+    title = f"scenario {run.line}: TOSCA's routers, figures in % ({how})"
+    table(title, ["router", *(("val A_last",) if validation else ()), *figures], rows, ("router",))
+    if validation:
+        say("val A_last: on the rows held out of the stream; the test figures are never for choosing")
+    say(f"run {run.run_dir}")

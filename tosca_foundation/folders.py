@@ -35,7 +35,7 @@ from tosca_foundation.options import flag_name
 from tosca_foundation.text import printable
 
 MARKER = ".tosca"
-KINDS = ("run", "sweep", "baselines", "suite", "scenario", "scenario-sweep")
+KINDS = ("run", "sweep", "baselines", "suite", "scenario", "scenario-sweep", "scenario-run")
 # the kernel's views, where no folder of files can be made; a memory-backed disk under them is fine
 SYSTEM_FOLDERS = {"/proc": "processes", "/sys": "settings", "/dev": "devices"}
 DISKS_THERE = ("/dev/shm",)

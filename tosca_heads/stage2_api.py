@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from tosca_heads.applied.scenario_fit import ScenarioRun
+
 R = TypeVar("R")  # a request (tosca_heads.requests.command_requests)
 
 __all__ = [
@@ -162,8 +164,11 @@ def fit(
     device: str = "auto",
     log: Sequence[str] = (),
     router: str | None = None,
+    scenario: str = "cil",
+    scenario_values: Mapping[str, Any] | None = None,
+    read_as: str = "",
     **recipe: Any,
-) -> RunResult:
+) -> RunResult | ScenarioRun:
     """`tosca fit`, through the same request and function, with the same defaults: one LuCA module
     per task, the cosine classifier and every router, on the store's cached features: tasks 0..`task`
     (default: all). `recipe` holds fit flags over the `preset` (r, s, l1, lr, epochs, batch_size,
@@ -175,6 +180,10 @@ def fit(
     `log` sends the run to trackers, as `--log`: ["mlflow", "tensorboard"] (runs/mlflow/, runs/tensorboard/).
     `router`, as `--router`: an on-request router named there ("fecam", "klda", "randumb", or
     "all") is computed besides every other.
+    `scenario` (default `cil`): TOSCA learns that scenario's stream instead (til, fscil, blurry,
+    dil; its values as `scenario_values`, `read_as` another labelling), every honest router from one
+    training, kept as a scenario run (`evaluate` reads it); returns its figures (`ScenarioRun`:
+    `metrics()`, `figures` per router).
 
     >>> result = fit(STORE, write=False, init_cls=2, increment=2, epochs=2, batch_size=8)
     >>> metrics = result.metrics()
@@ -187,12 +196,22 @@ def fit(
     from tosca_heads.running.runs import fit as fit_command
 
     check_keywords(fit, recipe, RECIPE_KEYS)
-    return fit_command(_request(FitRequest, "fit", locals()), on_plan=_warn)
+    if scenario_values is not None and (
+        not isinstance(scenario_values, Mapping) or not all(isinstance(k, str) for k in scenario_values)
+    ):
+        raise UserTypeError(f"scenario_values must be a mapping of names to values, got {scenario_values!r}")
+    request = _request(FitRequest, "fit", {**locals(), "scenario_values": dict(scenario_values or {})})
+    from tosca_heads.applied.scenario_fit import beyond_cil, scenario_fit
+
+    if beyond_cil(request):
+        return scenario_fit(request)
+    return fit_command(request, on_plan=_warn)
 
 
-def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -> RunResult:
+def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -> RunResult | ScenarioRun:
     """`tosca eval`: re-evaluate a run folder from its saved modules (every router, and the
-    on-request ones `router` names, as `--router`), rewriting its metrics.
+    on-request ones `router` names, as `--router`), rewriting its metrics. A scenario run (`fit`
+    with `scenario=`) is read from its kept answers: its figures, nothing trained.
 
     >>> first = fit(STORE, run=TMP / "run", init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> again = evaluate(TMP / "run")
@@ -200,11 +219,14 @@ def evaluate(run: str | Path, device: str = "auto", router: str | None = None) -
     True
     """
     from tosca_foundation.devices import resolve_device
+    from tosca_heads.applied.scenario_fit import is_scenario_run, read_scenario_run
     from tosca_heads.routers import on_request, resolve_routers
     from tosca_heads.running.group import evaluate_run
 
     folder = as_path("evaluate", "run", run)
     check_device_name(device, "device")
+    if is_scenario_run(folder):
+        return read_scenario_run(folder)
     routers = on_request(resolve_routers(router, "router"))
     return evaluate_run(folder, device=resolve_device(device), routers=routers)
 

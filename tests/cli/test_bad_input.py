@@ -41,6 +41,7 @@ EXTRACT = ["extract", "-m", TINY_VIT, "-d", "imagefolder", "--data-root", "{img}
 FIT = ["fit", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SWEEP = ["sweep", "--store", "{store}", "--device", "cpu", "--init-cls", "2", "--increment", "2"]
 SCEN = ["scenario", "--store", "{store}"]
+FSC = ["fit", "--store", "{store}"]  # a fit under a scenario: its own split
 SSW = ["sweep", "--store", "{store}"]  # a sweep under a scenario: its own split, no class-incremental flags
 FSCIL_ONE_SHOT = ["--set", "base_classes=2", "--set", "ways=2", "--set", "sessions=1", "--set", "shots=1"]
 BASE = [
@@ -699,6 +700,50 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("scenario store missing", ["scenario", "--store", "{missing}"], "does not exist"),
     ("scenario incomplete store", ["scenario", "--store", "{half}"], "is not fully extracted"),
+    # ------------------------------------------------------------------ fit --scenario
+    (
+        "fit scenario unknown",
+        [*FSC, "--scenario", "fscl"],
+        "unknown --scenario 'fscl' (did you mean 'fscil'?)",
+    ),
+    (
+        "fit scenario values for cil",
+        [*FSC, "--set", "shots=5"],
+        "scenario values are for a scenario other than cil",
+    ),
+    (
+        "fit scenario up to a task",
+        [*FSC, "--scenario", "til", "--task", "1"],
+        "learns its whole stream; leave out --task",
+    ),
+    (
+        "fit scenario on a gpu",
+        [*FSC, "--scenario", "til", "--device", "cuda"],
+        "--scenario til runs on the CPU",
+    ),
+    ("fit scenario tracked", [*FSC, "--scenario", "til", "--log", "mlflow"], "is not sent to trackers yet"),
+    (
+        "fit scenario reference router",
+        [*FSC, "--scenario", "til", "--router", "lda,oracle"],
+        "--router oracle is a reference, never a scenario's result",
+    ),
+    (
+        "fit scenario split flag it does not take",
+        [*FSC, "--scenario", "fscil", "--init-cls", "2"],
+        "--init-cls does not apply to scenario fscil",
+    ),
+    (
+        "fit scenario more shots than images",
+        [*FSC, "--scenario", "fscil", *FEW, "--set", "shots=30"],
+        "fscil: class 2 has 20 training images, fewer than the 30 shots asked",
+    ),
+    ("fit scenario bad recipe", [*FSC, "--scenario", "til", "--r", "0"], "--r must be at least 1, got 0"),
+    ("fit scenario into a run", [*FSC, "--scenario", "til", "--run", "{run}"], "not a scenario-run folder"),
+    (
+        "fit scenario dil without domains",
+        [*FSC, "--scenario", "dil"],
+        "dil needs a store with a domain per image",
+    ),
     # ------------------------------------------------------------------ sweep --scenario
     (
         "sweep scenario unknown",

@@ -23,6 +23,7 @@ from typing import Any
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_json
 from tosca_foundation.fingerprints import identity_differences
+from tosca_foundation.folders import marked_kind
 from tosca_heads.method.protocol import StreamConfig, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig
 from tosca_heads.records import INFORMATIONAL, cell, check_format, store_block, validation_record
@@ -62,6 +63,11 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     """A run's asked.json, refused in one line when the folder is no run, a run written before runs
     were cells, or the file is damaged."""
     path = Path(run_dir) / CONFIG
+    if marked_kind(Path(run_dir)) == "scenario-run":
+        raise UserError(
+            f"run {run_dir} was fit under a scenario: it keeps each router's answers, not its modules (`tosca eval` "
+            "and `tosca routers` read it); this needs a class-incremental run (`tosca fit` without --scenario)"
+        )
     if written_before_cells(run_dir):
         raise UserError(
             f"run {run_dir} was written before runs were kept as cells (a {BEFORE_CELLS}, no {CONFIG}): "

@@ -97,7 +97,20 @@ class FitRequest:
     device: str = option("auto", DEVICE_HELP)
     log: tuple[str, ...] = option((), LOG_HELP, ("--log",))
     router: str | None = option(None, ROUTERS_HELP)
+    scenario: str = option(
+        "cil",
+        "Scenario: cil (default), til, fscil, blurry or dil (docs/scenarios.md): TOSCA learns its stream; "
+        "`tosca eval` and `tosca routers` read the run.",
+    )
+    set_values: tuple[str, ...] = option(
+        (), "A scenario parameter, NAME=VALUE (repeatable; e.g. shots=5).", ("--set",)
+    )
+    read_as: str = option(
+        "", "Read the store as another labelling of its images (cifar100 as cifar100_superclasses)."
+    )
     recipe: dict[str, Any] = field(default_factory=dict)
+    # the scenario's parameters from the Python API (`scenario_values=`), each checked by its rule
+    scenario_values: Mapping[str, Any] = field(default_factory=dict)
     runs_root: Path = Path("runs")  # where a run without --run gets its folder
     write: bool = True  # False (Python only): nothing written, the run kept in memory
     # how a refusal names a field: the command line's flag (--val-fraction); the Python API's keyword

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -176,6 +177,7 @@ class ScenarioSweepOutcome:
     seconds: float
     line: str
     files: dict[str, Path] = field(default_factory=dict)
+    refit: str = ""  # the `tosca fit --scenario` command that runs the chosen point again
 
 
 def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
@@ -426,7 +428,8 @@ def run_scenario_sweep(
             tell(f"{len(pending)} point(s) to run, {reused} reused from {plan.out}")
         plan.executor.run([w for _, w in works.values()], done)
         frame = _frame(plan, answers, seconds)
-        ranking, chosen = _ranking(plan, frame)
+        ranking, chosen_key = _ranking(plan, frame)
+        chosen = _flags(plan, chosen_key)
         files = _write_views(plan, frame, ranking)
     return ScenarioSweepOutcome(
         plan.out,
@@ -441,7 +444,23 @@ def run_scenario_sweep(
         time.perf_counter() - start,
         plan.reading.test.describe(),
         files,
+        refit_command(plan, chosen_key),
     )
+
+
+def refit_command(plan: ScenarioSweepPlan, key: str) -> str:
+    """`tosca fit --scenario` with the point's recipe flags, the scenario's values and the validation
+    split: the same training, kept as a scenario run (its figures equal the point's)."""
+    point = asdict(plan.points[key])
+    parts = ["tosca", "fit", "--store", str(plan.store.path), "--scenario", plan.kind.name]
+    parts += [f"--set={k}={v}" for k, v in sorted(plan.values.items())]
+    if plan.read_as:
+        parts += ["--read-as", plan.read_as]
+    for flag in TRAIN_FLAGS:
+        parts += [f"--{flag.replace('_', '-')}", str(point[flag])]
+    if plan.validation.enabled:
+        parts += ["--val-fraction", str(plan.validation.fraction), "--val-seed", str(plan.validation.seed)]
+    return shlex.join(parts)
 
 
 def _flags(plan: ScenarioSweepPlan, key: str) -> dict[str, Any]:
@@ -486,13 +505,13 @@ def _frame(
     return pd.DataFrame(rows)
 
 
-def _ranking(plan: ScenarioSweepPlan, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _ranking(plan: ScenarioSweepPlan, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The points by the ranking router's A_last on the ranking split, best first (the grid's order
     among equals), each with its standard error there (the last step's images, plus four: one run
     per point, each seed its own point) and its test figures beside; the points within one
     standard error of the best are ties (`tie`), and among them the class-incremental sweep's rule
     chooses (`CHOICE_RULE`: the fewest parameters per module, then the largest L1 weight, then the
-    highest figure). Returns the ranking and the chosen point's flags."""
+    highest figure). Returns the ranking and the chosen point's key."""
     router = _rank_router(plan)
     mine = frame[frame["router"] == router]
     on = mine[mine["split"] == plan.ranked_on].set_index("point")
@@ -522,7 +541,7 @@ def _ranking(plan: ScenarioSweepPlan, frame: pd.DataFrame) -> tuple[pd.DataFrame
             seconds=test.loc[key, "seconds"],
         )
         rows.append(row)
-    return pd.DataFrame(rows), _flags(plan, keys[chosen])
+    return pd.DataFrame(rows), keys[chosen]
 
 
 def _write_views(plan: ScenarioSweepPlan, frame: pd.DataFrame, ranking: pd.DataFrame) -> dict[str, Path]:

@@ -6,6 +6,7 @@ its own kind."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -161,3 +162,40 @@ def test_on_dask_workers_a_scenario_sweep_gives_the_serial_numbers(store, tmp_pa
     )
     figures = ["point", "router", "split", "A_last", "A_AUC"]
     pd.testing.assert_frame_equal(serial[figures], spread[figures])
+
+
+def test_the_refit_command_gives_the_chosen_points_figures(store, tmp_path: Path) -> None:
+    args = [
+        "sweep",
+        "--store",
+        str(store.path),
+        "--scenario",
+        "fscil",
+        "--jobs",
+        "1",
+        "--out",
+        str(tmp_path / "sw"),
+    ]
+    args += [f"--set={k}={v}" for k, v in FSCIL.items()] + [
+        "--r",
+        "2,4",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+    ]
+    said = runner.invoke(app, args)
+    line = next(x for x in said.output.splitlines() if x.startswith("refit it as a scenario run: "))
+    refit = [*shlex.split(line.split(": ", 1)[1])[1:], "--run", str(tmp_path / "run"), "--json"]
+    fitted = json.loads(runner.invoke(app, refit).stdout)
+    frame = pd.read_csv(tmp_path / "sw" / "results.csv")
+    r = int(refit[refit.index("--r") + 1])
+    for router, figures in fitted["routers"].items():
+        row = frame[(frame["r"] == r) & (frame["router"] == router) & (frame["split"] == "test")].iloc[0]
+        assert figures["A_last"] == pytest.approx(row["A_last"], abs=1e-12)
+        assert fitted["validation"][router]["A_last"] == pytest.approx(
+            frame[(frame["r"] == r) & (frame["router"] == router) & (frame["split"] == "validation")].iloc[0][
+                "A_last"
+            ],
+            abs=1e-12,
+        )

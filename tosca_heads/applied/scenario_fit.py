@@ -1,0 +1,381 @@
+"""`tosca fit --scenario NAME` (NAME not `cil`; issue 56): TOSCA with one recipe under a scenario of
+a store, kept as a scenario run that `tosca eval` and `tosca routers` read.
+
+The run is the scenario sweep's point with one recipe (`scenario_point.ScenarioPoint`: the stream
+learnt on the training rows kept after `--val-fraction`, one training answering the held-out rows
+and the test rows at each step with every router asked), its answers kept as a cell per router
+(`records.scenario_folder`: asked.json names the store with its path, the scenario, its values
+and reading, the recipe, the router and the validation split). A rerun asked the same reuses the
+cells; every figure is worked out from them when read, on the plan made again from the store
+(`read_scenario_run`), so `tosca eval RUN` re-reads, it does not train again. Its modules are not
+kept: `tosca predict` takes a class-incremental run, and says so in one line for this one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from featcache.store import check_readable, open_unchanged, resolve_store
+from tosca_foundation.errors import UserError, UserValueError
+from tosca_foundation.files import read_json
+from tosca_foundation.folders import marked_kind
+from tosca_heads.applied.scenario_point import ScenarioPoint
+from tosca_heads.applied.scenario_runs import plan_classes, scenario_values, store_labels
+from tosca_heads.applied.scenario_validation import HeldOutReading
+from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS, check_router_rows
+from tosca_heads.method.class_names import said_class
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
+from tosca_heads.method.recipe import TrainConfig, recipe
+from tosca_heads.method.scenarios import Scenario, scenario
+from tosca_heads.records import cell, claim
+from tosca_heads.records.claim import FolderKind
+from tosca_heads.records.scenario_folder import (
+    check_cells,
+    kept_answers,
+    read_answers,
+    scenario_asked,
+    write_result,
+)
+from tosca_heads.records.sweep_points import point_key
+from tosca_heads.requests.command_requests import FitRequest
+from tosca_heads.routers import ROUTERS, is_honest, resolve_routers
+
+RUN_FILE = (
+    "run.json"  # what the run was asked (the store, the scenario, the recipe, the split): one per folder
+)
+
+
+def _read_run_file(folder: Path) -> dict[str, Any]:
+    return read_json(Path(folder) / RUN_FILE, "scenario run's run.json", REDO)
+
+
+# a run folder of its own kind: a class-incremental run is never written into, nor read as one; a
+# folder asked another scenario, recipe or split is refused in one line (pass another --run)
+SCENARIO_RUN = FolderKind(
+    name="scenario-run",
+    flag="--run",
+    noun="scenario run",
+    config_file=RUN_FILE,
+    read_config=_read_run_file,
+    check_files=check_cells,
+)
+SPLIT_FIELDS = ("init_cls", "increment", "order_seed")
+REDO = "delete the run folder to fit it again"
+
+
+def is_scenario_run(folder: Path) -> bool:
+    """Whether a folder is a run `tosca fit --scenario` made (its marker says so)."""
+    return Path(folder).is_dir() and marked_kind(Path(folder)) == SCENARIO_RUN.name
+
+
+def beyond_cil(request: FitRequest) -> bool:
+    """Whether the fit asks for a scenario other than `cil` (scenario values for `cil`: one line)."""
+    kind = scenario(request.scenario, request.spell("scenario"))
+    if kind.name != "cil":
+        return True
+    if request.set_values or request.scenario_values or request.read_as:
+        raise UserValueError(
+            f"scenario values are for a scenario other than cil; cil's split is {request.spell('init_cls')}, "
+            f"{request.spell('increment')} and {request.spell('order_seed')}"
+        )
+    return False
+
+
+@dataclass
+class ScenarioRun:
+    """A scenario run read from its cells: the folder, the scenario and its plan in one line, each
+    router's figures and accuracy after each step on test (and on validation where rows were held
+    out), the seconds of its one training, and whether the cells were reused."""
+
+    run_dir: Path
+    scenario: str
+    line: str
+    figures: dict[str, dict[str, float]]
+    curves: dict[str, list[float]]
+    validation: dict[str, dict[str, float]] | None
+    seconds: float
+    reused: bool = False
+    recipe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per router and split (`tosca routers --json`): the figures as fractions."""
+        rows = [{"router": r, "split": "test", **f, "seconds": self.seconds} for r, f in self.figures.items()]
+        for r, f in (self.validation or {}).items():
+            rows.append({"router": r, "split": "validation", **f, "seconds": self.seconds})
+        return rows
+
+    def metrics(self) -> dict[str, Any]:
+        """What `--json` prints: the scenario, its plan, each router's figures with its A_t, the
+        validation figures (None without a split) and the seconds."""
+        return {
+            "scenario": self.scenario,
+            "plan": self.line,
+            "routers": {r: {**f, "A_t": self.curves[r]} for r, f in self.figures.items()},
+            "validation": self.validation,
+            "seconds": self.seconds,
+            "recipe": self.recipe,
+        }
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A scenario run's question: the point to run and each router's cell."""
+
+    point: ScenarioPoint
+    kind: type[Scenario]
+    answered: tuple[str, ...]
+    train: TrainConfig
+
+
+def scenario_fit(request: FitRequest, on_plan: Callable[[str], None] | None = None) -> ScenarioRun:
+    """`tosca fit --scenario NAME`: every check before anything is written (what a scenario fit does
+    not do, the recipe, the routers, the store, the scenario's values and what the store can serve
+    with the validation rows held out), the plan said, the run folder claimed, each router's cell
+    reused where asked the same or the point run and written, then the run read back."""
+    spell = request.spell
+    kind = scenario(request.scenario, spell("scenario"))
+    _refuse_cil_only(request, kind.name)
+    train = recipe(request.preset, request.recipe, spell)
+    validation = ValidationConfig(request.val_fraction, request.val_seed)
+    validation.validate(spell)
+    routers = _routers(request)
+    store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
+    check_readable(store, values=True)
+    values = _values(request, kind)
+    train = train.resolved(store.dim)
+    answered = (TOLD,) if kind.told_task else routers
+    params = {**asdict(train), "routers": routers}
+    point = ScenarioPoint(
+        str(store.path.resolve()),
+        store.fingerprint,
+        kind.name,
+        tuple(sorted(values.items())),
+        request.read_as,
+        validation,
+        tuple(sorted(params.items())),
+    )
+    reading = point.reading(store)  # the scenario's refusals: one line, before anything is written
+    order, names = plan_classes(reading.joined, store_labels(store, request.read_as), store)
+    check_router_rows(reading.joined, {"routers": routers}, lambda i: said_class(order[i], names))
+    ident = store.identity
+    key = point_key(
+        {
+            **asdict(train),
+            "scenario": kind.name,
+            **{f"scenario.{k}": v for k, v in sorted(values.items())},
+            "read_as": request.read_as,
+            **validation.record(),
+        }
+    )
+    folder = request.run or request.runs_root / (
+        f"{ident['dataset']['name']}-{ident['backbone']['alias']}-{kind.name}-{key[:10]}"
+    )
+    config = {
+        "store": {"path": point.store_path, "fingerprint": store.fingerprint},
+        "scenario": {"name": kind.name, "values": dict(sorted(values.items())), "read_as": request.read_as},
+        "validation": validation.record(),
+        "recipe": asdict(train),
+    }
+    if request.write:
+        claim.check(folder, SCENARIO_RUN, config)
+    if on_plan is not None:
+        on_plan(f"scenario {reading.test.describe()}; {validation.said()}; answered by {', '.join(answered)}")
+    asked = _Asked(point, kind, answered, train)
+    if not request.write:
+        start = time.perf_counter()
+        answers = point.run()
+        return _result(folder, asked, reading, answers, time.perf_counter() - start, False)
+    with claim.claim_folder(folder, SCENARIO_RUN, config):
+        kept = {
+            r: kept_answers(folder / _cell(r), _cell_asked(store, asked, r), reading.joined) for r in answered
+        }
+        if all(k is not None for k in kept.values()):
+            first = next(iter(kept.values()))
+            answers = {r: k[0] for r, k in kept.items() if k is not None}
+            return _result(folder, asked, reading, answers, first[1] if first else 0.0, True)
+        start = time.perf_counter()
+        answers = point.run()
+        seconds = time.perf_counter() - start
+        for r in answered:
+            write_result(folder / _cell(r), answers[r], seconds, _cell_asked(store, asked, r), SCENARIO_RUN)
+    return _result(folder, asked, reading, answers, seconds, False)
+
+
+def _refuse_cil_only(request: FitRequest, name: str) -> None:
+    """One line for what only a class-incremental fit does."""
+    spell = request.spell
+    if request.task is not None:
+        raise UserValueError(
+            f"a fit under {spell('scenario')} {name} learns its whole stream; leave out {spell('task')}"
+        )
+    if request.device not in ("auto", "cpu"):
+        raise UserValueError(
+            f"{spell('scenario')} {name} runs on the CPU (one thread: the same numbers at any thread count); "
+            f"leave out {spell('device')} {request.device}"
+        )
+    if request.log:
+        raise UserValueError(
+            f"a fit under {spell('scenario')} {name} is not sent to trackers yet; leave out {spell('log')}"
+        )
+
+
+def _routers(request: FitRequest) -> tuple[str, ...]:
+    """The routers asked (default: every honest one but the on-request ones); a reference is never
+    a scenario's result."""
+    names = resolve_routers(request.router, request.spell("router"))
+    if request.router is None or request.router.strip() == "all":
+        names = [n for n in names if is_honest(n)]
+    for name in names:
+        if not is_honest(name):
+            honest = ", ".join(n for n in ROUTERS if is_honest(n))
+            raise UserValueError(
+                f"{request.spell('router')} {name} is a reference, never a scenario's result (honest: {honest})"
+            )
+    return tuple(names)
+
+
+def _values(request: FitRequest, kind: type[Scenario]) -> dict[str, Any]:
+    """The scenario's values: --set NAME=VALUE texts, the API's `scenario_values`, and the
+    class-incremental split's flags where the scenario declares them (til)."""
+    values = scenario_values(kind.name, tuple(request.set_values))
+    values.update(request.scenario_values)
+    takes = {p.name for p in kind.params}
+    for name in SPLIT_FIELDS:
+        given = getattr(request, name)
+        if given is None or (name == "order_seed" and given == DEFAULT_ORDER_SEED):
+            continue
+        if name not in takes:
+            raise UserValueError(
+                f"{request.spell(name)} does not apply to scenario {kind.name} (it takes: "
+                f"{', '.join(sorted(takes)) or 'none'}; set them with --set NAME=VALUE)"
+            )
+        if name in values:
+            raise UserValueError(f"{request.spell(name)} given twice (also as a scenario value)")
+        values[name] = given
+    return values
+
+
+def _cell(router: str) -> str:
+    return router.replace(" ", "-")
+
+
+def _cell_asked(store: Any, asked: _Asked, router: str) -> dict[str, Any]:
+    """One router's cell: the scenario's cell of TOSCA with the recipe, the router, TOSCA's scenario
+    choices, the validation split, the reading and the store's path (what `read_scenario_run` reopens)."""
+    point = asked.point
+    params = {
+        **asdict(asked.train),
+        "router": router,
+        **{k: TOSCA_DEFAULTS[k] for k in ("recurring", "module_per")},
+    }
+    base = scenario_asked(store, asked.kind.name, dict(point.values), "tosca", params)
+    base["store"] = {**base["store"], "path": point.store_path}
+    return {**base, "kind": "scenario-run", "validation": point.validation.record(), "read_as": point.read_as}
+
+
+def _result(
+    folder: Path,
+    asked: _Asked,
+    reading: HeldOutReading,
+    answers: dict[str, list[np.ndarray]],
+    seconds: float,
+    reused: bool,
+) -> ScenarioRun:
+    """The figures of each router on test (and validation) from the joined reading's answers."""
+    figures, curves, validation = {}, {}, {}
+    for router in asked.answered:
+        held, test = reading.split(answers[router])
+        figures[router] = asked.kind.figures_of(reading.test, test)
+        curves[router] = [
+            float((a == reading.test.test_ids[s.eval_rows]).mean())
+            for a, s in zip(test, reading.test.steps, strict=True)
+        ]
+        if held is not None and reading.validation is not None:
+            validation[router] = asked.kind.figures_of(reading.validation, held)
+    return ScenarioRun(
+        folder,
+        asked.kind.name,
+        reading.test.describe(),
+        figures,
+        curves,
+        validation or None,
+        seconds,
+        reused,
+        asdict(asked.train),
+    )
+
+
+def _question(asked: dict[str, Any]) -> dict[str, Any]:
+    """What a cell was asked, less what a later version of tosca may write otherwise (the versions
+    that made it, the file's format): a run fit before an upgrade is still read."""
+    return {k: v for k, v in asked.items() if k not in ("versions", "format")}
+
+
+def read_scenario_run(run_dir: Path) -> ScenarioRun:
+    """A scenario run read back: every router's cell checked (finished, whole; one edited since is
+    one line), the store reopened at its recorded path (unchanged since), the plan made again, and
+    each router's figures worked out from its answers. Trains nothing."""
+    run_dir = Path(run_dir)
+    if not is_scenario_run(run_dir):
+        raise UserError(f"not a scenario run: {run_dir} (made by `tosca fit --scenario NAME`)")
+    check_cells(run_dir)
+    order = {_cell(r): i for i, r in enumerate((*ROUTERS, TOLD))}  # the registry's order, as a fit says them
+    cells = sorted(
+        (p for p in run_dir.iterdir() if p.is_dir() and (p / cell.DONE).exists()),
+        key=lambda p: (order.get(p.name, len(order)), p.name),
+    )
+    if not cells:
+        raise UserError(
+            f"scenario run {run_dir} holds no finished router yet; fit it again with `tosca fit --run {run_dir}`"
+        )
+    first = read_json(cells[0] / cell.ASKED, "cell's asked.json", REDO)
+    try:
+        store_block, name = first["store"], first["scenario"]["name"]
+        values, read_as = dict(first["scenario"]["values"]), str(first["read_as"])
+        validation = ValidationConfig(
+            float(first["validation"]["fraction"]), int(first["validation"]["seed"])
+        )
+        train = TrainConfig(
+            **{k: v for k, v in first["params"].items() if k in TrainConfig.__dataclass_fields__}
+        )
+        path, fingerprint = str(store_block["path"]), str(store_block["fingerprint"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(
+            f"{cells[0] / cell.ASKED} is not a scenario run's cell (edited or damaged); {REDO}"
+        ) from None
+    store = open_unchanged(path, fingerprint, "the run was fit", "fit it again with `tosca fit --scenario`")
+    kind = scenario(name)
+    routers = tuple(
+        str(read_json(c / cell.ASKED, "cell's asked.json", REDO).get("params", {}).get("router", ""))
+        for c in cells
+    )
+    params = {**asdict(train), "routers": tuple(r for r in routers if r != TOLD) or TOSCA_DEFAULTS["routers"]}
+    point = ScenarioPoint(
+        path,
+        fingerprint,
+        name,
+        tuple(sorted(values.items())),
+        read_as,
+        validation,
+        tuple(sorted(params.items())),
+    )
+    reading = point.reading(store)
+    asked = _Asked(point, kind, routers, train)
+    answers, seconds = {}, 0.0
+    for router, c in zip(routers, cells, strict=True):
+        wanted = _cell_asked(store, asked, router)
+        found = cell.asked_of(c, REDO)
+        if _question(found) != _question(wanted):
+            raise UserError(
+                f"{c} was asked something else than the run's other cells (edited or damaged); {REDO}"
+            )
+        answers[router] = read_answers(c, reading.joined)  # checked against the plan's steps
+        seconds = cell.read_cell(c, REDO).seconds
+    return _result(run_dir, asked, reading, answers, seconds, True)
