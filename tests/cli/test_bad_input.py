@@ -721,7 +721,6 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*FSC, "--scenario", "til", "--device", "cuda"],
         "--scenario til runs on the CPU",
     ),
-    ("fit scenario tracked", [*FSC, "--scenario", "til", "--log", "mlflow"], "is not sent to trackers yet"),
     (
         "fit scenario reference router",
         [*FSC, "--scenario", "til", "--router", "lda,oracle"],
@@ -791,7 +790,6 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*SSW, "--scenario", "til", "--device", "cuda"],
         "--scenario til runs on the CPU",
     ),
-    ("sweep scenario tracked", [*SSW, "--scenario", "til", "--log", "mlflow"], "is not sent to trackers yet"),
     ("sweep scenario dry run", [*SSW, "--scenario", "til", "--dry-run"], "has no dry run yet"),
     (
         "sweep scenario reference ranks",

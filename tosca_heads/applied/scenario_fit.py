@@ -45,6 +45,8 @@ from tosca_heads.records.scenario_folder import (
 from tosca_heads.records.sweep_points import point_key
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import ROUTERS, is_honest, resolve_routers
+from tosca_heads.trackers import end_failed, open_tracking
+from tosca_heads.trackers.events import flat_params, run_files
 
 RUN_FILE = (
     "run.json"  # what the run was asked (the store, the scenario, the recipe, the split): one per folder
@@ -111,13 +113,17 @@ class ScenarioRun:
             rows.append({"router": r, "split": "validation", **f, "seconds": self.seconds})
         return rows
 
+    def figures_with_curves(self) -> dict[str, dict[str, Any]]:
+        """Each router's test figures with its accuracy after each step (`A_t`)."""
+        return {r: {**f, "A_t": self.curves[r]} for r, f in self.figures.items()}
+
     def metrics(self) -> dict[str, Any]:
         """What `--json` prints: the scenario, its plan, each router's figures with its A_t, the
         validation figures (None without a split) and the seconds."""
         return {
             "scenario": self.scenario,
             "plan": self.line,
-            "routers": {r: {**f, "A_t": self.curves[r]} for r, f in self.figures.items()},
+            "routers": self.figures_with_curves(),
             "validation": self.validation,
             "seconds": self.seconds,
             "recipe": self.recipe,
@@ -146,6 +152,8 @@ def scenario_fit(request: FitRequest, on_plan: Callable[[str], None] | None = No
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate(spell)
     routers = _routers(request)
+    # the trackers asked for, each checked now: a WHERE that cannot serve is one line before any work
+    tracking = open_tracking(request.log, request.runs_root, spell("log"))
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     check_readable(store, values=True)
     values = _values(request, kind)
@@ -188,7 +196,36 @@ def scenario_fit(request: FitRequest, on_plan: Callable[[str], None] | None = No
     if on_plan is not None:
         on_plan(f"scenario {reading.test.describe()}; {validation.said()}; answered by {', '.join(answered)}")
     asked = _Asked(point, kind, answered, train)
-    if not request.write:
+    tracked = tracking.start(
+        folder.name,
+        {"command": "fit", "run": str(folder) if request.write else "", **flat_params(config)},
+    )
+    try:
+        made = _fit(request.write, folder, config, asked, reading, store)
+    except BaseException:
+        end_failed(tracked)
+        raise
+    if tracked is not None:
+        record = {"routers": made.figures_with_curves(), "validation": made.validation or {}}
+        tracked.finish(record, _files(folder))
+    return made
+
+
+def _files(folder: Path) -> list[Path]:
+    """A scenario run's files for a tracker: run.json, and each router's cell's (none unwritten)."""
+    cells = (
+        sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()) if folder.is_dir() else []
+    )
+    return [f for place in (folder, *cells) for f in run_files(place)]
+
+
+def _fit(
+    write: bool, folder: Path, config: dict[str, Any], asked: _Asked, reading: HeldOutReading, store: Any
+) -> ScenarioRun:
+    """The point run (nothing written without `write`), or its kept cells read where each router's
+    was asked the same; each router's cell written as the point ends."""
+    point, answered = asked.point, asked.answered
+    if not write:
         start = time.perf_counter()
         answers = point.run()
         return _result(folder, asked, reading, answers, time.perf_counter() - start, False)
@@ -219,10 +256,6 @@ def _refuse_cil_only(request: FitRequest, name: str) -> None:
         raise UserValueError(
             f"{spell('scenario')} {name} runs on the CPU (one thread: the same numbers at any thread count); "
             f"leave out {spell('device')} {request.device}"
-        )
-    if request.log:
-        raise UserValueError(
-            f"a fit under {spell('scenario')} {name} is not sent to trackers yet; leave out {spell('log')}"
         )
 
 

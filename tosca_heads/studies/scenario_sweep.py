@@ -13,8 +13,9 @@ results.md are views, written and never read back.
 
 What a scenario sweep does not do (one line each, before any work): vary the class-incremental
 split (the stream is the scenario's: its values with --set, one value each, so one table never
-mixes two streams), keep modules, group points on a GPU (a scenario's TOSCA learns on the CPU, as
-every scenario method does), or log to a tracker.
+mixes two streams), keep modules, or group points on a GPU (a scenario's TOSCA learns on the CPU, as
+every scenario method does). With --log the sweep is a parent run with a child per point, logged
+when every point is done.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from tosca_heads.requests.plan import held_out
 from tosca_heads.routers import ROUTERS, is_honest, on_request, reference_text
 from tosca_heads.running.executor import Executor, Outcome
 from tosca_heads.studies.results import CHOICE_RULE
+from tosca_heads.trackers import Metric, Tracking, end_failed, open_tracking
+from tosca_heads.trackers.events import flat_params, run_files
 
 TRAIN_FLAGS = {flag.name: flag.kind for flag in RECIPE_FLAGS}
 SPLIT_FLAGS = ("init_cls", "increment", "order_seed")  # the class-incremental split: a scenario's values
@@ -103,6 +106,7 @@ class ScenarioSweepPlan:
     swept: list[str]
     out: Path
     executor: Executor
+    tracking: Tracking = field(default_factory=Tracking)
 
     def params(self, train: TrainConfig) -> dict[str, Any]:
         """TOSCA's parameters at a point: its routers (the scenario's choices by default), and every
@@ -203,6 +207,8 @@ def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
     jobs = _jobs(request)
     validation = ValidationConfig(request.val_fraction, request.val_seed)
     validation.validate(spell)
+    # the trackers asked for, each checked now: a WHERE that cannot serve is one line before any work
+    tracking = open_tracking(request.log, request.runs_root, spell("log"))
     if request.scheduler is not None:
         check_scheduler(parse_scheduler(request.scheduler))  # before the folder is made
     base = recipe(request.preset, spell=spell)
@@ -240,6 +246,7 @@ def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
         list(grid),
         out,
         Executor(jobs, request.scheduler, "cpu"),
+        tracking,
     )
 
 
@@ -259,11 +266,6 @@ def _refuse_cil_only(request: SweepRequest, name: str) -> None:
         raise UserValueError(
             f"{spell('scenario')} {name} runs on the CPU (one thread: the same numbers at any thread count); "
             f"leave out {spell('device')} {request.device}"
-        )
-    if request.log:
-        raise UserValueError(
-            f"a sweep under {spell('scenario')} {name} is not sent to trackers yet; leave out {spell('log')} "
-            "(its cells and results.csv are in the sweep folder)"
         )
     if request.dry_run:
         raise UserValueError(
@@ -431,6 +433,7 @@ def run_scenario_sweep(
         ranking, chosen_key = _ranking(plan, frame)
         chosen = _flags(plan, chosen_key)
         files = _write_views(plan, frame, ranking)
+        _log(plan, frame, ranking)
     return ScenarioSweepOutcome(
         plan.out,
         frame,
@@ -446,6 +449,45 @@ def run_scenario_sweep(
         files,
         refit_command(plan, chosen_key),
     )
+
+
+def _log(plan: ScenarioSweepPlan, frame: pd.DataFrame, ranking: pd.DataFrame) -> None:
+    """The sweep as a parent run with a child per point (its routers' figures on test and
+    validation, its cells' files), unless its trackers hold it already (`TrackedGroup`: a rerun
+    logs only what is new); the parent's figures are the chosen point's."""
+    params = {
+        "command": "sweep",
+        "out": str(plan.out),
+        "scenario": plan.kind.name,
+        **{f"scenario.{k}": v for k, v in sorted(plan.values.items())},
+        "read_as": plan.read_as,
+        "points": len(plan.points),
+        "rank_by": _rank_router(plan),
+        **flat_params({"validation": plan.validation.record()}),
+        "store": str(plan.store.path.resolve()),
+        "store_fingerprint": plan.store.fingerprint,
+    }
+    parent = plan.tracking.group(plan.out, f"sweep {plan.out.name}", params)
+    if parent is None:
+        return
+    try:
+        for key, train in plan.points.items():
+            label = ", ".join(f"{k}={v}" for k, v in _flags(plan, key).items())
+            child = parent.child(key, label, flat_params(asdict(train)))
+            if child is None:
+                continue
+            mine = frame[frame["point"] == key]
+            record: dict[str, Any] = {"routers": {}, "validation": {}}
+            for row in mine.to_dict("records"):
+                figures = {f: row[f] for f in plan.kind.figures}
+                record["routers" if row["split"] == "test" else "validation"][row["router"]] = figures
+            child.finish(record, [f for r in plan.answered for f in run_files(plan.cell(key, r))])
+        chosen = ranking[ranking["chosen"]].iloc[0]
+        shown = [c for c in (f"val_{RANKED}", RANKED) if c in ranking.columns]
+        parent.finish([Metric(f"chosen/{c}", float(chosen[c]), 0) for c in shown], run_files(plan.out))
+    except BaseException:
+        end_failed(parent)
+        raise
 
 
 def refit_command(plan: ScenarioSweepPlan, key: str) -> str:

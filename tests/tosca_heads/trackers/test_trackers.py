@@ -373,3 +373,71 @@ def test_a_scenario_table_is_a_parent_with_a_child_per_method_and_its_steps_as_a
         store, ["simplecil"], scenario="til", out=tmp_path / "til", log=["recorder"], **SPLIT
     )
     assert [r["name"] for r in recorder.runs.values()] == [r["name"] for r in runs]
+
+
+def test_a_scenario_fit_sweep_and_suite_are_tracked_as_their_class_incremental_kinds(
+    tmp_path: Path, recorder: type[Recorder]
+) -> None:
+    store = synthetic_store(tmp_path / "s.zarr", classes=6, per_class=20, spread=1.5)
+    fscil = {"base_classes": 2, "ways": 2, "shots": 5, "sessions": 2}
+    fast = {"epochs": 2, "batch_size": 8}
+    made = tosca_heads.fit(
+        store.path, run=tmp_path / "run", scenario="fscil", scenario_values=fscil, log=["recorder"], **fast
+    )
+    (fit,) = recorder.runs.values()
+    assert fit["name"] == "run" and fit["ok"] and fit["params"]["scenario.name"] == "fscil"
+    assert "run.json" in fit["files"] and "answers.safetensors" in fit["files"]
+    series = _series(fit["metrics"])
+    assert series["A_last/test/lda"][-1][1] == made.figures["lda"]["A_last"]
+    assert [v for _, v in series["A_t/test/ncm"]] == made.curves["ncm"]
+
+    recorder.runs.clear()
+    frame = tosca_heads.sweep(
+        store.path,
+        {"r": [2, 4]},
+        tmp_path / "sweep",
+        jobs=1,
+        scenario="fscil",
+        scenario_values=fscil,
+        log=["recorder"],
+        **fast,
+    )
+    parent, *points = recorder.runs.values()
+    assert parent["name"] == "sweep sweep" and parent["ok"] and parent["params"]["scenario"] == "fscil"
+    assert sorted(p["name"] for p in points) == ["r=2", "r=4"] and all(p["ok"] for p in points)
+    two = next(p for p in points if p["name"] == "r=2")
+    row = frame[(frame["r"] == 2) & (frame["router"] == "lda") & (frame["split"] == "validation")].iloc[0]
+    assert _series(two["metrics"])["A_last/validation/lda"][-1][1] == row["A_last"]
+    names = sorted(r["name"] for r in recorder.runs.values())
+    recorder.runs.clear()  # the same sweep again: every point reused, logged as before (a new parent here:
+    # this logger cannot find its runs again, `TrackedGroup`)
+    tosca_heads.sweep(
+        store.path,
+        {"r": [2, 4]},
+        tmp_path / "sweep",
+        jobs=1,
+        scenario="fscil",
+        scenario_values=fscil,
+        log=["recorder"],
+        **fast,
+    )
+    assert sorted(r["name"] for r in recorder.runs.values()) == names
+
+    spec = parse_suite(
+        {
+            "scenario": "fscil",
+            "scenario_values": fscil,
+            "tosca": {"flags": fast, "routers": ["lda"]},
+            "baselines": {"methods": ["simplecil"]},
+            "stores": [{"name": "syn", "path": str(store.path)}],
+        },
+        tmp_path,
+    )
+    recorder.runs.clear()
+    tosca_heads.run_suite(spec, tmp_path / "suite", jobs=1, device="cpu", log=["recorder"])
+    parent, cell = recorder.runs.values()
+    assert parent["name"] == "suite the suite" and cell["name"] == "syn/seed-0" and cell["ok"]
+    assert {k for k in _series(cell["metrics"]) if k.startswith("A_last/test/")} == {
+        "A_last/test/tosca _lda_",  # a metric key: letters, digits, _-./ and spaces (events.key)
+        "A_last/test/simplecil",
+    }

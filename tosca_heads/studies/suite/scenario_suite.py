@@ -13,7 +13,7 @@ per store) are views, named by the scenario so that a class-incremental suite's 
 folder are never taken for them. A deterministic baseline (its class says so) runs at the first seed only.
 
 What the class-incremental suite adds (claims, ablation, bold entries chosen on validation, the
-modules' similarity, trackers, a dry run's estimate) is not made here: a scenario suite chooses
+modules' similarity, a dry run's estimate) is not made here: a scenario suite chooses
 nothing, and its table shows every row with its spread.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ from tosca_heads.records.table import Table
 from tosca_heads.routers import is_honest
 from tosca_heads.running.executor import Executor, Outcome
 from tosca_heads.studies.suite.spec import SuiteSpec, folder_name
+from tosca_heads.trackers import Tracking, end_failed
+from tosca_heads.trackers.events import flat_params, run_files
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,7 @@ def run_scenario_suite(
     out: Path,
     executor: Executor | None,
     on_cell: Callable[[Any, int, int], None] | None = None,
+    tracking: Tracking | None = None,
 ) -> ScenarioSuiteResult:
     """Plan every store (all checks first), run the cells not kept (`executor` None: none, the
     tables of what is there), then read every cell back and write the table."""
@@ -290,8 +293,33 @@ def run_scenario_suite(
             executor.run(list(works.values()), finished)
         table = suite_table(spec, cells)
         files = write_table(out, spec, planned, table)
+        if tracking:
+            _log(tracking, spec, out, cells, list(files.values()))
     lines = {name: plan.ready.plan.describe() for name, plan in planned.items()}
     return ScenarioSuiteResult(spec, out, cells, table, files, time.perf_counter() - start, lines)
+
+
+def _log(
+    tracking: Tracking, spec: SuiteSpec, out: Path, cells: Sequence[CellRecord], files: list[Path]
+) -> None:
+    """The suite as a parent run with a child per finished cell (each row's figures, the cell's
+    files), unless its trackers hold it already (`TrackedGroup`: a rerun logs only what is new)."""
+    params = {"command": "suite", "out": str(out), **flat_params({"spec": asdict(spec)})}
+    parent = tracking.group(out, f"suite {spec.name}", params)
+    if parent is None:
+        return
+    try:
+        for c in cells:
+            if c.status == "missing":
+                continue
+            child = parent.child(c.key, c.key, {"store": c.store, "seed": c.seed, "scenario": spec.scenario})
+            if child is not None:
+                record = {"routers": {label: {**r.figures, "A_t": r.curve} for label, r in c.results.items()}}
+                child.finish(record, [f for row in c.rows for f in run_files(c.folder / row.name)])
+        parent.finish([], files)
+    except BaseException:
+        end_failed(parent)
+        raise
 
 
 def _plain(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -367,9 +395,7 @@ def write_table(
     return {p.name: p for p in (base.with_suffix(".csv"), base.with_suffix(".md"))}
 
 
-def with_scenario_only(
-    spec: SuiteSpec, device: str, dry_run: bool, log: Sequence[str], spell: Callable[[str], str]
-) -> None:
+def with_scenario_only(spec: SuiteSpec, device: str, dry_run: bool, spell: Callable[[str], str]) -> None:
     """One line for what a scenario suite does not do yet, before anything is opened."""
     if device not in ("auto", "cpu"):
         raise UserValueError(
@@ -379,9 +405,4 @@ def with_scenario_only(
     if dry_run:
         raise UserValueError(
             f"a suite under scenario {spec.scenario} has no dry run yet; leave out {spell('dry_run')}"
-        )
-    if log:
-        raise UserValueError(
-            f"a suite under scenario {spec.scenario} is not sent to trackers yet; leave out {spell('log')} "
-            "(its cells and table are in the suite folder)"
         )

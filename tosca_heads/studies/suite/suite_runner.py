@@ -205,7 +205,7 @@ def _run_suite(
     out = Path(out) if out is not None else default_out(spec, runs_root)
     if spec.scenario != DEFAULT_SCENARIO:  # every store's table under another scenario
         return _scenario_suite(
-            spec, out, jobs, scheduler, device, dry_run, extract, on_cell, tables_only, log, spell
+            spec, out, jobs, scheduler, device, dry_run, extract, on_cell, tables_only, log, runs_root, spell
         )
     if dry_run:
         stores = open_stores(spec, None, dry_run=True)
@@ -271,16 +271,18 @@ def _scenario_suite(
     on_cell: CellCallback | None,
     tables_only: bool,
     log: Sequence[str],
+    runs_root: Path,
     spell: Spell,
 ) -> ScenarioSuiteResult:
     """A suite of another scenario than `cil` (`studies.suite.scenario_suite`): what it does not do
     refused, the folder checked, the stores opened (extracted where asked), then its cells."""
-    with_scenario_only(spec, device, dry_run, log, spell)
+    with_scenario_only(spec, device, dry_run, spell)
     claim.check(out, SUITE_FOLDER)
     check_manifest(out)
+    tracking = open_tracking(log, runs_root, spell("log")) if not tables_only else Tracking()
     stores = {name: opened.store for name, opened in open_stores(spec, extract, plans=False).items()}
     executor = None if tables_only else Executor(jobs, scheduler, "cpu")
-    return run_scenario_suite(spec, stores, out, executor, on_cell)
+    return run_scenario_suite(spec, stores, out, executor, on_cell, tracking)
 
 
 def _write_outputs(
