@@ -315,14 +315,23 @@ def routers_command(run: Path = typer.Argument(..., help="Run directory made by 
 def predict(request: PredictRequest, as_json_: bool) -> None:
     """Classify new images with a trained run: the store's backbone, every task module, a router."""
     from featcache.embedding import embed_images, image_paths
+    from tosca_foundation.folders import marked_kind
     from tosca_heads.applied.predict import predict_images
 
+    if marked_kind(request.run) == "scenario-run":  # a run of `tosca fit --scenario`: its kept model
+        from tosca_heads.applied.scenario_fit import predict_scenario_images as predict_images
     with progress() as board:
         speak = per_split(board, "embed", "img")
         outcome = predict_images(request, image_paths, lambda *args: embed_images(*args, on_progress=speak))
     if outcome.left_out:
         note("note", f"left out {outcome.left_out.summary()} (the rule of `tosca extract`)")
-    if outcome.chosen_on == "validation":
+    if outcome.chosen_on == "default":  # a told-task scenario run: no router's figures to choose on
+        say(
+            f"router {outcome.router}: the run was told the task and kept no router's figures; predict is "
+            "not told it (--router names another)",
+            err,
+        )
+    elif outcome.chosen_on == "validation":
         say(f"router {outcome.router}: the run's best honest router on its validation split", err)
     elif outcome.chosen_on == "test":
         note(

@@ -324,7 +324,8 @@ def _grid_lists(grid: Any) -> dict[str, list[Any]]:
 
 
 def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
-    """A finished run, ready to classify frozen features (`predict`), nothing trained.
+    """A finished run, ready to classify frozen features (`predict`), nothing trained; a scenario
+    run's model after its stream (each answer its class's store label).
 
     >>> _ = fit(STORE, run=TMP / "loaded", init_cls=2, increment=2, epochs=1, batch_size=8)
     >>> predictor = load_run(TMP / "loaded")
@@ -332,10 +333,13 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     3
     """
     from tosca_foundation.devices import resolve_device
+    from tosca_heads.applied.scenario_fit import is_scenario_run, scenario_predictor
     from tosca_heads.records.run_folder import open_run_store, read_run_config
 
     folder = as_path("load_run", "run", run)
     check_device_name(device, "device")
+    if is_scenario_run(folder):  # `fit(..., scenario=)`'s run: its kept model
+        return scenario_predictor(folder, resolve_device(device))
     config = read_run_config(folder)
     store = open_run_store(config, folder)
     names = store.identity["dataset"].get("class_names")

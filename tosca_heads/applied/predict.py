@@ -62,7 +62,8 @@ class Predictions:
     are the same classes as positions in the run's class order (what the run's classifier rows
     are indexed by). A tied answer (`method.ties`: two classes or more share the top score, or the
     router's modules tied) is `TIED` in `classes` and `incremental_classes`, named `TIED_NAME`,
-    with a NaN probability; a tied route is `TIED` in `tasks`. `router` is the router that chose, `chosen_on` how it was picked: "given",
+    with a NaN probability; a tied route is `TIED` in `tasks`. `router` is the router that chose, `chosen_on` how it was picked ("default": a
+    told-task scenario run's lda, it kept no router's figures): "given",
     "validation" (the run's best honest router on its validation split) or "test" (the best
     on the test split: a choice tuned on test, said so)."""
 

@@ -7,8 +7,9 @@ and the test rows at each step with every router asked), its answers kept as a c
 (`records.scenario_folder`: asked.json names the store with its path, the scenario, its values
 and reading, the recipe, the router and the validation split). A rerun asked the same reuses the
 cells; every figure is worked out from them when read, on the plan made again from the store
-(`read_scenario_run`), so `tosca eval RUN` re-reads, it does not train again. Its modules are not
-kept: `tosca predict` takes a class-incremental run, and says so in one line for this one.
+(`read_scenario_run`), so `tosca eval RUN` re-reads, it does not train again. The model after the
+stream is kept too (`records.scenario_model`: its modules, classifier and routers' statistics), so
+`tosca predict RUN IMAGES` classifies new images with it (`predict_scenario_images`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from featcache.store import check_readable, open_unchanged, resolve_store
+from tosca_foundation.devices import resolve_device
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.files import read_json
 from tosca_foundation.folders import marked_kind
+from tosca_heads.applied.predict import PredictOutcome, RunPredictor
 from tosca_heads.applied.scenario_point import ScenarioPoint
 from tosca_heads.applied.scenario_runs import plan_classes, scenario_values, store_labels
 from tosca_heads.applied.scenario_validation import HeldOutReading
 from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS, check_router_rows
+from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.class_names import said_class
-from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
+from tosca_heads.method.class_statistics import ClassStatistics
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, TaskStream, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig, recipe
 from tosca_heads.method.scenarios import Scenario, scenario
 from tosca_heads.records import cell, claim
@@ -42,6 +48,7 @@ from tosca_heads.records.scenario_folder import (
     scenario_asked,
     write_result,
 )
+from tosca_heads.records.scenario_model import MODEL_CELL, ScenarioModel, read_model, write_model
 from tosca_heads.records.sweep_points import point_key
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import ROUTERS, is_honest, resolve_routers
@@ -233,16 +240,129 @@ def _fit(
         kept = {
             r: kept_answers(folder / _cell(r), _cell_asked(store, asked, r), reading.joined) for r in answered
         }
-        if all(k is not None for k in kept.values()):
+        modelled = cell.reusable(folder / MODEL_CELL, _model_asked(store, asked), REDO)
+        if modelled and all(k is not None for k in kept.values()):
             first = next(iter(kept.values()))
             answers = {r: k[0] for r, k in kept.items() if k is not None}
             return _result(folder, asked, reading, answers, first[1] if first else 0.0, True)
         start = time.perf_counter()
-        answers = point.run()
+        keep: dict[str, Any] = {}
+        answers = point.run_keeping(keep)
         seconds = time.perf_counter() - start
         for r in answered:
             write_result(folder / _cell(r), answers[r], seconds, _cell_asked(store, asked, r), SCENARIO_RUN)
+        model = _model_of(keep, reading, store, point.read_as)
+        write_model(folder / MODEL_CELL, model, _model_asked(store, asked), seconds)
     return _result(folder, asked, reading, answers, seconds, False)
+
+
+def _model_asked(store: Any, asked: _Asked) -> dict[str, Any]:
+    """The model cell's question: its routers' cells' without a router (one model serves them all)."""
+    found = _cell_asked(store, asked, "")
+    found["params"] = {k: v for k, v in found["params"].items() if k != "router"}
+    return {**found, "kind": "scenario-run-model"}
+
+
+def _model_of(keep: dict[str, Any], reading: HeldOutReading, store: Any, read_as: str) -> ScenarioModel:
+    """What a scenario run keeps for `tosca predict` (`records.scenario_model`), from the estimator
+    after the stream: its modules, classifier and routers' statistics, each unit's row count, and
+    each classifier row's class as the store labels and names it (a reading of other labels, such
+    as CIFAR-100's superclasses, by their numbers)."""
+    model, row_class = keep["model"], keep["row_class"]
+    trainer = model.trainer_
+    train = model.recipe().resolved(model.n_features_in_)
+    order, names = plan_classes(reading.joined, store_labels(store, read_as), store)
+    labels = order[row_class[model.labels_in_order_]]
+    return ScenarioModel(
+        dim=int(model.n_features_in_),
+        r=int(train.r or 0),
+        s=int(train.s or 0),
+        flow=train.flow,
+        modules=tuple(m[0] for m in trainer.modules_),
+        weight=trainer.weight_,
+        sigma=trainer.sigma_,
+        sizes=tuple(int(n) for n in (model.stream_.sizes or model._even_sizes())),
+        statistics=model.statistics_.state_dict(),
+        labels=tuple(int(v) for v in labels),
+        names=tuple(str(names[v]) if names is not None and 0 <= v < len(names) else str(v) for v in labels),
+    )
+
+
+def scenario_predictor(run_dir: Path, device: str | torch.device = "cpu") -> RunPredictor:
+    """A scenario run's model ready to classify frozen features (`RunPredictor`: the modules, the
+    classifier after the stream and the routers' statistics; each classifier row answers its class
+    by the store's label). Trains nothing."""
+    if not is_scenario_run(Path(run_dir)):
+        raise UserError(f"not a scenario run: {run_dir} (made by `tosca fit --scenario NAME`)")
+    kept = read_model(Path(run_dir))
+    device = torch.device(device)
+    width = max(kept.labels) + 1
+    by_label = dict(zip(kept.labels, kept.names, strict=True))
+    predictor = RunPredictor(Path(run_dir), width, device, [by_label.get(i, str(i)) for i in range(width)])
+    predictor.layout_ = ParamLayout(kept.dim, kept.r, kept.s, kept.flow)
+    predictor.stream_ = TaskStream.uneven(np.array(kept.labels, dtype=np.int64), kept.sizes)
+    predictor.modules_ = tuple(m.reshape(1, -1).to(device) for m in kept.modules)
+    predictor.weight_, predictor.sigma_ = kept.weight.to(device), kept.sigma.reshape(1).to(device)
+    try:
+        predictor.statistics_ = ClassStatistics(kept.dim).load_state_dict(kept.statistics)
+    except (KeyError, IndexError, ValueError, RuntimeError):
+        raise UserError(
+            f"scenario run {run_dir}: its model's router statistics are damaged; {REDO}"
+        ) from None
+    if predictor.statistics_.classes != len(kept.labels) or kept.modules[0].numel() != predictor.layout_.size:
+        raise UserError(f"scenario run {run_dir}: its model's parts do not agree (edited or damaged); {REDO}")
+    predictor.tasks_ = len(kept.modules)
+    predictor.learned_ = {}
+    return predictor
+
+
+def predict_scenario_images(request: Any, list_images: Any, embed: Any) -> PredictOutcome:
+    """`tosca predict` with a scenario run: the store's backbone (through `embed`), the run's kept
+    model, one honest router (by default the run's best kept router by A_last on its validation
+    rows, else on test, said so; a told-task run, which kept no router's figures, routes with lda)."""
+    if request.batch_size is not None and request.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {request.batch_size}")
+    run = read_scenario_run(request.run)
+    if request.router is not None:
+        names = resolve_routers(request.router)
+        if len(names) != 1:
+            raise UserError(f"--router takes one router for predict, got {request.router!r}")
+        chosen, chosen_on = names[0], "given"
+    else:
+        blocks = run.validation or run.figures
+        candidates = [n for n in ROUTERS if is_honest(n) and n in blocks]
+        chosen = max(candidates, key=lambda n: blocks[n]["A_last"]) if candidates else "lda"
+        chosen_on = ("validation" if run.validation else "test") if candidates else "default"
+    device = resolve_device(request.device)
+    predictor = scenario_predictor(request.run, device)
+    predictor.check_router(chosen)
+    paths, left_out = list_images(list(request.images))
+    config = _read_run_file(Path(request.run))
+    store = open_unchanged(
+        config["store"]["path"], config["store"]["fingerprint"], "the run was fit", "fit it again"
+    )
+    found = predictor.predict(embed(store, paths, device, request.batch_size), chosen, chosen_on)
+    rows = [
+        {
+            "image": str(path),
+            "class": name,
+            "class_id": int(label),
+            "incremental_class": int(incremental),
+            "probability": float(p),
+            "task": int(t),
+            "router": chosen,
+        }
+        for path, name, label, incremental, p, t in zip(
+            paths,
+            found.class_names,
+            found.classes,
+            found.incremental_classes,
+            found.probabilities,
+            found.tasks,
+            strict=True,
+        )
+    ]
+    return PredictOutcome(rows, chosen, predictor.tasks_, left_out, chosen_on)
 
 
 def _refuse_cil_only(request: FitRequest, name: str) -> None:
@@ -361,7 +481,7 @@ def read_scenario_run(run_dir: Path) -> ScenarioRun:
     check_cells(run_dir)
     order = {_cell(r): i for i, r in enumerate((*ROUTERS, TOLD))}  # the registry's order, as a fit says them
     cells = sorted(
-        (p for p in run_dir.iterdir() if p.is_dir() and (p / cell.DONE).exists()),
+        (p for p in run_dir.iterdir() if p.is_dir() and p.name != MODEL_CELL and (p / cell.DONE).exists()),
         key=lambda p: (order.get(p.name, len(order)), p.name),
     )
     if not cells:

@@ -47,6 +47,10 @@ class ScenarioPoint:
     def run(self) -> dict[str, list[np.ndarray]]:
         """The answers of the joined reading at each step, per router (`reading`'s `split` makes
         them the validation's and the test's)."""
+        return self.run_keeping(None)
+
+    def run_keeping(self, keep: dict[str, Any] | None) -> dict[str, list[np.ndarray]]:
+        """`run`, `keep` receiving the fitted estimator and its rows' classes (`tosca_answers`)."""
         store = open_unchanged(
             self.store_path,
             self.fingerprint,
@@ -64,6 +68,7 @@ class ScenarioPoint:
             kind.told_task,
             dict(self.params),
             kept_views,
+            keep,
         )
 
     def reading(self, store: FeatureStore) -> HeldOutReading:

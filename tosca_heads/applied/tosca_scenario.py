@@ -141,6 +141,7 @@ def tosca_answers(
     told_task: bool,
     params: Mapping[str, Any] | None = None,
     train_views: np.ndarray | None = None,
+    keep: dict[str, Any] | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """The plan's class id TOSCA answers for each evaluation row at each step, per router (one
     training serves every router). Told the task (`til`), the told module's logits answer and no
@@ -148,7 +149,9 @@ def tosca_answers(
     learns its baseline beside the modules, on the same rows with the same row ids, as a run's
     does (`routers.learned`). `train_views` [V, n, d]: the store's augmented views of the training
     rows, which the modules train on as `tosca fit`'s do (the routers' statistics, the prototypes
-    and the on-request baselines read the clean features)."""
+    and the on-request baselines read the clean features). `keep`: given, it receives the fitted
+    estimator after the stream (`model`) and each classifier row's plan class id (`row_class`), what
+    a scenario run keeps for `tosca predict`."""
     routers, recurring, module_per, keywords = tosca_options(params)
     model = TOSCAClassifier(router=routers[0], **keywords)
     learners = RouterLearners(on_request(routers))
@@ -173,6 +176,8 @@ def tosca_answers(
         )
         for router, answered in step_answers.items():
             answers[router].append(answered)
+    if keep is not None:
+        keep.update(model=model, row_class=row_class)
     return answers
 
 

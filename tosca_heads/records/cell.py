@@ -49,6 +49,10 @@ CELL_FILES = (ASKED, MEASURED, OUTCOMES, DONE)
 # a scenario cell's answers: the class ids answered at each step (`records.scenario_folder`), kept
 # in place of outcomes.safetensors, whose images and stages a scenario's steps are not
 STEP_ANSWERS = f"{STATE}/answers.safetensors"
+# a scenario run's model after its stream (`records.scenario_model`): its modules, classifier and
+# router statistics, what `tosca predict` reads; a cell of no answers
+SCENARIO_MODEL = f"{STATE}/model.safetensors"
+IN_PLACE_OF_OUTCOMES = (STEP_ANSWERS, SCENARIO_MODEL)
 MAX_FILE = 1 << 30  # bytes: a cell's file larger than this is not one tosca wrote
 VERSIONED = ("torch", "numpy")  # the libraries whose versions change a cell's numbers
 
@@ -178,7 +182,7 @@ def check_whole(folder: Path, hint: str) -> None:
         raise UserError(
             f"{folder} holds {strangers[0]}, a file its done.json does not name (added since); {hint}"
         )
-    kept_in_state = STEP_ANSWERS in digests  # a scenario's answers, no outcomes file
+    kept_in_state = any(n in digests for n in IN_PLACE_OF_OUTCOMES)  # a scenario's cell: no outcomes file
     for name in (ASKED, MEASURED) if kept_in_state else (ASKED, MEASURED, OUTCOMES):
         if name not in digests:
             raise UserError(f"{folder / DONE} does not name {name} (edited or damaged); {hint}")

@@ -65,8 +65,8 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / CONFIG
     if marked_kind(Path(run_dir)) == "scenario-run":
         raise UserError(
-            f"run {run_dir} was fit under a scenario: it keeps each router's answers, not its modules (`tosca eval` "
-            "and `tosca routers` read it); this needs a class-incremental run (`tosca fit` without --scenario)"
+            f"run {run_dir} was fit under a scenario: `tosca eval`, `tosca routers` and `tosca predict` read it, "
+            "this needs a class-incremental run (`tosca fit` without --scenario)"
         )
     if written_before_cells(run_dir):
         raise UserError(

@@ -114,3 +114,27 @@ def test_predict_refuses_weights_it_cannot_have(tmp_path: Path, image_tree: Path
     assert len(result.output.strip().splitlines()) == 1
     missing = RUNNER.invoke(app, ["predict", str(run), str(tmp_path / "nothing.png")])
     assert missing.exit_code == 2 and "no such image or folder" in missing.output
+
+
+@pytest.mark.heavy
+def test_predict_with_a_scenario_run_equals_its_kept_model_on_the_cached_features(
+    tmp_path: Path, image_tree: Path
+) -> None:
+    import tosca_heads
+
+    store = _store(tmp_path, image_tree)
+    run = tmp_path / "run"
+    args = ["fit", "--store", str(store.path), "--run", str(run), "--scenario", "blurry", "--epochs", "2"]
+    args += ["--set", "tasks=2", "--set", "eval_period=2", "--batch-size", "4", "--r", "8", "--s", "8"]
+    fit = RUNNER.invoke(app, args)
+    assert fit.exit_code == 0, fit.output
+    result = RUNNER.invoke(app, ["predict", str(run), str(image_tree / "test"), "--json", "--router", "ncm"])
+    assert result.exit_code == 0, result.output
+    rows = {Path(r["image"]).resolve(): r for r in json.loads(result.stdout)}
+    expected = tosca_heads.predict(run, store.features("test"), router="ncm", device="cpu")
+    names = store.identity["dataset"]["class_names"]
+    for i, sample_id in enumerate(store.ids("test")):
+        row = rows[(image_tree / sample_id).resolve()]
+        assert row["class_id"] == int(expected.classes[i]) and row["class"] == names[row["class_id"]]
+    default = RUNNER.invoke(app, ["predict", str(run), str(image_tree / "test" / "class_0")])
+    assert default.exit_code == 0 and "TEST split" in default.output, default.output

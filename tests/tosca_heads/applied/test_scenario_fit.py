@@ -1,13 +1,14 @@
 """`tosca fit --scenario NAME` (issue 56 point 1): TOSCA with its recipe under a scenario, the
 figures those of the one scenario path, kept as a scenario run that `tosca eval` and `tosca routers`
-read from its answers (trained once), another config refused in its folder, and predict told in
-one line that such a run keeps no modules."""
+read from its answers (trained once), another config refused in its folder, and its kept model
+predicting what the stream's last step answered."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.stores import synthetic_store
 from typer.testing import CliRunner
@@ -17,7 +18,9 @@ from cli import app
 from featcache.store import FeatureStore
 from tosca_foundation.errors import UserError
 from tosca_heads.applied import scenario_point
-from tosca_heads.applied.scenario_runs import run_scenario
+from tosca_heads.applied.scenario_runs import plan_classes, run_scenario, store_labels
+from tosca_heads.method.scenarios import scenario
+from tosca_heads.records.run_config import read_run_config
 
 FSCIL = {"base_classes": 2, "ways": 2, "shots": 5, "sessions": 2}
 FAST = {"epochs": 2, "batch_size": 8}
@@ -51,7 +54,9 @@ def test_eval_and_routers_read_the_kept_answers_and_train_nothing(
     made = tosca_heads.fit(
         store.path, run=run, scenario="fscil", scenario_values=FSCIL, val_fraction=0.2, **FAST
     )
-    monkeypatch.setattr(scenario_point.ScenarioPoint, "run", lambda self: pytest.fail("trained again"))
+    monkeypatch.setattr(
+        scenario_point.ScenarioPoint, "run_keeping", lambda self, keep: pytest.fail("trained again")
+    )
     again = tosca_heads.evaluate(run)
     assert again.figures == made.figures and again.validation == made.validation and again.reused
     assert tosca_heads.fit(
@@ -79,15 +84,45 @@ def test_another_config_in_the_same_folder_is_refused_in_one_line(store, tmp_pat
         tosca_heads.fit(store.path, run=run, scenario="fscil", scenario_values={**FSCIL, "shots": 3}, **FAST)
 
 
-def test_predict_and_load_run_say_a_scenario_run_keeps_no_modules(store, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "values"), [("fscil", FSCIL), ("blurry", {"tasks": 2, "eval_period": 30})])
+def test_the_kept_model_predicts_what_the_last_step_answered(store, tmp_path: Path, name, values) -> None:
+    run = tmp_path / "run"
+    made = tosca_heads.fit(store.path, run=run, scenario=name, scenario_values=values, **FAST)
+    predictor = tosca_heads.load_run(run, device="cpu")
+    result = run_scenario(store, name, ("tosca",), values, {"tosca": {**FAST, "routers": ("lda", "ncm")}})
+    plan = scenario(name).plan(store_labels(store), **values)
+    order = plan_classes(plan, store_labels(store), store)[0]  # a plan id's store label
+    last = plan.steps[-1].eval_rows
+    for found in result:
+        answered = predictor.predict(store.features("test")[last], found.router)
+        tied = found.answers[-1] < 0
+        expected = np.where(tied, found.answers[-1], order[np.where(tied, 0, found.answers[-1])])
+        assert np.array_equal(answered.classes, expected)
+        assert made.figures[found.router]["A_last"] == found.figures["A_last"]
+    said = tosca_heads.predict(run, store.features("test")[:3], router="lda")
+    assert said.class_names == [str(c) for c in said.classes]  # a store without class names: its label ids
+
+
+def test_a_class_incremental_reader_says_what_reads_a_scenario_run(store, tmp_path: Path) -> None:
     run = tmp_path / "run"
     tosca_heads.fit(store.path, run=run, scenario="til", init_cls=2, increment=2, **FAST)
     with pytest.raises(
-        UserError, match=r"was fit under a scenario: it keeps each router's answers, not its modules"
+        UserError, match=r"was fit under a scenario: `tosca eval`, `tosca routers` and `tosca predict`"
     ):
-        tosca_heads.load_run(run)
+        read_run_config(run)
     made = tosca_heads.evaluate(run)
     assert list(made.figures) == ["told task"]
+
+
+def test_a_damaged_model_is_one_line(store, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    tosca_heads.fit(store.path, run=run, scenario="fscil", scenario_values=FSCIL, **FAST)
+    model = run / "model" / "state" / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 1
+    model.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"is not the file that was written"):
+        tosca_heads.load_run(run)
 
 
 def test_an_edited_answer_is_one_line(store, tmp_path: Path) -> None:
