@@ -236,7 +236,8 @@ def fit(request: FitRequest, as_json_: bool) -> None:
         (),
         "",
     ):  # the default: import-light
-        from tosca_heads.applied.scenario_fit import beyond_cil, scenario_fit
+        from tosca_heads.applied.scenario_fit import scenario_fit
+        from tosca_heads.applied.scenario_runs import beyond_cil
 
         if beyond_cil(request):
             made = scenario_fit(request, on_plan=lambda line: say(line, err))
@@ -319,7 +320,7 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
     from tosca_heads.applied.predict import predict_images
 
     if marked_kind(request.run) == "scenario-run":  # a run of `tosca fit --scenario`: its kept model
-        from tosca_heads.applied.scenario_fit import predict_scenario_images as predict_images
+        from tosca_heads.applied.scenario_predict import predict_scenario_images as predict_images
     with progress() as board:
         speak = per_split(board, "embed", "img")
         outcome = predict_images(request, image_paths, lambda *args: embed_images(*args, on_progress=speak))
@@ -363,7 +364,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
         (),
         "",
     ):  # the default: import-light
-        from tosca_heads.studies.scenario_sweep import beyond_cil
+        from tosca_heads.applied.scenario_runs import beyond_cil
 
         if beyond_cil(request):
             return _scenario_sweep(request, as_json_)
@@ -419,8 +420,9 @@ def baselines(request: BaselinesRequest, as_json_: bool, ctx: typer.Context) -> 
     declares them (RanPAC's: --ranpac-projection-dim, --ranpac-seed; docs/commands.md)."""
     from dataclasses import replace
 
+    from tosca_heads.applied.scenario_runs import beyond_cil
     from tosca_heads.studies.comparison import compare
-    from tosca_heads.studies.scenario_comparison import beyond_cil, scenario_compare
+    from tosca_heads.studies.scenario_comparison import scenario_compare
 
     request = replace(request, params=named_values(ctx.args))
     if beyond_cil(request):  # the scenario's table (cil's is the one below, as it always was)

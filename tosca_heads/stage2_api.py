@@ -201,7 +201,8 @@ def fit(
     ):
         raise UserTypeError(f"scenario_values must be a mapping of names to values, got {scenario_values!r}")
     request = _request(FitRequest, "fit", {**locals(), "scenario_values": dict(scenario_values or {})})
-    from tosca_heads.applied.scenario_fit import beyond_cil, scenario_fit
+    from tosca_heads.applied.scenario_fit import scenario_fit
+    from tosca_heads.applied.scenario_runs import beyond_cil
 
     if beyond_cil(request):
         return scenario_fit(request)
@@ -287,7 +288,8 @@ def sweep(
         raise UserTypeError(f"scenario_values must be a mapping of names to values, got {scenario_values!r}")
     arguments = {**locals(), "grid": flags, "scenario_values": dict(scenario_values or {})}
     request = _request(SweepRequest, "sweep", arguments)
-    from tosca_heads.studies.scenario_sweep import beyond_cil, scenario_sweep
+    from tosca_heads.applied.scenario_runs import beyond_cil
+    from tosca_heads.studies.scenario_sweep import scenario_sweep
 
     if beyond_cil(request):
         return scenario_sweep(request).frame
@@ -333,7 +335,8 @@ def load_run(run: str | Path, device: str = "auto") -> RunPredictor:
     3
     """
     from tosca_foundation.devices import resolve_device
-    from tosca_heads.applied.scenario_fit import is_scenario_run, scenario_predictor
+    from tosca_heads.applied.scenario_fit import is_scenario_run
+    from tosca_heads.applied.scenario_predict import scenario_predictor
     from tosca_heads.records.run_folder import open_run_store, read_run_config
 
     folder = as_path("load_run", "run", run)
@@ -421,11 +424,12 @@ def baselines(
     >>> list(frame["method"]), bool((frame["A_last"] <= 1).all())
     (['simplecil', 'ranpac'], True)
     """
+    from tosca_heads.applied.scenario_runs import beyond_cil
     from tosca_heads.method.baseline_registry import key_of, params_of
     from tosca_heads.records.baselines_folder import comparison_frame
     from tosca_heads.requests.command_requests import BaselinesRequest
     from tosca_heads.studies.comparison import compare
-    from tosca_heads.studies.scenario_comparison import beyond_cil, scenario_compare
+    from tosca_heads.studies.scenario_comparison import scenario_compare
 
     arguments = locals()
     declared = [key_of(m, p) for m in BASELINES for p in params_of(m)]  # any registered baseline's

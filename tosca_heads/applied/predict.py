@@ -309,7 +309,14 @@ def predict_images(request: PredictRequest, list_images: ListImages, embed: Embe
     predictor = RunPredictor(request.run, store.shape.classes, device, [str(n) for n in names]).load()
     predictor.learn_router(chosen, store).check_router(chosen)
     result = predictor.predict(embed(store, paths, device, request.batch_size), chosen, chosen_on)
-    rows = [
+    rows = image_rows(paths, result)
+    return PredictOutcome(rows, chosen, predictor.tasks_, left_out, chosen_on)
+
+
+def image_rows(paths: Sequence[Path], result: Predictions) -> list[dict[str, Any]]:
+    """`tosca predict`'s answer, one row per image: its class (name and the store's label id), its
+    position in the run's class order, the probability, the task module and the router."""
+    return [
         {
             "image": str(path),
             "class": name,
@@ -317,7 +324,7 @@ def predict_images(request: PredictRequest, list_images: ListImages, embed: Embe
             "incremental_class": int(incremental),
             "probability": float(p),
             "task": int(t),
-            "router": chosen,
+            "router": result.router,
         }
         for path, name, label, incremental, p, t in zip(
             paths,
@@ -329,7 +336,6 @@ def predict_images(request: PredictRequest, list_images: ListImages, embed: Embe
             strict=True,
         )
     ]
-    return PredictOutcome(rows, chosen, predictor.tasks_, left_out, chosen_on)
 
 
 def best_honest_router(metrics: dict[str, Any], split: str = "test") -> str:

@@ -21,22 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from featcache.store import check_readable, open_unchanged, resolve_store
-from tosca_foundation.devices import resolve_device
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.files import read_json
 from tosca_foundation.folders import marked_kind
-from tosca_heads.applied.predict import PredictOutcome, RunPredictor
 from tosca_heads.applied.scenario_point import ScenarioPoint
-from tosca_heads.applied.scenario_runs import plan_classes, scenario_values, store_labels
+from tosca_heads.applied.scenario_runs import (
+    plan_classes,
+    scenario_values,
+    store_labels,
+    with_split,
+)
 from tosca_heads.applied.scenario_validation import HeldOutReading
 from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS, check_router_rows
-from tosca_heads.engine.layout import ParamLayout
 from tosca_heads.method.class_names import said_class
-from tosca_heads.method.class_statistics import ClassStatistics
-from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, TaskStream, ValidationConfig
+from tosca_heads.method.protocol import DEFAULT_ORDER_SEED, ValidationConfig
 from tosca_heads.method.recipe import TrainConfig, recipe
 from tosca_heads.method.scenarios import Scenario, scenario
 from tosca_heads.records import cell, claim
@@ -48,7 +48,7 @@ from tosca_heads.records.scenario_folder import (
     scenario_asked,
     write_result,
 )
-from tosca_heads.records.scenario_model import MODEL_CELL, ScenarioModel, read_model, write_model
+from tosca_heads.records.scenario_model import MODEL_CELL, ScenarioModel, write_model
 from tosca_heads.records.sweep_points import point_key
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import ROUTERS, is_honest, resolve_routers
@@ -60,7 +60,7 @@ RUN_FILE = (
 )
 
 
-def _read_run_file(folder: Path) -> dict[str, Any]:
+def read_run_file(folder: Path) -> dict[str, Any]:
     return read_json(Path(folder) / RUN_FILE, "scenario run's run.json", REDO)
 
 
@@ -71,7 +71,7 @@ SCENARIO_RUN = FolderKind(
     flag="--run",
     noun="scenario run",
     config_file=RUN_FILE,
-    read_config=_read_run_file,
+    read_config=read_run_file,
     check_files=check_cells,
 )
 SPLIT_FIELDS = ("init_cls", "increment", "order_seed")
@@ -81,19 +81,6 @@ REDO = "delete the run folder to fit it again"
 def is_scenario_run(folder: Path) -> bool:
     """Whether a folder is a run `tosca fit --scenario` made (its marker says so)."""
     return Path(folder).is_dir() and marked_kind(Path(folder)) == SCENARIO_RUN.name
-
-
-def beyond_cil(request: FitRequest) -> bool:
-    """Whether the fit asks for a scenario other than `cil` (scenario values for `cil`: one line)."""
-    kind = scenario(request.scenario, request.spell("scenario"))
-    if kind.name != "cil":
-        return True
-    if request.set_values or request.scenario_values or request.read_as:
-        raise UserValueError(
-            f"scenario values are for a scenario other than cil; cil's split is {request.spell('init_cls')}, "
-            f"{request.spell('increment')} and {request.spell('order_seed')}"
-        )
-    return False
 
 
 @dataclass
@@ -288,83 +275,6 @@ def _model_of(keep: dict[str, Any], reading: HeldOutReading, store: Any, read_as
     )
 
 
-def scenario_predictor(run_dir: Path, device: str | torch.device = "cpu") -> RunPredictor:
-    """A scenario run's model ready to classify frozen features (`RunPredictor`: the modules, the
-    classifier after the stream and the routers' statistics; each classifier row answers its class
-    by the store's label). Trains nothing."""
-    if not is_scenario_run(Path(run_dir)):
-        raise UserError(f"not a scenario run: {run_dir} (made by `tosca fit --scenario NAME`)")
-    kept = read_model(Path(run_dir))
-    device = torch.device(device)
-    width = max(kept.labels) + 1
-    by_label = dict(zip(kept.labels, kept.names, strict=True))
-    predictor = RunPredictor(Path(run_dir), width, device, [by_label.get(i, str(i)) for i in range(width)])
-    predictor.layout_ = ParamLayout(kept.dim, kept.r, kept.s, kept.flow)
-    predictor.stream_ = TaskStream.uneven(np.array(kept.labels, dtype=np.int64), kept.sizes)
-    predictor.modules_ = tuple(m.reshape(1, -1).to(device) for m in kept.modules)
-    predictor.weight_, predictor.sigma_ = kept.weight.to(device), kept.sigma.reshape(1).to(device)
-    try:
-        predictor.statistics_ = ClassStatistics(kept.dim).load_state_dict(kept.statistics)
-    except (KeyError, IndexError, ValueError, RuntimeError):
-        raise UserError(
-            f"scenario run {run_dir}: its model's router statistics are damaged; {REDO}"
-        ) from None
-    if predictor.statistics_.classes != len(kept.labels) or kept.modules[0].numel() != predictor.layout_.size:
-        raise UserError(f"scenario run {run_dir}: its model's parts do not agree (edited or damaged); {REDO}")
-    predictor.tasks_ = len(kept.modules)
-    predictor.learned_ = {}
-    return predictor
-
-
-def predict_scenario_images(request: Any, list_images: Any, embed: Any) -> PredictOutcome:
-    """`tosca predict` with a scenario run: the store's backbone (through `embed`), the run's kept
-    model, one honest router (by default the run's best kept router by A_last on its validation
-    rows, else on test, said so; a told-task run, which kept no router's figures, routes with lda)."""
-    if request.batch_size is not None and request.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {request.batch_size}")
-    run = read_scenario_run(request.run)
-    if request.router is not None:
-        names = resolve_routers(request.router)
-        if len(names) != 1:
-            raise UserError(f"--router takes one router for predict, got {request.router!r}")
-        chosen, chosen_on = names[0], "given"
-    else:
-        blocks = run.validation or run.figures
-        candidates = [n for n in ROUTERS if is_honest(n) and n in blocks]
-        chosen = max(candidates, key=lambda n: blocks[n]["A_last"]) if candidates else "lda"
-        chosen_on = ("validation" if run.validation else "test") if candidates else "default"
-    device = resolve_device(request.device)
-    predictor = scenario_predictor(request.run, device)
-    predictor.check_router(chosen)
-    paths, left_out = list_images(list(request.images))
-    config = _read_run_file(Path(request.run))
-    store = open_unchanged(
-        config["store"]["path"], config["store"]["fingerprint"], "the run was fit", "fit it again"
-    )
-    found = predictor.predict(embed(store, paths, device, request.batch_size), chosen, chosen_on)
-    rows = [
-        {
-            "image": str(path),
-            "class": name,
-            "class_id": int(label),
-            "incremental_class": int(incremental),
-            "probability": float(p),
-            "task": int(t),
-            "router": chosen,
-        }
-        for path, name, label, incremental, p, t in zip(
-            paths,
-            found.class_names,
-            found.classes,
-            found.incremental_classes,
-            found.probabilities,
-            found.tasks,
-            strict=True,
-        )
-    ]
-    return PredictOutcome(rows, chosen, predictor.tasks_, left_out, chosen_on)
-
-
 def _refuse_cil_only(request: FitRequest, name: str) -> None:
     """One line for what only a class-incremental fit does."""
     spell = request.spell
@@ -396,23 +306,14 @@ def _routers(request: FitRequest) -> tuple[str, ...]:
 
 def _values(request: FitRequest, kind: type[Scenario]) -> dict[str, Any]:
     """The scenario's values: --set NAME=VALUE texts, the API's `scenario_values`, and the
-    class-incremental split's flags where the scenario declares them (til)."""
+    class-incremental split's flags where the scenario declares them (til; the class order's
+    default seed is no value given)."""
     values = scenario_values(kind.name, tuple(request.set_values))
     values.update(request.scenario_values)
-    takes = {p.name for p in kind.params}
-    for name in SPLIT_FIELDS:
-        given = getattr(request, name)
-        if given is None or (name == "order_seed" and given == DEFAULT_ORDER_SEED):
-            continue
-        if name not in takes:
-            raise UserValueError(
-                f"{request.spell(name)} does not apply to scenario {kind.name} (it takes: "
-                f"{', '.join(sorted(takes)) or 'none'}; set them with --set NAME=VALUE)"
-            )
-        if name in values:
-            raise UserValueError(f"{request.spell(name)} given twice (also as a scenario value)")
-        values[name] = given
-    return values
+    given = {name: getattr(request, name) for name in SPLIT_FIELDS}
+    if given["order_seed"] == DEFAULT_ORDER_SEED:
+        given["order_seed"] = None
+    return with_split(kind, values, given, request.spell)
 
 
 def _cell(router: str) -> str:

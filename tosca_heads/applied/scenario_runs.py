@@ -287,6 +287,44 @@ def scenario_values(name: str, given: tuple[str, ...]) -> dict[str, Any]:
     return values
 
 
+def beyond_cil(request: Any) -> bool:
+    """Whether a command's request (fit, sweep, baselines: `scenario`, `set_values`,
+    `scenario_values`, `read_as` where it has one, `spell`) asks for a scenario other than `cil`,
+    checked here once: an unknown name is one line with the closest, and scenario values given
+    for `cil` are one line (its split being the split flags)."""
+    kind = scenario(request.scenario, request.spell("scenario"))
+    if kind.name != "cil":
+        return True
+    if request.set_values or request.scenario_values or getattr(request, "read_as", ""):
+        raise UserValueError(
+            f"scenario values are for a scenario other than cil; cil's split is {request.spell('init_cls')}, "
+            f"{request.spell('increment')} and {request.spell('order_seed')}"
+        )
+    return False
+
+
+def with_split(
+    kind: type[Scenario], values: dict[str, Any], given: Mapping[str, Any], spell: Any
+) -> dict[str, Any]:
+    """A scenario's values with the class-incremental split's flags a command was given (name ->
+    value; None: not given) where the scenario declares them (til takes init_cls, increment and
+    order_seed): a flag it does not take, or one given twice (also as a scenario value), is one
+    line, named as `spell` names it."""
+    takes = {p.name for p in kind.params}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name not in takes:
+            raise UserValueError(
+                f"{spell(name)} does not apply to scenario {kind.name} "
+                f"(it takes: {', '.join(sorted(takes)) or 'none'}; set them with --set NAME=VALUE)"
+            )
+        if name in values:
+            raise UserValueError(f"{spell(name)} given twice (also as a scenario value)")
+        values[name] = value
+    return values
+
+
 def scenario_command(request: Any) -> list[ScenarioResult]:
     """`tosca scenario`'s one call: the request's values checked, then `run_scenario`."""
     if not Path(request.store).exists():

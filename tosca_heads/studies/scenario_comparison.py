@@ -25,10 +25,11 @@ from tosca_heads.applied.scenario_runs import (
     result_of,
     run_checked,
     scenario_values,
+    with_split,
 )
 from tosca_heads.applied.tosca_scenario import TOSCA_DEFAULTS, answered_by
 from tosca_heads.method.baseline_registry import arguments
-from tosca_heads.method.scenarios import DEFAULT_SCENARIO, scenario
+from tosca_heads.method.scenarios import scenario
 from tosca_heads.records import claim, store_block
 from tosca_heads.records.scenario_folder import (
     SCENARIO_FOLDER,
@@ -58,21 +59,6 @@ class ScenarioComparison:
     files: dict[str, Path]
 
 
-def beyond_cil(request: BaselinesRequest) -> bool:
-    """Whether the request asks for a scenario other than `cil` (checked here, once: an unknown
-    name is one line with the closest; scenario values given for `cil` are one line, its split
-    being --init-cls, --increment and --order-seed)."""
-    kind = scenario(request.scenario, request.spell("scenario"))
-    if kind.name != DEFAULT_SCENARIO:
-        return True
-    if request.set_values or request.scenario_values:
-        raise UserValueError(
-            f"scenario values are for a scenario other than cil; cil's split is "
-            f"{request.spell('init_cls')}, {request.spell('increment')} and {request.spell('order_seed')}"
-        )
-    return False
-
-
 def asked_values(request: BaselinesRequest) -> dict[str, Any]:
     """The scenario's values: --set NAME=VALUE texts (`scenario_values`), the API's
     `scenario_values`, and the task split's flags where the scenario declares them; a flag that
@@ -91,21 +77,8 @@ def asked_values(request: BaselinesRequest) -> dict[str, Any]:
             f"any thread count); leave out {request.spell('device')} {request.device}"
         )
     values = scenario_values(kind.name, tuple(request.set_values))
-    takes = {p.name for p in kind.params}
     values.update(request.scenario_values)  # the API's (the command line's come as --set texts)
-    for name in SPLIT_FIELDS:
-        given = getattr(request, name)
-        if given is None:
-            continue
-        if name not in takes:
-            raise UserValueError(
-                f"{request.spell(name)} does not apply to scenario {kind.name} "
-                f"(it takes: {', '.join(sorted(takes)) or 'none'}; set them with --set NAME=VALUE)"
-            )
-        if name in values:
-            raise UserValueError(f"{request.spell(name)} given twice (also as a scenario value)")
-        values[name] = given
-    return values
+    return with_split(kind, values, {name: getattr(request, name) for name in SPLIT_FIELDS}, request.spell)
 
 
 def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:

@@ -38,7 +38,13 @@ from tosca_foundation.limits import max_processes, require_at_most, usable_cores
 from tosca_foundation.scheduler import check_scheduler, parse_scheduler
 from tosca_foundation.text import tell
 from tosca_heads.applied.scenario_point import ScenarioPoint
-from tosca_heads.applied.scenario_runs import TOSCA, plan_classes, scenario_values, store_labels
+from tosca_heads.applied.scenario_runs import (
+    TOSCA,
+    plan_classes,
+    scenario_values,
+    store_labels,
+    with_split,
+)
 from tosca_heads.applied.scenario_validation import HeldOutReading, held_out_reading
 from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS, check_router_rows
 from tosca_heads.engine.layout import parameter_count
@@ -71,20 +77,6 @@ RANKED = "A_last"  # every scenario's headline figure: what the points are ranke
 RESULTS = ("results.csv", "results.md")
 # (point's flags, finished, total): a point as it ends (computed here or reused)
 PointCallback = Callable[[dict[str, Any], int, int], None]
-
-
-def beyond_cil(request: SweepRequest) -> bool:
-    """Whether the sweep asks for a scenario other than `cil` (an unknown name: one line with the
-    closest; scenario values given for `cil`: one line, its split being the split flags)."""
-    kind = scenario(request.scenario, request.spell("scenario"))
-    if kind.name != "cil":
-        return True
-    if request.set_values or request.scenario_values or request.read_as:
-        raise UserValueError(
-            f"scenario values are for a scenario other than cil; cil's split is {request.spell('init_cls')}, "
-            f"{request.spell('increment')} and {request.spell('order_seed')}"
-        )
-    return False
 
 
 @dataclass(frozen=True)
@@ -323,37 +315,24 @@ def _grid(request: SweepRequest) -> dict[str, list[Any]]:
 def _values(request: SweepRequest, kind: type[Scenario]) -> dict[str, Any]:
     """The scenario's values: --set NAME=VALUE texts, the API's `scenario_values`, and the
     class-incremental split's flags where the scenario declares them (til), one value each: a
-    scenario's values are its stream, never swept (a sweep per value keeps each in its own table)."""
+    scenario's values are its stream, never swept (a sweep per value keeps each in its own table);
+    the class order's default seed (the command's) is no value given."""
     from tosca_heads.studies.sweeps import parse_values
 
-    spell = request.spell
     values = scenario_values(kind.name, tuple(request.set_values))
     values.update(request.scenario_values)
-    takes = {p.name for p in kind.params}
+    given: dict[str, Any] = {}
     for flag in SPLIT_FLAGS:
-        given = request.grid.get(flag)
-        if given is None:
+        if request.grid.get(flag) is None:
             continue
-        parsed = parse_values(flag, given)
-        if flag == "order_seed" and parsed == [DEFAULT_ORDER_SEED] and flag not in takes:
-            continue  # the command's default, not asked for
-        shown = spell(flag)
-        if flag not in takes:
-            raise UserValueError(
-                f"{shown} does not apply to scenario {kind.name} (it takes: {', '.join(sorted(takes)) or 'none'}; "
-                "set them with --set NAME=VALUE)"
-            )
+        parsed = parse_values(flag, request.grid[flag])
         if len(parsed) > 1:
             raise UserValueError(
-                f"{shown} is scenario {kind.name}'s stream, one value per sweep, got {len(parsed)} "
+                f"{request.spell(flag)} is scenario {kind.name}'s stream, one value per sweep, got {len(parsed)} "
                 "(a sweep per value keeps each stream in its own table)"
             )
-        if flag == "order_seed" and parsed == [DEFAULT_ORDER_SEED]:
-            continue  # the default: as a sweep without it
-        if flag in values:
-            raise UserValueError(f"{shown} given twice (also as a scenario value)")
-        values[flag] = parsed[0]
-    return values
+        given[flag] = None if flag == "order_seed" and parsed == [DEFAULT_ORDER_SEED] else parsed[0]
+    return with_split(kind, values, given, request.spell)
 
 
 def _points(grid: Mapping[str, list[Any]], base: TrainConfig, dim: int, spell: Any) -> list[TrainConfig]:
