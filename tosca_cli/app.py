@@ -50,6 +50,7 @@ from tosca_cli.views import (
     say_protocol,
     scenario_run_table,
     scenario_sweep_header,
+    scenario_sweep_plan,
     scenario_sweep_table,
     scenario_table,
     stage_printer,
@@ -387,9 +388,12 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
 
 
 def _scenario_sweep(request: SweepRequest, as_json_: bool) -> None:
-    """`tosca sweep --scenario NAME`: the plan said, the points as they end, then the ranking."""
-    from tosca_heads.studies.scenario_sweep import scenario_sweep
+    """`tosca sweep --scenario NAME`: the plan said, the points as they end, then the ranking
+    (`--dry-run`: the plan and its estimate, nothing written or learnt)."""
+    from tosca_heads.studies.scenario_sweep import scenario_dry_run, scenario_sweep
 
+    if request.dry_run:
+        return scenario_sweep_plan(scenario_dry_run(request), as_json_)
     with progress() as board:
         holder: list[Any] = []
 

@@ -499,7 +499,7 @@ def estimate_lines(estimate: Any) -> None:
 
 
 def suite_plan(result: Any, as_json_: bool) -> None:
-    rows = [[c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder] for c in result.cells]
+    rows = [list(row) for row in result.plan_rows()]
     estimate = result.estimate
     if as_json_:
         keys = ("store", "cell", "status", "folder")
@@ -808,9 +808,9 @@ def scenario_table(results: list[Any], title: str = "") -> None:
     table(heading, ["method", *figures, "seconds"], rows, ("method",))
 
 
-def scenario_sweep_header(plan: Any) -> None:
+def scenario_sweep_header(plan: Any, to: Any = err) -> None:
     """A scenario sweep's plan before it runs: the stream, the split it ranks on, the routers."""
-    say(f"sweep under scenario {plan.reading.test.describe()}", err)
+    say(f"sweep under scenario {plan.reading.test.describe()}", to)
     if plan.ranked_on == "validation":
         ranked = f"ranked on validation ({plan.validation.said()}; the stream reads the rest)"
     else:
@@ -818,8 +818,31 @@ def scenario_sweep_header(plan: Any) -> None:
     router = "the told module (no router)" if plan.told_task else f"{plan.rank_by}'s A_last"
     say(
         f"{len(plan.points)} point(s), {ranked}, by {router}; every point answers with {len(plan.answered)} router(s)",
-        err,
+        to,
     )
+
+
+def scenario_sweep_plan(planned: Any, as_json_: bool) -> None:
+    """`sweep --scenario NAME --dry-run`: the plan's lines, what runs and what is kept, the estimate."""
+    plan = planned.plan
+    if as_json_:
+        return as_json(
+            {
+                "scenario": plan.kind.name,
+                "points": len(plan.points),
+                "to_run": planned.pending,
+                "ranked_on": plan.ranked_on,
+                "out": str(plan.out),
+                **planned.estimate.fields(),
+            }
+        )
+    scenario_sweep_header(plan, out)
+    counts = {"point(s) to run": planned.pending, "in the folder already": len(plan.points) - planned.pending}
+    plan_head(
+        f"sweep under scenario {plan.kind.name} on {plan.store.path}, {len(plan.points)} points", counts
+    )
+    estimate_lines(planned.estimate)  # (worked out now: the lines above are said first)
+    say(f"folder {plan.out}" + (" (resumed)" if plan.out.exists() else " (new)"))
 
 
 def scenario_sweep_table(outcome: Any) -> None:

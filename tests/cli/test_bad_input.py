@@ -790,7 +790,6 @@ ROWS: list[tuple[str, list[str], str]] = [
         [*SSW, "--scenario", "til", "--device", "cuda"],
         "--scenario til runs on the CPU",
     ),
-    ("sweep scenario dry run", [*SSW, "--scenario", "til", "--dry-run"], "has no dry run yet"),
     (
         "sweep scenario reference ranks",
         [*SSW, "--scenario", "til", "--rank-by", "oracle"],

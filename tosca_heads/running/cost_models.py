@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,13 +185,21 @@ def tosca_seconds(shape: TaskShape, train: Any, device: torch.device, alone: boo
     """One TOSCA run: its steps (every task, every epoch), each task's own cost, and its evaluations
     (after task t, every test row seen so far through t + 1 modules), each timed here (`step_cost`;
     `alone`: in a process with the machine to itself, else one worker among others)."""
-    resolved = train.resolved(shape.dim)
-    cost = step_cost(
-        shape.dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device), alone
-    )
-    steps = sum(-(-rows // resolved.batch_size) for rows in shape.train) * resolved.epochs
     scored = sum(sum(shape.test[: t + 1]) * (t + 1) for t in range(len(shape.test)))
-    return steps * cost.step + len(shape.train) * cost.task + scored * cost.scored
+    return stream_seconds(shape.dim, shape.train, scored, train, device, alone)
+
+
+def stream_seconds(
+    dim: int, module_rows: Sequence[int], scored: int, train: Any, device: torch.device, alone: bool = True
+) -> float:
+    """TOSCA over any stream: a module learnt on each of `module_rows` rows (every epoch), each
+    module's own cost, and `scored` (evaluation row, module) pairs, each timed here (`step_cost`).
+    A class-incremental run is one such stream (`tosca_seconds`); a scenario's is read off its plan
+    (`applied.scenario_cost`)."""
+    resolved = train.resolved(dim)
+    cost = step_cost(dim, resolved.flow, resolved.r, resolved.s, resolved.batch_size, str(device), alone)
+    steps = sum(-(-rows // resolved.batch_size) for rows in module_rows) * resolved.epochs
+    return steps * cost.step + len(module_rows) * cost.task + scored * cost.scored
 
 
 def baseline_seconds(method: str, shape: TaskShape, params: dict[str, Any]) -> float:

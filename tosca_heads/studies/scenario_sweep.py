@@ -20,11 +20,12 @@ when every point is done.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from tosca_foundation.errors import UserTypeError, UserValueError
 from tosca_foundation.limits import max_processes, require_at_most, usable_cores
 from tosca_foundation.scheduler import check_scheduler, parse_scheduler
 from tosca_foundation.text import tell
+from tosca_foundation.time_estimates import Estimate, plan_works
+from tosca_heads.applied import scenario_cost
 from tosca_heads.applied.scenario_point import ScenarioPoint
 from tosca_heads.applied.scenario_runs import (
     TOSCA,
@@ -145,6 +148,43 @@ class ScenarioSweepPlan:
             tuple(sorted(self.params(train).items())),
         )
 
+    def kept(self) -> tuple[dict[str, dict[str, list[np.ndarray]]], dict[str, float]]:
+        """The points whose every router's cell the folder keeps, asked the same: their answers by
+        router, and their seconds (read only: a dry run asks the same)."""
+        answers: dict[str, dict[str, list[np.ndarray]]] = {}
+        seconds: dict[str, float] = {}
+        for key, train in self.points.items():
+            kept = [
+                kept_answers(self.cell(key, r), self.asked(train, r), self.reading.joined)
+                for r in self.answered
+            ]
+            if all(k is not None for k in kept):
+                answers[key] = {r: k[0] for r, k in zip(self.answered, kept, strict=True)}  # type: ignore[index]
+                seconds[key] = kept[0][1]  # type: ignore[index]
+        return answers, seconds
+
+    def estimate(self, keys: Sequence[str]) -> Estimate:
+        """What the points of `keys` take here: each one TOSCA training on the joined stream (the
+        validation rows answered beside the test rows) priced by `applied.scenario_cost`, shared by
+        the workers, plus their start."""
+        scheduler = self.executor.scheduler
+        remote = scheduler is not None and parse_scheduler(scheduler).kind in ("address", "file")
+        workers = 1 if remote else self.executor.jobs
+        seconds = {
+            key: scenario_cost.tosca_seconds(
+                self.reading.joined,
+                self.params(self.points[key]),
+                self.store.dim,
+                workers == 1,
+            )
+            for key in keys
+        }
+        said = f"{len(seconds)} point(s), {sum(seconds.values()) / 60:.1f} min of training (one SGD step timed here)"
+        planned = plan_works(seconds, {}, workers, what=said)
+        if remote:
+            planned.missing.append("the cluster's workers are not timed: the estimate is this machine's")
+        return planned
+
     @property
     def varying(self) -> list[str]:
         """The swept flags given more than one value, in the recipe's order."""
@@ -174,6 +214,31 @@ class ScenarioSweepOutcome:
     line: str
     files: dict[str, Path] = field(default_factory=dict)
     refit: str = ""  # the `tosca fit --scenario` command that runs the chosen point again
+
+
+@dataclass
+class ScenarioSweepDryRun:
+    """`sweep --scenario NAME --dry-run`: the plan checked whole, the points a run would train (the
+    others kept in the folder, asked the same) and what they should take here (worked out when
+    first asked: it times a training step, so what is known already is said first)."""
+
+    plan: ScenarioSweepPlan
+    to_run: list[str]
+
+    @property
+    def pending(self) -> int:
+        return len(self.to_run)
+
+    @functools.cached_property
+    def estimate(self) -> Estimate:
+        return self.plan.estimate(self.to_run)
+
+
+def scenario_dry_run(request: SweepRequest) -> ScenarioSweepDryRun:
+    """Every check of the scenario sweep, nothing written or learnt: what would run, and how long."""
+    plan = plan_scenario_sweep(request)
+    kept, _ = plan.kept()
+    return ScenarioSweepDryRun(plan, [key for key in plan.points if key not in kept])
 
 
 def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
@@ -258,10 +323,6 @@ def _refuse_cil_only(request: SweepRequest, name: str) -> None:
         raise UserValueError(
             f"{spell('scenario')} {name} runs on the CPU (one thread: the same numbers at any thread count); "
             f"leave out {spell('device')} {request.device}"
-        )
-    if request.dry_run:
-        raise UserValueError(
-            f"a sweep under {spell('scenario')} {name} has no dry run yet; leave out {spell('dry_run')}"
         )
 
 
@@ -375,16 +436,7 @@ def run_scenario_sweep(
     with claim.claim_folder(plan.out, SCENARIO_SWEEP_FOLDER):
         if on_start is not None:
             on_start()
-        answers: dict[str, dict[str, list[np.ndarray]]] = {}
-        seconds: dict[str, float] = {}
-        for key, train in plan.points.items():
-            kept = [
-                kept_answers(plan.cell(key, r), plan.asked(train, r), plan.reading.joined)
-                for r in plan.answered
-            ]
-            if all(k is not None for k in kept):
-                answers[key] = {r: k[0] for r, k in zip(plan.answered, kept, strict=True)}  # type: ignore[index]
-                seconds[key] = kept[0][1]  # type: ignore[index]
+        answers, seconds = plan.kept()
         reused = len(answers)
         total = len(plan.points)
         for i, key in enumerate(answers, 1):

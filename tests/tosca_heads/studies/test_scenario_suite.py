@@ -124,6 +124,40 @@ def test_the_command_prints_the_table_and_json_rows(store, tmp_path: Path) -> No
     } == {1}
 
 
+def test_a_dry_run_says_the_cells_to_run_and_their_time_and_writes_nothing(store, tmp_path: Path) -> None:
+    suite = tmp_path / "S.toml"
+    suite.write_text(
+        f'scenario = "til"\nseeds = [0, 1]\n[tosca]\nflags = {{ epochs = 2 }}\n[baselines]\nmethods = ["simplecil"]\n'
+        f'[[stores]]\nname = "syn"\npath = "{store.path}"\ninit_cls = 2\nincrement = 2\n'
+        '[[stores]]\nname = "later"\nmodel = "effnet_lite0"\ndataset = "eurosat"\npath = "later.zarr"\n'
+    )
+    out = tmp_path / "out"
+    args = ["suite", str(suite), "--out", str(out), "--jobs", "1", "--dry-run"]
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    status = {(c["store"], c["cell"], c["status"]) for c in plan["cells"]}
+    assert status == {
+        ("syn", "seed-0", "missing"),
+        ("syn", "seed-1", "missing"),
+        ("later", "seed-0", "to extract"),
+        ("later", "seed-1", "to extract"),
+    }
+    assert plan["estimate_seconds"] > 0 and not out.exists()
+    said = runner.invoke(app, args)
+    assert said.exit_code == 0, said.output
+    assert "store later: its cells are not in the estimate until it is extracted" in " ".join(
+        said.output.split()
+    )
+    # seed 0 run: the dry run reuses it, and plans seed 1 alone (its TOSCA; simplecil runs once)
+    one = suite.read_text().replace("seeds = [0, 1]", "seeds = [0]").split("[[stores]]")
+    (tmp_path / "one.toml").write_text("[[stores]]".join(one[:2]))
+    ran = runner.invoke(app, ["suite", str(tmp_path / "one.toml"), "--out", str(out), "--jobs", "1"])
+    assert ran.exit_code == 0, ran.output
+    again = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    status = {(c["store"], c["cell"]): c["status"] for c in again["cells"]}
+    assert status[("syn", "seed-0")] == "reused" and status[("syn", "seed-1")] == "missing"
+    assert 0 < again["estimate_seconds"] < plan["estimate_seconds"]  # one training left, not two
+
+
 @pytest.mark.heavy
 def test_on_dask_workers_a_scenario_suite_gives_the_serial_numbers(store, tmp_path: Path) -> None:
     spec = _spec(store, [0, 1, 2])

@@ -18,7 +18,7 @@ import tosca_heads
 from cli import app
 from featcache.store import FeatureStore
 from tosca_foundation.errors import UserError
-from tosca_heads.applied.scenario_runs import run_scenario
+from tosca_heads.applied.scenario_runs import run_scenario, store_labels
 from tosca_heads.method.uncertainty import plus_four_se
 from tosca_heads.records import cell
 
@@ -144,6 +144,38 @@ def test_the_command_says_the_plan_and_the_point_chosen(store, tmp_path: Path) -
     json_args = [*args, "--json"]
     rows = json.loads(runner.invoke(app, json_args).stdout)
     assert len(rows) == 2 * 5 * 2 and all(0 <= row["A_last"] <= 1 for row in rows)
+
+
+def test_a_dry_run_says_what_would_run_and_for_how_long_and_writes_nothing(store, tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    args = ["sweep", "--store", str(store.path), "--scenario", "fscil", "--jobs", "1", "--out", str(out)]
+    args += [f"--set={k}={v}" for k, v in FSCIL.items()] + ["--epochs", "2", "--batch-size", "8"]
+    said = runner.invoke(app, [*args, "--r", "2,4", "--dry-run"])
+    assert said.exit_code == 0, said.output
+    assert "sweep under scenario fscil: 3 tasks, 6 classes" in said.output
+    assert "2 point(s) to run, 0 in the folder already" in said.output
+    assert "estimated: about" in said.output and f"folder {out} (new)" in said.output
+    assert not out.exists()  # nothing written, nothing learnt
+    _sweep(store, out, {"r": [2, 4]})
+    planned = json.loads(runner.invoke(app, [*args, "--r", "2,4,8", "--dry-run", "--json"]).stdout)
+    assert planned["points"] == 3 and planned["to_run"] == 1 and planned["ranked_on"] == "validation"
+    assert planned["estimate_seconds"] > 0
+    again = json.loads(runner.invoke(app, [*args, "--r", "2,4", "--dry-run", "--json"]).stdout)
+    assert again["to_run"] == 0 and again["estimate_seconds"] < planned["estimate_seconds"]
+
+
+def test_a_points_estimate_grows_with_its_stream(store) -> None:
+    """More sessions to learn and answer cost more; the class-incremental cost model's step timed once."""
+    from tosca_heads.applied import scenario_cost
+    from tosca_heads.method.scenarios import scenario
+
+    labels = store_labels(store)
+    kind = scenario("fscil", "--scenario")
+    seconds = [
+        scenario_cost.tosca_seconds(kind.plan(labels, **{**FSCIL, "sessions": n}), FAST, store.dim, True)
+        for n in (1, 2)
+    ]
+    assert 0 < seconds[0] < seconds[1]
 
 
 @pytest.mark.heavy

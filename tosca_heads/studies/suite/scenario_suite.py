@@ -13,7 +13,7 @@ per store) are views, named by the scenario so that a class-incremental suite's 
 folder are never taken for them. A deterministic baseline (its class says so) runs at the first seed only.
 
 What the class-incremental suite adds (claims, ablation, bold entries chosen on validation, the
-modules' similarity, a dry run's estimate) is not made here: a scenario suite chooses
+modules' similarity) is not made here: a scenario suite chooses
 nothing, and its table shows every row with its spread.
 """
 
@@ -31,6 +31,8 @@ import pandas as pd
 from featcache.store import FeatureStore, open_unchanged
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
+from tosca_foundation.time_estimates import Estimate, plan_works
+from tosca_heads.applied import scenario_cost
 from tosca_heads.applied.scenario_runs import (
     TOSCA,
     CheckedScenario,
@@ -168,6 +170,15 @@ class ScenarioSuiteResult:
     files: dict[str, Path]
     seconds: float
     scenario_line: dict[str, str] = field(default_factory=dict)  # each store's plan in one line
+    estimate: Any = None  # a dry run's tosca_foundation.time_estimates.Estimate
+
+    @property
+    def estimate_seconds(self) -> float | None:
+        return None if self.estimate is None else self.estimate.wall
+
+    def plan_rows(self) -> list[tuple[str, str, str, Path]]:
+        """A dry run's table: each cell's store, seed, status and folder."""
+        return [(c.store, f"seed-{c.seed}", c.status, c.folder) for c in self.cells]
 
     @property
     def tables(self) -> None:
@@ -190,7 +201,7 @@ def plan_stores(spec: SuiteSpec, stores: Mapping[str, FeatureStore]) -> dict[str
     where the scenario takes one), what the store can serve, every method able to run it."""
     methods = (TOSCA, *spec.baselines)
     planned = {}
-    for s in spec.stores:
+    for s in (s for s in spec.stores if s.name in stores):  # a dry run's stores not extracted yet: none
         values = dict(spec.scenario_values)
         values.update({k: getattr(s, k) for k in ("init_cls", "increment") if getattr(s, k) is not None})
         tosca = {"routers": routers_of(spec)}
@@ -395,14 +406,68 @@ def write_table(
     return {p.name: p for p in (base.with_suffix(".csv"), base.with_suffix(".md"))}
 
 
-def with_scenario_only(spec: SuiteSpec, device: str, dry_run: bool, spell: Callable[[str], str]) -> None:
+def dry_run_scenario_suite(
+    spec: SuiteSpec,
+    stores: Mapping[str, FeatureStore],
+    out: Path,
+    jobs: int,
+    estimate_extraction: Callable[[Any], Any] | None = None,
+) -> ScenarioSuiteResult:
+    """The suite's plan, nothing written or learnt: every check of the stores there (their scenario,
+    every method able to run it), each cell reused or to run (its folder read as a run reads it),
+    a store not extracted yet listed with its cells `to extract`, and what the cells to run take
+    here (`applied.scenario_cost`: each method left to run in each cell; the extraction by stage 1's
+    estimate where one is handed in)."""
+    planned = plan_stores(spec, stores)
+    for name, plan in planned.items():
+        tell(f"store {name}: scenario {plan.ready.plan.describe()}")  # as a run says it
+    cells = records(spec, planned, out)
+    estimate = Estimate()
+    extract = 0.0
+    for s in spec.stores:
+        if s.name in stores:
+            continue
+        for seed in spec.seeds:
+            folder = out / "cells" / folder_name(s.name) / f"seed-{seed}"
+            cells.append(
+                CellRecord(f"{s.name}/seed-{seed}", s.name, seed, folder, [], {}, status="to extract")
+            )
+        guess = estimate_extraction(s) if estimate_extraction is not None else None
+        if guess is not None and guess.seconds is not None:
+            extract += guess.seconds
+            estimate.how.append(f"store {s.name}: extraction {guess.seconds / 60:.1f} min ({guess.how})")
+        else:
+            estimate.missing.append(f"store {s.name}: not extracted yet, and no extraction estimate here")
+        estimate.missing.append(
+            f"store {s.name}: its cells are not in the estimate until it is extracted (its scenario reads its labels)"
+        )
+    tosca: dict[str, float] = {}
+    baselines: dict[str, float] = {}
+    for cell in cells:
+        if cell.status != "missing":
+            continue
+        ready = planned[cell.store].ready
+        for method in dict.fromkeys(r.method for r in cell.rows if r.label not in cell.results):
+            key, params = f"{cell.key}/{method}", cell.params[method]
+            if method == TOSCA:
+                tosca[key] = scenario_cost.tosca_seconds(ready.plan, params, ready.store.dim, jobs == 1)
+            else:
+                baselines[key] = scenario_cost.baseline_seconds(ready.plan, method, params, ready.store.dim)
+    said = (
+        f"{len(tosca)} TOSCA training(s) {sum(tosca.values()) / 60:.1f} min and {len(baselines)} baseline(s) "
+        f"{sum(baselines.values()) / 60:.1f} min of work"
+    )
+    planned_works = plan_works(tosca, baselines, jobs, extract, said)
+    planned_works.how[:0] = estimate.how
+    planned_works.missing[:0] = estimate.missing
+    lines = {name: plan.ready.plan.describe() for name, plan in planned.items()}
+    return ScenarioSuiteResult(spec, out, cells, pd.DataFrame(), {}, 0.0, lines, planned_works)
+
+
+def with_scenario_only(spec: SuiteSpec, device: str, spell: Callable[[str], str]) -> None:
     """One line for what a scenario suite does not do yet, before anything is opened."""
     if device not in ("auto", "cpu"):
         raise UserValueError(
             f"scenario {spec.scenario} runs on the CPU (one thread: the same numbers at any thread count); "
             f"leave out {spell('device')} {device}"
-        )
-    if dry_run:
-        raise UserValueError(
-            f"a suite under scenario {spec.scenario} has no dry run yet; leave out {spell('dry_run')}"
         )

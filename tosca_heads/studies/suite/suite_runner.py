@@ -51,6 +51,7 @@ from tosca_heads.studies.suite.cells import Cell, CellState
 from tosca_heads.studies.suite.presets import preset
 from tosca_heads.studies.suite.scenario_suite import (
     ScenarioSuiteResult,
+    dry_run_scenario_suite,
     run_scenario_suite,
     with_scenario_only,
 )
@@ -92,6 +93,10 @@ class SuiteResult:
     @property
     def missing(self) -> list[str]:
         return [c.cell.key for c in self.cells if c.status not in ("done", "reused", "ran")]
+
+    def plan_rows(self) -> list[tuple[str, str, str, Path]]:
+        """A dry run's table: each cell's store, key within it, status and folder."""
+        return [(c.cell.store, c.cell.key.split("/", 1)[1], c.status, c.folder) for c in self.cells]
 
 
 def open_stores(
@@ -205,7 +210,19 @@ def _run_suite(
     out = Path(out) if out is not None else default_out(spec, runs_root)
     if spec.scenario != DEFAULT_SCENARIO:  # every store's table under another scenario
         return _scenario_suite(
-            spec, out, jobs, scheduler, device, dry_run, extract, on_cell, tables_only, log, runs_root, spell
+            spec,
+            out,
+            jobs,
+            scheduler,
+            device,
+            dry_run,
+            extract,
+            on_cell,
+            tables_only,
+            log,
+            runs_root,
+            spell,
+            estimate_extraction,
         )
     if dry_run:
         stores = open_stores(spec, None, dry_run=True)
@@ -273,12 +290,18 @@ def _scenario_suite(
     log: Sequence[str],
     runs_root: Path,
     spell: Spell,
+    estimate_extraction: ExtractionEstimator | None = None,
 ) -> ScenarioSuiteResult:
     """A suite of another scenario than `cil` (`studies.suite.scenario_suite`): what it does not do
-    refused, the folder checked, the stores opened (extracted where asked), then its cells."""
-    with_scenario_only(spec, device, dry_run, spell)
+    refused, the folder checked, the stores opened (extracted where asked), then its cells (a dry
+    run: their plan and estimate, the stores not extracted yet left out)."""
+    with_scenario_only(spec, device, spell)
     claim.check(out, SUITE_FOLDER)
     check_manifest(out)
+    if dry_run:
+        there = open_stores(spec, None, dry_run=True, plans=False)
+        stores = {name: opened.store for name, opened in there.items()}
+        return dry_run_scenario_suite(spec, stores, out, jobs, estimate_extraction)
     tracking = open_tracking(log, runs_root, spell("log")) if not tables_only else Tracking()
     stores = {name: opened.store for name, opened in open_stores(spec, extract, plans=False).items()}
     executor = None if tables_only else Executor(jobs, scheduler, "cpu")
