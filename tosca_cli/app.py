@@ -357,7 +357,7 @@ def predict(request: PredictRequest, as_json_: bool) -> None:
 def sweep(request: SweepRequest, as_json_: bool) -> None:
     """Run the Cartesian grid of fit flags, each point a full multi-task run on the cached features;
     under --scenario (til, fscil, blurry, dil; docs/scenarios.md) each point learns that scenario's stream."""
-    from tosca_heads.studies.sweeps import dry_run
+    from tosca_heads.studies.sweeps import CIL_RANK_BY, dry_run
     from tosca_heads.studies.sweeps import sweep as sweep_command
 
     if (request.scenario, request.set_values, request.read_as) != (
@@ -381,7 +381,7 @@ def sweep(request: SweepRequest, as_json_: bool) -> None:
 
         return sweep_command(request, started, on_point)
 
-    outcome = sweep_with_progress(run, request.rank_by, swept)
+    outcome = sweep_with_progress(run, request.rank_by or CIL_RANK_BY, swept)
     if as_json_:
         return as_json("[]" if outcome.frame.empty else outcome.summary.to_json(orient="records"))
     sweep_table(outcome, outcome.rank_by, outcome.shown)

@@ -246,7 +246,7 @@ def sweep(
     val_fraction: float = SWEEP_VAL_FRACTION,
     val_seed: int = 0,
     device: str = "auto",
-    rank_by: str = "entropy",
+    rank_by: str | None = None,
     keep_modules: str | Path | None = None,
     log: Sequence[str] = (),
     scenario: str = "cil",

@@ -137,9 +137,10 @@ class SweepRequest:
     out: Path | None = option(
         None, "Sweep folder; an existing one resumes (default: this grid's, else new).", output=True
     )
-    rank_by: str = option(
-        "entropy",
-        "Router whose A_last ranks the points (on the validation split; on test with --val-fraction 0).",
+    rank_by: str | None = option(
+        None,
+        "Router whose A_last ranks the points (on the validation split; on test with --val-fraction 0); "
+        "default: entropy, the paper's; under --scenario lda, the scenario's TOSCA default.",
     )
     val_fraction: float = option(
         SWEEP_VAL_FRACTION,

@@ -49,7 +49,7 @@ from tosca_heads.applied.scenario_runs import (
     with_split,
 )
 from tosca_heads.applied.scenario_validation import HeldOutReading, held_out_reading
-from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS, check_router_rows
+from tosca_heads.applied.tosca_scenario import DEFAULT_ROUTER, TOLD, TOSCA_DEFAULTS, check_router_rows
 from tosca_heads.engine.layout import parameter_count
 from tosca_heads.method import uncertainty
 from tosca_heads.method.class_names import said_class
@@ -250,7 +250,7 @@ def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
     kind = scenario(request.scenario, spell("scenario"))
     name = kind.name
     _refuse_cil_only(request, name)
-    rank_by = ROUTERS.pick(request.rank_by, spell("rank_by"))
+    rank_by = ROUTERS.pick(request.rank_by or DEFAULT_ROUTER, spell("rank_by"))  # the scenario's row
     if not is_honest(rank_by):
         honest = ", ".join(n for n in ROUTERS if is_honest(n))
         raise UserValueError(

@@ -88,6 +88,7 @@ TRAIN_FLAGS: dict[str, Callable[[str], Any]] = {flag.name: flag.kind for flag in
 STREAM_FLAGS: dict[str, Callable[[str], Any]] = {"init_cls": int, "increment": int, "order_seed": int}
 GRID_FLAGS = {**TRAIN_FLAGS, **STREAM_FLAGS}
 MAX_GRID_POINTS = 100_000
+CIL_RANK_BY = "entropy"  # the router a class-incremental sweep ranks by unless told: the paper's
 
 
 def option_name(flag: str) -> str:
@@ -424,7 +425,7 @@ def plan_sweep(request: SweepRequest) -> SweepPlan:
     named in a refusal as the request spells it (`request.spell`: the flag, the Python keyword)."""
     spell = request.spell
     base_train = recipe(request.preset, spell=spell)
-    rank_by = ROUTERS.pick(request.rank_by, spell("rank_by"))
+    rank_by = ROUTERS.pick(request.rank_by or CIL_RANK_BY, spell("rank_by"))
     honest = [name for name in ROUTERS if is_honest(name)]
     if not is_honest(rank_by):
         raise UserValueError(

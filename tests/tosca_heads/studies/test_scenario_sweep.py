@@ -140,6 +140,7 @@ def test_the_command_says_the_plan_and_the_point_chosen(store, tmp_path: Path) -
     said = result.output
     assert "sweep under scenario fscil: 3 tasks, 6 classes" in said
     assert "ranked on validation (10% of each class held out for validation (seed 0)" in said
+    assert "by lda's A_last" in said  # the scenario's TOSCA row, not the class-incremental sweep's entropy
     assert "chosen on validation: r=" in said and "results.csv" in said
     json_args = [*args, "--json"]
     rows = json.loads(runner.invoke(app, json_args).stdout)
