@@ -26,7 +26,7 @@ from featcache.store import check_readable, open_unchanged, resolve_store
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.files import read_json
 from tosca_foundation.folders import marked_kind
-from tosca_heads.applied.scenario_point import ScenarioPoint
+from tosca_heads.applied.scenario_point import ScenarioPoint, point_identity
 from tosca_heads.applied.scenario_runs import (
     plan_classes,
     scenario_values,
@@ -49,7 +49,6 @@ from tosca_heads.records.scenario_folder import (
     write_result,
 )
 from tosca_heads.records.scenario_model import MODEL_CELL, ScenarioModel, write_model
-from tosca_heads.records.sweep_points import point_key
 from tosca_heads.requests.command_requests import FitRequest
 from tosca_heads.routers import ROUTERS, is_honest, resolve_routers
 from tosca_heads.trackers import end_failed, open_tracking
@@ -167,15 +166,7 @@ def scenario_fit(request: FitRequest, on_plan: Callable[[str], None] | None = No
     order, names = plan_classes(reading.joined, store_labels(store, request.read_as), store)
     check_router_rows(reading.joined, {"routers": routers}, lambda i: said_class(order[i], names))
     ident = store.identity
-    key = point_key(
-        {
-            **asdict(train),
-            "scenario": kind.name,
-            **{f"scenario.{k}": v for k, v in sorted(values.items())},
-            "read_as": request.read_as,
-            **validation.record(),
-        }
-    )
+    key = point_identity(train, kind.name, values, request.read_as, validation)
     folder = request.run or request.runs_root / (
         f"{ident['dataset']['name']}-{ident['backbone']['alias']}-{kind.name}-{key[:10]}"
     )

@@ -12,7 +12,8 @@ worker: a scenario's draws are seeded).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,29 @@ from tosca_heads.applied.scenario_validation import HeldOutReading, held_out_rea
 from tosca_heads.applied.tosca_scenario import tosca_answers
 from tosca_heads.method.protocol import ValidationConfig
 from tosca_heads.method.scenarios import scenario
+from tosca_heads.records.sweep_points import point_key
 from tosca_heads.requests.plan import held_out
 
 _ARRAYS: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None, np.ndarray]] = {}
 _ARRAYS_LOCK = threading.Lock()
+
+
+def point_identity(
+    train: Any, name: str, values: Mapping[str, Any], read_as: str, validation: ValidationConfig
+) -> str:
+    """A scenario point's identity, what a sweep's cells and a fit's default folder are named by:
+    its recipe, the scenario with its values and reading, and the validation split, each under its
+    own name (the recipe's `seed` and the split's are two values: sharing one name, two seeds were
+    one point)."""
+    return point_key(
+        {
+            **asdict(train),
+            "scenario": name,
+            **{f"scenario.{k}": v for k, v in sorted(values.items())},
+            "read_as": read_as,
+            **{f"validation.{k}": v for k, v in validation.record().items()},
+        }
+    )
 
 
 @dataclass(frozen=True)

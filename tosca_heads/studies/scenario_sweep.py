@@ -40,7 +40,7 @@ from tosca_foundation.scheduler import check_scheduler, parse_scheduler
 from tosca_foundation.text import tell
 from tosca_foundation.time_estimates import Estimate, plan_works
 from tosca_heads.applied import scenario_cost
-from tosca_heads.applied.scenario_point import ScenarioPoint
+from tosca_heads.applied.scenario_point import ScenarioPoint, point_identity
 from tosca_heads.applied.scenario_runs import (
     TOSCA,
     plan_classes,
@@ -63,7 +63,6 @@ from tosca_heads.records.scenario_folder import (
     scenario_asked,
     write_result,
 )
-from tosca_heads.records.sweep_points import point_key
 from tosca_heads.records.table import Table
 from tosca_heads.requests.command_requests import SweepRequest
 from tosca_heads.requests.plan import held_out
@@ -283,7 +282,7 @@ def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:
     order, names = plan_classes(reading.joined, labels, store)
     check_router_rows(reading.joined, {"routers": routers}, lambda i: said_class(order[i], names))
     points = _points(grid, base, store.dim, spell)
-    keyed = {_key(train, name, values, request.read_as, validation): train for train in points}
+    keyed = {point_identity(train, name, values, request.read_as, validation): train for train in points}
     ident = store.identity
     out = (
         request.out
@@ -408,22 +407,6 @@ def _points(grid: Mapping[str, list[Any]], base: TrainConfig, dim: int, spell: A
         if resolved not in points:
             points.append(resolved)
     return points
-
-
-def _key(
-    train: TrainConfig, name: str, values: Mapping[str, Any], read_as: str, validation: ValidationConfig
-) -> str:
-    """A point's identity: its recipe, the scenario with its values and reading, the validation
-    split (its cells are named by it)."""
-    return point_key(
-        {
-            **asdict(train),
-            "scenario": name,
-            **{f"scenario.{k}": v for k, v in sorted(values.items())},
-            "read_as": read_as,
-            **validation.record(),
-        }
-    )
 
 
 def run_scenario_sweep(

@@ -158,6 +158,36 @@ def test_a_dry_run_says_the_cells_to_run_and_their_time_and_writes_nothing(store
     assert 0 < again["estimate_seconds"] < plan["estimate_seconds"]  # one training left, not two
 
 
+def test_the_manifests_commands_make_each_cells_answers_alone(
+    store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    spec = _spec(store, [0, 1], baselines={"methods": ["simplecil", "ridge", "acil"]})
+    result = run_suite(spec, tmp_path / "suite", jobs=1, device="cpu")
+    manifest = json.loads((tmp_path / "suite" / "manifest.json").read_text())
+    (stored,) = manifest["stores"].values()
+    assert stored["fingerprint"] == store.fingerprint and stored["stream"] == "fscil: 3 tasks, 6 classes"
+    assert stored["facts"]["shots_drawn"] and stored["scenario"]["values"] == FSCIL
+    monkeypatch.chdir(tmp_path)  # the commands write their own folders under runs/
+    for cell, entry in zip(result.cells, manifest["cells"], strict=True):
+        assert entry["key"] == cell.key and entry["status"] == "ran"
+        for method, command in entry["commands"].items():
+            args = shlex.split(command)
+            assert args[0] == "tosca"
+            said = runner.invoke(app, [*args[1:], "--json"])
+            assert said.exit_code == 0, said.output
+            if method == "tosca":
+                made = json.loads(said.stdout)["routers"]
+                for router, figures in made.items():
+                    kept = cell.results[f"tosca ({router})"].figures
+                    assert {k: figures[k] for k in kept} == kept
+            else:
+                (row,) = json.loads(said.stdout)
+                assert row["figures"] == cell.results[method].figures
+    assert "--acil-seed 1" in manifest["cells"][1]["commands"]["acil"]  # each seed's own draw
+
+
 @pytest.mark.heavy
 def test_on_dask_workers_a_scenario_suite_gives_the_serial_numbers(store, tmp_path: Path) -> None:
     spec = _spec(store, [0, 1, 2])

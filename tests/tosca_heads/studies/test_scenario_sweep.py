@@ -98,6 +98,18 @@ def test_another_scenario_value_is_another_point(store, tmp_path: Path) -> None:
     assert len([p for p in out.iterdir() if p.is_dir()]) == 2 * 5  # two points, five routers each
 
 
+def test_each_seed_is_its_own_point(store, tmp_path: Path) -> None:
+    """The recipe's seed and the validation split's are two values of a point's identity (they
+    shared one name once, and two seeds were one point: the last seed's)."""
+    frame = _sweep(store, tmp_path / "sw", {"seed": [0, 1]}, val_fraction=0.0)
+    assert frame["point"].nunique() == 2 and set(frame["seed"]) == {0, 1}
+    for seed in (0, 1):
+        tosca = {**FAST, "seed": seed, "routers": ("lda",)}
+        (alone,) = run_scenario(store, "fscil", ("tosca",), FSCIL, {"tosca": tosca})
+        row = frame[(frame["seed"] == seed) & (frame["router"] == "lda")].iloc[0]
+        assert {k: row[k] for k in alone.figures} == alone.figures
+
+
 def test_an_edited_cell_is_refused_in_one_line_before_any_work(store, tmp_path: Path) -> None:
     out = tmp_path / "sw"
     _sweep(store, out, {"r": [2]})

@@ -12,8 +12,9 @@ figure: the mean over seeds, their standard deviation and count) and `table-SCEN
 per store) are views, named by the scenario so that a class-incremental suite's tables in the same
 folder are never taken for them. A deterministic baseline (its class says so) runs at the first seed only.
 
-What the class-incremental suite adds (claims, ablation, bold entries chosen on validation, the
-modules' similarity) is not made here: a scenario suite chooses
+manifest.json says which store and which commands made each cell (`scenario_manifest`). What the
+class-incremental suite adds (claims, ablation, bold entries chosen on validation, the modules'
+similarity) is not made here: a scenario suite chooses
 nothing, and its table shows every row with its spread.
 """
 
@@ -45,10 +46,11 @@ from tosca_heads.applied.tosca_scenario import TOLD, TOSCA_DEFAULTS
 from tosca_heads.method import baseline_registry
 from tosca_heads.records import claim
 from tosca_heads.records.scenario_folder import SCENARIO_FOLDER, kept_answers, scenario_asked, write_result
-from tosca_heads.records.suite import SUITE_FOLDER
+from tosca_heads.records.suite import MANIFEST, SUITE_FOLDER
 from tosca_heads.records.table import Table
 from tosca_heads.routers import is_honest
 from tosca_heads.running.executor import Executor, Outcome
+from tosca_heads.studies.suite.scenario_manifest import write_scenario_manifest
 from tosca_heads.studies.suite.spec import SuiteSpec, folder_name
 from tosca_heads.trackers import Tracking, end_failed
 from tosca_heads.trackers.events import flat_params, run_files
@@ -304,6 +306,7 @@ def run_scenario_suite(
             executor.run(list(works.values()), finished)
         table = suite_table(spec, cells)
         files = write_table(out, spec, planned, table)
+        files[MANIFEST] = write_scenario_manifest(out, spec, planned, cells)
         if tracking:
             _log(tracking, spec, out, cells, list(files.values()))
     lines = {name: plan.ready.plan.describe() for name, plan in planned.items()}
