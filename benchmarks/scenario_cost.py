@@ -5,7 +5,7 @@ hold by the paired bootstrap (the same draws for both methods).
 
     python benchmarks/scenario_cost.py --store STORE [--methods tosca,simplecil,...]
         [--scenarios cil,til,fscil,blurry,dil] [--read-as-for-dil cifar100_superclasses]
-        [--routers lda,ncm,...] [--recurring task_rows] [--module-per task]
+        [--routers lda,ncm,...] [--recurring task_rows] [--module-per task] [--later-modules train]
         [--set gacl_buffer_size=2048 ...] [--json] [--out report.json]
 
 Everything runs through `tosca_heads.applied.scenario_runs.run_scenario` (the command's code);
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--routers", default="lda", help="TOSCA's honest routers, comma-separated")
     parser.add_argument("--recurring", default="task_rows", help="TOSCA: task_rows or first_task")
     parser.add_argument("--module-per", default="task", help="TOSCA: task or step")
+    parser.add_argument("--later-modules", default="train", help="TOSCA: train or first")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", default="", help="also write the report as JSON to this file")
     args = parser.parse_args()
@@ -101,7 +102,10 @@ def main() -> None:
             method = "ds_al"
         method_params.setdefault(method, {})[name] = float(value) if "." in value else int(value)
     method_params.setdefault("tosca", {}).update(
-        routers=tuple(args.routers.split(",")), recurring=args.recurring, module_per=args.module_per
+        routers=tuple(args.routers.split(",")),
+        recurring=args.recurring,
+        module_per=args.module_per,
+        later_modules=args.later_modules,
     )
     store = FeatureStore.open(args.store)
     report = []

@@ -153,6 +153,12 @@ MISTAKES: list[tuple[str, Callable[[dict[str, Any]], Any], type[Exception], tupl
         ValueError,
         ("recurring must be one of task_rows, first_task, got 'merge'",),
     ),
+    (
+        "scenario",
+        lambda p: tosca_heads.scenario(p["store"], "cil", ["tosca"], later_modules="last"),
+        ValueError,
+        ("later_modules must be one of train, first, got 'last'",),
+    ),
     (  # issue 56 point 1: baselines under a scenario, in Python's words
         "baselines",
         lambda p: tosca_heads.baselines(p["store"], ["simplecil"], scenario="tii", out=p["root"] / "b"),

@@ -461,6 +461,7 @@ def scenario(
     routers: Sequence[str] = ("lda",),
     recurring: str = "task_rows",
     module_per: str = "task",
+    later_modules: str = "train",
     **values: Any,
 ) -> pd.DataFrame:
     """`tosca scenario`: the methods under one scenario of a store (cil, til, fscil, blurry, dil;
@@ -468,7 +469,9 @@ def scenario(
     checked against its rule in one line before any learning. One row per method (TOSCA: one per
     router of `routers`, from one training): its figures (fractions), `seconds` and the plan's
     line. `recurring` and `module_per`: TOSCA's choices where a class recurs or a task has
-    several evaluation points (docs/method.md, "Scenarios beyond class-incremental").
+    several evaluation points; `later_modules`: each task after the first trains its own module
+    ("train") or reuses the first's, frozen ("first": a few-shot session's alternative)
+    (docs/method.md, "Scenarios beyond class-incremental").
 
     >>> frame = scenario(STORE, "til", ["simplecil"], init_cls=2, increment=2)
     >>> list(frame["method"]), bool(frame["A_last"].between(0, 1).all())
@@ -479,7 +482,12 @@ def scenario(
     from tosca_heads.applied.scenario_runs import run_scenario
     from tosca_heads.applied.tosca_scenario import tosca_options
 
-    tosca = {"routers": routers, "recurring": recurring, "module_per": module_per}
+    tosca = {
+        "routers": routers,
+        "recurring": recurring,
+        "module_per": module_per,
+        "later_modules": later_modules,
+    }
     if "tosca" in methods:
         tosca_options(tosca, as_keyword)  # checked in Python's words, before anything is read
     results = run_scenario(

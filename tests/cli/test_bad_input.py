@@ -591,6 +591,16 @@ ROWS: list[tuple[str, list[str], str]] = [
         "--module-per must be one of task, step, got 'epoch'",
     ),
     (
+        "scenario tosca later modules unknown",
+        [*SCEN, "--methods", "tosca", "--later-modules", "last"],
+        "--later-modules must be one of train, first, got 'last'",
+    ),
+    (
+        "scenario later modules without tosca",
+        [*SCEN, "--methods", "simplecil", "--later-modules", "first"],
+        "--later-modules is TOSCA's, and --methods has no tosca (add it, or leave --later-modules out)",
+    ),
+    (
         "scenario once-per-class baseline under blurry",
         [*SCEN, "--scenario", "blurry", "--methods", "simplecil"],
         "simplecil cannot run blurry",

@@ -262,6 +262,9 @@ class _Incremental(ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
 
+LATER_MODULES = ("train", "first")  # each task after the first: its own module trained, or the first's
+
+
 @_recipe_init
 class TOSCAClassifier(_Incremental):
     """TOSCA on frozen features: one LuCA module per task, the cosine classifier, a router.
@@ -269,7 +272,9 @@ class TOSCAClassifier(_Incremental):
     Parameters: `preset` (paper, ...), every field of the recipe over it (`TrainConfig`'s: r, s, l1,
     lr, ...; None: the preset's value; `_recipe_init` derives them), `router`
     (an honest one: lda, ncm, entropy, energy, fusion, ...), the split (`init_cls`, `increment`,
-    `order_seed`) and `device`. Fitted: `classes_`, `labels_in_order_` (label of each incremental
+    `order_seed`), `later_modules` (each task after the first: "train", its own module, the
+    paper's; "first", the first task's module reused frozen, its classes' rows the prototypes of
+    that module's output: the few-shot literature's freeze-after-base) and `device`. Fitted: `classes_`, `labels_in_order_` (label of each incremental
     class), `stream_`, `trainer_` (the engine's trainer: modules, classifier), `statistics_` (the
     frozen-feature routers' class statistics), `n_features_in_`.
     """
@@ -281,7 +286,7 @@ class TOSCAClassifier(_Incremental):
         _argument("increment", None, "int | None"),
         _argument("order_seed", DEFAULT_ORDER_SEED, "int"),
     )
-    INIT_TAIL = (_argument("device", "cpu", "str"),)
+    INIT_TAIL = (_argument("later_modules", "train", "str"), _argument("device", "cpu", "str"))
 
     def recipe(self) -> TrainConfig:
         """The recipe these parameters ask for (checked): the preset with the given flags over it."""
@@ -292,6 +297,10 @@ class TOSCAClassifier(_Incremental):
         if ROUTERS.pick(self.router, "router") not in honest:
             raise UserValueError(
                 f"router must be an honest router ({', '.join(honest)}), got {self.router!r}"
+            )
+        if self.later_modules not in LATER_MODULES:
+            raise UserValueError(
+                f"later_modules must be one of {', '.join(LATER_MODULES)}, got {shown(self.later_modules)}"
             )
         check_device_name(self.device, "device")
         device = torch.device(self.device)
@@ -313,7 +322,10 @@ class TOSCAClassifier(_Incremental):
         augmented = None if views is None else torch.from_numpy(np.asarray(views, dtype=np.float32))
         source = ArrayFeatures(features.to(device), None if augmented is None else augmented.to(device))
         with step_mode(device, self.threads_.matmul_threads):
-            self.trainer_.partial_fit(task, self.stream_, incremental, source)
+            if task and self.later_modules == "first":
+                self.trainer_.reuse_task(task, self.stream_, incremental, source, module_of=0)
+            else:
+                self.trainer_.partial_fit(task, self.stream_, incremental, source)
         self.statistics_.partial_fit(features, incremental, self.stream_.task_classes(task))
 
     def predictor(self) -> RunPredictor:

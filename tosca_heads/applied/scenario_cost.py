@@ -35,6 +35,8 @@ def tosca_seconds(plan: ScenarioPlan, params: Mapping[str, Any], dim: int, alone
     for s, step in enumerate(plan.steps):
         scored += len(step.eval_rows) * sum(1 for u in units if u <= s)
     rows = [len(r) for r in units.values()]
+    if keywords.get("later_modules") == "first":  # only the first unit trains; the others write prototypes
+        rows = rows[:1] + [0] * (len(rows) - 1)
     return cost_models.stream_seconds(dim, rows, scored, train, torch.device("cpu"), alone)
 
 

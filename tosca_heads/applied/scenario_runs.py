@@ -334,6 +334,7 @@ def scenario_command(request: Any) -> list[ScenarioResult]:
         "routers": tuple(request.routers),
         "recurring": request.recurring,
         "module_per": request.module_per,
+        "later_modules": request.later_modules,
     }
     moved = [name for name, value in tosca.items() if value != TOSCA_DEFAULTS[name]]
     if moved and TOSCA not in request.methods:
@@ -354,5 +355,9 @@ def scenario_command(request: Any) -> list[ScenarioResult]:
             if ready.kind.told_task
             else f"routers {', '.join(tosca_options(tosca)[0])}"
         )
-        tell(f"tosca: {routed}; a class met again: {request.recurring}; a module per {request.module_per}")
+        later = "trained" if request.later_modules == "train" else "the first task's, reused frozen"
+        tell(
+            f"tosca: {routed}; a class met again: {request.recurring}; a module per {request.module_per}; "
+            f"modules after the first: {later}"
+        )
     return run_checked(ready, {TOSCA: tosca})

@@ -27,7 +27,7 @@ import torch
 
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.names import Spell, as_flag
-from tosca_heads.applied.estimators import TOSCAClassifier
+from tosca_heads.applied.estimators import LATER_MODULES, TOSCAClassifier
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import ScenarioPlan
 from tosca_heads.method.ties import TIED, top_class
@@ -39,7 +39,12 @@ MODULE_PER = ("task", "step")
 DEFAULT_ROUTER = "lda"
 TOLD = "told task"  # what answers in `til`: the told module, no router
 # TOSCA's scenario options by default (what a kept cell records, what a flag moved from is)
-TOSCA_DEFAULTS = {"routers": (DEFAULT_ROUTER,), "recurring": RECURRING[0], "module_per": MODULE_PER[0]}
+TOSCA_DEFAULTS = {
+    "routers": (DEFAULT_ROUTER,),
+    "recurring": RECURRING[0],
+    "module_per": MODULE_PER[0],
+    "later_modules": LATER_MODULES[0],
+}
 
 
 def tosca_options(
@@ -78,6 +83,11 @@ def tosca_options(
     if module_per not in MODULE_PER:
         raise UserValueError(
             f"{spell('module_per')} must be one of {', '.join(MODULE_PER)}, got {module_per!r}"
+        )
+    later = params.get("later_modules", LATER_MODULES[0])  # the estimator's keyword: left in `params`
+    if later not in LATER_MODULES:
+        raise UserValueError(
+            f"{spell('later_modules')} must be one of {', '.join(LATER_MODULES)}, got {later!r}"
         )
     return tuple(picked), recurring, module_per, params
 
@@ -200,6 +210,9 @@ def _answers(
         }
     if told_task:
         return {TOLD: _told_answer(model, row_class, plan, rows, x)}
+    if model.later_modules == "first":  # one module, reused: no router has a choice to make
+        answer = _first_module_answer(model, row_class, x)
+        return {router: answer for router in routers}
     predictor = model.predictor()
     predictor.learned_ = learned
     answers = {}
@@ -209,6 +222,18 @@ def _answers(
         row = model.labels_in_order_[np.where(tied, 0, incremental)]  # the estimator's label is the row
         answers[router] = np.where(tied, TIED, row_class[row]).astype(np.int64)
     return answers
+
+
+def _first_module_answer(model: TOSCAClassifier, row_class: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`later_modules="first"`: every task's module is the first task's, so whichever a router
+    picked the logits are the same: the first module's top row answers (a tie among rows counts as
+    wrong, `ties`), for every router alike."""
+    with single_threaded(torch.device(model.device)):
+        logits = model.predictor().module_logits(x)[0].cpu().numpy()  # [n, rows]
+    top = top_class(logits)
+    tied = top == TIED
+    row = model.labels_in_order_[np.where(tied, 0, top)]
+    return np.where(tied, TIED, row_class[row]).astype(np.int64)
 
 
 def _told_answer(

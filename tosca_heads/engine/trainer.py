@@ -237,6 +237,42 @@ class GroupTrainer:
         ]
         return self
 
+    def reuse_task(
+        self,
+        task: int,
+        stream: TaskStream,
+        train_labels: np.ndarray,
+        source: FeatureSource,
+        module_of: int = 0,
+    ) -> GroupTrainer:
+        """Learn `task` with no training: task `module_of`'s module, frozen, serves as its module, and
+        each of its classes' classifier row is the prototype of that module's output over the class's
+        clean training features (as every task's rows are after its training). Nothing trained
+        before moves. The few-shot literature's rule (adapt on the base session, then freeze and
+        add prototypes), within TOSCA's layout: a module per task, so its routers still choose.
+        Its stats are NaN and its curve empty: no epoch ran."""
+        self.layout  # noqa: B018 - the state, made on first use
+        if task != len(self.modules_):
+            raise ValueError(f"tasks train in order: expected task {len(self.modules_)}, got {task}")
+        if not 0 <= module_of < task:
+            raise ValueError(f"task {task} can reuse a finished task's module, not task {module_of}'s")
+        start = time.perf_counter()
+        classes = stream.task_classes(task)
+        rows = stream.rows_of_task(train_labels, task)
+        targets = torch.from_numpy(train_labels[rows]).to(self.device)
+        self.modules_.append(self.modules_[module_of].clone())
+        fresh = torch.zeros(self.groups, len(classes), self.dim, device=self.device)
+        self.weight_ = torch.cat([self.weight_, fresh], dim=1)
+        self._write_prototypes(task, stream, targets, source.clean("train", rows).to(self.device))
+        seconds, nan = time.perf_counter() - start, float("nan")
+        if not hasattr(self, "stats_"):
+            self.stats_ = {}
+        self.stats_[task] = [TaskStats(task, nan, nan, nan, nan, seconds) for _ in range(self.groups)]
+        if not hasattr(self, "curves_"):
+            self.curves_ = {}
+        self.curves_[task] = [TaskCurve([], [], []) for _ in range(self.groups)]
+        return self
+
     def _check_finite(self, epoch_loss: torch.Tensor, task: int, epoch: int) -> None:
         """One line naming the configurations whose value (per configuration: [G]) is NaN or inf."""
         bad = (~torch.isfinite(epoch_loss)).nonzero().flatten().tolist()

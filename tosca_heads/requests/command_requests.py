@@ -313,3 +313,8 @@ class ScenarioRequest:
     module_per: str = option(
         "task", "TOSCA's module unit: task, or step (each stretch between evaluation points)."
     )
+    later_modules: str = option(
+        "train",
+        "TOSCA, each task after the first: train (its own module, the paper's) or first (the first "
+        "task's module reused frozen, its classes' rows prototypes of its output; for few-shot sessions).",
+    )

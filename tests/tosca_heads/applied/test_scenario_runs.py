@@ -109,6 +109,36 @@ def test_tosca_in_blurry_trains_at_a_tasks_end_or_at_each_step(store) -> None:
     assert 0.5 < per_task.figures["A_last"] <= 1.0 and per_task.figures["A_AUC"] < per_step.figures["A_AUC"]
 
 
+def test_a_few_shot_session_may_reuse_the_base_module_frozen(store) -> None:
+    """`later_modules="first"` (the few-shot alternative): every session's module is the base
+    session's, unchanged, and its classes' rows are prototypes of that module's output over their
+    shots; the base session is trained exactly as by default, so the first step's answers agree."""
+    import torch
+
+    from tosca_heads.engine.outputs import module_outputs
+
+    values = {"base_classes": 2, "ways": 2, "shots": 5, "sessions": 2}
+    plan = scenario("fscil").plan(store_labels(store), **values)
+    train_x, test_x = store.features("train"), store.features("test")
+    params = {**FAST, "routers": ("lda", "entropy"), "later_modules": "first"}
+    keep: dict = {}
+    first = tosca_answers(plan, train_x, test_x, False, params, keep=keep)
+    default = tosca_answers(plan, train_x, test_x, False, {**FAST, "routers": ("lda", "entropy")})
+    assert np.array_equal(first["lda"][0], default["lda"][0])  # the base session: the same training
+    assert all(np.array_equal(a, b) for a, b in zip(first["lda"], first["entropy"], strict=True))
+    trainer = keep["model"].trainer_
+    assert len(trainer.modules_) == 3
+    assert all(torch.equal(m, trainer.modules_[0]) for m in trainer.modules_[1:])
+    rows = plan.steps[1].train_rows
+    out = module_outputs(
+        trainer.layout, trainer.modules_[0], torch.from_numpy(train_x[rows]), normalize=False
+    )
+    ids = plan.train_ids[rows]
+    for c in np.unique(ids):
+        row = int(np.flatnonzero(keep["row_class"] == c)[0])
+        torch.testing.assert_close(trainer.weight_[:, row], out[:, torch.from_numpy(ids == c)].mean(1))
+
+
 def test_one_tosca_training_answers_for_every_router_asked(store) -> None:
     values = {"init_cls": 2, "increment": 2}
     both = run_scenario(store, "cil", ("tosca",), values, {"tosca": {**FAST, "routers": ("lda", "ncm")}})
@@ -124,6 +154,7 @@ def test_one_tosca_training_answers_for_every_router_asked(store) -> None:
         ({"routers": ("nope",)}, r"^unknown --routers 'nope'"),
         ({"recurring": "merge"}, r"^--recurring must be one of task_rows, first_task, got 'merge'$"),
         ({"module_per": "epoch"}, r"^--module-per must be one of task, step, got 'epoch'$"),
+        ({"later_modules": "last"}, r"^--later-modules must be one of train, first, got 'last'$"),
     ],
 )
 def test_toscas_scenario_options_are_checked_before_any_method_learns(store, options, message) -> None:
