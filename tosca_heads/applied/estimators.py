@@ -52,7 +52,7 @@ from tosca_heads.method.protocol import (
     task_split,
 )
 from tosca_heads.method.recipe import TrainConfig, recipe
-from tosca_heads.method.ties import TIED
+from tosca_heads.method.ties import TIED, top_class
 from tosca_heads.requests.plan import held_out
 from tosca_heads.routers import ROUTERS
 from tosca_heads.running.baseline_runs import check_baseline_params
@@ -342,17 +342,29 @@ class TOSCAClassifier(_Incremental):
         predictor.tasks_ = len(trainer.modules_)
         return predictor
 
+    def routed(self, X: np.ndarray, predictor: RunPredictor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's module and incremental class (`TIED` on a tie): the router's pick; with
+        `later_modules="first"` every module is the first's, so the first answers (no router has
+        a choice to make, and a tie among identical modules is no tie of the answer)."""
+        predictor = predictor or self.predictor()
+        if self.later_modules == "first":
+            with single_threaded(torch.device(self.device)):
+                logits = predictor.module_logits(X)[0].cpu().numpy()  # [n, classes]
+            return np.zeros(len(X), dtype=np.int64), top_class(logits)
+        predicted = predictor.predict(X, self.router)
+        return np.asarray(predicted.tasks), np.asarray(predicted.incremental_classes)
+
     def predict(self, X: Any) -> np.ndarray:
         """Each row's label: the module the router picks, that module's argmax over every class seen."""
         X = self._checked(X)
-        return self._labels(self.predictor().predict(X, self.router).incremental_classes)
+        return self._labels(self.routed(X)[1])
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Each row's softmax over every class seen under the module the router picks; columns in
         `classes_` order (the argmax is `predict`'s class)."""
         X = self._checked(X)
         predictor = self.predictor()
-        chosen = torch.from_numpy(predictor.predict(X, self.router).tasks)
+        chosen = torch.from_numpy(self.routed(X, predictor)[0])
         with single_threaded(torch.device(self.device)):
             logits = predictor.module_logits(X).cpu()  # [M, n, C]
         picked = logits[chosen, torch.arange(len(X))]

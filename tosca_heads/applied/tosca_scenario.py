@@ -226,11 +226,9 @@ def _answers(
 
 def _first_module_answer(model: TOSCAClassifier, row_class: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`later_modules="first"`: every task's module is the first task's, so whichever a router
-    picked the logits are the same: the first module's top row answers (a tie among rows counts as
-    wrong, `ties`), for every router alike."""
-    with single_threaded(torch.device(model.device)):
-        logits = model.predictor().module_logits(x)[0].cpu().numpy()  # [n, rows]
-    top = top_class(logits)
+    picked the logits are the same: the first module's top row answers (`TOSCAClassifier.routed`;
+    a tie among rows counts as wrong, `ties`), for every router alike."""
+    top = model.routed(x)[1]
     tied = top == TIED
     row = model.labels_in_order_[np.where(tied, 0, top)]
     return np.where(tied, TIED, row_class[row]).astype(np.int64)

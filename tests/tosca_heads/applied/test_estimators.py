@@ -117,6 +117,25 @@ def test_predict_proba_is_the_routed_modules_softmax_in_classes_order(store: Fea
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
+def test_later_modules_first_trains_one_module_and_every_router_answers_with_it(store: FeatureStore) -> None:
+    X, y = _arrays(store, "train")
+    X_test, _ = _arrays(store, "test")
+    fitted = {
+        r: TOSCAClassifier(**FLAGS, router=r, later_modules="first").fit(X, y) for r in ("lda", "entropy")
+    }
+    answers = {r: e.predict(X_test) for r, e in fitted.items()}
+    assert np.array_equal(answers["lda"], answers["entropy"]) and (answers["lda"] >= 0).all()
+    proba = fitted["entropy"].predict_proba(X_test)
+    assert np.array_equal(fitted["entropy"].classes_[proba.argmax(1)], answers["entropy"])
+    trainer = fitted["lda"].trainer_
+    assert all(m.equal(trainer.modules_[0]) for m in trainer.modules_[1:])
+    # the first task is trained as by default: its module is the same
+    assert trainer.modules_[0].equal(TOSCAClassifier(**FLAGS).fit(X, y).trainer_.modules_[0])
+    with pytest.raises(ValueError, match=r"^later_modules must be one of train, first, got 'last'$"):
+        TOSCAClassifier(**FLAGS, later_modules="last").fit(X, y)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_grid_search_on_the_validation_split_chooses_the_sweeps_point(
     store: FeatureStore, tmp_path: Path
 ) -> None:
