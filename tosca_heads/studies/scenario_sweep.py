@@ -20,7 +20,6 @@ when every point is done.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import shlex
@@ -69,6 +68,7 @@ from tosca_heads.requests.plan import held_out
 from tosca_heads.routers import ROUTERS, is_honest, on_request, reference_text
 from tosca_heads.running.executor import Executor, Outcome
 from tosca_heads.studies.results import CHOICE_RULE
+from tosca_heads.studies.sweeps import SweepDryRun
 from tosca_heads.trackers import Metric, Tracking, end_failed, open_tracking
 from tosca_heads.trackers.events import flat_params, run_files
 
@@ -215,29 +215,12 @@ class ScenarioSweepOutcome:
     refit: str = ""  # the `tosca fit --scenario` command that runs the chosen point again
 
 
-@dataclass
-class ScenarioSweepDryRun:
-    """`sweep --scenario NAME --dry-run`: the plan checked whole, the points a run would train (the
-    others kept in the folder, asked the same) and what they should take here (worked out when
-    first asked: it times a training step, so what is known already is said first)."""
-
-    plan: ScenarioSweepPlan
-    to_run: list[str]
-
-    @property
-    def pending(self) -> int:
-        return len(self.to_run)
-
-    @functools.cached_property
-    def estimate(self) -> Estimate:
-        return self.plan.estimate(self.to_run)
-
-
-def scenario_dry_run(request: SweepRequest) -> ScenarioSweepDryRun:
-    """Every check of the scenario sweep, nothing written or learnt: what would run, and how long."""
+def scenario_dry_run(request: SweepRequest) -> SweepDryRun:
+    """Every check of the scenario sweep, nothing written or learnt: what would run, and how long
+    (`sweeps.SweepDryRun`, its plan this sweep's)."""
     plan = plan_scenario_sweep(request)
     kept, _ = plan.kept()
-    return ScenarioSweepDryRun(plan, [key for key in plan.points if key not in kept])
+    return SweepDryRun(plan, [key for key in plan.points if key not in kept])
 
 
 def plan_scenario_sweep(request: SweepRequest) -> ScenarioSweepPlan:

@@ -652,10 +652,11 @@ def _run_points(
 class SweepDryRun:
     """`sweep --dry-run`: the checked plan, the points a run would compute (the others are in the
     folder's results already) and what they should take here (worked out when first asked: it
-    times a training step, so what is known already can be said first)."""
+    times a training step, so what is known already can be said first). Under a scenario the plan
+    is a `scenario_sweep.ScenarioSweepPlan` and the points its keys: each plan prices its own."""
 
-    plan: SweepPlan
-    to_run: list[SweepPoint]
+    plan: Any  # SweepPlan | ScenarioSweepPlan: what `plan.estimate(to_run)` prices
+    to_run: list[Any]
 
     @property
     def pending(self) -> int:
