@@ -317,7 +317,7 @@ def test_scenario_cost_prints_each_table_beside_cils(tmp_path: Path) -> None:
         "--scenarios",
         "cil,til,blurry",
         "--methods",
-        "tosca,simplecil,gacl",
+        "tosca,slda,gacl",
         "--set",
         "gacl_buffer_size=64",
         "--set",
@@ -329,6 +329,6 @@ def test_scenario_cost_prints_each_table_beside_cils(tmp_path: Path) -> None:
     blurry = out.split("## blurry:")[1]
     assert "tosca (lda) " in blurry and "tosca (ncm) " in blurry  # one training, a row per router
     assert blurry.count("{vs gacl: ") == 2  # each TOSCA row against the one baseline blurry ran
-    assert "simplecil  refused: simplecil cannot run blurry" in out
+    assert "slda       refused: slda cannot run blurry" in out
     ratios = [line.split() for line in out.splitlines() if line.startswith(("cil ", "til ", "blurry "))]
     assert [r[0] for r in ratios] == ["cil", "til", "blurry"] and float(ratios[0][2]) == 1.0

@@ -602,8 +602,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     (
         "scenario once-per-class baseline under blurry",
-        [*SCEN, "--scenario", "blurry", "--methods", "simplecil"],
-        "simplecil cannot run blurry",
+        [*SCEN, "--scenario", "blurry", "--methods", "slda"],
+        "slda cannot run blurry",
     ),
     ("scenario unknown method", [*SCEN, "--methods", "magic"], "unknown --methods 'magic'"),
     (
@@ -665,8 +665,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     (
         "baselines scenario once-per-class baseline under blurry",
-        [*BSCEN, "--scenario", "blurry"],
-        "simplecil cannot run blurry",
+        [*BSCEN, "--scenario", "blurry", "--methods", "slda"],
+        "slda cannot run blurry",
     ),
     (
         "baselines scenario no scores for til",

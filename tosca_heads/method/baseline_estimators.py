@@ -54,6 +54,7 @@ class SimpleCIL:
     deterministic = True
     runs_by_default = True
     order_free = True  # its prototypes are class means: the same whatever the order
+    recurring_classes = True  # a class's rows may come in several calls: its mean weighs them by count
     label = "SimpleCIL"
 
     def __init__(self, device: str | torch.device = "cpu"):
@@ -70,16 +71,26 @@ class SimpleCIL:
 
     @linalg.on_one_thread
     def partial_fit(self, features: Array, labels: Array) -> SimpleCIL:
+        """Each class's prototype, the mean of every row of it seen: a class met for the first time
+        gets the mean of its rows here; one met again (a blurry stream, a new domain) the mean of
+        its earlier rows and these, weighted by their counts (`counts_`), in float64."""
         x, y = as_tensor(features, self.device), as_labels(labels)
         classes = np.unique(y)
         known = getattr(self, "prototypes_", torch.zeros(0, x.shape[1], device=x.device))
-        grown = torch.zeros(max(len(known), int(classes.max()) + 1), x.shape[1], device=x.device)
+        size = max(len(known), int(classes.max()) + 1)
+        grown = torch.zeros(size, x.shape[1], device=x.device)
         grown[: len(known)] = known
+        counts = np.zeros(size, dtype=np.int64)
+        counts[: len(known)] = getattr(self, "counts_", np.zeros(0, dtype=np.int64))
         for c in classes:  # the mean over a power of two, scaled back: its sum cannot overflow
             rows = x[torch.from_numpy(y == c).to(x.device)]
             peak = binary_peak(rows)
-            grown[c] = ((rows.double() / peak).float().mean(0).double() * peak).float()
-        self.prototypes_ = grown
+            mean = ((rows.double() / peak).float().mean(0).double() * peak).float()
+            before, here = int(counts[c]), len(rows)
+            if before:  # met again: the counts' weighted mean of the two means
+                mean = ((grown[c].double() * before + mean.double() * here) / (before + here)).float()
+            grown[c], counts[c] = mean, before + here
+        self.prototypes_, self.counts_ = grown, counts
         return self
 
     @linalg.on_one_thread
@@ -129,6 +140,7 @@ class RanPAC:
     )
     incremental = True
     runs_by_default = True
+    recurring_classes = True  # a class's rows may come in several calls: G and Q sum over rows
     label = "RanPAC"
     tuned = "ridge"  # the last task's, by its authors' rule (`ridges_`: every task's; `tuned_by_`)
     params = (

@@ -61,9 +61,9 @@ def test_gacl_under_blurry_is_its_joint_solution_on_the_rows_seen(store) -> None
 
 
 def test_a_method_that_cannot_run_blurry_refuses_it_in_one_line(store) -> None:
-    message = r"^simplecil cannot run blurry: it learns each class from one task's rows \(those that can: "
+    message = r"^slda cannot run blurry: it learns each class from one task's rows \(those that can: "
     with pytest.raises(UserError, match=message):
-        run_scenario(store, "blurry", ("tosca", "simplecil"), {"tasks": 2})  # before tosca learns
+        run_scenario(store, "blurry", ("tosca", "slda"), {"tasks": 2})  # before tosca learns
 
 
 BLURRY = {"tasks": 2, "eval_period": 30}

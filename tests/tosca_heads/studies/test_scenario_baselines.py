@@ -132,7 +132,10 @@ def test_cil_is_todays_table_byte_for_byte(store: FeatureStore, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("asked", "message"),
     [
-        ({"scenario": "blurry"}, r"^simplecil cannot run blurry: it learns each class from one task's rows"),
+        (
+            {"scenario": "blurry", "methods": ["slda"]},
+            r"^slda cannot run blurry: it learns each class from one task's rows",
+        ),
         ({"scenario": "til", "methods": ["joint_probe"]}, r"^joint_probe cannot run til: it gives no score"),
         ({"scenario": "tii"}, r"^unknown scenario 'tii' \(did you mean 'til'\?\)"),
         ({"scenario": "fscil", "init_cls": 2}, r"^init_cls does not apply to scenario fscil \(it takes: "),

@@ -51,11 +51,15 @@ def test_gacl_defaults_are_the_authors() -> None:
     }
 
 
-@pytest.mark.parametrize("method", ["gacl", "acil", "ridge"])
+@pytest.mark.parametrize("method", ["gacl", "acil", "ridge", "simplecil", "ranpac"])
 def test_a_recurring_class_split_over_calls_is_learned_as_in_one_call(method: str) -> None:
     assert getattr(BASELINES[method], "recurring_classes", False)
     x, y = _data(2)
-    small = {"gacl": {"buffer_size": 64}, "acil": {"buffer_size": 64}}.get(method, {})
+    small = {  # RanPAC's ridge given: its authors' rule chooses one per call, on that call's rows
+        "gacl": {"buffer_size": 64},
+        "acil": {"buffer_size": 64},
+        "ranpac": {"projection_dim": 64, "ridge": 1.0},
+    }.get(method, {})
     whole = BASELINES[method](**small).partial_fit(x, y)
     split = BASELINES[method](**small)
     for part in np.array_split(np.arange(len(y)), 3):  # every class in every part
