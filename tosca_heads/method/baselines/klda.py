@@ -52,6 +52,7 @@ class KLDA:
     deterministic = False
     runs_by_default = False
     order_free = True
+    recurring_classes = True  # a class's rows may come in several calls: its mean and the pooled scatter
     label = "KLDA"
     tuned = "sigma"  # on the validation split where the run has one (`tune`), else the given value
     params = (
@@ -145,11 +146,10 @@ class KLDA:
             kernel_within_reach(self.label, "sigma", self.sigma, mean_squared_distance(features))  # voids it
             self._draw(features.shape[1])
         classes, counts = np.unique(labels, return_counts=True)
-        if np.isin(classes, np.flatnonzero(self.counts_)).any():
-            raise ValueError("KLDA learns each class in one task: a class came back")
         n_classes = max(len(self.counts_), int(classes.max()) + 1)
         self.counts_ = np.pad(self.counts_, (0, n_classes - len(self.counts_)))
-        self.counts_[classes] = counts
+        before = self.counts_[classes].copy()  # a class met again: its rows so far
+        self.counts_[classes] += counts
         dev = self.weights_[0].device
         self.solved_, self.quadratic_ = [], []
         with linalg.workers(device=dev) as run:
@@ -158,9 +158,21 @@ class KLDA:
                 _, _, means = rff.class_means(h, labels)
                 grown = torch.zeros(n_classes, self.dim, dtype=torch.float64, device=dev)
                 grown[: len(self.means_[m])] = self.means_[m]
+                centred = rff.centred(h, labels, classes, means)
+                again = torch.from_numpy(before > 0).to(dev)
+                if bool(again.any()):  # the pooled scatter: these rows about their own mean, and a row per
+                    # class met again, sqrt(n_old n_new / n) (mu_old - mu_new), whose outer product is
+                    # what moving both groups to the joint mean adds (Chan et al.'s update)
+                    old = grown[torch.from_numpy(classes[before > 0]).to(dev)]
+                    n_old = torch.from_numpy(before[before > 0].astype(np.float64)).to(dev)
+                    n_new = torch.from_numpy(counts[before > 0].astype(np.float64)).to(dev)
+                    shift = torch.sqrt(n_old * n_new / (n_old + n_new))[:, None] * (old - means[again])
+                    centred = torch.cat([centred, shift])
+                    joint = (old * n_old[:, None] + means[again] * n_new[:, None]) / (n_old + n_new)[:, None]
+                    means = means.clone()
+                    means[again] = joint
                 grown[torch.from_numpy(classes).to(dev)] = means
                 self.means_[m] = grown
-                centred = rff.centred(h, labels, classes, means)
                 self.scatter_[m].add(centred, centred.new_zeros(len(centred), 0), run)
                 solved = self.scatter_[m].solve_for(grown.T.contiguous(), self.ridge, run)
                 self.solved_.append(solved)  # (S + ridge I)^-1 M'

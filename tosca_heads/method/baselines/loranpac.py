@@ -67,6 +67,9 @@ class LoRanPAC:
     deterministic = False
     runs_by_default = False
     order_free = False  # continual truncation: the kept factors depend on the order of the rows
+    # a class's rows may come in several calls: Q sums over rows and the SVD folds rows as they come
+    # (as a class met in one call would be folded; exactly so with truncate_percent 0)
+    recurring_classes = True
     label = "LoRanPAC"
     params = (
         Param(

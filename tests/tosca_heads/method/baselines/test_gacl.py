@@ -51,7 +51,7 @@ def test_gacl_defaults_are_the_authors() -> None:
     }
 
 
-@pytest.mark.parametrize("method", ["gacl", "acil", "ridge", "simplecil", "ranpac"])
+@pytest.mark.parametrize("method", ["gacl", "acil", "ridge", "simplecil", "ranpac", "klda", "loranpac"])
 def test_a_recurring_class_split_over_calls_is_learned_as_in_one_call(method: str) -> None:
     assert getattr(BASELINES[method], "recurring_classes", False)
     x, y = _data(2)
@@ -59,6 +59,8 @@ def test_a_recurring_class_split_over_calls_is_learned_as_in_one_call(method: st
         "gacl": {"buffer_size": 64},
         "acil": {"buffer_size": 64},
         "ranpac": {"projection_dim": 64, "ridge": 1.0},
+        "klda": {"dim": 64, "sigma": 1e-2},
+        "loranpac": {"embedding_dim": 64, "rank": 64, "truncate_percent": 0.0},  # no truncation: exact
     }.get(method, {})
     whole = BASELINES[method](**small).partial_fit(x, y)
     split = BASELINES[method](**small)
