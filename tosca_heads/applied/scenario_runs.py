@@ -6,8 +6,8 @@ store, so its whole table costs what the class-incremental one does (benchmarks/
 A method that cannot run a scenario refuses it in one line, naming why, before it learns:
 - a plan whose classes recur across tasks (`blurry`, `dil`) needs a baseline that learns a class
   from rows in several calls (one declaring `recurring_classes`: ACIL, GACL, ridge, RanPAC,
-  SimpleCIL); TOSCA gives a class met again rows of its own in each task, or learns it once
-  (`tosca_scenario`);
+  SimpleCIL, KLDA, LoRanPAC); TOSCA gives a class met again rows of its own in each task, or
+  learns it once (`tosca_scenario`);
 - `til` needs scores per class (a baseline's `decision_function`; TOSCA's module logits) to answer
   among the told task's classes.
 TOSCA's one training answers with every router asked (`routers`): one result per router (told
