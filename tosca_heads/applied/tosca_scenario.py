@@ -211,26 +211,21 @@ def _answers(
     if told_task:
         return {TOLD: _told_answer(model, row_class, plan, rows, x)}
     if model.later_modules == "first":  # one module, reused: no router has a choice to make
-        answer = _first_module_answer(model, row_class, x)
+        answer = _plan_classes(model, row_class, model.routed(x)[1])
         return {router: answer for router in routers}
     predictor = model.predictor()
     predictor.learned_ = learned
-    answers = {}
-    for router, predicted in predictor.predict_each(x, routers).items():
-        incremental = predicted.incremental_classes
-        tied = incremental == TIED
-        row = model.labels_in_order_[np.where(tied, 0, incremental)]  # the estimator's label is the row
-        answers[router] = np.where(tied, TIED, row_class[row]).astype(np.int64)
-    return answers
+    return {
+        router: _plan_classes(model, row_class, predicted.incremental_classes)
+        for router, predicted in predictor.predict_each(x, routers).items()
+    }
 
 
-def _first_module_answer(model: TOSCAClassifier, row_class: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """`later_modules="first"`: every task's module is the first task's, so whichever a router
-    picked the logits are the same: the first module's top row answers (`TOSCAClassifier.routed`;
-    a tie among rows counts as wrong, `ties`), for every router alike."""
-    top = model.routed(x)[1]
-    tied = top == TIED
-    row = model.labels_in_order_[np.where(tied, 0, top)]
+def _plan_classes(model: TOSCAClassifier, row_class: np.ndarray, incremental: np.ndarray) -> np.ndarray:
+    """The estimator's incremental classes as the plan's class ids (`TIED` stays: a tie counts as
+    wrong, `ties`); the estimator's label is the classifier row, `row_class` its class."""
+    tied = incremental == TIED
+    row = model.labels_in_order_[np.where(tied, 0, incremental)]
     return np.where(tied, TIED, row_class[row]).astype(np.int64)
 
 

@@ -249,7 +249,8 @@ class GroupTrainer:
         each of its classes' classifier row is the prototype of that module's output over the class's
         clean training features (as every task's rows are after its training). Nothing trained
         before moves. The few-shot literature's rule (adapt on the base session, then freeze and
-        add prototypes), within TOSCA's layout: a module per task, so its routers still choose.
+        add prototypes), within TOSCA's layout (a module per task): every module is then the same,
+        so a router's choice changes nothing (`TOSCAClassifier.routed` answers with the first).
         Its stats are NaN and its curve empty: no epoch ran."""
         self.layout  # noqa: B018 - the state, made on first use
         if task != len(self.modules_):
