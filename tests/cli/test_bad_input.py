@@ -555,6 +555,12 @@ ROWS: list[tuple[str, list[str], str]] = [
         "router fecam learns fecam, which needs 2 or more training images of a class in each module's "
         "rows: in fscil's task 1, class",
     ),
+    (  # FeCAM holds a class met once until its second image: one never given one is refused first
+        "scenario fecam on a one-shot session",
+        [*SCEN, "--scenario", "fscil", "--methods", "fecam", *FSCIL_ONE_SHOT],
+        "FeCAM needs 2 or more training images of each class: class 2 has 1 (and 1 other class(es)) "
+        "in fscil's whole training stream; leave it out of the methods",
+    ),
     (
         "scenario dil without domains",
         [*SCEN, "--scenario", "dil"],

@@ -6,7 +6,7 @@ store, so its whole table costs what the class-incremental one does (benchmarks/
 A method that cannot run a scenario refuses it in one line, naming why, before it learns:
 - a plan whose classes recur across tasks (`blurry`, `dil`) needs a baseline that learns a class
   from rows in several calls (one declaring `recurring_classes`: ACIL, GACL, ridge, RanPAC,
-  SimpleCIL, KLDA, LoRanPAC); TOSCA gives a class met again rows of its own in each task, or
+  SimpleCIL, KLDA, LoRanPAC, FeCAM); TOSCA gives a class met again rows of its own in each task, or
   learns it once (`tosca_scenario`);
 - `til` needs scores per class (a baseline's `decision_function`; TOSCA's module logits) to answer
   among the told task's classes.
@@ -97,8 +97,9 @@ def store_labels(store: FeatureStore, read_as: str = "") -> StoreLabels:
     )
 
 
-def refusal(method: str, plan: ScenarioPlan, told_task: bool) -> str:
-    """Why `method` cannot run `plan` ("" where it can)."""
+def refusal(method: str, plan: ScenarioPlan, told_task: bool, name_of: Any = str) -> str:
+    """Why `method` cannot run `plan` ("" where it can). `name_of`: a plan class id as the store
+    names it."""
     if method == TOSCA:
         return ""
     cls = BASELINES[method]
@@ -107,7 +108,27 @@ def refusal(method: str, plan: ScenarioPlan, told_task: bool) -> str:
         return f"{method} cannot run {plan.scenario}: it learns each class from one task's rows (those that can: {able})"
     if told_task and not callable(getattr(cls, "decision_function", None)):
         return f"{method} cannot run til: it gives no score per class to answer among the told task's classes"
-    return ""
+    return _too_few_images(method, plan, name_of)
+
+
+def _too_few_images(method: str, plan: ScenarioPlan, name_of: Any) -> str:
+    """Where a class's whole stream trains `method` on fewer images than it needs (FeCAM: two, one
+    image having no covariance; it holds a class met once until a second image comes, so a class
+    never given one would be learned and never answered)."""
+    least = int(getattr(BASELINES[method], "least_per_class", 1))
+    if least < 2 or not plan.steps:
+        return ""
+    rows = np.concatenate([step.train_rows for step in plan.steps])
+    counts = np.bincount(plan.train_ids[rows], minlength=plan.num_classes)
+    short = np.flatnonzero((counts > 0) & (counts < least))
+    if not len(short):
+        return ""
+    more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
+    return (
+        f"{BASELINES[method].label} needs {least} or more training images of each class: class "
+        f"{name_of(int(short[0]))} has {int(counts[short[0]])}{more} in {plan.scenario}'s whole "
+        "training stream; leave it out of the methods"
+    )
 
 
 def method_answers(
@@ -184,12 +205,12 @@ def checked_scenario(
     labels = store_labels(store, read_as)
     plan = kind.plan(labels, **dict(scenario_params or {}))
     picked = tuple(m if m == TOSCA else BASELINES.pick(m, "--methods") for m in methods)
+    order, names = plan_classes(plan, labels, store)
     for method in picked:
-        why = refusal(method, plan, kind.told_task)
+        why = refusal(method, plan, kind.told_task, lambda i: said_class(order[i], names))
         if why:
             raise UserValueError(why)
     if TOSCA in picked:
-        order, names = plan_classes(plan, labels, store)
         check_router_rows(plan, (method_params or {}).get(TOSCA), lambda i: said_class(order[i], names))
     return CheckedScenario(store, kind, plan, picked, labels)
 

@@ -51,7 +51,9 @@ def test_gacl_defaults_are_the_authors() -> None:
     }
 
 
-@pytest.mark.parametrize("method", ["gacl", "acil", "ridge", "simplecil", "ranpac", "klda", "loranpac"])
+@pytest.mark.parametrize(
+    "method", ["gacl", "acil", "ridge", "simplecil", "ranpac", "klda", "loranpac", "fecam"]
+)
 def test_a_recurring_class_split_over_calls_is_learned_as_in_one_call(method: str) -> None:
     assert getattr(BASELINES[method], "recurring_classes", False)
     x, y = _data(2)
