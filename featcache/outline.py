@@ -20,6 +20,7 @@ from featcache.images.decoder_names import DECODERS
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
 from featcache.store.meanings import POLICIES, resolve_precision
+from featcache.store.object_store import refuse_writing_there
 from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.folders import zarr_root
@@ -98,6 +99,8 @@ def store_path_of(request: ExtractRequest) -> Path:
     """Where the request's store goes, after every check of the flags alone (nothing is read or
     written yet): the place must be a store's, and --overwrite must replace a store."""
     check_request(request)
+    refuse_writing_there(request.store, "--store", "extract")
+    refuse_writing_there(request.cache_dir, "--cache-dir", "extract")
     spec = resolve_backbone(request.model)
     check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy

@@ -24,6 +24,9 @@ USED_WITHOUT_IMPORT = {
     "pytest-xdist": ("Makefile", "-n $(TEST_WORKERS)"),  # a pytest plug-in: `make test` on every core
     # the Jupyter kernel nbclient starts for the docs' Python blocks
     "ipykernel": ("tests/test_called_from_anywhere.py", 'kernel_name="python3"'),
+    # fsspec's s3 filesystem, found by the protocol of a store's URL; moto's server, a program
+    "s3fs": ("featcache/store/object_store.py", '"s3": "s3fs"'),
+    "moto": ("tests/support/object_server.py", '"-m", "moto.server"'),
 }
 SOURCES = (
     "tosca_foundation",

@@ -616,7 +616,23 @@ def cache_verify(
         note("FAIL", problem)
     if report.problems:
         raise typer.Exit(1)
-    say(f"OK {store}")
+    say(f"OK {report.store}")
+
+
+@cache_app.command("push")
+@user_errors
+def cache_push(
+    store: Path = typer.Argument(..., help="The local store to copy."),
+    url: str = typer.Argument(..., help="Where on object storage: s3://bucket/name.zarr, gs://..."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a store already at URL."),
+) -> None:
+    """Copy a whole, checked store to object storage (its zarr.json last), for a cluster without a shared disk."""
+    from featcache.store.push import push_store
+
+    with progress() as board:
+        tick = per_split(board, "push", "objects")
+        pushed = push_store(store, url, overwrite, lambda done, total: tick("store", 1, total))
+    say(f"pushed {store} to {pushed.url}: {pushed.objects:,} objects, {human_bytes(pushed.bytes)}")
 
 
 def main() -> None:

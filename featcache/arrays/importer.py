@@ -38,6 +38,7 @@ from featcache.store.format import (
     ids_sha256,
     is_tosca_store,
 )
+from featcache.store.object_store import refuse_writing_there
 from featcache.store.staging import clear_leftovers, create_in_place
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.fingerprints import identity_differences
@@ -93,6 +94,7 @@ class ImportSummary:
 def check_request(request: ImportRequest) -> Path:
     """Every flag alone, before a source is read: the store's place and each value's range."""
     spell = request.spell
+    refuse_writing_there(request.store, spell("store"), "import")
     path = Path(request.store)
     if path.name in ("", ".", ".."):
         raise UserError(f"{spell('store')} {str(request.store)!r} names no folder: give the store a name")

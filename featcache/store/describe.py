@@ -16,6 +16,7 @@ from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
 from featcache.store.meanings import DECODERS, PRECISIONS
+from featcache.store.object_store import is_remote, store_location
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
 from tosca_foundation.errors import UserError
 from tosca_foundation.locks import holder
@@ -32,11 +33,17 @@ def field_of(block: Any, *keys: str) -> Any:
     return block
 
 
+def said_as(store: FeatureStore, given: Path) -> str:
+    """A store as a line names it: as the user gave a local one, by its URL on object storage."""
+    return str(store.path) if is_remote(store.path) else str(given)
+
+
 def list_stores(cache_dir: Path) -> list[dict[str, Any]]:
     """One row per store under the cache root; a store that cannot be read has an `error`."""
-    if cache_dir.exists() and not cache_dir.is_dir():
+    remote = is_remote(store_location(cache_dir, folder=True))
+    if not remote and cache_dir.exists() and not cache_dir.is_dir():
         raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
-    if not cache_dir.exists():
+    if not remote and not cache_dir.exists():
         raise UserError(f"no folder {cache_dir}: pass --cache-dir with the folder your stores are in")
     rows = []
     for path in find_stores(cache_dir):
@@ -80,7 +87,7 @@ def describe(path: Path) -> Description:
     store = FeatureStore.open(path)
     attrs = store.attrs
     progress = {s: f"{int(store.done(s).sum())}/{store.layout(s).n_chunks} chunks" for s in ("train", "test")}
-    writer = holder(path)
+    writer = None if is_remote(store.path) else holder(path)  # object storage keeps no lock files
     data = {**attrs, "chunks_done": progress, "bytes": store.size_bytes(), "writer": writer}
     ident = attrs.get("identity", {})
     bb, ds, prep = (field_of(ident, k) for k in ("backbone", "dataset", "preprocessing"))
@@ -92,7 +99,7 @@ def describe(path: Path) -> Description:
     if isinstance(field_of(ident, "imported"), dict):
         return Description(_imported_rows(path, store, attrs, progress, writer), data)
     rows: list[tuple[str, str, bool]] = [
-        ("store", str(path), False),
+        ("store", said_as(store, path), False),
         (
             "backbone",
             f"{field_of(bb, 'alias')} = {field_of(bb, 'timm_name')} (dim {field_of(bb, 'feature_dim')})",
@@ -163,7 +170,7 @@ def _imported_rows(
     provenance = attrs.get("provenance") if isinstance(attrs.get("provenance"), dict) else {}
     files = [f for f in provenance.get("files") or [] if isinstance(f, dict)]
     rows: list[tuple[str, str, bool]] = [
-        ("store", str(path), False),
+        ("store", said_as(store, path), False),
         (
             "encoder",
             f"{printable(field_of(bb, 'encoder'))} (dim {field_of(bb, 'feature_dim')}; imported: computed "
@@ -216,6 +223,7 @@ class VerifyReport:
     fixed: list[ChunkFault] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    store: str = ""  # as it was opened: a local path, or its URL on object storage
 
 
 def verify(
@@ -228,9 +236,10 @@ def verify(
     if fix:
         report.fixed = fix_store(path)
     store = FeatureStore.open(path)
+    report.store = said_as(store, path)
     report.problems = verify_store(store, on_chunk)
     report.notes = verify_notes(store)
-    writer = holder(path)
+    writer = None if is_remote(store.path) else holder(path)  # object storage keeps no lock files
     if writer is not None and any("chunks not done" in p for p in report.problems):
         report.notes.append(f"an extraction is writing it now ({writer})")
     return report

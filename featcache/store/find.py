@@ -10,14 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from featcache.store.format import FeatureStore, is_tosca_store
+from featcache.store.object_store import (
+    ObjectStorePath,
+    is_remote,
+    read_store_attrs,
+    store_location,
+    stores_under,
+)
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_json
 
 
-def find_stores(cache_dir: str | Path) -> list[Path]:
+def find_stores(cache_dir: str | Path) -> list[Path | ObjectStorePath]:
     """Every tosca store under `cache_dir`: folders named *.zarr with a schema version, and those
     whose zarr.json cannot be read as one (a damaged store is listed with why, not passed over)."""
-    root = Path(cache_dir)
+    place = store_location(cache_dir, folder=True)
+    if is_remote(place):
+        return [found for found in stores_under(place) if _tosca_or_damaged(found)]  # type: ignore[arg-type, misc]
+    root = Path(place)
     if not root.is_dir():
         return []
     return [
@@ -25,6 +35,12 @@ def find_stores(cache_dir: str | Path) -> list[Path]:
         for meta in sorted(root.rglob("*.zarr/zarr.json"))
         if is_tosca_store(meta.parent) or _damaged_metadata(meta)
     ]
+
+
+def _tosca_or_damaged(location: ObjectStorePath) -> bool:
+    """On object storage: a zarr.json with a tosca schema version, or one that is no JSON object."""
+    attrs = read_store_attrs(location)
+    return attrs is None or "schema_version" in attrs
 
 
 def _damaged_metadata(meta: Path) -> bool:
@@ -63,6 +79,7 @@ def resolve_store(
             unreadable += 1
             continue
         matches.append(found)
+    cache_dir = store_location(cache_dir, folder=True)  # type: ignore[assignment]  # said as given
     wanted = " ".join(f"--{k} {v}" for k, v in (("model", model), ("dataset", dataset)) if v) or "any store"
     skipped = f" ({unreadable} unreadable store(s) passed over: see `tosca cache ls`)" if unreadable else ""
     if not matches:

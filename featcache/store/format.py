@@ -39,6 +39,16 @@ from typing import Any
 import numpy as np
 import zarr
 
+from featcache.store.object_store import (
+    REMOTE_MEND,
+    ObjectStorePath,
+    is_remote,
+    listing,
+    open_zarr_group,
+    read_object,
+    read_store_attrs,
+    store_location,
+)
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import check_depth, disk_errors, read_bytes, read_json
 from tosca_foundation.fingerprints import fingerprint
@@ -208,9 +218,19 @@ class StoreTree:
 def _read_meta(store: Path, file: str, rel: str) -> dict[str, Any]:
     what = "metadata" if rel == "" else "array metadata"
     try:
-        text = read_bytes(file, "metadata").decode()
+        data = read_bytes(file, "metadata")
+    except UserError as exc:
+        raise UserError(f"{store} has unreadable {what} ({exc}); re-extract it") from None
+    return _parse_meta(store, data, rel)
+
+
+def _parse_meta(store: Path | ObjectStorePath, data: bytes, rel: str) -> dict[str, Any]:
+    """One zarr.json's object, its depth bounded; anything else is one line naming it."""
+    what = "metadata" if rel == "" else "array metadata"
+    try:
+        text = data.decode()
         check_depth(text, f"{rel or '.'}/zarr.json")
-        data = json.loads(text)
+        parsed = json.loads(text)
     except UserError as exc:
         raise UserError(f"{store} has unreadable {what} ({exc}); re-extract it") from None
     except UnicodeDecodeError:
@@ -222,11 +242,11 @@ def _read_meta(store: Path, file: str, rel: str) -> dict[str, Any]:
             f"{store} has unreadable {what} (JSONDecodeError: {rel or '.'}/zarr.json, {exc.msg} at line "
             f"{exc.lineno}); re-extract it"
         ) from None
-    if not isinstance(data, dict):
+    if not isinstance(parsed, dict):
         raise UserError(
             f"{store} has unreadable {what} ({rel or '.'}/zarr.json is no JSON object); re-extract it"
         )
-    return data
+    return parsed
 
 
 def read_tree(path: Path) -> StoreTree:
@@ -379,10 +399,14 @@ def check_layout(path: Path, tree: StoreTree, attrs: dict[str, Any]) -> None:
         most = 2 * math.prod(chunks) * item + (64 << 10)  # compression never doubles a chunk
         for key, size in tree.chunks.get(name, []):
             if size > most:
+                mend = (
+                    REMOTE_MEND
+                    if is_remote(path)
+                    else f"delete it, then `tosca cache verify {path} --fix` and the same `tosca extract` recompute it"
+                )
                 raise UserError(
                     f"store {path}: {name}/c/{key} is {human_bytes(size)}, more than a chunk of {name} can be "
-                    f"({human_bytes(most)}): damaged or planted; delete it, then `tosca cache verify {path} --fix` "
-                    "and the same `tosca extract` recompute it"
+                    f"({human_bytes(most)}): damaged or planted; {mend}"
                 )
 
 
@@ -449,9 +473,12 @@ def made_up_identity(
 class FeatureStore:
     """Open store: typed access to arrays, flags and the identity attrs."""
 
-    def __init__(self, path: Path, group: zarr.Group):
-        self.path = Path(path)
+    def __init__(
+        self, path: Path | ObjectStorePath, group: zarr.Group, objects: dict[str, int] | None = None
+    ):
+        self.path = path if is_remote(path) else Path(path)
         self.group = group
+        self.objects = objects  # on object storage: every object's path below the store and size
         self.attrs_checked = False  # set by featcache.store.verify.check_readable once it has passed
         self._nodes: dict[str, Any] = {}
         self._members: dict[str, set[str]] = {}
@@ -488,7 +515,10 @@ class FeatureStore:
         every zarr.json is bounded in size and nesting and parses, every chunk file is no larger
         than its array's chunks can be, and every array's shape, chunks and data type fit the
         others' and the attrs (`check_layout`). A loop over chunks comes only after these."""
-        path = Path(path)
+        location = store_location(path)
+        if is_remote(location):
+            return cls._open_on_object_storage(location, mode)
+        path = Path(location)
         if not os.path.lexists(path / "zarr.json"):
             absolute = path.absolute()  # `.` has no name to put a sibling beside
             if absolute.with_name(absolute.name + ".creating").exists():
@@ -503,24 +533,44 @@ class FeatureStore:
             attrs = dict(group.attrs)
         except (ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
             raise UserError(f"{path} has unreadable metadata ({type(exc).__name__}); re-extract it") from None
-        _check_schema(path, attrs.get("schema_version"))
-        _check_identity_names(path, attrs)
-        try:  # each array's own zarr.json: edited or damaged ones fail in zarr in many ways
-            _check_arrays(path, group, attrs)
-        except (
-            ValueError,
-            TypeError,
-            KeyError,
-            AttributeError,
-            ZeroDivisionError,
-            json.JSONDecodeError,
-        ) as exc:
-            raise UserError(
-                f"{path} has unreadable array metadata ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); "
-                "re-extract it"
-            ) from None
-        check_layout(path, tree, attrs)
+        _check_opened(path, tree, group, attrs)
         return cls(path.absolute(), group)
+
+    @classmethod
+    def _open_on_object_storage(cls, location: ObjectStorePath, mode: str) -> FeatureStore:
+        """A store on object storage, read only, after the checks a local one passes: its listing
+        stands for the walk of its folder (`object_tree`)."""
+        if mode != "r":
+            raise UserError(
+                f"{location} is on object storage, which tosca reads but does not write in place: "
+                "write the store locally, then `tosca cache push STORE URL` copies it there"
+            )
+        objects = listing(location)
+        if "zarr.json" not in objects:
+            raise UserError(f"not a feature store: {location} (no zarr.json there); see `tosca cache push`")
+        tree = object_tree(location, objects)
+        group = open_zarr_group(location)
+        try:
+            attrs = dict(group.attrs)
+        except (ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
+            raise UserError(
+                f"{location} has unreadable metadata ({type(exc).__name__}); re-extract it"
+            ) from None
+        _check_opened(location, tree, group, attrs)
+        return cls(location, group, objects)
+
+    def chunk_present(self, split: str, array: str, key: tuple[int, ...]) -> bool:
+        """Whether one chunk of `<split>/<array>` was written (its file, or its object as listed
+        when the store was opened)."""
+        node = self.node(f"{split}/{array}")
+        rel = f"{split}/{array}/{node.metadata.chunk_key_encoding.encode_chunk_key(key)}"
+        if self.objects is not None:
+            return rel in self.objects
+        return (Path(self.path) / rel).is_file()
+
+    def chunk_name(self, split: str, array: str, key: tuple[int, ...]) -> str:
+        """One chunk's path below the store, as a message names it."""
+        return f"{split}/{array}/{self.node(f'{split}/{array}').metadata.chunk_key_encoding.encode_chunk_key(key)}"
 
     @classmethod
     def create(
@@ -741,12 +791,9 @@ class FeatureStore:
             return np.asarray(array[k])
         return np.asarray(array.get_orthogonal_selection((k, index, slice(None))))
 
-    def chunk_file(self, split: str, array: str, key: tuple[int, ...]) -> Path:
-        """Where one chunk of `<split>/<array>` lives on disk (zarr's default key encoding)."""
-        node = self.node(f"{split}/{array}")
-        return self.path / split / array / node.metadata.chunk_key_encoding.encode_chunk_key(key)
-
     def size_bytes(self) -> int:
+        if self.objects is not None:
+            return sum(self.objects.values())
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
 
     def require_complete(self) -> None:
@@ -761,6 +808,47 @@ class FeatureStore:
                     f"store {self.path} is not fully {made}: {missing}/{total} {split} chunks missing; "
                     f"re-run the same `tosca {by}` to finish it"
                 )
+
+
+def object_tree(location: ObjectStorePath, objects: dict[str, int]) -> StoreTree:
+    """What `read_tree` finds in a folder, from an object store's listing: every zarr.json read
+    (bounded, as a local one) and every chunk object's key and size. Object storage holds no link,
+    fifo or device; a key nested deeper than a store's is refused as a folder is."""
+    tree = StoreTree({}, {})
+    for rel, size in sorted(objects.items()):
+        if rel.count("/") > _TREE_DEPTH:
+            raise UserError(f"store {location} has keys nested deeper than a store's ({rel}); re-extract it")
+        folder, _, name = rel.rpartition("/")
+        if name == "zarr.json":
+            data = read_object(location, rel, size, "metadata")
+            tree.metas[folder] = _parse_meta(location, data, folder)
+        elif "/c/" in f"/{rel}":
+            array, _, key = f"/{rel}".partition("/c/")
+            tree.chunks.setdefault(array.lstrip("/"), []).append((key, size))
+    return tree
+
+
+def _check_opened(
+    path: Path | ObjectStorePath, tree: StoreTree, group: zarr.Group, attrs: dict[str, Any]
+) -> None:
+    """The checks of an opened store's attrs and arrays, wherever it lies."""
+    _check_schema(path, attrs.get("schema_version"))
+    _check_identity_names(path, attrs)
+    try:  # each array's own zarr.json: edited or damaged ones fail in zarr in many ways
+        _check_arrays(path, group, attrs)
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+        ZeroDivisionError,
+        json.JSONDecodeError,
+    ) as exc:
+        raise UserError(
+            f"{path} has unreadable array metadata ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); "
+            "re-extract it"
+        ) from None
+    check_layout(path, tree, attrs)
 
 
 def remove_store_tree(path: Path) -> None:
@@ -790,6 +878,10 @@ def looks_like_store_remains(folder: Path) -> bool:
 
 def is_tosca_store(path: str | Path) -> bool:
     """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+    location = store_location(path)
+    if is_remote(location):
+        remote = read_store_attrs(location)  # type: ignore[arg-type]
+        return remote is not None and "schema_version" in remote
     try:  # bounded: never a fifo or a device, nothing huge or nested too deeply
         attrs = read_json(Path(path) / "zarr.json", "store metadata", "").get("attributes", {})
     except UserError:

@@ -18,6 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
+from featcache.store.object_store import (
+    REMOTE_MEND,
+    ObjectStoreError,
+    is_remote,
+    read_store_attrs,
+    store_location,
+)
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import read_json
 from tosca_foundation.fingerprints import fingerprint
@@ -53,9 +60,9 @@ def missing_chunk_files(store: FeatureStore, split: str, chunks: list[int]) -> l
     for chunk in chunks:
         for array in _arrays(store, split):
             keys = [(chunk, 0)] if array == "features" else [(k, chunk, 0) for k in range(store.views)]
-            gone = [key for key in keys if not store.chunk_file(split, array, key).is_file()]
+            gone = [key for key in keys if not store.chunk_present(split, array, key)]
             if gone and not _skipped_fill(store, split, chunk):
-                where = store.chunk_file(split, array, gone[0]).relative_to(store.path)
+                where = store.chunk_name(split, array, gone[0])
                 faults.append(ChunkFault(split, chunk, f"its file {where} is missing"))
                 break
     return faults
@@ -85,6 +92,8 @@ def _skipped_fill(store: FeatureStore, split: str, chunk: int) -> bool:
     sl = store.layout(split).chunk_slice(chunk)
     try:
         blocks = [np.asarray(store.node(f"{split}/{name}")[..., sl, :]) for name in _arrays(store, split)]
+    except ObjectStoreError:
+        raise  # object storage unreachable: never a finding about the chunk
     except Exception:  # a file beside it that cannot be decoded: the missing one is the finding
         return False
     return bool(recorded) and recorded == chunk_checksum(*blocks)
@@ -112,6 +121,8 @@ def chunk_faults(
             sl = layout.chunk_slice(chunk)
             try:
                 blocks = [np.asarray(array[..., sl, :]) for array in arrays]
+            except ObjectStoreError:
+                raise
             except Exception as exc:  # any decode failure of a damaged chunk file is the finding
                 faults.append(ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})"))
                 continue
@@ -195,6 +206,8 @@ def _refuse(store: FeatureStore, what: str, count: int = 1, chunks: bool = True)
     """One line naming the first problem and what repairs it: damaged chunks are unflagged by
     `cache verify --fix` and recomputed; attrs, ids or labels that no longer fit can only be rebuilt."""
     more = f" (and {count - 1} more)" if count > 1 else ""
+    if is_remote(store.path):  # never mended in place there: mend the copy it came from
+        return StoreDamaged(f"store {store.path} cannot be used: {what}{more}; {REMOTE_MEND}")
     if not chunks:
         return StoreDamaged(
             f"store {store.path} cannot be used: {what}{more}; `tosca cache verify {store.path} --fix` "
@@ -234,6 +247,8 @@ def read_split(store: FeatureStore, split: str) -> tuple[np.ndarray, np.ndarray 
     try:
         features = np.asarray(store.node(f"{split}/features")[:])
         views = np.asarray(store.node("train/views")[:]) if "views" in _arrays(store, split) else None
+    except ObjectStoreError:
+        raise
     except Exception:  # a chunk that cannot be decoded: find which, and say so
         faults = chunk_faults(store, (split,)) or [ChunkFault(split, -1, "cannot be read")]
         raise _refuse(store, str(faults[0]), len(faults)) from None
@@ -284,6 +299,8 @@ def checked_chunks(store: FeatureStore, split: str) -> Iterator[tuple[slice, np.
         sl = layout.chunk_slice(chunk)
         try:
             blocks = [np.asarray(array[..., sl, :]) for array in arrays]
+        except ObjectStoreError:
+            raise
         except Exception as exc:
             fault = ChunkFault(split, chunk, f"cannot be read ({type(exc).__name__})")
             raise _refuse(store, str(fault)) from None
@@ -307,9 +324,15 @@ def check_not_replaced(path: Path | str, recorded: str, while_: str) -> None:
     """The store at `path` is still the one whose fingerprint was `recorded` when it was opened:
     an `extract --overwrite` by another process replaces it as a whole, and arrays read before and
     after come from two stores. Called after the last read; a result computed across it is refused."""
+    location = store_location(path)
     try:  # bounded: what is there now may be anything
-        attributes = read_json(Path(path) / "zarr.json", "store metadata", "").get("attributes")
+        if is_remote(location):
+            attributes = read_store_attrs(location)  # type: ignore[arg-type]
+        else:
+            attributes = read_json(Path(location) / "zarr.json", "store metadata", "").get("attributes")
         now = attributes.get("fingerprint") if isinstance(attributes, dict) else None
+    except ObjectStoreError:
+        raise
     except UserError:
         now = None
     if now != recorded:
@@ -323,9 +346,10 @@ def open_unchanged(path: Path | str, recorded: str, since: str, then: str) -> Fe
     """The store at `path`, checked as `check_readable` does, refused in one line when it is no
     longer the store whose fingerprint was `recorded` (re-extracted or edited `since` then; `then`
     says what to do). A damaged store is named as damaged, not as changed."""
-    if not Path(path).exists():
+    location = store_location(path)
+    if not is_remote(location) and not Path(location).exists():  # on object storage: `open` says
         raise UserError(f"the store {since} on ({path}) is gone: moved or deleted since")
-    store = FeatureStore.open(path)
+    store = FeatureStore.open(location)
     check_readable(store)
     if store.fingerprint != recorded:
         raise UserError(f"the store at {path} changed since {since} (fingerprint differs); {then}")

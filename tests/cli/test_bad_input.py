@@ -555,6 +555,42 @@ ROWS: list[tuple[str, list[str], str]] = [
         "router fecam learns fecam, which needs 2 or more training images of a class in each module's "
         "rows: in fscil's task 1, class",
     ),
+    # issue 58, point 5: stores on object storage (no server needed for these: refused first)
+    (
+        "store url naming only a bucket",
+        ["fit", "--store", "s3://bucket", "--device", "cpu"],
+        "--store s3://bucket names a bucket but no store in it",
+    ),
+    (
+        "store url over plain http",
+        ["fit", "--store", "https://example.org/s.zarr", "--device", "cpu"],
+        "a store is not read over plain http(s)",
+    ),
+    (
+        "store url of an unknown protocol",
+        ["baselines", "--store", "nosuchproto://bucket/s.zarr", "--no-tosca", "--methods", "ridge"],
+        "unknown storage protocol nosuchproto://",
+    ),
+    (
+        "store url with a '..' part",
+        ["fit", "--store", "s3://bucket/a/../s.zarr", "--device", "cpu"],
+        "a store's key has no empty, '.' or '..' part",
+    ),
+    (
+        "extract into object storage",
+        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--store", "s3://bucket/s.zarr"],
+        "`tosca extract` writes a local store (writing in place on object storage is not built)",
+    ),
+    (
+        "push to a local path",
+        ["cache", "push", "{store}", "{root}/copy.zarr"],
+        "tosca cache push copies to object storage",
+    ),
+    (
+        "push from object storage",
+        ["cache", "push", "s3://bucket/s.zarr", "s3://bucket/t.zarr"],
+        "copies a local store; s3://bucket/s.zarr is already on object storage",
+    ),
     (  # FeCAM holds a class met once until its second image: one never given one is refused first
         "scenario fecam on a one-shot session",
         [*SCEN, "--scenario", "fscil", "--methods", "fecam", *FSCIL_ONE_SHOT],

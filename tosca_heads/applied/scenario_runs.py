@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from featcache.store import FeatureStore, check_readable, read_split
+from featcache.store.object_store import missing_here
 from tosca_foundation.dataset_domains import DOMAIN_RULES, domain_ids
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
@@ -349,7 +350,7 @@ def with_split(
 
 def scenario_command(request: Any) -> list[ScenarioResult]:
     """`tosca scenario`'s one call: the request's values checked, then `run_scenario`."""
-    if not Path(request.store).exists():
+    if missing_here(request.store):
         raise UserValueError(f"--store {request.store} does not exist")
     values = scenario_values(request.scenario, tuple(request.set_values))
     tosca = {

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from featcache.store import FeatureStore, resolve_store
+from featcache.store.object_store import missing_here
 from tosca_foundation.errors import UserValueError
 from tosca_foundation.text import tell
 from tosca_heads.applied.scenario_runs import (
@@ -92,7 +93,7 @@ def scenario_compare(request: BaselinesRequest) -> ScenarioComparison:
     tracking = open_tracking(request.log, request.runs_root, request.spell("log"))
     values = asked_values(request)
     given_path = request.store is not None and not isinstance(request.store, FeatureStore)
-    if given_path and not Path(request.store).exists():  # an opened store (Python) is taken as it is
+    if given_path and missing_here(request.store):  # an opened store (Python) is taken as it is
         raise UserValueError(f"{request.spell('store')} {request.store} does not exist")
     store = resolve_store(request.store, request.model, request.dataset, request.cache_dir)
     everyone = ((TOSCA,) if request.with_tosca else ()) + tuple(methods)

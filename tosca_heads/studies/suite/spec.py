@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from featcache.store.object_store import is_remote, store_location
 from tosca_foundation.arguments import as_path, shown
 from tosca_foundation.errors import UserError, UserTypeError, UserValueError
 from tosca_foundation.files import read_toml
@@ -414,7 +415,10 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
         value = block.get(key)
         if value is None:
             return None
-        given = Path(os.path.expandvars(_text(value, key, here)))
+        text = os.path.expandvars(_text(value, key, here))
+        if key == "path" and is_remote(store_location(text)):
+            return store_location(text)  # type: ignore[return-value]  # on object storage: its URL
+        given = Path(text)
         return given if given.is_absolute() else base / given
 
     given = {key: block.get(key) for key in SECTIONS["stores"]}

@@ -1,0 +1,352 @@
+"""Stores on object storage: `--store s3://bucket/cifar100.zarr` (any fsspec protocol whose package
+is installed: s3 through s3fs, gs through gcsfs; the `cloud` extra installs s3fs).
+
+Where a store is named (`store_location`): a URL `scheme://...` is a location on object storage,
+`file://` and anything else a local path. The command line hands a `--store` over as a path, and
+pathlib folds `s3://b/k` into `s3:/b/k`: a first part `scheme:` of two or more letters is read
+back as that URL (a Windows drive `C:` is one letter), so the one rule holds for the command line
+and the Python API alike.
+
+What is read there is checked as a local store is (`FeatureStore.open`): the listing of the
+store's objects stands for the walk of its folder (no link, fifo or device exists on object
+storage; depth, metadata size, chunk sizes and the layout are checked the same), and every read
+of a chunk goes through zarr's FsspecStore made to turn the object store's failures into one line
+(`ObjectStoreError`): wrong credentials, a missing bucket, a server that went away mid-read, each
+said as what it is, never as a damaged store.
+
+Credentials and the endpoint come from the object store's own settings, as its other tools read
+them (for s3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ~/.aws; for gs:
+GOOGLE_APPLICATION_CREDENTIALS): a Dask worker started with the same environment reads the same
+store, so a cluster needs no shared filesystem to read one.
+
+Writing in place (extract, import, `cache verify --fix`) is not built: those write a local store,
+which `tosca cache push` copies to object storage (its metadata last, so a store is never seen
+there before it is whole).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tosca_foundation.errors import UserError
+from tosca_foundation.files import METADATA_LIMIT, check_depth
+from tosca_foundation.text import printable
+from tosca_foundation.units import human_bytes
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$")
+# the protocols docs/scale.md names, and the package each needs (fsspec knows more)
+PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
+CLOUD_EXTRA = "pip install 'tosca[cloud]'"
+
+
+# what mends a damaged store on object storage, where nothing is written in place
+REMOTE_MEND = (
+    "mend the local store it was pushed from (`tosca cache verify LOCAL --fix`, then the same `tosca "
+    "extract`) and push it again (`tosca cache push LOCAL URL --overwrite`)"
+)
+
+
+class ObjectStoreError(UserError):
+    """Object storage could not be read: credentials, a bucket, the server or the network. Never a
+    finding about the store's values (a reader lets it through where it catches a damaged chunk)."""
+
+
+@dataclass(frozen=True)
+class ObjectStorePath:
+    """A store's location on object storage: `protocol` (s3, gs, ...) and `key`, the bucket and the
+    prefix ("bucket/cifar100.zarr"). Said and recorded as its URL; resolving it gives itself (a
+    run's record names the store by `str(path.resolve())`, as it names a local one)."""
+
+    protocol: str
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.protocol}://{self.key}"
+
+    def __str__(self) -> str:
+        return self.url
+
+    def resolve(self) -> ObjectStorePath:
+        return self
+
+    def absolute(self) -> ObjectStorePath:
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def bucket(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    def filesystem(self) -> Any:
+        return filesystem(self.protocol)
+
+
+def store_location(value: str | Path | ObjectStorePath, folder: bool = False) -> Path | ObjectStorePath:
+    """The store `value` names: a location on object storage for `scheme://...` (or its folded
+    form `scheme:/...`, what pathlib makes of it), a local path for `file://...` or anything else.
+    `folder`: a place stores lie under (--cache-dir), which may be a whole bucket."""
+    if isinstance(value, ObjectStorePath):
+        return value
+    text = str(value)
+    found = _URL.match(text)
+    if found is None:
+        return Path(value)
+    protocol, rest = found.group(1).lower(), found.group(2).strip("/")
+    text = f"{found.group(1)}://{found.group(2)}"  # as typed, `//` put back where pathlib folded it
+    if protocol == "file":
+        return Path("/" + rest)
+    if protocol in ("http", "https"):
+        raise UserError(
+            f"--store {printable(text)}: a store is not read over plain http(s); name its object storage "
+            "(s3://bucket/store.zarr, gs://bucket/store.zarr) or a local folder"
+        )
+    if not rest or ("/" not in rest and not folder):
+        raise UserError(
+            f"--store {printable(text)} names a bucket but no store in it: give the store's key too "
+            f"({protocol}://bucket/store.zarr)"
+        )
+    if any(part in ("", ".", "..") for part in rest.split("/")):
+        raise UserError(f"--store {printable(text)}: a store's key has no empty, '.' or '..' part")
+    filesystem(protocol)  # an unknown protocol or a missing package: one line, here
+    return ObjectStorePath(protocol, rest)
+
+
+def is_remote(value: Any) -> bool:
+    return isinstance(value, ObjectStorePath)
+
+
+def refuse_writing_there(value: str | Path | None, flag: str, command: str) -> None:
+    """A store that would be written (extract, import) or a cache root named on object storage:
+    one line naming the way that exists (pathlib would otherwise make a local folder `s3:`)."""
+    if value is None or not is_remote(store_location(value)):
+        return
+    raise UserError(
+        f"{flag} {store_location(value)}: `tosca {command}` writes a local store (writing in place on object "
+        "storage is not built); write it locally, then `tosca cache push STORE URL` copies it there"
+    )
+
+
+def stores_under(root: ObjectStorePath) -> list[ObjectStorePath]:
+    """Every folder named *.zarr with a zarr.json under `root` on object storage (`tosca cache ls`,
+    a store found by --model and --dataset in a --cache-dir there)."""
+    fs = root.filesystem()
+    with object_errors(root, "listing the stores under it"):
+        fs.invalidate_cache(root.key)
+        found = fs.glob(f"{root.key}/**/*.zarr/zarr.json")
+    return [ObjectStorePath(root.protocol, name.rsplit("/", 1)[0]) for name in sorted(found)]
+
+
+def missing_here(value: str | Path) -> bool:
+    """A local store path that names nothing (a location on object storage is checked when opened)."""
+    location = store_location(value)
+    return not is_remote(location) and not Path(location).exists()
+
+
+_SETTINGS = ("AWS_", "GOOGLE_", "GCSFS_", "AZURE_", "FSSPEC_")  # what a filesystem reads from the environment
+
+
+def filesystem(protocol: str) -> Any:
+    """The fsspec filesystem of `protocol`, one per process and settings (its credentials and
+    endpoint from the environment: a process whose settings change gets a filesystem of the new)."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS)))
+    return _filesystem(protocol, settings)
+
+
+@functools.lru_cache(maxsize=8)
+def _filesystem(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
+    try:
+        import fsspec
+        from fsspec.registry import known_implementations
+    except ImportError:  # pragma: no cover - zarr installs fsspec
+        raise UserError(f"reading a store on {protocol}:// needs fsspec: {CLOUD_EXTRA}") from None
+    if protocol not in known_implementations:
+        named = ", ".join(f"{p}://" for p in ("s3", "gs", "az", "file"))
+        raise UserError(f"unknown storage protocol {protocol}:// for --store: use a local path or {named}")
+    try:
+        return fsspec.filesystem(protocol, skip_instance_cache=True)
+    except ImportError:
+        package = PACKAGES.get(protocol, known_implementations[protocol].get("err", "its fsspec package"))
+        raise UserError(
+            f"a store on {protocol}:// needs {package}, which is not installed: {CLOUD_EXTRA}"
+        ) from None
+
+
+def _why(exc: BaseException) -> str:
+    """An object store's failure in a few words: what kind, and its own message's start."""
+    text = " ".join(str(exc).split())[:120]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def said(location: ObjectStorePath, exc: BaseException, doing: str) -> ObjectStoreError:
+    """One line for a failure of object storage while `doing` something with `location`."""
+    if isinstance(exc, ObjectStoreError):
+        return exc
+    if type(exc).__name__ == "ParamValidationError":  # botocore's, for a bucket or key s3 cannot name
+        lines = str(
+            exc
+        ).splitlines()  # "Parameter validation failed:" then 'Invalid bucket name "X": <regex>'
+        what = (lines[1] if len(lines) > 1 else lines[0] if lines else "").split(": ")[0].strip()
+        return ObjectStoreError(
+            f"{location} is no valid {location.protocol} location ({printable(what)[:120]})"
+        )
+    if isinstance(exc, PermissionError) or "Credentials" in type(exc).__name__:
+        return ObjectStoreError(
+            f"{location}: access refused while {doing} ({_why(exc)}): check the credentials "
+            "(for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or ~/.aws) and the bucket's policy"
+        )
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
+        return ObjectStoreError(
+            f"{location}: its bucket {location.bucket!r} does not exist (or is not visible with these credentials)"
+        )
+    return ObjectStoreError(
+        f"{location}: object storage could not be reached while {doing} ({_why(exc)}); check the "
+        "endpoint (for s3: AWS_ENDPOINT_URL) and the network, then run again"
+    )
+
+
+@contextmanager
+def object_errors(location: ObjectStorePath, doing: str) -> Iterator[None]:
+    """Any failure of object storage inside the block as one line (`said`)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        raise said(location, exc, doing) from None
+
+
+def listing(location: ObjectStorePath) -> dict[str, int]:
+    """Every object under the store's key: its path below the store ("train/features/zarr.json")
+    and its size. Listed afresh (a listing cached by an earlier open could be stale)."""
+    fs = location.filesystem()
+    with object_errors(location, "listing the store"):
+        fs.invalidate_cache(location.key)
+        found = fs.find(location.key, detail=True, withdirs=False)
+    prefix = location.key + "/"
+    return {
+        name[len(prefix) :]: int(info.get("size") or 0)
+        for name, info in found.items()
+        if name.startswith(prefix) and info.get("type", "file") == "file"
+    }
+
+
+def read_object(
+    location: ObjectStorePath, rel: str, size: int, what: str, limit: int = METADATA_LIMIT
+) -> bytes:
+    """One object's bytes (`rel` below the store), refused in one line when the listing says it is
+    larger than such a file can be (nothing unbounded is read)."""
+    if size > limit:
+        raise UserError(
+            f"{what} {location}/{rel} is larger than such a file can be ({human_bytes(size)}; at most "
+            f"{human_bytes(limit)}): it is not one tosca wrote"
+        )
+    with object_errors(location, f"reading {rel}"):
+        data = location.filesystem().cat_file(f"{location.key}/{rel}")
+    if len(data) > limit:
+        raise UserError(f"{what} {location}/{rel} grew past {human_bytes(limit)} while it was read")
+    return data
+
+
+def read_store_attrs(location: ObjectStorePath) -> dict[str, Any] | None:
+    """The attributes of the store's zarr.json (None where there is none or it is no JSON object):
+    what `check_not_replaced` compares, read bounded."""
+    fs = location.filesystem()
+    with object_errors(location, "reading zarr.json"):
+        try:
+            size = int(fs.info(f"{location.key}/zarr.json").get("size") or 0)
+        except FileNotFoundError:
+            return None
+    try:
+        text = read_object(location, "zarr.json", size, "store metadata").decode()
+        check_depth(text, "zarr.json")
+        data = json.loads(text)
+    except (UserError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    attributes = data.get("attributes") if isinstance(data, dict) else None
+    return attributes if isinstance(attributes, dict) else None
+
+
+def open_zarr_group(location: ObjectStorePath) -> Any:
+    """The store's zarr group, read-only, every read of it turning the object store's failures into
+    one line (`_object_zarr_store`)."""
+    import zarr
+
+    with object_errors(location, "opening the store"):
+        return zarr.open_group(_object_zarr_store().at(location), mode="r")
+
+
+def _async_twin(fs: Any) -> Any:
+    """The asynchronous twin of a filesystem, which zarr's reads run on: one per filesystem object
+    (kept on it: two filesystems of other settings compare equal in fsspec), its connections
+    closed when the process ends (else aiohttp says "Unclosed client session" at exit)."""
+    twin = getattr(fs, "_tosca_async_twin", None)
+    if twin is None:
+        twin = type(fs)(**{**fs.storage_options, "asynchronous": True, "skip_instance_cache": True})
+        fs._tosca_async_twin = twin
+        atexit.register(_close, twin)
+    return twin
+
+
+def _close(fs: Any) -> None:
+    """Close an asynchronous filesystem's client on zarr's loop, if it opened one."""
+    client = getattr(fs, "_s3", None)
+    if client is None:
+        return
+    with contextlib.suppress(Exception):
+        from zarr.core.sync import sync
+
+        sync(client.__aexit__(None, None, None))
+
+
+@functools.lru_cache(maxsize=1)
+def _object_zarr_store() -> type:
+    """The class of a store's zarr reads on object storage, made on first use: zarr's FsspecStore
+    whose reads turn the object store's failures into `ObjectStoreError` (the command line never
+    imports fsspec's async machinery unless a store is on object storage)."""
+    from zarr.storage import FsspecStore
+
+    class ObjectZarrStore(FsspecStore):
+        location: ObjectStorePath
+
+        @classmethod
+        def at(cls, location: ObjectStorePath) -> Any:
+            fs = location.filesystem()
+            if not getattr(fs, "async_impl", False):
+                from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+                fs = AsyncFileSystemWrapper(fs)
+            elif not fs.asynchronous:
+                fs = _async_twin(fs)
+            store = cls(fs, read_only=True, path=location.key)
+            store.location = location
+            return store
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            try:
+                return await super().get(key, prototype, byte_range)
+            except UserError:
+                raise
+            except Exception as exc:
+                raise said(self.location, exc, f"reading {key}") from None
+
+        async def exists(self, key: str) -> bool:
+            try:
+                return await super().exists(key)
+            except Exception as exc:
+                raise said(self.location, exc, f"looking for {key}") from None
+
+    return ObjectZarrStore

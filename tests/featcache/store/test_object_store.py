@@ -1,0 +1,420 @@
+"""Stores on object storage (issue 58, point 5), against a real S3-protocol server on loopback
+(moto's standalone server, authentication on: `support.object_server`): a store pushed there
+reads as the local one does, `fit` and a sweep on a scheduler with two worker processes give the
+local store's figures with the local copy gone, and wrong credentials, a missing bucket and a
+server that goes away mid-read are one line each. Where a store is named: `store_location`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from featcache.store import FeatureStore, check_readable, read_split
+from featcache.store.object_store import ObjectStoreError, ObjectStorePath, store_location
+from tosca_foundation.errors import UserError
+
+pytest.importorskip("moto")
+pytest.importorskip("s3fs")
+
+from support.object_server import ObjectServer, object_server
+from support.stores import synthetic_store
+from typer.testing import CliRunner
+
+from cli import app
+
+RUNNER = CliRunner()
+FIT = ["--epochs", "1", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def server() -> ObjectServer:
+    with object_server() as running:
+        running.make_bucket("feats")
+        yield running
+
+
+@pytest.fixture
+def s3(server: ObjectServer, monkeypatch: pytest.MonkeyPatch) -> ObjectServer:
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    return server
+
+
+def _pushed(tmp_path: Path, key: str, **made: float) -> tuple[FeatureStore, str]:
+    from featcache.store.push import push_store
+
+    local = synthetic_store(tmp_path / "local.zarr", **made)
+    url = f"s3://feats/{key}.zarr"
+    pushed = push_store(local.path, url)
+    assert pushed.url == url and pushed.objects == sum(1 for p in local.path.rglob("*") if p.is_file())
+    return local, url
+
+
+# ------------------------------------------------------------------------------------------ where a store is
+
+
+@pytest.mark.parametrize(
+    ("given", "found"),
+    [
+        ("s3://bucket/team/c100.zarr", ObjectStorePath("s3", "bucket/team/c100.zarr")),
+        (Path("s3://bucket/c100.zarr"), ObjectStorePath("s3", "bucket/c100.zarr")),  # pathlib folds '//'
+        ("S3://bucket/c100.zarr/", ObjectStorePath("s3", "bucket/c100.zarr")),
+        ("file:///tmp/c100.zarr", Path("/tmp/c100.zarr")),
+        ("cache/c100.zarr", Path("cache/c100.zarr")),
+        ("C:/stores/c100.zarr", Path("C:/stores/c100.zarr")),  # a drive letter is no scheme
+    ],
+)
+def test_a_store_is_named_by_a_url_or_a_path(given: str | Path, found: object) -> None:
+    assert store_location(given) == found
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("s3://bucket", "names a bucket but no store in it"),
+        ("s3://bucket/a/../b.zarr", "no empty, '.' or '..' part"),
+        ("https://example.org/c100.zarr", "not read over plain http(s)"),
+        ("nosuchproto://bucket/c100.zarr", "unknown storage protocol nosuchproto://"),
+    ],
+)
+def test_a_url_that_names_no_store_is_one_line(given: str, said: str) -> None:
+    with pytest.raises(UserError, match=said.replace("(", r"\(").replace(")", r"\)")) as refused:
+        store_location(given)
+    assert "\n" not in str(refused.value)
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def test_a_pushed_store_reads_as_the_local_one(s3: ObjectServer, tmp_path: Path) -> None:
+    local, url = _pushed(tmp_path, "read", views=2)
+    remote = FeatureStore.open(url)
+    assert str(remote.path) == url and str(remote.path.resolve()) == url
+    assert remote.shape == local.shape and remote.fingerprint == local.fingerprint
+    assert remote.size_bytes() == local.size_bytes()
+    check_readable(remote)
+    for split in ("train", "test"):
+        features, views = read_split(remote, split)
+        expected, expected_views = read_split(local, split)
+        np.testing.assert_array_equal(features, expected)
+        np.testing.assert_array_equal(remote.labels(split), local.labels(split))
+        if split == "train":
+            np.testing.assert_array_equal(views, expected_views)
+
+
+def test_a_store_on_object_storage_is_never_written_in_place(s3: ObjectServer, tmp_path: Path) -> None:
+    _, url = _pushed(tmp_path, "readonly")
+    with pytest.raises(UserError, match="reads but does not write in place"):
+        FeatureStore.open(url, mode="r+")
+    result = RUNNER.invoke(app, ["cache", "verify", url, "--fix"])
+    assert result.exit_code == 2 and "tosca cache push" in result.output.strip().splitlines()[-1]
+
+
+def test_fit_from_object_storage_gives_the_local_stores_figures(s3: ObjectServer, tmp_path: Path) -> None:
+    local, url = _pushed(tmp_path, "fit", views=2)
+    figures = {}
+    for name, store in (("local", str(local.path)), ("remote", url)):
+        run = tmp_path / name
+        result = RUNNER.invoke(app, ["fit", "--store", store, "--run", str(run), *FIT])
+        assert result.exit_code == 0, result.output
+        figures[name] = json.loads((run / "metrics.json").read_text())["routers"]
+    assert figures["remote"] == figures["local"]
+    asked = json.loads((tmp_path / "remote" / "asked.json").read_text())
+    assert asked["store"] == url  # the run names where its store is
+    again = RUNNER.invoke(
+        app, ["eval", str(tmp_path / "remote"), "--json"]
+    )  # the run's store, reopened there
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["routers"] == figures["local"]
+
+
+@pytest.mark.heavy
+def test_a_sweep_on_two_workers_reads_the_store_from_object_storage_alone(
+    s3: ObjectServer, tmp_path: Path
+) -> None:
+    """A scheduler and two worker processes that share no store on disk with the client: the
+    local copy is deleted before the sweep, and its grid is the local store's."""
+    from support.dask_processes import dask_cluster
+
+    local, url = _pushed(tmp_path, "sweep", classes=4, spread=2.5)
+    grid = ["--r", "2,4", "--epochs", "1", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
+    before = RUNNER.invoke(
+        app, ["sweep", "--store", str(local.path), *grid, "--jobs", "1", "--out", str(tmp_path / "here")]
+    )
+    assert before.exit_code == 0, before.output
+    shutil.rmtree(local.path)
+    with dask_cluster(tmp_path / "logs", workers=2, env=s3.env) as cluster:
+        there = RUNNER.invoke(
+            app,
+            [
+                "sweep",
+                "--store",
+                url,
+                *grid,
+                "--scheduler",
+                cluster.address,
+                "--out",
+                str(tmp_path / "there"),
+            ],
+        )
+    assert there.exit_code == 0, there.output
+
+    def figures(folder: Path) -> list[list[str]]:
+        rows = list(csv.DictReader((folder / "results.csv").open()))
+        wanted = ("key", "split", "router", "A_bar", "A_last", "forgetting", "routing_accuracy", "A_t")
+        return sorted([row[k] for k in wanted] for row in rows)
+
+    here, there_ = figures(tmp_path / "here"), figures(tmp_path / "there")
+    assert here == there_ and len(here) >= 4
+    assert len({row[4] for row in here}) > 1 or float(here[0][4]) < 1  # figures a mix-up would change
+    assert json.loads((tmp_path / "there" / "sweep.json").read_text())["store"] == url
+
+
+SUITE = """
+name = "cloud"
+seeds = [0]
+[tosca]
+routers = ["entropy", "lda"]
+flags = {{ epochs = 1, batch_size = 8 }}
+[baselines]
+methods = ["simplecil"]
+[[stores]]
+name = "A"
+path = "{path}"
+init_cls = 2
+increment = 2
+"""
+
+
+@pytest.mark.heavy
+def test_a_suite_on_two_workers_reads_its_store_from_object_storage(s3: ObjectServer, tmp_path: Path) -> None:
+    """A suite file naming the store by its URL, its cells on a scheduler with two worker
+    processes and no store on disk: the tables of the same suite on the local store."""
+    import pandas as pd
+    from support.dask_processes import dask_cluster
+
+    from tosca_heads.studies.suite import load_suite, run_suite
+
+    local, url = _pushed(tmp_path, "suite", classes=6, spread=2.5)
+    (tmp_path / "here.toml").write_text(SUITE.format(path=local.path))
+    (tmp_path / "there.toml").write_text(SUITE.format(path=url))
+    here = run_suite(load_suite(tmp_path / "here.toml"), tmp_path / "here", jobs=1, device="cpu")
+    shutil.rmtree(local.path)
+    spec = load_suite(tmp_path / "there.toml")
+    assert str(spec.stores[0].path) == url
+    with dask_cluster(tmp_path / "logs", workers=2, env=s3.env) as cluster:
+        there = run_suite(spec, tmp_path / "there", scheduler=cluster.address, device="cpu")
+    assert {c.status for c in there.cells} == {"ran"}
+    columns = ["method", "store", "metric", "mean", "std", "n"]
+    pd.testing.assert_frame_equal(there.tables.table[columns], here.tables.table[columns])
+
+
+def test_the_cache_commands_read_a_store_there(s3: ObjectServer, tmp_path: Path) -> None:
+    """`cache ls` lists the stores under a bucket's prefix, `cache info` and `cache verify` read
+    one, and `fit --model --dataset --cache-dir` finds it there, as under a local cache root."""
+    local, url = _pushed(tmp_path, "team/cached/synthetic-none")
+    listed = RUNNER.invoke(app, ["cache", "ls", "--cache-dir", "s3://feats/team", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert [row["store"] for row in rows] == [url] and rows[0]["complete"] is True
+    info = RUNNER.invoke(app, ["cache", "info", url, "--json"])
+    assert info.exit_code == 0 and json.loads(info.output)["fingerprint"] == local.fingerprint, info.output
+    verified = RUNNER.invoke(app, ["cache", "verify", url])
+    assert verified.exit_code == 0 and f"OK {url}" in verified.output, verified.output
+    args = ["fit", "--model", "none", "--dataset", "synthetic", "--cache-dir", "s3://feats/team"]
+    found = RUNNER.invoke(app, [*args, "--run", str(tmp_path / "found"), *FIT])
+    assert found.exit_code == 0, found.output
+    assert json.loads((tmp_path / "found" / "asked.json").read_text())["store"] == url
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--store", "s3://feats/new.zarr"],
+        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--cache-dir", "s3://feats/cache"],
+        ["import", "features.npz", "--store", "s3://feats/new.zarr"],
+    ],
+    ids=["extract --store", "extract --cache-dir", "import --store"],
+)
+def test_writing_a_store_on_object_storage_names_the_way_that_exists(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never a local folder named `s3:` (what pathlib makes of the URL): one line, nothing made."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(args)
+    assert "writes a local store" in line and "tosca cache push STORE URL" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ one line each
+
+
+def _one_line(args: list[str]) -> str:
+    result = RUNNER.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.startswith("error")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_wrong_credentials_are_one_line(
+    s3: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = _pushed(tmp_path, "keys")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    line = _one_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
+    assert "access refused" in line and "check the credentials" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_missing_bucket_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = _one_line(["fit", "--store", "s3://no-such-bucket/c100.zarr", "--run", str(tmp_path / "r"), *FIT])
+    assert "its bucket 'no-such-bucket' does not exist" in line
+
+
+def test_a_key_with_no_store_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = _one_line(["fit", "--store", "s3://feats/nothing-here.zarr", "--run", str(tmp_path / "r"), *FIT])
+    assert "not a feature store: s3://feats/nothing-here.zarr" in line
+
+
+@pytest.mark.heavy
+def test_a_server_gone_mid_read_is_one_line_never_a_damaged_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store opened (its listing and metadata read), then the server goes: the reads after it
+    say object storage could not be reached, not that a chunk is damaged."""
+    with object_server() as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        server.make_bucket("feats")
+        _, url = _pushed(tmp_path, "gone")
+        remote = FeatureStore.open(url)
+        server.stop()
+        with pytest.raises(ObjectStoreError) as refused:
+            read_split(remote, "train")
+    said = str(refused.value)
+    assert "could not be reached" in said and "\n" not in said and "damaged" not in said
+
+
+def _flip(fs: object, key: str) -> None:
+    name = f"{key}/train/features/c/1/0"
+    fs.pipe(name, bytes(len(fs.cat(name))))  # type: ignore[attr-defined]  # zeros: decodes, wrong values
+
+
+PLANTED = [  # what a hostile or unlucky bucket holds, and the one line it must give
+    ("deep", lambda fs, k: fs.pipe(f"{k}/a/b/c/d/e/f/g/h/i/j/x", b"1"), "keys nested deeper than a store's"),
+    (
+        "not json",
+        lambda fs, k: fs.pipe(f"{k}/train/labels/zarr.json", b"{no"),
+        "unreadable array metadata (JSONDecodeError",
+    ),
+    (
+        "nested",
+        lambda fs, k: fs.pipe(f"{k}/train/zarr.json", b"[" * 200 + b"]" * 200),
+        "nests more than 64 levels",
+    ),
+    (
+        "chunk too large",
+        lambda fs, k: fs.pipe(f"{k}/train/features/c/1/0", b"x" * 200_000),
+        "more than a chunk of",
+    ),
+    (
+        "chunk gone",
+        lambda fs, k: fs.rm(f"{k}/train/features/c/1/0"),
+        "its file train/features/c/1/0 is missing",
+    ),
+    ("chunk flipped", _flip, "do not match the checksum recorded"),
+    ("top metadata not json", lambda fs, k: fs.pipe(f"{k}/zarr.json", b"hello"), "unreadable metadata"),
+]
+
+
+@pytest.mark.parametrize(("name", "plant", "said"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_a_store_tampered_with_on_object_storage_is_one_line(
+    s3: ObjectServer, tmp_path: Path, name: str, plant: object, said: str
+) -> None:
+    """The checks of a local store's walk and reads, from the listing: one line each, and a
+    damaged store there is mended where it came from (nothing is written in place)."""
+    from featcache.store.object_store import filesystem
+
+    _, url = _pushed(tmp_path, f"planted-{name.replace(' ', '-')}")
+    plant(filesystem("s3"), url.removeprefix("s3://"))  # type: ignore[operator]
+    line = _one_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
+    assert said in line, line
+    if "chunk" in name:
+        assert "tosca cache push LOCAL URL --overwrite" in line and "--fix`, then" in line
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (
+            {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None},
+            "access refused while listing the store (NoCredentialsError",
+        ),
+        (
+            {"AWS_ENDPOINT_URL": "not-a-url"},
+            "could not be reached while listing the store (ValueError: Invalid endpoint",
+        ),
+    ],
+    ids=["no credentials", "an endpoint that is no url"],
+)
+def test_settings_that_cannot_reach_the_store_are_one_line(
+    s3: ObjectServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: dict[str, str | None],
+    said: str,
+) -> None:
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    for key, value in setting.items():
+        if value is None:
+            monkeypatch.delenv(key)
+        else:
+            monkeypatch.setenv(key, value)
+    assert said in _one_line(["fit", "--store", "s3://feats/any.zarr", "--run", str(tmp_path / "r"), *FIT])
+
+
+def test_a_bucket_s3_cannot_name_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = _one_line(["fit", "--store", "s3://Bad_Bucket!/x.zarr", "--run", str(tmp_path / "r"), *FIT])
+    assert "s3://Bad_Bucket!/x.zarr is no valid s3 location" in line
+
+
+# ------------------------------------------------------------------------------------------ pushing
+
+
+def test_a_push_killed_before_its_last_object_leaves_no_store(s3: ObjectServer, tmp_path: Path) -> None:
+    from featcache.store.push import push_store
+
+    local = synthetic_store(tmp_path / "local.zarr")
+    total = sum(1 for p in local.path.rglob("*") if p.is_file())
+
+    def killed(done: int, of: int) -> None:
+        if done == of - 1:  # every object but the store's own zarr.json
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        push_store(local.path, "s3://feats/killed.zarr", on_object=killed)
+    with pytest.raises(UserError, match="not a feature store"):
+        FeatureStore.open("s3://feats/killed.zarr")
+    with pytest.raises(UserError, match=f"already holds {total - 1} object"):
+        push_store(local.path, "s3://feats/killed.zarr")
+    push_store(local.path, "s3://feats/killed.zarr", overwrite=True)  # finished by the same push
+    assert FeatureStore.open("s3://feats/killed.zarr").fingerprint == local.fingerprint
+
+
+def test_push_refuses_what_it_must_not_copy(s3: ObjectServer, tmp_path: Path) -> None:
+    local, url = _pushed(tmp_path, "twice")
+    line = _one_line(["cache", "push", str(local.path), url])
+    assert "already holds a store: pass --overwrite" in line
+    assert "a local path" in _one_line(["cache", "push", str(local.path), str(tmp_path / "elsewhere.zarr")])
+    local.mark_undone("train", [0])
+    assert "not fully extracted" in _one_line(["cache", "push", str(local.path), url, "--overwrite"])
+    assert FeatureStore.open(url).is_complete()  # the store there was left as it was
+    os.chmod(tmp_path, 0o755)
