@@ -16,7 +16,7 @@ from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
 from featcache.store.meanings import DECODERS, PRECISIONS
-from featcache.store.object_store import is_remote, store_location
+from featcache.store.object_store import REMOTE_MEND, is_remote, store_location
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
 from tosca_foundation.errors import UserError
 from tosca_foundation.locks import holder
@@ -33,6 +33,11 @@ def field_of(block: Any, *keys: str) -> Any:
     return block
 
 
+def _writer(store: FeatureStore, given: Path) -> str | None:
+    """Who is writing the store now, from its lock record (object storage keeps none)."""
+    return None if is_remote(store.path) else holder(given)
+
+
 def said_as(store: FeatureStore, given: Path) -> str:
     """A store as a line names it: as the user gave a local one, by its URL on object storage."""
     return str(store.path) if is_remote(store.path) else str(given)
@@ -40,7 +45,7 @@ def said_as(store: FeatureStore, given: Path) -> str:
 
 def list_stores(cache_dir: Path) -> list[dict[str, Any]]:
     """One row per store under the cache root; a store that cannot be read has an `error`."""
-    remote = is_remote(store_location(cache_dir, folder=True))
+    remote = is_remote(store_location(cache_dir, folder=True, flag="--cache-dir"))
     if not remote and cache_dir.exists() and not cache_dir.is_dir():
         raise UserError(f"--cache-dir {cache_dir} is a file, not a folder")
     if not remote and not cache_dir.exists():
@@ -87,7 +92,7 @@ def describe(path: Path) -> Description:
     store = FeatureStore.open(path)
     attrs = store.attrs
     progress = {s: f"{int(store.done(s).sum())}/{store.layout(s).n_chunks} chunks" for s in ("train", "test")}
-    writer = None if is_remote(store.path) else holder(path)  # object storage keeps no lock files
+    writer = _writer(store, path)
     data = {**attrs, "chunks_done": progress, "bytes": store.size_bytes(), "writer": writer}
     ident = attrs.get("identity", {})
     bb, ds, prep = (field_of(ident, k) for k in ("backbone", "dataset", "preprocessing"))
@@ -231,6 +236,8 @@ def verify(
 ) -> VerifyReport:
     """Every check of `tosca cache verify`; with `fix`, the failing chunks unflagged first;
     `on_chunk` hears of each chunk checked."""
+    if fix and is_remote(store_location(path)):  # before any lock: nothing is written there
+        raise UserError(f"{store_location(path)} is on object storage, never mended in place: {REMOTE_MEND}")
     FeatureStore.open(path)  # one line for a folder that is no store, before the lock is taken
     report = VerifyReport()
     if fix:
@@ -239,7 +246,7 @@ def verify(
     report.store = said_as(store, path)
     report.problems = verify_store(store, on_chunk)
     report.notes = verify_notes(store)
-    writer = None if is_remote(store.path) else holder(path)  # object storage keeps no lock files
+    writer = _writer(store, path)
     if writer is not None and any("chunks not done" in p for p in report.problems):
         report.notes.append(f"an extraction is writing it now ({writer})")
     return report

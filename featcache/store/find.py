@@ -11,6 +11,7 @@ from pathlib import Path
 
 from featcache.store.format import FeatureStore, is_tosca_store
 from featcache.store.object_store import (
+    ObjectStoreError,
     ObjectStorePath,
     is_remote,
     read_store_attrs,
@@ -24,7 +25,7 @@ from tosca_foundation.files import read_json
 def find_stores(cache_dir: str | Path) -> list[Path | ObjectStorePath]:
     """Every tosca store under `cache_dir`: folders named *.zarr with a schema version, and those
     whose zarr.json cannot be read as one (a damaged store is listed with why, not passed over)."""
-    place = store_location(cache_dir, folder=True)
+    place = store_location(cache_dir, folder=True, flag="--cache-dir")
     if is_remote(place):
         return [found for found in stores_under(place) if _tosca_or_damaged(found)]  # type: ignore[arg-type, misc]
     root = Path(place)
@@ -39,7 +40,10 @@ def find_stores(cache_dir: str | Path) -> list[Path | ObjectStorePath]:
 
 def _tosca_or_damaged(location: ObjectStorePath) -> bool:
     """On object storage: a zarr.json with a tosca schema version, or one that is no JSON object."""
-    attrs = read_store_attrs(location)
+    try:
+        attrs = read_store_attrs(location)
+    except ObjectStoreError:
+        return True  # listed, with why it cannot be read (`list_stores` opens it), never dropped
     return attrs is None or "schema_version" in attrs
 
 
@@ -75,11 +79,13 @@ def resolve_store(
                 continue
             if dataset and ident["dataset"]["name"] != dataset:
                 continue
+        except ObjectStoreError:
+            raise  # object storage unreachable: never a store quietly passed over for another
         except (UserError, KeyError, TypeError):
             unreadable += 1
             continue
         matches.append(found)
-    cache_dir = store_location(cache_dir, folder=True)  # type: ignore[assignment]  # said as given
+    cache_dir = store_location(cache_dir, folder=True, flag="--cache-dir")  # type: ignore[assignment]
     wanted = " ".join(f"--{k} {v}" for k, v in (("model", model), ("dataset", dataset)) if v) or "any store"
     skipped = f" ({unreadable} unreadable store(s) passed over: see `tosca cache ls`)" if unreadable else ""
     if not matches:

@@ -549,7 +549,7 @@ class FeatureStore:
         if "zarr.json" not in objects:
             raise UserError(f"not a feature store: {location} (no zarr.json there); see `tosca cache push`")
         tree = object_tree(location, objects)
-        group = open_zarr_group(location)
+        group = open_zarr_group(location, objects)
         try:
             attrs = dict(group.attrs)
         except (ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
@@ -822,7 +822,7 @@ def object_tree(location: ObjectStorePath, objects: dict[str, int]) -> StoreTree
         if name == "zarr.json":
             data = read_object(location, rel, size, "metadata")
             tree.metas[folder] = _parse_meta(location, data, folder)
-        elif "/c/" in f"/{rel}":
+        elif "/c/" in f"/{rel}" and not name.endswith(".partial"):  # a writer's temporary, as on disk
             array, _, key = f"/{rel}".partition("/c/")
             tree.chunks.setdefault(array.lstrip("/"), []).append((key, size))
     return tree

@@ -1,5 +1,6 @@
-"""Stores on object storage: `--store s3://bucket/cifar100.zarr` (any fsspec protocol whose package
-is installed: s3 through s3fs, gs through gcsfs; the `cloud` extra installs s3fs).
+"""Stores on object storage: `--store s3://bucket/cifar100.zarr` (s3 through s3fs, which the
+`cloud` extra installs; gs through gcsfs, az through adlfs, installed by hand; fsspec's other
+protocols, ftp or zip or memory, hold no store every worker reads and are refused).
 
 Where a store is named (`store_location`): a URL `scheme://...` is a location on object storage,
 `file://` and anything else a local path. The command line hands a `--store` over as a path, and
@@ -32,7 +33,8 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +45,19 @@ from tosca_foundation.files import METADATA_LIMIT, check_depth
 from tosca_foundation.text import printable
 from tosca_foundation.units import human_bytes
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$")
-# the protocols docs/scale.md names, and the package each needs (fsspec knows more)
-PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
-CLOUD_EXTRA = "pip install 'tosca[cloud]'"
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/+(.*)", re.DOTALL)
+# the object stores a store may lie on, and the package fsspec reads each with (fsspec knows other
+# protocols, ftp or zip or memory among them: none can hold a store every worker reads)
+PACKAGES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+}
+CLOUD_EXTRA = "pip install 'tosca[cloud]'"  # installs s3fs
 
 
 # what mends a damaged store on object storage, where nothing is written in place
@@ -95,33 +106,40 @@ class ObjectStorePath:
         return filesystem(self.protocol)
 
 
-def store_location(value: str | Path | ObjectStorePath, folder: bool = False) -> Path | ObjectStorePath:
+def store_location(
+    value: str | Path | ObjectStorePath, folder: bool = False, flag: str = "--store"
+) -> Path | ObjectStorePath:
     """The store `value` names: a location on object storage for `scheme://...` (or its folded
-    form `scheme:/...`, what pathlib makes of it), a local path for `file://...` or anything else.
-    `folder`: a place stores lie under (--cache-dir), which may be a whole bucket."""
+    form `scheme:/...`, what pathlib makes of it), a local path for `file://...` (always absolute:
+    the fold leaves no host to tell apart) or anything else. `folder`: a place stores lie under
+    (--cache-dir), which may be a whole bucket. `flag`: how a refusal names the value. A relative
+    local folder whose first part ends in ':' reads as a URL: name it by its absolute path."""
     if isinstance(value, ObjectStorePath):
         return value
     text = str(value)
-    found = _URL.match(text)
+    found = _URL.fullmatch(text)
     if found is None:
         return Path(value)
     protocol, rest = found.group(1).lower(), found.group(2).strip("/")
     text = f"{found.group(1)}://{found.group(2)}"  # as typed, `//` put back where pathlib folded it
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UserError(f"{flag} {printable(text)}: a location holds no control character (a newline, a tab)")
     if protocol == "file":
         return Path("/" + rest)
-    if protocol in ("http", "https"):
+    if protocol not in PACKAGES:
+        named = ", ".join(f"{p}://" for p in ("s3", "gs", "az"))
         raise UserError(
-            f"--store {printable(text)}: a store is not read over plain http(s); name its object storage "
-            "(s3://bucket/store.zarr, gs://bucket/store.zarr) or a local folder"
+            f"{flag} {printable(text)}: {protocol}:// is no object storage tosca reads a store from; name "
+            f"a local folder (or file://) or a bucket on {named}"
         )
     if not rest or ("/" not in rest and not folder):
         raise UserError(
-            f"--store {printable(text)} names a bucket but no store in it: give the store's key too "
+            f"{flag} {printable(text)} names a bucket but no store in it: give the store's key too "
             f"({protocol}://bucket/store.zarr)"
         )
     if any(part in ("", ".", "..") for part in rest.split("/")):
-        raise UserError(f"--store {printable(text)}: a store's key has no empty, '.' or '..' part")
-    filesystem(protocol)  # an unknown protocol or a missing package: one line, here
+        raise UserError(f"{flag} {printable(text)}: a store's key has no empty, '.' or '..' part")
+    filesystem(protocol)  # a missing package: one line, here
     return ObjectStorePath(protocol, rest)
 
 
@@ -132,11 +150,11 @@ def is_remote(value: Any) -> bool:
 def refuse_writing_there(value: str | Path | None, flag: str, command: str) -> None:
     """A store that would be written (extract, import) or a cache root named on object storage:
     one line naming the way that exists (pathlib would otherwise make a local folder `s3:`)."""
-    if value is None or not is_remote(store_location(value)):
+    if value is None or not is_remote(where := store_location(value, folder=True, flag=flag)):
         return
     raise UserError(
-        f"{flag} {store_location(value)}: `tosca {command}` writes a local store (writing in place on object "
-        "storage is not built); write it locally, then `tosca cache push STORE URL` copies it there"
+        f"{flag} {where}: `tosca {command}` writes a local store (writing in place on object storage is "
+        "not built); write it locally, then `tosca cache push STORE URL` copies it there"
     )
 
 
@@ -146,8 +164,13 @@ def stores_under(root: ObjectStorePath) -> list[ObjectStorePath]:
     fs = root.filesystem()
     with object_errors(root, "listing the stores under it"):
         fs.invalidate_cache(root.key)
-        found = fs.glob(f"{root.key}/**/*.zarr/zarr.json")
-    return [ObjectStorePath(root.protocol, name.rsplit("/", 1)[0]) for name in sorted(found)]
+        found = fs.find(root.key)  # no glob: a key's [ ] * ? are its own characters
+    prefix = root.key.rstrip("/") + "/"
+    return [
+        ObjectStorePath(root.protocol, name.rsplit("/", 1)[0])
+        for name in sorted(found)
+        if name.startswith(prefix) and name.endswith(".zarr/zarr.json")
+    ]
 
 
 def missing_here(value: str | Path) -> bool:
@@ -173,16 +196,26 @@ def _filesystem(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
         from fsspec.registry import known_implementations
     except ImportError:  # pragma: no cover - zarr installs fsspec
         raise UserError(f"reading a store on {protocol}:// needs fsspec: {CLOUD_EXTRA}") from None
+    package = PACKAGES.get(protocol, "its fsspec package")
+    install = CLOUD_EXTRA if package == "s3fs" else f"pip install {package}"
     if protocol not in known_implementations:
-        named = ", ".join(f"{p}://" for p in ("s3", "gs", "az", "file"))
-        raise UserError(f"unknown storage protocol {protocol}:// for --store: use a local path or {named}")
+        raise UserError(f"this fsspec knows no {protocol}:// filesystem: {install}")
     try:
         return fsspec.filesystem(protocol, skip_instance_cache=True)
     except ImportError:
-        package = PACKAGES.get(protocol, known_implementations[protocol].get("err", "its fsspec package"))
         raise UserError(
-            f"a store on {protocol}:// needs {package}, which is not installed: {CLOUD_EXTRA}"
+            f"a store on {protocol}:// needs {package}, which is not installed: {install}"
         ) from None
+    except Exception as exc:  # its settings: an endpoint, a credential file, a project
+        raise UserError(
+            f"the {protocol}:// filesystem could not be set up ({_why(exc)}): check its settings"
+        ) from None
+
+
+# s3's NoSuchBucket as s3fs says it; gcsfs and adlfs say theirs with "bucket" or "container"
+_NO_BUCKET = re.compile(
+    r"specified bucket does not exist|NoSuchBucket|bucket.*not found|container.*not", re.I
+)
 
 
 def _why(exc: BaseException) -> str:
@@ -208,9 +241,14 @@ def said(location: ObjectStorePath, exc: BaseException, doing: str) -> ObjectSto
             f"{location}: access refused while {doing} ({_why(exc)}): check the credentials "
             "(for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or ~/.aws) and the bucket's policy"
         )
-    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
+    if isinstance(exc, FileNotFoundError) and _NO_BUCKET.search(str(exc)):
         return ObjectStoreError(
             f"{location}: its bucket {location.bucket!r} does not exist (or is not visible with these credentials)"
+        )
+    if isinstance(exc, FileNotFoundError):
+        return ObjectStoreError(
+            f"{location}: an object vanished while {doing} ({_why(exc)}): the store was deleted or is being "
+            "replaced (a push); run again once it is whole"
         )
     return ObjectStoreError(
         f"{location}: object storage could not be reached while {doing} ({_why(exc)}); check the "
@@ -254,8 +292,8 @@ def read_object(
             f"{what} {location}/{rel} is larger than such a file can be ({human_bytes(size)}; at most "
             f"{human_bytes(limit)}): it is not one tosca wrote"
         )
-    with object_errors(location, f"reading {rel}"):
-        data = location.filesystem().cat_file(f"{location.key}/{rel}")
+    with object_errors(location, f"reading {rel}"):  # at most limit + 1 bytes, whatever it holds now
+        data = location.filesystem().cat_file(f"{location.key}/{rel}", start=0, end=limit + 1)
     if len(data) > limit:
         raise UserError(f"{what} {location}/{rel} grew past {human_bytes(limit)} while it was read")
     return data
@@ -280,13 +318,14 @@ def read_store_attrs(location: ObjectStorePath) -> dict[str, Any] | None:
     return attributes if isinstance(attributes, dict) else None
 
 
-def open_zarr_group(location: ObjectStorePath) -> Any:
+def open_zarr_group(location: ObjectStorePath, listed: Iterable[str] = ()) -> Any:
     """The store's zarr group, read-only, every read of it turning the object store's failures into
-    one line (`_object_zarr_store`)."""
+    one line (`_object_zarr_store`). `listed`: the objects the store's listing held when it was
+    opened; one of them found missing later is said vanished, never read as a fill value."""
     import zarr
 
     with object_errors(location, "opening the store"):
-        return zarr.open_group(_object_zarr_store().at(location), mode="r")
+        return zarr.open_group(_object_zarr_store().at(location, frozenset(listed)), mode="r")
 
 
 def _async_twin(fs: Any) -> Any:
@@ -297,19 +336,25 @@ def _async_twin(fs: Any) -> Any:
     if twin is None:
         twin = type(fs)(**{**fs.storage_options, "asynchronous": True, "skip_instance_cache": True})
         fs._tosca_async_twin = twin
-        atexit.register(_close, twin)
+        _TWINS.add(twin)
     return twin
 
 
-def _close(fs: Any) -> None:
-    """Close an asynchronous filesystem's client on zarr's loop, if it opened one."""
-    client = getattr(fs, "_s3", None)
-    if client is None:
-        return
-    with contextlib.suppress(Exception):
-        from zarr.core.sync import sync
+_TWINS: weakref.WeakSet[Any] = weakref.WeakSet()  # the twins alive: one hook closes them at exit
 
-        sync(client.__aexit__(None, None, None))
+
+@atexit.register
+def _close_twins() -> None:
+    """Close each living asynchronous filesystem's client on zarr's loop (s3fs keeps it as `_s3`;
+    one that opened none, or another kind, is left to its own finaliser)."""
+    for twin in list(_TWINS):
+        client = getattr(twin, "_s3", None)
+        if client is None:
+            continue
+        with contextlib.suppress(Exception):
+            from zarr.core.sync import sync
+
+            sync(client.__aexit__(None, None, None))
 
 
 @functools.lru_cache(maxsize=1)
@@ -321,9 +366,10 @@ def _object_zarr_store() -> type:
 
     class ObjectZarrStore(FsspecStore):
         location: ObjectStorePath
+        listed: frozenset[str]
 
         @classmethod
-        def at(cls, location: ObjectStorePath) -> Any:
+        def at(cls, location: ObjectStorePath, listed: frozenset[str] = frozenset()) -> Any:
             fs = location.filesystem()
             if not getattr(fs, "async_impl", False):
                 from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
@@ -332,21 +378,69 @@ def _object_zarr_store() -> type:
             elif not fs.asynchronous:
                 fs = _async_twin(fs)
             store = cls(fs, read_only=True, path=location.key)
-            store.location = location
+            store.location, store.listed = location, listed
             return store
+
+        def _vanished(self, key: str) -> ObjectStoreError:
+            return ObjectStoreError(
+                f"{self.location}: {key} was there when the store was opened and is gone now: the store "
+                "was deleted or is being replaced (a push); run again once it is whole"
+            )
 
         async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
             try:
-                return await super().get(key, prototype, byte_range)
+                found = await super().get(key, prototype, byte_range)
             except UserError:
                 raise
             except Exception as exc:
                 raise said(self.location, exc, f"reading {key}") from None
+            if found is None and key in self.listed:  # zarr reads a missing key as fill values
+                raise self._vanished(key)
+            return found
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
+            try:
+                found = await super().get_partial_values(prototype, key_ranges)
+            except UserError:
+                raise
+            except Exception as exc:
+                raise said(self.location, exc, "reading parts of objects") from None
+            for (key, _), value in zip(key_ranges, found, strict=False):
+                if value is None and key in self.listed:
+                    raise self._vanished(key)
+            return found
 
         async def exists(self, key: str) -> bool:
             try:
                 return await super().exists(key)
             except Exception as exc:
                 raise said(self.location, exc, f"looking for {key}") from None
+
+        async def getsize(self, key: str) -> int:
+            try:
+                return await super().getsize(key)
+            except Exception as exc:
+                raise said(self.location, exc, f"sizing {key}") from None
+
+        async def list(self) -> AsyncIterator[str]:
+            try:
+                async for key in super().list():
+                    yield key
+            except Exception as exc:
+                raise said(self.location, exc, "listing the store") from None
+
+        async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+            try:
+                async for key in super().list_dir(prefix):
+                    yield key
+            except Exception as exc:
+                raise said(self.location, exc, f"listing {prefix or 'the store'}") from None
+
+        async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+            try:
+                async for key in super().list_prefix(prefix):
+                    yield key
+            except Exception as exc:
+                raise said(self.location, exc, f"listing {prefix or 'the store'}") from None
 
     return ObjectZarrStore

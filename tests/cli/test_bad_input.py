@@ -564,12 +564,12 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "store url over plain http",
         ["fit", "--store", "https://example.org/s.zarr", "--device", "cpu"],
-        "a store is not read over plain http(s)",
+        "https:// is no object storage tosca reads a store from",
     ),
     (
         "store url of an unknown protocol",
         ["baselines", "--store", "nosuchproto://bucket/s.zarr", "--no-tosca", "--methods", "ridge"],
-        "unknown storage protocol nosuchproto://",
+        "nosuchproto:// is no object storage tosca reads a store from",
     ),
     (
         "store url with a '..' part",
@@ -580,6 +580,16 @@ ROWS: list[tuple[str, list[str], str]] = [
         "extract into object storage",
         ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--store", "s3://bucket/s.zarr"],
         "`tosca extract` writes a local store (writing in place on object storage is not built)",
+    ),
+    (
+        "extract into a bucket named as the cache folder",
+        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--cache-dir", "s3://bucket"],
+        "--cache-dir s3://bucket: `tosca extract` writes a local store",
+    ),
+    (
+        "push to a key not ending in .zarr",
+        ["cache", "push", "{store}", "s3://bucket/team/store"],
+        "a store's key ends in .zarr",
     ),
     (
         "push to a local path",

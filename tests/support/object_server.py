@@ -47,6 +47,14 @@ class ObjectServer:
             self.process.kill()
             self.process.wait(30)
 
+    def revoke(self) -> None:
+        """The key's rights taken away (its policy deleted): every later request is refused."""
+        import boto3
+
+        boto3.client("iam", endpoint_url=self.endpoint, **_keys(self)).delete_user_policy(
+            UserName="tosca", PolicyName="s3"
+        )
+
     def make_bucket(self, name: str) -> None:
         import boto3
 
@@ -95,7 +103,8 @@ def object_server() -> Iterator[ObjectServer]:
         iam.create_user(UserName="tosca")
         policy = {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+            # s3, and iam so that a test may take the right away again (credentials revoked mid-read)
+            "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*"], "Resource": "*"}],
         }
         iam.put_user_policy(UserName="tosca", PolicyName="s3", PolicyDocument=json.dumps(policy))
         made = iam.create_access_key(UserName="tosca")["AccessKey"]

@@ -37,7 +37,7 @@ from tosca_heads.applied.tosca_scenario import (
     tosca_answers,
     tosca_options,
 )
-from tosca_heads.method.baseline_registry import BASELINES
+from tosca_heads.method.baseline_registry import BASELINES, least_per_class
 from tosca_heads.method.class_names import named_classes, said_class
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
@@ -116,7 +116,7 @@ def _too_few_images(method: str, plan: ScenarioPlan, name_of: Any) -> str:
     """Where a class's whole stream trains `method` on fewer images than it needs (FeCAM: two, one
     image having no covariance; it holds a class met once until a second image comes, so a class
     never given one would be learned and never answered)."""
-    least = int(getattr(BASELINES[method], "least_per_class", 1))
+    least = least_per_class(method)
     if least < 2 or not plan.steps:
         return ""
     rows = np.concatenate([step.train_rows for step in plan.steps])

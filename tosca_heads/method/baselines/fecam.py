@@ -89,6 +89,8 @@ class FeCAM:
         x = unit_rows(as_tensor(features, self.device))  # at any scale (`scale`)
         d = x.shape[1]
         classes = np.unique(labels)
+        if not len(classes):
+            return self  # a call with no rows (a stream's step may bring none) changes nothing
         if not hasattr(self, "factors_"):
             self.factors_ = torch.zeros(0, d, d, device=x.device)
             self.means_ = torch.zeros(0, d, dtype=torch.float64, device=x.device)

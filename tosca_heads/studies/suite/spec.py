@@ -416,8 +416,8 @@ def _store(block: Any, index: int, base: Path, where: str) -> StoreSpec:
         if value is None:
             return None
         text = os.path.expandvars(_text(value, key, here))
-        if key == "path" and is_remote(store_location(text)):
-            return store_location(text)  # type: ignore[return-value]  # on object storage: its URL
+        if key == "path" and is_remote(found := store_location(text, flag=f"{here}: path")):
+            return found  # type: ignore[return-value]  # on object storage: its URL
         given = Path(text)
         return given if given.is_absolute() else base / given
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from featcache.store import FeatureStore, check_readable, is_tosca_store, read_split
+from featcache.store.object_store import is_remote
 from tosca_foundation.arguments import check_types
 from tosca_foundation.devices import check_device_name, resolve_device
 from tosca_foundation.errors import UserError, UserTypeError, UserValueError
@@ -108,6 +109,11 @@ def open_stores(
     opened = {}
     for s in spec.stores:
         path = s.path
+        if is_remote(path) and not is_tosca_store(path):  # nothing is extracted into a bucket
+            raise UserError(
+                f"store {s.name!r}: no tosca store at {path}; extract it locally, then `tosca cache push "
+                "STORE URL` copies it there"
+            )
         if path is None or not is_tosca_store(path):
             if not (s.model and s.dataset):
                 raise UserError(

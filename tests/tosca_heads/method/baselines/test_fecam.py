@@ -159,3 +159,25 @@ def test_fecam_at_200_classes_of_768_features_is_refused_where_it_cannot_fit(
     line = result.output.strip().splitlines()[-1]  # after the protocol's lines, before any work
     assert line.startswith("error: FeCAM on 200 classes of 768 features") and "use fewer classes" in line
     assert not (out / "fecam" / "metrics.json").exists()
+
+
+def test_a_call_with_no_rows_changes_nothing() -> None:
+    x, y = blobs()
+    model = FeCAM().partial_fit(x, y)
+    before = model.decision_function(x)
+    model.partial_fit(x[:0], y[:0])
+    np.testing.assert_array_equal(model.decision_function(x), before)
+
+
+def test_the_estimator_refuses_a_class_of_one_image_in_a_class_incremental_task() -> None:
+    """A class-incremental task gives all of a class's rows: a class FeCAM would hold for a second
+    image that never comes is refused in one line, naming its label (never learned and unanswered)."""
+    from tosca_heads.applied.estimators import BaselineClassifier
+
+    x, y = blobs()
+    keep = np.r_[0, 20 : len(y)]  # class 0 keeps one image
+    with pytest.raises(
+        UserError, match=r"FeCAM needs 2 or more training images of each class: class 0 has 1 in task \d+$"
+    ) as refused:
+        BaselineClassifier(method="fecam", init_cls=2, increment=2, order_seed=0).fit(x[keep], y[keep] * 1)
+    assert "\n" not in str(refused.value)
