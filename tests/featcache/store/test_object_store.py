@@ -6,11 +6,13 @@ server that goes away mid-read are one line each. Where a store is named: `store
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,20 @@ def _pushed(tmp_path: Path, key: str, **made: float) -> tuple[FeatureStore, str]
     pushed = push_store(local.path, url)
     assert pushed.url == url and pushed.objects == sum(1 for p in local.path.rglob("*") if p.is_file())
     return local, url
+
+
+@contextlib.contextmanager
+def _opened_on_a_server_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> Iterator[tuple[ObjectServer, FeatureStore]]:
+    """A store pushed to a server no other test shares, and opened there (its listing and metadata
+    read): what a test then does to the server (stop it, revoke the key) touches no other test."""
+    with object_server() as server:
+        for name, value in server.env.items():
+            monkeypatch.setenv(name, value)
+        server.make_bucket("feats")
+        _, url = _pushed(tmp_path, key)
+        yield server, FeatureStore.open(url)
 
 
 # ------------------------------------------------------------------------------------------ where a store is
@@ -307,12 +323,7 @@ def test_a_server_gone_mid_read_is_one_line_never_a_damaged_store(
 ) -> None:
     """The store opened (its listing and metadata read), then the server goes: the reads after it
     say object storage could not be reached, not that a chunk is damaged."""
-    with object_server() as server:
-        for key, value in server.env.items():
-            monkeypatch.setenv(key, value)
-        server.make_bucket("feats")
-        _, url = _pushed(tmp_path, "gone")
-        remote = FeatureStore.open(url)
+    with _opened_on_a_server_of_its_own(tmp_path, monkeypatch, "gone") as (server, remote):
         server.stop()
         with pytest.raises(ObjectStoreError) as refused:
             read_split(remote, "train")
@@ -456,12 +467,7 @@ def test_credentials_revoked_mid_read_are_one_line(tmp_path: Path, monkeypatch: 
     reads say access was refused, never a raw PermissionError or a damaged store."""
     from zarr.core.sync import collect_aiterator, sync
 
-    with object_server() as server:
-        for key, value in server.env.items():
-            monkeypatch.setenv(key, value)
-        server.make_bucket("feats")
-        _, url = _pushed(tmp_path, "revoked")
-        remote = FeatureStore.open(url)
+    with _opened_on_a_server_of_its_own(tmp_path, monkeypatch, "revoked") as (server, remote):
         server.revoke()
         with pytest.raises(ObjectStoreError, match="access refused while listing the store"):
             sync(collect_aiterator(remote.group.store.list_dir("")))  # what zarr lists a group by
