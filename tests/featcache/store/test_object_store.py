@@ -150,6 +150,7 @@ def test_a_store_on_object_storage_is_never_written_in_place(
     assert list(here.iterdir()) == []  # no lock taken on a local folder named after the URL
 
 
+@pytest.mark.heavy  # whole commands end to end, seconds each: `make test` stays within its time
 def test_fit_from_object_storage_gives_the_local_stores_figures(s3: ObjectServer, tmp_path: Path) -> None:
     local, url = _pushed(tmp_path, "fit", views=2)
     figures = {}
@@ -249,6 +250,7 @@ def test_a_suite_on_two_workers_reads_its_store_from_object_storage(s3: ObjectSe
     pd.testing.assert_frame_equal(there.tables.table[columns], here.tables.table[columns])
 
 
+@pytest.mark.heavy  # whole commands end to end, seconds each: `make test` stays within its time
 def test_the_cache_commands_read_a_store_there(s3: ObjectServer, tmp_path: Path) -> None:
     """`cache ls` lists the stores under a bucket's prefix, `cache info` and `cache verify` read
     one, and `fit --model --dataset --cache-dir` finds it there, as under a local cache root."""
