@@ -562,8 +562,7 @@ class FeatureStore:
     def chunk_present(self, split: str, array: str, key: tuple[int, ...]) -> bool:
         """Whether one chunk of `<split>/<array>` was written (its file, or its object as listed
         when the store was opened)."""
-        node = self.node(f"{split}/{array}")
-        rel = f"{split}/{array}/{node.metadata.chunk_key_encoding.encode_chunk_key(key)}"
+        rel = self.chunk_name(split, array, key)
         if self.objects is not None:
             return rel in self.objects
         return (Path(self.path) / rel).is_file()
@@ -876,14 +875,21 @@ def looks_like_store_remains(folder: Path) -> bool:
     return next(folder.rglob("zarr.json"), None) is not None
 
 
-def is_tosca_store(path: str | Path) -> bool:
-    """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+def store_attributes(path: str | Path | ObjectStorePath) -> dict[str, Any] | None:
+    """The attributes of a store's top zarr.json, wherever it lies (None where there is none, or
+    it is no JSON object), read bounded: never a fifo or a device, nothing huge or nested too
+    deeply. Object storage that cannot be reached is one line (`ObjectStoreError`)."""
     location = store_location(path)
     if is_remote(location):
-        remote = read_store_attrs(location)  # type: ignore[arg-type]
-        return remote is not None and "schema_version" in remote
-    try:  # bounded: never a fifo or a device, nothing huge or nested too deeply
-        attrs = read_json(Path(path) / "zarr.json", "store metadata", "").get("attributes", {})
+        return read_store_attrs(location)  # type: ignore[arg-type]
+    try:
+        attrs = read_json(Path(location) / "zarr.json", "store metadata", "").get("attributes")
     except UserError:
-        return False
-    return isinstance(attrs, dict) and "schema_version" in attrs
+        return None
+    return attrs if isinstance(attrs, dict) else None
+
+
+def is_tosca_store(path: str | Path) -> bool:
+    """A folder whose zarr.json carries a tosca schema version (whatever its version or state)."""
+    attrs = store_attributes(path)
+    return attrs is not None and "schema_version" in attrs

@@ -357,6 +357,15 @@ def _close_twins() -> None:
             sync(client.__aexit__(None, None, None))
 
 
+async def _translated(keys: AsyncIterator[str], location: ObjectStorePath, doing: str) -> AsyncIterator[str]:
+    """A zarr listing's keys as they come, the object store's failure while listing one line."""
+    try:
+        async for key in keys:
+            yield key
+    except Exception as exc:
+        raise said(location, exc, doing) from None
+
+
 @functools.lru_cache(maxsize=1)
 def _object_zarr_store() -> type:
     """The class of a store's zarr reads on object storage, made on first use: zarr's FsspecStore
@@ -422,25 +431,13 @@ def _object_zarr_store() -> type:
             except Exception as exc:
                 raise said(self.location, exc, f"sizing {key}") from None
 
-        async def list(self) -> AsyncIterator[str]:
-            try:
-                async for key in super().list():
-                    yield key
-            except Exception as exc:
-                raise said(self.location, exc, "listing the store") from None
+        def list(self) -> AsyncIterator[str]:
+            return _translated(super().list(), self.location, "listing the store")
 
-        async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-            try:
-                async for key in super().list_dir(prefix):
-                    yield key
-            except Exception as exc:
-                raise said(self.location, exc, f"listing {prefix or 'the store'}") from None
+        def list_dir(self, prefix: str) -> AsyncIterator[str]:
+            return _translated(super().list_dir(prefix), self.location, f"listing {prefix or 'the store'}")
 
-        async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-            try:
-                async for key in super().list_prefix(prefix):
-                    yield key
-            except Exception as exc:
-                raise said(self.location, exc, f"listing {prefix or 'the store'}") from None
+        def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+            return _translated(super().list_prefix(prefix), self.location, f"listing {prefix or 'the store'}")
 
     return ObjectZarrStore

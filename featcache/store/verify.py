@@ -17,16 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256
+from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256, store_attributes
 from featcache.store.object_store import (
     REMOTE_MEND,
     ObjectStoreError,
     is_remote,
-    read_store_attrs,
     store_location,
 )
 from tosca_foundation.errors import UserError
-from tosca_foundation.files import read_json
 from tosca_foundation.fingerprints import fingerprint
 from tosca_foundation.locks import folder_lock
 from tosca_foundation.text import printable
@@ -324,17 +322,8 @@ def check_not_replaced(path: Path | str, recorded: str, while_: str) -> None:
     """The store at `path` is still the one whose fingerprint was `recorded` when it was opened:
     an `extract --overwrite` by another process replaces it as a whole, and arrays read before and
     after come from two stores. Called after the last read; a result computed across it is refused."""
-    location = store_location(path)
-    try:  # bounded: what is there now may be anything
-        if is_remote(location):
-            attributes = read_store_attrs(location)  # type: ignore[arg-type]
-        else:
-            attributes = read_json(Path(location) / "zarr.json", "store metadata", "").get("attributes")
-        now = attributes.get("fingerprint") if isinstance(attributes, dict) else None
-    except ObjectStoreError:
-        raise
-    except UserError:
-        now = None
+    attributes = store_attributes(path)  # bounded: what is there now may be anything
+    now = attributes.get("fingerprint") if attributes is not None else None
     if now != recorded:
         raise UserError(
             f"the store at {path} was replaced or changed while {while_} read it (an `extract "

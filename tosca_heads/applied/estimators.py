@@ -41,7 +41,7 @@ from tosca_heads.applied.predict import RunPredictor
 from tosca_heads.engine import native
 from tosca_heads.engine.device import plan_threads, step_mode
 from tosca_heads.engine.trainer import GroupTrainer
-from tosca_heads.method.baseline_registry import BASELINES, least_per_class
+from tosca_heads.method.baseline_registry import BASELINES, too_few_images
 from tosca_heads.method.class_statistics import ClassStatistics
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.protocol import (
@@ -423,15 +423,12 @@ class BaselineClassifier(_Incremental):
         A class-incremental task gives all of a class's rows, so a class with fewer than the
         baseline needs is refused here (FeCAM holds a class met once for a later call's second
         image, which this stream never brings: it would be learned and never answered)."""
-        least = least_per_class(self.method)
         ids, counts = np.unique(incremental, return_counts=True)
-        if least > 1 and (counts < least).any():
-            short = ids[counts < least]
-            more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
-            raise UserValueError(
-                f"{BASELINES[self.method].label} needs {least} or more training images of each class: class "
-                f"{shown(self.labels_in_order_[short[0]].item())} has {int(counts[counts < least][0])}{more} in task {task}"
-            )
+        line = too_few_images(
+            self.method, ids, counts, f"task {task}", lambda i: shown(self.labels_in_order_[i].item())
+        )
+        if line:
+            raise UserValueError(line)
         with single_threaded(torch.device(self.device)):
             if self._incremental():
                 self.estimator_.partial_fit(X, incremental)

@@ -37,7 +37,7 @@ from tosca_heads.applied.tosca_scenario import (
     tosca_answers,
     tosca_options,
 )
-from tosca_heads.method.baseline_registry import BASELINES, least_per_class
+from tosca_heads.method.baseline_registry import BASELINES, least_per_class, too_few_images
 from tosca_heads.method.class_names import named_classes, said_class
 from tosca_heads.method.linalg import single_threaded
 from tosca_heads.method.scenarios import Scenario, ScenarioPlan, StoreLabels, scenario
@@ -116,20 +116,12 @@ def _too_few_images(method: str, plan: ScenarioPlan, name_of: Any) -> str:
     """Where a class's whole stream trains `method` on fewer images than it needs (FeCAM: two, one
     image having no covariance; it holds a class met once until a second image comes, so a class
     never given one would be learned and never answered)."""
-    least = least_per_class(method)
-    if least < 2 or not plan.steps:
+    if least_per_class(method) < 2 or not plan.steps:
         return ""
     rows = np.concatenate([step.train_rows for step in plan.steps])
-    counts = np.bincount(plan.train_ids[rows], minlength=plan.num_classes)
-    short = np.flatnonzero((counts > 0) & (counts < least))
-    if not len(short):
-        return ""
-    more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
-    return (
-        f"{BASELINES[method].label} needs {least} or more training images of each class: class "
-        f"{name_of(int(short[0]))} has {int(counts[short[0]])}{more} in {plan.scenario}'s whole "
-        "training stream; leave it out of the methods"
-    )
+    ids, counts = np.unique(plan.train_ids[rows], return_counts=True)
+    line = too_few_images(method, ids, counts, f"{plan.scenario}'s whole training stream", name_of)
+    return f"{line}; leave it out of the methods" if line else ""
 
 
 def method_answers(

@@ -353,6 +353,24 @@ def least_per_class(method: str) -> int:
     return int(getattr(BASELINES[method], "least_per_class", 1))
 
 
+def too_few_images(
+    method: str, ids: Sequence[Any], counts: Sequence[int], where: str, name_of: Callable[[Any], str] = str
+) -> str:
+    """The line where a class of `ids` has fewer training images (`counts`) than `method` needs
+    ("" where none has): the first such class named by `name_of`, how many others, and `where`
+    the counts were taken. One wording for every edge that checks it (a class-incremental plan, a
+    scenario's stream, an estimator's task)."""
+    least = least_per_class(method)
+    short = [i for i, n in enumerate(counts) if n < least]
+    if not short:
+        return ""
+    more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
+    return (
+        f"{label(method)} needs {least} or more training images of each class: class "
+        f"{name_of(ids[short[0]])} has {int(counts[short[0]])}{more} in {where}"
+    )
+
+
 def parameter_count(method: str, values: Mapping[str, Any], dim: int, classes: int) -> int | None:
     """A baseline's parameter count, a function of what was asked: its keywords (`arguments`'
     answer; a missing one is its default), the store's feature `dim` and its `classes`, as its

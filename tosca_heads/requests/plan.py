@@ -126,23 +126,20 @@ class FitPlan:
         held-out rows do not train) is one line naming the class by the store's label and name and
         `what` to do instead. Refused inside a worker, it was a traceback per worker after the work
         began (issue 57, point 10)."""
-        from tosca_heads.method.baseline_registry import label, least_per_class
+        from tosca_heads.method.baseline_registry import too_few_images
 
         trained = self.train_labels[self.train_labels != HELD_OUT]
         counts = np.bincount(trained, minlength=self.stream.num_classes)
         names = self.store.identity["dataset"].get("class_names") or []
+
+        def named(position: int) -> str:
+            store_label = int(self.stream.order[position])
+            return f"{store_label} ({names[store_label]})" if store_label < len(names) else str(store_label)
+
         for method in dict.fromkeys(methods):
-            least = least_per_class(method)
-            short = np.flatnonzero(counts < least)
-            if not len(short):
-                continue
-            store_label = int(self.stream.order[short[0]])
-            named = f" ({names[store_label]})" if store_label < len(names) else ""
-            more = f" (and {len(short) - 1} other class(es))" if len(short) > 1 else ""
-            raise UserValueError(
-                f"{label(method)} needs {least} or more training images of each class: class "
-                f"{store_label}{named} has {int(counts[short[0]])}{more} in this split's training rows; {what}"
-            )
+            line = too_few_images(method, range(len(counts)), counts, "this split's training rows", named)
+            if line:
+                raise UserValueError(f"{line}; {what}")
 
     @classmethod
     def build(
