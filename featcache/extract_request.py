@@ -26,9 +26,15 @@ class ExtractRequest:
         help="Dataset (eurosat, cifar10, cifar100, imagefolder, ...).", names=("--dataset", "-d")
     )
     data_root: Path | None = option(None, "Folder or archive (.zip, .tar, .tar.gz) with the images.")
-    cache_dir: Path = option(Path("cache"), "Root under which stores are created and found.", output=True)
+    cache_dir: Path = option(
+        Path("cache"),
+        "Root under which stores are created and found (a folder, or s3://bucket/prefix).",
+        output=True,
+    )
     store: Path | None = option(
-        None, "Store path (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr).", output=True
+        None,
+        "Store path or URL (default: CACHE_DIR/<dataset>/<model>[-<policy>].zarr).",
+        output=True,
     )
     weights: Path | None = option(None, "Local checkpoint: .safetensors or a torch state dict.")
     random_init: bool = option(

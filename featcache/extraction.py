@@ -37,13 +37,16 @@ from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stag
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes
 from featcache.store import SPLITS, FeatureStore, ids_sha256, stored_chunk_size
+from featcache.store.format import store_attributes
 from featcache.store.meanings import resolve_precision
+from featcache.store.object_lock import store_lock
+from featcache.store.object_store import ObjectStorePath, is_remote
 from featcache.store.staging import clear_leftovers, create_in_place
 from tosca_foundation.devices import resolve_device, worker_device
 from tosca_foundation.errors import UserError
 from tosca_foundation.fingerprints import identity_differences
 from tosca_foundation.limits import require_disk, require_memory, usable_cores
-from tosca_foundation.locks import acquire, folder_lock
+from tosca_foundation.locks import acquire
 from tosca_foundation.scheduler import SchedulerChoice
 from tosca_foundation.version import __version__
 
@@ -58,7 +61,7 @@ class ExtractPlan:
     precision: str
     device: str
     batch_size: int
-    store_path: Path
+    store_path: Path | ObjectStorePath
     identity: dict[str, Any]
     meta: dict[str, Any]
     skipped: list[BadImage] = field(default_factory=list)
@@ -110,9 +113,9 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _stored_skip_list(path: Path) -> list[BadImage] | None:
+def _stored_skip_list(path: Path | ObjectStorePath) -> list[BadImage] | None:
     """What an existing `--skip-bad-images` store left out (reused on resume: no second scan)."""
-    if not path.exists():
+    if (store_attributes(path) is None) if is_remote(path) else not path.exists():
         return None
     store = FeatureStore.open(path)
     if not store.identity.get("skip_bad_images"):
@@ -126,7 +129,7 @@ def _stored_skip_list(path: Path) -> list[BadImage] | None:
 
 
 def _select_samples(
-    request: ExtractRequest, dataset: DatasetSource, store_path: Path, prep: Preprocessing
+    request: ExtractRequest, dataset: DatasetSource, store_path: Path | ObjectStorePath, prep: Preprocessing
 ) -> list[BadImage]:
     """Leave bad images out (with --skip-bad-images) or refuse empty files; returns what was left out."""
     if not request.skip_bad_images:
@@ -155,11 +158,12 @@ def check_sizes(
     dataset: DatasetSource,
     dim: int,
     prep: Preprocessing,
-    store_path: Path,
+    store_path: Path | ObjectStorePath,
     batch_size: int,
 ) -> None:
     """What --chunk-size, --views and --batch-size will allocate, checked before anything runs: one
-    chunk's buffers, one batch of images in flight, and (for a new store) the store on disk."""
+    chunk's buffers, one batch of images in flight, and (for a new store) the store on disk (object
+    storage says nothing of its room: a full quota is one line when a chunk is written)."""
     rows = max(len(dataset.splits[split]) for split in SPLITS)
     chunk = stored_chunk_size(request.chunk_size, rows)
     per_sample = (1 + request.views) * dim * FLOAT32
@@ -176,7 +180,7 @@ def check_sizes(
         in_flight * batch * (1 + request.views) * image,
         "lower --batch-size, --views or --workers",
     )
-    if request.overwrite or not store_path.exists():
+    if not is_remote(store_path) and (request.overwrite or not store_path.exists()):
         itemsize = 2 if request.dtype == "float16" else 4
         samples = {split: len(dataset.splits[split]) for split in SPLITS}
         padded = {split: -(-n // chunk) * chunk for split, n in samples.items()}
@@ -196,7 +200,7 @@ def plan_extraction(
     is refused now, before anything is listed or loaded."""
     if outline is None:
         store_path = store_path_of(request)
-        if not locked and store_path.parent.is_dir():  # refuse now, not after loading everything
+        if not locked and not is_remote(store_path) and store_path.parent.is_dir():  # refuse now, not later
             acquire(store_path).release()
         outline = outline_extraction(request, store_path)
     spec, store_path, dataset = outline.spec, outline.store_path, outline.dataset
@@ -324,7 +328,7 @@ def _resume_with_changed_files(store: FeatureStore, plan: ExtractPlan) -> None:
 
 def run_extraction(plan: ExtractPlan, progress: Progress | None = None) -> ExtractSummary:
     """Compute the pending chunks under the store's lock (a second writer is refused, naming this one)."""
-    with folder_lock(plan.store_path):
+    with store_lock(plan.store_path):
         return run_locked(plan, progress)
 
 

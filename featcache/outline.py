@@ -19,8 +19,10 @@ from featcache.extract_request import ExtractRequest
 from featcache.images.decoder_names import DECODERS
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
+from featcache.store.format import store_attributes
 from featcache.store.meanings import POLICIES, resolve_precision
-from featcache.store.object_store import refuse_writing_there
+from featcache.store.object_store import ObjectStorePath, is_remote, store_location
+from featcache.store.object_writing import refuse_replacing_objects
 from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.folders import zarr_root
@@ -76,15 +78,34 @@ def scheduler_choice(request: ExtractRequest) -> SchedulerChoice | None:
     return parse_scheduler(request.scheduler) if request.scheduler else None
 
 
-def default_store_path(cache_dir: Path, dataset: str, spec: BackboneSpec, policy: str) -> Path:
-    """CACHE_DIR/<dataset>/<alias>[-<policy>].zarr; names that could leave the cache root are refused."""
+def default_store_path(
+    cache_dir: Path | ObjectStorePath, dataset: str, spec: BackboneSpec, policy: str
+) -> Path | ObjectStorePath:
+    """CACHE_DIR/<dataset>/<alias>[-<policy>].zarr (a key under it, for a cache root on object
+    storage); names that could leave the cache root are refused."""
     suffix = "" if policy == spec.default_policy else f"-{policy}"
     name = check_name("model name", f"{spec.alias}{suffix}")
-    return Path(cache_dir) / check_name("dataset name", dataset) / f"{name}.zarr"
+    dataset = check_name("dataset name", dataset)
+    if isinstance(cache_dir, ObjectStorePath):
+        return ObjectStorePath(cache_dir.protocol, f"{cache_dir.key}/{dataset}/{name}.zarr")
+    return Path(cache_dir) / dataset / f"{name}.zarr"
 
 
-def refuse_replacing_other_things(path: Path) -> None:
+LOCAL_CACHE = Path("cache")  # where archives unpack and downloads land when --cache-dir is a bucket
+
+
+def local_cache_dir(cache_dir: str | Path) -> Path:
+    """Where a dataset's archive is unpacked (and a download lands): the cache root, or `./cache`
+    when the root is on object storage (images are read from a disk, never a bucket)."""
+    where = store_location(cache_dir, folder=True, flag="--cache-dir")
+    return LOCAL_CACHE if is_remote(where) else Path(where)
+
+
+def refuse_replacing_other_things(path: Path | ObjectStorePath) -> None:
     """--overwrite replaces a tosca store, never a folder or file that is something else."""
+    if isinstance(path, ObjectStorePath):
+        refuse_replacing_objects(path)
+        return
     if not path.exists() and not path.is_symlink():
         return
     if path.is_dir() and not path.is_symlink() and (is_tosca_store(path) or not any(path.iterdir())):
@@ -95,25 +116,35 @@ def refuse_replacing_other_things(path: Path) -> None:
     )
 
 
-def store_path_of(request: ExtractRequest) -> Path:
+def store_path_of(request: ExtractRequest) -> Path | ObjectStorePath:
     """Where the request's store goes, after every check of the flags alone (nothing is read or
-    written yet): the place must be a store's, and --overwrite must replace a store."""
+    written yet): the place must be a store's, and --overwrite must replace a store. A --store or
+    --cache-dir on object storage gives a location there (written in place)."""
     check_request(request)
-    refuse_writing_there(request.store, "--store", "extract")
-    refuse_writing_there(request.cache_dir, "--cache-dir", "extract")
     spec = resolve_backbone(request.model)
     check_name("model name", spec.alias)  # recorded in the store; stage 2 makes folder names of it
     policy = request.policy or spec.default_policy
+    cache_dir = store_location(request.cache_dir, folder=True, flag="--cache-dir")
     store_path = (
-        Path(request.store)
+        store_location(request.store)
         if request.store
-        else default_store_path(request.cache_dir, DATASETS.name_of(request.dataset), spec, policy)
+        else default_store_path(cache_dir, DATASETS.name_of(request.dataset), spec, policy)
     )
+    if is_remote(store_path):
+        if not store_path.name.endswith(".zarr"):
+            raise UserError(
+                f"--store {store_path}: a store's key on object storage ends in .zarr (`cache ls` and "
+                f"--cache-dir find stores by it): {store_path}.zarr?"
+            )
+        if request.overwrite:
+            refuse_replacing_other_things(store_path)
+        return store_path
     if store_path.name in ("", ".", ".."):
         raise UserError(
             f"--store {str(request.store)!r} names no folder: give the store a name (e.g. --store cache/mine.zarr)"
         )
-    for flag, place in (("--store", store_path.parent), ("--cache-dir", Path(request.cache_dir))):
+    places = [("--store", store_path.parent)] + ([] if is_remote(cache_dir) else [("--cache-dir", cache_dir)])
+    for flag, place in places:
         inside = zarr_root(place)
         if inside is not None:
             raise UserError(f"{flag} {place} lies inside the zarr store {inside}: pass a place of its own")
@@ -122,9 +153,12 @@ def store_path_of(request: ExtractRequest) -> Path:
     return store_path
 
 
-def stored_identity(path: Path) -> dict[str, Any] | None:
+def stored_identity(path: Path | ObjectStorePath) -> dict[str, Any] | None:
     """An existing store's identity (None when there is no store at `path`)."""
-    if not path.exists():
+    if is_remote(path):
+        if store_attributes(path) is None:  # nothing, or a killed writer's leftovers: cleared under the lock
+            return None
+    elif not path.exists():
         return None
     return FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
 
@@ -137,7 +171,7 @@ class ExtractOutline:
 
     request: ExtractRequest
     spec: BackboneSpec
-    store_path: Path
+    store_path: Path | ObjectStorePath
     existing: dict[str, Any] | None
     dataset: DatasetSource
 
@@ -161,15 +195,17 @@ class ExtractOutline:
         )
 
 
-def outline_extraction(request: ExtractRequest, store_path: Path) -> ExtractOutline:
+def outline_extraction(request: ExtractRequest, store_path: Path | ObjectStorePath) -> ExtractOutline:
     """The outline of a request whose store goes to `store_path` (`store_path_of`): what is there
     already read (a folder that is not a store refused), the dataset listed (an archive unpacked),
     the store checked to lie outside its images."""
     spec = resolve_backbone(request.model)
     existing = None if request.overwrite else stored_identity(store_path)
-    dataset = load_dataset(request.dataset, request.data_root, request.cache_dir, request.limit_per_class)
+    dataset = load_dataset(
+        request.dataset, request.data_root, local_cache_dir(request.cache_dir), request.limit_per_class
+    )
     for split, folder in dataset.folders.items():  # there, the store would be a class of the next run
-        if store_path.absolute().is_relative_to(Path(folder).absolute()):
+        if not is_remote(store_path) and store_path.absolute().is_relative_to(Path(folder).absolute()):
             raise UserError(
                 f"--store {store_path} lies inside the {split} images ({folder}): put it elsewhere"
             )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from featcache.extract_request import ExtractRequest
 from featcache.outline import ExtractOutline, outline_extraction, store_path_of
 from featcache.sources.archives import waiting_notice
-from tosca_foundation.locks import folder_lock
+from featcache.store.object_lock import store_lock
 
 if TYPE_CHECKING:
     from featcache.extraction import ExtractPlan, ExtractSummary
@@ -37,7 +37,7 @@ def extract(
     unpacks its archive is the one refused (in one line naming this one); the folders made for
     the lock are removed again when this one is refused."""
     path = store_path_of(request)
-    with waiting_notice(on_wait or (lambda holder: None)), folder_lock(path):
+    with waiting_notice(on_wait or (lambda holder: None)), store_lock(path):
         outline = outline_extraction(request, path)
         if on_outlined:
             on_outlined(outline)

@@ -54,7 +54,7 @@ def lock_path(store: str | Path) -> Path:
     return store.with_name(store.name + ".lock")
 
 
-def _holder_text(info: dict[str, Any]) -> str:
+def holder_text(info: dict[str, Any]) -> str:
     """'pid 123 on host a since 2026-11-30T01:02:03Z' from a lock file's record (any part may be missing)."""
     parts = []
     if "pid" in info:
@@ -93,7 +93,7 @@ def _record_at(path: Path) -> dict[str, Any] | None:
         os.close(fd)
 
 
-def _same_host_and_dead(info: dict[str, Any]) -> bool:
+def same_host_and_dead(info: dict[str, Any]) -> bool:
     """The recorded holder ran on this host and its process is gone (its children may live on)."""
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
         return False
@@ -191,18 +191,18 @@ def _take(
         except Timeout:
             info = _record_at(path)
     if on_wait is not None:
-        on_wait(_holder_text(info))
+        on_wait(holder_text(info))
         with _said(path):
             lock.acquire()  # polls; a file the holder removes on release is opened again
         return lock
     hint = (
         f"; that process has ended, but a process it started holds the lock: end it (`fuser {path}` "
         "lists it), then run the same command again"
-        if _same_host_and_dead(info)
+        if same_host_and_dead(info)
         else f"; wait for it to finish, or {advice}"
     )
     raise FolderBusy(
-        f"{what} {Path(store)} is being written by another tosca process ({_holder_text(info)}){hint}"
+        f"{what} {Path(store)} is being written by another tosca process ({holder_text(info)}){hint}"
     )
 
 
@@ -287,6 +287,6 @@ def holder(store: str | Path) -> str | None:
     process ended on this host means nobody; one from another host cannot be checked from here.
     """
     info = _record_at(lock_path(store))
-    if not info or _same_host_and_dead(info):
+    if not info or same_host_and_dead(info):
         return None
-    return _holder_text(info)
+    return holder_text(info)

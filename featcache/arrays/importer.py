@@ -38,12 +38,12 @@ from featcache.store.format import (
     ids_sha256,
     is_tosca_store,
 )
-from featcache.store.object_store import refuse_writing_there
+from featcache.store.object_lock import store_lock
+from featcache.store.object_store import ObjectStorePath, is_remote, store_location
 from featcache.store.staging import clear_leftovers, create_in_place
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.fingerprints import identity_differences
 from tosca_foundation.folders import zarr_root
-from tosca_foundation.locks import folder_lock
 from tosca_foundation.text import printable, text_argument
 from tosca_foundation.version import __version__
 
@@ -55,7 +55,7 @@ MAX_ENCODER = 200  # characters of the encoder's name
 class ImportOutline:
     """What the import will make, said before the store is touched."""
 
-    store: Path
+    store: Path | ObjectStorePath
     encoder: str
     modality: str
     name: str
@@ -76,7 +76,7 @@ class ImportOutline:
 
 @dataclass(frozen=True)
 class ImportSummary:
-    store: Path
+    store: Path | ObjectStorePath
     rows: dict[str, int]
     dim: int
     views: int
@@ -91,19 +91,24 @@ class ImportSummary:
         return self.chunks_written == 0
 
 
-def check_request(request: ImportRequest) -> Path:
+def check_request(request: ImportRequest) -> Path | ObjectStorePath:
     """Every flag alone, before a source is read: the store's place and each value's range."""
     spell = request.spell
-    refuse_writing_there(request.store, spell("store"), "import")
-    path = Path(request.store)
-    if path.name in ("", ".", ".."):
+    path = store_location(request.store, flag=spell("store"))
+    if is_remote(path):
+        if not path.name.endswith(".zarr"):
+            raise UserError(
+                f"{spell('store')} {path}: a store's key on object storage ends in .zarr (`cache ls` "
+                f"and --cache-dir find stores by it): {path}.zarr?"
+            )
+    elif path.name in ("", ".", ".."):
         raise UserError(f"{spell('store')} {str(request.store)!r} names no folder: give the store a name")
-    inside = zarr_root(path.parent)
+    inside = None if is_remote(path) else zarr_root(path.parent)
     if inside is not None:
         raise UserError(
             f"{spell('store')} {path} lies inside the zarr store {inside}: pass a place of its own"
         )
-    if path.is_dir() and any(path.iterdir()) and not is_tosca_store(path):
+    if not is_remote(path) and path.is_dir() and any(path.iterdir()) and not is_tosca_store(path):
         raise UserError(
             f"{spell('store')} {printable(path)} is a folder that is not a tosca store: pass a new path"
         )
@@ -151,7 +156,7 @@ def alias_of(encoder: str) -> str:
     return check_name("encoder alias", slug) if slug else "imported"
 
 
-def _described(found: Found, request: ImportRequest, path: Path) -> tuple[str, str, str]:
+def _described(found: Found, request: ImportRequest, path: Path | ObjectStorePath) -> tuple[str, str, str]:
     """(encoder, modality, dataset name): the flags', else what the sources record."""
     spell = request.spell
     encoder = request.encoder if request.encoder is not None else found.meta.get("encoder")
@@ -265,7 +270,7 @@ def import_arrays(
         _refuse_other_arrays(outline.store, identity, request)
     if on_outlined is not None:
         on_outlined(outline)
-    with folder_lock(outline.store):
+    with store_lock(outline.store):
         store = _open_or_create(outline.store, identity, meta, checked, request)
         pending = {split: store.pending_chunks(split) for split in SPLITS}
         for split in SPLITS:
@@ -287,7 +292,11 @@ def import_arrays(
 
 
 def _open_or_create(
-    path: Path, identity: dict[str, Any], meta: dict[str, Any], checked: Checked, request: ImportRequest
+    path: Path | ObjectStorePath,
+    identity: dict[str, Any],
+    meta: dict[str, Any],
+    checked: Checked,
+    request: ImportRequest,
 ) -> FeatureStore:
     """This import's store: the one there when it holds the same arrays (a rerun resumes it), else a
     new one (with --overwrite in place of another); the caller holds the lock."""
@@ -314,7 +323,9 @@ def _open_or_create(
     return FeatureStore.open(path, mode="r+")
 
 
-def _refuse_other_arrays(path: Path, identity: dict[str, Any], request: ImportRequest) -> bool:
+def _refuse_other_arrays(
+    path: Path | ObjectStorePath, identity: dict[str, Any], request: ImportRequest
+) -> bool:
     """Whether a store is at `path` (it holds these arrays: a rerun finishes or finds it whole); one
     holding others is refused in one line naming what differs."""
     existing = stored_identity(path)

@@ -21,7 +21,9 @@ class ImportRequest:
         argument=True,
     )
     store: Path = option(
-        help="The store to write (a new folder, or this import's own to resume).", output=True
+        help="The store to write (a new folder, or this import's own to resume; or a URL on object "
+        "storage, s3://bucket/name.zarr).",
+        output=True,
     )
     encoder: str | None = option(
         None,

@@ -16,7 +16,8 @@ from featcache.store.find import find_stores
 from featcache.store.format import FeatureStore
 from featcache.store.left_out import LeftOut
 from featcache.store.meanings import DECODERS, PRECISIONS
-from featcache.store.object_store import REMOTE_MEND, is_remote, store_location
+from featcache.store.object_lock import object_holder
+from featcache.store.object_store import is_remote, store_location
 from featcache.store.verify import ChunkFault, fix_store, verify_notes, verify_store
 from tosca_foundation.errors import UserError
 from tosca_foundation.locks import holder
@@ -34,8 +35,8 @@ def field_of(block: Any, *keys: str) -> Any:
 
 
 def _writer(store: FeatureStore, given: Path) -> str | None:
-    """Who is writing the store now, from its lock record (object storage keeps none)."""
-    return None if is_remote(store.path) else holder(given)
+    """Who is writing the store now, from its lock record (beside it, or its lock object)."""
+    return object_holder(store.path) if is_remote(store.path) else holder(given)
 
 
 def said_as(store: FeatureStore, given: Path) -> str:
@@ -236,8 +237,6 @@ def verify(
 ) -> VerifyReport:
     """Every check of `tosca cache verify`; with `fix`, the failing chunks unflagged first;
     `on_chunk` hears of each chunk checked."""
-    if fix and is_remote(store_location(path)):  # before any lock: nothing is written there
-        raise UserError(f"{store_location(path)} is on object storage, never mended in place: {REMOTE_MEND}")
     FeatureStore.open(path)  # one line for a folder that is no store, before the lock is taken
     report = VerifyReport()
     if fix:

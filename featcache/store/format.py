@@ -40,7 +40,6 @@ import numpy as np
 import zarr
 
 from featcache.store.object_store import (
-    REMOTE_MEND,
     ObjectStorePath,
     is_remote,
     listing,
@@ -399,11 +398,7 @@ def check_layout(path: Path, tree: StoreTree, attrs: dict[str, Any]) -> None:
         most = 2 * math.prod(chunks) * item + (64 << 10)  # compression never doubles a chunk
         for key, size in tree.chunks.get(name, []):
             if size > most:
-                mend = (
-                    REMOTE_MEND
-                    if is_remote(path)
-                    else f"delete it, then `tosca cache verify {path} --fix` and the same `tosca extract` recompute it"
-                )
+                mend = f"delete it, then `tosca cache verify {path} --fix` and the same `tosca extract` recompute it"
                 raise UserError(
                     f"store {path}: {name}/c/{key} is {human_bytes(size)}, more than a chunk of {name} can be "
                     f"({human_bytes(most)}): damaged or planted; {mend}"
@@ -538,18 +533,18 @@ class FeatureStore:
 
     @classmethod
     def _open_on_object_storage(cls, location: ObjectStorePath, mode: str) -> FeatureStore:
-        """A store on object storage, read only, after the checks a local one passes: its listing
-        stands for the walk of its folder (`object_tree`)."""
-        if mode != "r":
-            raise UserError(
-                f"{location} is on object storage, which tosca reads but does not write in place: "
-                "write the store locally, then `tosca cache push STORE URL` copies it there"
-            )
+        """A store on object storage, after the checks a local one passes: its listing stands for
+        the walk of its folder (`object_tree`). "r+": for its one writer, under the store's lock."""
         objects = listing(location)
         if "zarr.json" not in objects:
-            raise UserError(f"not a feature store: {location} (no zarr.json there); see `tosca cache push`")
+            if objects and all(rel.split("/", 1)[0] in SPLITS for rel in objects):
+                raise UserError(
+                    f"not a feature store yet: {location} (its creation or copy was interrupted); run "
+                    "the same `tosca extract`, `tosca import` or `tosca cache push --overwrite` again"
+                )
+            raise UserError(f"not a feature store: {location} (no zarr.json there); see `tosca cache ls`")
         tree = object_tree(location, objects)
-        group = open_zarr_group(location, objects)
+        group = open_zarr_group(location, objects, writable=mode != "r")
         try:
             attrs = dict(group.attrs)
         except (ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
@@ -695,8 +690,10 @@ class FeatureStore:
         """Called by the one writer (under the store's lock) before it computes chunks.
 
         Removes the temporary files (`*.partial`) that zarr leaves when a writer is killed between
-        writing one and renaming it into place.
+        writing one and renaming it into place (object storage puts each object whole: none there).
         """
+        if self.objects is not None:
+            return
         for leftover in self.path.rglob("*.partial"):
             with contextlib.suppress(OSError):
                 leftover.unlink()
@@ -791,8 +788,10 @@ class FeatureStore:
         return np.asarray(array.get_orthogonal_selection((k, index, slice(None))))
 
     def size_bytes(self) -> int:
-        if self.objects is not None:
-            return sum(self.objects.values())
+        if self.objects is not None:  # listed again: a writer may have put objects since the open
+            return (
+                sum(listing(self.path).values()) if not self.group.read_only else sum(self.objects.values())
+            )
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
 
     def require_complete(self) -> None:

@@ -20,9 +20,12 @@ them (for s3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ~/.aws
 GOOGLE_APPLICATION_CREDENTIALS): a Dask worker started with the same environment reads the same
 store, so a cluster needs no shared filesystem to read one.
 
-Writing in place (extract, import, `cache verify --fix`) is not built: those write a local store,
-which `tosca cache push` copies to object storage (its metadata last, so a store is never seen
-there before it is whole).
+Writing in place (`tosca extract`, `tosca import`, `tosca cache verify --fix` with a store's URL)
+keeps a local store's guarantees with what object storage offers: one writer at a time through a
+lock object made with a conditional write (`featcache.store.object_lock`), a store that appears
+whole or not at all by the order of its writes (`featcache.store.object_writing`), each chunk one
+object put whole and marked done after its values and checksum. `tosca cache push` copies a
+store written locally.
 """
 
 from __future__ import annotations
@@ -58,13 +61,6 @@ PACKAGES = {
     "abfss": "adlfs",
 }
 CLOUD_EXTRA = "pip install 'tosca[cloud]'"  # installs s3fs
-
-
-# what mends a damaged store on object storage, where nothing is written in place
-REMOTE_MEND = (
-    "mend the local store it was pushed from (`tosca cache verify LOCAL --fix`, then the same `tosca "
-    "extract`) and push it again (`tosca cache push LOCAL URL --overwrite`)"
-)
 
 
 class ObjectStoreError(UserError):
@@ -145,17 +141,6 @@ def store_location(
 
 def is_remote(value: Any) -> bool:
     return isinstance(value, ObjectStorePath)
-
-
-def refuse_writing_there(value: str | Path | None, flag: str, command: str) -> None:
-    """A store that would be written (extract, import) or a cache root named on object storage:
-    one line naming the way that exists (pathlib would otherwise make a local folder `s3:`)."""
-    if value is None or not is_remote(where := store_location(value, folder=True, flag=flag)):
-        return
-    raise UserError(
-        f"{flag} {where}: `tosca {command}` writes a local store (writing in place on object storage is "
-        "not built); write it locally, then `tosca cache push STORE URL` copies it there"
-    )
 
 
 def stores_under(root: ObjectStorePath) -> list[ObjectStorePath]:
@@ -318,14 +303,16 @@ def read_store_attrs(location: ObjectStorePath) -> dict[str, Any] | None:
     return attributes if isinstance(attributes, dict) else None
 
 
-def open_zarr_group(location: ObjectStorePath, listed: Iterable[str] = ()) -> Any:
-    """The store's zarr group, read-only, every read of it turning the object store's failures into
-    one line (`_object_zarr_store`). `listed`: the objects the store's listing held when it was
-    opened; one of them found missing later is said vanished, never read as a fill value."""
+def open_zarr_group(location: ObjectStorePath, listed: Iterable[str] = (), writable: bool = False) -> Any:
+    """The store's zarr group, every read and write of it turning the object store's failures into
+    one line (`_object_zarr_store`); read-only unless `writable` (its one writer, under the store's
+    lock). `listed`: the objects the store's listing held when it was opened; one of them found
+    missing later is said vanished, never read as a fill value."""
     import zarr
 
     with object_errors(location, "opening the store"):
-        return zarr.open_group(_object_zarr_store().at(location, frozenset(listed)), mode="r")
+        store = _object_zarr_store().at(location, frozenset(listed), read_only=not writable)
+        return zarr.open_group(store, mode="r+" if writable else "r")
 
 
 def _async_twin(fs: Any) -> Any:
@@ -378,7 +365,9 @@ def _object_zarr_store() -> type:
         listed: frozenset[str]
 
         @classmethod
-        def at(cls, location: ObjectStorePath, listed: frozenset[str] = frozenset()) -> Any:
+        def at(
+            cls, location: ObjectStorePath, listed: frozenset[str] = frozenset(), read_only: bool = True
+        ) -> Any:
             fs = location.filesystem()
             if not getattr(fs, "async_impl", False):
                 from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
@@ -386,7 +375,7 @@ def _object_zarr_store() -> type:
                 fs = AsyncFileSystemWrapper(fs)
             elif not fs.asynchronous:
                 fs = _async_twin(fs)
-            store = cls(fs, read_only=True, path=location.key)
+            store = cls(fs, read_only=read_only, path=location.key)
             store.location, store.listed = location, listed
             return store
 
@@ -418,6 +407,20 @@ def _object_zarr_store() -> type:
                 if value is None and key in self.listed:
                     raise self._vanished(key)
             return found
+
+        async def set(self, key: str, value: Any, byte_range: Any = None) -> None:  # one object put whole
+            try:
+                await super().set(key, value, byte_range)
+            except (UserError, TypeError, ValueError, NotImplementedError):  # ours, or zarr's own
+                raise
+            except Exception as exc:
+                raise said(self.location, exc, f"writing {key}") from None
+
+        async def delete(self, key: str) -> None:
+            try:
+                await super().delete(key)
+            except Exception as exc:
+                raise said(self.location, exc, f"deleting {key}") from None
 
         async def exists(self, key: str) -> bool:
             try:

@@ -12,32 +12,24 @@ compared with its file's. The local store's lock is held meanwhile.
 A store already at the URL is refused unless `overwrite`: then its zarr.json goes first (readers
 stop seeing a store at once), then every other object. `overwrite` replaces a tosca store or a
 killed push's leftovers only, never a prefix holding anything else (other stores under it); the
-URL's last part ends in .zarr, as `cache ls` and --cache-dir find stores. Object storage has no lock a writer could
-take (S3's conditional writes are not offered by every server), so two pushes to one URL at once
-are not prevented: push from one place.
+URL's last part ends in .zarr, as `cache ls` and --cache-dir find stores. The store's lock on
+object storage (`featcache.store.object_lock`) is held at the URL meanwhile: a second push, an
+extraction or an import writing there is refused, naming this one.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from featcache.store.format import SPLITS, FeatureStore
-from featcache.store.object_store import (
-    ObjectStorePath,
-    is_remote,
-    listing,
-    object_errors,
-    read_store_attrs,
-    store_location,
-)
+from featcache.store.format import FeatureStore
+from featcache.store.object_lock import object_lock
+from featcache.store.object_store import ObjectStorePath, is_remote, listing, store_location
+from featcache.store.object_writing import remove_objects, replaceable, upload_tree
 from featcache.store.verify import check_readable
 from tosca_foundation.errors import UserError
 from tosca_foundation.locks import folder_lock
-
-_BATCH = 64  # chunk objects sent at once (fsspec sends a batch's files concurrently)
 
 
 @dataclass(frozen=True)
@@ -47,31 +39,6 @@ class Pushed:
     url: str
     objects: int
     bytes: int
-
-
-def _local_files(root: Path) -> dict[str, Path]:
-    """Every file of a local store by its path below the store (a killed writer's `*.partial`
-    temporaries left out, as every reader leaves them), zarr.json files last of all, the top one at
-    the very end."""
-    found = {}
-    for here, _, files in os.walk(root):
-        for name in files:
-            if not name.endswith(".partial"):
-                path = Path(here) / name
-                found[path.relative_to(root).as_posix()] = path
-    return dict(
-        sorted(found.items(), key=lambda kv: (kv[0] == "zarr.json", kv[0].endswith("zarr.json"), kv[0]))
-    )
-
-
-def _replaceable(target: ObjectStorePath, there: dict[str, int]) -> bool:
-    """What --overwrite may delete: a tosca store, or what a killed push of one left (objects of
-    its splits, no zarr.json on top). Anything else under the key (other stores under a prefix,
-    files of another tool) is never deleted by a push."""
-    if "zarr.json" in there:
-        attrs = read_store_attrs(target)
-        return attrs is not None and "schema_version" in attrs
-    return all(rel.split("/", 1)[0] in SPLITS for rel in there)
 
 
 def push_store(
@@ -99,7 +66,8 @@ def push_store(
     with folder_lock(local.path, "store", "wait for it to finish, then push"):
         local.require_complete()  # a store still being extracted is never copied as a store
         check_readable(local)  # every chunk as every reader checks it: nothing damaged is copied
-        return _copy(local, target, overwrite, on_object)
+        with object_lock(target, "store", "push to another URL"):
+            return _copy(local, target, overwrite, on_object)
 
 
 def _copy(
@@ -108,45 +76,17 @@ def _copy(
     overwrite: bool,
     on_object: Callable[[int, int], None] | None,
 ) -> Pushed:
-    fs = target.filesystem()
     there = listing(target)
     if there and not overwrite:
         named = "a store" if "zarr.json" in there else f"{len(there)} object(s) but no store"
         raise UserError(f"{target} already holds {named}: pass --overwrite to replace it")
-    if there and not _replaceable(target, there):
+    if there and not replaceable(target, there):
         sample = sorted(there)[0]
         raise UserError(
             f"{target} holds {len(there)} object(s) that are no tosca store (such as {sample}): a push "
             "replaces a store, never a prefix of other things; push to a key of its own"
         )
-    with object_errors(target, "replacing what was there"):
-        if "zarr.json" in there:  # readers stop seeing a store first
-            fs.rm_file(f"{target.key}/zarr.json")
-        rest = [f"{target.key}/{rel}" for rel in there if rel != "zarr.json"]
-        if rest:
-            fs.rm(rest)  # in batches, as the object store deletes them
-    files = _local_files(Path(local.path))
-    chunks = [rel for rel in files if not rel.endswith("zarr.json")]
-    total = sum(path.stat().st_size for path in files.values())
-    done = 0
-    with object_errors(target, "copying the store"):
-        for start in range(0, len(chunks), _BATCH):  # the chunks, a batch of objects at a time
-            batch = chunks[start : start + _BATCH]
-            fs.put([str(files[rel]) for rel in batch], [f"{target.key}/{rel}" for rel in batch])
-            done += len(batch)
-            if on_object is not None:
-                on_object(done, len(files))
-        for rel in files:  # then the metadata, one by one, the store's own zarr.json last
-            if rel.endswith("zarr.json"):
-                fs.put_file(str(files[rel]), f"{target.key}/{rel}")
-                done += 1
-                if on_object is not None:
-                    on_object(done, len(files))
-    arrived = listing(target)
-    for rel, path in files.items():
-        if arrived.get(rel) != path.stat().st_size:
-            raise UserError(
-                f"{target}: {rel} did not arrive whole ({arrived.get(rel, 'no')} bytes of "
-                f"{path.stat().st_size}); push it again with --overwrite"
-            )
-    return Pushed(target.url, len(files), total)
+    if there:
+        remove_objects(target, there)
+    objects, size = upload_tree(Path(local.path), target, on_object)
+    return Pushed(target.url, objects, size)

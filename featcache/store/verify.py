@@ -18,15 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from featcache.store.format import SPLITS, FeatureStore, chunk_checksum, ids_sha256, store_attributes
+from featcache.store.object_lock import store_lock
 from featcache.store.object_store import (
-    REMOTE_MEND,
     ObjectStoreError,
     is_remote,
     store_location,
 )
 from tosca_foundation.errors import UserError
 from tosca_foundation.fingerprints import fingerprint
-from tosca_foundation.locks import folder_lock
 from tosca_foundation.text import printable
 
 
@@ -189,7 +188,7 @@ def verify_notes(store: FeatureStore) -> list[str]:
 def fix_store(path: str | Path) -> list[ChunkFault]:
     """`cache verify --fix`, under the store's lock: unflag every chunk that does not hold up (so the
     same `tosca extract` recomputes exactly those). Returns what was unflagged."""
-    with folder_lock(path):
+    with store_lock(path):
         store = FeatureStore.open(path, mode="r+")
         faults = chunk_faults(store)
         for split in SPLITS:
@@ -204,8 +203,6 @@ def _refuse(store: FeatureStore, what: str, count: int = 1, chunks: bool = True)
     """One line naming the first problem and what repairs it: damaged chunks are unflagged by
     `cache verify --fix` and recomputed; attrs, ids or labels that no longer fit can only be rebuilt."""
     more = f" (and {count - 1} more)" if count > 1 else ""
-    if is_remote(store.path):  # never mended in place there: mend the copy it came from
-        return StoreDamaged(f"store {store.path} cannot be used: {what}{more}; {REMOTE_MEND}")
     if not chunks:
         return StoreDamaged(
             f"store {store.path} cannot be used: {what}{more}; `tosca cache verify {store.path} --fix` "

@@ -577,14 +577,14 @@ ROWS: list[tuple[str, list[str], str]] = [
         "a store's key has no empty, '.' or '..' part",
     ),
     (
-        "extract into object storage",
-        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--store", "s3://bucket/s.zarr"],
-        "`tosca extract` writes a local store (writing in place on object storage is not built)",
+        "extract to a key on object storage not ending in .zarr",
+        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--store", "s3://bucket/team/store"],
+        "a store's key on object storage ends in .zarr",
     ),
     (
-        "extract into a bucket named as the cache folder",
-        ["extract", "--model", "effnet_lite0", "--dataset", "eurosat", "--cache-dir", "s3://bucket"],
-        "--cache-dir s3://bucket: `tosca extract` writes a local store",
+        "import to a key on object storage not ending in .zarr",
+        ["import", "{arr_ok}", "--store", "s3://bucket/team/store", "--encoder", "e", "--modality", "text"],
+        "a store's key on object storage ends in .zarr",
     ),
     (
         "push to a key not ending in .zarr",

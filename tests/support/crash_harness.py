@@ -143,10 +143,16 @@ def _live_semaphores() -> int:
 
 
 def _child(
-    args: list[str], folder: str, pause: dict[str, Any] | None, start_method: str | None = None
+    args: list[str],
+    folder: str,
+    pause: dict[str, Any] | None,
+    start_method: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> None:
     """The child: run `tosca ARGS` with stdout/stderr in files; exit with its exit code. A fork
-    server's child inherits its start method: `start_method` gives back the one `tosca` has."""
+    server's child inherits its start method: `start_method` gives back the one `tosca` has; and
+    the fork server's environment: `env` adds to it (an object store's endpoint and key)."""
+    os.environ.update(env or {})
     if start_method is not None:
         multiprocessing.set_start_method(start_method, force=True)
     where = Path(folder)
@@ -227,7 +233,13 @@ class Child:
         return int(self.process.exitcode)
 
 
-def start(args: list[str], folder: Path, pause: PauseAt | None = None, daemon: bool = True) -> Child:
+def start(
+    args: list[str],
+    folder: Path,
+    pause: PauseAt | None = None,
+    daemon: bool = True,
+    env: dict[str, str] | None = None,
+) -> Child:
     """Start `tosca ARGS` in a child process; its stdout, stderr and list of writes go to `folder`.
     A child that starts processes of its own (loader workers) must not be a daemon (`daemon=False`),
     and starts them as `tosca` does here (forked, Python's default on Linux)."""
@@ -236,15 +248,27 @@ def start(args: list[str], folder: Path, pause: PauseAt | None = None, daemon: b
         (folder / name).unlink(missing_ok=True)
     process = context().Process(
         target=_child,
-        args=(list(args), str(folder), asdict(pause) if pause else None, None if daemon else _DEFAULT_METHOD),
+        args=(
+            list(args),
+            str(folder),
+            asdict(pause) if pause else None,
+            None if daemon else _DEFAULT_METHOD,
+            env,
+        ),
         daemon=daemon,
     )
     process.start()
     return Child(process, folder)
 
 
-def run(args: list[str], folder: Path, timeout: float = 300, daemon: bool = True) -> tuple[int, str, str]:
+def run(
+    args: list[str],
+    folder: Path,
+    timeout: float = 300,
+    daemon: bool = True,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, str]:
     """Run `tosca ARGS` to its end in a child; (exit code, stdout, stderr)."""
-    child = start(args, folder, daemon=daemon)
+    child = start(args, folder, daemon=daemon, env=env)
     code = child.finish(timeout)
     return code, child.text("stdout"), child.text("stderr")
