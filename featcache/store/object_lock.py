@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from featcache.store.object_store import ObjectStorePath, object_errors, store_location
+from featcache.store.object_store import ObjectStoreError, ObjectStorePath, object_errors, store_location
 from tosca_foundation.errors import UserError
 from tosca_foundation.locks import FolderBusy, folder_lock, holder_text, same_host_and_dead
 
@@ -87,12 +87,14 @@ class ObjectLock:
             pass
         return True
 
-    def release(self) -> None:
-        """Stop beating and delete the lock object when it is still this holder's."""
+    def release(self, tidy: bool = True) -> None:
+        """Stop beating and delete the lock object when it is still this holder's; not `tidy`
+        (object storage just failed to answer): leave it, stale once its beat stops, rather than
+        wait on the client's retries a second time."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
-        if self.lost is not None:
+        if self.lost is not None or not tidy:
             return
         with contextlib.suppress(Exception):  # a lock left behind is stale once its beat stops
             found = _read_record(self.location)
@@ -207,15 +209,15 @@ def object_lock(
 ) -> Iterator[ObjectLock]:
     """The lock held for the block; a lock found taken over is one line when the block ends."""
     lock = acquire_object_lock(location, what, advice)
-    failed = False
+    failed: BaseException | None = None
     try:
         yield lock
-    except BaseException:
-        failed = True
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
-        lock.release()
-        if lock.lost is not None and not failed:
+        lock.release(tidy=not isinstance(failed, ObjectStoreError))
+        if lock.lost is not None and failed is None:
             raise UserError(
                 f"{what} {location}: this writer's lock was {lock.lost} while it wrote; check the store "
                 "with `tosca cache verify` before using it"

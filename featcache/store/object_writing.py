@@ -82,6 +82,13 @@ def remove_objects(target: ObjectStorePath, there: dict[str, int]) -> None:
 def clear_object_leftovers(target: ObjectStorePath) -> None:
     """What a writer killed while making or replacing the store at `target` left (objects without a
     zarr.json on top); anything else there that is no store is refused in one line."""
+    fs = target.filesystem()
+    with object_errors(target, "looking at the store's key"):
+        if fs.isfile(target.key):  # an object named as the store itself: S3 keeps it beside a prefix
+            raise UserError(
+                f"{target} is an object of its own, not a store: pass a new --store URL (tosca never "
+                "deletes what it did not make)"
+            )
     there = listing(target)
     if not there or "zarr.json" in there:
         return

@@ -356,3 +356,37 @@ def test_a_killed_writer_there_is_never_done_and_the_same_command_finishes_it(
     for name, values in _remote_arrays(url).items():
         np.testing.assert_array_equal(values, expected[name], err_msg=name)
     assert "killed.zarr.lock" not in _objects("")
+
+
+def test_an_object_named_as_the_store_is_never_written_under(s3: ObjectServer, source: Path) -> None:
+    filesystem("s3").pipe_file("feats/taken.zarr", b"someone's file")
+    line = _one_line(_args(source, "s3://feats/taken.zarr"))
+    assert "s3://feats/taken.zarr is an object of its own, not a store" in line
+    assert _objects("taken.zarr") == ["taken.zarr"]
+
+
+@pytest.mark.heavy  # the client's retries against a closed port take seconds
+def test_a_server_gone_mid_write_is_one_line(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server goes away after the store was made and one chunk written: one line saying so
+    (never a store called damaged, never a traceback)."""
+    from featcache.store import format as store_format
+
+    with object_server() as server:  # a server of its own: this test stops it
+        for name, value in server.env.items():
+            monkeypatch.setenv(name, value)
+        server.make_bucket("feats")
+        write_chunk = store_format.FeatureStore.write_chunk
+        calls = []
+
+        def server_goes(self: FeatureStore, *args: object, **kw: object) -> None:
+            calls.append(args)
+            if len(calls) == 2:
+                server.stop()
+            write_chunk(self, *args, **kw)
+
+        monkeypatch.setattr(store_format.FeatureStore, "write_chunk", server_goes)
+        line = _one_line(_args(source, "s3://feats/gone.zarr"))
+    assert "s3://feats/gone.zarr: object storage could not be reached while" in line, line
+    assert "check the endpoint" in line and len(calls) == 2
