@@ -30,6 +30,7 @@ from featcache.outline import (
     outline_extraction,
     refuse_replacing_other_things,
     scheduler_choice,
+    something_there,
     store_path_of,
     stored_identity,
 )
@@ -37,7 +38,6 @@ from featcache.pipeline.chunks import Progress, extract_chunks, uses_device_stag
 from featcache.pipeline.mapper import FeatureMapper, default_batch_size
 from featcache.sources.datasets import DatasetSource, SplitSamples, check_classes
 from featcache.store import SPLITS, FeatureStore, ids_sha256, stored_chunk_size
-from featcache.store.format import store_attributes
 from featcache.store.meanings import resolve_precision
 from featcache.store.object_lock import store_lock
 from featcache.store.object_store import ObjectStorePath, is_remote
@@ -115,7 +115,7 @@ def _versions() -> dict[str, str]:
 
 def _stored_skip_list(path: Path | ObjectStorePath) -> list[BadImage] | None:
     """What an existing `--skip-bad-images` store left out (reused on resume: no second scan)."""
-    if (store_attributes(path) is None) if is_remote(path) else not path.exists():
+    if not something_there(path):
         return None
     store = FeatureStore.open(path)
     if not store.identity.get("skip_bad_images"):

@@ -21,7 +21,7 @@ from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dat
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
 from featcache.store.format import store_attributes
 from featcache.store.meanings import POLICIES, resolve_precision
-from featcache.store.object_store import ObjectStorePath, is_remote, store_location
+from featcache.store.object_store import ObjectStorePath, is_remote, require_store_key, store_location
 from featcache.store.object_writing import refuse_replacing_objects
 from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserError, UserValueError
@@ -131,11 +131,7 @@ def store_path_of(request: ExtractRequest) -> Path | ObjectStorePath:
         else default_store_path(cache_dir, DATASETS.name_of(request.dataset), spec, policy)
     )
     if is_remote(store_path):
-        if not store_path.name.endswith(".zarr"):
-            raise UserError(
-                f"--store {store_path}: a store's key on object storage ends in .zarr (`cache ls` and "
-                f"--cache-dir find stores by it): {store_path}.zarr?"
-            )
+        require_store_key(store_path, "--store")
         if request.overwrite:
             refuse_replacing_other_things(store_path)
         return store_path
@@ -153,12 +149,15 @@ def store_path_of(request: ExtractRequest) -> Path | ObjectStorePath:
     return store_path
 
 
+def something_there(path: Path | ObjectStorePath) -> bool:
+    """Whether a store (or a folder that may be none) is at `path`: on object storage, a store's
+    zarr.json (a killed writer's leftovers are no store: the writer clears them under the lock)."""
+    return store_attributes(path) is not None if is_remote(path) else path.exists()
+
+
 def stored_identity(path: Path | ObjectStorePath) -> dict[str, Any] | None:
     """An existing store's identity (None when there is no store at `path`)."""
-    if is_remote(path):
-        if store_attributes(path) is None:  # nothing, or a killed writer's leftovers: cleared under the lock
-            return None
-    elif not path.exists():
+    if not something_there(path):
         return None
     return FeatureStore.open(path).identity  # a folder that is not a store is refused, never replaced
 

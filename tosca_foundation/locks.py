@@ -40,6 +40,7 @@ from typing import Any
 
 from tosca_foundation.errors import UserError
 from tosca_foundation.files import parse_json
+from tosca_foundation.text import printable
 
 
 class FolderBusy(UserError):
@@ -63,7 +64,7 @@ def holder_text(info: dict[str, Any]) -> str:
         parts.append(f"on {info['host']}")
     if "started" in info:
         parts.append(f"since {info['started']}")
-    return " ".join(str(p) for p in parts) or "another process"
+    return printable(" ".join(str(p) for p in parts))[:200] or "another process"  # a record is anyone's text
 
 
 def _read_record(fd: int) -> dict[str, Any]:

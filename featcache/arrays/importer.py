@@ -39,7 +39,7 @@ from featcache.store.format import (
     is_tosca_store,
 )
 from featcache.store.object_lock import store_lock
-from featcache.store.object_store import ObjectStorePath, is_remote, store_location
+from featcache.store.object_store import ObjectStorePath, is_remote, require_store_key, store_location
 from featcache.store.staging import clear_leftovers, create_in_place
 from tosca_foundation.errors import UserError, UserValueError
 from tosca_foundation.fingerprints import identity_differences
@@ -96,11 +96,7 @@ def check_request(request: ImportRequest) -> Path | ObjectStorePath:
     spell = request.spell
     path = store_location(request.store, flag=spell("store"))
     if is_remote(path):
-        if not path.name.endswith(".zarr"):
-            raise UserError(
-                f"{spell('store')} {path}: a store's key on object storage ends in .zarr (`cache ls` "
-                f"and --cache-dir find stores by it): {path}.zarr?"
-            )
+        require_store_key(path, spell("store"))
     elif path.name in ("", ".", ".."):
         raise UserError(f"{spell('store')} {str(request.store)!r} names no folder: give the store a name")
     inside = None if is_remote(path) else zarr_root(path.parent)

@@ -537,7 +537,7 @@ class FeatureStore:
         the walk of its folder (`object_tree`). "r+": for its one writer, under the store's lock."""
         objects = listing(location)
         if "zarr.json" not in objects:
-            if objects and all(rel.split("/", 1)[0] in SPLITS for rel in objects):
+            if remains_on_object_storage(objects):
                 raise UserError(
                     f"not a feature store yet: {location} (its creation or copy was interrupted); run "
                     "the same `tosca extract`, `tosca import` or `tosca cache push --overwrite` again"
@@ -872,6 +872,12 @@ def looks_like_store_remains(folder: Path) -> bool:
     if (folder / "zarr.json").is_file() or not any(folder.iterdir()):
         return True
     return next(folder.rglob("zarr.json"), None) is not None
+
+
+def remains_on_object_storage(objects: dict[str, int]) -> bool:
+    """Objects a killed writer left while making a store on object storage (a creation or a push
+    cut short before the top zarr.json): some, each under one of the store's splits."""
+    return bool(objects) and all(rel.split("/", 1)[0] in SPLITS for rel in objects)
 
 
 def store_attributes(path: str | Path | ObjectStorePath) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from featcache.store.object_store import ObjectStoreError, ObjectStorePath, object_errors, store_location
 from tosca_foundation.errors import UserError
+from tosca_foundation.files import parse_json
 from tosca_foundation.locks import FolderBusy, folder_lock, holder_text, same_host_and_dead
 
 BEAT_SECONDS = 30.0  # how often a holder says it is alive
@@ -111,8 +112,8 @@ def _read_record(location: ObjectStorePath) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     try:
-        record = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        record = parse_json(data, "lock record")  # its nesting checked before it is parsed
+    except UserError:
         return {}
     return record if isinstance(record, dict) and "token" in record else {}
 

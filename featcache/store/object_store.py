@@ -139,6 +139,16 @@ def store_location(
     return ObjectStorePath(protocol, rest)
 
 
+def require_store_key(location: ObjectStorePath, flag: str) -> None:
+    """A store written on object storage has a key ending in .zarr: `cache ls` and --cache-dir
+    find stores by it (`stores_under`)."""
+    if not location.name.endswith(".zarr"):
+        raise UserError(
+            f"{flag} {location}: a store's key on object storage ends in .zarr (`cache ls` and "
+            f"--cache-dir find stores by it): {location}.zarr?"
+        )
+
+
 def is_remote(value: Any) -> bool:
     return isinstance(value, ObjectStorePath)
 

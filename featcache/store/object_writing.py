@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from featcache.store.format import SPLITS
+from featcache.store.format import remains_on_object_storage
 from featcache.store.object_store import ObjectStorePath, listing, object_errors, read_store_attrs
 from tosca_foundation.errors import UserError
 
@@ -49,7 +49,7 @@ def replaceable(target: ObjectStorePath, there: dict[str, int]) -> bool:
     if "zarr.json" in there:
         attrs = read_store_attrs(target)
         return attrs is not None and "schema_version" in attrs
-    return all(rel.split("/", 1)[0] in SPLITS for rel in there)
+    return remains_on_object_storage(there)
 
 
 def refuse_replacing_objects(

@@ -25,7 +25,13 @@ from pathlib import Path
 
 from featcache.store.format import FeatureStore
 from featcache.store.object_lock import object_lock
-from featcache.store.object_store import ObjectStorePath, is_remote, listing, store_location
+from featcache.store.object_store import (
+    ObjectStorePath,
+    is_remote,
+    listing,
+    require_store_key,
+    store_location,
+)
 from featcache.store.object_writing import remove_objects, replaceable, upload_tree
 from featcache.store.verify import check_readable
 from tosca_foundation.errors import UserError
@@ -57,11 +63,7 @@ def push_store(
         raise UserError(
             f"tosca cache push copies to object storage: {url} is a local path (copy folders with cp)"
         )
-    if not target.name.endswith(".zarr"):
-        raise UserError(
-            f"URL {target}: a store's key ends in .zarr (`cache ls` and --cache-dir find stores by it): "
-            f"{target}.zarr?"
-        )
+    require_store_key(target, "URL")
     local = FeatureStore.open(source)
     with folder_lock(local.path, "store", "wait for it to finish, then push"):
         local.require_complete()  # a store still being extracted is never copied as a store

@@ -589,7 +589,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     (
         "push to a key not ending in .zarr",
         ["cache", "push", "{store}", "s3://bucket/team/store"],
-        "a store's key ends in .zarr",
+        "a store's key on object storage ends in .zarr",
     ),
     (
         "push to a local path",

@@ -11,6 +11,7 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -188,12 +189,13 @@ def test_a_creation_cut_short_is_no_store_and_the_rerun_finishes_it(
 # ------------------------------------------------------------------------------------------ one writer
 
 
-def _held(url: str, **record: object) -> None:
-    """A lock object as another tosca writer leaves it while it writes."""
+def _held(url: str, heard: float = 0.0, **record: object) -> None:
+    """A lock object as another tosca writer leaves it while it writes, last heard of `heard`
+    seconds ago."""
     location = store_location(url)
     base = {"pid": 4242, "host": "elsewhere", "started": "2026-12-07T10:00:00Z", "token": "x" * 32}
     filesystem("s3").pipe_file(
-        f"{location.key}.lock", json.dumps({**base, "beat": time.time(), **record}).encode()
+        f"{location.key}.lock", json.dumps({**base, "beat": time.time() - heard, **record}).encode()
     )
 
 
@@ -215,13 +217,13 @@ def test_a_second_writer_is_refused_naming_the_first(s3: ObjectServer, source: P
     ("record", "taken"),
     [
         ({"host": socket.gethostname(), "pid": 2**22 + 7}, True),  # a dead process of this host
-        pytest.param({"beat": time.time() - 3600}, True, marks=pytest.mark.heavy),  # silent for an hour
-        ({"beat": time.time() - 5}, False),  # heard of a moment ago
+        pytest.param({"heard": 3600}, True, marks=pytest.mark.heavy),  # silent for an hour
+        ({"heard": 5}, False),  # heard of a moment ago
     ],
     ids=["dead here", "silent elsewhere", "alive elsewhere"],
 )
 def test_a_dead_writers_lock_is_taken_over(
-    s3: ObjectServer, source: Path, record: dict[str, object], taken: bool, request: pytest.FixtureRequest
+    s3: ObjectServer, source: Path, record: dict[str, Any], taken: bool, request: pytest.FixtureRequest
 ) -> None:
     url = f"s3://feats/stale-{request.node.callspec.id.replace(' ', '-')}.zarr"
     _held(url, **record)
@@ -234,11 +236,25 @@ def test_a_dead_writers_lock_is_taken_over(
         assert "is being written by another tosca process" in _one_line(_args(source, url))
 
 
-def test_a_lock_object_tosca_did_not_write_is_never_taken(s3: ObjectServer, source: Path) -> None:
-    filesystem("s3").pipe_file("feats/planted.zarr.lock", b"mine")
-    line = _one_line(_args(source, "s3://feats/planted.zarr"))
-    assert "s3://feats/planted.zarr.lock is in the way of tosca's lock" in line
-    assert filesystem("s3").cat_file("feats/planted.zarr.lock") == b"mine"
+@pytest.mark.parametrize(
+    "planted",
+    [b"mine", b"[" * 3000 + b"]" * 3000, json.dumps({"pid": 1, "host": "h"}).encode(), b"\xff\xfe"],
+    ids=["text", "deeply nested", "no token", "not utf-8"],
+)
+def test_a_lock_object_tosca_did_not_write_is_never_taken(
+    s3: ObjectServer, source: Path, planted: bytes, request: pytest.FixtureRequest
+) -> None:
+    key = f"planted-{request.node.callspec.id.replace(' ', '-')}.zarr"
+    filesystem("s3").pipe_file(f"feats/{key}.lock", planted)
+    line = _one_line(_args(source, f"s3://feats/{key}"))
+    assert f"s3://feats/{key}.lock is in the way of tosca's lock" in line
+    assert filesystem("s3").cat_file(f"feats/{key}.lock") == planted
+
+
+def test_a_lock_record_is_said_on_one_line_whatever_it_holds(s3: ObjectServer, source: Path) -> None:
+    _held("s3://feats/odd.zarr", host="evil\nerror: planted", pid="1\x1b[31m")
+    line = _one_line(_args(source, "s3://feats/odd.zarr"))
+    assert "(pid 1\\x1b[31m on evil\\x0aerror: planted since" in line
 
 
 def test_an_object_store_without_conditional_writes_is_refused(
