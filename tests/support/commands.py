@@ -50,6 +50,16 @@ def refusal(code: int, lines: list[str], *expected: str) -> str:
     return one_line(lines, *expected)
 
 
+def error_line(args: list[str]) -> str:
+    """The one error line of a refused command (exit code 2) that may have said its outline first
+    (`tosca import`'s, `tosca extract`'s)."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.startswith("error")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
 def extract_request(tmp_path: Path, tree: Path, name: str, **kw: Any) -> ExtractRequest:
     """A tiny random-init ViT extraction of `tree` into tmp_path/NAME.zarr, on the CPU, no workers."""
     args: dict[str, Any] = dict(

@@ -25,6 +25,7 @@ from tosca_foundation.errors import UserError
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
 
+from support.commands import error_line
 from support.object_server import ObjectServer, object_server
 from support.stores import synthetic_store
 from typer.testing import CliRunner
@@ -33,20 +34,6 @@ from cli import app
 
 RUNNER = CliRunner()
 FIT = ["--epochs", "1", "--init-cls", "2", "--increment", "2", "--device", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def server() -> ObjectServer:
-    with object_server() as running:
-        running.make_bucket("feats")
-        yield running
-
-
-@pytest.fixture
-def s3(server: ObjectServer, monkeypatch: pytest.MonkeyPatch) -> ObjectServer:
-    for key, value in server.env.items():
-        monkeypatch.setenv(key, value)
-    return server
 
 
 def _pushed(tmp_path: Path, key: str, **made: float) -> tuple[FeatureStore, str]:
@@ -104,7 +91,7 @@ def test_a_store_is_named_by_a_url_or_a_path(given: str | Path, found: object) -
         ("s3://bucket/c100.zarr\n", "a location holds no control character"),
     ],
 )
-def test_a_url_that_names_no_store_is_one_line(given: str, said: str) -> None:
+def test_a_url_that_names_no_store_iserror_line(given: str, said: str) -> None:
     with pytest.raises(UserError) as refused:
         store_location(given)
     assert said in str(refused.value) and "\n" not in str(refused.value)
@@ -258,31 +245,23 @@ def test_the_cache_commands_read_a_store_there(s3: ObjectServer, tmp_path: Path)
 # ------------------------------------------------------------------------------------------ one line each
 
 
-def _one_line(args: list[str]) -> str:
-    result = RUNNER.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.strip().splitlines() if line.startswith("error")]
-    assert len(lines) == 1, result.output
-    return lines[0]
-
-
-def test_wrong_credentials_are_one_line(
+def test_wrong_credentials_areerror_line(
     s3: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = _pushed(tmp_path, "keys")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
-    line = _one_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
+    line = error_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
     assert "access refused" in line and "check the credentials" in line
     assert not (tmp_path / "r").exists()
 
 
-def test_a_missing_bucket_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
-    line = _one_line(["fit", "--store", "s3://no-such-bucket/c100.zarr", "--run", str(tmp_path / "r"), *FIT])
+def test_a_missing_bucket_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = error_line(["fit", "--store", "s3://no-such-bucket/c100.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "its bucket 'no-such-bucket' does not exist" in line
 
 
-def test_a_key_with_no_store_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
-    line = _one_line(["fit", "--store", "s3://feats/nothing-here.zarr", "--run", str(tmp_path / "r"), *FIT])
+def test_a_key_with_no_store_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = error_line(["fit", "--store", "s3://feats/nothing-here.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "not a feature store: s3://feats/nothing-here.zarr" in line
 
 
@@ -333,7 +312,7 @@ PLANTED = [  # what a hostile or unlucky bucket holds, and the one line it must 
 
 
 @pytest.mark.parametrize(("name", "plant", "said"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_a_store_tampered_with_on_object_storage_is_one_line(
+def test_a_store_tampered_with_on_object_storage_iserror_line(
     s3: ObjectServer, tmp_path: Path, name: str, plant: object, said: str
 ) -> None:
     """The checks of a local store's walk and reads, from the listing: one line each, and a
@@ -342,7 +321,7 @@ def test_a_store_tampered_with_on_object_storage_is_one_line(
 
     _, url = _pushed(tmp_path, f"planted-{name.replace(' ', '-')}")
     plant(filesystem("s3"), url.removeprefix("s3://"))  # type: ignore[operator]
-    line = _one_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
+    line = error_line(["fit", "--store", url, "--run", str(tmp_path / "r"), *FIT])
     assert said in line, line
     if "chunk" in name:  # mended in place there, as on a disk
         assert f"tosca cache verify {url} --fix`" in line
@@ -362,7 +341,7 @@ def test_a_store_tampered_with_on_object_storage_is_one_line(
     ],
     ids=["no credentials", "an endpoint that is no url"],
 )
-def test_settings_that_cannot_reach_the_store_are_one_line(
+def test_settings_that_cannot_reach_the_store_areerror_line(
     s3: ObjectServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -376,11 +355,11 @@ def test_settings_that_cannot_reach_the_store_are_one_line(
             monkeypatch.delenv(key)
         else:
             monkeypatch.setenv(key, value)
-    assert said in _one_line(["fit", "--store", "s3://feats/any.zarr", "--run", str(tmp_path / "r"), *FIT])
+    assert said in error_line(["fit", "--store", "s3://feats/any.zarr", "--run", str(tmp_path / "r"), *FIT])
 
 
-def test_a_bucket_s3_cannot_name_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
-    line = _one_line(["fit", "--store", "s3://Bad_Bucket!/x.zarr", "--run", str(tmp_path / "r"), *FIT])
+def test_a_bucket_s3_cannot_name_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+    line = error_line(["fit", "--store", "s3://Bad_Bucket!/x.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "s3://Bad_Bucket!/x.zarr is no valid s3 location" in line
 
 
@@ -401,12 +380,12 @@ def test_an_object_gone_since_the_store_was_opened_is_never_read_as_fill_values(
     assert "damaged" not in said and "\n" not in said
 
 
-def test_a_suite_naming_a_url_with_no_store_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
+def test_a_suite_naming_a_url_with_no_store_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
     """Never an extraction into a bucket (model and dataset given): one line naming `cache push`."""
     spec = tmp_path / "SUITE.toml"
     path = "s3://feats/never-pushed.zarr"
     spec.write_text(SUITE.format(path=path) + 'model = "effnet_lite0"\ndataset = "eurosat"\n')
-    line = _one_line(["suite", str(spec), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    line = error_line(["suite", str(spec), "--out", str(tmp_path / "out"), "--device", "cpu"])
     assert f"no tosca store at {path}" in line and "tosca cache push" in line
 
 
@@ -426,12 +405,12 @@ def test_an_unreachable_store_is_never_passed_over_for_another(
     _pushed(tmp_path, "reach/a/synthetic-none")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     args = ["fit", "--model", "none", "--dataset", "synthetic", "--cache-dir", "s3://feats/reach"]
-    line = _one_line([*args, "--run", str(tmp_path / "r"), *FIT])
+    line = error_line([*args, "--run", str(tmp_path / "r"), *FIT])
     assert "access refused" in line and "no store" not in line
 
 
 @pytest.mark.heavy
-def test_credentials_revoked_mid_read_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_credentials_revoked_mid_read_areerror_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store opened, then the key's rights taken away: its listings (a split's arrays) and its
     reads say access was refused, never a raw PermissionError or a damaged store."""
     from zarr.core.sync import collect_aiterator, sync
@@ -507,10 +486,10 @@ def test_push_leaves_a_writers_temporaries_behind_and_waits_for_no_writer(
 
 def test_push_refuses_what_it_must_not_copy(s3: ObjectServer, tmp_path: Path) -> None:
     local, url = _pushed(tmp_path, "twice")
-    line = _one_line(["cache", "push", str(local.path), url])
+    line = error_line(["cache", "push", str(local.path), url])
     assert "already holds a store: pass --overwrite" in line
-    assert "a local path" in _one_line(["cache", "push", str(local.path), str(tmp_path / "elsewhere.zarr")])
+    assert "a local path" in error_line(["cache", "push", str(local.path), str(tmp_path / "elsewhere.zarr")])
     local.mark_undone("train", [0])
-    assert "not fully extracted" in _one_line(["cache", "push", str(local.path), url, "--overwrite"])
+    assert "not fully extracted" in error_line(["cache", "push", str(local.path), url, "--overwrite"])
     assert FeatureStore.open(url).is_complete()  # the store there was left as it was
     os.chmod(tmp_path, 0o755)

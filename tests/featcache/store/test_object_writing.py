@@ -25,6 +25,7 @@ pytest.importorskip("moto")
 pytest.importorskip("s3fs")
 
 from support.arrays import class_names, made_up_columns, write_as
+from support.commands import error_line
 from support.object_server import ObjectServer, object_server
 from typer.testing import CliRunner
 
@@ -33,20 +34,6 @@ from cli import app
 RUNNER = CliRunner()
 FIT = ["--device", "cpu", "--epochs", "1", "--init-cls", "2", "--increment", "1"]
 ARRAYS = ("features", "views", "labels", "ids", "done", "checksums")
-
-
-@pytest.fixture(scope="module")
-def server() -> ObjectServer:
-    with object_server() as running:
-        running.make_bucket("feats")
-        yield running
-
-
-@pytest.fixture
-def s3(server: ObjectServer, monkeypatch: pytest.MonkeyPatch) -> ObjectServer:
-    for key, value in server.env.items():
-        monkeypatch.setenv(key, value)
-    return server
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +85,6 @@ class Killed(BaseException):
     """A writer stopped where it stands (nothing catches it on the way out)."""
 
 
-def _one_line(args: list[str]) -> str:
-    result = RUNNER.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.strip().splitlines() if line.startswith("error")]
-    assert len(lines) == 1, result.output
-    return lines[0]
-
-
 def _ok(args: list[str]) -> str:
     result = RUNNER.invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -141,7 +120,7 @@ def test_overwrite_replaces_a_store_there_and_never_other_things(
     url = "s3://feats/replaced.zarr"
     _ok(_args(source, url))
     other = write_as("npz", made_up_columns(3, 5, 6, views=0), class_names(3), tmp_path / "other")[0]
-    line = _one_line(_args(other, url))
+    line = error_line(_args(other, url))
     assert "holds other features" in line and "--overwrite" in line
     _ok(_args(other, url, "--overwrite"))
     replaced = FeatureStore.open(url)
@@ -150,13 +129,13 @@ def test_overwrite_replaces_a_store_there_and_never_other_things(
     fs = filesystem("s3")
     fs.pipe("feats/notes.zarr/readme.txt", b"someone else's")
     for more in (["--overwrite"], []):
-        line = _one_line(_args(source, "s3://feats/notes.zarr", *more))
+        line = error_line(_args(source, "s3://feats/notes.zarr", *more))
         assert "s3://feats/notes.zarr holds 1 object(s) that are no tosca store (such as readme.txt)" in line
     assert _objects("notes.zarr") == ["notes.zarr/readme.txt"]
 
 
 def test_a_store_key_on_object_storage_ends_in_zarr(s3: ObjectServer, source: Path) -> None:
-    assert "a store's key on object storage ends in .zarr" in _one_line(_args(source, "s3://feats/plain"))
+    assert "a store's key on object storage ends in .zarr" in error_line(_args(source, "s3://feats/plain"))
     assert _objects("plain") == []
 
 
@@ -180,7 +159,7 @@ def test_a_creation_cut_short_is_no_store_and_the_rerun_finishes_it(
     monkeypatch.setattr(fs, "put_file", put_file)
     left = _objects("cut.zarr")
     assert left and "cut.zarr/zarr.json" not in left and "cut.zarr/train/zarr.json" in left
-    line = _one_line(["fit", "--store", url, *FIT])
+    line = error_line(["fit", "--store", url, *FIT])
     assert "not a feature store yet: s3://feats/cut.zarr (its creation or copy was interrupted)" in line
     _ok(_args(source, url))
     assert FeatureStore.open(url).is_complete()
@@ -202,14 +181,14 @@ def _held(url: str, heard: float = 0.0, **record: object) -> None:
 def test_a_second_writer_is_refused_naming_the_first(s3: ObjectServer, source: Path, tmp_path: Path) -> None:
     url = "s3://feats/busy.zarr"
     _held(url)
-    line = _one_line(_args(source, url))
+    line = error_line(_args(source, url))
     assert (
         "store s3://feats/busy.zarr is being written by another tosca process (pid 4242 on elsewhere" in line
     )
     assert "last heard of" in line and _objects("busy.zarr") == []
     local = tmp_path / "local.zarr"
     _ok(_args(source, str(local)))
-    line = _one_line(["cache", "push", str(local), url])
+    line = error_line(["cache", "push", str(local), url])
     assert "is being written by another tosca process" in line  # a push takes the same lock
 
 
@@ -233,7 +212,7 @@ def test_a_dead_writers_lock_is_taken_over(
             url
         ).is_complete() and f"{url.removeprefix('s3://feats/')}.lock" not in _objects("")
     else:
-        assert "is being written by another tosca process" in _one_line(_args(source, url))
+        assert "is being written by another tosca process" in error_line(_args(source, url))
 
 
 @pytest.mark.parametrize(
@@ -246,14 +225,14 @@ def test_a_lock_object_tosca_did_not_write_is_never_taken(
 ) -> None:
     key = f"planted-{request.node.callspec.id.replace(' ', '-')}.zarr"
     filesystem("s3").pipe_file(f"feats/{key}.lock", planted)
-    line = _one_line(_args(source, f"s3://feats/{key}"))
+    line = error_line(_args(source, f"s3://feats/{key}"))
     assert f"s3://feats/{key}.lock is in the way of tosca's lock" in line
     assert filesystem("s3").cat_file(f"feats/{key}.lock") == planted
 
 
 def test_a_lock_record_is_said_on_one_line_whatever_it_holds(s3: ObjectServer, source: Path) -> None:
     _held("s3://feats/odd.zarr", host="evil\nerror: planted", pid="1\x1b[31m")
-    line = _one_line(_args(source, "s3://feats/odd.zarr"))
+    line = error_line(_args(source, "s3://feats/odd.zarr"))
     assert "(pid 1\\x1b[31m on evil\\x0aerror: planted since" in line
 
 
@@ -269,7 +248,7 @@ def test_an_object_store_without_conditional_writes_is_refused(
         pipe_file(path, value, **kw)
 
     monkeypatch.setattr(fs, "pipe_file", unconditional)
-    line = _one_line(_args(source, "s3://feats/plain-server.zarr"))
+    line = error_line(_args(source, "s3://feats/plain-server.zarr"))
     assert "offers no conditional write" in line and "tosca cache push STORE URL" in line
 
 
@@ -298,7 +277,7 @@ def test_cache_verify_fix_mends_a_store_there_in_place(s3: ObjectServer, source:
     data = bytearray(fs.cat_file(key))
     data[0] ^= 0xFF
     fs.pipe_file(key, bytes(data))
-    line = _one_line(["fit", "--store", url, *FIT])
+    line = error_line(["fit", "--store", url, *FIT])
     assert f"run `tosca cache verify {url} --fix`" in line
     fixed = RUNNER.invoke(app, ["cache", "verify", url, "--fix"])
     assert fixed.exit_code == 1 and "fixed train chunk 1: values do not match the checksum" in fixed.output
@@ -363,7 +342,7 @@ def test_a_killed_writer_there_is_never_done_and_the_same_command_finishes_it(
     child.kill()
     assert child.process.exitcode == -9
     assert "killed.zarr.lock" in _objects("")  # left by the dead writer
-    line = _one_line(["fit", "--store", url, *FIT])
+    line = error_line(["fit", "--store", url, *FIT])
     assert "is not fully imported" in line
     code, _, stderr = run(_args(source, url), tmp_path / "rerun", env=s3.env)
     assert code == 0, stderr
@@ -376,13 +355,13 @@ def test_a_killed_writer_there_is_never_done_and_the_same_command_finishes_it(
 
 def test_an_object_named_as_the_store_is_never_written_under(s3: ObjectServer, source: Path) -> None:
     filesystem("s3").pipe_file("feats/taken.zarr", b"someone's file")
-    line = _one_line(_args(source, "s3://feats/taken.zarr"))
+    line = error_line(_args(source, "s3://feats/taken.zarr"))
     assert "s3://feats/taken.zarr is an object of its own, not a store" in line
     assert _objects("taken.zarr") == ["taken.zarr"]
 
 
 @pytest.mark.heavy  # the client's retries against a closed port take seconds
-def test_a_server_gone_mid_write_is_one_line(
+def test_a_server_gone_mid_write_iserror_line(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server goes away after the store was made and one chunk written: one line saying so
@@ -403,6 +382,6 @@ def test_a_server_gone_mid_write_is_one_line(
             write_chunk(self, *args, **kw)
 
         monkeypatch.setattr(store_format.FeatureStore, "write_chunk", server_goes)
-        line = _one_line(_args(source, "s3://feats/gone.zarr"))
+        line = error_line(_args(source, "s3://feats/gone.zarr"))
     assert "s3://feats/gone.zarr: object storage could not be reached while" in line, line
     assert "check the endpoint" in line and len(calls) == 2
