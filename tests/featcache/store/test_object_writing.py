@@ -385,3 +385,15 @@ def test_a_server_gone_mid_write_iserror_line(
         line = error_line(_args(source, "s3://feats/gone.zarr"))
     assert "s3://feats/gone.zarr: object storage could not be reached while" in line, line
     assert "check the endpoint" in line and len(calls) == 2
+
+
+def test_cache_verify_names_the_writer_holding_the_lock_there(s3: ObjectServer, source: Path) -> None:
+    url = "s3://feats/being-written.zarr"
+    _ok(_args(source, url))
+    FeatureStore.open(url, mode="r+").mark_undone("train", [1])  # as a writer leaves it mid-way
+    _held(url)
+    result = RUNNER.invoke(app, ["cache", "verify", url])
+    assert result.exit_code == 1 and "1/3 chunks not done" in result.output, result.output
+    assert (
+        "an extraction is writing it now (pid 4242 on elsewhere since 2026-12-07T10:00:00Z)" in result.output
+    )
