@@ -64,8 +64,9 @@ CLOUD_EXTRA = "pip install 'tosca[cloud]'"  # installs s3fs
 
 
 class ObjectStoreError(UserError):
-    """Object storage could not be read: credentials, a bucket, the server or the network. Never a
-    finding about the store's values (a reader lets it through where it catches a damaged chunk)."""
+    """Object storage could not be read or written: credentials, a bucket, the server or the
+    network. Never a finding about the store's values (a reader lets it through where it catches a
+    damaged chunk)."""
 
 
 @dataclass(frozen=True)
