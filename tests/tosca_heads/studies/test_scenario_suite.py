@@ -158,6 +158,7 @@ def test_a_dry_run_says_the_cells_to_run_and_their_time_and_writes_nothing(store
     assert 0 < again["estimate_seconds"] < plan["estimate_seconds"]  # one training left, not two
 
 
+@pytest.mark.heavy  # a suite, then each of its 8 cells' commands run again: 30 s, `make test` within 6 min
 def test_the_manifests_commands_make_each_cells_answers_alone(
     store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
