@@ -91,7 +91,7 @@ def test_a_store_is_named_by_a_url_or_a_path(given: str | Path, found: object) -
         ("s3://bucket/c100.zarr\n", "a location holds no control character"),
     ],
 )
-def test_a_url_that_names_no_store_iserror_line(given: str, said: str) -> None:
+def test_a_url_that_names_no_store_is_one_line(given: str, said: str) -> None:
     with pytest.raises(UserError) as refused:
         store_location(given)
     assert said in str(refused.value) and "\n" not in str(refused.value)
@@ -245,7 +245,7 @@ def test_the_cache_commands_read_a_store_there(s3: ObjectServer, tmp_path: Path)
 # ------------------------------------------------------------------------------------------ one line each
 
 
-def test_wrong_credentials_areerror_line(
+def test_wrong_credentials_are_one_line(
     s3: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = _pushed(tmp_path, "keys")
@@ -255,12 +255,12 @@ def test_wrong_credentials_areerror_line(
     assert not (tmp_path / "r").exists()
 
 
-def test_a_missing_bucket_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+def test_a_missing_bucket_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
     line = error_line(["fit", "--store", "s3://no-such-bucket/c100.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "its bucket 'no-such-bucket' does not exist" in line
 
 
-def test_a_key_with_no_store_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+def test_a_key_with_no_store_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
     line = error_line(["fit", "--store", "s3://feats/nothing-here.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "not a feature store: s3://feats/nothing-here.zarr" in line
 
@@ -312,7 +312,7 @@ PLANTED = [  # what a hostile or unlucky bucket holds, and the one line it must 
 
 
 @pytest.mark.parametrize(("name", "plant", "said"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_a_store_tampered_with_on_object_storage_iserror_line(
+def test_a_store_tampered_with_on_object_storage_is_one_line(
     s3: ObjectServer, tmp_path: Path, name: str, plant: object, said: str
 ) -> None:
     """The checks of a local store's walk and reads, from the listing: one line each, and a
@@ -341,7 +341,7 @@ def test_a_store_tampered_with_on_object_storage_iserror_line(
     ],
     ids=["no credentials", "an endpoint that is no url"],
 )
-def test_settings_that_cannot_reach_the_store_areerror_line(
+def test_settings_that_cannot_reach_the_store_are_one_line(
     s3: ObjectServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -358,7 +358,7 @@ def test_settings_that_cannot_reach_the_store_areerror_line(
     assert said in error_line(["fit", "--store", "s3://feats/any.zarr", "--run", str(tmp_path / "r"), *FIT])
 
 
-def test_a_bucket_s3_cannot_name_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+def test_a_bucket_s3_cannot_name_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
     line = error_line(["fit", "--store", "s3://Bad_Bucket!/x.zarr", "--run", str(tmp_path / "r"), *FIT])
     assert "s3://Bad_Bucket!/x.zarr is no valid s3 location" in line
 
@@ -380,7 +380,7 @@ def test_an_object_gone_since_the_store_was_opened_is_never_read_as_fill_values(
     assert "damaged" not in said and "\n" not in said
 
 
-def test_a_suite_naming_a_url_with_no_store_iserror_line(s3: ObjectServer, tmp_path: Path) -> None:
+def test_a_suite_naming_a_url_with_no_store_is_one_line(s3: ObjectServer, tmp_path: Path) -> None:
     """Never an extraction into a bucket (model and dataset given): one line naming `cache push`."""
     spec = tmp_path / "SUITE.toml"
     path = "s3://feats/never-pushed.zarr"
@@ -410,7 +410,7 @@ def test_an_unreachable_store_is_never_passed_over_for_another(
 
 
 @pytest.mark.heavy
-def test_credentials_revoked_mid_read_areerror_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_credentials_revoked_mid_read_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store opened, then the key's rights taken away: its listings (a split's arrays) and its
     reads say access was refused, never a raw PermissionError or a damaged store."""
     from zarr.core.sync import collect_aiterator, sync

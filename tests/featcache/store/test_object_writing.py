@@ -361,7 +361,7 @@ def test_an_object_named_as_the_store_is_never_written_under(s3: ObjectServer, s
 
 
 @pytest.mark.heavy  # the client's retries against a closed port take seconds
-def test_a_server_gone_mid_write_iserror_line(
+def test_a_server_gone_mid_write_is_one_line(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server goes away after the store was made and one chunk written: one line saying so
@@ -387,6 +387,7 @@ def test_a_server_gone_mid_write_iserror_line(
     assert "check the endpoint" in line and len(calls) == 2
 
 
+@pytest.mark.heavy  # a whole import there first: seconds
 def test_cache_verify_names_the_writer_holding_the_lock_there(s3: ObjectServer, source: Path) -> None:
     url = "s3://feats/being-written.zarr"
     _ok(_args(source, url))
