@@ -19,9 +19,14 @@ from featcache.extract_request import ExtractRequest
 from featcache.images.decoder_names import DECODERS
 from featcache.sources.datasets import DATASETS, SPLITS, DatasetSource, load_dataset
 from featcache.store import DTYPES, FeatureStore, check_name, is_tosca_store, stored_chunk_size
-from featcache.store.format import store_attributes
 from featcache.store.meanings import POLICIES, resolve_precision
-from featcache.store.object_store import ObjectStorePath, is_remote, require_store_key, store_location
+from featcache.store.object_store import (
+    ObjectStorePath,
+    has_object,
+    is_remote,
+    require_store_key,
+    store_location,
+)
 from featcache.store.object_writing import refuse_replacing_objects
 from tosca_foundation.devices import check_device_name
 from tosca_foundation.errors import UserError, UserValueError
@@ -151,8 +156,9 @@ def store_path_of(request: ExtractRequest) -> Path | ObjectStorePath:
 
 def something_there(path: Path | ObjectStorePath) -> bool:
     """Whether a store (or a folder that may be none) is at `path`: on object storage, a store's
-    zarr.json (a killed writer's leftovers are no store: the writer clears them under the lock)."""
-    return store_attributes(path) is not None if is_remote(path) else path.exists()
+    top zarr.json, whatever it holds (opening it says what is wrong with it, as on a disk; a killed
+    writer's leftovers have none and are no store: the writer clears them under the lock)."""
+    return has_object(path, "zarr.json") if is_remote(path) else path.exists()
 
 
 def stored_identity(path: Path | ObjectStorePath) -> dict[str, Any] | None:

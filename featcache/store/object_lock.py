@@ -80,7 +80,11 @@ class ObjectLock:
         try:
             found = _read_record(self.location)
             if found is None or found.get("token") != self.record["token"]:
-                self.lost = f"taken over by {holder_text(found) if found else 'nobody (it was deleted)'}"
+                self.lost = (
+                    "deleted"
+                    if found is None
+                    else f"taken over by {holder_text(found) if found else 'an object tosca did not write'}"
+                )
                 return False
             self.record["beat"] = time.time()
             _write_record(self.location, self.record, create=False)

@@ -295,6 +295,12 @@ def read_object(
     return data
 
 
+def has_object(location: ObjectStorePath, rel: str) -> bool:
+    """Whether an object lies at `rel` below the store's key, whatever it holds."""
+    with object_errors(location, f"looking for {rel}"):
+        return bool(location.filesystem().exists(f"{location.key}/{rel}"))
+
+
 def read_store_attrs(location: ObjectStorePath) -> dict[str, Any] | None:
     """The attributes of the store's zarr.json (None where there is none or it is no JSON object):
     what `check_not_replaced` compares, read bounded."""

@@ -398,3 +398,14 @@ def test_cache_verify_names_the_writer_holding_the_lock_there(s3: ObjectServer, 
     assert (
         "an extraction is writing it now (pid 4242 on elsewhere since 2026-12-07T10:00:00Z)" in result.output
     )
+
+
+def test_a_store_there_with_damaged_metadata_is_said_so_and_kept(s3: ObjectServer, source: Path) -> None:
+    """As on a disk: a rerun names the damage (never "no tosca store", never a new store over it)."""
+    url = "s3://feats/damaged-top.zarr"
+    _ok(_args(source, url))
+    before = _objects("damaged-top.zarr")
+    filesystem("s3").pipe_file("feats/damaged-top.zarr/zarr.json", b"garbage")
+    line = error_line(_args(source, url))
+    assert f"{url} has unreadable metadata (JSONDecodeError" in line and "re-extract it" in line
+    assert _objects("damaged-top.zarr") == before
